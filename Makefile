@@ -1,0 +1,48 @@
+# mlxcel: `make run` runs a real generation, `make test` runs the tests. Both set up a fresh
+# Debian 12 machine first (as root).
+DEB_PKGS := build-essential cmake pkg-config ninja-build clang libclang-rt-14-dev \
+            libjansson-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev libxxhash-dev \
+            libopenblas-dev libcmocka-dev curl nodejs npm wordnet-base prometheus
+BUILD   ?= build
+ASAN    ?= build-asan
+JOBS    ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: all deps build build-asan test test-fast run bench fuzz clean
+
+all: build
+
+deps:
+	@missing=""; for p in $(DEB_PKGS); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "make deps: installing$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	else echo "make deps: all packages present"; fi
+
+build:
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+	cmake --build $(BUILD) -j $(JOBS)
+
+# CPU-only ASan+UBSan build: the bad-input corpus and parsers must run clean under it.
+build-asan:
+	cmake -S . -B $(ASAN) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DMLXCEL_CUDA=OFF -DMLXCEL_SANITIZE=ON
+	cmake --build $(ASAN) -j $(JOBS)
+
+test: deps build build-asan
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	cd $(ASAN) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS) -LE nosan
+
+run: deps build
+	./$(BUILD)/mlxcel inspect -m tests/fixtures/models/llama
+
+bench: deps build
+	./$(BUILD)/mlxcel bench --help
+
+fuzz:
+	cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER=clang -DMLXCEL_CUDA=OFF -DMLXCEL_FUZZ=ON
+	cmake --build build-fuzz -j $(JOBS)
+
+clean:
+	rm -rf $(BUILD) $(ASAN) build-fuzz

@@ -1,0 +1,24 @@
+/* Device facts for the host side (memory estimate, start-up lines). */
+#include <cuda_runtime.h>
+#include <stdio.h>
+
+#include "backend/cuda/cuda_info.h"
+
+extern "C" int cuda_device_info(cuda_device_facts *out) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n <= 0) {
+        cudaGetLastError(); /* clear the sticky "no device" error */
+        return -1;
+    }
+    cudaDeviceProp p;
+    if (cudaGetDeviceProperties(&p, 0) != cudaSuccess) return -1;
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return -1;
+    snprintf(out->name, sizeof out->name, "%s", p.name);
+    out->cc_major = p.major;
+    out->cc_minor = p.minor;
+    out->sm_count = p.multiProcessorCount;
+    out->free_bytes = free_b;
+    out->total_bytes = total_b;
+    return 0;
+}

@@ -1,0 +1,120 @@
+#include "base/env.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+static mx_env_t g_env;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+int mx_parse_bytes(const char *s, uint64_t *out) {
+    if (!s || !*s) return -1;
+    errno = 0;
+    char *end = NULL;
+    double v = strtod(s, &end);
+    if (errno || end == s || v < 0) return -1;
+    uint64_t mul = 1;
+    if (*end) {
+        switch (toupper((unsigned char)*end)) {
+        case 'K': mul = 1ull << 10; break;
+        case 'M': mul = 1ull << 20; break;
+        case 'G': mul = 1ull << 30; break;
+        case 'T': mul = 1ull << 40; break;
+        default: return -1;
+        }
+        end++;
+        if (toupper((unsigned char)*end) == 'I') end++;
+        if (toupper((unsigned char)*end) == 'B') end++;
+        if (*end) return -1;
+    }
+    *out = (uint64_t)(v * (double)mul);
+    return 0;
+}
+
+static int env_int(const char *name, int def, int lo, int hi) {
+    const char *s = getenv(name);
+    if (!s || !*s) return def;
+    char *end = NULL;
+    long v = strtol(s, &end, 10);
+    if (*end || v < lo || v > hi) {
+        fprintf(stderr, "mlxcel warn: %s=%s is not an integer in [%d, %d]; using %d\n", name, s, lo,
+                hi, def);
+        return def;
+    }
+    return (int)v;
+}
+
+static bool env_bool(const char *name, bool def) {
+    const char *s = getenv(name);
+    if (!s || !*s) return def;
+    if (!strcmp(s, "1") || !strcasecmp(s, "true") || !strcasecmp(s, "on") || !strcasecmp(s, "yes"))
+        return true;
+    if (!strcmp(s, "0") || !strcasecmp(s, "false") || !strcasecmp(s, "off") || !strcasecmp(s, "no"))
+        return false;
+    fprintf(stderr, "mlxcel warn: %s=%s is not a boolean (0/1); using %d\n", name, s, (int)def);
+    return def;
+}
+
+static void env_load(void) {
+    memset(&g_env, 0, sizeof g_env);
+    const char *s;
+
+    g_env.log_level = 2;
+    if ((s = getenv("MLXCEL_LOG_LEVEL")) && *s) {
+        static const char *lv[] = {"error", "warn", "info", "debug"};
+        int found = -1;
+        for (int i = 0; i < 4; i++)
+            if (!strcasecmp(s, lv[i])) found = i;
+        if (found < 0)
+            fprintf(stderr, "mlxcel warn: MLXCEL_LOG_LEVEL=%s unknown (error|warn|info|debug)\n", s);
+        else
+            g_env.log_level = found;
+    }
+
+    if ((s = getenv("MLXCEL_MEMORY_LIMIT")) && *s && mx_parse_bytes(s, &g_env.memory_limit))
+        fprintf(stderr, "mlxcel warn: MLXCEL_MEMORY_LIMIT=%s is not a size (e.g. 80G); ignored\n", s);
+
+    if ((s = getenv("MLXCEL_CACHE_DIR")) && *s)
+        snprintf(g_env.cache_dir, sizeof g_env.cache_dir, "%s", s);
+    else
+        snprintf(g_env.cache_dir, sizeof g_env.cache_dir, "%s/.cache/mlxcel",
+                 getenv("HOME") ? getenv("HOME") : "/tmp");
+
+    g_env.autotune = MX_AUTOTUNE_OFF;
+    if ((s = getenv("MLXCEL_AUTOTUNE")) && *s) {
+        if (!strcmp(s, "0") || !strcasecmp(s, "off")) g_env.autotune = MX_AUTOTUNE_OFF;
+        else if (!strcasecmp(s, "cache")) g_env.autotune = MX_AUTOTUNE_CACHE;
+        else if (!strcmp(s, "1") || !strcasecmp(s, "on")) g_env.autotune = MX_AUTOTUNE_ON;
+        else fprintf(stderr, "mlxcel warn: MLXCEL_AUTOTUNE=%s unknown (0|cache|1); autotune off\n", s);
+    }
+
+    g_env.weight_lazy = false;
+    if ((s = getenv("MLXCEL_WEIGHT_MATERIALIZATION")) && *s) {
+        if (!strcasecmp(s, "lazy")) g_env.weight_lazy = true;
+        else if (strcasecmp(s, "eager"))
+            fprintf(stderr, "mlxcel warn: MLXCEL_WEIGHT_MATERIALIZATION=%s unknown (eager|lazy)\n", s);
+    }
+    g_env.cuda_pinned_load = env_bool("MLXCEL_CUDA_PINNED_LOAD", true);
+    g_env.profile_ttft = env_bool("MLXCEL_PROFILE_TTFT", false);
+    g_env.dense_gemv_rows = env_int("MLXCEL_DENSE_GEMV_ROWS", 8, 0, 64);
+    g_env.sdpa_deterministic = env_bool("MLXCEL_SDPA_DETERMINISTIC", false);
+    g_env.cuda_graph_cache_size = env_int("MLX_CUDA_GRAPH_CACHE_SIZE", 2000, 0, 1 << 30);
+    g_env.cuda_sdpa_cache_size = env_int("MLX_CUDA_SDPA_CACHE_SIZE", 2000, 0, 1 << 30);
+    g_env.paged_decode_splits = env_int("MLXCEL_PAGED_DECODE_SPLITS", 0, 0, 1024);
+    g_env.qmv_multirow = env_int("MLXCEL_QMV_MULTIROW", 0, 0, 64);
+    g_env.qmm_tile_m = env_int("MLXCEL_QMM_TILE_M", 0, 0, 1024);
+}
+
+const mx_env_t *mx_env(void) {
+    pthread_once(&g_once, env_load);
+    return &g_env;
+}
+
+void mx_env_reload(void) {
+    pthread_once(&g_once, env_load);
+    env_load();
+}

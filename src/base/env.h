@@ -1,0 +1,39 @@
+/* Every MLXCEL_* (and MLX_*) environment variable is read here, once, with its default.
+ * docs/environment.md documents each. An explicit value always wins over a policy: the
+ * `*_set` flags tell policies whether the user pinned a value. */
+#ifndef MLXCEL_BASE_ENV_H
+#define MLXCEL_BASE_ENV_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { MX_AUTOTUNE_OFF = 0, MX_AUTOTUNE_CACHE, MX_AUTOTUNE_ON } mx_autotune_mode;
+
+typedef struct mx_env_t {
+    int log_level;                 /* MLXCEL_LOG_LEVEL: error|warn|info|debug (info) */
+    uint64_t memory_limit;         /* MLXCEL_MEMORY_LIMIT: bytes, K/M/G/T suffixes; 0 = unset */
+    char cache_dir[1024];          /* MLXCEL_CACHE_DIR, else $HOME/.cache/mlxcel */
+    mx_autotune_mode autotune;     /* MLXCEL_AUTOTUNE: unset/0 | cache | 1 */
+    bool weight_lazy;              /* MLXCEL_WEIGHT_MATERIALIZATION=lazy (eager) */
+    bool cuda_pinned_load;         /* MLXCEL_CUDA_PINNED_LOAD (1) */
+    bool profile_ttft;             /* MLXCEL_PROFILE_TTFT (0) */
+    int dense_gemv_rows;           /* MLXCEL_DENSE_GEMV_ROWS (8); 0 = cuBLASLt for all rows */
+    bool sdpa_deterministic;       /* MLXCEL_SDPA_DETERMINISTIC (0) */
+    int cuda_graph_cache_size;     /* MLX_CUDA_GRAPH_CACHE_SIZE (2000) */
+    int cuda_sdpa_cache_size;      /* MLX_CUDA_SDPA_CACHE_SIZE (2000) */
+    int paged_decode_splits;       /* MLXCEL_PAGED_DECODE_SPLITS (0 = policy) */
+    int qmv_multirow;              /* MLXCEL_QMV_MULTIROW (0 = policy) */
+    int qmm_tile_m;                /* MLXCEL_QMM_TILE_M (0 = policy) */
+} mx_env_t;
+
+/* Parsed on first call; thread-safe after that. Invalid values are reported once on stderr
+ * and the default is kept. */
+const mx_env_t *mx_env(void);
+/* Re-reads the environment (tests). */
+void mx_env_reload(void);
+
+/* "12G", "512M", "1024" -> bytes. Returns 0 on success. */
+int mx_parse_bytes(const char *s, uint64_t *out);
+
+#endif

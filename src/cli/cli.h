@@ -1,0 +1,8 @@
+/* One entry point per subcommand: int cmd_<name>(int argc, char **argv), argv[0] = name.
+ * Each returns the process exit code. Argument parsing and printing only; no engine logic. */
+#ifndef MLXCEL_CLI_H
+#define MLXCEL_CLI_H
+
+int cmd_inspect(int argc, char **argv);
+
+#endif

@@ -1,0 +1,65 @@
+/* mlxcel: subcommand dispatch only. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+typedef struct command {
+    const char *name;
+    int (*fn)(int argc, char **argv);
+    const char *summary;
+} command;
+
+/* A subcommand is listed here only once it works. */
+static const command k_commands[] = {
+    {"inspect", cmd_inspect, "memory estimate for a checkpoint: weights, KV cache, fits or not"},
+};
+#define N_COMMANDS (int)(sizeof k_commands / sizeof k_commands[0])
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "mlxcel %s: LLM inference runtime and server (CUDA and CPU)\n\n"
+            "usage: mlxcel <command> [options]\n"
+            "       mlxcel <command> --help\n\n"
+            "commands:\n",
+            MLXCEL_VERSION);
+    for (int i = 0; i < N_COMMANDS; i++)
+        fprintf(out, "  %-12s %s\n", k_commands[i].name, k_commands[i].summary);
+    fprintf(out, "\noptions:\n  -h, --help     this help\n  --version      print the version\n"
+                 "\nEnvironment variables: see docs/environment.md\n");
+}
+
+static const command *find_command(const char *name) {
+    for (int i = 0; i < N_COMMANDS; i++)
+        if (!strcmp(k_commands[i].name, name)) return &k_commands[i];
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    const char *self = strrchr(argv[0], '/');
+    self = self ? self + 1 : argv[0];
+    /* Installed as mlxcel-server: behave as `mlxcel serve`. */
+    if (!strcmp(self, "mlxcel-server")) {
+        const command *c = find_command("serve");
+        if (!c) {
+            fprintf(stderr, "mlxcel-server: this build has no server yet\n");
+            return 2;
+        }
+        argv[0] = (char *)"serve";
+        return c->fn(argc, argv);
+    }
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+        printf("mlxcel %s\n", MLXCEL_VERSION);
+        return 0;
+    }
+    const command *c = find_command(argv[1]);
+    if (!c) {
+        fprintf(stderr, "mlxcel: unknown command '%s' (see mlxcel --help)\n", argv[1]);
+        return 2;
+    }
+    return c->fn(argc - 1, argv + 1);
+}
