@@ -1,0 +1,53 @@
+/* Tokenizer from a Hugging Face tokenizer.json: normalizer -> pre-tokenizer -> model (BPE) ->
+ * post-processor, decoders for the way back, added tokens matched before the model. */
+#ifndef MLXCEL_TEXT_TOKENIZER_H
+#define MLXCEL_TEXT_TOKENIZER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/error.h"
+
+typedef struct tokenizer tokenizer;
+
+/* path: a tokenizer.json file. */
+int tok_load_file(tokenizer **out, const char *path, mx_error *err);
+/* dir: a checkpoint directory holding tokenizer.json (tokenizer_config.json read when present
+ * for bos/eos token names and add_bos_token). */
+int tok_load_dir(tokenizer **out, const char *dir, mx_error *err);
+void tok_free(tokenizer *t);
+
+/* add_special: apply the post-processor (BOS/EOS insertion) as tokenizers' add_special_tokens.
+ * *ids is malloc'd; caller frees. */
+int tok_encode(const tokenizer *t, const char *text, size_t len, bool add_special, int32_t **ids,
+               size_t *n_ids, mx_error *err);
+/* skip_special: drop special added tokens, as tokenizers' skip_special_tokens. *out malloc'd. */
+int tok_decode(const tokenizer *t, const int32_t *ids, size_t n_ids, bool skip_special, char **out,
+               mx_error *err);
+
+int tok_vocab_size(const tokenizer *t);               /* including added tokens */
+const char *tok_id_to_piece(const tokenizer *t, int32_t id); /* raw vocab string or NULL */
+int32_t tok_piece_to_id(const tokenizer *t, const char *piece); /* -1 when absent */
+bool tok_is_special(const tokenizer *t, int32_t id);
+/* From tokenizer_config.json when loaded from a dir (NULL otherwise). */
+const char *tok_bos_token(const tokenizer *t);
+const char *tok_eos_token(const tokenizer *t);
+
+/* ==== Streaming detokenizer ====
+ * Push ids one at a time; get back the text that is now final. Incomplete UTF-8 and
+ * byte-fallback sequences are held back; stop strings that span token boundaries are found,
+ * and text that could still become a stop string is held back until it cannot. */
+typedef struct tok_stream tok_stream;
+
+tok_stream *tok_stream_new(const tokenizer *t, bool skip_special);
+void tok_stream_free(tok_stream *s);
+/* Stop strings (copied). */
+void tok_stream_set_stops(tok_stream *s, const char *const *stops, int n_stops);
+/* Appends the newly final text to *out/*out_len (a view valid until the next call).
+ * Returns 1 when a stop string matched (text before it emitted, the stop not), else 0. */
+int tok_stream_push(tok_stream *s, int32_t id, const char **out, size_t *out_len);
+/* End of stream: whatever is held back (invalid UTF-8 replaced by U+FFFD). */
+void tok_stream_flush(tok_stream *s, const char **out, size_t *out_len);
+
+#endif
