@@ -23,6 +23,7 @@ transformers.utils.chat_template_utils.render_jinja_template, then to a jinja2 s
 like transformers' (trim_blocks, lstrip_blocks, loopcontrols, tojson without HTML escaping,
 raise_exception). The renderer used is recorded.
 """
+import copy
 import json
 import os
 import shutil
@@ -162,7 +163,8 @@ def main():
                     for agp in (False, True):
                         case = {"conversation": c["id"], "add_generation_prompt": agp, "extra": extra}
                         try:
-                            case["expected"] = render(c["messages"], c.get("tools"), agp, dict(extra))
+                            case["expected"] = render(copy.deepcopy(c["messages"]),
+                                                      copy.deepcopy(c.get("tools")), agp, dict(extra))
                         except Exception as e:
                             case["error"] = str(e) or type(e).__name__
                             case["error_type"] = type(e).__name__
