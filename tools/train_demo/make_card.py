@@ -200,12 +200,13 @@ def main():
         "minutes (%s tokens/s), %.2f epochs of the training split. AdamW (betas 0.9/0.95, "
         "weight decay %g), peak learning rate %g after %d warm-up steps, cosine decay over the "
         "time budget to %g, gradient clipping 1.0, bf16 autocast, plain next-token loss on "
-        "packed sequences. The exported weights are those with the lowest held-out loss "
-        "(step %d)." % (st["device"], st["versions"]["torch"], st["versions"]["transformers"],
+        "packed sequences. Exported: the weights of step %d (%s)."
+        % (st["device"], st["versions"]["torch"], st["versions"]["transformers"],
                         st["steps"], tr["batch"], tr["seq"], st["train_seconds"] / 60,
                         "{:,}".format(st["tokens_per_second"]), st["epochs"],
                         tr["weight_decay"], tr["lr"], tr["warmup"], tr["min_lr"],
-                        st["selected_step"]))
+                        st["exported_step"],
+                        "lowest held-out loss" if tr.get("export") == "best" else "the last step"))
     add("")
     add("## Results")
     add("")
@@ -215,6 +216,9 @@ def main():
     add("|---|---|")
     add("| final train loss | %.4f |" % st["final_train_loss"])
     add("| final held-out loss | **%.4f** |" % st["final_heldout_loss"])
+    if "lowest_heldout_loss_seen_bf16_autocast" in st:
+        add("| lowest held-out loss during training (bf16 autocast) | %.4f |"
+            % st["lowest_heldout_loss_seen_bf16_autocast"])
     add("| unigram entropy of the held-out tokens | %.4f |" % st["heldout_unigram_entropy"])
     add("| unigram model fitted on train, on held-out | %.4f |"
         % st["heldout_unigram_cross_entropy_from_train"])

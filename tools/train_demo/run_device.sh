@@ -67,7 +67,7 @@ for n in files:
 print("%-28s %10d" % ("total", sum(os.path.getsize(os.path.join(d, n)) for n in files)))
 if st:
     for k in ("parameters", "steps", "epochs", "tokens_per_second", "train_seconds",
-              "selected_step", "final_train_loss", "final_heldout_loss",
+              "exported_step", "final_train_loss", "final_heldout_loss",
               "heldout_unigram_entropy", "heldout_unigram_cross_entropy_from_train"):
         print("%-42s %s" % (k, st.get(k)))
 if sm:
