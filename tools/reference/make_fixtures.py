@@ -69,7 +69,7 @@ VARIANTS = {
                                                             original_max_position_embeddings=32,
                                                             beta_fast=32.0, beta_slow=1.0))),
     "llama_llama3": ("LlamaConfig", dict(max_position_embeddings=128,
-                                         rope_parameters=rope("llama3", 500000.0, factor=4.0,
+                                         rope_parameters=rope("llama3", 10000.0, factor=4.0,
                                                               low_freq_factor=1.0,
                                                               high_freq_factor=4.0,
                                                               original_max_position_embeddings=32))),
