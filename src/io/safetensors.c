@@ -134,11 +134,12 @@ static int parse_tensor(st_tensor *t, json_t *obj, uint64_t data_len, mx_error *
     t->offset = b;
     t->nbytes = e - b;
     uint64_t esz = mx_dtype_size(t->dtype);
-    if (overflow || elems > UINT64_MAX / esz || elems * esz != t->nbytes)
-        return mx_fail(err,
-                       "tensor '%.200s': shape x %s size is %s%llu bytes but data_offsets span %llu",
-                       nm, mx_dtype_name(t->dtype), overflow ? "more than " : "",
-                       (unsigned long long)(overflow ? UINT64_MAX : elems * esz),
+    if (overflow || elems > UINT64_MAX / esz)
+        return mx_fail(err, "tensor '%.200s': shape x %s size overflows 64 bits (data_offsets span %llu)",
+                       nm, mx_dtype_name(t->dtype), (unsigned long long)t->nbytes);
+    if (elems * esz != t->nbytes)
+        return mx_fail(err, "tensor '%.200s': shape x %s size is %llu bytes but data_offsets span %llu",
+                       nm, mx_dtype_name(t->dtype), (unsigned long long)(elems * esz),
                        (unsigned long long)t->nbytes);
     return 0;
 }
