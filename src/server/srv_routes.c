@@ -173,7 +173,7 @@ static MHD_Result_t route_models(srv_server *s, struct MHD_Connection *c) {
     for (int i = 0; i < n; i++) {
         const char *id = s->cfg.n_aliases ? s->cfg.aliases[i] : m->name;
         json_array_append_new(data, json_pack("{s:s, s:s, s:I, s:s, s:{s:I, s:i, s:s, s:s}}", "id", id, "object",
-                                              "model", (json_int_t)s->t_start, "owned_by", "mlxcel", "meta",
+                                              "model", "created", (json_int_t)s->t_start, "owned_by", "mlxcel", "meta",
                                               "n_params", (json_int_t)m->n_params, "n_ctx", s->cfg.ctx_size,
                                               "family", m->family, "dtype", m->dtype));
     }
