@@ -355,7 +355,7 @@ int cmd_loadtest(int argc, char **argv) {
     }
     snprintf(o.port, sizeof o.port, "%s", colon ? colon + 1 : "80");
     if (colon) *colon = 0;
-    snprintf(o.host, sizeof o.host, "%s", hostport);
+    snprintf(o.host, sizeof o.host, "%.255s", hostport);
 
     json_t *results = json_array();
     if (!o.json)

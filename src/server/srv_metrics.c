@@ -191,10 +191,12 @@ static void sb_printf(sbuf *b, const char *fmt, ...) {
     }
 }
 
-/* Prometheus floats: integers print exactly, others with 17 significant digits. */
+/* Prometheus floats: the shortest of %.15g / %.17g that reads back exactly (so bucket bounds
+ * print as 0.025, not 0.025000000000000001). */
 static void fmt_num(char *out, size_t n, double v) {
-    if (v == floor(v) && fabs(v) < 1e15) snprintf(out, n, "%.0f", v);
-    else snprintf(out, n, "%.17g", v);
+    if (v == floor(v) && fabs(v) < 1e15) { snprintf(out, n, "%.0f", v); return; }
+    snprintf(out, n, "%.15g", v);
+    if (strtod(out, NULL) != v) snprintf(out, n, "%.17g", v);
 }
 
 int srv_metrics_render(srv_metrics *m, char **out, size_t *len) {
