@@ -32,7 +32,9 @@ __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, int src
                  "r"(src_bytes));
 }
 __device__ __forceinline__ void cp_async_commit(void) { asm volatile("cp.async.commit_group;"); }
-__device__ __forceinline__ void cp_async_wait_all(void) { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all(void) {
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+}
 
 /* Copy x[:, k0 : k0 + len] into xs [R, KC]; rows >= rows are zero-filled (src-size 0). */
 template <int R, typename XT>
@@ -124,7 +126,8 @@ gemv_bf16_kernel(const uint16_t *__restrict__ W, /* [N, K] */
 #pragma unroll
                         for (int p = 0; p < GEMV_RPW; p++)
 #pragma unroll
-                            for (int e = 0; e < 8; e++) acc[p][r] = fmaf(wf[p][e], xf[e], acc[p][r]);
+                            for (int e = 0; e < 8; e++)
+                                acc[p][r] = fmaf(wf[p][e], xf[e], acc[p][r]);
                     }
                 }
             }
