@@ -16,7 +16,21 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 BIN=${CUDA_OPS_BIN:-build-cuda/bench/cuda_ops_bench}
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
-export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib"
+
+# cuBLASLt 13 may live in the CUDA tree or only in the Python wheels (nvidia-cublas).
+find_cublaslt() {
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+    [ -e "$d/libcublasLt.so.13" ] && { echo "$d"; return; }
+  done
+  command -v python3 >/dev/null && python3 - <<'PY' 2>/dev/null
+import glob, os, site
+for p in site.getsitepackages():
+    for f in glob.glob(os.path.join(p, "nvidia", "**", "libcublasLt.so.13*"), recursive=True):
+        print(os.path.dirname(f)); raise SystemExit
+PY
+}
+LTDIR=$(find_cublaslt)
+export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64${LTDIR:+:$LTDIR}"
 
 if [ -n "${OUT:-}" ]; then
   mkdir -p "$OUT"
@@ -38,7 +52,7 @@ build_nvcc() {
     -gencode=arch=compute_90,code=compute_90 -I"$ROOT/src" -I"$ROOT/bench" \
     src/backend/cuda/gemv.cu src/backend/cuda/norm_rope.cu src/backend/cuda/attn_decode.cu \
     src/backend/cuda/argmax.cu bench/cuda_ops.cu bench/cuda_ops_small.cu bench/cuda_ops_attn.cu \
-    "$out/cuda_ops_ref.o" -lcublasLt -Xcompiler -fopenmp -o "$out/cuda_ops_bench" &&
+    "$out/cuda_ops_ref.o" ${LTDIR:+-L"$LTDIR"} -l:libcublasLt.so.13 -Xcompiler -fopenmp -o "$out/cuda_ops_bench" &&
   BIN=$out/cuda_ops_bench
 }
 
@@ -52,7 +66,7 @@ if ! runnable "$BIN"; then
     build_nvcc || { echo "build failed"; exit 2; }
   fi
 fi
-echo "== binary: $BIN"
+echo "== binary: $BIN (cuBLASLt from ${LTDIR:-the default library path})"
 
 # SASS: are the weight/KV loads 16 bytes wide (LDG.E.128), any local memory (LDL/STL)?
 if command -v cuobjdump >/dev/null; then
