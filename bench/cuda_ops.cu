@@ -112,10 +112,12 @@ double *d2h_f64(const void *d, size_t n, int is_bf16) {
  * the first runs: the events then time the kernels, not the host's launch rate. */
 __global__ void spin_kernel(long long ns) {
     long long t0, t;
+    const long long c0 = clock64();
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
     do {
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    } while (t - t0 < ns);
+        /* Guard: never spin past ~4 ns-worth of cycles per ns even if the timer stalls. */
+    } while (t - t0 < ns && clock64() - c0 < 4 * ns);
 }
 
 static int cmp_f(const void *a, const void *b) {
