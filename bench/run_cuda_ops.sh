@@ -73,7 +73,7 @@ if command -v cuobjdump >/dev/null; then
   if [ -n "${OUT:-}" ]; then sass="$OUT/cuda_ops.sass"; else sass=$(mktemp); fi
   cuobjdump --dump-sass "$BIN" > "$sass" 2>/dev/null
   awk '/Function :/ { if (fn) printf "  %-70s LDG.128 %3d  LDL/STL %d\n", fn, w, l; fn = $3; w = 0; l = 0 }
-       /LDG\.E\.(128|ENL2\.128)|LDG\.E\.128/ { w++ } /LDL|STL/ { l++ }
+       /LDG[.A-Z0-9]*\.128/ { w++ } /[^A-Za-z_](LDL|STL)[. ]/ { l++ }
        END { if (fn) printf "  %-70s LDG.128 %3d  LDL/STL %d\n", fn, w, l }' "$sass" |
     grep -E "gemv|attn|rmsnorm|rope|argmax" || true
 fi
