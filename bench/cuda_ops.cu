@@ -241,6 +241,7 @@ typedef struct gemv_ctx {
     cublasLtMatmulAlgo_t algo;
     void *ws;
     size_t ws_bytes;
+    int lt_bad; /* cublasLtMatmul failed for the current plan */
 } gemv_ctx;
 
 static void gemv_rep(void *c, int rep) {
@@ -256,9 +257,9 @@ static void lt_rep(void *c, int rep) {
     cublasStatus_t st = cublasLtMatmul(g->lt, g->desc, &alpha, g->W[s], g->la, g->x[s], g->lb,
                                        &beta, g->y[s], g->ld, g->y[s], g->ld, &g->algo, g->ws,
                                        g->ws_bytes, g_stream);
-    if (st != CUBLAS_STATUS_SUCCESS) {
-        fprintf(stderr, "cublasLtMatmul failed: %d\n", (int)st);
-        exit(2);
+    if (st != CUBLAS_STATUS_SUCCESS && !g->lt_bad) {
+        logf_("  cublasLtMatmul failed: status %d (comparison skipped)\n", (int)st);
+        g->lt_bad = 1; /* the peer is optional: report and go on, do not abort the run */
     }
 }
 
@@ -317,6 +318,7 @@ static double gemv_check(gemv_ctx *g, int use_lt, const char *label) {
         else
             lt_rep(g, 0);
         CK(cudaStreamSynchronize(g_stream));
+        if (pass == 1 && g->lt_bad) break;
         double *got = d2h_f64(g->y[0], (size_t)g->R * g->N, yb);
         size_t nan;
         double mx, r = ref_rel_err(ref, got, (size_t)g->R * g->N, &nan, &mx);
@@ -396,6 +398,7 @@ static void suite_gemv(void) {
             g.R = timed[ti].R;
             g.x_dt = timed[ti].x_dt;
             g.y_dt = y_dt;
+            g.lt_bad = 0;
             const int lt_ok = timed[ti].lt && lt_plan(&g) == 0;
             if (timed[ti].lt && !lt_ok) logf_("  cublasLt: no algorithm for this shape\n");
             double rel = gemv_check(&g, lt_ok, shapes[si].name);
@@ -410,7 +413,7 @@ static void suite_gemv(void) {
             result_add(op, shape, t, bytes, rel, g_fail > fails_before);
             if (lt_ok) {
                 t = bench_time(lt_rep, &g, 5, 30);
-                result_add("cublasLt", shape, t, bytes, -1, 0);
+                if (!g.lt_bad) result_add("cublasLt", shape, t, bytes, -1, 0);
                 lt_unplan(&g);
             }
         }
