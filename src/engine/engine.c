@@ -27,6 +27,7 @@ typedef struct seq {
     sampler *smp;
     engine_token_cb on_token;
     engine_finish_cb on_finish;
+    engine_logits_cb on_logits;
     void *user;
     engine_seq_stats st;
     int starved;               /* steps waiting for a prefill chunk */
@@ -189,6 +190,7 @@ int64_t engine_submit(engine *e, const engine_request *r, mx_error *err) {
     s->ignore_eos = r->ignore_eos;
     s->on_token = r->on_token;
     s->on_finish = r->on_finish;
+    s->on_logits = r->on_logits;
     s->user = r->user;
     s->st.n_prompt = r->n_prompt;
     s->st.t_submit = mx_now();
@@ -447,6 +449,7 @@ static int seq_append(seq *s, int32_t t) {
 
 static void sample_and_check(engine *e, seq *s, float *logits) {
     float lp = 0.0f;
+    if (s->on_logits) s->on_logits(s->user, s->id, logits, e->spec->vocab_size);
     const int32_t t = sampler_sample(s->smp, logits, e->spec->vocab_size, s->tokens, s->n_tokens, &lp);
     if (seq_append(s, t)) {
         finish(e, s, ENGINE_FINISH_ERROR);
@@ -491,7 +494,10 @@ int engine_step(engine *e, mx_error *err) {
             e->tok[r] = s->tokens[from + k];
             e->pos[r] = from + k;
             e->sid[r] = j;
-            e->rope_len[r] = from + s->rows;
+            /* Dynamic NTK RoPE sees the whole known sequence (as a transformers forward over
+             * the full prompt, then one decode step at a time), so every prefill chunk of a
+             * prompt uses the prompt's frequencies: chunking never changes the result. */
+            e->rope_len[r] = s->n_tokens;
             e->write_rows[r] = kv_seq_row(e->kv, &s->kv, from + k);
         }
         if (from + s->rows == s->n_tokens) e->out_rows[n_out++] = r - 1;

@@ -65,6 +65,9 @@ typedef struct engine_seq_stats {
 typedef int (*engine_token_cb)(void *user, int64_t id, int32_t token, float logprob);
 typedef void (*engine_finish_cb)(void *user, int64_t id, engine_finish reason,
                                  const engine_seq_stats *st);
+/* Optional: the raw logits [vocab] of each sampled position, before any sampling transform
+ * (golden tests, logprob reporting). */
+typedef void (*engine_logits_cb)(void *user, int64_t id, const float *logits, int vocab);
 
 typedef struct engine_request {
     const int32_t *prompt;     /* copied */
@@ -74,6 +77,7 @@ typedef struct engine_request {
     bool ignore_eos;
     engine_token_cb on_token;
     engine_finish_cb on_finish;
+    engine_logits_cb on_logits;
     void *user;
 } engine_request;
 

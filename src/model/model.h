@@ -37,8 +37,8 @@ typedef struct model_batch {
     const int32_t *tokens;       /* [n_rows] */
     const int32_t *pos;          /* [n_rows] */
     const int32_t *seq;          /* [n_rows] index into block_table */
-    const int32_t *rope_len;     /* [n_rows] sequence length for dynamic NTK RoPE (max pos + 1 of
-                                    this row's sequence in the step); NULL = pos + 1 */
+    const int32_t *rope_len;     /* [n_rows] sequence length for dynamic NTK RoPE (the length of
+                                    the row's sequence as known this step); NULL = pos + 1 */
     const int32_t *block_table;  /* [n_seqs, table_stride] */
     int table_stride;
     int n_seqs;
