@@ -13,6 +13,8 @@ typedef struct command {
 /* A subcommand is listed here only once it works. */
 static const command k_commands[] = {
     {"inspect", cmd_inspect, "memory estimate for a checkpoint: weights, KV cache, fits or not"},
+    {"tokenize", cmd_tokenize, "text -> token ids with a tokenizer.json (--bench: encode MB/s)"},
+    {"detokenize", cmd_detokenize, "token ids -> text with a tokenizer.json"},
 };
 #define N_COMMANDS (int)(sizeof k_commands / sizeof k_commands[0])
 
