@@ -1,3 +1,4 @@
+#define MLXCEL_SAMPLER_FALLBACK 1
 /* TEMPORARY: greedy-only stand-in with the API of src/engine/sampler.h (reference branch).
  * Deleted when that lands; only temperature 0 is honoured here. */
 #ifndef MLXCEL_ENGINE_SAMPLER_FALLBACK_H
