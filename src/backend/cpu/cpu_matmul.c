@@ -47,7 +47,9 @@ static void matmul_gemv(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, 
     {
         float *wrow = NULL; /* [K] fp32 copy of one weight row */
         if (w->dtype != MX_F32) wrow = malloc((size_t)K * sizeof(float));
-#pragma omp for schedule(static)
+        /* dynamic chunks: a thread slowed by other load on the machine does not hold the
+         * others at the closing barrier */
+#pragma omp for schedule(dynamic, 32)
         for (int64_t j = 0; j < N; j++) {
             const float *wr;
             if (w->dtype == MX_F32) {
