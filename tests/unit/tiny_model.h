@@ -52,7 +52,7 @@ static const tiny_w *tiny_find(const tiny_model *tm, const char *name) {
     return NULL;
 }
 
-static mx_tensor tiny_lookup(void *ctx, const char *name) {
+__attribute__((unused)) static mx_tensor tiny_lookup(void *ctx, const char *name) {
     const tiny_w *w = tiny_find(ctx, name);
     mx_tensor r = {0};
     return w ? w->t : r;
@@ -202,7 +202,7 @@ static void ref_rope(double *v, int D, int pos, double theta) {
 }
 
 /* Logits [V] at the last position of tokens[0..n). */
-static void tiny_ref_logits(const tiny_model *tm, const int32_t *tokens, int n, double *logits) {
+__attribute__((unused)) static void tiny_ref_logits(const tiny_model *tm, const int32_t *tokens, int n, double *logits) {
     const model_spec *s = &tm->spec;
     const int H = s->hidden_size, D = s->head_dim, Hq = s->n_heads, Hkv = s->n_kv_heads, V = s->vocab_size;
     const double eps = s->rms_norm_eps, off = s->norm_offset;
