@@ -4,5 +4,6 @@
 #define MLXCEL_CLI_H
 
 int cmd_inspect(int argc, char **argv);
+int cmd_apply_template(int argc, char **argv);
 
 #endif
