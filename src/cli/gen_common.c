@@ -6,19 +6,22 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "base/log.h"
 
 const char *const k_gen_opts_help =
     "  -n, --n-predict N          tokens to generate (default: until EOS or the context is full)\n"
-    "  --temp T                   temperature; 0 = greedy (default: generation_config.json, else 0.8)\n"
+    "  --temp T                   temperature; 0 = greedy (default: generation_config.json when\n"
+    "                             it sets do_sample, else greedy)\n"
     "  --top-k K                  keep the K most likely tokens (0 = off)\n"
     "  --top-p P                  nucleus sampling (1 = off)\n"
     "  --min-p M                  drop tokens below M x the top probability (0 = off)\n"
     "  --repeat-penalty R         repetition penalty over the last --repeat-last-n tokens (1 = off)\n"
     "  --repeat-last-n N          window of the repetition penalty (default 64)\n"
     "  --presence-penalty P, --frequency-penalty F\n"
-    "  --seed S                   random seed (same seed, same output)\n"
+    "  --seed S                   random seed (same seed, same output; default: a fresh one)\n"
     "  --ignore-eos               keep generating past end-of-sequence tokens\n"
     "  --stop STR                 stop string (repeatable; needs tokenizer.json)\n"
     "  -c, --ctx-size N           tokens per sequence, prompt + output (default min(4096, model))\n"
@@ -217,11 +220,12 @@ int gen_session_open(gen_session *s, const gen_opts *o, const char *cmd, mx_erro
         return mx_fail(err, "--stop needs %s/tokenizer.json, which is missing", o->model_dir);
     }
     /* sampling: defaults < generation_config.json < flags */
-    sampling_params_default(&s->sp);
-    if (spec->gen_do_sample == 0) s->sp.temperature = 0.0f;
-    else if (spec->gen_temperature > 0) s->sp.temperature = spec->gen_temperature;
-    if (spec->gen_top_p > 0) s->sp.top_p = spec->gen_top_p;
-    if (spec->gen_top_k > 0) s->sp.top_k = spec->gen_top_k;
+    sampling_params_default(&s->sp); /* greedy */
+    if (spec->gen_do_sample == 1) {   /* as transformers: sampling only when do_sample */
+        s->sp.temperature = spec->gen_temperature > 0 ? spec->gen_temperature : 1.0f;
+        if (spec->gen_top_p > 0) s->sp.top_p = spec->gen_top_p;
+        if (spec->gen_top_k > 0) s->sp.top_k = spec->gen_top_k;
+    }
     if (spec->gen_repetition_penalty > 0) s->sp.repeat_penalty = spec->gen_repetition_penalty;
     if (o->temp_set) s->sp.temperature = o->temp;
     if (o->top_k_set) s->sp.top_k = o->top_k;
@@ -231,14 +235,12 @@ int gen_session_open(gen_session *s, const gen_opts *o, const char *cmd, mx_erro
     s->sp.repeat_last_n = o->repeat_last_n;
     s->sp.presence_penalty = o->presence_penalty;
     s->sp.frequency_penalty = o->frequency_penalty;
-    if (o->seed >= 0) s->sp.seed = (uint64_t)o->seed;
-#ifdef MLXCEL_SAMPLER_FALLBACK
-    if (s->sp.temperature > 0) {
+    /* no --seed: a fresh seed per run (same seed, same output) */
+    s->sp.seed = o->seed >= 0 ? (uint64_t)o->seed : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    if (sampling_params_validate(&s->sp, err)) {
         gen_session_close(s);
-        return mx_fail(err, "this build samples greedily only (the sampler lands with the "
-                       "reference work); pass --temp 0");
+        return -1;
     }
-#endif
     engine_params ep;
     engine_params_default(&ep, spec);
     if (o->ctx_size) ep.ctx_size = o->ctx_size;

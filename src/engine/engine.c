@@ -179,6 +179,10 @@ int64_t engine_submit(engine *e, const engine_request *r, mx_error *err) {
     if (!s) return mx_fail(err, "out of memory"), -1;
     s->cap = r->n_prompt + 16;
     s->tokens = malloc((size_t)s->cap * sizeof(int32_t));
+    if (sampling_params_validate(&r->sampling, err)) {
+        seq_free(s);
+        return -1;
+    }
     s->smp = sampler_new(&r->sampling);
     if (!s->tokens || !s->smp) {
         seq_free(s);
@@ -451,6 +455,11 @@ static void sample_and_check(engine *e, seq *s, float *logits) {
     float lp = 0.0f;
     if (s->on_logits) s->on_logits(s->user, s->id, logits, e->spec->vocab_size);
     const int32_t t = sampler_sample(s->smp, logits, e->spec->vocab_size, s->tokens, s->n_tokens, &lp);
+    if (t < 0) { /* every token banned (logit bias) */
+        LOG_ERR("engine: sequence %lld: no token can be sampled (all banned)", (long long)s->id);
+        finish(e, s, ENGINE_FINISH_ERROR);
+        return;
+    }
     if (seq_append(s, t)) {
         finish(e, s, ENGINE_FINISH_ERROR);
         return;

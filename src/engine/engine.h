@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #include "base/error.h"
-#include "engine/sampler_fallback.h"
+#include "engine/sampler.h"
 #include "kv/kv_cache.h"
 #include "model/model.h"
 

@@ -58,6 +58,8 @@ typedef struct run_cfg {
     bool prefix;
     int mask;           /* which prompts to run (bit i) */
     bool sequential;    /* run prompts one after another on the same engine */
+    float temp;         /* 0 = greedy */
+    uint64_t seed;
 } run_cfg;
 
 static uint64_t run(const tiny_model *tm, model *m, run_cfg c, run_out *o) {
@@ -83,7 +85,9 @@ static uint64_t run(const tiny_model *tm, model *m, run_cfg c, run_out *o) {
         engine_request r = {.prompt = prompt, .n_prompt = n, .max_tokens = MAX_GEN,
                             .ignore_eos = true, .on_token = on_token, .on_finish = on_finish, .user = o};
         sampling_params_default(&r.sampling);
-        r.sampling.temperature = 0;
+        r.sampling.temperature = c.temp;
+        r.sampling.top_k = c.temp > 0 ? 40 : 0;
+        r.sampling.seed = c.seed;
         o->ids[i] = engine_submit(e, &r, &err);
         assert_true(o->ids[i] >= 0);
         if (c.sequential) assert_int_equal(engine_run(e, &err), 0);
@@ -112,7 +116,7 @@ static void check_parity(tiny_kind kind) {
     for (int blas = 0; blas < 2; blas++) {
         cpu_backend_set_blas_min_rows(blas ? 1 : 1 << 30);
         run_out o;
-        run_cfg c = {KV_STORAGE_DENSE, 512, 1, 16, 0, true, 1, false};
+        run_cfg c = {KV_STORAGE_DENSE, 512, 1, 16, 0, true, 1, false, 0, 0};
         run(&tm, m, c, &o);
         /* greedy tokens: the reference's argmax at every step, and logits at the first */
         int32_t seq[64];
@@ -172,17 +176,17 @@ static void check_consistency(tiny_kind kind) {
     cpu_backend_set_blas_min_rows(1 << 30);
     run_out base[N_PROMPTS], o;
     for (int i = 0; i < N_PROMPTS; i++) {
-        run_cfg c = {KV_STORAGE_DENSE, 512, 1, 16, 0, false, 1 << i, false};
+        run_cfg c = {KV_STORAGE_DENSE, 512, 1, 16, 0, false, 1 << i, false, 0, 0};
         run(&tm, m, c, &base[i]);
         assert_int_equal(base[i].why[i], ENGINE_FINISH_LENGTH);
     }
     for (int i = 0; i < N_PROMPTS; i++) {
-        run_cfg paged = {KV_STORAGE_PAGED, 512, 1, 4, 0, false, 1 << i, false};
+        run_cfg paged = {KV_STORAGE_PAGED, 512, 1, 4, 0, false, 1 << i, false, 0, 0};
         run(&tm, m, paged, &o);
         assert_same(&base[i], &o, i);
         const int chunks[] = {1, 7, 64};
         for (int k = 0; k < 3; k++) {
-            run_cfg c = {KV_STORAGE_PAGED, chunks[k], 1, 4, 0, false, 1 << i, false};
+            run_cfg c = {KV_STORAGE_PAGED, chunks[k], 1, 4, 0, false, 1 << i, false, 0, 0};
             run(&tm, m, c, &o);
             assert_same(&base[i], &o, i);
             c.storage = KV_STORAGE_DENSE;
@@ -192,13 +196,13 @@ static void check_consistency(tiny_kind kind) {
     }
     /* all prompts batched together (mixed prefill chunks and decode rows) */
     for (int st = 0; st < 2; st++) {
-        run_cfg c = {st ? KV_STORAGE_PAGED : KV_STORAGE_DENSE, 7, N_PROMPTS, 4, 0, false, 7, false};
+        run_cfg c = {st ? KV_STORAGE_PAGED : KV_STORAGE_DENSE, 7, N_PROMPTS, 4, 0, false, 7, false, 0, 0};
         run(&tm, m, c, &o);
         for (int i = 0; i < N_PROMPTS; i++) assert_same(&base[i], &o, i);
     }
     /* prefix cache: prompt 0 then prompt 2 (shares 17 tokens = 4 full blocks of 4) */
     {
-        run_cfg c = {KV_STORAGE_PAGED, 512, 1, 4, 0, true, 1 | 4, true};
+        run_cfg c = {KV_STORAGE_PAGED, 512, 1, 4, 0, true, 1 | 4, true, 0, 0};
         run(&tm, m, c, &o);
         assert_int_equal(o.n_cached[0], 0);
         assert_int_equal(o.n_cached[2], 16);
@@ -207,7 +211,7 @@ static void check_consistency(tiny_kind kind) {
     }
     /* preemption: a pool too small for three sequences at once */
     {
-        run_cfg c = {KV_STORAGE_PAGED, 7, N_PROMPTS, 4, 14, true, 7, false};
+        run_cfg c = {KV_STORAGE_PAGED, 7, N_PROMPTS, 4, 14, true, 7, false, 0, 0};
         const uint64_t pre = run(&tm, m, c, &o);
         assert_true(pre > 0);
         for (int i = 0; i < N_PROMPTS; i++) assert_same(&base[i], &o, i);
@@ -215,7 +219,7 @@ static void check_consistency(tiny_kind kind) {
     /* default matmul paths (BLAS for many rows): tokens still identical here */
     cpu_backend_set_blas_min_rows(0);
     {
-        run_cfg c = {KV_STORAGE_PAGED, 7, N_PROMPTS, 4, 0, true, 7, false};
+        run_cfg c = {KV_STORAGE_PAGED, 7, N_PROMPTS, 4, 0, true, 7, false, 0, 0};
         run(&tm, m, c, &o);
         for (int i = 0; i < N_PROMPTS; i++) assert_same(&base[i], &o, i);
     }
@@ -273,7 +277,7 @@ static void test_finish_and_errors(void **st) {
     engine_free(e);
     /* EOS: make the eos id the greedy choice by declaring the first sampled token EOS */
     run_out first;
-    run_cfg c = {KV_STORAGE_DENSE, 512, 1, 16, 0, false, 1, false};
+    run_cfg c = {KV_STORAGE_DENSE, 512, 1, 16, 0, false, 1, false, 0, 0};
     run(&tm, m, c, &first);
     model_free(m);
     tm.spec.eos_ids[0] = first.toks[0][2];
@@ -296,12 +300,42 @@ static void test_finish_and_errors(void **st) {
     tiny_free(&tm);
 }
 
+/* ==== Seeded sampling ==== */
+static void test_seeded_sampling(void **st) {
+    (void)st;
+    tiny_model tm;
+    tiny_build(&tm, TINY_LLAMA, 11);
+    model *m = NULL;
+    mx_error err;
+    assert_int_equal(model_bind(&m, &tm.spec, tiny_lookup, &tm, backend_cpu(), &err), 0);
+    cpu_backend_set_blas_min_rows(1 << 30);
+    run_out a, b, c, batched;
+    run_cfg cfg = {KV_STORAGE_PAGED, 512, 1, 4, 0, false, 1, false, 1.5f, 42};
+    run(&tm, m, cfg, &a);
+    run(&tm, m, cfg, &b);
+    assert_same(&a, &b, 0); /* same seed, same output */
+    cfg.seed = 43;
+    run(&tm, m, cfg, &c);
+    assert_int_equal(c.n[0], MAX_GEN);
+    assert_true(memcmp(a.toks[0], c.toks[0], MAX_GEN * sizeof(int32_t)) != 0);
+    /* each sequence owns its sampler: batching does not change a seeded run */
+    cfg.seed = 42;
+    cfg.mask = 7;
+    cfg.n_parallel = 3;
+    cfg.chunk = 7;
+    run(&tm, m, cfg, &batched);
+    assert_same(&a, &batched, 0);
+    cpu_backend_set_blas_min_rows(0);
+    model_free(m);
+    tiny_free(&tm);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parity_llama),      cmocka_unit_test(test_parity_gemma),
         cmocka_unit_test(test_parity_moe),        cmocka_unit_test(test_consistency_llama),
         cmocka_unit_test(test_consistency_gemma), cmocka_unit_test(test_consistency_moe),
-        cmocka_unit_test(test_finish_and_errors),
+        cmocka_unit_test(test_finish_and_errors), cmocka_unit_test(test_seeded_sampling),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
