@@ -2,7 +2,7 @@
  * MLX quantization consistency, logical parameter count, tensor lookup with shape checks. */
 #include "io/checkpoint.h"
 
-#include <glob.h>
+#include <dirent.h>
 #include <stdbool.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -36,14 +36,13 @@ static int cmp_str(const void *a, const void *b) {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* Opens each of `names` (relative to dir) into c->files. */
+/* Opens each of `names` (file names inside c->dir) into c->files. */
 static int open_shards(ckpt *c, char **names, int n, mx_error *err) {
     c->files = calloc((size_t)(n ? n : 1), sizeof *c->files);
     if (!c->files) return mx_fail(err, "%s: out of memory", c->dir);
     for (int i = 0; i < n; i++) {
         char path[4096];
-        if (names[i][0] == '/') snprintf(path, sizeof path, "%s", names[i]);
-        else snprintf(path, sizeof path, "%s/%s", c->dir, names[i]);
+        snprintf(path, sizeof path, "%s/%s", c->dir, names[i]);
         if (st_open(&c->files[i], path, err)) return -1;
         c->n_files = i + 1;
     }
@@ -106,23 +105,41 @@ out:
     return rc;
 }
 
+/* No index: every *.safetensors in the directory, sorted by name so shard order is stable.
+ * readdir rather than glob(3): a directory name holding '[' or '*' must not change the match. */
 static int open_from_glob(ckpt *c, mx_error *err) {
-    char pat[4096];
-    snprintf(pat, sizeof pat, "%s/*.safetensors", c->dir);
-    glob_t g;
-    memset(&g, 0, sizeof g);
-    int gr = glob(pat, 0, NULL, &g); /* sorted, so shard order is stable */
-    if (gr == GLOB_NOMATCH || (gr == 0 && g.gl_pathc == 0)) {
-        globfree(&g);
-        return mx_fail(err, "%s: no model.safetensors.index.json and no *.safetensors files",
-                       c->dir);
+    DIR *d = opendir(c->dir);
+    if (!d) return mx_fail(err, "%s: cannot list the directory", c->dir);
+    int n = 0, cap = 0, rc = -1;
+    char **names = NULL;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (!has_suffix(de->d_name, ".safetensors") || de->d_name[0] == '.') continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 16;
+            char **nn = realloc(names, (size_t)cap * sizeof *names);
+            if (!nn) {
+                mx_fail(err, "%s: out of memory", c->dir);
+                goto out;
+            }
+            names = nn;
+        }
+        if (!(names[n] = ck_strdup(de->d_name))) {
+            mx_fail(err, "%s: out of memory", c->dir);
+            goto out;
+        }
+        n++;
     }
-    if (gr) {
-        globfree(&g);
-        return mx_fail(err, "%s: cannot list *.safetensors", c->dir);
+    if (!n) {
+        mx_fail(err, "%s: no model.safetensors.index.json and no *.safetensors files", c->dir);
+        goto out;
     }
-    int rc = open_shards(c, g.gl_pathv, (int)g.gl_pathc, err);
-    globfree(&g);
+    qsort(names, (size_t)n, sizeof *names, cmp_str);
+    rc = open_shards(c, names, n, err);
+out:
+    closedir(d);
+    for (int i = 0; i < n; i++) free(names[i]);
+    free(names);
     return rc;
 }
 
@@ -237,6 +254,8 @@ int ckpt_open(ckpt *c, const char *dir, mx_error *err) {
                        dir);
     c->dir = ck_strdup(dir);
     if (!c->dir) return mx_fail(err, "%s: out of memory", dir);
+    for (size_t n = strlen(c->dir); n > 1 && c->dir[n - 1] == '/'; n--) c->dir[n - 1] = '\0';
+    dir = c->dir;
     if (spec_load(&c->spec, dir, err)) goto fail;
     char ipath[4096];
     snprintf(ipath, sizeof ipath, "%s/model.safetensors.index.json", dir);
@@ -245,6 +264,8 @@ int ckpt_open(ckpt *c, const char *dir, mx_error *err) {
     return 0;
 fail:
     ckpt_close(c);
+    for (char *p = err ? err->msg : NULL; p && *p; p++) /* one line, whatever the input held */
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
     return -1;
 }
 

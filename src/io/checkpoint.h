@@ -35,4 +35,9 @@ const st_file *ckpt_file_of(const ckpt *c, const char *name);
 int ckpt_expect(const ckpt *c, const char *name, int ndim, const int64_t *shape,
                 const st_tensor **out, mx_error *err);
 
+/* Checks that every tensor the spec implies (embeddings, norms, attention, MLP or experts,
+ * lm_head unless tied) exists with the shape the config implies. Hugging Face names under any
+ * wrapper prefix; MoE experts per-expert, MLX-stacked or 5.x-fused. src/io/ckpt_check.c. */
+int ckpt_validate(const ckpt *c, mx_error *err);
+
 #endif

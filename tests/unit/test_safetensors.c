@@ -111,7 +111,7 @@ static void test_header_errors(void **st) {
                         4, "dimensions");
     expect_header_error("{\"a\":{\"dtype\":\"U8\",\"shape\":[4294967296,4294967296,4294967296],"
                         "\"data_offsets\":[0,0]}}",
-                        4, "more than");
+                        4, "overflows 64 bits");
     expect_header_error("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
                         "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
                         8, "not valid JSON");
@@ -121,6 +121,10 @@ static void test_header_errors(void **st) {
                         "data_offsets");
     expect_header_error("{\"a\":{\"dtype\":\"F32\",\"shape\":[1.5],\"data_offsets\":[0,4]}}", 4,
                         "shape[0]");
+
+    /* a tensor name holding a newline still gives a one-line message */
+    expect_header_error("{\"a\\nb\":{\"dtype\":\"Q4\",\"shape\":[1],\"data_offsets\":[0,1]}}", 8,
+                        "'a?b': unknown dtype");
 
     /* accepted: zero-length tensors share offsets with neighbours without overlapping */
     st_file f;
