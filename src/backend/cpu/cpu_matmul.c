@@ -91,9 +91,10 @@ static void matmul_gemv(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, 
             bias32 = btmp;
         }
     }
-#pragma omp parallel
+    /* small products run on the calling thread: waking the team costs more than they do */
+#pragma omp parallel if (N * K * n >= (1 << 16))
     {
-        float *wrow = NULL; /* [K] fp32 copy of one weight row */
+        float *wrow = NULL; /* [K] fp32 copy of one weight row (non-AVX2 paths) */
         if (w->dtype != MX_F32) wrow = malloc((size_t)K * sizeof(float));
         /* dynamic chunks: a thread slowed by other load on the machine does not hold the
          * others at the closing barrier */
