@@ -14,6 +14,10 @@ typedef struct command {
 static const command k_commands[] = {
     {"inspect", cmd_inspect, "memory estimate for a checkpoint: weights, KV cache, fits or not"},
     {"loadtest", cmd_loadtest, "steady-state load test of a running server: tok/s, TTFT, ITL, failures"},
+    {"tokenize", cmd_tokenize, "text -> token ids with a tokenizer.json (--bench: encode MB/s)"},
+    {"detokenize", cmd_detokenize, "token ids -> text with a tokenizer.json"},
+    {"generate", cmd_generate, "one prompt, streamed to stdout, timing line at the end (--json)"},
+    {"apply-template", cmd_apply_template, "render a checkpoint's chat template for a conversation"},
 };
 #define N_COMMANDS (int)(sizeof k_commands / sizeof k_commands[0])
 
