@@ -13,6 +13,7 @@ typedef struct command {
 /* A subcommand is listed here only once it works. */
 static const command k_commands[] = {
     {"inspect", cmd_inspect, "memory estimate for a checkpoint: weights, KV cache, fits or not"},
+    {"serve", cmd_serve, "HTTP server: OpenAI and llama-server APIs, continuous batching (also mlxcel-server)"},
     {"loadtest", cmd_loadtest, "steady-state load test of a running server: tok/s, TTFT, ITL, failures"},
     {"tokenize", cmd_tokenize, "text -> token ids with a tokenizer.json (--bench: encode MB/s)"},
     {"detokenize", cmd_detokenize, "token ids -> text with a tokenizer.json"},

@@ -5,6 +5,7 @@
 
 int cmd_inspect(int argc, char **argv);
 int cmd_loadtest(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
