@@ -68,6 +68,9 @@ typedef struct mx_attn_batch {
     int table_stride;
     int block_size;              /* tokens per block */
     const int64_t *write_rows;   /* [n_rows] physical row where this row's K/V are written */
+    /* The arrays above are host memory, unchanged for the whole forward and identical for
+     * every layer: a device backend uploads them once per step_id (new value every forward). */
+    uint64_t step_id;
 } mx_attn_batch;
 
 typedef struct mx_attn_params {
@@ -117,7 +120,8 @@ typedef struct backend_ops {
     /* out[n, I] = act(gate) * up */
     void (*glu)(mx_tensor *out, const mx_tensor *gate, const mx_tensor *up, int activation);
     void (*softcap)(mx_tensor *x, float cap);              /* x = cap * tanh(x / cap) */
-    /* out[i] = x[idx[i]] for i < n (row gather, used for logits of selected rows). */
+    /* out[i] = x[idx[i]] for i < n (row gather, used for logits of selected rows); idx is
+     * host memory. */
     void (*gather_rows)(mx_tensor *out, const mx_tensor *x, const int32_t *idx, int n);
 
     /* ---- matmul ---- */

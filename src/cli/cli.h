@@ -9,6 +9,7 @@ int cmd_serve(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
+int cmd_run(int argc, char **argv);
 int cmd_apply_template(int argc, char **argv);
 
 #endif

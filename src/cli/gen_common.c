@@ -2,6 +2,7 @@
 #include "cli/gen_common.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +32,9 @@ const char *const k_gen_opts_help =
     "  --prefill-chunk-size N     prompt tokens per step (default 512)\n"
     "  -b, --batch-size N         token rows per engine step (default 2048)\n"
     "  --kv-blocks N              paged KV pool size in blocks (default: the context for all slots)\n"
-    "  --no-prefix-cache          do not reuse cached prompt blocks\n";
+    "  --no-prefix-cache          do not reuse cached prompt blocks\n"
+    "  --no-chat-template         use the text as it is (tokenizer BOS handling only)\n"
+    "  --chat-template-file F     Jinja chat template overriding the model's\n";
 
 void gen_opts_default(gen_opts *o) {
     memset(o, 0, sizeof *o);
@@ -145,6 +148,11 @@ int gen_opts_parse(gen_opts *o, int argc, char **argv, int *i, const char *cmd) 
         INT_OPT(o->kv_blocks, 1, 1 << 30, "an integer >= 1");
     } else if (!strcmp(a, "--no-prefix-cache")) {
         o->no_prefix_cache = true;
+    } else if (!strcmp(a, "--no-chat-template")) {
+        o->no_chat_template = true;
+    } else if (!strcmp(a, "--chat-template-file")) {
+        NEED_VAL();
+        o->chat_template_file = v;
     } else {
         return 0;
     }
@@ -202,6 +210,18 @@ static bool file_exists(const char *dir, const char *name) {
     return stat(p, &st) == 0;
 }
 
+/* True when DIR ships a chat template (chat_template.jinja or tokenizer_config.json). */
+static bool has_chat_template(const char *dir) {
+    if (file_exists(dir, "chat_template.jinja")) return true;
+    char p[4096];
+    snprintf(p, sizeof p, "%s/tokenizer_config.json", dir);
+    json_t *j = json_load_file(p, JSON_DECODE_INT_AS_REAL, NULL);
+    const json_t *t = j ? json_object_get(j, "chat_template") : NULL;
+    const bool has = t && !json_is_null(t);
+    json_decref(j);
+    return has;
+}
+
 int gen_session_open(gen_session *s, const gen_opts *o, const char *cmd, mx_error *err) {
     memset(s, 0, sizeof *s);
     if (!o->model_dir) return mx_fail(err, "no model: give -m DIR (see mlxcel %s --help)", cmd);
@@ -218,6 +238,12 @@ int gen_session_open(gen_session *s, const gen_opts *o, const char *cmd, mx_erro
     } else if (o->n_stops) {
         gen_session_close(s);
         return mx_fail(err, "--stop needs %s/tokenizer.json, which is missing", o->model_dir);
+    }
+    if (s->tok && !o->no_chat_template &&
+        (o->chat_template_file || has_chat_template(o->model_dir)) &&
+        chat_template_load(&s->tpl, o->model_dir, o->chat_template_file, err)) {
+        gen_session_close(s);
+        return -1;
     }
     /* sampling: defaults < generation_config.json < flags */
     sampling_params_default(&s->sp); /* greedy */
@@ -260,7 +286,28 @@ int gen_session_open(gen_session *s, const gen_opts *o, const char *cmd, mx_erro
     return 0;
 }
 
+static int encode(const gen_session *s, const char *text, bool special, int32_t **ids, int *n,
+                  mx_error *err) {
+    size_t nn = 0;
+    if (tok_encode(s->tok, text, strlen(text), special, ids, &nn, err)) return -1;
+    *n = (int)nn;
+    return 0;
+}
+
+int gen_render_chat(const gen_session *s, const json_t *messages, int32_t **ids, int *n, mx_error *err) {
+    char *text = NULL;
+    if (chat_template_apply(s->tpl, messages, NULL, true, &text, err)) return -1;
+    const int rc = encode(s, text, false, ids, n, err);
+    free(text);
+    return rc;
+}
+
+int gen_encode_raw(const gen_session *s, const char *text, int32_t **ids, int *n, mx_error *err) {
+    return encode(s, text, true, ids, n, err);
+}
+
 void gen_session_close(gen_session *s) {
+    if (s->tpl) chat_template_free(s->tpl);
     engine_free(s->e);
     if (s->tok) tok_free(s->tok);
     model_free(s->m);

@@ -5,6 +5,7 @@
 #include <stdbool.h>
 
 #include "engine/engine.h"
+#include "text/chat_template.h"
 #include "text/tokenizer.h"
 
 #define GEN_MAX_STOPS 16
@@ -21,6 +22,8 @@ typedef struct gen_opts {
     const char *storage;        /* auto | dense | paged */
     int prefill_chunk, ctx_size, batch_size, n_parallel, kv_blocks, block_size;
     bool no_prefix_cache;
+    bool no_chat_template;
+    const char *chat_template_file;
     const char *stops[GEN_MAX_STOPS];
     int n_stops;
 } gen_opts;
@@ -35,6 +38,7 @@ extern const char *const k_gen_opts_help;
 typedef struct gen_session {
     model *m;
     tokenizer *tok;             /* NULL when the directory has no tokenizer.json */
+    chat_template *tpl;         /* NULL without a template or with --no-chat-template */
     engine *e;
     sampling_params sp;
     const backend_ops *be;
@@ -44,6 +48,13 @@ typedef struct gen_session {
  * generation_config.json over defaults) and the engine; prints the KV storage choice. */
 int gen_session_open(gen_session *s, const gen_opts *o, const char *cmd, mx_error *err);
 void gen_session_close(gen_session *s);
+
+/* Renders messages (JSON array of {role, content}) with the chat template and tokenizes the
+ * result without adding special tokens (the template writes them), as transformers'
+ * apply_chat_template(tokenize=True). *ids malloc'd. */
+int gen_render_chat(const gen_session *s, const json_t *messages, int32_t **ids, int *n, mx_error *err);
+/* Tokenizes a raw prompt with the tokenizer's special-token handling (BOS). */
+int gen_encode_raw(const gen_session *s, const char *text, int32_t **ids, int *n, mx_error *err);
 
 /* "1,2,3" -> ids (malloc'd). */
 int gen_parse_ids(const char *s, int32_t **ids, int *n, mx_error *err);

@@ -18,7 +18,6 @@ static const char *k_help =
     "  -p, --prompt TEXT          prompt text (needs tokenizer.json); the model's chat template is\n"
     "                             applied as one user message unless --no-chat-template\n"
     "  --prompt-ids IDS           comma-separated token ids, used as they are\n"
-    "  --no-chat-template         tokenize TEXT raw (with the tokenizer's BOS handling)\n"
     "  --json                     print one JSON object instead: prompt_ids, tokens, text,\n"
     "                             finish_reason, prefill_tokens_per_s, decode_tokens_per_s, ttft_ms\n"
     "%s"
@@ -90,27 +89,11 @@ static void on_finish(void *user, int64_t id, engine_finish why, const engine_se
     g->st = *st;
 }
 
-/* True when DIR ships a chat template (chat_template.jinja or tokenizer_config.json). */
-static bool has_chat_template(const char *dir) {
-    char p[4096];
-    snprintf(p, sizeof p, "%s/chat_template.jinja", dir);
-    FILE *f = fopen(p, "r");
-    if (f) {
-        fclose(f);
-        return true;
-    }
-    snprintf(p, sizeof p, "%s/tokenizer_config.json", dir);
-    json_t *j = json_load_file(p, 0, NULL);
-    bool has = j && json_object_get(j, "chat_template") && !json_is_null(json_object_get(j, "chat_template"));
-    json_decref(j);
-    return has;
-}
-
 int cmd_generate(int argc, char **argv) {
     gen_opts o;
     gen_opts_default(&o);
     const char *prompt = NULL, *prompt_ids = NULL;
-    bool json = false, no_template = false;
+    bool json = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -120,7 +103,6 @@ int cmd_generate(int argc, char **argv) {
         if ((!strcmp(a, "-p") || !strcmp(a, "--prompt")) && i + 1 < argc) prompt = argv[++i];
         else if (!strcmp(a, "--prompt-ids") && i + 1 < argc) prompt_ids = argv[++i];
         else if (!strcmp(a, "--json")) json = true;
-        else if (!strcmp(a, "--no-chat-template")) no_template = true;
         else {
             const int r = gen_opts_parse(&o, argc, argv, &i, "generate");
             if (r < 0) return 2;
@@ -158,17 +140,18 @@ int cmd_generate(int argc, char **argv) {
             fprintf(stderr, "mlxcel generate: -p needs %s/tokenizer.json; use --prompt-ids\n", o.model_dir);
             goto out;
         }
-        if (!no_template && has_chat_template(o.model_dir)) {
-            fprintf(stderr, "mlxcel generate: chat templates are not available in this build yet; "
-                            "pass --no-chat-template to tokenize the prompt raw\n");
-            goto out;
+        int rc2;
+        if (s.tpl) {
+            json_t *msgs = json_pack("[{s:s, s:s}]", "role", "user", "content", prompt);
+            rc2 = msgs ? gen_render_chat(&s, msgs, &ids, &n_ids, &err) : mx_fail(&err, "out of memory");
+            json_decref(msgs);
+        } else {
+            rc2 = gen_encode_raw(&s, prompt, &ids, &n_ids, &err);
         }
-        size_t n = 0;
-        if (tok_encode(s.tok, prompt, strlen(prompt), true, &ids, &n, &err)) {
+        if (rc2) {
             fprintf(stderr, "mlxcel generate: %s\n", err.msg);
             goto out;
         }
-        n_ids = (int)n;
     }
     if (s.tok) {
         g.ts = tok_stream_new(s.tok, true);

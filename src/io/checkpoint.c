@@ -264,6 +264,8 @@ int ckpt_open(ckpt *c, const char *dir, mx_error *err) {
     return 0;
 fail:
     ckpt_close(c);
+    for (char *p = err ? err->msg : NULL; p && *p; p++) /* one line, whatever the input held */
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
     return -1;
 }
 

@@ -61,6 +61,16 @@ static void st_free_header(st_file *f) {
 
 /* ==== Header parser ==== */
 
+/* Untrusted names and parser excerpts can hold control characters (a JSON "\n" in a tensor
+ * name); an error message must stay one line, so they become '?'. Returns -1. */
+static int msg_one_line(mx_error *e) {
+    if (e)
+        for (char *p = e->msg; *p; p++)
+            if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
+    return -1;
+}
+
+
 static int parse_metadata(st_file *f, json_t *meta, mx_error *err) {
     if (!json_is_object(meta)) return mx_fail(err, "header: __metadata__ is not a JSON object");
     size_t n = json_object_size(meta);
@@ -181,8 +191,10 @@ int st_parse_header(st_file *f, const char *json, size_t json_len, uint64_t data
     /* json_loadb is length-bounded (no NUL terminator needed); duplicates would make a name
      * ambiguous, so they are rejected. */
     json_t *root = json_loadb(json, json_len, JSON_REJECT_DUPLICATES, &je);
-    if (!root)
-        return mx_fail(err, "header is not valid JSON (%.200s at byte %d)", je.text, je.position);
+    if (!root) {
+        mx_fail(err, "header is not valid JSON (%.200s at byte %d)", je.text, je.position);
+        return msg_one_line(err);
+    }
     int rc = 0;
     if (!json_is_object(root)) {
         rc = mx_fail(err, "header is not a JSON object");
@@ -227,7 +239,10 @@ int st_parse_header(st_file *f, const char *json, size_t json_len, uint64_t data
     rc = check_overlaps(f, err);
 out:
     json_decref(root);
-    if (rc) st_free_header(f);
+    if (rc) {
+        st_free_header(f);
+        msg_one_line(err);
+    }
     return rc;
 }
 
@@ -248,49 +263,53 @@ int st_open(st_file *f, const char *path, mx_error *err) {
         return mx_fail(err, "%s: not a regular file", path);
     }
     uint64_t size = (uint64_t)sb.st_size;
-    if (size < 8) {
+    if (size < 8) { /* mmap of an empty file fails; report it as what it is */
         close(fd);
-        return mx_fail(err, "%s: truncated: %llu bytes, shorter than the 8-byte header length",
-                       path, (unsigned long long)size);
+        return st_parse_buffer(f, "", (size_t)size, path, err);
     }
     void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
     int e = errno;
     close(fd); /* the mapping keeps the file alive */
     if (map == MAP_FAILED) return mx_fail(err, "%s: cannot mmap: %s", path, strerror(e));
 
-    const uint8_t *p = map;
-    uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | p[i]; /* little-endian on any host */
-    int rc = 0;
-    if (hlen > ST_MAX_HEADER_LEN) {
-        rc = mx_fail(err, "%s: header length %llu exceeds the %llu-byte cap", path,
-                     (unsigned long long)hlen, ST_MAX_HEADER_LEN);
-    } else if (hlen > size - 8) {
-        rc = mx_fail(err, "%s: header length %llu runs past the end of the %llu-byte file", path,
-                     (unsigned long long)hlen, (unsigned long long)size);
-    } else if (hlen < 2) {
-        rc = mx_fail(err, "%s: header length %llu is too short for a JSON object", path,
-                     (unsigned long long)hlen);
-    }
-    if (rc) {
-        munmap(map, (size_t)size);
-        return rc;
-    }
-    if (st_parse_header(f, (const char *)p + 8, (size_t)hlen, size - 8 - hlen, err)) {
-        mx_wrap(err, "%s", path);
+    if (st_parse_buffer(f, map, (size_t)size, path, err)) {
         munmap(map, (size_t)size);
         return -1;
     }
     f->map = map;
     f->map_size = (size_t)size;
-    f->header_len = hlen;
-    f->data = p + 8 + hlen;
-    for (int i = 0; i < f->n_tensors; i++) f->tensors[i].data = f->data + f->tensors[i].offset;
     f->path = st_strdup(path);
     if (!f->path) {
         st_close(f);
         return mx_fail(err, "%s: out of memory", path);
     }
+    return 0;
+}
+
+int st_parse_buffer(st_file *f, const void *buf, size_t size, const char *name, mx_error *err) {
+    memset(f, 0, sizeof *f);
+    if (size < 8)
+        return mx_fail(err, "%s: truncated: %zu bytes, shorter than the 8-byte header length", name,
+                       size);
+    const uint8_t *p = buf;
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | p[i]; /* little-endian on any host */
+    if (hlen > ST_MAX_HEADER_LEN)
+        return mx_fail(err, "%s: header length %llu exceeds the %llu-byte cap", name,
+                       (unsigned long long)hlen, ST_MAX_HEADER_LEN);
+    if (hlen > size - 8)
+        return mx_fail(err, "%s: header length %llu runs past the end of the %zu-byte file", name,
+                       (unsigned long long)hlen, size);
+    if (hlen < 2)
+        return mx_fail(err, "%s: header length %llu is too short for a JSON object", name,
+                       (unsigned long long)hlen);
+    if (st_parse_header(f, (const char *)p + 8, (size_t)hlen, size - 8 - hlen, err)) {
+        mx_wrap(err, "%s", name);
+        return msg_one_line(err);
+    }
+    f->header_len = hlen;
+    f->data = p + 8 + hlen;
+    for (int i = 0; i < f->n_tensors; i++) f->tensors[i].data = f->data + f->tensors[i].offset;
     return 0;
 }
 

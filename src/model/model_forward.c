@@ -99,7 +99,7 @@ int model_forward(model *m, kv_cache *kv, const model_batch *b, float *logits, m
      * inside its attention/kv ops from these host pointers. */
     mx_attn_batch ab = {.n_rows = n, .pos = b->pos, .seq = b->seq, .block_table = b->block_table,
                         .table_stride = b->table_stride, .block_size = kv_cache_table_block(kv),
-                        .write_rows = b->write_rows};
+                        .write_rows = b->write_rows, .step_id = ++m->n_forward};
 
     bool any_sliding = false, any_global = false;
     for (int l = 0; l < s->n_layers; l++) {

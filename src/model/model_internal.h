@@ -16,6 +16,7 @@ struct model {
     model_layer *layers;         /* [n_layers] */
     uint64_t n_params, weight_bytes;
     int rot_dim;
+    uint64_t n_forward;          /* step ids for mx_attn_batch */
 
     /* ---- scratch (device), grown to cap_rows ---- */
     int cap_rows, cap_out;

@@ -238,6 +238,16 @@ static mx_dtype dtype_from_torch(const char *t) {
 
 /* ==== Main parse ==== */
 
+/* Untrusted names and parser excerpts can hold control characters (a JSON "\n" in a tensor
+ * name); an error message must stay one line, so they become '?'. Returns -1. */
+static int msg_one_line(mx_error *e) {
+    if (e)
+        for (char *p = e->msg; *p; p++)
+            if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
+    return -1;
+}
+
+
 static int parse_shapes(const spec_cfg *c, model_spec *s, const type_defaults *td) {
     bool gemma = s->family == FAM_GEMMA3;
     long long v;
@@ -347,9 +357,11 @@ int spec_parse(model_spec *spec, const char *config_json, const char *generation
     memset(spec, 0, sizeof *spec);
     json_error_t je;
     json_t *root = json_loads(config_json ? config_json : "", JSON_REJECT_DUPLICATES, &je);
-    if (!root)
-        return mx_fail(err, "%s: not valid JSON (%.200s at line %d column %d)", origin, je.text,
-                       je.line, je.column);
+    if (!root) {
+        mx_fail(err, "%s: not valid JSON (%.200s at line %d column %d)", origin, je.text, je.line,
+                je.column);
+        return msg_one_line(err);
+    }
     int rc = -1;
     json_t *gen = NULL;
     spec_cfg c = {.top = root, .text = NULL, .origin = origin, .err = err};
@@ -426,6 +438,7 @@ int spec_parse(model_spec *spec, const char *config_json, const char *generation
 out:
     json_decref(gen);
     json_decref(root);
+    if (rc) msg_one_line(err);
     return rc;
 }
 

@@ -60,6 +60,7 @@ typedef struct run_cfg {
     bool sequential;    /* run prompts one after another on the same engine */
     float temp;         /* 0 = greedy */
     uint64_t seed;
+    int budget;         /* token rows per step; 0 = default */
 } run_cfg;
 
 static uint64_t run(const tiny_model *tm, model *m, run_cfg c, run_out *o) {
@@ -74,6 +75,8 @@ static uint64_t run(const tiny_model *tm, model *m, run_cfg c, run_out *o) {
     p.block_size = c.block;
     p.n_kv_blocks = c.n_blocks;
     p.prefix_cache = c.prefix;
+    if (c.budget) p.max_batch_tokens = c.budget;
+    p.prefill_grant_interval = 2;
     engine *e = NULL;
     mx_error err;
     assert_int_equal(engine_new(&e, m, &p, &err), 0);
@@ -116,7 +119,7 @@ static void check_parity(tiny_kind kind) {
     for (int blas = 0; blas < 2; blas++) {
         cpu_backend_set_blas_min_rows(blas ? 1 : 1 << 30);
         run_out o;
-        run_cfg c = {KV_STORAGE_DENSE, 512, 1, 16, 0, true, 1, false, 0, 0};
+        run_cfg c = {KV_STORAGE_DENSE, 512, 1, 16, 0, true, 1, false, 0, 0, 0};
         run(&tm, m, c, &o);
         /* greedy tokens: the reference's argmax at every step, and logits at the first */
         int32_t seq[64];
@@ -176,17 +179,17 @@ static void check_consistency(tiny_kind kind) {
     cpu_backend_set_blas_min_rows(1 << 30);
     run_out base[N_PROMPTS], o;
     for (int i = 0; i < N_PROMPTS; i++) {
-        run_cfg c = {KV_STORAGE_DENSE, 512, 1, 16, 0, false, 1 << i, false, 0, 0};
+        run_cfg c = {KV_STORAGE_DENSE, 512, 1, 16, 0, false, 1 << i, false, 0, 0, 0};
         run(&tm, m, c, &base[i]);
         assert_int_equal(base[i].why[i], ENGINE_FINISH_LENGTH);
     }
     for (int i = 0; i < N_PROMPTS; i++) {
-        run_cfg paged = {KV_STORAGE_PAGED, 512, 1, 4, 0, false, 1 << i, false, 0, 0};
+        run_cfg paged = {KV_STORAGE_PAGED, 512, 1, 4, 0, false, 1 << i, false, 0, 0, 0};
         run(&tm, m, paged, &o);
         assert_same(&base[i], &o, i);
         const int chunks[] = {1, 7, 64};
         for (int k = 0; k < 3; k++) {
-            run_cfg c = {KV_STORAGE_PAGED, chunks[k], 1, 4, 0, false, 1 << i, false, 0, 0};
+            run_cfg c = {KV_STORAGE_PAGED, chunks[k], 1, 4, 0, false, 1 << i, false, 0, 0, 0};
             run(&tm, m, c, &o);
             assert_same(&base[i], &o, i);
             c.storage = KV_STORAGE_DENSE;
@@ -196,13 +199,13 @@ static void check_consistency(tiny_kind kind) {
     }
     /* all prompts batched together (mixed prefill chunks and decode rows) */
     for (int st = 0; st < 2; st++) {
-        run_cfg c = {st ? KV_STORAGE_PAGED : KV_STORAGE_DENSE, 7, N_PROMPTS, 4, 0, false, 7, false, 0, 0};
+        run_cfg c = {st ? KV_STORAGE_PAGED : KV_STORAGE_DENSE, 7, N_PROMPTS, 4, 0, false, 7, false, 0, 0, 0};
         run(&tm, m, c, &o);
         for (int i = 0; i < N_PROMPTS; i++) assert_same(&base[i], &o, i);
     }
     /* prefix cache: prompt 0 then prompt 2 (shares 17 tokens = 4 full blocks of 4) */
     {
-        run_cfg c = {KV_STORAGE_PAGED, 512, 1, 4, 0, true, 1 | 4, true, 0, 0};
+        run_cfg c = {KV_STORAGE_PAGED, 512, 1, 4, 0, true, 1 | 4, true, 0, 0, 0};
         run(&tm, m, c, &o);
         assert_int_equal(o.n_cached[0], 0);
         assert_int_equal(o.n_cached[2], 16);
@@ -211,15 +214,21 @@ static void check_consistency(tiny_kind kind) {
     }
     /* preemption: a pool too small for three sequences at once */
     {
-        run_cfg c = {KV_STORAGE_PAGED, 7, N_PROMPTS, 4, 14, true, 7, false, 0, 0};
+        run_cfg c = {KV_STORAGE_PAGED, 7, N_PROMPTS, 4, 14, true, 7, false, 0, 0, 0};
         const uint64_t pre = run(&tm, m, c, &o);
         assert_true(pre > 0);
+        for (int i = 0; i < N_PROMPTS; i++) assert_same(&base[i], &o, i);
+    }
+    /* a step budget smaller than the decode rows: prompts advance only through prefill grants */
+    {
+        run_cfg c = {KV_STORAGE_PAGED, 7, N_PROMPTS, 4, 0, true, 7, false, 0, 0, 2};
+        run(&tm, m, c, &o);
         for (int i = 0; i < N_PROMPTS; i++) assert_same(&base[i], &o, i);
     }
     /* default matmul paths (BLAS for many rows): tokens still identical here */
     cpu_backend_set_blas_min_rows(0);
     {
-        run_cfg c = {KV_STORAGE_PAGED, 7, N_PROMPTS, 4, 0, true, 7, false, 0, 0};
+        run_cfg c = {KV_STORAGE_PAGED, 7, N_PROMPTS, 4, 0, true, 7, false, 0, 0, 0};
         run(&tm, m, c, &o);
         for (int i = 0; i < N_PROMPTS; i++) assert_same(&base[i], &o, i);
     }
@@ -277,7 +286,7 @@ static void test_finish_and_errors(void **st) {
     engine_free(e);
     /* EOS: make the eos id the greedy choice by declaring the first sampled token EOS */
     run_out first;
-    run_cfg c = {KV_STORAGE_DENSE, 512, 1, 16, 0, false, 1, false, 0, 0};
+    run_cfg c = {KV_STORAGE_DENSE, 512, 1, 16, 0, false, 1, false, 0, 0, 0};
     run(&tm, m, c, &first);
     model_free(m);
     tm.spec.eos_ids[0] = first.toks[0][2];
@@ -300,6 +309,50 @@ static void test_finish_and_errors(void **st) {
     tiny_free(&tm);
 }
 
+/* ==== Cancel while running ==== */
+typedef struct cancel_ctx { engine *e; int n; engine_finish why; } cancel_ctx;
+static int cancel_tok(void *u, int64_t id, int32_t t, float lp) {
+    (void)t; (void)lp;
+    cancel_ctx *c = u;
+    if (++c->n == 3) engine_cancel(c->e, id);
+    return 0;
+}
+static void cancel_fin(void *u, int64_t id, engine_finish why, const engine_seq_stats *st) {
+    (void)id; (void)st;
+    ((cancel_ctx *)u)->why = why;
+}
+
+static void test_cancel_running(void **st) {
+    (void)st;
+    tiny_model tm;
+    tiny_build(&tm, TINY_LLAMA, 12);
+    model *m = NULL;
+    mx_error err;
+    assert_int_equal(model_bind(&m, &tm.spec, tiny_lookup, &tm, backend_cpu(), &err), 0);
+    engine_params p;
+    engine_params_default(&p, &tm.spec);
+    p.ctx_size = 64;
+    engine *e = NULL;
+    assert_int_equal(engine_new(&e, m, &p, &err), 0);
+    cancel_ctx c = {.e = e};
+    int32_t prompt[64];
+    int n;
+    make_prompt(1, prompt, &n);
+    engine_request r = {.prompt = prompt, .n_prompt = n, .ignore_eos = true, .on_token = cancel_tok,
+                        .on_finish = cancel_fin, .user = &c};
+    sampling_params_default(&r.sampling);
+    assert_true(engine_submit(e, &r, &err) >= 0);
+    assert_int_equal(engine_run(e, &err), 0);
+    assert_int_equal(c.why, ENGINE_FINISH_CANCELLED);
+    assert_int_equal(c.n, 3);
+    kv_cache_stats ks;
+    kv_cache_get_stats(engine_kv(e), &ks);
+    assert_int_equal(ks.n_used, 0); /* its blocks went back to the pool */
+    engine_free(e);
+    model_free(m);
+    tiny_free(&tm);
+}
+
 /* ==== Seeded sampling ==== */
 static void test_seeded_sampling(void **st) {
     (void)st;
@@ -310,7 +363,7 @@ static void test_seeded_sampling(void **st) {
     assert_int_equal(model_bind(&m, &tm.spec, tiny_lookup, &tm, backend_cpu(), &err), 0);
     cpu_backend_set_blas_min_rows(1 << 30);
     run_out a, b, c, batched;
-    run_cfg cfg = {KV_STORAGE_PAGED, 512, 1, 4, 0, false, 1, false, 1.5f, 42};
+    run_cfg cfg = {KV_STORAGE_PAGED, 512, 1, 4, 0, false, 1, false, 1.5f, 42, 0};
     run(&tm, m, cfg, &a);
     run(&tm, m, cfg, &b);
     assert_same(&a, &b, 0); /* same seed, same output */
@@ -336,6 +389,7 @@ int main(void) {
         cmocka_unit_test(test_parity_moe),        cmocka_unit_test(test_consistency_llama),
         cmocka_unit_test(test_consistency_gemma), cmocka_unit_test(test_consistency_moe),
         cmocka_unit_test(test_finish_and_errors), cmocka_unit_test(test_seeded_sampling),
+        cmocka_unit_test(test_cancel_running),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

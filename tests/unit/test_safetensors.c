@@ -122,6 +122,10 @@ static void test_header_errors(void **st) {
     expect_header_error("{\"a\":{\"dtype\":\"F32\",\"shape\":[1.5],\"data_offsets\":[0,4]}}", 4,
                         "shape[0]");
 
+    /* a tensor name holding a newline still gives a one-line message */
+    expect_header_error("{\"a\\nb\":{\"dtype\":\"Q4\",\"shape\":[1],\"data_offsets\":[0,1]}}", 8,
+                        "'a?b': unknown dtype");
+
     /* accepted: zero-length tensors share offsets with neighbours without overlapping */
     st_file f;
     mx_error err;

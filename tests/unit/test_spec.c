@@ -315,6 +315,14 @@ static void test_errors(void **st) {
     parse_err("{'model_type':'mixtral'," LLAMA_BASE ",'num_experts_per_tok':9}", NULL,
               "num_experts_per_tok");
     parse_err("[1]", NULL, "not a JSON object");
+    /* fuzz finding: parser excerpts with raw newlines must not split the message */
+    model_spec s;
+    mx_error err;
+    assert_int_equal(spec_parse(&s, "{\"model_type\": \"llama\", \"x\": [\n   \\\n ]}", NULL,
+                                "m/config.json", &err), -1);
+    assert_null(strchr(err.msg, '\n'));
+    assert_int_equal(spec_parse(&s, q(0, "{'model_type':'bad\\nname'}"), NULL, "m/config.json", &err), -1);
+    assert_null(strchr(err.msg, '\n'));
     parse_err("{'model_type':'llama'," LLAMA_BASE "}", "{'eos_token_id':'x'}", "generation_config.json");
     parse_err("{'model_type':'llama'," LLAMA_BASE "}", "{nope", "generation_config.json");
 }

@@ -62,14 +62,19 @@ typedef enum { TINY_LLAMA, TINY_GEMMA, TINY_MOE } tiny_kind;
 
 /* llama: GQA 4/2, head 8, 2 layers, untied. gemma: sliding window 5 on layer 0, sandwich norms
  * with +1 offset, q/k norm, gelu, tied, embed scale, local rope base. moe: 4 experts top 2. */
-static void tiny_build(tiny_model *tm, tiny_kind kind, uint64_t seed) {
+static void tiny_build_v(tiny_model *tm, tiny_kind kind, uint64_t seed, int vocab);
+__attribute__((unused)) static void tiny_build(tiny_model *tm, tiny_kind kind, uint64_t seed) {
+    tiny_build_v(tm, kind, seed, 97);
+}
+
+static void tiny_build_v(tiny_model *tm, tiny_kind kind, uint64_t seed, int vocab) {
     memset(tm, 0, sizeof *tm);
     tm->rng = seed;
     model_spec *s = &tm->spec;
     snprintf(s->model_type, sizeof s->model_type, "%s",
              kind == TINY_GEMMA ? "gemma3_text" : kind == TINY_MOE ? "qwen3_moe" : "llama");
     s->family = kind == TINY_GEMMA ? FAM_GEMMA3 : kind == TINY_MOE ? FAM_QWEN3_MOE : FAM_LLAMA;
-    s->vocab_size = 97;
+    s->vocab_size = vocab;
     s->hidden_size = 32;
     s->intermediate_size = 48;
     s->n_layers = 2;
@@ -87,7 +92,7 @@ static void tiny_build(tiny_model *tm, tiny_kind kind, uint64_t seed) {
     s->embed_scale = 1.0f;
     s->bos_id = -1;
     s->pad_id = -1;
-    s->eos_ids[0] = 96;
+    s->eos_ids[0] = vocab - 1;
     s->n_eos = 1;
     s->dtype = MX_BF16;
     s->act = ACT_SILU;
@@ -111,7 +116,7 @@ static void tiny_build(tiny_model *tm, tiny_kind kind, uint64_t seed) {
         s->norm_topk_prob = true;
     }
     tm->w = calloc(64 + (size_t)s->n_layers * 64, sizeof(tiny_w));
-    const int H = 32, D = 8, I = 48, V = 97;
+    const int H = 32, D = 8, I = 48, V = vocab;
     const float nb = kind == TINY_GEMMA ? 0.0f : 1.0f; /* norm weight centre */
     char nm[96];
     tiny_add(tm, "model.embed_tokens.weight", V, H, 0, 1.0f, 0);

@@ -31,7 +31,9 @@ void cpu_attention(mx_tensor *out, const mx_tensor *q, const mx_tensor *k_pool,
                    const mx_tensor *v_pool, const mx_attn_batch *b, const mx_attn_params *p) {
     const int H = p->n_heads, G = p->n_heads / p->n_kv_heads, D = p->head_dim;
     const int64_t total = (int64_t)b->n_rows * H;
-#pragma omp parallel
+    int64_t work = 0; /* key visits, to keep tiny steps on the calling thread */
+    for (int i = 0; i < b->n_rows; i++) work += (int64_t)(b->pos[i] + 1) * H * D;
+#pragma omp parallel if (work >= (1 << 15))
     {
         float *acc = malloc((size_t)D * sizeof(float)); /* [D] running sum of p * v */
 #pragma omp for schedule(dynamic, 4)

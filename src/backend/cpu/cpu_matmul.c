@@ -29,6 +29,54 @@ static float *scratch_w32(size_t n) {
     return g_w32;
 }
 
+/* ==== bf16 GEMV kernel (x86-64 AVX2 + FMA, chosen at run time) ====
+ * One weight row against up to 4 input rows per pass: 16 bf16 weights widen to two fp32
+ * vectors by a 16-bit shift and feed two FMA accumulators per input row. A row's sum order
+ * depends only on K, never on how many rows share the call. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_AVX2_KERNEL 1
+
+__attribute__((target("avx2,fma"))) static inline float hsum256(__m256 v) {
+    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+    lo = _mm_add_ps(lo, hi);
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
+    return _mm_cvtss_f32(lo);
+}
+
+/* out[r] = dot(x[r], w) for r < n (n <= 4); x rows fp32, w bf16 [K]. */
+__attribute__((target("avx2,fma"))) static void dot_bf16_avx2(const float *const *x, int n,
+                                                              const uint16_t *w, int64_t K,
+                                                              float *out) {
+    __m256 acc[4][2];
+    for (int r = 0; r < 4; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= K; i += 16) {
+        const __m256i raw = _mm256_loadu_si256((const __m256i *)(w + i));
+        const __m256 w0 = _mm256_castsi256_ps(
+            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(raw)), 16));
+        const __m256 w1 = _mm256_castsi256_ps(
+            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(raw, 1)), 16));
+        for (int r = 0; r < n; r++) {
+            acc[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(x[r] + i), w0, acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(_mm256_loadu_ps(x[r] + i + 8), w1, acc[r][1]);
+        }
+    }
+    for (int r = 0; r < n; r++) {
+        float s = hsum256(_mm256_add_ps(acc[r][0], acc[r][1]));
+        for (int64_t k = i; k < K; k++) s += x[r][k] * mx_bf16_to_f32(w[k]);
+        out[r] = s;
+    }
+}
+
+static int have_avx2(void) {
+    static int cached = -1;
+    if (cached < 0) cached = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return cached;
+}
+#endif
+
 /* ==== GEMV path ==== */
 static void matmul_gemv(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, const mx_tensor *bias) {
     const int64_t n = x->shape[0], K = x->shape[1], N = w->shape[0];
@@ -43,15 +91,31 @@ static void matmul_gemv(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, 
             bias32 = btmp;
         }
     }
-#pragma omp parallel
+    /* small products run on the calling thread: waking the team costs more than they do */
+#pragma omp parallel if (N * K * n >= (1 << 16))
     {
-        float *wrow = NULL; /* [K] fp32 copy of one weight row */
+        float *wrow = NULL; /* [K] fp32 copy of one weight row (non-AVX2 paths) */
         if (w->dtype != MX_F32) wrow = malloc((size_t)K * sizeof(float));
         /* dynamic chunks: a thread slowed by other load on the machine does not hold the
          * others at the closing barrier */
 #pragma omp for schedule(dynamic, 32)
         for (int64_t j = 0; j < N; j++) {
             const float *wr;
+#ifdef HAVE_AVX2_KERNEL
+            if (w->dtype == MX_BF16 && have_avx2()) {
+                const uint16_t *wb = cpu_row_ptr(w, j);
+                for (int64_t r0 = 0; r0 < n; r0 += 4) {
+                    const int m = n - r0 < 4 ? (int)(n - r0) : 4;
+                    const float *xs[4];
+                    float o4[4];
+                    for (int r = 0; r < m; r++) xs[r] = cpu_row_ptr(x, r0 + r);
+                    dot_bf16_avx2(xs, m, wb, K, o4);
+                    for (int r = 0; r < m; r++)
+                        ((float *)cpu_row_ptr(out, r0 + r))[j] = o4[r] + (bias32 ? bias32[j] : 0.0f);
+                }
+                continue;
+            }
+#endif
             if (w->dtype == MX_F32) {
                 wr = (const float *)cpu_row_ptr(w, j);
             } else {
