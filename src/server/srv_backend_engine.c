@@ -294,25 +294,25 @@ static void template_source(const char *dir, const char *override_file, char *sr
 static void fill_info(sbe *b, srv_model_info *m, const srv_config *cfg, const char *tpl_src) {
     const model_spec *s = b->spec;
     if (cfg->n_aliases) {
-        snprintf(m->name, sizeof m->name, "%s", cfg->aliases[0]);
+        snprintf(m->name, sizeof m->name, "%.255s", cfg->aliases[0]);
     } else {
         char dir[1024];
         snprintf(dir, sizeof dir, "%s", cfg->model);
         size_t n = strlen(dir);
         while (n > 1 && dir[n - 1] == '/') dir[--n] = 0;
         const char *base = strrchr(dir, '/');
-        snprintf(m->name, sizeof m->name, "%s", base ? base + 1 : dir);
+        snprintf(m->name, sizeof m->name, "%.255s", base ? base + 1 : dir);
     }
     char *real = realpath(cfg->model, NULL);
-    snprintf(m->path, sizeof m->path, "%s", real ? real : cfg->model);
+    snprintf(m->path, sizeof m->path, "%.1023s", real ? real : cfg->model);
     free(real);
-    snprintf(m->family, sizeof m->family, "%s (%s family)", s->model_type, spec_family_name(s->family));
+    snprintf(m->family, sizeof m->family, "%.30s (%.20s family)", s->model_type, spec_family_name(s->family));
     m->n_params = model_n_params(b->m);
     if (s->quant.bits)
-        snprintf(m->dtype, sizeof m->dtype, "%s, MLX affine %d-bit group %d", mx_dtype_name(s->dtype),
+        snprintf(m->dtype, sizeof m->dtype, "%.8s, MLX affine %d-bit group %d", mx_dtype_name(s->dtype),
                  s->quant.bits, s->quant.group_size);
     else
-        snprintf(m->dtype, sizeof m->dtype, "%s", mx_dtype_name(s->dtype));
+        snprintf(m->dtype, sizeof m->dtype, "%.63s", mx_dtype_name(s->dtype));
     m->weight_bytes = model_weight_bytes(b->m);
     m->kv_bytes_per_token = kv_cache_bytes_per_token(engine_kv(b->e));
     /* activations and headroom as `mlxcel inspect` estimates them (src/model/estimate.c) */
@@ -323,9 +323,9 @@ static void fill_info(sbe *b, srv_model_info *m, const srv_config *cfg, const ch
     m->headroom_bytes = est.headroom_bytes;
     m->n_ctx = cfg->ctx_size;
     m->n_ctx_train = s->max_position_embeddings;
-    snprintf(m->storage, sizeof m->storage, "%s", kv_storage_name(engine_storage(b->e)));
-    snprintf(m->storage_reason, sizeof m->storage_reason, "%s", engine_storage_reason(b->e));
-    snprintf(m->chat_template, sizeof m->chat_template, "%s", tpl_src[0] ? tpl_src : "none");
+    snprintf(m->storage, sizeof m->storage, "%.15s", kv_storage_name(engine_storage(b->e)));
+    snprintf(m->storage_reason, sizeof m->storage_reason, "%.255s", engine_storage_reason(b->e));
+    snprintf(m->chat_template, sizeof m->chat_template, "%.63s", tpl_src[0] ? tpl_src : "none");
 }
 
 int srv_backend_engine_open(srv_backend *be, srv_config *cfg, mx_error *err) {

@@ -141,6 +141,10 @@ done
 kill -TERM "${PIDS[0]}"
 for _ in $(seq 50); do kill -0 "${PIDS[0]}" 2>/dev/null || break; sleep 0.1; done
 kill -0 "${PIDS[0]}" 2>/dev/null && bad "server still running 5 s after SIGTERM" || ok
+wait "${PIDS[0]}"; RC=$?
+[ $RC = 0 ] && ok || bad "server exit status $RC after SIGTERM"
+# under the ASan/UBSan build: no report (leaks included) from the whole run
+grep -q "AddressSanitizer\|LeakSanitizer\|runtime error" "$TMP/log" && bad "sanitizer report: $(grep -m3 -A5 'Sanitizer\|runtime error' "$TMP/log")" || ok
 
 echo "real-model server e2e: $PASS passed, $FAIL failed"
 [ $FAIL = 0 ]
