@@ -13,6 +13,7 @@ typedef struct command {
 /* A subcommand is listed here only once it works. */
 static const command k_commands[] = {
     {"inspect", cmd_inspect, "memory estimate for a checkpoint: weights, KV cache, fits or not"},
+    {"serve", cmd_serve, "HTTP server: OpenAI and llama-server APIs, continuous batching (also mlxcel-server)"},
     {"tokenize", cmd_tokenize, "text -> token ids with a tokenizer.json (--bench: encode MB/s)"},
     {"detokenize", cmd_detokenize, "token ids -> text with a tokenizer.json"},
     {"generate", cmd_generate, "one prompt, streamed to stdout, timing line at the end (--json)"},

@@ -4,6 +4,7 @@
 #define MLXCEL_CLI_H
 
 int cmd_inspect(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
