@@ -13,6 +13,7 @@ typedef struct command {
 /* A subcommand is listed here only once it works. */
 static const command k_commands[] = {
     {"inspect", cmd_inspect, "memory estimate for a checkpoint: weights, KV cache, fits or not"},
+    {"tune", cmd_tune, "kernel autotuning: profile launch candidates, store the winners"},
 };
 #define N_COMMANDS (int)(sizeof k_commands / sizeof k_commands[0])
 

@@ -4,5 +4,6 @@
 #define MLXCEL_CLI_H
 
 int cmd_inspect(int argc, char **argv);
+int cmd_tune(int argc, char **argv);
 
 #endif
