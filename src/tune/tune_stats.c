@@ -52,7 +52,8 @@ int tune_adaptive_reps(double cost_s, double sample_s, int min_reps, int max_rep
     if (min_reps < 1) min_reps = 1;
     if (max_reps < min_reps) max_reps = min_reps;
     if (!(cost_s > 0.0)) return max_reps;
-    const double want = ceil(sample_s / cost_s);
+    /* The epsilon keeps an exact ratio (50 ms / 10 ms) from rounding up to one more sample. */
+    const double want = ceil(sample_s / cost_s - 1e-9);
     if (want <= (double)min_reps) return min_reps;
     if (want >= (double)max_reps) return max_reps;
     return (int)want;
