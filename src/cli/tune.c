@@ -374,8 +374,7 @@ static json_t *json_result(const tune_point *p, const tune_device *dev,
 }
 
 static void print_table_header(tune_op op, const tune_device *dev, const tune_point *p) {
-    printf("\n%s on %s (%s, bucket %s...)\n", tune_op_name(op), dev->id, tune_point_dtype(p, dev),
-           p->bucket);
+    printf("\n%s on %s (%s)\n", tune_op_name(op), dev->id, tune_point_dtype(p, dev));
     printf("%6s %8s %8s %9s %11s %10s %6s %8s\n", "batch", "context", "default", "selected",
            "best_us", "spread_us", "reps", "speedup");
 }
