@@ -16,6 +16,8 @@ int tok_load_file(tokenizer **out, const char *path, mx_error *err);
 /* dir: a checkpoint directory holding tokenizer.json (tokenizer_config.json read when present
  * for bos/eos token names and add_bos_token). */
 int tok_load_dir(tokenizer **out, const char *dir, mx_error *err);
+/* json: the text of a tokenizer.json (len bytes); name is used in error messages. */
+int tok_load_json_text(tokenizer **out, const char *json, size_t len, const char *name, mx_error *err);
 void tok_free(tokenizer *t);
 
 /* add_special: apply the post-processor (BOS/EOS insertion) as tokenizers' add_special_tokens.
@@ -25,6 +27,10 @@ int tok_encode(const tokenizer *t, const char *text, size_t len, bool add_specia
 /* skip_special: drop special added tokens, as tokenizers' skip_special_tokens. *out malloc'd. */
 int tok_decode(const tokenizer *t, const int32_t *ids, size_t n_ids, bool skip_special, char **out,
                mx_error *err);
+
+/* Same, with the length of *out (decoded text may contain NUL bytes). */
+int tok_decode_n(const tokenizer *t, const int32_t *ids, size_t n_ids, bool skip_special, char **out,
+                 size_t *out_len, mx_error *err);
 
 int tok_vocab_size(const tokenizer *t);               /* including added tokens */
 const char *tok_id_to_piece(const tokenizer *t, int32_t id); /* raw vocab string or NULL */
@@ -44,7 +50,7 @@ tok_stream *tok_stream_new(const tokenizer *t, bool skip_special);
 void tok_stream_free(tok_stream *s);
 /* Stop strings (copied). */
 void tok_stream_set_stops(tok_stream *s, const char *const *stops, int n_stops);
-/* Appends the newly final text to *out/*out_len (a view valid until the next call).
+/* Appends the newly final text to *out, *out_len (a view valid until the next call).
  * Returns 1 when a stop string matched (text before it emitted, the stop not), else 0. */
 int tok_stream_push(tok_stream *s, int32_t id, const char **out, size_t *out_len);
 /* End of stream: whatever is held back (invalid UTF-8 replaced by U+FFFD). */

@@ -1,0 +1,122 @@
+/* Normalizers: NFC/NFD/NFKC/NFKD (utf8proc), Lowercase, StripAccents, Strip, Prepend, Replace.
+ * Each step maps a string to a new string; steps ping-pong between two scratch buffers. */
+#include <stdlib.h>
+#include <string.h>
+#include <utf8proc.h>
+
+#include "text/tok_internal.h"
+
+/* ==== Steps ==== */
+
+static int norm_unicode(tk_buf *dst, const char *s, size_t n, utf8proc_option_t opt) {
+    utf8proc_uint8_t *out = NULL;
+    utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n,
+                                      &out, opt | UTF8PROC_STABLE);
+    if (r < 0) { /* cannot happen on valid UTF-8; keep the text as it is */
+        tk_buf_put(dst, s, n);
+        return 0;
+    }
+    tk_buf_put(dst, out, (size_t)r);
+    free(out);
+    return 0;
+}
+
+/* Per-char full lowercase mapping, as Rust's char::to_lowercase (no final-sigma context). */
+static void norm_lower(tk_buf *dst, const char *s, size_t n) {
+    tk_buf_reserve(dst, n);
+    for (size_t i = 0; i < n;) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x80) {
+            tk_buf_putc(dst, (char)(c >= 'A' && c <= 'Z' ? c + 32 : c));
+            i++;
+            continue;
+        }
+        int32_t cp;
+        i += (size_t)tk_utf8_next(s + i, n - i, &cp);
+        char tmp[8];
+        if (cp == 0x130) { /* LATIN CAPITAL I WITH DOT ABOVE -> i + COMBINING DOT ABOVE */
+            tk_buf_put(dst, "i\xCC\x87", 3);
+            continue;
+        }
+        tk_buf_put(dst, tmp, (size_t)tk_utf8_put(tmp, utf8proc_tolower(cp)));
+    }
+}
+
+static void norm_strip_accents(tk_buf *dst, const char *s, size_t n) {
+    for (size_t i = 0; i < n;) {
+        int32_t cp;
+        int l = tk_utf8_next(s + i, n - i, &cp);
+        if (utf8proc_category(cp) != UTF8PROC_CATEGORY_MN) tk_buf_put(dst, s + i, (size_t)l);
+        i += (size_t)l;
+    }
+}
+
+static void norm_strip(tk_buf *dst, const char *s, size_t n, bool left, bool right) {
+    size_t a = 0, b = n;
+    while (left && a < b) {
+        int32_t cp;
+        int l = tk_utf8_next(s + a, b - a, &cp);
+        if (!tk_is_whitespace(cp)) break;
+        a += (size_t)l;
+    }
+    while (right && b > a) {
+        size_t k = b - 1;
+        while (k > a && ((unsigned char)s[k] & 0xC0) == 0x80) k--;
+        int32_t cp;
+        tk_utf8_next(s + k, b - k, &cp);
+        if (!tk_is_whitespace(cp)) break;
+        b = k;
+    }
+    tk_buf_put(dst, s + a, b - a);
+}
+
+static int norm_replace(tk_ctx *c, const tk_norm *nm, tk_buf *dst, const char *s, size_t n) {
+    tk_spans *sp = &c->stage_spans[TK_MAX_STAGES - 1];
+    sp->n = 0;
+    if (tk_regex_spans(&nm->re, s, n, sp, c->err)) return -1;
+    for (size_t i = 0; i < sp->n; i++) {
+        if (sp->p[i].m) tk_buf_put(dst, nm->s, nm->s_len);
+        else tk_buf_put(dst, s + sp->p[i].a, sp->p[i].b - sp->p[i].a);
+    }
+    return 0;
+}
+
+/* ==== Entry ==== */
+
+int tk_normalize_str(tk_ctx *c, const char *s, size_t n, const char **out, size_t *out_n) {
+    const tokenizer *t = c->t;
+    tk_buf *bufs[2] = {&c->norm_a, &c->norm_b};
+    int cur = 0;
+    for (int i = 0; i < t->n_norms; i++) {
+        const tk_norm *nm = &t->norms[i];
+        tk_buf *dst = bufs[cur];
+        dst->n = 0;
+        switch (nm->kind) {
+        case TK_NORM_NFC: norm_unicode(dst, s, n, UTF8PROC_COMPOSE); break;
+        case TK_NORM_NFD: norm_unicode(dst, s, n, UTF8PROC_DECOMPOSE); break;
+        case TK_NORM_NFKC: norm_unicode(dst, s, n, UTF8PROC_COMPOSE | UTF8PROC_COMPAT); break;
+        case TK_NORM_NFKD: norm_unicode(dst, s, n, UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT); break;
+        case TK_NORM_LOWERCASE: norm_lower(dst, s, n); break;
+        case TK_NORM_STRIP_ACCENTS: norm_strip_accents(dst, s, n); break;
+        case TK_NORM_STRIP: norm_strip(dst, s, n, nm->left, nm->right); break;
+        case TK_NORM_PREPEND:
+            if (n) tk_buf_put(dst, nm->s, nm->s_len);
+            tk_buf_put(dst, s, n);
+            break;
+        case TK_NORM_REPLACE:
+            if (norm_replace(c, nm, dst, s, n)) return -1;
+            break;
+        }
+        s = dst->p ? dst->p : "";
+        n = dst->n;
+        cur ^= 1;
+    }
+    *out = s;
+    *out_n = n;
+    return 0;
+}
+
+void tk_norm_free(tk_norm *n) {
+    free(n->s);
+    tk_regex_free(&n->re);
+}

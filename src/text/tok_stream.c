@@ -1,0 +1,156 @@
+/* Streaming detokenizer.
+ *
+ * Text: the same prefix-window scheme as tokenizers' DecodeStream. The ids since the last
+ * emission are kept with a few ids of context before them; the window is decoded with and
+ * without the new id and the difference is the new text. Decoding a window (not one id at a
+ * time) lets the decoders see their context: byte-fallback and ByteLevel pieces of one char
+ * are joined before UTF-8 validation, and SentencePiece's "strip the leading space" applies
+ * only to the first token of the whole stream (the window then starts at that token).
+ * Text ending in U+FFFD is held back: the next id may complete the character.
+ *
+ * Stops: newly final text goes to `pend`; a stop string found in pend ends the stream (text
+ * before it is emitted); otherwise pend keeps only its longest suffix that is a prefix of some
+ * stop string, so a stop spanning several tokens is still seen. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "text/tok_internal.h"
+
+struct tok_stream {
+    const tokenizer *t;
+    bool skip_special, stopped;
+    tk_ids ids;          /* window: [0, read) context, [read, n) not yet emitted */
+    size_t read;
+    tk_buf prefix;       /* decode(ids[0 .. read)) */
+    tk_buf tmp;          /* decode(ids) */
+    tk_buf pend;         /* final text held back for stop matching */
+    tk_buf out;          /* what the last call returns */
+    char **stops;
+    size_t *stop_len;
+    int n_stops;
+};
+
+tok_stream *tok_stream_new(const tokenizer *t, bool skip_special) {
+    tok_stream *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->t = t;
+    s->skip_special = skip_special;
+    return s;
+}
+
+void tok_stream_free(tok_stream *s) {
+    if (!s) return;
+    for (int i = 0; i < s->n_stops; i++) free(s->stops[i]);
+    free(s->stops);
+    free(s->stop_len);
+    free(s->ids.p);
+    free(s->prefix.p);
+    free(s->tmp.p);
+    free(s->pend.p);
+    free(s->out.p);
+    free(s);
+}
+
+void tok_stream_set_stops(tok_stream *s, const char *const *stops, int n_stops) {
+    for (int i = 0; i < s->n_stops; i++) free(s->stops[i]);
+    free(s->stops);
+    free(s->stop_len);
+    s->stops = NULL;
+    s->stop_len = NULL;
+    s->n_stops = 0;
+    if (n_stops <= 0) return;
+    s->stops = calloc((size_t)n_stops, sizeof *s->stops);
+    s->stop_len = calloc((size_t)n_stops, sizeof *s->stop_len);
+    for (int i = 0; i < n_stops; i++) {
+        if (!stops[i] || !*stops[i]) continue; /* an empty stop would match everywhere */
+        s->stops[s->n_stops] = strdup(stops[i]);
+        s->stop_len[s->n_stops++] = strlen(stops[i]);
+    }
+}
+
+/* ==== Stop matching ==== */
+
+/* Moves final text from pend to out; returns 1 when a stop string matched. */
+static int release(tok_stream *s, bool all) {
+    if (s->n_stops == 0) {
+        tk_buf_put(&s->out, s->pend.p, s->pend.n);
+        s->pend.n = 0;
+        return 0;
+    }
+    size_t best = SIZE_MAX;
+    for (int i = 0; i < s->n_stops; i++) {
+        const char *f = s->pend.n >= s->stop_len[i] ? memmem(s->pend.p, s->pend.n, s->stops[i], s->stop_len[i]) : NULL;
+        if (f && (size_t)(f - s->pend.p) < best) best = (size_t)(f - s->pend.p);
+    }
+    if (best != SIZE_MAX) {
+        tk_buf_put(&s->out, s->pend.p, best);
+        s->pend.n = 0;
+        s->stopped = true;
+        return 1;
+    }
+    /* keep the longest suffix of pend that starts some stop string */
+    size_t keep = 0;
+    if (!all)
+        for (int i = 0; i < s->n_stops; i++) {
+            size_t m = s->stop_len[i] - 1 < s->pend.n ? s->stop_len[i] - 1 : s->pend.n;
+            for (size_t k = m; k > keep; k--)
+                if (!memcmp(s->pend.p + s->pend.n - k, s->stops[i], k)) {
+                    keep = k;
+                    break;
+                }
+        }
+    size_t emit = s->pend.n - keep;
+    tk_buf_put(&s->out, s->pend.p, emit);
+    memmove(s->pend.p, s->pend.p + emit, keep);
+    s->pend.n = keep;
+    return 0;
+}
+
+/* ==== Push / flush ==== */
+
+static bool ends_with_fffd(const tk_buf *b) {
+    return b->n >= 3 && !memcmp(b->p + b->n - 3, "\xEF\xBF\xBD", 3);
+}
+
+int tok_stream_push(tok_stream *s, int32_t id, const char **out, size_t *out_len) {
+    s->out.n = 0;
+    *out = "";
+    *out_len = 0;
+    if (s->stopped) return 1;
+    /* A skipped special token contributes nothing, whatever its neighbours. */
+    if (s->skip_special && tok_is_special(s->t, id)) return 0;
+    tk_ids_push(&s->ids, id);
+    s->tmp.n = 0;
+    tk_decode_append(s->t, s->ids.p, s->ids.n, s->skip_special, &s->tmp);
+    if (s->tmp.n > s->prefix.n && !ends_with_fffd(&s->tmp) &&
+        !memcmp(s->tmp.p, s->prefix.p ? s->prefix.p : "", s->prefix.n)) {
+        tk_buf_put(&s->pend, s->tmp.p + s->prefix.n, s->tmp.n - s->prefix.n);
+        /* New window: the ids of this emission become the context of the next one. */
+        size_t keep = s->ids.n - s->read;
+        memmove(s->ids.p, s->ids.p + s->read, keep * sizeof *s->ids.p);
+        s->ids.n = keep;
+        s->read = keep;
+        s->prefix.n = 0;
+        tk_decode_append(s->t, s->ids.p, s->ids.n, s->skip_special, &s->prefix);
+    }
+    int stop = release(s, false);
+    *out = s->out.p ? s->out.p : "";
+    *out_len = s->out.n;
+    return stop;
+}
+
+void tok_stream_flush(tok_stream *s, const char **out, size_t *out_len) {
+    s->out.n = 0;
+    if (!s->stopped && s->ids.n > s->read) {
+        /* Whatever is held back: the decoders already turned invalid bytes into U+FFFD. */
+        s->tmp.n = 0;
+        tk_decode_append(s->t, s->ids.p, s->ids.n, s->skip_special, &s->tmp);
+        size_t common = 0;
+        while (common < s->prefix.n && common < s->tmp.n && s->prefix.p[common] == s->tmp.p[common]) common++;
+        if (common == s->prefix.n) tk_buf_put(&s->pend, s->tmp.p + common, s->tmp.n - common);
+        s->read = s->ids.n;
+    }
+    if (!s->stopped) release(s, true);
+    *out = s->out.p ? s->out.p : "";
+    *out_len = s->out.n;
+}

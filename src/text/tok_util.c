@@ -1,0 +1,316 @@
+/* Tokenizer helpers: growable buffers, UTF-8, Unicode predicates, string map, PCRE2 spans. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <utf8proc.h>
+#include <xxhash.h>
+
+#include "text/tok_internal.h"
+
+/* ==== Buffers ==== */
+
+static void *xrealloc(void *p, size_t n) {
+    void *q = realloc(p, n ? n : 1);
+    if (!q) {
+        fprintf(stderr, "mlxcel: out of memory (%zu bytes)\n", n);
+        abort();
+    }
+    return q;
+}
+
+void tk_buf_reserve(tk_buf *b, size_t extra) {
+    if (b->n + extra <= b->cap) return;
+    size_t cap = b->cap ? b->cap * 2 : 64;
+    while (cap < b->n + extra) cap *= 2;
+    b->p = xrealloc(b->p, cap);
+    b->cap = cap;
+}
+
+void tk_buf_put(tk_buf *b, const void *s, size_t n) {
+    if (!n) return;
+    tk_buf_reserve(b, n);
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+}
+
+void tk_ids_push(tk_ids *v, int32_t id) {
+    if (v->n == v->cap) {
+        v->cap = v->cap ? v->cap * 2 : 64;
+        v->p = xrealloc(v->p, v->cap * sizeof *v->p);
+    }
+    v->p[v->n++] = id;
+}
+
+void tk_spans_push(tk_spans *v, size_t a, size_t b, int m) {
+    if (v->n == v->cap) {
+        v->cap = v->cap ? v->cap * 2 : 64;
+        v->p = xrealloc(v->p, v->cap * sizeof *v->p);
+    }
+    v->p[v->n++] = (tk_span){a, b, m};
+}
+
+/* ==== UTF-8 ==== */
+
+int tk_utf8_next(const char *s, size_t n, int32_t *cp) {
+    const unsigned char *u = (const unsigned char *)s;
+    if (u[0] < 0x80 || n < 2) {
+        *cp = u[0];
+        return 1;
+    }
+    if (u[0] < 0xE0) {
+        *cp = ((u[0] & 0x1F) << 6) | (u[1] & 0x3F);
+        return 2;
+    }
+    if (u[0] < 0xF0 || n < 4) {
+        if (n < 3) {
+            *cp = u[0];
+            return 1;
+        }
+        *cp = ((u[0] & 0x0F) << 12) | ((u[1] & 0x3F) << 6) | (u[2] & 0x3F);
+        return 3;
+    }
+    *cp = ((u[0] & 0x07) << 18) | ((u[1] & 0x3F) << 12) | ((u[2] & 0x3F) << 6) | (u[3] & 0x3F);
+    return 4;
+}
+
+int tk_utf8_put(char *dst, int32_t cp) {
+    return (int)utf8proc_encode_char(cp, (utf8proc_uint8_t *)dst);
+}
+
+/* Length of a valid UTF-8 sequence at s (0 when invalid), and the length of the maximal
+ * prefix of a valid sequence (for U+FFFD substitution of maximal subparts). */
+static size_t utf8_seq(const unsigned char *s, size_t n, size_t *maxpart) {
+    unsigned c = s[0];
+    size_t need;
+    unsigned lo = 0x80, hi = 0xBF;
+    *maxpart = 1;
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) need = 2;
+    else if (c >= 0xE0 && c <= 0xEF) {
+        need = 3;
+        if (c == 0xE0) lo = 0xA0;
+        if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        need = 4;
+        if (c == 0xF0) lo = 0x90;
+        if (c == 0xF4) hi = 0x8F;
+    } else return 0;
+    for (size_t i = 1; i < need; i++) {
+        if (i >= n) return 0;
+        unsigned d = s[i];
+        if (i == 1 ? (d < lo || d > hi) : (d < 0x80 || d > 0xBF)) return 0;
+        *maxpart = i + 1;
+    }
+    return need;
+}
+
+size_t tk_utf8_lossy(tk_buf *dst, const char *src, size_t n) {
+    const unsigned char *s = (const unsigned char *)src;
+    size_t i = 0, bad = 0, run = 0;
+    tk_buf_reserve(dst, n);
+    while (i < n) {
+        if (s[i] < 0x80) {
+            i++;
+            run++;
+            continue;
+        }
+        size_t part, k = utf8_seq(s + i, n - i, &part);
+        if (k) {
+            i += k;
+            run += k;
+            continue;
+        }
+        tk_buf_put(dst, s + i - run, run);
+        run = 0;
+        tk_buf_put(dst, "\xEF\xBF\xBD", 3);
+        bad++;
+        i += part;
+    }
+    tk_buf_put(dst, s + i - run, run);
+    return bad;
+}
+
+bool tk_utf8_valid(const char *s, size_t n) {
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        if (u[i] < 0x80) {
+            i++;
+            continue;
+        }
+        size_t part, k = utf8_seq(u + i, n - i, &part);
+        if (!k) return false;
+        i += k;
+    }
+    return true;
+}
+
+/* ==== Unicode predicates ==== */
+
+bool tk_is_whitespace(int32_t c) {
+    return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
+           c == 0x205F || c == 0x3000;
+}
+
+bool tk_is_numeric(int32_t c) {
+    if (c < 0x80) return c >= '0' && c <= '9';
+    utf8proc_category_t k = utf8proc_category(c);
+    return k == UTF8PROC_CATEGORY_ND || k == UTF8PROC_CATEGORY_NL || k == UTF8PROC_CATEGORY_NO;
+}
+
+bool tk_is_alnum(int32_t c) {
+    if (c < 0x80) return (c >= '0' && c <= '9') || ((c | 32) >= 'a' && (c | 32) <= 'z');
+    utf8proc_category_t k = utf8proc_category(c);
+    return (k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_LO) ||
+           (k >= UTF8PROC_CATEGORY_ND && k <= UTF8PROC_CATEGORY_NO);
+}
+
+bool tk_is_punct(int32_t c) {
+    if (c < 0x80)
+        return (c >= 0x21 && c <= 0x2F) || (c >= 0x3A && c <= 0x40) || (c >= 0x5B && c <= 0x60) ||
+               (c >= 0x7B && c <= 0x7E);
+    utf8proc_category_t k = utf8proc_category(c);
+    return k >= UTF8PROC_CATEGORY_PC && k <= UTF8PROC_CATEGORY_PO;
+}
+
+/* ==== String map ==== */
+
+#define EMPTY_LEN UINT32_MAX
+
+void tk_map_init(tk_map *m, size_t expect) {
+    size_t cap = 16;
+    while (cap < expect * 2) cap *= 2;
+    m->slots = xrealloc(NULL, cap * sizeof *m->slots);
+    for (size_t i = 0; i < cap; i++) m->slots[i].len = EMPTY_LEN;
+    m->cap = cap;
+    m->n = 0;
+    memset(&m->arena, 0, sizeof m->arena);
+}
+
+void tk_map_free(tk_map *m) {
+    free(m->slots);
+    free(m->arena.p);
+    memset(m, 0, sizeof *m);
+}
+
+static void map_grow(tk_map *m) {
+    tk_map_ent *old = m->slots;
+    size_t oc = m->cap;
+    m->cap *= 2;
+    m->slots = xrealloc(NULL, m->cap * sizeof *m->slots);
+    for (size_t i = 0; i < m->cap; i++) m->slots[i].len = EMPTY_LEN;
+    for (size_t i = 0; i < oc; i++) {
+        if (old[i].len == EMPTY_LEN) continue;
+        size_t j = old[i].h & (m->cap - 1);
+        while (m->slots[j].len != EMPTY_LEN) j = (j + 1) & (m->cap - 1);
+        m->slots[j] = old[i];
+    }
+    free(old);
+}
+
+int tk_map_put(tk_map *m, const char *k, size_t n, int32_t val, bool overwrite) {
+    if ((m->n + 1) * 2 > m->cap) map_grow(m);
+    uint64_t h = XXH3_64bits(k, n);
+    size_t j = h & (m->cap - 1);
+    for (; m->slots[j].len != EMPTY_LEN; j = (j + 1) & (m->cap - 1)) {
+        tk_map_ent *e = &m->slots[j];
+        if (e->h == h && e->len == n && !memcmp(m->arena.p + e->off, k, n)) {
+            if (overwrite) e->val = val;
+            return 0;
+        }
+    }
+    tk_map_ent *e = &m->slots[j];
+    e->h = h;
+    e->off = (uint32_t)m->arena.n;
+    e->len = (uint32_t)n;
+    e->val = val;
+    tk_buf_put(&m->arena, k, n);
+    tk_buf_putc(&m->arena, '\0'); /* keys are C strings too */
+    m->n++;
+    return 1;
+}
+
+int32_t tk_map_get(const tk_map *m, const char *k, size_t n) {
+    if (!m->cap) return -1;
+    uint64_t h = XXH3_64bits(k, n);
+    for (size_t j = h & (m->cap - 1); m->slots[j].len != EMPTY_LEN; j = (j + 1) & (m->cap - 1)) {
+        const tk_map_ent *e = &m->slots[j];
+        if (e->h == h && e->len == n && !memcmp(m->arena.p + e->off, k, n)) return e->val;
+    }
+    return -1;
+}
+
+const char *tk_map_key(const tk_map *m, const tk_map_ent *e) { return m->arena.p + e->off; }
+
+/* ==== Regex (PCRE2, UTF + UCP, JIT) ==== */
+
+int tk_regex_compile(tk_regex *r, const char *pat, size_t n, bool literal, mx_error *err) {
+    int ec;
+    PCRE2_SIZE eo;
+    /* PCRE2_LITERAL admits UTF but not UCP (which only matters for classes anyway). */
+    uint32_t opt = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
+    r->code = pcre2_compile((PCRE2_SPTR)pat, n, opt, &ec, &eo, NULL);
+    if (!r->code) {
+        PCRE2_UCHAR msg[256];
+        pcre2_get_error_message(ec, msg, sizeof msg);
+        return mx_fail(err, "regex /%.*s/ at offset %zu: %s", (int)(n > 200 ? 200 : n), pat,
+                       (size_t)eo, (const char *)msg);
+    }
+    r->jit = pcre2_jit_compile(r->code, PCRE2_JIT_COMPLETE) == 0;
+    return 0;
+}
+
+void tk_regex_free(tk_regex *r) {
+    if (r->code) pcre2_code_free(r->code);
+    r->code = NULL;
+}
+
+/* Input is valid UTF-8 (sanitized on entry to tok_encode), so the per-call UTF check is
+ * skipped. The JIT stack grows on demand for long matches (e.g. megabytes of spaces). */
+int tk_regex_spans(const tk_regex *r, const char *s, size_t n, tk_spans *out, mx_error *err) {
+    if (n == 0) {
+        tk_spans_push(out, 0, 0, 0);
+        return 0;
+    }
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(r->code, NULL);
+    pcre2_jit_stack *js = NULL;
+    pcre2_match_context *mc = NULL;
+    if (!md) return mx_fail(err, "regex: out of memory");
+    size_t prev = 0, pos = 0;
+    int rc = 0;
+    while (pos <= n) {
+        int m = pcre2_match(r->code, (PCRE2_SPTR)s, n, pos, PCRE2_NO_UTF_CHECK, md, mc);
+        if (m == PCRE2_ERROR_JIT_STACKLIMIT && !js) {
+            js = pcre2_jit_stack_create(32 * 1024, 64 * 1024 * 1024, NULL);
+            mc = pcre2_match_context_create(NULL);
+            if (!js || !mc) {
+                rc = mx_fail(err, "regex: out of memory");
+                break;
+            }
+            pcre2_jit_stack_assign(mc, NULL, js);
+            continue;
+        }
+        if (m == PCRE2_ERROR_NOMATCH) break;
+        if (m < 0) {
+            PCRE2_UCHAR msg[256];
+            pcre2_get_error_message(m, msg, sizeof msg);
+            rc = mx_fail(err, "regex match failed: %s", (const char *)msg);
+            break;
+        }
+        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+        size_t a = ov[0], b = ov[1];
+        if (a != prev) tk_spans_push(out, prev, a, 0);
+        tk_spans_push(out, a, b, 1);
+        prev = pos = b;
+        if (a == b) { /* empty match: continue one char further, as find_iter does */
+            if (pos >= n) break;
+            int32_t cp;
+            pos += tk_utf8_next(s + pos, n - pos, &cp);
+        }
+    }
+    if (prev != n && rc == 0) tk_spans_push(out, prev, n, 0);
+    pcre2_match_data_free(md);
+    if (mc) pcre2_match_context_free(mc);
+    if (js) pcre2_jit_stack_free(js);
+    return rc;
+}
