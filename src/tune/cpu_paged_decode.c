@@ -17,17 +17,22 @@ static int check_args(const cpu_paged_attn_args *a, mx_error *err) {
     if (a->workspace_floats <
         cpu_paged_attn_workspace_floats(a->B, a->n_q_heads, a->head_dim, a->num_splits))
         return mx_fail(err, "paged decode: workspace of %zu floats too small", a->workspace_floats);
+    if (a->window < 0) return mx_fail(err, "paged decode: window %d must be >= 0", a->window);
+    const int n_seqs = a->seq ? a->n_seqs : a->B;
     for (int b = 0; b < a->B; b++) {
         const int len = a->seq_lens[b];
+        const int sq = a->seq ? a->seq[b] : b;
+        if (sq < 0 || sq >= n_seqs)
+            return mx_fail(err, "paged decode: seq[%d] = %d outside [0, %d)", b, sq, n_seqs);
         if (len < 1 || len > a->pt_stride * a->block_size)
             return mx_fail(err, "paged decode: seq_lens[%d] = %d outside [1, %d]", b, len,
                            a->pt_stride * a->block_size);
         const int nb = (len + a->block_size - 1) / a->block_size;
         for (int i = 0; i < nb; i++) {
-            const int32_t blk = a->page_table[(size_t)b * a->pt_stride + i];
+            const int32_t blk = a->page_table[(size_t)sq * a->pt_stride + i];
             if (blk < 0 || blk >= a->n_blocks)
-                return mx_fail(err, "paged decode: page_table[%d][%d] = %d outside [0, %lld)", b, i,
-                               blk, (long long)a->n_blocks);
+                return mx_fail(err, "paged decode: page_table[%d][%d] = %d outside [0, %lld)", sq,
+                               i, blk, (long long)a->n_blocks);
         }
     }
     return 0;
@@ -65,15 +70,27 @@ static inline void scale_f32(float *restrict y, float a, int n) {
  * Reads each K/V row once for the G query heads that share it (GQA), a block at a time:
  * the block's scores first, then one rescale of the running sums per block instead of one per
  * key, which keeps expf() off the per-key critical path. */
+
+/* Keys of query b: positions [*lo, len); blocks [*first, *end). */
+static void key_range(const cpu_paged_attn_args *a, int b, int *lo, int *first, int *end) {
+    const int len = a->seq_lens[b];
+    *lo = a->window > 0 && len > a->window ? len - a->window : 0;
+    *first = *lo / a->block_size;
+    *end = (len + a->block_size - 1) / a->block_size;
+}
+
 static void partial_split(const cpu_paged_attn_args *a, int b, int kvh, int split, int n_splits,
                           float *ws /* [G, D + 2] */) {
     const int D = a->head_dim, bs = a->block_size, Hkv = a->n_kv_heads;
     const int G = a->n_q_heads / Hkv, len = a->seq_lens[b];
-    const int nb = (len + bs - 1) / bs;
-    const int blk0 = (int)((int64_t)nb * split / n_splits);
-    const int blk1 = (int)((int64_t)nb * (split + 1) / n_splits);
+    const int32_t *table = a->page_table + (size_t)(a->seq ? a->seq[b] : b) * a->pt_stride;
+    int lo, first, end;
+    key_range(a, b, &lo, &first, &end);
+    const int nb = end - first;
+    const int blk0 = first + (int)((int64_t)nb * split / n_splits);
+    const int blk1 = first + (int)((int64_t)nb * (split + 1) / n_splits);
     const float *q = a->q + ((size_t)b * a->n_q_heads + (size_t)kvh * G) * D; /* [G, D] */
-    float s[64];                                                                /* [bs'] scores */
+    float s[64];                                                                /* scores */
     for (int g = 0; g < G; g++) {
         float *w = ws + (size_t)g * (D + 2);
         w[0] = -INFINITY; /* m */
@@ -82,21 +99,23 @@ static void partial_split(const cpu_paged_attn_args *a, int b, int kvh, int spli
     }
     const size_t row = (size_t)Hkv * D; /* floats per physical KV row */
     for (int blk = blk0; blk < blk1; blk++) {
-        const int32_t phys = a->page_table[(size_t)b * a->pt_stride + blk];
-        const int n_tok = blk == nb - 1 ? len - blk * bs : bs;
-        const float *kb = a->k_cache + (size_t)phys * bs * row + (size_t)kvh * D;
-        const float *vb = a->v_cache + (size_t)phys * bs * row + (size_t)kvh * D;
+        /* tokens [t_lo, t_hi) of this block are keys (the window may cut the first block) */
+        const int t_lo = blk * bs < lo ? lo - blk * bs : 0;
+        const int t_hi = (blk + 1) * bs > len ? len - blk * bs : bs;
+        const float *kb = a->k_cache + (size_t)table[blk] * bs * row + (size_t)kvh * D;
+        const float *vb = a->v_cache + (size_t)table[blk] * bs * row + (size_t)kvh * D;
         /* Blocks larger than the score buffer go in chunks of 64 tokens. */
-        for (int t0 = 0; t0 < n_tok; t0 += 64) {
-            const int nt = n_tok - t0 < 64 ? n_tok - t0 : 64;
+        for (int t0 = t_lo; t0 < t_hi; t0 += 64) {
+            const int nt = t_hi - t0 < 64 ? t_hi - t0 : 64;
             for (int g = 0; g < G; g++) {
                 const float *qg = q + (size_t)g * D;
                 float *w = ws + (size_t)g * (D + 2);
                 float mx = w[0];
                 for (int t = 0; t < nt; t++) {
-                    const float *k = kb + (size_t)(t0 + t) * row;
-                    s[t] = dot_f32(qg, k, D) * a->scale;
-                    if (s[t] > mx) mx = s[t];
+                    float sc = dot_f32(qg, kb + (size_t)(t0 + t) * row, D) * a->scale;
+                    if (a->softcap > 0.0f) sc = a->softcap * tanhf(sc / a->softcap);
+                    s[t] = sc;
+                    if (sc > mx) mx = sc;
                 }
                 const float c = expf(w[0] - mx); /* 0 when m was -inf */
                 float l = w[1] * c;
@@ -104,9 +123,8 @@ static void partial_split(const cpu_paged_attn_args *a, int b, int kvh, int spli
                 scale_f32(acc, c, D);
                 for (int t = 0; t < nt; t++) {
                     const float p = expf(s[t] - mx);
-                    const float *v = vb + (size_t)(t0 + t) * row;
                     l += p;
-                    axpy_f32(acc, v, p, D);
+                    axpy_f32(acc, vb + (size_t)(t0 + t) * row, p, D);
                 }
                 w[0] = mx;
                 w[1] = l;
@@ -127,8 +145,9 @@ int cpu_paged_decode_attn(const cpu_paged_attn_args *a, mx_error *err) {
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t t = 0; t < tasks; t++) {
         const int split = (int)(t % S), kvh = (int)(t / S % Hkv), b = (int)(t / S / Hkv);
-        const int nb = (a->seq_lens[b] + a->block_size - 1) / a->block_size;
-        const int n_splits = S < nb ? S : nb;
+        int lo, first, end;
+        key_range(a, b, &lo, &first, &end);
+        const int n_splits = S < end - first ? S : end - first;
         float *ws = a->workspace + (size_t)t * G * W; /* [G, D + 2] */
         if (split < n_splits) {
             partial_split(a, b, kvh, split, n_splits, ws);
