@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -186,12 +187,53 @@ static void test_write_failure(void **st) {
     assert_int_equal(tune_store_read(dir, &r.key, &got, &err), TUNE_READ_MISSING);
 }
 
+/* A reader racing a writer sees the old record or the new one, never a torn file. */
+static void test_concurrent_reader_sees_whole_records(void **st) {
+    (void)st;
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/autotune", g_dir);
+    tune_record r = sample(), got;
+    mx_error err;
+    /* a long device string makes each file a few KB, so a torn read would show */
+    memset(r.key.device, 'x', sizeof r.key.device - 1);
+    r.key.device[sizeof r.key.device - 1] = 0;
+    assert_int_equal(tune_store_write(dir, &r, &err), 0);
+    const pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        for (int i = 0; i < 300; i++) {
+            r.value = i % 64;
+            if (tune_store_write(dir, &r, &err)) _exit(1);
+        }
+        _exit(0);
+    }
+    int ok = 0, bad = 0;
+    for (int i = 0; i < 3000; i++) {
+        const int rc = tune_store_read(dir, &r.key, &got, &err);
+        if (rc == TUNE_READ_OK && got.value >= 0 && got.value < 64) ok++;
+        else bad++;
+        if (bad) print_message("read %d: rc %d (%s)\n", i, rc, err.msg);
+        if (bad) break;
+        int status;
+        if (waitpid(pid, &status, WNOHANG) == pid) {
+            assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+            break;
+        }
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    assert_int_equal(bad, 0);
+    assert_true(ok > 0);
+    assert_int_equal(count_entries(dir), 1); /* no temp file left behind */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_roundtrip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_filename, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stale_and_corrupt, setup, teardown),
         cmocka_unit_test_setup_teardown(test_write_failure, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_concurrent_reader_sees_whole_records, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
