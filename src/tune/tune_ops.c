@@ -89,7 +89,11 @@ int tune_device_cuda(tune_device *d, mx_error *err) {
     d->kind = TUNE_DEV_CUDA;
 #ifdef MLXCEL_HAVE_CUDA
     cuda_device_facts f;
-    if (cuda_device_info(&f)) return mx_fail(err, "no usable CUDA device (driver or GPU missing)");
+    if (cuda_device_info(&f)) {
+        snprintf(d->name, sizeof d->name, "unavailable");
+        tune_device_make_id(d);
+        return mx_fail(err, "no usable CUDA device (driver or GPU missing)");
+    }
     snprintf(d->name, sizeof d->name, "%.*s", (int)sizeof d->name - 1, f.name);
     d->cc_major = f.cc_major;
     d->cc_minor = f.cc_minor;
