@@ -14,6 +14,7 @@ typedef struct command {
 static const command k_commands[] = {
     {"inspect", cmd_inspect, "memory estimate for a checkpoint: weights, KV cache, fits or not"},
     {"apply-template", cmd_apply_template, "render a checkpoint's chat template for a conversation"},
+    {"loadtest", cmd_loadtest, "steady-state load test of a running server: tok/s, TTFT, ITL, failures"},
 };
 #define N_COMMANDS (int)(sizeof k_commands / sizeof k_commands[0])
 

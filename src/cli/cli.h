@@ -5,5 +5,6 @@
 
 int cmd_inspect(int argc, char **argv);
 int cmd_apply_template(int argc, char **argv);
+int cmd_loadtest(int argc, char **argv);
 
 #endif
