@@ -163,7 +163,34 @@ F(batch) {
 F(capitalize) { return to_str(c, v, &v) || jinja_case(c->r, c->line, v, 'c', out); }
 F(lower) { return to_str(c, v, &v) || jinja_case(c->r, c->line, v, 'l', out); }
 F(upper) { return to_str(c, v, &v) || jinja_case(c->r, c->line, v, 'u', out); }
-F(title) { return to_str(c, v, &v) || jinja_case(c->r, c->line, v, 't', out); }
+/* jinja2's title filter (not str.title): words start after runs of [-\s({[<]; each word is its
+ * first character upper-cased plus the rest lower-cased, so "they're" -> "They're". */
+F(title) {
+    if (to_str(c, v, &v)) return -1;
+    jbuf b = {.limit = c->r->max_output};
+    size_t i = 0;
+    bool start = true;
+    while (i < v.u.s.n) {
+        size_t from = i;
+        int32_t ch = ju8_next(v.u.s.p, v.u.s.n, &i);
+        bool sep = ju8_is_space(ch) || ch == '-' || ch == '(' || ch == '{' || ch == '[' || ch == '<';
+        jv piece = jv_strn(v.u.s.p + from, i - from), cased;
+        if (sep) {
+            jbuf_put(&b, piece.u.s.p, piece.u.s.n);
+            start = true;
+            continue;
+        }
+        if (jinja_case(c->r, c->line, piece, start ? 'u' : 'l', &cased)) {
+            jbuf_free(&b);
+            return -1;
+        }
+        jbuf_put(&b, cased.u.s.p, cased.u.s.n);
+        start = false;
+    }
+    if (b.failed) { jbuf_free(&b); return jr_oom(c->r, c->line); }
+    *out = jr_string_from_buf(c->r, &b);
+    return 0;
+}
 
 F(center) {
     jv w = param(c, 0, "width", jv_int(80));
@@ -535,9 +562,18 @@ F(round) {
                                                  : jr_fail(c->r, c->line, "round: expected a number");
     double x = jv_as_double(v), scale = pow(10.0, prec.k == JV_INT ? (double)prec.u.i : 0.0);
     char m = method.k == JV_STR && method.u.s.n ? method.u.s.p[0] : 'c';
+    bool common = !(m == 'f' || (m == 'c' && method.u.s.n == 4));
+    if (common && v.k == JV_INT && (prec.k != JV_INT || prec.u.i >= 0)) { *out = v; return 0; }
+    if (common && prec.k == JV_INT && prec.u.i >= 0 && prec.u.i <= 300 && isfinite(x)) {
+        /* Python's round() rounds the exact binary value half-to-even; so does glibc's printf. */
+        char buf[400];
+        snprintf(buf, sizeof buf, "%.*f", (int)prec.u.i, x);
+        *out = jv_float(strtod(buf, NULL));
+        return 0;
+    }
     double y = x * scale;
-    y = m == 'f' ? floor(y) : m == 'c' && method.u.s.n == 4 ? ceil(y) : nearbyint(y); /* common: half-even */
-    *out = v.k == JV_INT && m == 'c' && method.u.s.n == 6 && (prec.k != JV_INT || prec.u.i >= 0) ? v : jv_float(y / scale);
+    y = m == 'f' ? floor(y) : !common ? ceil(y) : nearbyint(y);
+    *out = jv_float(y / scale);
     return 0;
 }
 

@@ -136,11 +136,12 @@ static int str_split(jrender *r, int line, jv s, jv sep, int64_t maxsplit, bool 
                 we[nw++] = end;
                 i = end;
             }
-            size_t first = 0;
-            if (maxsplit >= 0 && nw > (size_t)maxsplit + 1) first = nw - (size_t)maxsplit - 1;
+            /* Once maxsplit words are split off, the rest keeps its leading whitespace. */
+            bool capped = maxsplit >= 0 && nw > (size_t)maxsplit;
+            size_t first = capped ? nw - (size_t)maxsplit - 1 : 0;
             bool ok = true;
-            if (first > 0) ok = jv_list_push(&r->arena, l, jv_strn(p, we[first]));
-            for (size_t k = first > 0 ? first + 1 : 0; k < nw && ok; k++)
+            if (capped) ok = jv_list_push(&r->arena, l, jv_strn(p, we[first]));
+            for (size_t k = capped ? first + 1 : 0; k < nw && ok; k++)
                 ok = jv_list_push(&r->arena, l, jv_strn(p + ws[k], we[k] - ws[k]));
             free(ws);
             free(we);
@@ -239,6 +240,10 @@ int jinja_case(jrender *r, int line, jv s, char mode, jv *out) {
         }
         prev_cased = cased;
         first = false;
+        if (c == 0xDF && (mode == 'u' || m == 0x1E9E)) { /* Python: 'ß'.upper() == 'SS', title 'Ss' */
+            jbuf_puts(&b, mode == 'u' ? "SS" : "Ss");
+            continue;
+        }
         utf8proc_uint8_t enc[4];
         utf8proc_ssize_t k = utf8proc_encode_char(m, enc);
         jbuf_put(&b, (const char *)enc, (size_t)k);
