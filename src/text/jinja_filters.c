@@ -102,6 +102,11 @@ static int sort_by(const fctx *c, jv_list *items, jv *keys, bool reverse, bool c
         return jr_oom(c->r, c->line);
     }
     for (size_t i = 0; i < n; i++) idx[i] = i;
+    if (jr_charge(c->r, c->line, (uint64_t)n * 20)) {
+        free(idx);
+        free(tmp);
+        return -1;
+    }
     sortctx s = {.keys = keys, .reverse = reverse};
     merge_sort(&s, idx, tmp, n);
     jv_list *l = s.failed ? NULL : jv_list_new(&c->r->arena, n);
@@ -685,6 +690,7 @@ F(unique) {
         if (attr.k != JV_NONE && attr_path(c, key, attr, &key)) return -1;
         if (!jv_truthy(cs) && key.k == JV_STR && jinja_case(c->r, c->line, key, 'l', &key)) return -1;
         bool dup = false;
+        if (jr_charge(c->r, c->line, seen->n + 1)) return -1;
         for (size_t k = 0; k < seen->n && !dup; k++) dup = jv_equal(seen->v[k], key);
         if (dup) continue;
         if (!jv_list_push(&c->r->arena, seen, key) || !jv_list_push(&c->r->arena, res, l->v[i]))
@@ -735,6 +741,7 @@ int jr_apply_filter(jrender *r, const jnode *n, jv arg, const jv *args, size_t n
     if (n->id < 0 || n->id >= N_FILTERS) return jr_fail(r, n->line, "unknown filter '%s'", n->name);
     fctx c = {r, n, n->line, args, n_args, kw_names, kw_vals, n_kw};
     out->safe = 0;
+    if (jr_charge(r, n->line, jr_cost(arg))) return -1;
     return k_filters[n->id].fn(&c, arg, out);
 }
 
