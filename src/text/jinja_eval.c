@@ -218,6 +218,7 @@ int jr_getitem(jrender *r, int line, jv obj, jv key, jv *out) {
             return 0;
         }
     } else if (obj.k == JV_STR && (key.k == JV_INT || key.k == JV_BOOL)) {
+        if (jr_charge(r, line, jr_cost(obj))) return -1;
         size_t len = ju8_len(obj.u.s.p, obj.u.s.n);
         if (index_of(key, len, &i)) {
             size_t a = ju8_offset(obj.u.s.p, obj.u.s.n, i);
@@ -259,6 +260,7 @@ static int slice_eval(jrender *r, const jnode *n, jv obj, jv *out) {
         }
     }
     if (obj.k == JV_UNDEF) return jr_undefined_error(r, n->line, obj);
+    if (jr_charge(r, n->line, jr_cost(obj))) return -1;
     if (obj.k != JV_LIST && obj.k != JV_STR) {
         *out = jv_undef(jr_hint(r, "'%s' object is not subscriptable", jv_type_name(obj)));
         return 0;
