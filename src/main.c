@@ -22,8 +22,6 @@ static const command k_commands[] = {
     {"loadtest", cmd_loadtest, "steady-state load test of a running server: tok/s, TTFT, ITL, failures"},
     {"convert", cmd_convert, "Hugging Face checkpoint -> MLX checkpoint (cast, 2..8-bit affine quantization)"},
     {"tune", cmd_tune, "kernel autotuning: profile launch candidates, store the winners"},
-    {"apply-template", cmd_apply_template, "render a checkpoint's chat template for a conversation"},
-    {"loadtest", cmd_loadtest, "steady-state load test of a running server: tok/s, TTFT, ITL, failures"},
 };
 #define N_COMMANDS (int)(sizeof k_commands / sizeof k_commands[0])
 
