@@ -6,7 +6,7 @@
 # Carry: .carry/npm.tar.xz .carry/demo_data build-cuda/bench/cuda_ops_bench
 # Results: $OUT/{demo.tgz,reference_outputs.tgz,*.log}
 set -u
-MINUTES=${MINUTES:-5.5}
+MINUTES=${MINUTES:-5}
 tar xJf .carry/npm.tar.xz -C .carry
 ( MINUTES=$MINUTES bash tools/train_demo/run_device.sh .carry/demo_data /tmp/demo tok,train,sample \
     > /tmp/demo.log 2>&1; echo "demo rc=$?" >> /tmp/demo.log ) &
