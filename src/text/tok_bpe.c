@@ -198,6 +198,11 @@ static int32_t char_id(const tk_bpe *b, tk_buf *tmp, const char *ch, size_t l, b
 int tk_bpe_word(tk_ctx *c, const char *w, size_t n) {
     tk_bpe *b = (tk_bpe *)&c->t->bpe; /* the cache is the only mutable part */
     tk_ids *out = c->out;
+    if (c->collect) {
+        if (c->collect->n) tk_buf_putc(c->collect, '|');
+        tk_buf_put(c->collect, w, n);
+        return 0;
+    }
     if (b->ignore_merges) {
         int32_t id = tk_map_get(&b->vocab, w, n);
         if (id >= 0) {

@@ -216,8 +216,13 @@ typedef struct tk_ctx {
     struct tk_heap_ent *heap;
     size_t heap_cap;
     tk_buf word;
+    tk_buf *collect; /* tests: when set, words and added tokens are appended here, '|'-joined */
     mx_error *err;
 } tk_ctx;
+
+/* Tests: the pieces the model would see (pre-tokenized words, added tokens as their content),
+ * joined by '|', into *out (malloc'd). */
+int tk_debug_pieces(const tokenizer *t, const char *text, size_t len, char **out, mx_error *err);
 
 /* tok_load.c */
 int tk_load_json(tokenizer *t, const char *json, size_t len, const char *name, mx_error *err);

@@ -205,6 +205,16 @@ void tk_ctx_free(tk_ctx *c) {
     free(c->word.p);
 }
 
+static void push_added(tk_ctx *c, int idx) {
+    const tk_added *a = &c->t->added[idx];
+    if (!c->collect) {
+        tk_ids_push(c->out, a->id);
+        return;
+    }
+    if (c->collect->n) tk_buf_putc(c->collect, '|');
+    tk_buf_put(c->collect, a->content, a->len);
+}
+
 /* One piece of text that is not an added token: normalize, split out normalized added
  * tokens, pre-tokenize, BPE. */
 static int encode_piece(tk_ctx *c, const char *s, size_t n, bool at_start) {
@@ -216,14 +226,14 @@ static int encode_piece(tk_ctx *c, const char *s, size_t n, bool at_start) {
     find_added(t, &t->match_norm, ns, nn, &c->added_norm);
     for (size_t i = 0; i < c->added_norm.n; i++) {
         tk_span p = c->added_norm.p[i];
-        if (p.m) tk_ids_push(c->out, t->added[p.m - 1].id);
+        if (p.m) push_added(c, p.m - 1);
         else if (tk_pretokenize(c, ns + p.a, p.b - p.a, at_start && p.a == 0)) return -1;
     }
     return 0;
 }
 
-int tok_encode(const tokenizer *t, const char *text, size_t len, bool add_special, int32_t **ids,
-               size_t *n_ids, mx_error *err) {
+static int encode_impl(const tokenizer *t, const char *text, size_t len, bool add_special, int32_t **ids,
+                       size_t *n_ids, tk_buf *collect, mx_error *err) {
     *ids = NULL;
     *n_ids = 0;
     tk_ids out = {0};
@@ -236,13 +246,14 @@ int tok_encode(const tokenizer *t, const char *text, size_t len, bool add_specia
     }
     tk_ctx c;
     ctx_init(&c, t, &out, err);
+    c.collect = collect;
     if (add_special)
         for (size_t i = 0; i < t->post_prefix.n; i++) tk_ids_push(&out, t->post_prefix.p[i]);
     int rc = 0;
     find_added(t, &t->match_raw, text, len, &c.added_raw);
     for (size_t i = 0; i < c.added_raw.n && rc == 0; i++) {
         tk_span p = c.added_raw.p[i];
-        if (p.m) tk_ids_push(&out, t->added[p.m - 1].id);
+        if (p.m) push_added(&c, p.m - 1);
         else rc = encode_piece(&c, text + p.a, p.b - p.a, p.a == 0);
     }
     if (add_special)
@@ -257,6 +268,22 @@ int tok_encode(const tokenizer *t, const char *text, size_t len, bool add_specia
     *ids = out.p;
     *n_ids = out.n;
     return 0;
+}
+
+int tok_encode(const tokenizer *t, const char *text, size_t len, bool add_special, int32_t **ids,
+               size_t *n_ids, mx_error *err) {
+    return encode_impl(t, text, len, add_special, ids, n_ids, NULL, err);
+}
+
+int tk_debug_pieces(const tokenizer *t, const char *text, size_t len, char **out, mx_error *err) {
+    tk_buf b = {0};
+    int32_t *ids;
+    size_t n;
+    int rc = encode_impl(t, text, len, false, &ids, &n, &b, err);
+    if (rc == 0) free(ids);
+    tk_buf_putc(&b, '\0');
+    *out = b.p;
+    return rc;
 }
 
 /* ==== Accessors ==== */
