@@ -196,6 +196,7 @@ void tk_ctx_free(tk_ctx *c) {
         free(c->stage_buf2[i].p);
         free(c->stage_spans[i].p);
     }
+    for (int i = 0; i <= TK_MAX_STAGES; i++) tk_rx_state_free(&c->rx[i]);
     free(c->norm_a.p);
     free(c->norm_b.p);
     free(c->added_raw.p);
