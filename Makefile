@@ -2,7 +2,7 @@
 # Debian 12 machine first (as root).
 DEB_PKGS := build-essential cmake pkg-config ninja-build clang libclang-rt-14-dev \
             libjansson-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev libxxhash-dev \
-            libopenblas-dev libcmocka-dev curl nodejs npm wordnet-base prometheus
+            libopenblas-dev libcmocka-dev curl wordnet-base prometheus
 BUILD   ?= build
 ASAN    ?= build-asan
 JOBS    ?= $(shell nproc)
@@ -16,6 +16,7 @@ deps:
 	@missing=""; for p in $(DEB_PKGS); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
 	done; \
+	command -v npm >/dev/null 2>&1 || missing="$$missing nodejs npm"; \
 	if [ -n "$$missing" ]; then \
 	  echo "make deps: installing$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
@@ -35,7 +36,7 @@ test: deps build build-asan
 	cd $(ASAN) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS) -LE nosan
 
 run: deps build
-	./$(BUILD)/mlxcel inspect -m tests/fixtures/models/llama
+	./$(BUILD)/mlxcel inspect -m tests/fixtures/ckpt/llama_tiny
 
 bench: deps build
 	./$(BUILD)/mlxcel bench --help

@@ -15,6 +15,10 @@ static const command k_commands[] = {
     {"inspect", cmd_inspect, "memory estimate for a checkpoint: weights, KV cache, fits or not"},
     {"tokenize", cmd_tokenize, "text -> token ids with a tokenizer.json (--bench: encode MB/s)"},
     {"detokenize", cmd_detokenize, "token ids -> text with a tokenizer.json"},
+    {"generate", cmd_generate, "one prompt, streamed to stdout, timing line at the end (--json)"},
+    {"run", cmd_run, "interactive chat with the model's chat template (/bye, /clear, \"\"\")"},
+    {"apply-template", cmd_apply_template, "render a checkpoint's chat template for a conversation"},
+    {"loadtest", cmd_loadtest, "steady-state load test of a running server: tok/s, TTFT, ITL, failures"},
 };
 #define N_COMMANDS (int)(sizeof k_commands / sizeof k_commands[0])
 

@@ -6,5 +6,9 @@
 int cmd_inspect(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_apply_template(int argc, char **argv);
+int cmd_loadtest(int argc, char **argv);
 
 #endif

@@ -1,11 +1,273 @@
+/* mlxcel inspect: memory estimate for a checkpoint (weights, KV cache, activations, headroom)
+ * against the memory available on the chosen device. Errors print exactly one line. */
+#include <getopt.h>
+#include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "base/env.h"
 #include "cli/cli.h"
+#include "io/checkpoint.h"
+#include "model/estimate.h"
+#ifdef MLXCEL_HAVE_CUDA
+#include "backend/cuda/cuda_info.h"
+#endif
 
-/* Placeholder until the foundation work lands the memory estimate. */
+#define DEFAULT_CTX 4096
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: mlxcel inspect -m DIR [--ctx N] [--batch B] [--kv-dtype f16|bf16|int8]\n"
+            "                      [--device cpu|cuda] [--json]\n\n"
+            "Memory estimate for the checkpoint in DIR and whether it fits.\n\n"
+            "  -m, --model DIR    checkpoint directory (config.json + *.safetensors)\n"
+            "  -c, --ctx N        context length per sequence (default min(4096, max_position_embeddings))\n"
+            "  -b, --batch B      concurrent sequences (default 1)\n"
+            "  --kv-dtype T       KV cache element type: f16, bf16 (2 bytes) or int8 (1 byte plus\n"
+            "                     one f32 scale per head per token for K and for V); default: the\n"
+            "                     model's dtype when it is bf16, else f16\n"
+            "  --device D         where the model would run: cuda (free GPU memory) or cpu\n"
+            "                     (MemAvailable); default cuda when a GPU is usable, else cpu\n"
+            "  --json             one JSON object instead of the table\n\n"
+            "Formulas:\n"
+            "  weights     exact sum of tensor bytes in the safetensors headers\n"
+            "  KV          per layer and token 2 x kv_heads x head_dim x elem_bytes (+ int8 scales);\n"
+            "              sliding-window layers hold at most sliding_window tokens;\n"
+            "              total = batch x sum over layers of min(ctx, window) tokens\n"
+            "  activations batch x min(ctx, 512) tokens x 4 bytes x (3 hidden + q_dim + 2 kv_dim\n"
+            "              + 2 ffn + n_experts) + batch x vocab x 4 (fp32 logits); ffn = widest of\n"
+            "              intermediate_size (dense layers) and experts_per_tok x moe_intermediate_size\n"
+            "  headroom    512 MiB + 5%% of (weights + KV + activations)\n"
+            "  available   MLXCEL_MEMORY_LIMIT when set, else free GPU memory (cuda) or\n"
+            "              MemAvailable from /proc/meminfo (cpu)\n");
+}
+
+/* ==== Available memory ==== */
+
+static int meminfo_available(uint64_t *out) {
+    FILE *fp = fopen("/proc/meminfo", "r");
+    if (!fp) return -1;
+    char line[256];
+    int rc = -1;
+    while (fgets(line, sizeof line, fp)) {
+        unsigned long long kb;
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+            *out = (uint64_t)kb * 1024;
+            rc = 0;
+            break;
+        }
+    }
+    fclose(fp);
+    return rc;
+}
+
+/* device: NULL = auto. Fills the bytes, the device actually used and where the figure came from. */
+static int available_memory(const char *device, uint64_t *bytes, const char **dev_used,
+                            char *source, size_t source_n, mx_error *err) {
+    bool want_cuda = device && !strcmp(device, "cuda");
+    bool use_cuda = false;
+#ifdef MLXCEL_HAVE_CUDA
+    cuda_device_facts facts;
+    memset(&facts, 0, sizeof facts);
+    bool have_gpu = (!device || want_cuda) && cuda_device_info(&facts) == 0;
+    if (want_cuda && !have_gpu) return mx_fail(err, "--device cuda: no usable CUDA device");
+    use_cuda = have_gpu;
+#else
+    if (want_cuda) return mx_fail(err, "--device cuda: this build has no CUDA backend");
+#endif
+    *dev_used = use_cuda ? "cuda" : "cpu";
+    uint64_t limit = mx_env()->memory_limit;
+    if (limit) {
+        *bytes = limit;
+        snprintf(source, source_n, "MLXCEL_MEMORY_LIMIT");
+        return 0;
+    }
+#ifdef MLXCEL_HAVE_CUDA
+    if (use_cuda) {
+        *bytes = facts.free_bytes;
+        snprintf(source, source_n, "free memory of GPU 0 (%.100s)", facts.name);
+        return 0;
+    }
+#endif
+    if (meminfo_available(bytes)) return mx_fail(err, "/proc/meminfo: no MemAvailable line");
+    snprintf(source, source_n, "MemAvailable");
+    return 0;
+}
+
+/* ==== Output ==== */
+
+static double gib(uint64_t b) { return (double)b / (double)(1ull << 30); }
+
+static void print_table(const ckpt *c, const mx_mem_estimate *e, mx_kv_dtype kv, uint64_t avail,
+                        const char *dev, const char *source) {
+    const model_spec *s = &c->spec;
+    printf("model       %s\n", c->dir);
+    printf("            %s (%s family), %d layers, hidden %d, heads %d/%d kv, head_dim %d, vocab %d\n",
+           s->model_type, spec_family_name(s->family), s->n_layers, s->hidden_size, s->n_heads,
+           s->n_kv_heads, s->head_dim, s->vocab_size);
+    if (s->n_experts)
+        printf("            MoE: %d experts, %d per token\n", s->n_experts, s->n_experts_per_tok);
+    if (s->quant.bits)
+        printf("weights     %s, MLX affine %d-bit group %d (%d per-module overrides), %d file(s)\n",
+               mx_dtype_name(s->dtype), s->quant.bits, s->quant.group_size, s->n_quant_overrides,
+               c->n_files);
+    else
+        printf("weights     %s, %d file(s)\n", mx_dtype_name(s->dtype), c->n_files);
+    if (e->params >= 1000000000ull)
+        printf("params      %.2f B (%llu)\n", (double)e->params / 1e9, (unsigned long long)e->params);
+    else
+        printf("params      %.2f M (%llu)\n", (double)e->params / 1e6, (unsigned long long)e->params);
+    printf("context     %d tokens x batch %d, KV cache %s", e->ctx, e->batch, kv_dtype_name(kv));
+    if (e->n_sliding_layers)
+        printf(", %d of %d layers slide over %d tokens", e->n_sliding_layers, s->n_layers,
+               s->sliding_window);
+    printf("\n\n");
+    printf("  %-22s %16s %12s\n", "", "bytes", "GiB");
+    printf("  %-22s %16llu %12.3f\n", "weights", (unsigned long long)e->weights_bytes, gib(e->weights_bytes));
+    printf("  %-22s %16llu %12s  (%.1f KiB%s)\n", "KV per token", (unsigned long long)e->kv_bytes_per_token,
+           "", (double)e->kv_bytes_per_token / 1024.0, kv == MX_KV_INT8 ? ", incl. int8 scales" : "");
+    printf("  %-22s %16llu %12.3f\n", "KV total", (unsigned long long)e->kv_bytes_total, gib(e->kv_bytes_total));
+    printf("  %-22s %16llu %12.3f\n", "activations", (unsigned long long)e->activation_bytes,
+           gib(e->activation_bytes));
+    printf("  %-22s %16llu %12.3f\n", "headroom", (unsigned long long)e->headroom_bytes, gib(e->headroom_bytes));
+    printf("  %-22s %16llu %12.3f\n", "total", (unsigned long long)e->total_bytes, gib(e->total_bytes));
+    printf("  %-22s %16llu %12.3f  (%s: %s)\n", "available", (unsigned long long)avail, gib(avail), dev,
+           source);
+    printf("\nfits: %s\n", e->total_bytes <= avail ? "yes" : "no");
+}
+
+static void print_json(const ckpt *c, const mx_mem_estimate *e, mx_kv_dtype kv, uint64_t avail,
+                       const char *dev, const char *source) {
+    const model_spec *s = &c->spec;
+    json_t *o = json_object();
+    json_object_set_new(o, "model_dir", json_string(c->dir));
+    json_object_set_new(o, "model_type", json_string(s->model_type));
+    json_object_set_new(o, "family", json_string(spec_family_name(s->family)));
+    json_object_set_new(o, "dtype", json_string(mx_dtype_name(s->dtype)));
+    json_object_set_new(o, "quant_bits", json_integer(s->quant.bits));
+    json_object_set_new(o, "quant_group_size", json_integer(s->quant.group_size));
+    json_object_set_new(o, "n_files", json_integer(c->n_files));
+    json_object_set_new(o, "params", json_integer((json_int_t)e->params));
+    json_object_set_new(o, "weights_bytes", json_integer((json_int_t)e->weights_bytes));
+    json_object_set_new(o, "ctx", json_integer(e->ctx));
+    json_object_set_new(o, "batch", json_integer(e->batch));
+    json_object_set_new(o, "kv_dtype", json_string(kv_dtype_name(kv)));
+    json_object_set_new(o, "kv_bytes_per_token", json_integer((json_int_t)e->kv_bytes_per_token));
+    json_object_set_new(o, "kv_scale_bytes_per_token", json_integer((json_int_t)e->kv_scale_bytes_per_token));
+    json_object_set_new(o, "kv_bytes_total", json_integer((json_int_t)e->kv_bytes_total));
+    json_object_set_new(o, "sliding_window", json_integer(s->sliding_window));
+    json_object_set_new(o, "n_sliding_layers", json_integer(e->n_sliding_layers));
+    json_object_set_new(o, "n_layers", json_integer(s->n_layers));
+    json_object_set_new(o, "activation_bytes", json_integer((json_int_t)e->activation_bytes));
+    json_object_set_new(o, "headroom_bytes", json_integer((json_int_t)e->headroom_bytes));
+    json_object_set_new(o, "total_bytes", json_integer((json_int_t)e->total_bytes));
+    json_object_set_new(o, "available_bytes", json_integer((json_int_t)avail));
+    json_object_set_new(o, "available_source", json_string(source));
+    json_object_set_new(o, "device", json_string(dev));
+    json_object_set_new(o, "fits", json_boolean(e->total_bytes <= avail));
+    char *txt = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    if (txt) printf("%s\n", txt);
+    free(txt);
+    json_decref(o);
+}
+
+/* ==== Entry ==== */
+
+static int parse_pos(const char *s, long lo, long hi, int *out) {
+    char *end = NULL;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || v < lo || v > hi) return -1;
+    *out = (int)v;
+    return 0;
+}
+
 int cmd_inspect(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "mlxcel inspect: not implemented yet\n");
-    return 2;
+    static const struct option k_opts[] = {
+        {"model", required_argument, NULL, 'm'}, {"ctx", required_argument, NULL, 'c'},
+        {"batch", required_argument, NULL, 'b'}, {"kv-dtype", required_argument, NULL, 'k'},
+        {"device", required_argument, NULL, 'd'}, {"json", no_argument, NULL, 'j'},
+        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0},
+    };
+    const char *dir = NULL, *kv_s = NULL, *device = NULL;
+    int ctx = 0, batch = 1, json = 0, opt;
+    optind = 1;
+    opterr = 0;
+    while ((opt = getopt_long(argc, argv, "m:c:b:h", k_opts, NULL)) != -1) {
+        switch (opt) {
+        case 'm': dir = optarg; break;
+        case 'c':
+            if (parse_pos(optarg, 1, 1l << 30, &ctx)) {
+                fprintf(stderr, "mlxcel inspect: --ctx '%s' is not a positive integer\n", optarg);
+                return 2;
+            }
+            break;
+        case 'b':
+            if (parse_pos(optarg, 1, 1 << 20, &batch)) {
+                fprintf(stderr, "mlxcel inspect: --batch '%s' is not a positive integer\n", optarg);
+                return 2;
+            }
+            break;
+        case 'k': kv_s = optarg; break;
+        case 'd':
+            if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) {
+                fprintf(stderr, "mlxcel inspect: --device '%s' is not cpu or cuda\n", optarg);
+                return 2;
+            }
+            device = optarg;
+            break;
+        case 'j': json = 1; break;
+        case 'h': usage(stdout); return 0;
+        default:
+            fprintf(stderr, "mlxcel inspect: unknown or incomplete option '%s' (see --help)\n",
+                    argv[optind - 1]);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "mlxcel inspect: unexpected argument '%s' (see --help)\n", argv[optind]);
+        return 2;
+    }
+    if (!dir) {
+        fprintf(stderr, "mlxcel inspect: -m DIR is required (see --help)\n");
+        return 2;
+    }
+    mx_kv_dtype kv = MX_KV_F16;
+    if (kv_s && kv_dtype_parse(kv_s, &kv)) {
+        fprintf(stderr, "mlxcel inspect: --kv-dtype '%s' is not f16, bf16 or int8\n", kv_s);
+        return 2;
+    }
+
+    ckpt c;
+    mx_error err = {0};
+    if (ckpt_open(&c, dir, &err) || ckpt_validate(&c, &err)) {
+        fprintf(stderr, "mlxcel inspect: %s\n", err.msg);
+        if (c.dir) ckpt_close(&c);
+        return 1;
+    }
+    int rc = 1;
+    if (!kv_s) kv = c.spec.dtype == MX_BF16 ? MX_KV_BF16 : MX_KV_F16;
+    int max_pos = c.spec.max_position_embeddings;
+    if (!ctx) ctx = max_pos < DEFAULT_CTX ? max_pos : DEFAULT_CTX;
+    if (ctx > max_pos) {
+        fprintf(stderr, "mlxcel inspect: --ctx %d exceeds max_position_embeddings %d of %s/config.json\n",
+                ctx, max_pos, dir);
+        rc = 2;
+        goto out;
+    }
+    mx_mem_estimate e;
+    estimate_memory(&c.spec, c.n_params, c.weights_bytes, ctx, batch, kv, &e);
+    uint64_t avail = 0;
+    const char *dev = "cpu";
+    char source[160];
+    if (available_memory(device, &avail, &dev, source, sizeof source, &err)) {
+        fprintf(stderr, "mlxcel inspect: %s\n", err.msg);
+        goto out;
+    }
+    if (json) print_json(&c, &e, kv, avail, dev, source);
+    else print_table(&c, &e, kv, avail, dev, source);
+    rc = 0;
+out:
+    ckpt_close(&c);
+    return rc;
 }

@@ -40,6 +40,9 @@ typedef struct st_file {
 int st_open(st_file *f, const char *path, mx_error *err);
 /* Parses a header held in memory (fuzzing, tests). data_len is the size of the data section. */
 int st_parse_header(st_file *f, const char *json, size_t json_len, uint64_t data_len, mx_error *err);
+/* Validates a whole safetensors image held in memory (8-byte length, header, data) exactly as
+ * st_open does; tensors point into `buf`, which must outlive `f`. `name` labels errors. */
+int st_parse_buffer(st_file *f, const void *buf, size_t size, const char *name, mx_error *err);
 void st_close(st_file *f);
 const st_tensor *st_find(const st_file *f, const char *name);
 const char *st_meta(const st_file *f, const char *key);

@@ -113,6 +113,7 @@ typedef struct model_spec {
     float gen_top_p;
     int gen_top_k;
     float gen_repetition_penalty;
+    int gen_do_sample;       /* -1 = absent, 0 = greedy, 1 = sample */
 
     /* ---- storage ---- */
     mx_dtype dtype;          /* torch_dtype / dtype of the checkpoint (BF16, F16, F32) */

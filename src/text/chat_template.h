@@ -5,6 +5,8 @@
 #define MLXCEL_TEXT_CHAT_TEMPLATE_H
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <jansson.h>
 
 #include "base/error.h"
@@ -17,6 +19,18 @@ void jinja_free(jinja_template *t);
 /* Renders with `ctx` (a JSON object) as the global variables. *out malloc'd.
  * raise_exception("msg") becomes an error whose message contains msg. */
 int jinja_render(const jinja_template *t, const json_t *ctx, char **out, mx_error *err);
+
+/* Bounds on one render, so that no template (or fuzz input) can run away. Exceeding one is an
+ * error naming the limit. jinja_render uses jinja_default_limits. */
+typedef struct jinja_limits {
+    size_t max_output;  /* bytes of rendered text (also of any intermediate string) */
+    size_t max_memory;  /* bytes of values allocated during the render */
+    uint64_t max_steps; /* expression evaluations + loop iterations */
+    int max_depth;      /* nested evaluation / macro recursion */
+} jinja_limits;
+extern const jinja_limits jinja_default_limits;
+int jinja_render_ex(const jinja_template *t, const json_t *ctx, const jinja_limits *lim, char **out,
+                    mx_error *err);
 
 typedef struct chat_template chat_template;
 

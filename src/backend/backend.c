@@ -1,0 +1,70 @@
+/* Tensor descriptor helpers and backend lookup. */
+#include "backend/backend.h"
+
+#include <string.h>
+
+/* ==== Descriptors ==== */
+static void tensor_fill_strides(mx_tensor *t) {
+    int64_t s = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {
+        t->stride[d] = s;
+        s *= t->shape[d];
+    }
+}
+
+mx_tensor mx_tensor_1d(void *data, mx_dtype t, int64_t n0, mx_device dev) {
+    mx_tensor r = {.data = data, .dtype = t, .ndim = 1, .shape = {n0}, .device = dev};
+    tensor_fill_strides(&r);
+    return r;
+}
+
+mx_tensor mx_tensor_2d(void *data, mx_dtype t, int64_t n0, int64_t n1, mx_device dev) {
+    mx_tensor r = {.data = data, .dtype = t, .ndim = 2, .shape = {n0, n1}, .device = dev};
+    tensor_fill_strides(&r);
+    return r;
+}
+
+mx_tensor mx_tensor_3d(void *data, mx_dtype t, int64_t n0, int64_t n1, int64_t n2, mx_device dev) {
+    mx_tensor r = {.data = data, .dtype = t, .ndim = 3, .shape = {n0, n1, n2}, .device = dev};
+    tensor_fill_strides(&r);
+    return r;
+}
+
+mx_tensor mx_tensor_index(const mx_tensor *t, int64_t i) {
+    mx_tensor r = *t;
+    r.data = t->data ? (char *)t->data + (size_t)(i * t->stride[0]) * mx_dtype_size(t->dtype) : NULL;
+    for (int d = 1; d < t->ndim; d++) {
+        r.shape[d - 1] = t->shape[d];
+        r.stride[d - 1] = t->stride[d];
+    }
+    r.ndim = t->ndim - 1;
+    return r;
+}
+
+mx_tensor mx_tensor_rows(const mx_tensor *t, int64_t r0, int64_t n) {
+    mx_tensor r = *t;
+    r.data = t->data ? (char *)t->data + (size_t)(r0 * t->stride[0]) * mx_dtype_size(t->dtype) : NULL;
+    r.shape[0] = n;
+    return r;
+}
+
+int64_t mx_tensor_numel(const mx_tensor *t) {
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; d++) n *= t->shape[d];
+    return n;
+}
+
+size_t mx_tensor_nbytes(const mx_tensor *t) {
+    return (size_t)mx_tensor_numel(t) * mx_dtype_size(t->dtype);
+}
+
+bool mx_tensor_present(const mx_tensor *t) { return t && t->data != NULL; }
+
+/* ==== Lookup ==== */
+const char *backend_device_name(mx_device dev) { return dev == MX_DEV_CUDA ? "cuda" : "cpu"; }
+
+const backend_ops *backend_get(mx_device dev, mx_error *err) {
+    if (dev == MX_DEV_CPU) return backend_cpu();
+    mx_fail(err, "this build has no CUDA engine backend yet (use --device cpu)");
+    return NULL;
+}

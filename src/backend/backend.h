@@ -1,0 +1,159 @@
+/* The backend seam: a tensor descriptor and an ops table. src/model, src/engine and src/kv reach
+ * a device only through this header; the CPU backend (src/backend/cpu) is the reference and the
+ * CUDA backend implements the same table.
+ *
+ * Conventions (every backend):
+ * - Activations are fp32, row-major, contiguous in their last dimension ("rows" = tokens of the
+ *   step batch). Weights may be bf16, fp16 or fp32 (and later MLX-affine quantized, see
+ *   mx_qweight). Accumulation is fp32.
+ * - Tensors passed to ops live on the backend's device (tensor.device == ops->device).
+ * - KV storage is addressed by *physical rows*: a layer's K (and V) pool is
+ *   [n_phys_rows, n_kv_heads, head_dim]. The KV cache module (src/kv) maps (sequence, position)
+ *   to a physical row through a block table; dense storage is the special case of one block per
+ *   sequence whose size is the sequence capacity, so one attention kernel serves both. */
+#ifndef MLXCEL_BACKEND_BACKEND_H
+#define MLXCEL_BACKEND_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/dtype.h"
+#include "base/error.h"
+
+#define MX_MAX_DIMS 4
+
+typedef enum { MX_DEV_CPU = 0, MX_DEV_CUDA = 1 } mx_device;
+
+/* ==== Tensor descriptor ==== */
+typedef struct mx_tensor {
+    void *data;                  /* NULL = absent (optional weights such as biases) */
+    mx_dtype dtype;
+    int ndim;
+    int64_t shape[MX_MAX_DIMS];
+    int64_t stride[MX_MAX_DIMS]; /* in elements */
+    mx_device device;
+} mx_tensor;
+
+/* Contiguous descriptors. */
+mx_tensor mx_tensor_1d(void *data, mx_dtype t, int64_t n0, mx_device dev);
+mx_tensor mx_tensor_2d(void *data, mx_dtype t, int64_t n0, int64_t n1, mx_device dev);
+mx_tensor mx_tensor_3d(void *data, mx_dtype t, int64_t n0, int64_t n1, int64_t n2, mx_device dev);
+/* View of index i along dim 0 (ndim - 1 dims). */
+mx_tensor mx_tensor_index(const mx_tensor *t, int64_t i);
+/* View of rows [r0, r0 + n) along dim 0. */
+mx_tensor mx_tensor_rows(const mx_tensor *t, int64_t r0, int64_t n);
+int64_t mx_tensor_numel(const mx_tensor *t);
+size_t mx_tensor_nbytes(const mx_tensor *t);
+bool mx_tensor_present(const mx_tensor *t);
+
+/* MLX affine-quantized weight (slot for the quantization issue; no backend implements it yet). */
+typedef struct mx_qweight {
+    mx_tensor w;       /* [N, K * bits / 32] u32 packed */
+    mx_tensor scales;  /* [N, K / group] */
+    mx_tensor biases;  /* [N, K / group] */
+    int bits, group_size;
+} mx_qweight;
+
+/* ==== Attention batch ====
+ * Each row of the step batch is one query token of some sequence. Row i attends to the keys of
+ * its sequence at positions [max(0, pos[i] - window + 1), pos[i]] (window 0 = causal, unbounded);
+ * key position p of sequence s lives in physical row
+ *     block_table[s * table_stride + p / block_size] * block_size + p % block_size. */
+typedef struct mx_attn_batch {
+    int n_rows;
+    const int32_t *pos;          /* [n_rows] query position */
+    const int32_t *seq;          /* [n_rows] sequence index into block_table */
+    const int32_t *block_table;  /* [n_seqs, table_stride] physical block ids */
+    int table_stride;
+    int block_size;              /* tokens per block */
+    const int64_t *write_rows;   /* [n_rows] physical row where this row's K/V are written */
+    /* The arrays above are host memory, unchanged for the whole forward and identical for
+     * every layer: a device backend uploads them once per step_id (new value every forward). */
+    uint64_t step_id;
+} mx_attn_batch;
+
+typedef struct mx_attn_params {
+    int n_heads, n_kv_heads, head_dim;
+    float scale;     /* softmax scale */
+    float softcap;   /* 0 = none: else scores = softcap * tanh(scores / softcap) */
+    int window;      /* 0 = none */
+} mx_attn_params;
+
+/* ==== MoE ==== */
+typedef struct mx_moe_params {
+    int n_experts, top_k;
+    bool norm_topk;        /* renormalise the k selected probabilities to sum 1 */
+    int activation;        /* mx_activation (model/model_spec.h) */
+} mx_moe_params;
+
+/* Expert e's weights: gate [I, H], up [I, H], down [H, I] (views into fused tensors are fine). */
+typedef struct mx_moe_experts {
+    const mx_tensor *gate, *up, *down; /* arrays of n_experts */
+} mx_moe_experts;
+
+/* ==== Ops table ==== */
+typedef struct backend_ops {
+    const char *name;
+    mx_device device;
+
+    /* ---- memory ---- */
+    void *(*alloc)(size_t nbytes);            /* zeroed; NULL on failure */
+    void (*free)(void *p);
+    /* Makes a weight usable on the device: CPU returns the host view as is. */
+    int (*upload)(mx_tensor *dst, const mx_tensor *host, mx_error *err);
+    void (*copy_to_host)(void *dst, const mx_tensor *src);
+    void (*copy_from_host)(mx_tensor *dst, const void *src);
+
+    /* ---- elementwise / norms ---- */
+    /* out[n, H] = table[ids[i]] * scale; `scale` is applied in the table's dtype precision
+     * when round_scale is set (transformers multiplies in the embedding dtype). */
+    void (*embed)(mx_tensor *out, const mx_tensor *table, const int32_t *ids, int n, float scale,
+                  bool round_scale);
+    /* out[r] = x[r] / rms(x[r]) * (w + offset); x, out: [rows, D] (rows may be n*heads). */
+    void (*rms_norm)(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, float eps, float offset);
+    /* x[n, heads, head_dim] rotated in place on its first rot_dim dims, rotate-half (NeoX)
+     * pairing; cos_sin: [n, rot_dim / 2, 2] per-row (cos, sin) already scaled by the
+     * attention factor. */
+    void (*rope)(mx_tensor *x, const float *cos_sin, int rot_dim);
+    void (*add)(mx_tensor *x, const mx_tensor *y);         /* x += y */
+    /* out[n, I] = act(gate) * up */
+    void (*glu)(mx_tensor *out, const mx_tensor *gate, const mx_tensor *up, int activation);
+    void (*softcap)(mx_tensor *x, float cap);              /* x = cap * tanh(x / cap) */
+    /* out[i] = x[idx[i]] for i < n (row gather, used for logits of selected rows); idx is
+     * host memory. */
+    void (*gather_rows)(mx_tensor *out, const mx_tensor *x, const int32_t *idx, int n);
+
+    /* ---- matmul ---- */
+    /* out[n, N] = x[n, K] @ w[N, K]^T (+ bias[N]). */
+    void (*matmul)(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, const mx_tensor *bias);
+    /* Same with a quantized weight; NULL when the backend has none. */
+    void (*matmul_q)(mx_tensor *out, const mx_tensor *x, const mx_qweight *w);
+
+    /* ---- MoE: routing + expert dispatch ----
+     * out[n, H] = sum_k p_k * down_e(act(gate_e x) * up_e x) over the top-k experts of
+     * softmax(router_logits[n, E]). */
+    int (*moe)(mx_tensor *out, const mx_tensor *x, const mx_tensor *router_logits,
+               const mx_moe_experts *ex, const mx_moe_params *p, mx_error *err);
+
+    /* ---- KV + attention ---- */
+    /* k_pool/v_pool: [n_phys_rows, n_kv_heads, head_dim]; k, v: [n, n_kv_heads, head_dim]. */
+    void (*kv_write)(mx_tensor *k_pool, mx_tensor *v_pool, const mx_tensor *k, const mx_tensor *v,
+                     const mx_attn_batch *b);
+    /* out[n, n_heads, head_dim] from q[n, n_heads, head_dim] against the pools (which already
+     * hold this step's keys). Serves prefill chunks and decode rows alike. */
+    void (*attention)(mx_tensor *out, const mx_tensor *q, const mx_tensor *k_pool,
+                      const mx_tensor *v_pool, const mx_attn_batch *b, const mx_attn_params *p);
+    /* Copies physical rows src -> dst of a pool (copy-on-write of a shared KV block). */
+    void (*kv_copy_rows)(mx_tensor *pool, int64_t dst_row, int64_t src_row, int64_t n_rows);
+
+    /* ---- convert ---- */
+    void (*convert)(mx_tensor *dst, const mx_tensor *src);   /* same shape, any float dtypes */
+} backend_ops;
+
+const backend_ops *backend_cpu(void);
+/* NULL and an error naming the reason when the device has no backend in this build. */
+const backend_ops *backend_get(mx_device dev, mx_error *err);
+const char *backend_device_name(mx_device dev);
+
+#endif

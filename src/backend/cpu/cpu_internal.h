@@ -1,0 +1,57 @@
+/* Shared helpers of the CPU backend (reference implementation: fp32 accumulation). */
+#ifndef MLXCEL_BACKEND_CPU_INTERNAL_H
+#define MLXCEL_BACKEND_CPU_INTERNAL_H
+
+#include <stdint.h>
+
+#include "backend/backend.h"
+
+/* dst[0..n) = src row in fp32. */
+static inline void cpu_row_to_f32(float *dst, const void *src, mx_dtype t, int64_t n) {
+    if (t == MX_F32) {
+        const float *s = (const float *)src;
+        for (int64_t i = 0; i < n; i++) dst[i] = s[i];
+    } else if (t == MX_BF16) {
+        const uint16_t *s = (const uint16_t *)src;
+        for (int64_t i = 0; i < n; i++) dst[i] = mx_bf16_to_f32(s[i]);
+    } else {
+        const uint16_t *s = (const uint16_t *)src;
+        for (int64_t i = 0; i < n; i++) dst[i] = mx_f16_to_f32(s[i]);
+    }
+}
+
+/* Pointer to element 0 of row r of a 2-D (or flattened leading-dim) tensor. */
+static inline void *cpu_row_ptr(const mx_tensor *t, int64_t r) {
+    return (char *)t->data + (size_t)(r * t->stride[0]) * mx_dtype_size(t->dtype);
+}
+
+/* Fixed-order fp32 dot product: 16 partial sums combined in a fixed tree, so the result does
+ * not depend on how many rows share a call (batch composition never changes a row's value). */
+static inline float cpu_dot_f32(const float *a, const float *b, int64_t n) {
+    float acc[16] = {0};
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int j = 0; j < 16; j++) acc[j] += a[i + j] * b[i + j];
+    for (int j = 0; i < n; i++, j++) acc[j] += a[i] * b[i];
+    for (int w = 8; w >= 1; w >>= 1)
+        for (int j = 0; j < w; j++) acc[j] += acc[j + w];
+    return acc[0];
+}
+
+void cpu_matmul(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, const mx_tensor *bias);
+int cpu_moe(mx_tensor *out, const mx_tensor *x, const mx_tensor *router_logits,
+            const mx_moe_experts *ex, const mx_moe_params *p, mx_error *err);
+void cpu_glu(mx_tensor *out, const mx_tensor *gate, const mx_tensor *up, int activation);
+void cpu_kv_write(mx_tensor *k_pool, mx_tensor *v_pool, const mx_tensor *k, const mx_tensor *v,
+                  const mx_attn_batch *b);
+void cpu_attention(mx_tensor *out, const mx_tensor *q, const mx_tensor *k_pool,
+                   const mx_tensor *v_pool, const mx_attn_batch *b, const mx_attn_params *p);
+void cpu_kv_copy_rows(mx_tensor *pool, int64_t dst_row, int64_t src_row, int64_t n_rows);
+
+/* Rows at or above which matmul goes through cblas_sgemm (weights converted to fp32 in a
+ * scratch buffer); below it a fixed-order GEMV on the stored dtype. Tests set it very high to
+ * make every row's value independent of batch composition. Default 16; <= 0 resets. */
+void cpu_backend_set_blas_min_rows(int rows);
+int cpu_backend_blas_min_rows(void);
+
+#endif

@@ -1,0 +1,85 @@
+/* CPU MoE: softmax routing, top-k, optional renormalisation, then per-expert dispatch over the
+ * rows routed to it. Accumulation into each row follows ascending expert index, as transformers
+ * does, so a row's value does not depend on which other rows share the step. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_internal.h"
+
+/* Top-k of probs[E] by value (ties: lower index first). */
+static void topk(const float *probs, int E, int k, int *idx, float *val) {
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            bool taken = false;
+            for (int t = 0; t < j; t++) taken |= idx[t] == e;
+            if (taken) continue;
+            if (best < 0 || probs[e] > probs[best]) best = e;
+        }
+        idx[j] = best;
+        val[j] = probs[best];
+    }
+}
+
+int cpu_moe(mx_tensor *out, const mx_tensor *x, const mx_tensor *router_logits,
+            const mx_moe_experts *ex, const mx_moe_params *p, mx_error *err) {
+    const int n = (int)x->shape[0], H = (int)x->shape[1], E = p->n_experts, K = p->top_k;
+    const int I = (int)ex->gate[0].shape[0];
+    int *sel = malloc((size_t)n * K * sizeof(int));        /* [n, K] chosen experts */
+    float *wsel = malloc((size_t)n * K * sizeof(float));   /* [n, K] their weights */
+    float *probs = malloc((size_t)E * sizeof(float));      /* [E] */
+    int32_t *rows = malloc((size_t)n * sizeof(int32_t));   /* rows routed to one expert */
+    float *rw = malloc((size_t)n * sizeof(float));         /* their weights */
+    float *xe = malloc((size_t)n * H * sizeof(float));     /* [m, H] gathered inputs */
+    float *g = malloc((size_t)n * I * sizeof(float));      /* [m, I] */
+    float *u = malloc((size_t)n * I * sizeof(float));      /* [m, I] */
+    float *y = malloc((size_t)n * H * sizeof(float));      /* [m, H] */
+    int rc = 0;
+    if (!sel || !wsel || !probs || !rows || !rw || !xe || !g || !u || !y) {
+        rc = mx_fail(err, "moe: out of memory for %d rows", n);
+        goto done;
+    }
+    /* ---- routing ---- */
+    for (int i = 0; i < n; i++) {
+        const float *lg = cpu_row_ptr(router_logits, i);
+        float m = -INFINITY, s = 0.0f;
+        for (int e = 0; e < E; e++) m = lg[e] > m ? lg[e] : m;
+        for (int e = 0; e < E; e++) s += probs[e] = expf(lg[e] - m);
+        for (int e = 0; e < E; e++) probs[e] /= s;
+        topk(probs, E, K, sel + i * K, wsel + i * K);
+        if (p->norm_topk) {
+            float t = 0.0f;
+            for (int j = 0; j < K; j++) t += wsel[i * K + j];
+            for (int j = 0; j < K; j++) wsel[i * K + j] /= t;
+        }
+    }
+    /* ---- dispatch ---- */
+    for (int i = 0; i < n; i++) memset(cpu_row_ptr(out, i), 0, (size_t)H * sizeof(float));
+    for (int e = 0; e < E; e++) {
+        int m = 0;
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < K; j++)
+                if (sel[i * K + j] == e) {
+                    rows[m] = i;
+                    rw[m++] = wsel[i * K + j];
+                }
+        if (!m) continue;
+        for (int r = 0; r < m; r++) memcpy(xe + (size_t)r * H, cpu_row_ptr(x, rows[r]), (size_t)H * 4);
+        mx_tensor txe = mx_tensor_2d(xe, MX_F32, m, H, MX_DEV_CPU);
+        mx_tensor tg = mx_tensor_2d(g, MX_F32, m, I, MX_DEV_CPU);
+        mx_tensor tu = mx_tensor_2d(u, MX_F32, m, I, MX_DEV_CPU);
+        mx_tensor ty = mx_tensor_2d(y, MX_F32, m, H, MX_DEV_CPU);
+        cpu_matmul(&tg, &txe, &ex->gate[e], NULL);
+        cpu_matmul(&tu, &txe, &ex->up[e], NULL);
+        cpu_glu(&tg, &tg, &tu, p->activation);
+        cpu_matmul(&ty, &tg, &ex->down[e], NULL);
+        for (int r = 0; r < m; r++) {
+            float *o = cpu_row_ptr(out, rows[r]);
+            for (int h = 0; h < H; h++) o[h] += y[(size_t)r * H + h] * rw[r];
+        }
+    }
+done:
+    free(sel); free(wsel); free(probs); free(rows); free(rw); free(xe); free(g); free(u); free(y);
+    return rc;
+}

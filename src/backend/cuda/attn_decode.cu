@@ -1,0 +1,306 @@
+/* Paged decode attention, split-K (flash-decoding), one query token per sequence.
+ *
+ * Phase 1, grid (split, kv head, sequence), 4 warps: the CTA reads its kv head's share of
+ * the sequence's KV once for all G = Hq / Hkv query heads that use it (GQA). Warp w takes
+ * KV blocks w, w+4, ... of the split; within a 16-token block a lane holds 8 dims (one
+ * 16-byte load) of one token, 16 lanes per token, so a warp covers 2 tokens per load and
+ * issues 8 K + 8 V loads per block before the first use. Online softmax per block (one
+ * rescale per block), in the log2 domain (q is pre-scaled by scale * log2 e, so exp is one
+ * ex2). At the end the 4 warps merge in shared memory; a single split writes the output,
+ * otherwise the split writes its normalised partial output and log-sum-exp.
+ * Phase 2 merges the splits of each (sequence, q head) in a fixed order.
+ *
+ * No atomics anywhere: for a fixed split count the result is bitwise reproducible, and with
+ * num_splits > 0 the splits of a sequence depend only on its own length (batch-invariant).
+ * Template parameters: G (query heads per kv head) and D (head_dim); instantiated for
+ * D = 128, G in {1, 2, 4, 8}. */
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "backend/cuda/cuda_kernels.cuh"
+#include "backend/cuda/cuda_ops.h"
+
+#define ATTN_WARPS 4
+#define ATTN_BS 16 /* tokens per KV block (fixed: the loop is unrolled over it) */
+
+/* ==== Phase 1: one split of one (sequence, kv head) ==== */
+
+template <int G, int D>
+__global__ void __launch_bounds__(ATTN_WARPS * 32)
+paged_attn_split_kernel(const uint16_t *__restrict__ q,        /* [B, Hq, D] */
+                        const uint16_t *__restrict__ k_cache,  /* [nb, BS, Hkv, D] */
+                        const uint16_t *__restrict__ v_cache,  /* [nb, BS, Hkv, D] */
+                        const int32_t *__restrict__ page_table, /* [B, pt_stride] */
+                        const int32_t *__restrict__ seq_lens,   /* [B] */
+                        void *__restrict__ o, int o_bf16,       /* [B, Hq, D] when 1 split */
+                        float *__restrict__ part_o,             /* [B, Hq, S, D] */
+                        float *__restrict__ part_lse,           /* [B, Hq, S] */
+                        int Hkv, int pt_stride, float qscale) {
+    constexpr int LPT = D / 8;       /* lanes per token */
+    constexpr int TPW = 32 / LPT;    /* tokens per warp load */
+    constexpr int J = ATTN_BS / TPW; /* loads per lane per block, for K and for V each */
+    constexpr int JT = G >= 8 ? J / 2 : J; /* loads per sub-tile */
+    static_assert(D % 8 == 0 && 32 % LPT == 0 && ATTN_BS % TPW == 0, "layout");
+
+    __shared__ float sm_m[ATTN_WARPS][G], sm_l[ATTN_WARPS][G];
+    __shared__ __align__(16) float sm_acc[ATTN_WARPS][G][D];
+
+    const int split = blockIdx.x, S = gridDim.x, h = blockIdx.y, b = blockIdx.z;
+    const int Hq = Hkv * G;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int sub = lane / LPT, dl = lane % LPT; /* token within the pair, dim group */
+
+    const int len = seq_lens[b];
+    const int nblk = (len + ATTN_BS - 1) / ATTN_BS;
+    const int bps = (nblk + S - 1) / S;
+    const int blk_begin = split * bps, blk_end = min(nblk, blk_begin + bps);
+
+    float qf[G][8];
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        bf16x8_to_f32(*(const uint4 *)(q + ((size_t)b * Hq + h * G + g) * D + dl * 8), qf[g]);
+#pragma unroll
+        for (int e = 0; e < 8; e++) qf[g][e] *= qscale;
+    }
+
+    float m[G], l[G], acc[G][8];
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        m[g] = -INFINITY;
+        l[g] = 0.f;
+#pragma unroll
+        for (int e = 0; e < 8; e++) acc[g][e] = 0.f;
+    }
+
+    const int32_t *pt = page_table + (size_t)b * pt_stride;
+    int pt_reg = 0; /* lane i holds the block id of this warp's i-th upcoming block */
+    int it = 0;
+    for (int bi = blk_begin + warp; bi < blk_end; bi += ATTN_WARPS, it++) {
+        if ((it & 31) == 0) {
+            const int bb = bi + ATTN_WARPS * lane;
+            pt_reg = bb < blk_end ? pt[bb] : 0;
+        }
+        const size_t phys = (size_t)__shfl_sync(0xffffffffu, pt_reg, it & 31);
+        const int tok0 = bi * ATTN_BS;
+
+        /* G = 8 keeps half a block of loads in registers at a time (no spills). */
+#pragma unroll
+        for (int jt = 0; jt < J; jt += JT) {
+            uint4 kr[JT], vr[JT];
+#pragma unroll
+            for (int j = 0; j < JT; j++) {
+                const int row = (jt + j) * TPW + sub;
+                const size_t off = ((phys * ATTN_BS + row) * Hkv + h) * D + dl * 8;
+                const bool ok = tok0 + row < len;
+                kr[j] = ok ? ldg_stream16(k_cache + off) : make_uint4(0, 0, 0, 0);
+                vr[j] = ok ? ldg_stream16(v_cache + off) : make_uint4(0, 0, 0, 0);
+            }
+
+            /* Scores: partial dot over this lane's 8 dims, summed over the token's LPT lanes. */
+            float s[JT][G];
+#pragma unroll
+            for (int j = 0; j < JT; j++) {
+                float kf[8];
+                bf16x8_to_f32(kr[j], kf);
+#pragma unroll
+                for (int g = 0; g < G; g++) {
+                    float d = 0.f;
+#pragma unroll
+                    for (int e = 0; e < 8; e++) d = fmaf(qf[g][e], kf[e], d);
+                    s[j][g] = d;
+                }
+            }
+#pragma unroll
+            for (int o2 = LPT / 2; o2 > 0; o2 >>= 1)
+#pragma unroll
+                for (int j = 0; j < JT; j++)
+#pragma unroll
+                    for (int g = 0; g < G; g++)
+                        s[j][g] += __shfl_xor_sync(0xffffffffu, s[j][g], o2);
+
+            /* Online softmax, one rescale per sub-tile. Row 0 of a block is always < len,
+             * so the first sub-tile's max is finite: m is never -inf after it. */
+#pragma unroll
+            for (int g = 0; g < G; g++) {
+                float mt = -INFINITY;
+#pragma unroll
+                for (int j = 0; j < JT; j++) {
+                    if (tok0 + (jt + j) * TPW + sub >= len) s[j][g] = -INFINITY;
+                    mt = fmaxf(mt, s[j][g]);
+                }
+#pragma unroll
+                for (int o2 = LPT; o2 < 32; o2 <<= 1)
+                    mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, o2));
+                const float mn = fmaxf(m[g], mt);
+                const float alpha = exp2f(m[g] - mn); /* 0 on the first block (m = -inf) */
+                m[g] = mn;
+                l[g] *= alpha;
+#pragma unroll
+                for (int e = 0; e < 8; e++) acc[g][e] *= alpha;
+            }
+#pragma unroll
+            for (int j = 0; j < JT; j++) {
+                float vf[8];
+                bf16x8_to_f32(vr[j], vf);
+#pragma unroll
+                for (int g = 0; g < G; g++) {
+                    const float p = exp2f(s[j][g] - m[g]); /* masked: exp2(-inf) = 0 */
+                    l[g] += p;
+#pragma unroll
+                    for (int e = 0; e < 8; e++) acc[g][e] = fmaf(p, vf[e], acc[g][e]);
+                }
+            }
+        }
+    }
+
+    /* The TPW token lanes of a dim group share m: add their l and acc. */
+#pragma unroll
+    for (int o2 = LPT; o2 < 32; o2 <<= 1)
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            l[g] += __shfl_xor_sync(0xffffffffu, l[g], o2);
+#pragma unroll
+            for (int e = 0; e < 8; e++) acc[g][e] += __shfl_xor_sync(0xffffffffu, acc[g][e], o2);
+        }
+    if (sub == 0) {
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+#pragma unroll
+            for (int e = 0; e < 8; e++) sm_acc[warp][g][dl * 8 + e] = acc[g][e];
+            if (dl == 0) {
+                sm_m[warp][g] = m[g];
+                sm_l[warp][g] = l[g];
+            }
+        }
+    }
+    __syncthreads();
+
+    /* Merge the warps (fixed order) and write. */
+    for (int idx = threadIdx.x; idx < G * D; idx += ATTN_WARPS * 32) {
+        const int g = idx / D, d = idx - g * D;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < ATTN_WARPS; w++) M = fmaxf(M, sm_m[w][g]);
+        float L = 0.f, A = 0.f;
+        if (M != -INFINITY) {
+#pragma unroll
+            for (int w = 0; w < ATTN_WARPS; w++) {
+                const float c = exp2f(sm_m[w][g] - M);
+                L = fmaf(sm_l[w][g], c, L);
+                A = fmaf(sm_acc[w][g][d], c, A);
+            }
+        }
+        const size_t hq = (size_t)b * Hq + h * G + g;
+        if (S == 1) {
+            const float v = L > 0.f ? A / L : 0.f;
+            if (o_bf16)
+                ((uint16_t *)o)[hq * D + d] = (uint16_t)f32_to_bf16_bits(v);
+            else
+                ((float *)o)[hq * D + d] = v;
+        } else {
+            part_o[(hq * S + split) * D + d] = L > 0.f ? A / L : 0.f;
+            if (d == 0) part_lse[hq * S + split] = L > 0.f ? M + log2f(L) : -INFINITY;
+        }
+    }
+}
+
+/* ==== Phase 2: merge splits by log-sum-exp (fixed order) ==== */
+
+__global__ void __launch_bounds__(128)
+paged_attn_merge_kernel(const float *__restrict__ part_o, const float *__restrict__ part_lse,
+                        void *__restrict__ o, int o_bf16, int S, int D) {
+    const size_t hq = blockIdx.x;
+    const float *lse = part_lse + hq * S;
+    float M = -INFINITY;
+    for (int s = 0; s < S; s++) M = fmaxf(M, lse[s]);
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        float W = 0.f, A = 0.f;
+        if (M != -INFINITY) {
+            for (int s = 0; s < S; s++) {
+                const float c = exp2f(lse[s] - M);
+                W += c;
+                A = fmaf(c, part_o[(hq * S + s) * D + d], A);
+            }
+        }
+        const float v = W > 0.f ? A / W : 0.f;
+        if (o_bf16)
+            ((uint16_t *)o)[hq * D + d] = (uint16_t)f32_to_bf16_bits(v);
+        else
+            ((float *)o)[hq * D + d] = v;
+    }
+}
+
+/* ==== Host side ==== */
+
+static size_t align16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+extern "C" size_t cuda_paged_attn_workspace_bytes(int B, int n_q_heads, int head_dim,
+                                                  int max_splits) {
+    if (B < 1 || n_q_heads < 1 || head_dim < 1 || max_splits < 1) return 0;
+    const size_t rows = (size_t)B * n_q_heads * max_splits;
+    return align16(rows * head_dim * sizeof(float)) + align16(rows * sizeof(float));
+}
+
+extern "C" int cuda_paged_attn_splits(const cuda_paged_attn_args *a) {
+    int S = a->num_splits;
+    if (S <= 0 && a->deterministic) S = CUDA_ATTN_DET_SPLITS;
+    if (S <= 0) {
+        /* Auto: about two CTAs per SM, at least one block per warp in each split. */
+        static int s_sm_count = 0;
+        if (!s_sm_count) {
+            int dev = 0, sms = 0;
+            if (cudaGetDevice(&dev) != cudaSuccess ||
+                cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+                sms = 132;
+            s_sm_count = sms;
+        }
+        const long ctas = (long)a->B * a->n_kv_heads;
+        const int max_blk = (a->max_seq_len + a->block_size - 1) / a->block_size;
+        S = (int)((2L * s_sm_count + ctas - 1) / ctas);
+        S = min(S, max(1, max_blk / ATTN_WARPS));
+    }
+    return max(1, min(S, CUDA_ATTN_MAX_SPLITS));
+}
+
+template <int G>
+static void attn_launch(const cuda_paged_attn_args *a, int S, float *part_o, float *part_lse,
+                        cudaStream_t stream) {
+    const dim3 grid(S, a->n_kv_heads, a->B);
+    const float qscale = a->scale * 1.4426950408889634f; /* log2 e: softmax via exp2 */
+    paged_attn_split_kernel<G, 128><<<grid, ATTN_WARPS * 32, 0, stream>>>(
+        a->q, a->k_cache, a->v_cache, a->page_table, a->seq_lens, a->o,
+        a->o_dtype == CUDA_OPS_BF16, part_o, part_lse, a->n_kv_heads, a->pt_stride, qscale);
+}
+
+extern "C" int cuda_paged_decode_attn(const cuda_paged_attn_args *a, cudaStream_t stream) {
+    if (!a || a->B < 1 || a->head_dim != 128 || a->block_size != ATTN_BS || a->n_kv_heads < 1 ||
+        a->n_q_heads < 1 || a->n_q_heads % a->n_kv_heads != 0 || a->pt_stride < 1 ||
+        a->max_seq_len < 1 || !a->q || !a->k_cache || !a->v_cache || !a->page_table ||
+        !a->seq_lens || !a->o || (a->o_dtype != CUDA_OPS_F32 && a->o_dtype != CUDA_OPS_BF16) ||
+        ((uintptr_t)a->q & 15) || ((uintptr_t)a->k_cache & 15) || ((uintptr_t)a->v_cache & 15))
+        return (int)cudaErrorInvalidValue;
+    const int G = a->n_q_heads / a->n_kv_heads;
+    if (G != 1 && G != 2 && G != 4 && G != 8) return (int)cudaErrorInvalidValue;
+    const int S = cuda_paged_attn_splits(a);
+    float *part_o = NULL, *part_lse = NULL;
+    if (S > 1) {
+        const size_t need = cuda_paged_attn_workspace_bytes(a->B, a->n_q_heads, a->head_dim, S);
+        if (!a->workspace || a->workspace_bytes < need || ((uintptr_t)a->workspace & 15))
+            return (int)cudaErrorInvalidValue;
+        part_o = (float *)a->workspace;
+        const size_t o_bytes = (size_t)a->B * a->n_q_heads * S * a->head_dim * sizeof(float);
+        part_lse = (float *)((char *)a->workspace + align16(o_bytes));
+    }
+    switch (G) {
+    case 1: attn_launch<1>(a, S, part_o, part_lse, stream); break;
+    case 2: attn_launch<2>(a, S, part_o, part_lse, stream); break;
+    case 4: attn_launch<4>(a, S, part_o, part_lse, stream); break;
+    default: attn_launch<8>(a, S, part_o, part_lse, stream); break;
+    }
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess || S == 1) return (int)e;
+    paged_attn_merge_kernel<<<a->B * a->n_q_heads, 128, 0, stream>>>(
+        part_o, part_lse, a->o, a->o_dtype == CUDA_OPS_BF16, S, a->head_dim);
+    return (int)cudaGetLastError();
+}

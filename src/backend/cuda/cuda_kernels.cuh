@@ -1,0 +1,79 @@
+/* Device helpers shared by the decode kernels (included by .cu files only). */
+#ifndef MLXCEL_BACKEND_CUDA_KERNELS_CUH
+#define MLXCEL_BACKEND_CUDA_KERNELS_CUH
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+/* ==== Loads ==== */
+
+/* 16-byte streaming load of data read once (weights, KV): read-only path, no L1
+ * allocation, so it does not evict what the CTA does reuse. */
+__device__ __forceinline__ uint4 ldg_stream16(const void *p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+/* ==== bf16 <-> fp32 ==== */
+
+/* bf16 is the top half of an fp32: widening is a shift (exact). */
+__device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+
+__device__ __forceinline__ void bf16x8_to_f32(uint4 v, float f[8]) {
+    f[0] = bf16_lo(v.x); f[1] = bf16_hi(v.x);
+    f[2] = bf16_lo(v.y); f[3] = bf16_hi(v.y);
+    f[4] = bf16_lo(v.z); f[5] = bf16_hi(v.z);
+    f[6] = bf16_lo(v.w); f[7] = bf16_hi(v.w);
+}
+
+/* Round-to-nearest-even fp32 -> bf16 bits; NaN stays a (quiet) NaN. */
+__device__ __forceinline__ uint32_t f32_to_bf16_bits(float f) {
+    uint32_t u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0u;
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return u >> 16;
+}
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+    return f32_to_bf16_bits(lo) | (f32_to_bf16_bits(hi) << 16);
+}
+
+__device__ __forceinline__ uint4 f32x8_to_bf16x8(const float f[8]) {
+    return make_uint4(pack_bf16x2(f[0], f[1]), pack_bf16x2(f[2], f[3]),
+                      pack_bf16x2(f[4], f[5]), pack_bf16x2(f[6], f[7]));
+}
+
+/* 8 consecutive elements (16-byte aligned) of an fp32 or bf16 array, as fp32. */
+__device__ __forceinline__ void load8_any(const void *base, int is_bf16, size_t i, float f[8]) {
+    if (is_bf16) {
+        bf16x8_to_f32(*(const uint4 *)((const uint16_t *)base + i), f);
+    } else {
+        float4 a = *(const float4 *)((const float *)base + i);
+        float4 b = *(const float4 *)((const float *)base + i + 4);
+        f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w;
+        f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
+    }
+}
+
+__device__ __forceinline__ void store8_any(void *base, int is_bf16, size_t i, const float f[8]) {
+    if (is_bf16) {
+        *(uint4 *)((uint16_t *)base + i) = f32x8_to_bf16x8(f);
+    } else {
+        *(float4 *)((float *)base + i) = make_float4(f[0], f[1], f[2], f[3]);
+        *(float4 *)((float *)base + i + 4) = make_float4(f[4], f[5], f[6], f[7]);
+    }
+}
+
+/* ==== Reductions ==== */
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+#endif

@@ -1,0 +1,112 @@
+/* Decode-path CUDA kernels: plain launchers over raw device pointers + shapes + a stream.
+ *
+ * This is the layer under the future CUDA backend (src/backend/backend.h): it knows nothing
+ * about tensors or models. Every launcher returns 0 (cudaSuccess) or a cudaError_t value;
+ * shapes the kernels cannot take return cudaErrorInvalidValue (2) before anything is
+ * launched, so the backend should validate with user-facing messages first and treat a
+ * non-zero return here as an internal error. Launchers never synchronise the stream.
+ *
+ * Dtype codes: CUDA_OPS_F32 (fp32) and CUDA_OPS_BF16 (bf16, raw uint16 bits). Pointers to
+ * vector data must be 16-byte aligned where noted (cudaMalloc gives 256). */
+#ifndef MLXCEL_BACKEND_CUDA_OPS_H
+#define MLXCEL_BACKEND_CUDA_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { CUDA_OPS_F32 = 0, CUDA_OPS_BF16 = 1 };
+
+/* ==== GEMV: y[r, n] = sum_k x[r, k] * W[n, k], r < rows <= 8 ====
+ * W: [N, K] bf16 row-major (safetensors layout), read once per call for all rows.
+ * x: [rows, K] (x_dtype), y: [rows, N] (y_dtype); fp32 accumulation.
+ * Needs K % 8 == 0 and W, x 16-byte aligned; 1 <= rows <= 8. */
+int cuda_gemv_bf16(const uint16_t *W, const void *x, int x_dtype, void *y, int y_dtype,
+                   int rows, int N, int K, cudaStream_t stream);
+
+/* ==== RMSNorm: y[r, :] = x[r, :] * rsqrt(mean(x[r, :]^2) + eps) * (w + offset) ====
+ * x: [rows, H] (x_dtype), w: [H] bf16, y: [rows, H] (y_dtype), fp32 accumulation.
+ * offset is 0 for Llama, 1 for Gemma-style (1 + w). Needs H % 8 == 0, 16-byte aligned rows. */
+int cuda_rmsnorm(const void *x, int x_dtype, const uint16_t *w, float offset, float eps,
+                 void *y, int y_dtype, int rows, int H, cudaStream_t stream);
+
+/* ==== RoPE (neox / HF rotate_half) on q and k, fused with the paged KV write ====
+ * For token t (position pos[t], sequence seq[t], or t when seq == NULL):
+ *   q_out[t, h, :] = rope(q[t, h, :])                     h < n_q_heads       (bf16)
+ *   k_cache[slot(t), h, :] = rope(k[t, h, :])             h < n_kv_heads      (bf16)
+ *   v_cache[slot(t), h, :] = v[t, h, :]
+ * with slot(t) = block page_table[seq[t] * pt_stride + pos[t] / block_size], row
+ * pos[t] % block_size. Cache pools: [n_blocks, block_size, n_kv_heads, head_dim] bf16.
+ * q/k/v rows of token t start at q + t * q_stride (elements), so the fused QKV output
+ * [T, (Hq + 2 Hkv) * D] can be passed directly (q_out may alias q).
+ * inv_freq: [head_dim / 2] fp32 on the device (see cuda_rope_default_inv_freq; scaled
+ * variants such as llama3 just pass another table). Angles are pos * inv_freq in fp32, the
+ * rotation in fp32, one rounding to bf16, as HF does in fp32 attention.
+ * Slots whose block id is outside [0, n_blocks) are skipped (the scheduler guarantees them). */
+typedef struct cuda_rope_kv_args {
+    const uint16_t *q, *k, *v;         /* [T, *, D] bf16 with the strides below */
+    long q_stride, k_stride, v_stride; /* elements between tokens */
+    uint16_t *q_out;                   /* [T, Hq, D] bf16, row stride q_out_stride */
+    long q_out_stride;
+    uint16_t *k_cache, *v_cache;       /* [n_blocks, block_size, Hkv, D] bf16 */
+    const int32_t *pos;                /* [T] */
+    const int32_t *seq;                /* [T] page-table row per token, or NULL (row t) */
+    const int32_t *page_table;         /* [n_seqs, pt_stride] block ids */
+    const float *inv_freq;             /* [D / 2] */
+    int T, n_q_heads, n_kv_heads, head_dim, block_size, pt_stride, n_blocks;
+} cuda_rope_kv_args;
+int cuda_rope_kv_write(const cuda_rope_kv_args *a, cudaStream_t stream);
+/* Host helper: inv_freq[i] = 1 / theta^(2i / head_dim) in fp32 as HF computes it. */
+void cuda_rope_default_inv_freq(float *inv_freq, int head_dim, float theta);
+
+/* ==== Paged decode attention (flash-decoding: split-K + log-sum-exp merge) ====
+ * One query token per sequence: q [B, Hq, D] bf16, o [B, Hq, D] (o_dtype). Sequence b
+ * attends to its first seq_lens[b] cached tokens (the current token already written),
+ * found through page_table[b * pt_stride + i / block_size]. GQA: query head h reads kv
+ * head h / (Hq / Hkv); one CTA reads a kv head's span once for all its query heads.
+ *
+ * Splits: num_splits > 0 uses exactly that many splits per sequence (sequence b's blocks
+ * cut into num_splits equal ranges, so the reduction order depends only on b's own length:
+ * batch-invariant and bitwise reproducible); num_splits == 0 picks a count from the grid
+ * size (fills the SMs; results then depend on the batch shape, still reproducible run to
+ * run). deterministic != 0 with num_splits == 0 means CUDA_ATTN_DET_SPLITS.
+ * Workspace: cuda_paged_attn_workspace_bytes(B, Hq, D, max splits) bytes, 16-aligned.
+ * Supported: head_dim 128, block_size 16, Hq / Hkv in {1, 2, 4, 8}. */
+#define CUDA_ATTN_DET_SPLITS 16
+#define CUDA_ATTN_MAX_SPLITS 128
+typedef struct cuda_paged_attn_args {
+    const uint16_t *q;                        /* [B, Hq, D] bf16 */
+    const uint16_t *k_cache, *v_cache;        /* [n_blocks, block_size, Hkv, D] bf16 */
+    const int32_t *page_table;                /* [B, pt_stride] */
+    const int32_t *seq_lens;                  /* [B], each in [1, pt_stride * block_size] */
+    void *o;                                  /* [B, Hq, D] (o_dtype) */
+    int o_dtype;
+    void *workspace;                          /* see cuda_paged_attn_workspace_bytes */
+    size_t workspace_bytes;
+    int B, n_q_heads, n_kv_heads, head_dim, block_size, pt_stride;
+    int max_seq_len;                          /* host-side bound on seq_lens (sizes the grid) */
+    float scale;                              /* usually 1 / sqrt(head_dim) */
+    int num_splits;                           /* 0 = auto */
+    int deterministic;
+} cuda_paged_attn_args;
+size_t cuda_paged_attn_workspace_bytes(int B, int n_q_heads, int head_dim, int max_splits);
+/* The split count a call with these arguments would use (for logs, tuning and tests). */
+int cuda_paged_attn_splits(const cuda_paged_attn_args *a);
+int cuda_paged_decode_attn(const cuda_paged_attn_args *a, cudaStream_t stream);
+
+/* ==== Greedy argmax over [rows, V] fp32 logits -> out [rows] int32 ====
+ * Ties pick the smallest index (torch.argmax's first maximum); NaN never wins.
+ * Workspace: cuda_argmax_workspace_bytes(rows) bytes. Needs V >= 1. */
+size_t cuda_argmax_workspace_bytes(int rows);
+int cuda_argmax_f32(const float *logits, int rows, int V, int32_t *out, void *workspace,
+                    cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,113 @@
+/* The one decode engine. generate, run, bench and the server all drive engine_step(); a single
+ * prompt is a batch of one.
+ *
+ * Each step: admit queued sequences while slots allow (n_parallel), give every decoding
+ * sequence one row and prefilling sequences chunks (prefill_chunk) within the step token budget
+ * (max_batch_tokens); a prompt starved for prefill_grant_interval steps gets a chunk anyway.
+ * KV is reserved per step; when the pool runs out the youngest sequence is preempted (its KV
+ * released, its tokens recomputed later; the prefix cache usually brings most of them back).
+ * One forward over the mixed batch; logits only for rows that are sampled; sampler; finish
+ * checks (EOS, max tokens, context full, stop signalled by the token callback, cancel).
+ *
+ * Threading: engine_submit() and engine_cancel() may be called from any thread; engine_step()
+ * and every callback run on the thread that steps. */
+#ifndef MLXCEL_ENGINE_ENGINE_H
+#define MLXCEL_ENGINE_ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/error.h"
+#include "engine/sampler.h"
+#include "kv/kv_cache.h"
+#include "model/model.h"
+
+typedef enum {
+    ENGINE_FINISH_NONE = 0,
+    ENGINE_FINISH_EOS,        /* an EOS id of config/generation_config: "stop" */
+    ENGINE_FINISH_STOP,       /* the token callback matched a stop string: "stop" */
+    ENGINE_FINISH_LENGTH,     /* max_tokens reached: "length" */
+    ENGINE_FINISH_CONTEXT,    /* context full: "length" */
+    ENGINE_FINISH_CANCELLED,  /* engine_cancel: "cancelled" */
+    ENGINE_FINISH_ERROR,      /* could not run (e.g. KV pool smaller than the sequence): "error" */
+} engine_finish;
+
+/* OpenAI-style reason: "stop", "length", "cancelled", "error". */
+const char *engine_finish_name(engine_finish f);
+/* Precise reason: "eos", "stop_string", "max_tokens", "context_full", "cancelled", "error". */
+const char *engine_finish_detail(engine_finish f);
+
+typedef struct engine_params {
+    int n_parallel;             /* sequences running at once (--n-parallel / slots) */
+    int max_batch_tokens;       /* token rows per step (-b/--batch-size) */
+    int prefill_chunk;          /* prefill rows per sequence per step (--prefill-chunk-size) */
+    int prefill_grant_interval; /* steps a waiting prompt may be starved (--prefill-grant-interval) */
+    int ctx_size;               /* tokens per sequence (prompt + generated) */
+    kv_storage storage;         /* auto | dense | paged */
+    int block_size;             /* paged: tokens per block */
+    int n_kv_blocks;            /* paged: pool size; 0 = n_parallel * ctx_size / block_size */
+    bool prefix_cache;          /* paged: reuse cached prompt blocks */
+} engine_params;
+
+/* n_parallel 1, batch 2048, chunk 512, grant 4, ctx min(4096, max positions), auto, 16, on. */
+void engine_params_default(engine_params *p, const model_spec *spec);
+
+typedef struct engine_seq_stats {
+    int n_prompt;          /* prompt tokens as submitted */
+    int n_cached;          /* prompt tokens reused from the prefix cache at first admission */
+    int n_generated;
+    int n_preempted;
+    double t_submit, t_start, t_first_token, t_finish; /* mx_now() seconds */
+} engine_seq_stats;
+
+/* Called for every sampled token (EOS included). Return nonzero to finish the sequence with
+ * ENGINE_FINISH_STOP (a stop string matched). */
+typedef int (*engine_token_cb)(void *user, int64_t id, int32_t token, float logprob);
+typedef void (*engine_finish_cb)(void *user, int64_t id, engine_finish reason,
+                                 const engine_seq_stats *st);
+/* Optional: the raw logits [vocab] of each sampled position, before any sampling transform
+ * (golden tests, logprob reporting). */
+typedef void (*engine_logits_cb)(void *user, int64_t id, const float *logits, int vocab);
+
+typedef struct engine_request {
+    const int32_t *prompt;     /* copied */
+    int n_prompt;
+    sampling_params sampling;
+    int max_tokens;            /* <= 0: until EOS or the context is full */
+    bool ignore_eos;
+    engine_token_cb on_token;
+    engine_finish_cb on_finish;
+    engine_logits_cb on_logits;
+    void *user;
+} engine_request;
+
+typedef struct engine engine;
+
+/* The engine borrows the model (free it after the engine). */
+int engine_new(engine **out, model *m, const engine_params *p, mx_error *err);
+void engine_free(engine *e);
+
+/* Returns the sequence id (>= 0), or -1 with err (empty prompt, prompt that leaves no room in
+ * the context, out of memory). */
+int64_t engine_submit(engine *e, const engine_request *r, mx_error *err);
+/* Finishes the sequence with ENGINE_FINISH_CANCELLED at the next step (no-op if unknown). */
+void engine_cancel(engine *e, int64_t id);
+/* One step. Returns 1 while work remains, 0 when idle, -1 on a backend error. */
+int engine_step(engine *e, mx_error *err);
+/* Steps until idle. */
+int engine_run(engine *e, mx_error *err);
+bool engine_has_work(engine *e);
+
+kv_storage engine_storage(const engine *e);
+/* Why that storage was chosen (e.g. "auto: llama is a qualified family"). */
+const char *engine_storage_reason(const engine *e);
+const engine_params *engine_params_of(const engine *e);
+kv_cache *engine_kv(engine *e);
+
+typedef struct engine_stats {
+    uint64_t steps, rows, preemptions;
+    int running, queued;
+} engine_stats;
+void engine_get_stats(engine *e, engine_stats *st);
+
+#endif

@@ -1,0 +1,330 @@
+/* KV cache: block pool (refcount, LRU of reusable cached blocks, copy-on-write), page tables,
+ * dense slots, prefix index (xxHash64 chain). See kv_cache.h. */
+#include "kv/kv_cache.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+struct kv_cache {
+    kv_cache_params p;
+    const backend_ops *be;
+    int64_t n_rows;          /* physical rows per layer pool */
+    mx_tensor *k, *v;        /* [n_layers] pools [n_rows, n_kv_heads, head_dim] f32 */
+    int n_units;             /* paged: blocks; dense: slots */
+    int32_t *refcount;       /* [n_units] */
+    int32_t *free_stack;     /* [n_units] unindexed free units */
+    int n_free;
+    /* ---- prefix index (paged) ---- */
+    uint8_t *indexed;        /* [n_blocks] */
+    uint64_t *hash;          /* [n_blocks] chain hash of the block */
+    uint64_t *parent;        /* [n_blocks] chain hash of its predecessor */
+    int32_t *tokens;         /* [n_blocks, block_size] tokens of indexed blocks */
+    int32_t *bucket;         /* [n_buckets] head block, -1 = empty */
+    int32_t *bucket_next;    /* [n_blocks] */
+    uint32_t n_buckets;      /* power of two */
+    int32_t *lru_prev, *lru_next; /* [n_blocks] cached blocks with refcount 0 */
+    int32_t lru_head, lru_tail;   /* head = least recently released */
+    int n_lru;
+    uint64_t hit_tokens;
+};
+
+/* ==== Storage policy ==== */
+const char *kv_storage_name(kv_storage s) {
+    return s == KV_STORAGE_PAGED ? "paged" : s == KV_STORAGE_DENSE ? "dense" : "auto";
+}
+
+int kv_storage_parse(const char *s, kv_storage *out) {
+    if (!strcmp(s, "auto")) *out = KV_STORAGE_AUTO;
+    else if (!strcmp(s, "dense")) *out = KV_STORAGE_DENSE;
+    else if (!strcmp(s, "paged")) *out = KV_STORAGE_PAGED;
+    else return -1;
+    return 0;
+}
+
+kv_storage kv_storage_resolve(kv_storage requested, const model_spec *spec, char *reason,
+                              size_t reason_len) {
+    if (requested != KV_STORAGE_AUTO) {
+        snprintf(reason, reason_len, "requested with --decode-storage-backend");
+        return requested;
+    }
+    static const char *qualified[] = {"llama", "qwen3", "gemma3_text", "gemma3"};
+    for (size_t i = 0; i < sizeof qualified / sizeof qualified[0]; i++)
+        if (!strcmp(spec->model_type, qualified[i])) {
+            snprintf(reason, reason_len, "auto: %s is a qualified family", spec->model_type);
+            return KV_STORAGE_PAGED;
+        }
+    snprintf(reason, reason_len, "auto: %s is not a qualified family (llama, qwen3, gemma3_text)",
+             spec->model_type);
+    return KV_STORAGE_DENSE;
+}
+
+/* ==== Lifecycle ==== */
+static bool paged(const kv_cache *kv) { return kv->p.storage == KV_STORAGE_PAGED; }
+
+int kv_cache_new(kv_cache **out, const kv_cache_params *p, const backend_ops *be, mx_error *err) {
+    if (p->storage != KV_STORAGE_DENSE && p->storage != KV_STORAGE_PAGED)
+        return mx_fail(err, "kv cache: storage must be resolved to dense or paged");
+    if (p->ctx_size <= 0 || p->n_layers <= 0 || p->n_kv_heads <= 0 || p->head_dim <= 0)
+        return mx_fail(err, "kv cache: invalid geometry");
+    if (p->storage == KV_STORAGE_PAGED && (p->block_size <= 0 || p->n_blocks <= 0))
+        return mx_fail(err, "kv cache: paged storage needs block_size > 0 and n_blocks > 0");
+    if (p->storage == KV_STORAGE_DENSE && p->n_seqs <= 0)
+        return mx_fail(err, "kv cache: dense storage needs n_seqs > 0");
+    kv_cache *kv = calloc(1, sizeof *kv);
+    if (!kv) return mx_fail(err, "kv cache: out of memory");
+    kv->p = *p;
+    kv->be = be;
+    kv->n_units = paged(kv) ? p->n_blocks : p->n_seqs;
+    kv->n_rows = paged(kv) ? (int64_t)p->n_blocks * p->block_size : (int64_t)p->n_seqs * p->ctx_size;
+    kv->k = calloc((size_t)p->n_layers, sizeof(mx_tensor));
+    kv->v = calloc((size_t)p->n_layers, sizeof(mx_tensor));
+    kv->refcount = calloc((size_t)kv->n_units, sizeof(int32_t));
+    kv->free_stack = malloc((size_t)kv->n_units * sizeof(int32_t));
+    if (!kv->k || !kv->v || !kv->refcount || !kv->free_stack) goto oom;
+    const size_t pool_bytes = (size_t)kv->n_rows * (size_t)p->n_kv_heads * (size_t)p->head_dim * 4;
+    for (int l = 0; l < p->n_layers; l++) {
+        void *kd = be->alloc(pool_bytes), *vd = be->alloc(pool_bytes);
+        kv->k[l] = mx_tensor_3d(kd, MX_F32, kv->n_rows, p->n_kv_heads, p->head_dim, be->device);
+        kv->v[l] = mx_tensor_3d(vd, MX_F32, kv->n_rows, p->n_kv_heads, p->head_dim, be->device);
+        if (!kd || !vd) {
+            kv_cache_free(kv);
+            return mx_fail(err, "kv cache: cannot allocate %zu MiB for layer %d (ctx %d, %s)",
+                           2 * pool_bytes >> 20, l, p->ctx_size, kv_storage_name(p->storage));
+        }
+    }
+    /* free stack pops from the end: push in reverse so unit 0 is used first */
+    for (int i = 0; i < kv->n_units; i++) kv->free_stack[i] = kv->n_units - 1 - i;
+    kv->n_free = kv->n_units;
+    if (paged(kv)) {
+        const int nb = p->n_blocks;
+        kv->indexed = calloc((size_t)nb, 1);
+        kv->hash = calloc((size_t)nb, sizeof(uint64_t));
+        kv->parent = calloc((size_t)nb, sizeof(uint64_t));
+        kv->tokens = calloc((size_t)nb * (size_t)p->block_size, sizeof(int32_t));
+        kv->bucket_next = malloc((size_t)nb * sizeof(int32_t));
+        kv->lru_prev = malloc((size_t)nb * sizeof(int32_t));
+        kv->lru_next = malloc((size_t)nb * sizeof(int32_t));
+        kv->n_buckets = 1;
+        while (kv->n_buckets < 2u * (uint32_t)nb) kv->n_buckets <<= 1;
+        kv->bucket = malloc(kv->n_buckets * sizeof(int32_t));
+        if (!kv->indexed || !kv->hash || !kv->parent || !kv->tokens || !kv->bucket_next ||
+            !kv->lru_prev || !kv->lru_next || !kv->bucket)
+            goto oom;
+        for (uint32_t i = 0; i < kv->n_buckets; i++) kv->bucket[i] = -1;
+        kv->lru_head = kv->lru_tail = -1;
+    }
+    *out = kv;
+    return 0;
+oom:
+    kv_cache_free(kv);
+    return mx_fail(err, "kv cache: out of memory");
+}
+
+void kv_cache_free(kv_cache *kv) {
+    if (!kv) return;
+    for (int l = 0; kv->k && l < kv->p.n_layers; l++) {
+        if (kv->k[l].data) kv->be->free(kv->k[l].data);
+        if (kv->v[l].data) kv->be->free(kv->v[l].data);
+    }
+    free(kv->k); free(kv->v); free(kv->refcount); free(kv->free_stack);
+    free(kv->indexed); free(kv->hash); free(kv->parent); free(kv->tokens);
+    free(kv->bucket); free(kv->bucket_next); free(kv->lru_prev); free(kv->lru_next);
+    free(kv);
+}
+
+const kv_cache_params *kv_cache_params_of(const kv_cache *kv) { return &kv->p; }
+mx_tensor *kv_cache_k(kv_cache *kv, int layer) { return &kv->k[layer]; }
+mx_tensor *kv_cache_v(kv_cache *kv, int layer) { return &kv->v[layer]; }
+int kv_cache_table_block(const kv_cache *kv) { return paged(kv) ? kv->p.block_size : kv->p.ctx_size; }
+
+size_t kv_cache_bytes_per_token(const kv_cache *kv) {
+    return (size_t)kv->p.n_layers * 2 * (size_t)kv->p.n_kv_heads * (size_t)kv->p.head_dim * 4;
+}
+
+/* ==== LRU of cached, unreferenced blocks ==== */
+static void lru_remove(kv_cache *kv, int b) {
+    const int pv = kv->lru_prev[b], nx = kv->lru_next[b];
+    if (pv >= 0) kv->lru_next[pv] = nx; else kv->lru_head = nx;
+    if (nx >= 0) kv->lru_prev[nx] = pv; else kv->lru_tail = pv;
+    kv->n_lru--;
+}
+
+static void lru_push(kv_cache *kv, int b) {
+    kv->lru_prev[b] = kv->lru_tail;
+    kv->lru_next[b] = -1;
+    if (kv->lru_tail >= 0) kv->lru_next[kv->lru_tail] = b; else kv->lru_head = b;
+    kv->lru_tail = b;
+    kv->n_lru++;
+}
+
+/* ==== Prefix index ==== */
+static uint64_t block_hash(const int32_t *tokens, int bs, uint64_t parent) {
+    return XXH64(tokens, (size_t)bs * sizeof(int32_t), parent);
+}
+
+static void index_remove(kv_cache *kv, int b) {
+    int32_t *pp = &kv->bucket[kv->hash[b] & (kv->n_buckets - 1)];
+    while (*pp >= 0 && *pp != b) pp = &kv->bucket_next[*pp];
+    if (*pp == b) *pp = kv->bucket_next[b];
+    kv->indexed[b] = 0;
+}
+
+static int index_find(const kv_cache *kv, uint64_t h, uint64_t parent, const int32_t *tokens) {
+    const int bs = kv->p.block_size;
+    for (int b = kv->bucket[h & (kv->n_buckets - 1)]; b >= 0; b = kv->bucket_next[b])
+        if (kv->hash[b] == h && kv->parent[b] == parent &&
+            !memcmp(kv->tokens + (size_t)b * bs, tokens, (size_t)bs * sizeof(int32_t)))
+            return b;
+    return -1;
+}
+
+static void index_insert(kv_cache *kv, int b, uint64_t h, uint64_t parent, const int32_t *tokens) {
+    const int bs = kv->p.block_size;
+    kv->hash[b] = h;
+    kv->parent[b] = parent;
+    memcpy(kv->tokens + (size_t)b * bs, tokens, (size_t)bs * sizeof(int32_t));
+    const uint32_t i = (uint32_t)(h & (kv->n_buckets - 1));
+    kv->bucket_next[b] = kv->bucket[i];
+    kv->bucket[i] = b;
+    kv->indexed[b] = 1;
+}
+
+/* ==== Units (blocks or slots) ==== */
+static int unit_alloc(kv_cache *kv) {
+    int b = -1;
+    if (kv->n_free > 0) {
+        b = kv->free_stack[--kv->n_free];
+    } else if (paged(kv) && kv->lru_head >= 0) {
+        b = kv->lru_head; /* evict the least recently released cached block */
+        lru_remove(kv, b);
+        index_remove(kv, b);
+    }
+    if (b >= 0) kv->refcount[b] = 1;
+    return b;
+}
+
+static void unit_ref(kv_cache *kv, int b) {
+    if (kv->refcount[b] == 0 && paged(kv) && kv->indexed[b]) lru_remove(kv, b);
+    kv->refcount[b]++;
+}
+
+static void unit_unref(kv_cache *kv, int b) {
+    if (--kv->refcount[b] > 0) return;
+    if (paged(kv) && kv->indexed[b]) lru_push(kv, b);
+    else kv->free_stack[kv->n_free++] = b;
+}
+
+int kv_cache_available(const kv_cache *kv) { return kv->n_free + (paged(kv) ? kv->n_lru : 0); }
+
+int kv_cache_blocks_for(const kv_cache *kv, int n_tokens) {
+    return paged(kv) ? (n_tokens + kv->p.block_size - 1) / kv->p.block_size : 1;
+}
+
+/* ==== Sequences ==== */
+void kv_seq_init(kv_seq *s) { memset(s, 0, sizeof *s); }
+
+static int seq_grow_table(kv_seq *s, int need) {
+    if (need <= s->cap_blocks) return 0;
+    int cap = s->cap_blocks ? s->cap_blocks : 4;
+    while (cap < need) cap *= 2;
+    int32_t *nb = realloc(s->blocks, (size_t)cap * sizeof(int32_t));
+    if (!nb) return -1;
+    s->blocks = nb;
+    s->cap_blocks = cap;
+    return 0;
+}
+
+int kv_seq_reserve(kv_cache *kv, kv_seq *s, int n_tokens, mx_error *err) {
+    if (n_tokens > kv->p.ctx_size)
+        return mx_fail(err, "sequence of %d tokens exceeds the context size %d", n_tokens,
+                       kv->p.ctx_size);
+    const int need = kv_cache_blocks_for(kv, n_tokens);
+    if (need <= s->n_blocks) return 0;
+    if (kv_cache_available(kv) < need - s->n_blocks) return 1;
+    if (seq_grow_table(s, need)) return 1;
+    while (s->n_blocks < need) s->blocks[s->n_blocks++] = unit_alloc(kv);
+    return 0;
+}
+
+void kv_seq_release(kv_cache *kv, kv_seq *s) {
+    for (int i = s->n_blocks - 1; i >= 0; i--) unit_unref(kv, s->blocks[i]);
+    free(s->blocks);
+    kv_seq_init(s);
+}
+
+int kv_seq_match_prefix(kv_cache *kv, kv_seq *s, const int32_t *tokens, int n) {
+    if (!paged(kv) || !kv->p.prefix_cache || s->n_blocks || n <= 1) return 0;
+    const int bs = kv->p.block_size;
+    const int max_blocks = (n - 1) / bs; /* keep the last prompt token to compute */
+    uint64_t chain = 0;
+    int matched = 0;
+    for (; matched < max_blocks; matched++) {
+        const int32_t *bt = tokens + (size_t)matched * bs;
+        const uint64_t h = block_hash(bt, bs, chain);
+        const int b = index_find(kv, h, chain, bt);
+        if (b < 0 || seq_grow_table(s, matched + 1)) break;
+        unit_ref(kv, b);
+        s->blocks[s->n_blocks++] = b;
+        chain = h;
+    }
+    s->n_tokens = matched * bs;
+    s->n_indexed = matched;
+    s->chain_hash = chain;
+    kv->hit_tokens += (uint64_t)s->n_tokens;
+    return s->n_tokens;
+}
+
+int kv_seq_prepare_write(kv_cache *kv, kv_seq *s, int from, int to) {
+    if (!paged(kv) || to <= from) return 0;
+    const int bs = kv->p.block_size;
+    for (int bi = from / bs; bi <= (to - 1) / bs && bi < s->n_blocks; bi++) {
+        const int old = s->blocks[bi];
+        if (kv->refcount[old] <= 1) continue;
+        const int nb = unit_alloc(kv);
+        if (nb < 0) return 1;
+        for (int l = 0; l < kv->p.n_layers; l++) {
+            /* pools are shared per layer: copy rows old -> new block (same pool) */
+            const int64_t src = (int64_t)old * bs, dst = (int64_t)nb * bs;
+            kv->be->kv_copy_rows(&kv->k[l], dst, src, bs);
+            kv->be->kv_copy_rows(&kv->v[l], dst, src, bs);
+        }
+        unit_unref(kv, old);
+        s->blocks[bi] = nb;
+        if (bi < s->n_indexed) s->n_indexed = bi; /* the copy is ours: re-indexed on commit */
+    }
+    return 0;
+}
+
+int64_t kv_seq_row(const kv_cache *kv, const kv_seq *s, int pos) {
+    if (!paged(kv)) return (int64_t)s->blocks[0] * kv->p.ctx_size + pos;
+    const int bs = kv->p.block_size;
+    return (int64_t)s->blocks[pos / bs] * bs + pos % bs;
+}
+
+void kv_seq_commit(kv_cache *kv, kv_seq *s, const int32_t *tokens, int n_tokens) {
+    s->n_tokens = n_tokens;
+    if (!paged(kv) || !kv->p.prefix_cache) return;
+    const int bs = kv->p.block_size;
+    while ((s->n_indexed + 1) * bs <= n_tokens) {
+        const int bi = s->n_indexed;
+        const int32_t *bt = tokens + (size_t)bi * bs;
+        const uint64_t h = block_hash(bt, bs, s->chain_hash);
+        const int b = s->blocks[bi];
+        /* An identical block computed by another sequence may already be indexed: keep that
+         * one; this block stays private and is freed on release. */
+        if (!kv->indexed[b] && index_find(kv, h, s->chain_hash, bt) < 0)
+            index_insert(kv, b, h, s->chain_hash, bt);
+        s->chain_hash = h;
+        s->n_indexed++;
+    }
+}
+
+void kv_cache_get_stats(const kv_cache *kv, kv_cache_stats *st) {
+    st->n_blocks = kv->n_units;
+    st->n_free = kv->n_free;
+    st->n_cached = paged(kv) ? kv->n_lru : 0;
+    st->n_used = kv->n_units - kv->n_free - st->n_cached;
+    st->prefix_hits_tokens = kv->hit_tokens;
+}

@@ -1,0 +1,97 @@
+/* KV cache: per-layer K/V pools on the backend, addressed by physical rows (backend.h).
+ *
+ * Paged storage: a pool of fixed-size blocks (16 tokens default) with refcounts; each sequence
+ * has a page table of block ids. Full blocks are registered in a prefix index keyed by a hash
+ * chain (xxHash64 of the block's tokens seeded with the previous block's hash), so a new
+ * sequence whose prompt starts with cached blocks shares them instead of recomputing. A block
+ * whose refcount drops to 0 stays indexed (reusable) until the allocator evicts it, least
+ * recently released first. A write into a shared block copies it first (copy-on-write).
+ *
+ * Dense storage: one contiguous region of ctx_size tokens per sequence slot, the same
+ * addressing with a single block of ctx_size tokens; no prefix sharing. */
+#ifndef MLXCEL_KV_KV_CACHE_H
+#define MLXCEL_KV_KV_CACHE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "base/error.h"
+#include "model/model_spec.h"
+
+typedef enum { KV_STORAGE_AUTO = 0, KV_STORAGE_DENSE, KV_STORAGE_PAGED } kv_storage;
+
+const char *kv_storage_name(kv_storage s);
+/* "auto" | "dense" | "paged" -> 0, else -1. */
+int kv_storage_parse(const char *s, kv_storage *out);
+/* Resolves auto for a model: paged for the qualified families (llama, qwen3, gemma3 text),
+ * dense elsewhere. `reason` receives e.g. "auto: llama is a qualified family". */
+kv_storage kv_storage_resolve(kv_storage requested, const model_spec *spec, char *reason,
+                              size_t reason_len);
+
+typedef struct kv_cache_params {
+    kv_storage storage;  /* DENSE or PAGED (resolved) */
+    int n_layers, n_kv_heads, head_dim;
+    int ctx_size;        /* max tokens per sequence */
+    int n_seqs;          /* dense: number of slots */
+    int block_size;      /* paged: tokens per block */
+    int n_blocks;        /* paged: pool size */
+    bool prefix_cache;   /* paged: share full prompt blocks between sequences */
+} kv_cache_params;
+
+typedef struct kv_cache kv_cache;
+
+/* One sequence's view of the cache. Zero-initialise (or kv_seq_init) before use. */
+typedef struct kv_seq {
+    int32_t *blocks;     /* [n_blocks] page table (dense: one entry, the slot) */
+    int n_blocks, cap_blocks;
+    int n_tokens;        /* tokens whose K/V are in the cache */
+    int n_indexed;       /* leading full blocks registered in the prefix index */
+    uint64_t chain_hash; /* hash of block n_indexed - 1 (0 before the first) */
+} kv_seq;
+
+int kv_cache_new(kv_cache **out, const kv_cache_params *p, const backend_ops *be, mx_error *err);
+void kv_cache_free(kv_cache *kv);
+const kv_cache_params *kv_cache_params_of(const kv_cache *kv);
+
+/* Per-layer pools: [n_phys_rows, n_kv_heads, head_dim] f32. */
+mx_tensor *kv_cache_k(kv_cache *kv, int layer);
+mx_tensor *kv_cache_v(kv_cache *kv, int layer);
+/* Block size as seen by attention (block_size, or ctx_size for dense). */
+int kv_cache_table_block(const kv_cache *kv);
+/* Bytes of K+V per token (all layers). */
+size_t kv_cache_bytes_per_token(const kv_cache *kv);
+
+void kv_seq_init(kv_seq *s);
+/* Makes room for positions [0, n_tokens): allocates blocks (paged) or a slot (dense).
+ * Returns 0, or 1 when the pool is exhausted (nothing changed; the caller may preempt),
+ * or -1 with err when n_tokens exceeds ctx_size. */
+int kv_seq_reserve(kv_cache *kv, kv_seq *s, int n_tokens, mx_error *err);
+/* Releases the sequence's blocks / slot; full indexed blocks stay cached for reuse. */
+void kv_seq_release(kv_cache *kv, kv_seq *s);
+/* Attaches cached blocks matching the longest full-block prefix of tokens[0..n), keeping at
+ * least one token to compute. Returns the number of reused tokens (s->n_tokens). Paged with
+ * prefix cache only; 0 otherwise. s must be empty. */
+int kv_seq_match_prefix(kv_cache *kv, kv_seq *s, const int32_t *tokens, int n);
+/* Before writing positions [from, to): copies any shared block in that range (copy-on-write).
+ * Returns 0, 1 when no block is free for the copy. */
+int kv_seq_prepare_write(kv_cache *kv, kv_seq *s, int from, int to);
+/* Physical row of position pos. */
+int64_t kv_seq_row(const kv_cache *kv, const kv_seq *s, int pos);
+/* After the forward wrote positions up to n_tokens: records it and indexes newly full blocks
+ * (tokens[0..n_tokens) are the sequence's tokens). */
+void kv_seq_commit(kv_cache *kv, kv_seq *s, const int32_t *tokens, int n_tokens);
+
+/* Free capacity: blocks that can be allocated now (free + evictable cached), or free slots. */
+int kv_cache_available(const kv_cache *kv);
+/* Blocks needed to hold n tokens (dense: 1 slot). */
+int kv_cache_blocks_for(const kv_cache *kv, int n_tokens);
+
+typedef struct kv_cache_stats {
+    int n_blocks, n_free, n_cached, n_used;
+    uint64_t prefix_hits_tokens; /* tokens served from the prefix index since creation */
+} kv_cache_stats;
+void kv_cache_get_stats(const kv_cache *kv, kv_cache_stats *st);
+
+#endif

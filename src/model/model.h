@@ -1,0 +1,76 @@
+/* A loaded model: spec + weights bound on a backend + the generic decoder forward over a step
+ * batch. Families differ only through model_spec fields and tensor names (model_load.c). */
+#ifndef MLXCEL_MODEL_MODEL_H
+#define MLXCEL_MODEL_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "base/error.h"
+#include "kv/kv_cache.h"
+#include "model/model_spec.h"
+
+typedef struct model_layer {
+    mx_tensor attn_norm;                 /* [H] input_layernorm */
+    mx_tensor wq, wk, wv, wo;            /* [Hq*D, H] [Hkv*D, H] [Hkv*D, H] [H, Hq*D] */
+    mx_tensor bq, bk, bv, bo;            /* optional biases */
+    mx_tensor q_norm, k_norm;            /* [D] optional (qwen3, gemma3) */
+    mx_tensor post_attn_norm;            /* [H] sandwich norms only (gemma3) */
+    mx_tensor ffn_norm;                  /* [H] norm before the MLP */
+    mx_tensor post_ffn_norm;             /* [H] sandwich norms only */
+    mx_tensor w_gate, w_up, w_down;      /* dense MLP [I, H] [I, H] [H, I] */
+    mx_tensor router;                    /* MoE [E, H] */
+    mx_tensor *exp_gate, *exp_up, *exp_down; /* MoE [E] views: [Ie, H] [Ie, H] [H, Ie] */
+    bool moe;
+} model_layer;
+
+/* Host-side weight source for binding: returns the tensor called `name` (host memory), or
+ * a tensor with data NULL when absent. */
+typedef mx_tensor (*model_weight_fn)(void *ctx, const char *name);
+
+typedef struct model model;
+
+/* Step batch for the forward (host arrays; see mx_attn_batch for the KV addressing). */
+typedef struct model_batch {
+    int n_rows;
+    const int32_t *tokens;       /* [n_rows] */
+    const int32_t *pos;          /* [n_rows] */
+    const int32_t *seq;          /* [n_rows] index into block_table */
+    const int32_t *rope_len;     /* [n_rows] sequence length for dynamic NTK RoPE (the length of
+                                    the row's sequence as known this step); NULL = pos + 1 */
+    const int32_t *block_table;  /* [n_seqs, table_stride] */
+    int table_stride;
+    int n_seqs;
+    const int64_t *write_rows;   /* [n_rows] physical KV row per row */
+    int n_out;
+    const int32_t *out_rows;     /* [n_out] rows whose logits are computed */
+} model_batch;
+
+/* Opens a checkpoint directory (config.json + safetensors) and binds the weights. */
+int model_load(model **out, const char *dir, const backend_ops *be, mx_error *err);
+/* Binds weights from any source (tests build models in memory). spec is copied. */
+int model_bind(model **out, const model_spec *spec, model_weight_fn fn, void *ctx,
+               const backend_ops *be, mx_error *err);
+void model_free(model *m);
+
+const model_spec *model_spec_of(const model *m);
+const backend_ops *model_backend(const model *m);
+uint64_t model_n_params(const model *m);
+uint64_t model_weight_bytes(const model *m);
+
+/* Forward over the step batch: writes this step's K/V into the cache, and logits for
+ * out_rows into logits [n_out, vocab] (host memory). */
+int model_forward(model *m, kv_cache *kv, const model_batch *b, float *logits, mx_error *err);
+
+/* ==== RoPE tables (model_rope.c) ==== */
+/* Rotated dims: head_dim * partial_rotary_factor (even). */
+int rope_rot_dim(const model_spec *s);
+/* inv_freq [rot_dim / 2] and the cos/sin scale for a RoPE variant, as transformers computes
+ * them; seq_len matters for dynamic NTK only (length of the sequence seen so far). */
+void rope_inv_freq(const model_spec *s, const mx_rope *r, int seq_len, float *inv_freq,
+                   float *attn_factor);
+/* cos_sin [rot_dim / 2, 2] for one position. */
+void rope_cos_sin(const float *inv_freq, int rot_dim, int pos, float attn_factor, float *cos_sin);
+
+#endif

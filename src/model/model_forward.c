@@ -1,0 +1,177 @@
+/* The generic decoder forward over one step batch (prefill chunks and decode rows mixed).
+ * Per layer:  h = norm(x); q,k,v = h W (+b); [q/k norm]; rope; write K/V; attention;
+ *             o = att Wo (+b); [post-attn norm]; x += o;
+ *             h = norm(x); m = MLP or MoE; [post-ffn norm]; x += m.
+ * Then the final norm, lm_head and soft-capping only for the rows whose logits are needed. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model_internal.h"
+
+/* ==== Scratch ==== */
+static int grow(model *m, float **p, size_t n, mx_error *err) {
+    if (*p) m->be->free(*p);
+    *p = m->be->alloc(n * sizeof(float));
+    return *p ? 0 : mx_fail(err, "out of memory for %zu activations", n);
+}
+
+static int ensure_scratch(model *m, int rows, int n_out, mx_error *err) {
+    const model_spec *s = &m->spec;
+    if (rows > m->cap_rows) {
+        const size_t H = (size_t)s->hidden_size, QD = (size_t)s->n_heads * s->head_dim;
+        const size_t KD = (size_t)s->n_kv_heads * s->head_dim;
+        size_t I = (size_t)s->intermediate_size;
+        if ((size_t)s->moe_intermediate_size > I) I = (size_t)s->moe_intermediate_size;
+        const size_t E = s->n_experts > 0 ? (size_t)s->n_experts : 1, r = (size_t)rows;
+        if (grow(m, &m->x, r * H, err) || grow(m, &m->h, r * H, err) || grow(m, &m->q, r * QD, err) ||
+            grow(m, &m->k, r * KD, err) || grow(m, &m->v, r * KD, err) ||
+            grow(m, &m->att, r * QD, err) || grow(m, &m->o, r * H, err) ||
+            grow(m, &m->g, r * I, err) || grow(m, &m->u, r * I, err) || grow(m, &m->rl, r * E, err) ||
+            grow(m, &m->cs_glob, r * (size_t)m->rot_dim, err) ||
+            grow(m, &m->cs_loc, r * (size_t)m->rot_dim, err))
+            return -1;
+        free(m->cs_host);
+        free(m->inv_host);
+        m->cs_host = malloc(r * (size_t)m->rot_dim * sizeof(float));
+        m->inv_host = malloc(((size_t)m->rot_dim / 2 + 1) * sizeof(float));
+        if (!m->cs_host || !m->inv_host) return mx_fail(err, "out of memory");
+        m->cap_rows = rows;
+    }
+    if (n_out > m->cap_out) {
+        if (grow(m, &m->xo, (size_t)n_out * s->hidden_size, err) ||
+            grow(m, &m->lo, (size_t)n_out * s->vocab_size, err))
+            return -1;
+        m->cap_out = n_out;
+    }
+    return 0;
+}
+
+/* ==== RoPE tables for the step ==== */
+static void build_cos_sin(model *m, const mx_rope *r, const model_batch *b, float *dst) {
+    const int rd = m->rot_dim;
+    int last_len = -1;
+    float af = 1.0f;
+    for (int i = 0; i < b->n_rows; i++) {
+        /* Only dynamic NTK depends on the length; recompute when it changes between rows. */
+        const int len = r->type == ROPE_DYNAMIC ? (b->rope_len ? b->rope_len[i] : b->pos[i] + 1) : 0;
+        if (len != last_len) {
+            rope_inv_freq(&m->spec, r, len, m->inv_host, &af);
+            last_len = len;
+        }
+        rope_cos_sin(m->inv_host, rd, b->pos[i], af, m->cs_host + (size_t)i * rd);
+    }
+    mx_tensor t = mx_tensor_2d(dst, MX_F32, b->n_rows, rd, m->be->device);
+    m->be->copy_from_host(&t, m->cs_host);
+}
+
+static bool ropes_equal(const mx_rope *a, const mx_rope *b) {
+    return a->type == b->type && a->theta == b->theta && a->factor == b->factor &&
+           a->original_max_pos == b->original_max_pos && a->low_freq_factor == b->low_freq_factor &&
+           a->high_freq_factor == b->high_freq_factor && a->beta_fast == b->beta_fast &&
+           a->beta_slow == b->beta_slow && a->attention_factor == b->attention_factor &&
+           a->mscale == b->mscale && a->mscale_all_dim == b->mscale_all_dim;
+}
+
+/* ==== Forward ==== */
+int model_forward(model *m, kv_cache *kv, const model_batch *b, float *logits, mx_error *err) {
+    const model_spec *s = &m->spec;
+    const backend_ops *be = m->be;
+    const int n = b->n_rows, H = s->hidden_size, D = s->head_dim;
+    const int Hq = s->n_heads, Hkv = s->n_kv_heads, V = s->vocab_size;
+    const mx_device dev = be->device;
+    if (n <= 0) return 0;
+    if (ensure_scratch(m, n, b->n_out > 0 ? b->n_out : 1, err)) return -1;
+
+    mx_tensor x = mx_tensor_2d(m->x, MX_F32, n, H, dev);       /* [n, H] */
+    mx_tensor h = mx_tensor_2d(m->h, MX_F32, n, H, dev);       /* [n, H] */
+    mx_tensor q = mx_tensor_3d(m->q, MX_F32, n, Hq, D, dev);   /* [n, Hq, D] */
+    mx_tensor k = mx_tensor_3d(m->k, MX_F32, n, Hkv, D, dev);  /* [n, Hkv, D] */
+    mx_tensor v = mx_tensor_3d(m->v, MX_F32, n, Hkv, D, dev);  /* [n, Hkv, D] */
+    mx_tensor att = mx_tensor_3d(m->att, MX_F32, n, Hq, D, dev);
+    mx_tensor o = mx_tensor_2d(m->o, MX_F32, n, H, dev);       /* [n, H] */
+    mx_tensor q2 = mx_tensor_2d(m->q, MX_F32, n, Hq * D, dev);
+    mx_tensor k2 = mx_tensor_2d(m->k, MX_F32, n, Hkv * D, dev);
+    mx_tensor v2 = mx_tensor_2d(m->v, MX_F32, n, Hkv * D, dev);
+    mx_tensor att2 = mx_tensor_2d(m->att, MX_F32, n, Hq * D, dev);
+
+    /* int arrays of the batch go to the device as-is on CPU; a device backend copies them
+     * inside its attention/kv ops from these host pointers. */
+    mx_attn_batch ab = {.n_rows = n, .pos = b->pos, .seq = b->seq, .block_table = b->block_table,
+                        .table_stride = b->table_stride, .block_size = kv_cache_table_block(kv),
+                        .write_rows = b->write_rows, .step_id = ++m->n_forward};
+
+    bool any_sliding = false, any_global = false;
+    for (int l = 0; l < s->n_layers; l++) {
+        any_sliding |= s->sliding_window > 0 && s->layer_sliding[l];
+        any_global |= !(s->sliding_window > 0 && s->layer_sliding[l]);
+    }
+    /* sliding layers use rope_local (gemma3: its own base); when it equals the global one,
+     * they share the global table */
+    const bool same_rope = ropes_equal(&s->rope, &s->rope_local);
+    if (any_global || same_rope) build_cos_sin(m, &s->rope, b, m->cs_glob);
+    if (any_sliding && !same_rope) build_cos_sin(m, &s->rope_local, b, m->cs_loc);
+
+    be->embed(&x, &m->tok_embd, b->tokens, n, s->embed_scale > 0 ? s->embed_scale : 1.0f, false);
+    const float eps = (float)s->rms_norm_eps, off = s->norm_offset;
+
+    for (int l = 0; l < s->n_layers; l++) {
+        const model_layer *L = &m->layers[l];
+        const bool sliding = s->sliding_window > 0 && s->layer_sliding[l];
+        /* ---- attention ---- */
+        be->rms_norm(&h, &x, &L->attn_norm, eps, off);
+        be->matmul(&q2, &h, &L->wq, &L->bq);
+        be->matmul(&k2, &h, &L->wk, &L->bk);
+        be->matmul(&v2, &h, &L->wv, &L->bv);
+        if (mx_tensor_present(&L->q_norm)) {
+            be->rms_norm(&q, &q, &L->q_norm, eps, off);
+            be->rms_norm(&k, &k, &L->k_norm, eps, off);
+        }
+        const float *cs = sliding && !same_rope ? m->cs_loc : m->cs_glob;
+        if (m->rot_dim > 0) {
+            be->rope(&q, cs, m->rot_dim);
+            be->rope(&k, cs, m->rot_dim);
+        }
+        be->kv_write(kv_cache_k(kv, l), kv_cache_v(kv, l), &k, &v, &ab);
+        mx_attn_params ap = {.n_heads = Hq, .n_kv_heads = Hkv, .head_dim = D,
+                             .scale = s->attn_scale > 0 ? s->attn_scale : 1.0f / sqrtf((float)D),
+                             .softcap = s->attn_softcap, .window = sliding ? s->sliding_window : 0};
+        be->attention(&att, &q, kv_cache_k(kv, l), kv_cache_v(kv, l), &ab, &ap);
+        be->matmul(&o, &att2, &L->wo, &L->bo);
+        if (s->sandwich_norms) be->rms_norm(&o, &o, &L->post_attn_norm, eps, off);
+        be->add(&x, &o);
+
+        /* ---- MLP / MoE ---- */
+        be->rms_norm(&h, &x, &L->ffn_norm, eps, off);
+        if (L->moe) {
+            const int E = s->n_experts;
+            mx_tensor rl = mx_tensor_2d(m->rl, MX_F32, n, E, dev);
+            be->matmul(&rl, &h, &L->router, NULL);
+            mx_moe_experts ex = {.gate = L->exp_gate, .up = L->exp_up, .down = L->exp_down};
+            mx_moe_params mp = {.n_experts = E, .top_k = s->n_experts_per_tok,
+                                .norm_topk = s->norm_topk_prob, .activation = (int)s->act};
+            if (be->moe(&o, &h, &rl, &ex, &mp, err)) return mx_wrap(err, "layer %d", l);
+        } else {
+            const int I = s->intermediate_size;
+            mx_tensor g = mx_tensor_2d(m->g, MX_F32, n, I, dev);
+            mx_tensor u = mx_tensor_2d(m->u, MX_F32, n, I, dev);
+            be->matmul(&g, &h, &L->w_gate, NULL);
+            be->matmul(&u, &h, &L->w_up, NULL);
+            be->glu(&g, &g, &u, (int)s->act);
+            be->matmul(&o, &g, &L->w_down, NULL);
+        }
+        if (s->sandwich_norms) be->rms_norm(&o, &o, &L->post_ffn_norm, eps, off);
+        be->add(&x, &o);
+    }
+
+    /* ---- head, only for the sampled rows ---- */
+    if (b->n_out <= 0) return 0;
+    mx_tensor xo = mx_tensor_2d(m->xo, MX_F32, b->n_out, H, dev);
+    mx_tensor lo = mx_tensor_2d(m->lo, MX_F32, b->n_out, V, dev);
+    be->gather_rows(&xo, &x, b->out_rows, b->n_out);
+    be->rms_norm(&xo, &xo, &m->out_norm, eps, off);
+    be->matmul(&lo, &xo, &m->lm_head, NULL);
+    if (s->final_softcap > 0) be->softcap(&lo, s->final_softcap);
+    be->copy_to_host(logits, &lo);
+    return 0;
+}

@@ -1,0 +1,299 @@
+/* `mlxcel serve` flags. One table lists every option with its names, its LLAMA_ARG_* variable,
+ * its type and range; the environment is applied first and argv second, so a flag wins. */
+#include "server/srv_config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "base/env.h"
+
+/* ==== Option table ==== */
+typedef enum { OPT_INT, OPT_I64, OPT_FLOAT, OPT_STR, OPT_FLAG, OPT_NOFLAG, OPT_SIZE, OPT_SPECIAL } opt_type;
+
+typedef struct opt {
+    const char *names[4]; /* NULL-terminated */
+    const char *env;      /* LLAMA_ARG_* or NULL */
+    opt_type type;
+    size_t off;
+    size_t size;          /* OPT_STR buffer size */
+    double lo, hi;        /* numeric range */
+    const char *help;
+} opt;
+
+#define F(field) offsetof(srv_config, field), sizeof(((srv_config *)0)->field)
+static const opt k_opts[] = {
+    {{"-m", "--model", NULL}, "LLAMA_ARG_MODEL", OPT_STR, F(model), 0, 0, "checkpoint directory"},
+    {{"-a", "--alias", NULL}, "LLAMA_ARG_ALIAS", OPT_SPECIAL, F(aliases), 0, 0,
+     "model name(s) served by the API, comma-separated"},
+    {{"--chat-template-file", NULL}, "LLAMA_ARG_CHAT_TEMPLATE_FILE", OPT_STR, F(chat_template_file),
+     0, 0, "Jinja chat template file (overrides the checkpoint's)"},
+    {{"--host", NULL}, "LLAMA_ARG_HOST", OPT_STR, F(host), 0, 0,
+     "address to bind (default 127.0.0.1); a path ending in .sock binds a Unix socket"},
+    {{"--port", NULL}, "LLAMA_ARG_PORT", OPT_INT, F(port), 0, 65535, "TCP port (default 8080; 0 = any free port)"},
+    {{"--api-key", NULL}, "LLAMA_API_KEY", OPT_SPECIAL, F(api_keys), 0, 0,
+     "require `Authorization: Bearer KEY` (comma-separated list)"},
+    {{"--api-key-file", NULL}, "LLAMA_ARG_API_KEY_FILE", OPT_SPECIAL, F(api_keys), 0, 0,
+     "file of API keys, one per line, '#' comments"},
+    {{"-to", "--timeout", NULL}, "LLAMA_ARG_TIMEOUT", OPT_INT, F(timeout_s), 1, 86400,
+     "socket read/write idle timeout in seconds (default 600)"},
+    {{"--max-body-size", NULL}, NULL, OPT_SIZE, F(max_body_bytes), 1024, 1ull << 32,
+     "largest request body accepted, e.g. 16M (default 16M); larger answers 413"},
+    {{"--sse-ping-interval", NULL}, "LLAMA_ARG_SSE_PING_INTERVAL", OPT_INT, F(sse_ping_s), 0, 3600,
+     "seconds between SSE keep-alive comments on a quiet stream (default 15; 0 = off)"},
+    {{"--threads-http", NULL}, "LLAMA_ARG_THREADS_HTTP", OPT_INT, F(threads_http), 1, 65536,
+     "most simultaneous HTTP connections, one thread each (default 1024)"},
+    {{"--metrics", NULL}, "LLAMA_ARG_ENDPOINT_METRICS", OPT_FLAG, F(metrics), 0, 0,
+     "enable GET /metrics (Prometheus text format)"},
+    {{"--slots", NULL}, "LLAMA_ARG_ENDPOINT_SLOTS", OPT_FLAG, F(slots), 0, 0, "enable GET /slots (default on)"},
+    {{"--no-slots", NULL}, NULL, OPT_NOFLAG, F(slots), 0, 0, "disable GET /slots"},
+    {{"--port-file", NULL}, NULL, OPT_STR, F(port_file), 0, 0,
+     "write the bound TCP port to this file once listening"},
+    {{"-np", "--parallel", "--n-parallel", NULL}, "LLAMA_ARG_N_PARALLEL", OPT_INT, F(n_parallel), 1,
+     4096, "sequence slots decoded together (default 4)"},
+    {{"--max-batch-size", NULL}, NULL, OPT_INT, F(max_batch_size), 0, 4096,
+     "most sequences in one step (default = --n-parallel)"},
+    {{"--prefill-chunk-size", NULL}, NULL, OPT_INT, F(prefill_chunk_size), 0, 1 << 20,
+     "prompt tokens per prefill chunk (default = --ubatch-size)"},
+    {{"-b", "--batch-size", NULL}, "LLAMA_ARG_BATCH", OPT_INT, F(batch_size), 1, 1 << 20,
+     "logical batch: most tokens in one step (default 2048)"},
+    {{"-ub", "--ubatch-size", NULL}, "LLAMA_ARG_UBATCH", OPT_INT, F(ubatch_size), 1, 1 << 20,
+     "physical batch: most tokens in one forward pass (default 512)"},
+    {{"--prefill-grant-interval", NULL}, NULL, OPT_INT, F(prefill_grant_interval), 0, 1 << 20,
+     "every N decode steps grant a prefill chunk to a waiting prompt (default 16; 0 = off)"},
+    {{"-c", "--ctx-size", NULL}, "LLAMA_ARG_CTX_SIZE", OPT_INT, F(ctx_size), 0, 1 << 24,
+     "context per sequence in tokens (default 0 = the model's)"},
+    {{"--max-queue-depth", NULL}, NULL, OPT_INT, F(max_queue_depth), 0, 1 << 24,
+     "requests waiting for a slot before new ones get 503 (default 256; 0 = no limit)"},
+    {{"--decode-storage-backend", NULL}, NULL, OPT_STR, F(storage), 0, 0,
+     "KV storage: auto (default), dense or paged"},
+    {{"-n", "--n-predict", "--predict", NULL}, "LLAMA_ARG_N_PREDICT", OPT_INT, F(n_predict), -1,
+     1 << 24, "default max tokens per request (-1 = until the context is full)"},
+    {{"--temp", "--temperature", NULL}, "LLAMA_ARG_TEMPERATURE", OPT_FLOAT, F(temperature), 0, 100,
+     "default temperature (0.8)"},
+    {{"--top-p", NULL}, "LLAMA_ARG_TOP_P", OPT_FLOAT, F(top_p), 0, 1, "default top-p (0.95)"},
+    {{"--top-k", NULL}, "LLAMA_ARG_TOP_K", OPT_INT, F(top_k), 0, 1 << 24, "default top-k (40; 0 = off)"},
+    {{"--min-p", NULL}, "LLAMA_ARG_MIN_P", OPT_FLOAT, F(min_p), 0, 1, "default min-p (0.05)"},
+    {{"--repeat-penalty", NULL}, "LLAMA_ARG_REPEAT_PENALTY", OPT_FLOAT, F(repeat_penalty), 0, 100,
+     "default repeat penalty (1.0 = off)"},
+    {{"--repeat-last-n", NULL}, NULL, OPT_INT, F(repeat_last_n), -1, 1 << 24,
+     "window of the penalties (64; -1 = whole context)"},
+    {{"--presence-penalty", NULL}, "LLAMA_ARG_PRESENCE_PENALTY", OPT_FLOAT, F(presence_penalty), -2,
+     2, "default presence penalty (0)"},
+    {{"--frequency-penalty", NULL}, "LLAMA_ARG_FREQUENCY_PENALTY", OPT_FLOAT, F(frequency_penalty),
+     -2, 2, "default frequency penalty (0)"},
+    {{"-s", "--seed", NULL}, NULL, OPT_I64, F(seed), -1, 9.007199254740992e15,
+     "default seed (-1 = random per request)"},
+};
+#undef F
+#define N_OPTS (int)(sizeof k_opts / sizeof k_opts[0])
+
+void srv_config_defaults(srv_config *c) {
+    memset(c, 0, sizeof *c);
+    snprintf(c->host, sizeof c->host, "127.0.0.1");
+    c->port = 8080;
+    c->timeout_s = 600;
+    c->max_body_bytes = 16u << 20;
+    c->sse_ping_s = 15;
+    c->threads_http = 1024;
+    c->slots = true;
+    c->n_parallel = 4;
+    c->batch_size = 2048;
+    c->ubatch_size = 512;
+    c->prefill_grant_interval = 16;
+    c->max_queue_depth = 256;
+    snprintf(c->storage, sizeof c->storage, "auto");
+    c->n_predict = -1;
+    c->temperature = 0.8f;
+    c->top_p = 0.95f;
+    c->top_k = 40;
+    c->min_p = 0.05f;
+    c->repeat_penalty = 1.0f;
+    c->repeat_last_n = 64;
+    c->seed = -1;
+}
+
+void srv_config_usage(FILE *out, const char *prog) {
+    fprintf(out, "usage: %s -m DIR [options]\n\noptions:\n", prog);
+    for (int i = 0; i < N_OPTS; i++) {
+        char names[96] = "";
+        for (int j = 0; k_opts[i].names[j]; j++) {
+            if (j) strncat(names, ", ", sizeof names - strlen(names) - 1);
+            strncat(names, k_opts[i].names[j], sizeof names - strlen(names) - 1);
+        }
+        fprintf(out, "  %-34s %s", names, k_opts[i].help);
+        if (k_opts[i].env) fprintf(out, " [env %s]", k_opts[i].env);
+        fputc('\n', out);
+    }
+    fprintf(out, "  -h, --help                         this help\n");
+}
+
+/* ==== Value parsing ==== */
+static int parse_bool_text(const char *s, bool *out) {
+    static const char *t[] = {"1", "true", "on", "enabled", "yes"};
+    static const char *f[] = {"0", "false", "off", "disabled", "no"};
+    for (int i = 0; i < 5; i++) {
+        if (!strcasecmp(s, t[i])) { *out = true; return 0; }
+        if (!strcasecmp(s, f[i])) { *out = false; return 0; }
+    }
+    return -1;
+}
+
+static int add_list(char (*dst)[256], int *n, int cap, const char *list, const char *what, mx_error *err) {
+    const char *p = list;
+    while (*p) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        while (len && isspace((unsigned char)*p)) { p++; len--; }
+        while (len && isspace((unsigned char)p[len - 1])) len--;
+        if (len) {
+            if (*n >= cap) return mx_fail(err, "%s: at most %d values", what, cap);
+            if (len >= 256) return mx_fail(err, "%s: a value longer than 255 bytes", what);
+            memcpy(dst[*n], p, len);
+            dst[*n][len] = 0;
+            (*n)++;
+        }
+        if (!e) break;
+        p = e + 1;
+    }
+    return 0;
+}
+
+static int read_key_file(srv_config *c, const char *path, mx_error *err) {
+    FILE *f = fopen(path, "r");
+    if (!f) return mx_fail(err, "--api-key-file %s: %s", path, strerror(errno));
+    char line[512];
+    int rc = 0;
+    while (fgets(line, sizeof line, f)) {
+        size_t len = strcspn(line, "\r\n");
+        line[len] = 0;
+        char *p = line;
+        while (isspace((unsigned char)*p)) p++;
+        if (!*p || *p == '#') continue;
+        if (add_list(c->api_keys, &c->n_api_keys, SRV_MAX_API_KEYS, p, "--api-key-file", err)) {
+            rc = -1;
+            break;
+        }
+    }
+    fclose(f);
+    return rc;
+}
+
+static int set_value(srv_config *c, const opt *o, const char *name, const char *v, mx_error *err) {
+    char *base = (char *)c + o->off;
+    char *end = NULL;
+    errno = 0;
+    switch (o->type) {
+    case OPT_INT: case OPT_I64: {
+        long long x = strtoll(v, &end, 10);
+        if (errno || end == v || *end || (double)x < o->lo || (double)x > o->hi)
+            return mx_fail(err, "%s: expected an integer in [%.0f, %.0f], got '%s'", name, o->lo, o->hi, v);
+        if (o->type == OPT_INT) *(int *)base = (int)x;
+        else *(int64_t *)base = x;
+        return 0;
+    }
+    case OPT_FLOAT: {
+        double x = strtod(v, &end);
+        if (errno || end == v || *end || !isfinite(x) || x < o->lo || x > o->hi)
+            return mx_fail(err, "%s: expected a number in [%g, %g], got '%s'", name, o->lo, o->hi, v);
+        *(float *)base = (float)x;
+        return 0;
+    }
+    case OPT_SIZE: {
+        uint64_t x;
+        if (mx_parse_bytes(v, &x) || (double)x < o->lo || (double)x > o->hi)
+            return mx_fail(err, "%s: expected a size in [%.0f, %.0f] bytes (K/M/G suffixes), got '%s'",
+                           name, o->lo, o->hi, v);
+        *(uint64_t *)base = x;
+        return 0;
+    }
+    case OPT_STR:
+        if (strlen(v) >= o->size) return mx_fail(err, "%s: value longer than %zu bytes", name, o->size - 1);
+        memcpy(base, v, strlen(v) + 1);
+        if (o->off == offsetof(srv_config, storage) && strcmp(v, "auto") && strcmp(v, "dense") &&
+            strcmp(v, "paged"))
+            return mx_fail(err, "%s: expected auto, dense or paged, got '%s'", name, v);
+        return 0;
+    case OPT_FLAG: case OPT_NOFLAG: {
+        bool b;
+        if (parse_bool_text(v, &b)) return mx_fail(err, "%s: expected a boolean (1/0, true/false, on/off), got '%s'", name, v);
+        *(bool *)base = o->type == OPT_FLAG ? b : !b;
+        return 0;
+    }
+    case OPT_SPECIAL:
+        if (!strcmp(o->names[0], "-a")) {
+            c->n_aliases = 0;
+            return add_list(c->aliases, &c->n_aliases, SRV_MAX_ALIASES, v, name, err);
+        }
+        if (!strcmp(o->names[0], "--api-key"))
+            return add_list(c->api_keys, &c->n_api_keys, SRV_MAX_API_KEYS, v, name, err);
+        return read_key_file(c, v, err);
+    }
+    return mx_fail(err, "%s: internal option type", name);
+}
+
+/* ==== Parse ==== */
+int srv_config_parse(srv_config *c, int argc, char **argv, FILE *help_out, mx_error *err) {
+    /* Environment first (the only place LLAMA_ARG_* are read), so flags override it. */
+    for (int i = 0; i < N_OPTS; i++) {
+        if (!k_opts[i].env) continue;
+        const char *v = getenv(k_opts[i].env);
+        if (!v || !*v) continue;
+        if (set_value(c, &k_opts[i], k_opts[i].env, v, err)) return -1;
+    }
+    /* The key list from the environment is replaced, not extended, by --api-key flags. */
+    bool keys_from_flags = false;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
+            srv_config_usage(help_out, argv[0]);
+            return 1;
+        }
+        char name[64];
+        const char *val = NULL;
+        const char *eq = strncmp(arg, "--", 2) ? NULL : strchr(arg, '=');
+        size_t nlen = eq ? (size_t)(eq - arg) : strlen(arg);
+        if (nlen >= sizeof name) return mx_fail(err, "unknown option '%s' (see --help)", arg);
+        memcpy(name, arg, nlen);
+        name[nlen] = 0;
+        if (eq) val = eq + 1;
+        const opt *o = NULL;
+        for (int k = 0; k < N_OPTS && !o; k++)
+            for (int j = 0; k_opts[k].names[j]; j++)
+                if (!strcmp(k_opts[k].names[j], name)) { o = &k_opts[k]; break; }
+        if (!o) return mx_fail(err, "unknown option '%s' (see --help)", arg);
+        if (o->type == OPT_FLAG || o->type == OPT_NOFLAG) {
+            if (!val) val = "1";
+        } else if (!val) {
+            if (i + 1 >= argc) return mx_fail(err, "%s: missing value", name);
+            val = argv[++i];
+        }
+        if (o->type == OPT_SPECIAL && strcmp(o->names[0], "-a") && !keys_from_flags) {
+            c->n_api_keys = 0;
+            keys_from_flags = true;
+        }
+        if (set_value(c, o, name, val, err)) return -1;
+    }
+    return 0;
+}
+
+int srv_config_finalize(srv_config *c, int model_ctx, mx_error *err) {
+    if (c->ctx_size == 0) c->ctx_size = model_ctx;
+    if (c->ctx_size <= 0) return mx_fail(err, "--ctx-size: the model gives no context length; set one");
+    /* llama-server: the physical batch never exceeds the logical one. */
+    if (c->ubatch_size > c->batch_size) c->ubatch_size = c->batch_size;
+    if (c->max_batch_size == 0 || c->max_batch_size > c->n_parallel) c->max_batch_size = c->n_parallel;
+    if (c->prefill_chunk_size == 0) c->prefill_chunk_size = c->ubatch_size;
+    if (c->prefill_chunk_size > c->batch_size)
+        return mx_fail(err, "--prefill-chunk-size %d exceeds --batch-size %d", c->prefill_chunk_size,
+                       c->batch_size);
+    if (c->batch_size < c->max_batch_size)
+        return mx_fail(err, "--batch-size %d is smaller than --max-batch-size %d: every decoding "
+                            "sequence needs one token of the step", c->batch_size, c->max_batch_size);
+    return 0;
+}

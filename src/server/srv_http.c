@@ -1,0 +1,445 @@
+/* libmicrohttpd glue. Thread per connection: a handler may block until its job is done, and a
+ * streaming response's reader blocks on the job's condition variable (with a timeout that
+ * sends SSE keep-alive comments). Bodies are accumulated up to --max-body-size (413 beyond),
+ * API keys are checked before the body is read (401). */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "server/srv_internal.h"
+#include "server/srv_server.h"
+
+#if MHD_VERSION < 0x00097002
+typedef int MHD_Result_t;
+#else
+typedef enum MHD_Result MHD_Result_t;
+#endif
+
+/* ==== Replies ==== */
+typedef struct conn_ctx {
+    char *body;
+    size_t len, cap;
+    bool too_large;
+    bool replied;
+    srv_job *job; /* the HTTP side's reference */
+} conn_ctx;
+
+static const char *code_label(int status) {
+    static char buf[8][8];
+    static const int known[] = {200, 400, 401, 404, 405, 413, 503};
+    for (int i = 0; i < 7; i++)
+        if (status == known[i]) { snprintf(buf[i], sizeof buf[i], "%d", status); return buf[i]; }
+    return "other";
+}
+
+static MHD_Result_t reply(srv_server *s, struct MHD_Connection *c, int status, const char *ctype, char *body) {
+    const char *b = body ? body : "{}";
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(b), (void *)b, MHD_RESPMEM_MUST_COPY);
+    free(body);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", ctype);
+    MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
+    if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+    MHD_Result_t rc = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    srv_metrics_add(s->metrics, SM_HTTP_RESPONSES_TOTAL, code_label(status), 1);
+    return rc;
+}
+
+static MHD_Result_t reply_error(srv_server *s, struct MHD_Connection *c, int status, const char *msg, const char *param) {
+    return reply(s, c, status, "application/json; charset=utf-8", srv_resp_error(status, msg, param));
+}
+
+/* ==== Auth ==== */
+static bool key_equal(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    unsigned char d = (unsigned char)(la != lb);
+    for (size_t i = 0; i < la; i++) d |= (unsigned char)(a[i] ^ b[i % (lb ? lb : 1)]);
+    return d == 0;
+}
+
+static bool authorized(srv_server *s, struct MHD_Connection *c) {
+    if (s->cfg.n_api_keys == 0) return true;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (!h || strncasecmp(h, "Bearer ", 7)) return false;
+    h += 7;
+    while (*h == ' ') h++;
+    bool ok = false;
+    for (int i = 0; i < s->cfg.n_api_keys; i++) ok |= key_equal(h, s->cfg.api_keys[i]);
+    return ok;
+}
+
+/* ==== Streaming reader ==== */
+typedef struct stream_state {
+    srv_job *job;      /* own reference */
+    char *buf;
+    size_t len, cap, off;
+    int sent_toks;
+    size_t sent_bytes;
+    bool started, finished;
+    double last_write;
+} stream_state;
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
+    (void)pos;
+    stream_state *st = cls;
+    srv_job *j = st->job;
+    srv_server *s = j->srv;
+    if (st->off >= st->len) {
+        st->len = st->off = 0;
+        if (st->finished) return MHD_CONTENT_READER_END_OF_STREAM;
+        pthread_mutex_lock(&j->mu);
+        for (;;) {
+            int n = j->n_toks;
+            if (!st->started || n > st->sent_toks) {
+                srv_sse_tokens(s, j, st->sent_toks, n, !st->started, &st->sent_bytes, &st->buf, &st->len, &st->cap);
+                st->started = true;
+                st->sent_toks = n;
+            }
+            if (j->done && st->sent_toks == j->n_toks) {
+                if (j->finish == SRV_FINISH_ERROR) {
+                    char *e = srv_resp_error(500, "generation failed in the engine", NULL);
+                    srv_buf_append(&st->buf, &st->len, &st->cap, "data: ", 6);
+                    srv_buf_append(&st->buf, &st->len, &st->cap, e, strlen(e));
+                    srv_buf_append(&st->buf, &st->len, &st->cap, "\n\n", 2);
+                    free(e);
+                }
+                srv_sse_final(s, j, &st->sent_bytes, &st->buf, &st->len, &st->cap);
+                st->finished = true;
+            }
+            if (st->len) break;
+            double now = mx_now();
+            double ping = s->cfg.sse_ping_s;
+            if (ping > 0 && now - st->last_write >= ping) {
+                static const char ka[] = ": keep-alive\n\n";
+                srv_buf_append(&st->buf, &st->len, &st->cap, ka, sizeof ka - 1);
+                break;
+            }
+            /* Wake at least once a second to check the ping deadline. */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            double wait = ping > 0 ? st->last_write + ping - now : 1.0;
+            if (wait > 1.0) wait = 1.0;
+            if (wait < 0.001) wait = 0.001;
+            long ns = ts.tv_nsec + (long)(wait * 1e9);
+            ts.tv_sec += ns / 1000000000L;
+            ts.tv_nsec = ns % 1000000000L;
+            pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+        }
+        pthread_mutex_unlock(&j->mu);
+        if (!st->len) return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    size_t n = st->len - st->off;
+    if (n > max) n = max;
+    memcpy(out, st->buf + st->off, n);
+    st->off += n;
+    st->last_write = mx_now();
+    return (ssize_t)n;
+}
+
+static void stream_free(void *cls) {
+    stream_state *st = cls;
+    srv_job_detach(st->job);
+    srv_job_release(st->job);
+    free(st->buf);
+    free(st);
+}
+
+/* ==== Generation routes ==== */
+static MHD_Result_t route_generate(srv_server *s, struct MHD_Connection *c, conn_ctx *cc, srv_api api) {
+    srv_backend *be = s->be;
+    mx_error err = {{0}};
+    srv_job *j = srv_job_new(s);
+    if (!j) return reply_error(s, c, 500, "out of memory", NULL);
+    cc->job = j;
+    if (srv_request_parse(&j->req, api, cc->body ? cc->body : "", cc->len, &s->cfg,
+                          be->text_ops->vocab_size(be->text), &err))
+        return reply_error(s, c, 400, err.msg, j->req.bad_param);
+
+    /* Prompt -> ids. */
+    size_t n = 0;
+    int32_t *ids = NULL;
+    if (api == SRV_API_CHAT) {
+        if (!be->text_ops->has_template)
+            return reply_error(s, c, 400, "this model has no chat template; start the server with --chat-template-file",
+                               "messages");
+        char *prompt = NULL;
+        if (be->text_ops->apply_template(be->text, j->req.messages, j->req.template_extra, true, &prompt, &err))
+            return reply_error(s, c, 400, err.msg, "messages");
+        int rc = be->text_ops->tokenize(be->text, prompt, strlen(prompt), false, &ids, &n, &err);
+        free(prompt);
+        if (rc) return reply_error(s, c, 400, err.msg, "messages");
+    } else if (j->req.prompt_text) {
+        if (be->text_ops->tokenize(be->text, j->req.prompt_text, strlen(j->req.prompt_text), true, &ids, &n, &err))
+            return reply_error(s, c, 400, err.msg, "prompt");
+    } else {
+        ids = j->req.prompt_ids;
+        n = j->req.n_prompt_ids;
+        j->req.prompt_ids = NULL;
+    }
+    j->prompt = ids;
+    j->n_prompt = (int)n;
+    int n_ctx = s->cfg.ctx_size;
+    if (n == 0) return reply_error(s, c, 400, "prompt: the prompt is empty (no tokens)", "prompt");
+    if ((int)n >= n_ctx) {
+        char msg[256];
+        snprintf(msg, sizeof msg,
+                 "the request exceeds the available context size: the prompt has %zu tokens, the context is %d "
+                 "(--ctx-size) and at least one token must be generated",
+                 n, n_ctx);
+        return reply_error(s, c, 400, msg, api == SRV_API_CHAT ? "messages" : "prompt");
+    }
+    int avail = n_ctx - (int)n;
+    j->max_tokens = j->req.max_tokens < 0 || j->req.max_tokens > avail ? avail : j->req.max_tokens;
+    if (j->max_tokens < 1) j->max_tokens = 1;
+    pthread_mutex_lock(&s->mu);
+    uint64_t seq = ++s->id_counter;
+    pthread_mutex_unlock(&s->mu);
+    snprintf(j->id, sizeof j->id, "%s-%llx%08llx", api == SRV_API_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)s->t_start, (unsigned long long)seq);
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    j->fd = ci ? ci->connect_fd : -1;
+
+    int status = 0;
+    if (srv_core_enqueue(s, j, &status, &err)) return reply_error(s, c, status, err.msg, NULL);
+
+    if (j->req.stream) {
+        stream_state *st = calloc(1, sizeof *st);
+        if (!st) return reply_error(s, c, 500, "out of memory", NULL);
+        pthread_mutex_lock(&s->mu);
+        j->refs++;
+        pthread_mutex_unlock(&s->mu);
+        st->job = j;
+        st->last_write = mx_now();
+        struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, st, stream_free);
+        if (!r) { stream_free(st); return MHD_NO; }
+        MHD_add_response_header(r, "Content-Type", "text/event-stream");
+        MHD_add_response_header(r, "Cache-Control", "no-cache");
+        MHD_add_response_header(r, "X-Accel-Buffering", "no");
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
+        MHD_Result_t rc = MHD_queue_response(c, 200, r);
+        MHD_destroy_response(r);
+        srv_metrics_add(s->metrics, SM_HTTP_RESPONSES_TOTAL, "200", 1);
+        return rc;
+    }
+    /* Non-stream: this connection's thread waits for the job. */
+    pthread_mutex_lock(&j->mu);
+    while (!j->done) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 1;
+        pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+    }
+    pthread_mutex_unlock(&j->mu);
+    if (j->finish == SRV_FINISH_ERROR) return reply_error(s, c, 500, "generation failed in the engine", NULL);
+    if (j->finish == SRV_FINISH_CANCELLED)
+        return reply_error(s, c, 503, "the request was cancelled (the server is shutting down)", NULL);
+    return reply(s, c, 200, "application/json; charset=utf-8", srv_resp_final(s, j));
+}
+
+/* ==== Text and info routes (srv_routes.c) ==== */
+MHD_Result_t srv_route_info(srv_server *s, struct MHD_Connection *c, const char *method, const char *url,
+                            const char *body, size_t len, bool *handled);
+
+/* ==== Dispatch ==== */
+static bool is_post_route(const char *url, srv_api *api) {
+    if (!strcmp(url, "/v1/chat/completions") || !strcmp(url, "/chat/completions")) { *api = SRV_API_CHAT; return true; }
+    if (!strcmp(url, "/v1/completions") || !strcmp(url, "/completions")) { *api = SRV_API_COMPLETIONS; return true; }
+    if (!strcmp(url, "/completion")) { *api = SRV_API_LLAMA_COMPLETION; return true; }
+    return false;
+}
+
+static MHD_Result_t on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                               const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    (void)version;
+    srv_server *s = cls;
+    conn_ctx *cc = *con_cls;
+    if (!cc) {
+        cc = calloc(1, sizeof *cc);
+        if (!cc) return MHD_NO;
+        *con_cls = cc;
+        bool public = !strcmp(url, "/health") || !strcmp(url, "/v1/health");
+        if (!public && !authorized(s, c)) {
+            cc->replied = true;
+            return reply_error(s, c, 401, "invalid or missing API key (send Authorization: Bearer KEY)", NULL);
+        }
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+        if (cl && strtoull(cl, NULL, 10) > s->cfg.max_body_bytes) {
+            cc->replied = true;
+            char msg[200];
+            snprintf(msg, sizeof msg, "request body of %s bytes exceeds the limit of %llu bytes (--max-body-size)", cl,
+                     (unsigned long long)s->cfg.max_body_bytes);
+            return reply_error(s, c, 413, msg, NULL);
+        }
+        return MHD_YES;
+    }
+    if (cc->replied) { *upload_size = 0; return MHD_YES; }
+    if (*upload_size) {
+        if (cc->len + *upload_size > s->cfg.max_body_bytes) cc->too_large = true;
+        if (!cc->too_large) srv_buf_append(&cc->body, &cc->len, &cc->cap, upload, *upload_size);
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    cc->replied = true;
+    if (cc->too_large) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "request body exceeds the limit of %llu bytes (--max-body-size)",
+                 (unsigned long long)s->cfg.max_body_bytes);
+        return reply_error(s, c, 413, msg, NULL);
+    }
+    srv_api api;
+    if (is_post_route(url, &api)) {
+        if (strcmp(method, "POST")) return reply_error(s, c, 405, "this route takes POST", NULL);
+        return route_generate(s, c, cc, api);
+    }
+    bool handled = false;
+    MHD_Result_t rc = srv_route_info(s, c, method, url, cc->body ? cc->body : "", cc->len, &handled);
+    if (handled) return rc;
+    char msg[300];
+    snprintf(msg, sizeof msg, "no route for %.16s %.200s", method, url);
+    return reply_error(s, c, 404, msg, NULL);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    (void)cls; (void)c; (void)toe;
+    conn_ctx *cc = *con_cls;
+    if (!cc) return;
+    if (cc->job) {
+        srv_job_detach(cc->job);
+        srv_job_release(cc->job);
+    }
+    free(cc->body);
+    free(cc);
+    *con_cls = NULL;
+}
+
+/* ==== Listening socket ==== */
+static int open_listener(const srv_config *cfg, int *port_out, mx_error *err) {
+    size_t hl = strlen(cfg->host);
+    if (hl > 5 && !strcmp(cfg->host + hl - 5, ".sock")) {
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        if (hl >= sizeof sa.sun_path) return mx_fail(err, "--host %s: Unix socket path too long", cfg->host);
+        memcpy(sa.sun_path, cfg->host, hl + 1);
+        struct stat sb;
+        if (!stat(cfg->host, &sb) && S_ISSOCK(sb.st_mode)) unlink(cfg->host); /* stale socket of a previous run */
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) return mx_fail(err, "socket: %s", strerror(errno));
+        if (bind(fd, (struct sockaddr *)&sa, sizeof sa) || listen(fd, 512)) {
+            int e = errno;
+            close(fd);
+            return mx_fail(err, "--host %s: cannot listen on the Unix socket: %s", cfg->host, strerror(e));
+        }
+        *port_out = 0;
+        return fd;
+    }
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
+    struct addrinfo *res = NULL;
+    char port[16];
+    snprintf(port, sizeof port, "%d", cfg->port);
+    int rc = getaddrinfo(cfg->host, port, &hints, &res);
+    if (rc) return mx_fail(err, "--host %s: %s", cfg->host, gai_strerror(rc));
+    int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) { freeaddrinfo(res); return mx_fail(err, "socket: %s", strerror(errno)); }
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(fd, res->ai_addr, res->ai_addrlen) || listen(fd, 512)) {
+        int e = errno;
+        close(fd);
+        freeaddrinfo(res);
+        return mx_fail(err, "cannot listen on %s:%d: %s", cfg->host, cfg->port, strerror(e));
+    }
+    freeaddrinfo(res);
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    getsockname(fd, (struct sockaddr *)&ss, &sl);
+    *port_out = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                               : ((struct sockaddr_in *)&ss)->sin_port);
+    return fd;
+}
+
+/* ==== Run ==== */
+static void log_startup(const srv_server *s, int port) {
+    const srv_model_info *m = &s->be->info;
+    const srv_config *c = &s->cfg;
+    LOG_INFO("model: %s (%s)", m->name, m->path);
+    LOG_INFO("family: %s, parameters: %.3fB (%llu), dtype: %s", m->family, (double)m->n_params / 1e9,
+             (unsigned long long)m->n_params, m->dtype);
+    double kv = (double)m->kv_bytes_per_token * c->ctx_size * c->n_parallel;
+    LOG_INFO("memory estimate: weights %.1f MiB + KV cache %.1f MiB (%llu bytes/token x %d ctx x %d slots)",
+             (double)m->weight_bytes / 1048576.0, kv / 1048576.0, (unsigned long long)m->kv_bytes_per_token,
+             c->ctx_size, c->n_parallel);
+    LOG_INFO("decode storage backend: %s (%s)", m->storage, m->storage_reason);
+    LOG_INFO("decode path: native batched forward");
+    LOG_INFO("slots: %d, max batch %d sequences, batch %d / ubatch %d tokens, prefill chunk %d, grant interval %d, "
+             "ctx %d, queue limit %d",
+             c->n_parallel, c->max_batch_size, c->batch_size, c->ubatch_size, c->prefill_chunk_size,
+             c->prefill_grant_interval, c->ctx_size, c->max_queue_depth);
+    if (port) LOG_INFO("listening on http://%s:%d", c->host, port);
+    else LOG_INFO("listening on unix:%s", c->host);
+}
+
+int srv_run(const srv_config *cfg, srv_backend *be, mx_error *err) {
+    srv_server *s = calloc(1, sizeof *s);
+    if (!s) return mx_fail(err, "out of memory");
+    s->cfg = *cfg;
+    s->be = be;
+    s->t_start = (double)time(NULL);
+    s->metrics = srv_metrics_new();
+    int rc = -1, port = 0, fd = -1;
+    struct MHD_Daemon *d = NULL;
+
+    /* Signals are taken by sigwait below: block them before any thread exists. */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    if (!s->metrics || srv_core_start(s, err)) goto out;
+    if ((fd = open_listener(cfg, &port, err)) < 0) goto out;
+    d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+                             MHD_USE_ERROR_LOG,
+                         0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_TIMEOUT,
+                         (unsigned)cfg->timeout_s, MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->threads_http,
+                         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_THREAD_STACK_SIZE,
+                         (size_t)1 << 20, MHD_OPTION_END);
+    if (!d) { mx_fail(err, "libmicrohttpd failed to start on %s", cfg->host); goto out; }
+    log_startup(s, port);
+    if (cfg->port_file[0]) {
+        char tmp[1100];
+        snprintf(tmp, sizeof tmp, "%s.tmp", cfg->port_file);
+        FILE *f = fopen(tmp, "w");
+        if (!f || fprintf(f, "%d\n", port) < 0 || fclose(f) || rename(tmp, cfg->port_file)) {
+            mx_fail(err, "--port-file %s: %s", cfg->port_file, strerror(errno));
+            goto out;
+        }
+    }
+    int sig = 0;
+    sigwait(&set, &sig);
+    LOG_INFO("server: signal %d, shutting down", sig);
+    rc = 0;
+out:
+    srv_core_stop(s); /* cancels running jobs, so blocked connection threads finish */
+    if (d) MHD_stop_daemon(d);
+    if (fd >= 0) close(fd);
+    if (cfg->host[0] && port == 0 && d) unlink(cfg->host);
+    srv_metrics_free(s->metrics);
+    if (s->thread_started == false) {
+        pthread_mutex_destroy(&s->mu);
+        pthread_cond_destroy(&s->cv);
+    }
+    free(s);
+    return rc;
+}

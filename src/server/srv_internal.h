@@ -1,0 +1,105 @@
+/* Server internals shared by srv_core.c (engine thread, jobs), srv_http.c (libmicrohttpd glue,
+ * routes) and srv_response.c (JSON shapes). Not a public API. */
+#ifndef MLXCEL_SERVER_SRV_INTERNAL_H
+#define MLXCEL_SERVER_SRV_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "server/srv_config.h"
+#include "server/srv_engine.h"
+#include "server/srv_metrics.h"
+#include "server/srv_request.h"
+
+typedef struct srv_server srv_server;
+
+/* ==== Job: one generation request, shared by its HTTP connection and the engine thread ====
+ * Lifetime: two references, the HTTP side's and the engine side's (taken at enqueue, dropped
+ * after on_finish). Output fields are guarded by `mu`; `cv` signals progress. */
+typedef struct srv_job {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int refs;                 /* guarded by the server lock */
+    srv_server *srv;
+    struct srv_job *next;     /* inbox / active list link (server lock) */
+
+    srv_request req;
+    int32_t *prompt;          /* [n_prompt] */
+    int n_prompt;
+    int max_tokens;           /* resolved: >= 1, <= n_ctx - n_prompt */
+    char id[48];              /* "chatcmpl-..." / "cmpl-..." */
+    long created;             /* unix seconds */
+
+    /* engine side (engine thread only) */
+    uint64_t eng_id;
+    bool submitted;
+    bool cancel_sent;
+    srv_text_stream *ts;
+
+    /* output (mu) */
+    char *text;               /* all final text so far */
+    size_t text_len, text_cap;
+    srv_token *toks;          /* [n_toks] generated tokens (with logprobs when requested) */
+    size_t *tok_end;          /* [n_toks] text_len after each token */
+    int n_toks, cap_toks;
+    bool stop_hit;            /* a stop string matched: later tokens are dropped */
+    bool done;
+    srv_finish finish;
+    int n_cached;
+    double t_arrival, t_first, t_done;
+
+    /* control (mu) */
+    bool cancel_req;          /* HTTP side gone or stop string: engine thread cancels */
+    int fd;                   /* client socket for hang-up polling; -1 when detached */
+} srv_job;
+
+struct srv_server {
+    srv_config cfg;
+    srv_backend *be;
+    srv_metrics *metrics;
+    double t_start;
+
+    pthread_mutex_t mu;       /* inbox, active, counts, refs, last stats */
+    pthread_cond_t cv;        /* wakes the engine thread */
+    srv_job *inbox;           /* new jobs, FIFO via tail */
+    srv_job **inbox_tail;
+    srv_job *active;          /* submitted to the engine, not finished */
+    int n_outstanding;        /* enqueued and not finished */
+    srv_engine_stats last;    /* engine stats after the last step */
+    bool stopping;
+    bool engine_failed;
+    pthread_t thread;
+    bool thread_started;
+    uint64_t id_counter;
+};
+
+/* ==== Core (srv_core.c) ==== */
+int srv_core_start(srv_server *s, mx_error *err);
+void srv_core_stop(srv_server *s);
+/* Takes ownership of `req` contents on success. Returns 0, or -1 with *status = 503 when the
+ * queue is full (err filled). */
+int srv_core_enqueue(srv_server *s, srv_job *job, int *status, mx_error *err);
+srv_job *srv_job_new(srv_server *s);
+void srv_job_release(srv_job *job);
+/* HTTP side is gone (response finished or client aborted): cancel if still running. */
+void srv_job_detach(srv_job *job);
+void srv_core_snapshot(srv_server *s, srv_engine_stats *st, int *outstanding);
+const char *srv_finish_name(srv_finish f); /* OpenAI finish_reason */
+
+/* ==== Responses (srv_response.c) ==== */
+char *srv_resp_error(int status, const char *message, const char *param);
+const char *srv_error_type(int status);
+/* Whole responses (non-stream), from a finished job (job->mu held or job done). */
+char *srv_resp_final(srv_server *s, srv_job *job);
+/* Streaming: appends SSE events for tokens [from, to) of job to *buf (malloc'd, grows). */
+int srv_sse_tokens(srv_server *s, srv_job *job, int from, int to, bool first, size_t *sent_bytes,
+                   char **buf, size_t *len, size_t *cap);
+/* Streaming: final events (finish chunk, usage, [DONE]). */
+int srv_sse_final(srv_server *s, srv_job *job, size_t *sent_bytes, char **buf, size_t *len, size_t *cap);
+void srv_buf_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n);
+
+/* ==== HTTP (srv_http.c) ==== */
+int srv_http_run(srv_server *s, mx_error *err);
+
+#endif

@@ -1,0 +1,45 @@
+/* Request bodies of the generation routes (OpenAI chat/completions, llama-server /completion)
+ * parsed and validated into one internal struct. Every rejected field is named in the error
+ * (err->msg starts with the field path) and its name is copied to `bad_param`. */
+#ifndef MLXCEL_SERVER_SRV_REQUEST_H
+#define MLXCEL_SERVER_SRV_REQUEST_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/error.h"
+#include "server/srv_config.h"
+#include "server/srv_engine.h"
+
+#define SRV_MAX_STOPS 16
+
+typedef enum { SRV_API_CHAT = 0, SRV_API_COMPLETIONS, SRV_API_LLAMA_COMPLETION } srv_api;
+
+typedef struct srv_request {
+    srv_api api;
+    char model[256];        /* as sent ("" when absent) */
+    /* Prompt: text (completions) or ids (when given as token arrays); chat gives messages. */
+    char *prompt_text;
+    int32_t *prompt_ids;
+    size_t n_prompt_ids;
+    json_t *messages;       /* chat: normalized [{role, content: string, ...}] (owned) */
+    json_t *template_extra; /* chat: {tools, ...chat_template_kwargs} or NULL (owned) */
+    int max_tokens;         /* -1 = until the context is full */
+    bool stream;
+    bool include_usage;     /* stream_options.include_usage */
+    char *stops[SRV_MAX_STOPS];
+    int n_stops;
+    srv_sampling sampling;  /* sampling.logit_bias owned */
+    int completion_logprobs; /* /v1/completions `logprobs` N (-1 = not requested) */
+    char user[256];
+    char bad_param[64];     /* field named by the last error */
+} srv_request;
+
+/* vocab_size bounds logit_bias and prompt ids. Returns 0 or -1 (err names the field). */
+int srv_request_parse(srv_request *r, srv_api api, const char *body, size_t len,
+                      const srv_config *defaults, int vocab_size, mx_error *err);
+void srv_request_free(srv_request *r);
+
+#endif

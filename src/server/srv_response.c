@@ -1,0 +1,289 @@
+/* Response bodies in the exact shapes of OpenAI (chat.completion, chat.completion.chunk,
+ * text_completion) and llama-server (/completion), plus the error object. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/srv_internal.h"
+
+void srv_buf_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n) {
+    if (*len + n + 1 > *cap) {
+        size_t nc = (*len + n + 1) * 2;
+        if (nc < 256) nc = 256;
+        char *nb = realloc(*buf, nc);
+        if (!nb) return; /* the caller sees a shorter body; memory exhaustion is not recoverable here */
+        *buf = nb;
+        *cap = nc;
+    }
+    memcpy(*buf + *len, s, n);
+    *len += n;
+    (*buf)[*len] = 0;
+}
+
+/* ==== Errors ==== */
+const char *srv_error_type(int status) {
+    switch (status) {
+    case 400: return "invalid_request_error";
+    case 401: return "authentication_error";
+    case 404: return "not_found_error";
+    case 405: return "invalid_request_error";
+    case 413: return "invalid_request_error";
+    case 503: return "unavailable_error";
+    default: return "server_error";
+    }
+}
+
+char *srv_resp_error(int status, const char *message, const char *param) {
+    json_t *e = json_pack("{s:s, s:s, s:i}", "message", message, "type", srv_error_type(status), "code", status);
+    if (param && *param) json_object_set_new(e, "param", json_string(param));
+    json_t *o = json_pack("{s:o}", "error", e);
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return s;
+}
+
+/* ==== Pieces ==== */
+static json_t *token_text_json(srv_server *s, int32_t id, json_t **bytes) {
+    char *t = NULL;
+    mx_error err;
+    if (s->be->text_ops->detokenize(s->be->text, &id, 1, false, &t, &err)) t = NULL;
+    const char *str = t ? t : "";
+    json_t *out = json_string(str);
+    if (!out) out = json_string(""); /* a piece that is not valid UTF-8 on its own */
+    if (bytes) {
+        *bytes = json_array();
+        for (const unsigned char *p = (const unsigned char *)str; *p; p++) json_array_append_new(*bytes, json_integer(*p));
+    }
+    free(t);
+    return out;
+}
+
+/* OpenAI chat logprobs entry for token i. */
+static json_t *chat_logprob(srv_server *s, const srv_token *tk) {
+    json_t *bytes;
+    json_t *tok = token_text_json(s, tk->id, &bytes);
+    json_t *top = json_array();
+    for (int k = 0; k < tk->n_top; k++) {
+        json_t *b2;
+        json_t *t2 = token_text_json(s, tk->top_ids[k], &b2);
+        json_array_append_new(top, json_pack("{s:o, s:f, s:o}", "token", t2, "logprob", (double)tk->top_logprobs[k], "bytes", b2));
+    }
+    return json_pack("{s:o, s:f, s:o, s:o}", "token", tok, "logprob", (double)tk->logprob, "bytes", bytes, "top_logprobs", top);
+}
+
+static json_t *usage_json(srv_job *j) {
+    return json_pack("{s:i, s:i, s:i}", "prompt_tokens", j->n_prompt, "completion_tokens", j->n_toks,
+                     "total_tokens", j->n_prompt + j->n_toks);
+}
+
+static json_t *text_slice(srv_job *j, int from, int to) {
+    size_t a = from > 0 ? j->tok_end[from - 1] : 0;
+    size_t b = to > 0 ? j->tok_end[to - 1] : 0;
+    json_t *v = json_stringn(j->text + (j->text ? a : 0), b - a);
+    return v ? v : json_string("");
+}
+
+/* Legacy completions logprobs: {tokens, token_logprobs, top_logprobs, text_offset}. */
+static json_t *completion_logprobs(srv_server *s, srv_job *j, int from, int to) {
+    json_t *toks = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+    for (int i = from; i < to; i++) {
+        const srv_token *tk = &j->toks[i];
+        json_array_append_new(toks, token_text_json(s, tk->id, NULL));
+        json_array_append_new(lps, json_real(tk->logprob));
+        json_t *top = json_object();
+        for (int k = 0; k < tk->n_top; k++) {
+            json_t *t2 = token_text_json(s, tk->top_ids[k], NULL);
+            json_object_set_new(top, json_string_value(t2), json_real(tk->top_logprobs[k]));
+            json_decref(t2);
+        }
+        json_array_append_new(tops, top);
+        json_array_append_new(offs, json_integer(i > 0 ? (json_int_t)j->tok_end[i - 1] : 0));
+    }
+    return json_pack("{s:o, s:o, s:o, s:o}", "tokens", toks, "token_logprobs", lps, "top_logprobs", tops,
+                     "text_offset", offs);
+}
+
+static json_t *llama_probs(srv_server *s, srv_job *j, int from, int to) {
+    json_t *arr = json_array();
+    for (int i = from; i < to; i++) {
+        const srv_token *tk = &j->toks[i];
+        json_t *bytes;
+        json_t *tok = token_text_json(s, tk->id, &bytes);
+        json_t *top = json_array();
+        for (int k = 0; k < tk->n_top; k++) {
+            json_t *b2;
+            json_t *t2 = token_text_json(s, tk->top_ids[k], &b2);
+            json_array_append_new(top, json_pack("{s:i, s:o, s:f, s:o}", "id", tk->top_ids[k], "token", t2,
+                                                 "logprob", (double)tk->top_logprobs[k], "bytes", b2));
+        }
+        json_array_append_new(arr, json_pack("{s:i, s:o, s:f, s:o, s:o}", "id", tk->id, "token", tok, "logprob",
+                                             (double)tk->logprob, "bytes", bytes, "top_logprobs", top));
+    }
+    return arr;
+}
+
+static const char *llama_stop_type(srv_finish f) {
+    switch (f) {
+    case SRV_FINISH_EOS: return "eos";
+    case SRV_FINISH_STOP: return "word";
+    case SRV_FINISH_LENGTH: return "limit";
+    default: return "none";
+    }
+}
+
+static json_t *llama_timings(srv_job *j) {
+    double prompt_ms = (j->t_first > 0 ? j->t_first - j->t_arrival : 0) * 1e3;
+    double pred_ms = (j->t_done > j->t_first && j->t_first > 0 ? j->t_done - j->t_first : 0) * 1e3;
+    int pn = j->n_prompt, gn = j->n_toks;
+    return json_pack("{s:i, s:f, s:f, s:f, s:i, s:f, s:f, s:f}", "prompt_n", pn, "prompt_ms", prompt_ms,
+                     "prompt_per_token_ms", pn ? prompt_ms / pn : 0.0, "prompt_per_second",
+                     prompt_ms > 0 ? pn * 1e3 / prompt_ms : 0.0, "predicted_n", gn, "predicted_ms", pred_ms,
+                     "predicted_per_token_ms", gn ? pred_ms / gn : 0.0, "predicted_per_second",
+                     pred_ms > 0 ? gn * 1e3 / pred_ms : 0.0);
+}
+
+static json_t *llama_final_fields(srv_server *s, srv_job *j, json_t *o) {
+    const srv_sampling *sp = &j->req.sampling;
+    json_object_set_new(o, "stop", json_true());
+    json_object_set_new(o, "model", json_string(s->be->info.name));
+    json_object_set_new(o, "tokens_predicted", json_integer(j->n_toks));
+    json_object_set_new(o, "tokens_evaluated", json_integer(j->n_prompt));
+    json_object_set_new(o, "tokens_cached", json_integer(j->n_cached));
+    json_object_set_new(o, "stop_type", json_string(llama_stop_type(j->finish)));
+    json_object_set_new(o, "truncated", json_false());
+    json_object_set_new(o, "generation_settings",
+                        json_pack("{s:i, s:f, s:f, s:i, s:f, s:f, s:f, s:f, s:i, s:b}", "n_predict", j->max_tokens,
+                                  "temperature", (double)sp->temperature, "top_p", (double)sp->top_p, "top_k",
+                                  sp->top_k, "min_p", (double)sp->min_p, "presence_penalty",
+                                  (double)sp->presence_penalty, "frequency_penalty", (double)sp->frequency_penalty,
+                                  "repeat_penalty", (double)sp->repeat_penalty, "n_probs", sp->top_logprobs,
+                                  "ignore_eos", sp->ignore_eos));
+    json_object_set_new(o, "timings", llama_timings(j));
+    return o;
+}
+
+/* ==== Non-stream ==== */
+char *srv_resp_final(srv_server *s, srv_job *j) {
+    json_t *o;
+    const char *fr = srv_finish_name(j->finish);
+    json_t *text = text_slice(j, 0, j->n_toks);
+    if (j->req.api == SRV_API_CHAT) {
+        json_t *lp = json_null();
+        if (j->req.sampling.logprobs) {
+            json_t *content = json_array();
+            for (int i = 0; i < j->n_toks; i++) json_array_append_new(content, chat_logprob(s, &j->toks[i]));
+            lp = json_pack("{s:o}", "content", content);
+        }
+        json_t *choice = json_pack("{s:i, s:{s:s, s:o}, s:o, s:s}", "index", 0, "message", "role", "assistant",
+                                   "content", text, "logprobs", lp, "finish_reason", fr);
+        o = json_pack("{s:s, s:s, s:i, s:s, s:[o], s:o}", "id", j->id, "object", "chat.completion", "created",
+                      (json_int_t)j->created, "model", s->be->info.name, "choices", choice, "usage", usage_json(j));
+    } else if (j->req.api == SRV_API_COMPLETIONS) {
+        json_t *lp = j->req.completion_logprobs >= 0 ? completion_logprobs(s, j, 0, j->n_toks) : json_null();
+        json_t *choice = json_pack("{s:o, s:i, s:o, s:s}", "text", text, "index", 0, "logprobs", lp, "finish_reason", fr);
+        o = json_pack("{s:s, s:s, s:i, s:s, s:[o], s:o}", "id", j->id, "object", "text_completion", "created",
+                      (json_int_t)j->created, "model", s->be->info.name, "choices", choice, "usage", usage_json(j));
+    } else {
+        o = json_pack("{s:o, s:i}", "content", text, "id_slot", 0);
+        json_t *ids = json_array();
+        for (int i = 0; i < j->n_toks; i++) json_array_append_new(ids, json_integer(j->toks[i].id));
+        json_object_set_new(o, "tokens", ids);
+        if (j->req.sampling.logprobs) json_object_set_new(o, "completion_probabilities", llama_probs(s, j, 0, j->n_toks));
+        llama_final_fields(s, j, o);
+    }
+    char *out = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return out;
+}
+
+/* ==== SSE ==== */
+static void sse_event(char **buf, size_t *len, size_t *cap, json_t *o) {
+    char *d = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    if (!d) return;
+    srv_buf_append(buf, len, cap, "data: ", 6);
+    srv_buf_append(buf, len, cap, d, strlen(d));
+    srv_buf_append(buf, len, cap, "\n\n", 2);
+    free(d);
+}
+
+static json_t *chat_chunk(srv_server *s, srv_job *j, json_t *delta, json_t *lp, json_t *finish) {
+    json_t *choice = json_pack("{s:i, s:o, s:o, s:o}", "index", 0, "delta", delta, "logprobs", lp ? lp : json_null(),
+                               "finish_reason", finish ? finish : json_null());
+    json_t *o = json_pack("{s:s, s:s, s:i, s:s, s:[o]}", "id", j->id, "object", "chat.completion.chunk", "created",
+                          (json_int_t)j->created, "model", s->be->info.name, "choices", choice);
+    if (j->req.include_usage) json_object_set_new(o, "usage", json_null());
+    return o;
+}
+
+static json_t *cmpl_chunk(srv_server *s, srv_job *j, json_t *text, json_t *lp, json_t *finish) {
+    json_t *choice = json_pack("{s:o, s:i, s:o, s:o}", "text", text, "index", 0, "logprobs", lp ? lp : json_null(),
+                               "finish_reason", finish ? finish : json_null());
+    json_t *o = json_pack("{s:s, s:s, s:i, s:s, s:[o]}", "id", j->id, "object", "text_completion", "created",
+                          (json_int_t)j->created, "model", s->be->info.name, "choices", choice);
+    if (j->req.include_usage) json_object_set_new(o, "usage", json_null());
+    return o;
+}
+
+static void sse_text(srv_server *s, srv_job *j, json_t *text, json_t *lp_chat, json_t *lp_cmpl, json_t *lp_llama,
+                     int tok_index, char **buf, size_t *len, size_t *cap) {
+    if (j->req.api == SRV_API_CHAT) {
+        sse_event(buf, len, cap, chat_chunk(s, j, json_pack("{s:o}", "content", text), lp_chat, NULL));
+    } else if (j->req.api == SRV_API_COMPLETIONS) {
+        sse_event(buf, len, cap, cmpl_chunk(s, j, text, lp_cmpl, NULL));
+    } else {
+        json_t *o = json_pack("{s:o, s:b, s:i, s:i}", "content", text, "stop", 0, "id_slot", 0, "tokens_predicted",
+                              tok_index + 1);
+        json_object_set_new(o, "tokens", tok_index >= 0 ? json_pack("[i]", j->toks[tok_index].id) : json_array());
+        if (lp_llama) json_object_set_new(o, "completion_probabilities", lp_llama);
+        sse_event(buf, len, cap, o);
+    }
+}
+
+int srv_sse_tokens(srv_server *s, srv_job *j, int from, int to, bool first, size_t *sent_bytes, char **buf,
+                   size_t *len, size_t *cap) {
+    if (first && j->req.api == SRV_API_CHAT)
+        sse_event(buf, len, cap, chat_chunk(s, j, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL, NULL));
+    for (int i = from; i < to; i++) {
+        size_t end = j->tok_end[i];
+        bool lp = j->req.sampling.logprobs;
+        if (end <= *sent_bytes && !lp) continue; /* held back by the detokenizer: comes later */
+        json_t *text = json_stringn(j->text ? j->text + *sent_bytes : "", end > *sent_bytes ? end - *sent_bytes : 0);
+        if (!text) text = json_string("");
+        if (end > *sent_bytes) *sent_bytes = end;
+        json_t *lc = NULL, *lo = NULL, *ll = NULL;
+        if (lp && j->req.api == SRV_API_CHAT) lc = json_pack("{s:[o]}", "content", chat_logprob(s, &j->toks[i]));
+        if (lp && j->req.api == SRV_API_COMPLETIONS && j->req.completion_logprobs >= 0)
+            lo = completion_logprobs(s, j, i, i + 1);
+        if (lp && j->req.api == SRV_API_LLAMA_COMPLETION) ll = llama_probs(s, j, i, i + 1);
+        sse_text(s, j, text, lc, lo, ll, i, buf, len, cap);
+    }
+    return 0;
+}
+
+int srv_sse_final(srv_server *s, srv_job *j, size_t *sent_bytes, char **buf, size_t *len, size_t *cap) {
+    /* Text released by the final flush (held-back bytes) goes out before the finish chunk. */
+    if (j->text_len > *sent_bytes) {
+        json_t *text = json_stringn(j->text + *sent_bytes, j->text_len - *sent_bytes);
+        *sent_bytes = j->text_len;
+        if (text) sse_text(s, j, text, NULL, NULL, NULL, j->n_toks - 1, buf, len, cap);
+    }
+    json_t *fr = json_string(srv_finish_name(j->finish));
+    if (j->req.api == SRV_API_CHAT) {
+        sse_event(buf, len, cap, chat_chunk(s, j, json_object(), NULL, fr));
+    } else if (j->req.api == SRV_API_COMPLETIONS) {
+        sse_event(buf, len, cap, cmpl_chunk(s, j, json_string(""), NULL, fr));
+    } else {
+        json_decref(fr);
+        json_t *o = json_pack("{s:s, s:i}", "content", "", "id_slot", 0);
+        sse_event(buf, len, cap, llama_final_fields(s, j, o));
+        return 0; /* llama-server's /completion stream has no [DONE] */
+    }
+    if (j->req.include_usage) {
+        const char *obj = j->req.api == SRV_API_CHAT ? "chat.completion.chunk" : "text_completion";
+        sse_event(buf, len, cap, json_pack("{s:s, s:s, s:i, s:s, s:[], s:o}", "id", j->id, "object", obj, "created",
+                                           (json_int_t)j->created, "model", s->be->info.name, "choices", "usage",
+                                           usage_json(j)));
+    }
+    srv_buf_append(buf, len, cap, "data: [DONE]\n\n", 14);
+    return 0;
+}

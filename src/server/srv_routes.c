@@ -1,0 +1,240 @@
+/* Routes that do not generate: health, models, props, slots, metrics, tokenize, detokenize,
+ * apply-template. */
+#include <microhttpd.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/srv_internal.h"
+
+#if MHD_VERSION < 0x00097002
+typedef int MHD_Result_t;
+#else
+typedef enum MHD_Result MHD_Result_t;
+#endif
+
+/* ==== Reply helpers (same shapes as srv_http.c) ==== */
+static MHD_Result_t send_body(srv_server *s, struct MHD_Connection *c, int status, const char *ctype, char *body) {
+    const char *b = body ? body : "";
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(b), (void *)b, MHD_RESPMEM_MUST_COPY);
+    free(body);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", ctype);
+    MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
+    MHD_Result_t rc = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    char code[8];
+    snprintf(code, sizeof code, "%d", status);
+    srv_metrics_add(s->metrics, SM_HTTP_RESPONSES_TOTAL, code, 1);
+    return rc;
+}
+
+static MHD_Result_t send_json(srv_server *s, struct MHD_Connection *c, int status, json_t *o) {
+    char *b = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return send_body(s, c, status, "application/json; charset=utf-8", b);
+}
+
+static MHD_Result_t send_err(srv_server *s, struct MHD_Connection *c, int status, const char *msg, const char *param) {
+    return send_body(s, c, status, "application/json; charset=utf-8", srv_resp_error(status, msg, param));
+}
+
+/* Parses a JSON object body; on failure replies 400 and returns NULL. */
+static json_t *body_object(srv_server *s, struct MHD_Connection *c, const char *body, size_t len, MHD_Result_t *rc) {
+    json_error_t je;
+    json_t *o = json_loadb(body, len, 0, &je);
+    if (!o || !json_is_object(o)) {
+        char msg[300];
+        if (!o) snprintf(msg, sizeof msg, "body: invalid JSON at line %d column %d: %s", je.line, je.column, je.text);
+        else snprintf(msg, sizeof msg, "body: expected a JSON object");
+        json_decref(o);
+        *rc = send_err(s, c, 400, msg, "body");
+        return NULL;
+    }
+    return o;
+}
+
+static bool opt_bool(json_t *o, const char *k, bool def, bool *ok) {
+    json_t *v = json_object_get(o, k);
+    if (!v || json_is_null(v)) return def;
+    if (!json_is_boolean(v)) { *ok = false; return def; }
+    return json_is_true(v);
+}
+
+/* ==== Text routes ==== */
+static MHD_Result_t route_tokenize(srv_server *s, struct MHD_Connection *c, const char *body, size_t len) {
+    MHD_Result_t rc;
+    json_t *o = body_object(s, c, body, len, &rc);
+    if (!o) return rc;
+    json_t *content = json_object_get(o, "content");
+    bool ok = true;
+    bool add_special = opt_bool(o, "add_special", false, &ok);
+    bool with_pieces = opt_bool(o, "with_pieces", false, &ok);
+    if (!json_is_string(content) || !ok) {
+        json_decref(o);
+        return send_err(s, c, 400, !ok ? "add_special/with_pieces: expected a boolean" : "content: expected a string",
+                        !ok ? "add_special" : "content");
+    }
+    int32_t *ids = NULL;
+    size_t n = 0;
+    mx_error err;
+    if (s->be->text_ops->tokenize(s->be->text, json_string_value(content), json_string_length(content), add_special,
+                                  &ids, &n, &err)) {
+        json_decref(o);
+        return send_err(s, c, 400, err.msg, "content");
+    }
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++) {
+        if (!with_pieces) { json_array_append_new(arr, json_integer(ids[i])); continue; }
+        char *piece = NULL;
+        if (s->be->text_ops->detokenize(s->be->text, &ids[i], 1, false, &piece, &err)) piece = NULL;
+        json_t *p = piece ? json_string(piece) : NULL;
+        if (!p) { /* not valid UTF-8 alone: llama-server gives the bytes */
+            p = json_array();
+            for (const unsigned char *q = (const unsigned char *)(piece ? piece : ""); *q; q++)
+                json_array_append_new(p, json_integer(*q));
+        }
+        free(piece);
+        json_array_append_new(arr, json_pack("{s:i, s:o}", "id", ids[i], "piece", p));
+    }
+    free(ids);
+    json_decref(o);
+    return send_json(s, c, 200, json_pack("{s:o}", "tokens", arr));
+}
+
+static MHD_Result_t route_detokenize(srv_server *s, struct MHD_Connection *c, const char *body, size_t len) {
+    MHD_Result_t rc;
+    json_t *o = body_object(s, c, body, len, &rc);
+    if (!o) return rc;
+    json_t *t = json_object_get(o, "tokens");
+    int vocab = s->be->text_ops->vocab_size(s->be->text);
+    if (!json_is_array(t)) { json_decref(o); return send_err(s, c, 400, "tokens: expected an array of token ids", "tokens"); }
+    size_t n = json_array_size(t);
+    int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
+    for (size_t i = 0; ids && i < n; i++) {
+        json_t *e = json_array_get(t, i);
+        if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) >= vocab) {
+            free(ids);
+            json_decref(o);
+            char msg[128];
+            snprintf(msg, sizeof msg, "tokens: element %zu is not a token id in [0, %d)", i, vocab);
+            return send_err(s, c, 400, msg, "tokens");
+        }
+        ids[i] = (int32_t)json_integer_value(e);
+    }
+    json_decref(o);
+    char *out = NULL;
+    mx_error err;
+    if (!ids || s->be->text_ops->detokenize(s->be->text, ids, n, false, &out, &err)) {
+        free(ids);
+        return send_err(s, c, 400, ids ? err.msg : "out of memory", "tokens");
+    }
+    free(ids);
+    json_t *str = json_string(out);
+    free(out);
+    if (!str) str = json_string(""); /* cut inside a UTF-8 sequence */
+    return send_json(s, c, 200, json_pack("{s:o}", "content", str));
+}
+
+static MHD_Result_t route_apply_template(srv_server *s, struct MHD_Connection *c, const char *body, size_t len) {
+    srv_request r;
+    mx_error err;
+    if (srv_request_parse(&r, SRV_API_CHAT, body, len, &s->cfg, s->be->text_ops->vocab_size(s->be->text), &err)) {
+        MHD_Result_t rc = send_err(s, c, 400, err.msg, r.bad_param);
+        srv_request_free(&r);
+        return rc;
+    }
+    if (!s->be->text_ops->has_template) {
+        srv_request_free(&r);
+        return send_err(s, c, 400, "this model has no chat template; start the server with --chat-template-file", "messages");
+    }
+    char *prompt = NULL;
+    int rc = s->be->text_ops->apply_template(s->be->text, r.messages, r.template_extra, true, &prompt, &err);
+    srv_request_free(&r);
+    if (rc) return send_err(s, c, 400, err.msg, "messages");
+    json_t *p = json_string(prompt);
+    free(prompt);
+    return send_json(s, c, 200, json_pack("{s:o}", "prompt", p ? p : json_string("")));
+}
+
+/* ==== Info routes ==== */
+static json_t *default_settings(srv_server *s) {
+    const srv_config *c = &s->cfg;
+    return json_pack("{s:i, s:{s:i, s:f, s:f, s:i, s:f, s:f, s:f, s:f, s:i, s:I}}", "n_ctx", c->ctx_size, "params",
+                     "n_predict", c->n_predict, "temperature", (double)c->temperature, "top_p", (double)c->top_p,
+                     "top_k", c->top_k, "min_p", (double)c->min_p, "repeat_penalty", (double)c->repeat_penalty,
+                     "presence_penalty", (double)c->presence_penalty, "frequency_penalty",
+                     (double)c->frequency_penalty, "repeat_last_n", c->repeat_last_n, "seed", (json_int_t)c->seed);
+}
+
+static MHD_Result_t route_models(srv_server *s, struct MHD_Connection *c) {
+    const srv_model_info *m = &s->be->info;
+    json_t *data = json_array();
+    int n = s->cfg.n_aliases ? s->cfg.n_aliases : 1;
+    for (int i = 0; i < n; i++) {
+        const char *id = s->cfg.n_aliases ? s->cfg.aliases[i] : m->name;
+        json_array_append_new(data, json_pack("{s:s, s:s, s:I, s:s, s:{s:I, s:i, s:s, s:s}}", "id", id, "object",
+                                              "model", "created", (json_int_t)s->t_start, "owned_by", "mlxcel", "meta",
+                                              "n_params", (json_int_t)m->n_params, "n_ctx", s->cfg.ctx_size,
+                                              "family", m->family, "dtype", m->dtype));
+    }
+    return send_json(s, c, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
+}
+
+static MHD_Result_t route_props(srv_server *s, struct MHD_Connection *c) {
+    const srv_model_info *m = &s->be->info;
+    return send_json(s, c, 200,
+                     json_pack("{s:o, s:i, s:s, s:s, s:s, s:s, s:{s:b, s:b}}", "default_generation_settings",
+                               default_settings(s), "total_slots", s->cfg.n_parallel, "model_path", m->path,
+                               "model_alias", m->name, "chat_template", m->chat_template, "build_info",
+                               "mlxcel " MLXCEL_VERSION, "modalities", "vision", 0, "audio", 0));
+}
+
+/* The engine seam reports counts, not per-slot state: slots are listed with the number of
+ * busy ones (the first n_running) and the server-wide context size. */
+static MHD_Result_t route_slots(srv_server *s, struct MHD_Connection *c) {
+    if (!s->cfg.slots) return send_err(s, c, 404, "the /slots endpoint is disabled (--no-slots)", NULL);
+    srv_engine_stats st;
+    int out;
+    srv_core_snapshot(s, &st, &out);
+    int busy = st.n_running < out ? st.n_running : out;
+    json_t *arr = json_array();
+    for (int i = 0; i < s->cfg.n_parallel; i++)
+        json_array_append_new(arr, json_pack("{s:i, s:i, s:b}", "id", i, "n_ctx", s->cfg.ctx_size, "is_processing", i < busy));
+    return send_json(s, c, 200, arr);
+}
+
+static MHD_Result_t route_metrics(srv_server *s, struct MHD_Connection *c) {
+    if (!s->cfg.metrics) return send_err(s, c, 404, "the /metrics endpoint is disabled; start the server with --metrics", NULL);
+    char *text = NULL;
+    size_t len = 0;
+    if (srv_metrics_render(s->metrics, &text, &len)) return send_err(s, c, 500, "out of memory", NULL);
+    return send_body(s, c, 200, "text/plain; version=0.0.4; charset=utf-8", text);
+}
+
+/* ==== Dispatch ==== */
+MHD_Result_t srv_route_info(srv_server *s, struct MHD_Connection *c, const char *method, const char *url,
+                            const char *body, size_t len, bool *handled);
+MHD_Result_t srv_route_info(srv_server *s, struct MHD_Connection *c, const char *method, const char *url,
+                            const char *body, size_t len, bool *handled) {
+    static const char *gets[] = {"/health", "/v1/health", "/v1/models", "/models", "/props", "/slots", "/metrics"};
+    static const char *posts[] = {"/tokenize", "/detokenize", "/apply-template"};
+    int gi = -1, pi = -1;
+    for (int i = 0; i < 7; i++) if (!strcmp(url, gets[i])) gi = i;
+    for (int i = 0; i < 3; i++) if (!strcmp(url, posts[i])) pi = i;
+    if (gi < 0 && pi < 0) return MHD_NO;
+    *handled = true;
+    bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+    if (gi >= 0 && !get) return send_err(s, c, 405, "this route takes GET", NULL);
+    if (pi >= 0 && strcmp(method, "POST")) return send_err(s, c, 405, "this route takes POST", NULL);
+    switch (gi) {
+    case 0: case 1: return send_json(s, c, 200, json_pack("{s:s}", "status", "ok"));
+    case 2: case 3: return route_models(s, c);
+    case 4: return route_props(s, c);
+    case 5: return route_slots(s, c);
+    case 6: return route_metrics(s, c);
+    default: break;
+    }
+    if (pi == 0) return route_tokenize(s, c, body, len);
+    if (pi == 1) return route_detokenize(s, c, body, len);
+    return route_apply_template(s, c, body, len);
+}

@@ -1,0 +1,15 @@
+# Server tests: the real HTTP server over a deterministic fake backend (tests/server/fake_*.c),
+# driven by curl and the official `openai` npm package; plus the Prometheus output checked by
+# promtool. The fake is test-only: it is not part of the mlxcel binary.
+add_executable(mlxcel-fake-server ${CMAKE_CURRENT_SOURCE_DIR}/server/fake_server.c
+                                  ${CMAKE_CURRENT_SOURCE_DIR}/server/fake_backend.c)
+target_include_directories(mlxcel-fake-server PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/server)
+target_link_libraries(mlxcel-fake-server PRIVATE mlxcel_core)
+if(MLXCEL_CUDA)
+  set_target_properties(mlxcel-fake-server PROPERTIES LINKER_LANGUAGE CUDA)
+endif()
+
+add_test(NAME server_e2e COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/server/e2e.sh
+         $<TARGET_FILE:mlxcel-fake-server> $<TARGET_FILE:mlxcel>)
+set_tests_properties(server_e2e PROPERTIES TIMEOUT 300
+  ENVIRONMENT "MLXCEL_SOURCE_DIR=${PROJECT_SOURCE_DIR}")

@@ -1,0 +1,199 @@
+#!/usr/bin/env bash
+# Server end-to-end test: starts the real HTTP server (over the deterministic fake backend) on
+# ephemeral loopback ports and a Unix socket, drives it with curl and the official `openai` npm
+# package, and always kills what it started. Every wait is bounded.
+# usage: e2e.sh FAKE_SERVER_BIN MLXCEL_BIN
+set -uo pipefail
+FAKE=$1
+MLXCEL=$2
+HERE=$(cd "$(dirname "$0")" && pwd)
+TMP=$(mktemp -d)
+PIDS=()
+PASS=0
+FAIL=0
+
+cleanup() {
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
+    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+ok() { PASS=$((PASS + 1)); }
+bad() { FAIL=$((FAIL + 1)); echo "FAIL: $*"; }
+expect() { # expect DESCRIPTION COMMAND... : command must succeed
+    local what=$1; shift
+    if "$@"; then ok; else bad "$what"; fi
+}
+
+# start NAME ARGS... : starts a fake server, sets PORT (or waits for the socket)
+start() {
+    local name=$1; shift
+    "$FAKE" --port 0 --port-file "$TMP/$name.port" "$@" >"$TMP/$name.log" 2>&1 &
+    PIDS+=($!)
+    for _ in $(seq 100); do [ -s "$TMP/$name.port" ] && break; sleep 0.1; done
+    if [ ! -s "$TMP/$name.port" ]; then echo "server $name did not start:"; cat "$TMP/$name.log"; exit 1; fi
+    PORT=$(cat "$TMP/$name.port")
+}
+
+# req METHOD PATH [BODY] [extra curl args...] -> sets CODE and BODY
+req() {
+    local m=$1 p=$2 d=${3:-}; shift 3 2>/dev/null || shift $#
+    if [ -n "$d" ]; then
+        BODY=$(curl -sS -m 30 -o - -w '\n%{http_code}' -X "$m" "http://127.0.0.1:$PORT$p" -H 'Content-Type: application/json' --data-binary "$d" "$@")
+    else
+        BODY=$(curl -sS -m 30 -o - -w '\n%{http_code}' -X "$m" "http://127.0.0.1:$PORT$p" "$@")
+    fi
+    CODE=${BODY##*$'\n'}
+    BODY=${BODY%$'\n'*}
+}
+jq_() { node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>{const o=JSON.parse(s);console.log(String(eval(process.argv[1])))})' "$1"; }
+# err_case DESC EXPECTED_STATUS METHOD PATH BODY [PARAM_SUBSTRING]
+err_case() {
+    local what=$1 want=$2 m=$3 p=$4 d=$5 sub=${6:-}
+    req "$m" "$p" "$d"
+    if [ "$CODE" != "$want" ]; then bad "$what: status $CODE, want $want ($BODY)"; return; fi
+    local shape
+    shape=$(echo "$BODY" | jq_ 'typeof o.error.message==="string" && typeof o.error.type==="string" && o.error.code==='"$want")
+    [ "$shape" = "true" ] && ok || bad "$what: error shape ($BODY)"
+    if [ -n "$sub" ]; then echo "$BODY" | grep -q -- "$sub" && ok || bad "$what: message lacks '$sub' ($BODY)"; fi
+}
+
+# ==== npm client (pinned, git-ignored node_modules) ====
+if [ ! -d "$HERE/node_modules/openai" ]; then
+    (cd "$HERE" && timeout 300 npm ci --no-audit --no-fund --ignore-scripts >"$TMP/npm.log" 2>&1) ||
+        { echo "npm ci failed:"; cat "$TMP/npm.log"; exit 1; }
+fi
+
+# ==== Server A: routes, errors, openai client, concurrency ====
+start a --metrics --parallel 16 -c 256 --fake-step-ms 2 --max-body-size 8K -a fake-model
+A=$PORT
+grep -q "decode path: native batched forward" "$TMP/a.log" && ok || bad "start-up log lacks the decode path line"
+grep -q "decode storage backend: paged (" "$TMP/a.log" && ok || bad "start-up log lacks the storage backend + reason"
+
+req GET /health; [ "$CODE" = 200 ] && [ "$BODY" = '{"status":"ok"}' ] && ok || bad "/health: $CODE $BODY"
+req POST /tokenize '{"content":"hello"}'
+[ "$CODE" = 200 ] && [ "$BODY" = '{"tokens":[104,101,108,108,111]}' ] && ok || bad "/tokenize: $CODE $BODY"
+req POST /detokenize '{"tokens":[104,101,108,108,111]}'
+[ "$BODY" = '{"content":"hello"}' ] && ok || bad "/detokenize: $BODY"
+req POST /apply-template '{"messages":[{"role":"user","content":"hi"}]}'
+[ "$BODY" = '{"prompt":"<|user|>\nhi\n<|assistant|>\n"}' ] && ok || bad "/apply-template: $BODY"
+req GET /props; [ "$(echo "$BODY" | jq_ 'o.total_slots+","+o.default_generation_settings.n_ctx')" = "16,256" ] && ok || bad "/props: $BODY"
+req GET /slots; [ "$(echo "$BODY" | jq_ 'o.length')" = 16 ] && ok || bad "/slots: $BODY"
+
+# /completion: non-stream and stream agree; the stream has no [DONE] (llama-server's shape)
+req POST /completion '{"prompt":"The sky","n_predict":12,"temperature":0}'
+C1=$(echo "$BODY" | jq_ 'o.content')
+[ "$(echo "$BODY" | jq_ 'o.stop===true && o.tokens_predicted>0 && ["eos","limit"].includes(o.stop_type) && typeof o.timings.predicted_ms')" = number ] && ok || bad "/completion shape: $BODY"
+S=$(curl -sN -m 30 "http://127.0.0.1:$A/completion" -d '{"prompt":"The sky","n_predict":12,"temperature":0,"stream":true}')
+C2=$(echo "$S" | sed -n 's/^data: //p' | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>{let t="";for(const l of s.trim().split("\n")){const o=JSON.parse(l);t+=o.content}console.log(t)})')
+[ "$C1" = "$C2" ] && ok || bad "/completion stream text '$C2' != '$C1'"
+echo "$S" | tail -2 | grep -q '"stop":true' && ok || bad "/completion stream does not end with stop:true"
+echo "$S" | grep -q '\[DONE\]' && bad "/completion stream must not send [DONE]" || ok
+
+# OpenAI SSE ends with [DONE]
+S=$(curl -sN -m 30 "http://127.0.0.1:$A/v1/chat/completions" -d '{"messages":[{"role":"user","content":"x"}],"max_tokens":4,"stream":true}')
+[ "$(echo "$S" | grep -v '^$' | tail -1)" = "data: [DONE]" ] && ok || bad "chat SSE does not end with data: [DONE]"
+
+# Errors: status and OpenAI error shape
+err_case "invalid JSON" 400 POST /v1/chat/completions '{"messages": [' 'invalid JSON'
+err_case "body not an object" 400 POST /v1/completions '[1,2]' 'object'
+err_case "temperature type" 400 POST /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"temperature":"hot"}' 'temperature'
+err_case "top_p range" 400 POST /v1/completions '{"prompt":"x","top_p":1.5}' 'top_p'
+err_case "n > 1" 400 POST /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"n":2}' '"param":"n"'
+err_case "messages missing" 400 POST /v1/chat/completions '{"model":"m"}' 'messages'
+err_case "bad role" 400 POST /v1/chat/completions '{"messages":[{"role":"wizard","content":"x"}]}' 'role'
+err_case "max_tokens 0" 400 POST /v1/completions '{"prompt":"x","max_tokens":0}' 'max_tokens'
+err_case "logit_bias key" 400 POST /v1/completions '{"prompt":"x","logit_bias":{"abc":1}}' 'logit_bias'
+err_case "logit_bias id range" 400 POST /v1/completions '{"prompt":"x","logit_bias":{"99999":1}}' 'logit_bias'
+err_case "top_logprobs without logprobs" 400 POST /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"top_logprobs":2}' 'top_logprobs'
+err_case "stream_options without stream" 400 POST /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"stream_options":{"include_usage":true}}' 'stream_options'
+err_case "stop type" 400 POST /v1/completions '{"prompt":"x","stop":5}' 'stop'
+err_case "prompt token out of vocab" 400 POST /v1/completions '{"prompt":[1,2,100000]}' 'prompt'
+LONG=$(head -c 300 /dev/zero | tr '\0' 'a')
+err_case "prompt longer than the context" 400 POST /v1/completions "{\"prompt\":\"$LONG\"}" 'context'
+err_case "unknown route" 404 GET /v1/nothing '' 'no route'
+err_case "wrong method" 405 GET /v1/chat/completions ''
+BIG=$(head -c 20000 /dev/zero | tr '\0' 'b')
+err_case "body over --max-body-size" 413 POST /v1/completions "{\"prompt\":\"$BIG\"}" 'max-body-size'
+CODE=$(curl -sS -m 30 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$A/v1/completions" -H 'Transfer-Encoding: chunked' --data-binary "{\"prompt\":\"$BIG\"}")
+[ "$CODE" = 413 ] && ok || bad "chunked body over the limit: $CODE"
+
+# logit_bias and the max_tokens family reach the engine
+req POST /v1/completions '{"prompt":"q","max_tokens":5,"temperature":0,"logit_bias":{"122":100}}'
+[ "$(echo "$BODY" | jq_ 'o.choices[0].text')" = "zzzzz" ] && ok || bad "logit_bias +100 forces the token: $BODY"
+
+# the official openai client (chat, completions, models, 64 concurrent, disconnects)
+if timeout 240 node "$HERE/openai_e2e.mjs" "http://127.0.0.1:$A"; then ok; else bad "openai npm e2e"; fi
+
+# mlxcel loadtest against the same server
+if timeout 120 "$MLXCEL" loadtest --url "http://127.0.0.1:$A" --concurrency 1,8 --requests 16 --prompt-tokens 16 --gen-tokens 8 --stream --json >"$TMP/lt.json" 2>"$TMP/lt.err"; then
+    R=$(jq_ 'o.results.length+","+o.results.every(r=>r.failures===0&&r.output_tokens_per_s>0&&r.ttft_ms.p50>0&&r.itl_ms.p99>=r.itl_ms.p50)' <"$TMP/lt.json")
+    [ "$R" = "2,true" ] && ok || bad "loadtest JSON: $(cat "$TMP/lt.json")"
+else
+    bad "loadtest failed: $(cat "$TMP/lt.err")"
+fi
+
+# /metrics: Prometheus text that promtool parses. llama-server's `llamacpp:` names contain ':'
+# (promtool's lint flags that convention, nothing else may be flagged); the mlxcel_ families
+# pass the lint entirely.
+req GET /metrics
+echo "$BODY" >"$TMP/metrics.txt"
+if command -v promtool >/dev/null; then
+    promtool check metrics <"$TMP/metrics.txt" >"$TMP/lint.txt" 2>&1
+    rc=$?
+    OTHER=$(grep -v "^llamacpp:[a-z_]* metric names should not contain ':'$" "$TMP/lint.txt" | grep -v '^$')
+    { [ $rc = 0 ] || [ $rc = 3 ]; } && [ -z "$OTHER" ] && ok || bad "promtool on /metrics (rc $rc): $OTHER"
+    grep -v '^# .* llamacpp:\|^llamacpp:' "$TMP/metrics.txt" | promtool check metrics >"$TMP/lint2.txt" 2>&1 &&
+        ok || bad "promtool on the mlxcel_ families: $(cat "$TMP/lint2.txt")"
+else
+    bad "promtool not installed (Debian package prometheus; make deps installs it)"
+fi
+for m in llamacpp:prompt_tokens_total llamacpp:tokens_predicted_total llamacpp:prompt_seconds_total \
+         llamacpp:tokens_predicted_seconds_total llamacpp:requests_processing llamacpp:requests_deferred \
+         mlxcel_queue_depth mlxcel_batch_size mlxcel_prefill_chunks_total mlxcel_prefill_grants_total \
+         mlxcel_kv_blocks_capacity mlxcel_kv_blocks_used mlxcel_kv_blocks_free mlxcel_prefix_cache_hits_total \
+         mlxcel_prefix_cache_misses_total mlxcel_prefix_cache_reused_tokens_total \
+         mlxcel_time_to_first_token_seconds_count mlxcel_decode_tokens_per_second_count; do
+    grep -q "^$m " "$TMP/metrics.txt" && ok || bad "/metrics lacks $m"
+done
+[ "$(grep '^llamacpp:tokens_predicted_total ' "$TMP/metrics.txt" | cut -d' ' -f2)" -gt 0 ] && ok || bad "no predicted tokens counted"
+
+# ==== Server B: API keys and LLAMA_ARG_* variables (flags win over variables) ====
+printf '# keys\nfilekey\n' >"$TMP/keys.txt"
+LLAMA_API_KEY=envkey LLAMA_ARG_N_PARALLEL=3 LLAMA_ARG_CTX_SIZE=300 start b -c 200 --api-key-file "$TMP/keys.txt"
+err_case "no API key" 401 POST /v1/completions '{"prompt":"x","max_tokens":1}' 'API key'
+req POST /v1/completions '{"prompt":"x","max_tokens":1}' -H 'Authorization: Bearer wrong'
+[ "$CODE" = 401 ] && ok || bad "wrong key: $CODE"
+req GET /health; [ "$CODE" = 200 ] && ok || bad "/health must not need a key: $CODE"
+req GET /props '' -H 'Authorization: Bearer filekey'
+[ "$CODE" = 200 ] && [ "$(echo "$BODY" | jq_ 'o.total_slots+","+o.default_generation_settings.n_ctx')" = "3,200" ] && ok ||
+    bad "--api-key-file key, LLAMA_ARG_N_PARALLEL, -c over LLAMA_ARG_CTX_SIZE: $CODE $BODY"
+req GET /props '' -H 'Authorization: Bearer envkey'
+[ "$CODE" = 401 ] && ok || bad "--api-key-file replaces LLAMA_API_KEY: $CODE"
+req GET /metrics '' -H 'Authorization: Bearer filekey'
+[ "$CODE" = 404 ] && ok || bad "/metrics without --metrics: $CODE"
+
+# ==== Server C: Unix socket ====
+"$FAKE" --host "$TMP/srv.sock" >"$TMP/c.log" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 100); do [ -S "$TMP/srv.sock" ] && break; sleep 0.1; done
+R=$(curl -sS -m 10 --unix-socket "$TMP/srv.sock" http://x/v1/completions -d '{"prompt":"hi","max_tokens":3,"temperature":0}')
+[ "$(echo "$R" | jq_ 'o.usage.completion_tokens>0')" = true ] && ok || bad "Unix socket: $R"
+
+# ==== Server D: queue full -> 503, SSE keep-alive comments on a quiet stream ====
+start d --parallel 1 --max-queue-depth 1 --fake-step-ms 1200 --sse-ping-interval 1
+curl -sN -m 30 "http://127.0.0.1:$PORT/v1/completions" -d '{"prompt":"a","max_tokens":3,"ignore_eos":true,"stream":true}' >"$TMP/d1.txt" &
+P1=$!
+sleep 1.6 # the first step (1.2 s) has admitted request 1
+curl -sN -m 30 -o "$TMP/d2.txt" -w '%{http_code}' "http://127.0.0.1:$PORT/v1/completions" -d '{"prompt":"b","max_tokens":1}' >"$TMP/d2.code" &
+P2=$!
+sleep 0.3
+err_case "queue full" 503 POST /v1/completions '{"prompt":"c","max_tokens":1}' 'max-queue-depth'
+wait $P1 $P2
+[ "$(cat "$TMP/d2.code")" = 200 ] && ok || bad "the queued request must be served: $(cat "$TMP/d2.code")"
+grep -q '^: keep-alive' "$TMP/d1.txt" && ok || bad "no SSE keep-alive comment on a quiet stream"
+grep -q 'data: \[DONE\]' "$TMP/d1.txt" && ok || bad "stream D1 incomplete"
+
+echo "server e2e: $PASS passed, $FAIL failed"
+[ $FAIL = 0 ]

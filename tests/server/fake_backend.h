@@ -1,0 +1,16 @@
+/* Deterministic fake model for the server tests (see fake_backend.c). */
+#ifndef MLXCEL_TESTS_FAKE_BACKEND_H
+#define MLXCEL_TESTS_FAKE_BACKEND_H
+
+#include "server/srv_engine.h"
+
+typedef struct fake_opts {
+    int n_parallel, max_batch_size, batch_size, chunk, n_ctx;
+    int step_ms; /* sleep per step, to make streams last */
+    char name[256];
+} fake_opts;
+
+int fake_backend_init(srv_backend *be, const fake_opts *o, mx_error *err);
+void fake_backend_free(srv_backend *be);
+
+#endif

@@ -1,0 +1,187 @@
+/* Server request parsing, flag/env parsing and Prometheus rendering. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "server/srv_config.h"
+#include "server/srv_metrics.h"
+#include "server/srv_request.h"
+
+static srv_config defaults(void) {
+    srv_config c;
+    srv_config_defaults(&c);
+    return c;
+}
+
+static int parse(srv_request *r, srv_api api, const char *body, mx_error *err) {
+    srv_config c = defaults();
+    return srv_request_parse(r, api, body, strlen(body), &c, 1000, err);
+}
+
+static void test_chat_ok(void **st) {
+    (void)st;
+    srv_request r;
+    mx_error err;
+    const char *b = "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"s\"},"
+                    "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"b\"}]}],"
+                    "\"max_tokens\":5,\"max_completion_tokens\":7,\"temperature\":0.5,\"top_p\":0.9,\"seed\":3,"
+                    "\"stop\":[\"x\",\"yy\"],\"logit_bias\":{\"12\":-100},\"logprobs\":true,\"top_logprobs\":3,"
+                    "\"stream\":true,\"stream_options\":{\"include_usage\":true},\"user\":\"u\",\"unknown\":1}";
+    assert_int_equal(parse(&r, SRV_API_CHAT, b, &err), 0);
+    assert_int_equal(r.max_tokens, 7); /* max_completion_tokens wins */
+    assert_true(r.sampling.temperature == 0.5f);
+    assert_true(r.sampling.has_seed && r.sampling.seed == 3);
+    assert_int_equal(r.n_stops, 2);
+    assert_string_equal(r.stops[1], "yy");
+    assert_int_equal(r.sampling.n_logit_bias, 1);
+    assert_int_equal(r.sampling.logit_bias[0].id, 12);
+    assert_true(r.sampling.logprobs && r.sampling.top_logprobs == 3);
+    assert_true(r.stream && r.include_usage);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(r.messages, 1), "content")), "ab");
+    srv_request_free(&r);
+}
+
+static void test_defaults_from_config(void **st) {
+    (void)st;
+    srv_request r;
+    mx_error err;
+    assert_int_equal(parse(&r, SRV_API_COMPLETIONS, "{\"prompt\":[1,2,3]}", &err), 0);
+    assert_int_equal((int)r.n_prompt_ids, 3);
+    assert_int_equal(r.max_tokens, -1);
+    assert_true(r.sampling.temperature == 0.8f && r.sampling.top_k == 40);
+    assert_false(r.sampling.has_seed);
+    srv_request_free(&r);
+}
+
+/* Each bad body must fail and name its field. */
+static void test_rejections(void **st) {
+    (void)st;
+    static const struct { srv_api api; const char *body, *field; } k[] = {
+        {SRV_API_CHAT, "{\"messages\":[", "body"},
+        {SRV_API_CHAT, "[]", "body"},
+        {SRV_API_CHAT, "{}", "messages"},
+        {SRV_API_CHAT, "{\"messages\":[]}", "messages"},
+        {SRV_API_CHAT, "{\"messages\":[{\"role\":\"x\",\"content\":\"a\"}]}", "messages[0].role"},
+        {SRV_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", "messages[0].content"},
+        {SRV_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"temperature\":3}", "temperature"},
+        {SRV_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"n\":2}", "n"},
+        {SRV_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"top_logprobs\":2}", "top_logprobs"},
+        {SRV_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"stream_options\":{}}", "stream_options"},
+        {SRV_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"response_format\":{\"type\":\"json_object\"}}", "response_format"},
+        {SRV_API_COMPLETIONS, "{\"prompt\":\"a\",\"max_tokens\":0}", "max_tokens"},
+        {SRV_API_COMPLETIONS, "{\"prompt\":\"a\",\"max_tokens\":1.5}", "max_tokens"},
+        {SRV_API_COMPLETIONS, "{\"prompt\":\"a\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", "stop"},
+        {SRV_API_COMPLETIONS, "{\"prompt\":\"a\",\"logit_bias\":{\"1000\":1}}", "logit_bias"},
+        {SRV_API_COMPLETIONS, "{\"prompt\":\"a\",\"logit_bias\":{\"1\":101}}", "logit_bias"},
+        {SRV_API_COMPLETIONS, "{\"prompt\":[\"a\",\"b\"]}", "prompt"},
+        {SRV_API_COMPLETIONS, "{\"prompt\":[1,-1]}", "prompt"},
+        {SRV_API_COMPLETIONS, "{\"prompt\":\"a\",\"echo\":true}", "echo"},
+        {SRV_API_COMPLETIONS, "{\"prompt\":\"a\",\"logprobs\":6}", "logprobs"},
+        {SRV_API_COMPLETIONS, "{\"prompt\":\"a\",\"presence_penalty\":\"x\"}", "presence_penalty"},
+        {SRV_API_COMPLETIONS, "{\"prompt\":\"a\",\"user\":5}", "user"},
+        {SRV_API_COMPLETIONS, "{\"prompt\":\"a\",\"prompt\":\"b\"}", "body"},
+        {SRV_API_LLAMA_COMPLETION, "{\"prompt\":\"a\",\"n_predict\":-2}", "n_predict"},
+        {SRV_API_LLAMA_COMPLETION, "{\"prompt\":\"a\",\"logit_bias\":[[1]]}", "logit_bias"},
+    };
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        srv_request r;
+        mx_error err;
+        int rc = parse(&r, k[i].api, k[i].body, &err);
+        if (rc != -1 || strcmp(r.bad_param, k[i].field)) fail_msg("case %zu (%s): rc %d param '%s' msg '%s'", i, k[i].body, rc, r.bad_param, err.msg);
+        assert_true(strstr(err.msg, k[i].field) == err.msg);
+        srv_request_free(&r);
+    }
+}
+
+static void test_llama_completion(void **st) {
+    (void)st;
+    srv_request r;
+    mx_error err;
+    assert_int_equal(parse(&r, SRV_API_LLAMA_COMPLETION,
+                           "{\"prompt\":\"a\",\"n_predict\":9,\"n_probs\":2,\"logit_bias\":[[5,false],[6,1.5]],\"seed\":-1}", &err), 0);
+    assert_int_equal(r.max_tokens, 9);
+    assert_true(r.sampling.logprobs && r.sampling.top_logprobs == 2);
+    assert_int_equal(r.sampling.n_logit_bias, 2);
+    assert_true(r.sampling.logit_bias[0].bias < -1e30f);
+    assert_false(r.sampling.has_seed);
+    srv_request_free(&r);
+}
+
+static void test_config_env_and_flags(void **st) {
+    (void)st;
+    setenv("LLAMA_ARG_N_PARALLEL", "6", 1);
+    setenv("LLAMA_ARG_CTX_SIZE", "4096", 1);
+    setenv("LLAMA_ARG_ENDPOINT_METRICS", "enabled", 1);
+    srv_config c = defaults();
+    mx_error err;
+    char *argv[] = {"serve", "-c", "1024", "--alias=a,b", "--decode-storage-backend", "paged", "-ub", "4096", NULL};
+    assert_int_equal(srv_config_parse(&c, 8, argv, stdout, &err), 0);
+    assert_int_equal(c.n_parallel, 6);
+    assert_int_equal(c.ctx_size, 1024);
+    assert_true(c.metrics);
+    assert_int_equal(c.n_aliases, 2);
+    assert_string_equal(c.aliases[1], "b");
+    assert_int_equal(srv_config_finalize(&c, 8192, &err), 0);
+    assert_int_equal(c.ubatch_size, 2048); /* clamped to the logical batch */
+    assert_int_equal(c.prefill_chunk_size, 2048);
+    assert_int_equal(c.max_batch_size, 6);
+    unsetenv("LLAMA_ARG_N_PARALLEL");
+    unsetenv("LLAMA_ARG_CTX_SIZE");
+    unsetenv("LLAMA_ARG_ENDPOINT_METRICS");
+
+    char *bad1[] = {"serve", "--decode-storage-backend", "fast", NULL};
+    c = defaults();
+    assert_int_equal(srv_config_parse(&c, 3, bad1, stdout, &err), -1);
+    char *bad2[] = {"serve", "--port", "70000", NULL};
+    c = defaults();
+    assert_int_equal(srv_config_parse(&c, 3, bad2, stdout, &err), -1);
+    assert_non_null(strstr(err.msg, "--port"));
+    char *bad3[] = {"serve", "--frobnicate", NULL};
+    c = defaults();
+    assert_int_equal(srv_config_parse(&c, 2, bad3, stdout, &err), -1);
+    setenv("LLAMA_ARG_PORT", "abc", 1);
+    c = defaults();
+    char *none[] = {"serve", NULL};
+    assert_int_equal(srv_config_parse(&c, 1, none, stdout, &err), -1);
+    assert_non_null(strstr(err.msg, "LLAMA_ARG_PORT"));
+    unsetenv("LLAMA_ARG_PORT");
+}
+
+static void test_metrics_render(void **st) {
+    (void)st;
+    srv_metrics *m = srv_metrics_new();
+    srv_metrics_add(m, SM_HTTP_RESPONSES_TOTAL, "200", 2);
+    srv_metrics_add(m, SM_HTTP_RESPONSES_TOTAL, "418", 1);
+    srv_metrics_observe(m, SM_TTFT_SECONDS, 0.03);
+    srv_metrics_observe(m, SM_TTFT_SECONDS, 100);
+    srv_engine_stats es = {0};
+    es.kv_blocks_total = 10;
+    es.kv_blocks_used = 4;
+    srv_metrics_from_engine(m, &es);
+    char *text;
+    size_t len;
+    assert_int_equal(srv_metrics_render(m, &text, &len), 0);
+    assert_non_null(strstr(text, "mlxcel_http_responses_total{code=\"200\"} 2\n"));
+    assert_non_null(strstr(text, "mlxcel_http_responses_total{code=\"other\"} 1\n"));
+    assert_non_null(strstr(text, "mlxcel_time_to_first_token_seconds_bucket{le=\"0.025\"} 0\n"));
+    assert_non_null(strstr(text, "mlxcel_time_to_first_token_seconds_bucket{le=\"0.05\"} 1\n"));
+    assert_non_null(strstr(text, "mlxcel_time_to_first_token_seconds_bucket{le=\"60\"} 1\n"));
+    assert_non_null(strstr(text, "mlxcel_time_to_first_token_seconds_bucket{le=\"+Inf\"} 2\n"));
+    assert_non_null(strstr(text, "mlxcel_kv_blocks_free 6\n"));
+    assert_non_null(strstr(text, "# TYPE llamacpp:requests_deferred gauge\n"));
+    free(text);
+    srv_metrics_free(m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_chat_ok),          cmocka_unit_test(test_defaults_from_config),
+        cmocka_unit_test(test_rejections),       cmocka_unit_test(test_llama_completion),
+        cmocka_unit_test(test_config_env_and_flags), cmocka_unit_test(test_metrics_render),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
