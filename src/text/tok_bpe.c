@@ -271,6 +271,21 @@ static int bpe_segment(tk_ctx *c, tk_bpe *b, const char *w, size_t n) {
     return 0;
 }
 
+/* ==== Per-call hot-word cache ====
+ * Long inputs repeat a few thousand words; a direct-mapped table private to the call answers
+ * them without the shared cache's lock or the big vocabulary table's cache misses. Keyed by a
+ * 128-bit hash of the word (a false hit would need a 128-bit collision). Words of up to
+ * L1_IDS tokens only. Created after the first 256 words, so short prompts never pay for it. */
+#define L1_SLOTS 4096
+#define L1_IDS 5
+typedef struct tk_l1 {
+    uint64_t lo, hi;
+    int32_t n; /* 0 = empty */
+    int32_t ids[L1_IDS];
+} tk_l1;
+
+static int bpe_word_uncached(tk_ctx *c, tk_bpe *b, const char *w, size_t n);
+
 int tk_bpe_word(tk_ctx *c, const char *w, size_t n) {
     tk_bpe *b = (tk_bpe *)&c->t->bpe; /* the cache is the only mutable part */
     if (c->collect) {
@@ -278,6 +293,30 @@ int tk_bpe_word(tk_ctx *c, const char *w, size_t n) {
         tk_buf_put(c->collect, w, n);
         return 0;
     }
+    if (!c->l1) {
+        if (++c->n_words < 256) return bpe_word_uncached(c, b, w, n);
+        c->l1 = calloc(L1_SLOTS, sizeof *c->l1);
+        if (!c->l1) return bpe_word_uncached(c, b, w, n);
+    }
+    XXH128_hash_t h = XXH3_128bits(w, n);
+    tk_l1 *e = &c->l1[h.low64 & (L1_SLOTS - 1)];
+    if (e->n && e->lo == h.low64 && e->hi == h.high64) {
+        for (int32_t i = 0; i < e->n; i++) tk_ids_push(c->out, e->ids[i]);
+        return 0;
+    }
+    size_t start = c->out->n;
+    if (bpe_word_uncached(c, b, w, n)) return -1;
+    size_t k = c->out->n - start;
+    if (k >= 1 && k <= L1_IDS) {
+        e->lo = h.low64;
+        e->hi = h.high64;
+        e->n = (int32_t)k;
+        memcpy(e->ids, c->out->p + start, k * sizeof *e->ids);
+    }
+    return 0;
+}
+
+static int bpe_word_uncached(tk_ctx *c, tk_bpe *b, const char *w, size_t n) {
     if (b->ignore_merges) {
         int32_t id = tk_map_get(&b->vocab, w, n);
         if (id >= 0) {

@@ -236,6 +236,8 @@ typedef struct tk_ctx {
     struct tk_heap_ent *heap;
     size_t heap_cap;
     tk_buf word;
+    struct tk_l1 *l1;  /* per-call direct-mapped cache of hot words (tok_bpe.c) */
+    size_t n_words;
     tk_buf *collect; /* tests: when set, words and added tokens are appended here, '|'-joined */
     mx_error *err;
 } tk_ctx;

@@ -122,6 +122,14 @@ size_t tk_utf8_lossy(tk_buf *dst, const char *src, size_t n) {
 bool tk_utf8_valid(const char *s, size_t n) {
     const unsigned char *u = (const unsigned char *)s;
     for (size_t i = 0; i < n;) {
+        /* 8 ASCII bytes at a time */
+        while (i + 8 <= n) {
+            uint64_t w;
+            memcpy(&w, u + i, 8);
+            if (w & 0x8080808080808080ull) break;
+            i += 8;
+        }
+        if (i >= n) break;
         if (u[i] < 0x80) {
             i++;
             continue;

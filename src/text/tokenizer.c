@@ -204,6 +204,7 @@ void tk_ctx_free(tk_ctx *c) {
     free(c->syms);
     free(c->heap);
     free(c->word.p);
+    free(c->l1);
 }
 
 static void push_added(tk_ctx *c, int idx) {
