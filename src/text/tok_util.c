@@ -241,17 +241,60 @@ const char *tk_map_key(const tk_map *m, const tk_map_ent *e) { return m->arena.p
 
 /* ==== Regex (PCRE2, UTF + UCP, JIT) ==== */
 
+/* Oniguruma's (and so tokenizers') \s is 0009-000D, 0085 and the Z categories; PCRE2 with UCP
+ * also counts U+180E. Its \w is Letter|Mark|Number|Connector_Punctuation; PCRE2 10.42's misses
+ * marks. Rewrite the shorthands into explicit classes so both engines agree. */
+#define ONIG_S "\\t-\\r\\x{85}\\p{Z}"
+#define ONIG_W "\\p{L}\\p{M}\\p{N}\\p{Pc}"
+static void rewrite_classes(tk_buf *out, const char *p, size_t n) {
+    int in_class = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = p[i];
+        if (c == '\\' && i + 1 < n) {
+            char e = p[i + 1];
+            const char *set = (e == 's' || e == 'S') ? ONIG_S : (e == 'w' || e == 'W') ? ONIG_W : NULL;
+            bool neg = e == 'S' || e == 'W';
+            if (set && !(in_class && neg)) {
+                if (!in_class) tk_buf_put(out, neg ? "[^" : "[", neg ? 2 : 1);
+                tk_buf_put(out, set, strlen(set));
+                if (!in_class) tk_buf_putc(out, ']');
+            } else
+                tk_buf_put(out, p + i, 2);
+            i++;
+            continue;
+        }
+        if (c == '[' && !in_class) {
+            in_class = 1;
+            tk_buf_putc(out, c);
+            /* a ']' right after '[' or '[^' is a literal */
+            if (i + 1 < n && p[i + 1] == '^') tk_buf_putc(out, p[++i]);
+            if (i + 1 < n && p[i + 1] == ']') tk_buf_putc(out, p[++i]);
+            continue;
+        }
+        if (c == ']' && in_class) in_class = 0;
+        tk_buf_putc(out, c);
+    }
+}
+
 int tk_regex_compile(tk_regex *r, const char *pat, size_t n, bool literal, mx_error *err) {
     int ec;
     PCRE2_SIZE eo;
+    tk_buf rw = {0};
+    const char *orig = pat;
+    size_t orig_n = n;
+    if (!literal) {
+        rewrite_classes(&rw, pat, n);
+        pat = rw.p ? rw.p : "";
+        n = rw.n;
+    }
     /* PCRE2_LITERAL admits UTF but not UCP (which only matters for classes anyway). */
     uint32_t opt = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
     r->code = pcre2_compile((PCRE2_SPTR)pat, n, opt, &ec, &eo, NULL);
+    free(rw.p);
     if (!r->code) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(ec, msg, sizeof msg);
-        return mx_fail(err, "regex /%.*s/ at offset %zu: %s", (int)(n > 200 ? 200 : n), pat,
-                       (size_t)eo, (const char *)msg);
+        return mx_fail(err, "regex /%.*s/: %s", (int)(orig_n > 200 ? 200 : orig_n), orig, (const char *)msg);
     }
     r->jit = pcre2_jit_compile(r->code, PCRE2_JIT_COMPLETE) == 0;
     return 0;

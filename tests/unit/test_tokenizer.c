@@ -118,6 +118,19 @@ static void test_split_string_and_invert(void **st) {
     tok_free(t);
 }
 
+/* \s and \w mean what they mean in Oniguruma (tokenizers' engine): \s = 0009-000D, 0085 and
+ * the Z categories (so U+180E and U+FEFF are not spaces), \w = letters, marks, numbers, Pc. */
+static void test_regex_classes(void **st) {
+    (void)st;
+    tokenizer *t = load_parts(NULL, "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"\\\\s+\"}, \"behavior\": \"Removed\", \"invert\": false}", NULL);
+    expect_pieces(t, "a\xC2\x85" "b\xC2\xA0" "c\xE2\x80\xA8" "d", "a|b|c|d");
+    expect_pieces(t, "a\xE1\xA0\x8E" "b\xEF\xBB\xBF" "c\xE2\x80\x8B" "d", "a\xE1\xA0\x8E" "b\xEF\xBB\xBF" "c\xE2\x80\x8B" "d");
+    tok_free(t);
+    t = load_parts(NULL, "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"[^\\\\s\\\\w]+\"}, \"behavior\": \"Isolated\", \"invert\": false}", NULL);
+    expect_pieces(t, "e\xCC\x81_x!?y", "e\xCC\x81_x|!?|y"); /* combining mark and _ are \w */
+    tok_free(t);
+}
+
 static void test_metaspace(void **st) {
     (void)st;
     tokenizer *t = load_parts(NULL, "{\"type\": \"Metaspace\", \"replacement\": \"\\u2581\", \"prepend_scheme\": \"always\", \"split\": true}",
@@ -381,6 +394,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_split_behaviors),
         cmocka_unit_test(test_split_string_and_invert),
+        cmocka_unit_test(test_regex_classes),
         cmocka_unit_test(test_metaspace),
         cmocka_unit_test(test_bytelevel_pretok),
         cmocka_unit_test(test_added_strip),
