@@ -636,6 +636,7 @@ static void build_matcher(tokenizer *t, tk_matcher *m, bool normalized) {
 
 int tk_load_json(tokenizer *t, const char *text, size_t len, const char *name, mx_error *err) {
     tk_model_src src = {0};
+    tk_buf_reserve(&src.mtext, 64); /* never a NULL base, even for empty merge strings */
     tk_jscan s = {text, text, text + len, name, err};
     json_t *root = scan_root(t, &s, &src);
     if (!root) {

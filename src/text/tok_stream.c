@@ -105,7 +105,7 @@ static int release(tok_stream *s, bool all) {
         }
     size_t emit = s->pend.n - keep;
     tk_buf_put(&s->out, s->pend.p, emit);
-    memmove(s->pend.p, s->pend.p + emit, keep);
+    if (keep) memmove(s->pend.p, s->pend.p + emit, keep);
     s->pend.n = keep;
     return 0;
 }
