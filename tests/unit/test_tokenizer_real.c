@@ -76,6 +76,38 @@ static void test_known_ids(void **st) {
     tok_free(t);
 }
 
+/* tok_load_dir reads tokenizer_config.json: token names, add_bos_token */
+static void test_load_dir(void **st) {
+    (void)st;
+    const char *src = getenv("MLXCEL_SOURCE_DIR");
+    char dir[4096];
+    mx_error err;
+    tokenizer *t;
+    snprintf(dir, sizeof dir, "%s/tests/fixtures/tokenizers/npm/llama3", src ? src : ".");
+    assert_int_equal(tok_load_dir(&t, dir, &err), 0);
+    assert_string_equal(tok_bos_token(t), "<|begin_of_text|>");
+    assert_string_equal(tok_eos_token(t), "<|end_of_text|>");
+    assert_int_equal(tok_piece_to_id(t, tok_bos_token(t)), 128000);
+    assert_true(tok_is_special(t, 128000));
+    tok_free(t);
+    snprintf(dir, sizeof dir, "%s/tests/fixtures/tokenizers/npm/qwen3", src ? src : ".");
+    assert_int_equal(tok_load_dir(&t, dir, &err), 0);
+    assert_null(tok_bos_token(t)); /* "bos_token": null */
+    assert_string_equal(tok_eos_token(t), "<|im_end|>");
+    tok_free(t);
+    /* mistral: add_bos_token true and the TemplateProcessing already adds <s>: once only */
+    snprintf(dir, sizeof dir, "%s/tests/fixtures/tokenizers/npm/mistral", src ? src : ".");
+    assert_int_equal(tok_load_dir(&t, dir, &err), 0);
+    int32_t *ids;
+    size_t n;
+    assert_int_equal(tok_encode(t, "Hi", 2, true, &ids, &n, &err), 0);
+    assert_true(n >= 2 && ids[0] == 1 && ids[1] != 1);
+    free(ids);
+    tok_free(t);
+    assert_int_equal(tok_load_dir(&t, "/nonexistent-dir", &err), -1);
+    assert_non_null(strstr(err.msg, "/nonexistent-dir/tokenizer.json"));
+}
+
 /* decode(encode(x)) == x (these texts are NFC and hold no added-token strings). */
 static void test_round_trip(void **st) {
     (void)st;
@@ -189,6 +221,7 @@ static void test_threads(void **st) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_known_ids),
+        cmocka_unit_test(test_load_dir),
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_stream_equals_decode),
         cmocka_unit_test(test_threads),
