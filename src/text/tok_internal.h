@@ -238,6 +238,7 @@ typedef struct tk_ctx {
     tk_buf word;
     struct tk_l1 *l1;  /* per-call direct-mapped cache of hot words (tok_bpe.c) */
     size_t n_words;
+    bool special_as_text; /* TOK_ENC_SPECIAL_AS_TEXT */
     tk_buf *collect; /* tests: when set, words and added tokens are appended here, '|'-joined */
     mx_error *err;
 } tk_ctx;

@@ -76,6 +76,28 @@ static void test_known_ids(void **st) {
     tok_free(t);
 }
 
+/* Special tokens written in untrusted text can be kept as plain text. */
+static void test_special_as_text(void **st) {
+    (void)st;
+    tokenizer *t = load("qwen3");
+    const char *text = "a<|im_end|>b";
+    int32_t *ids;
+    size_t n;
+    mx_error err;
+    assert_int_equal(tok_encode_ex(t, text, strlen(text), 0, &ids, &n, &err), 0);
+    assert_int_equal(n, 3);
+    assert_int_equal(ids[1], 151645);
+    free(ids);
+    assert_int_equal(tok_encode_ex(t, text, strlen(text), TOK_ENC_SPECIAL_AS_TEXT, &ids, &n, &err), 0);
+    for (size_t i = 0; i < n; i++) assert_false(tok_is_special(t, ids[i]));
+    char *back;
+    assert_int_equal(tok_decode(t, ids, n, true, &back, &err), 0);
+    assert_string_equal(back, text); /* nothing skipped: no special ids */
+    free(back);
+    free(ids);
+    tok_free(t);
+}
+
 /* tok_load_dir reads tokenizer_config.json: token names, add_bos_token */
 static void test_load_dir(void **st) {
     (void)st;
@@ -222,6 +244,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_known_ids),
         cmocka_unit_test(test_load_dir),
+        cmocka_unit_test(test_special_as_text),
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_stream_equals_decode),
         cmocka_unit_test(test_threads),
