@@ -1,7 +1,8 @@
 /* libFuzzer target: encoding arbitrary bytes (invalid UTF-8 included) with the real Llama 3,
  * Qwen 3 and Mistral tokenizers (when tests/fixtures/tokenizers/npm holds them) and with a
  * synthetic tokenizer that uses every supported component. The first input byte picks the
- * tokenizer and flags; the rest is the text. The ids are then decoded and streamed back. */
+ * tokenizer and flags (0x10 add special, 0x20 skip special, 0x40 specials as text); the rest
+ * is the text. The ids are then decoded and streamed back. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -61,13 +62,14 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     const tokenizer *t = g_tok[data[0] % g_n];
-    bool special = data[0] & 0x10, skip = data[0] & 0x20;
+    unsigned flags = (data[0] & 0x10 ? TOK_ENC_ADD_SPECIAL : 0) | (data[0] & 0x40 ? TOK_ENC_SPECIAL_AS_TEXT : 0);
+    bool skip = data[0] & 0x20;
     const char *text = (const char *)data + 1;
     size_t len = size - 1;
     int32_t *ids;
     size_t n;
     mx_error err;
-    if (tok_encode(t, text, len, special, &ids, &n, &err)) return 0;
+    if (tok_encode_ex(t, text, len, flags, &ids, &n, &err)) return 0;
     for (size_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= tok_vocab_size(t)) abort(); /* every id must be valid */
     char *back;
