@@ -61,7 +61,7 @@ int tk_utf8_put(char *dst, int32_t cp); /* dst has room for 4 bytes */
 /* Appends src to dst, replacing each maximal invalid subsequence with U+FFFD (like Rust's
  * String::from_utf8_lossy). Returns the number of replacements. */
 size_t tk_utf8_lossy(tk_buf *dst, const char *src, size_t n);
-/* Length of the longest valid prefix of s that ends at a complete char. */
+/* True when s[0..n) is valid UTF-8 (no overlongs, surrogates or code points above U+10FFFF). */
 bool tk_utf8_valid(const char *s, size_t n);
 bool tk_is_whitespace(int32_t cp); /* Rust char::is_whitespace (White_Space property) */
 bool tk_is_numeric(int32_t cp);    /* Nd, Nl, No */
