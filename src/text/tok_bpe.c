@@ -271,11 +271,12 @@ static int bpe_segment(tk_ctx *c, tk_bpe *b, const char *w, size_t n) {
     return 0;
 }
 
-/* ==== Per-call hot-word cache ====
- * Long inputs repeat a few thousand words; a direct-mapped table private to the call answers
+/* ==== Per-thread hot-word cache ====
+ * Text repeats a few thousand words; a direct-mapped table private to the thread answers
  * them without the shared cache's lock or the big vocabulary table's cache misses. Keyed by a
- * 128-bit hash of the word (a false hit would need a 128-bit collision). Words of up to
- * L1_IDS tokens only. Created after the first 256 words, so short prompts never pay for it. */
+ * 128-bit hash of the word (a false hit would need a 128-bit collision) and tagged with the
+ * tokenizer's serial number, so it is cleared when the thread moves to another tokenizer
+ * (even one allocated at the same address). Words of up to L1_IDS tokens only. */
 #define L1_SLOTS 4096
 #define L1_IDS 5
 typedef struct tk_l1 {
@@ -283,23 +284,48 @@ typedef struct tk_l1 {
     int32_t n; /* 0 = empty */
     int32_t ids[L1_IDS];
 } tk_l1;
+typedef struct tk_l1_table {
+    uint64_t serial;
+    tk_l1 slot[L1_SLOTS];
+} tk_l1_table;
+
+static pthread_key_t g_l1_key;
+static pthread_once_t g_l1_once = PTHREAD_ONCE_INIT;
+static void l1_key_init(void) { pthread_key_create(&g_l1_key, free); }
+
+static tk_l1_table *l1_get(uint64_t serial) {
+    pthread_once(&g_l1_once, l1_key_init);
+    tk_l1_table *l1 = pthread_getspecific(g_l1_key);
+    if (!l1) {
+        l1 = calloc(1, sizeof *l1);
+        if (!l1 || pthread_setspecific(g_l1_key, l1)) {
+            free(l1);
+            return NULL;
+        }
+        l1->serial = serial;
+    }
+    if (l1->serial != serial) {
+        memset(l1->slot, 0, sizeof l1->slot);
+        l1->serial = serial;
+    }
+    return l1;
+}
 
 static int bpe_word_uncached(tk_ctx *c, tk_bpe *b, const char *w, size_t n);
 
 int tk_bpe_word(tk_ctx *c, const char *w, size_t n) {
-    tk_bpe *b = (tk_bpe *)&c->t->bpe; /* the cache is the only mutable part */
+    tk_bpe *b = (tk_bpe *)&c->t->bpe; /* the caches are the only mutable part */
     if (c->collect) {
         if (c->collect->n) tk_buf_putc(c->collect, '|');
         tk_buf_put(c->collect, w, n);
         return 0;
     }
     if (!c->l1) {
-        if (++c->n_words < 256) return bpe_word_uncached(c, b, w, n);
-        c->l1 = calloc(L1_SLOTS, sizeof *c->l1);
+        c->l1 = l1_get(c->t->serial);
         if (!c->l1) return bpe_word_uncached(c, b, w, n);
     }
     XXH128_hash_t h = XXH3_128bits(w, n);
-    tk_l1 *e = &c->l1[h.low64 & (L1_SLOTS - 1)];
+    tk_l1 *e = &c->l1->slot[h.low64 & (L1_SLOTS - 1)];
     if (e->n && e->lo == h.low64 && e->hi == h.high64) {
         for (int32_t i = 0; i < e->n; i++) tk_ids_push(c->out, e->ids[i]);
         return 0;

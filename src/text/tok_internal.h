@@ -218,6 +218,7 @@ struct tokenizer {
     int32_t n_ids;         /* vocabulary size incl. added tokens */
     tk_ids post_prefix, post_suffix; /* post-processor ids around $A (add_special) */
     char *bos, *eos;
+    uint64_t serial;       /* unique per loaded tokenizer (tags per-thread caches) */
 };
 
 /* Per-call encode state (scratch buffers reused across pieces). */
@@ -236,8 +237,7 @@ typedef struct tk_ctx {
     struct tk_heap_ent *heap;
     size_t heap_cap;
     tk_buf word;
-    struct tk_l1 *l1;  /* per-call direct-mapped cache of hot words (tok_bpe.c) */
-    size_t n_words;
+    struct tk_l1_table *l1; /* this thread's hot-word cache (tok_bpe.c) */
     bool special_as_text; /* TOK_ENC_SPECIAL_AS_TEXT */
     tk_buf *collect; /* tests: when set, words and added tokens are appended here, '|'-joined */
     mx_error *err;

@@ -36,6 +36,8 @@ int tok_load_json_text(tokenizer **out, const char *json, size_t len, const char
         tok_free(t);
         return -1;
     }
+    static _Atomic uint64_t next_serial = 1;
+    t->serial = next_serial++;
     *out = t;
     return 0;
 }
@@ -206,7 +208,6 @@ void tk_ctx_free(tk_ctx *c) {
     free(c->syms);
     free(c->heap);
     free(c->word.p);
-    free(c->l1);
 }
 
 static void push_added(tk_ctx *c, int idx) {
