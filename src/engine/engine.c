@@ -58,6 +58,7 @@ struct engine {
     seq **step_seqs;
     float *logits;             /* [n_parallel, V] */
     engine_stats stats;
+    const seq *reporting;      /* the sequence inside its token callback (engine_top_logprobs) */
 };
 
 /* ==== Names ==== */
@@ -316,6 +317,12 @@ static void admit(engine *e) {
             s->admitted_once = true;
             s->st.n_cached = hit;
             s->st.t_start = mx_now();
+            if (hit > 0) {
+                e->stats.prefix_hits++;
+                e->stats.prefix_reused_tokens += (uint64_t)hit;
+            } else {
+                e->stats.prefix_misses++;
+            }
         }
         e->running[e->n_running++] = s;
     }
@@ -356,6 +363,7 @@ static void plan(engine *e) {
         if (pd > 1 && s->rows == 0 && s->starved >= e->p.prefill_grant_interval) {
             s->rows = pd < e->p.prefill_chunk ? pd : e->p.prefill_chunk;
             s->starved = 0;
+            e->stats.prefill_grants++;
             break;
         }
     }
@@ -466,7 +474,9 @@ static void sample_and_check(engine *e, seq *s, float *logits) {
     }
     s->n_generated++;
     if (s->n_generated == 1) s->st.t_first_token = mx_now();
+    e->reporting = s;
     const int stop = s->on_token ? s->on_token(s->user, s->id, t, lp) : 0;
+    e->reporting = NULL;
     if (stop) finish(e, s, ENGINE_FINISH_STOP);
     else if (!s->ignore_eos && is_eos(e, t)) finish(e, s, ENGINE_FINISH_EOS);
     else if (s->max_tokens > 0 && s->n_generated >= s->max_tokens) finish(e, s, ENGINE_FINISH_LENGTH);
@@ -496,9 +506,14 @@ int engine_step(engine *e, mx_error *err) {
     }
     if (ensure_step_buffers(e, rows, n * stride)) return mx_fail(err, "out of memory");
     int r = 0, n_out = 0;
+    uint64_t prefill_rows = 0;
     for (int j = 0; j < n; j++) {
         seq *s = ss[j];
         const int from = s->kv.n_tokens;
+        if (s->rows > 1 || from + s->rows < s->n_tokens || from < s->n_prompt) {
+            prefill_rows += (uint64_t)s->rows; /* a prompt chunk (or recomputation) */
+            e->stats.prefill_chunks++;
+        }
         for (int k = 0; k < s->rows; k++, r++) {
             e->tok[r] = s->tokens[from + k];
             e->pos[r] = from + k;
@@ -517,9 +532,17 @@ int engine_step(engine *e, mx_error *err) {
                       .rope_len = e->rope_len, .block_table = e->table, .table_stride = stride,
                       .n_seqs = n, .write_rows = e->write_rows, .n_out = n_out,
                       .out_rows = e->out_rows};
+    const double t0 = mx_now();
     if (model_forward(e->m, e->kv, &mb, e->logits, err)) return -1;
+    const double dt = mx_now() - t0;
     e->stats.steps++;
     e->stats.rows += (uint64_t)rows;
+    e->stats.last_rows = rows;
+    e->stats.last_seqs = n;
+    e->stats.prefill_rows += prefill_rows;
+    e->stats.decode_rows += (uint64_t)rows - prefill_rows;
+    e->stats.prefill_seconds += dt * (double)prefill_rows / rows;
+    e->stats.decode_seconds += dt * (double)((uint64_t)rows - prefill_rows) / rows;
 
     /* ---- commit, sample, finish ---- */
     int o = 0;
@@ -561,3 +584,10 @@ void engine_get_stats(engine *e, engine_stats *st) {
     for (seq *s = e->queue; s; s = s->next) q++;
     st->queued = q;
 }
+
+int engine_top_logprobs(const engine *e, int n, int32_t *ids, float *logprobs) {
+    if (!e->reporting || n <= 0) return 0;
+    return sampler_top_logprobs(e->reporting->smp, n, ids, logprobs);
+}
+
+void engine_apply_cancels(engine *e) { drain_inbox(e); }
