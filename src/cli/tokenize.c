@@ -14,7 +14,7 @@
 
 typedef struct tok_args {
     const char *tokenizer, *model_dir, *prompt, *ids, *bench;
-    bool add_special, json, skip_special;
+    bool add_special, json, skip_special, special_as_text;
     int repeat, chunk;
 } tok_args;
 
@@ -69,6 +69,7 @@ static int parse(int argc, char **argv, tok_args *a, bool detok, const char *hel
         else if (!strcmp(o, "--json")) a->json = true;
         else if (!detok && (!strcmp(o, "-p") || !strcmp(o, "--prompt")) && has_val) a->prompt = argv[++i];
         else if (!detok && !strcmp(o, "--add-special")) a->add_special = true;
+        else if (!detok && !strcmp(o, "--special-as-text")) a->special_as_text = true;
         else if (!detok && !strcmp(o, "--bench") && has_val) a->bench = argv[++i];
         else if (!detok && !strcmp(o, "--repeat") && has_val) {
             a->repeat = atoi(argv[++i]);
@@ -97,13 +98,14 @@ static int parse(int argc, char **argv, tok_args *a, bool detok, const char *hel
 /* ==== tokenize ==== */
 
 static const char k_tok_help[] =
-    "usage: mlxcel tokenize (--tokenizer FILE | -m DIR) [--add-special] [-p TEXT] [--json]\n"
+    "usage: mlxcel tokenize (--tokenizer FILE | -m DIR) [--add-special] [--special-as-text] [-p TEXT] [--json]\n"
     "       mlxcel tokenize (--tokenizer FILE | -m DIR) --bench FILE [--repeat N] [--chunk BYTES]\n\n"
     "Encodes TEXT (or all of stdin) and prints the ids, space separated (a JSON array with --json).\n\n"
     "  --tokenizer FILE  a tokenizer.json\n"
     "  -m, --model DIR   a checkpoint directory (tokenizer.json + tokenizer_config.json)\n"
     "  -p, --prompt TEXT text to encode (default: stdin)\n"
     "  --add-special     apply the post-processor (BOS/EOS), as add_special_tokens=True\n"
+    "  --special-as-text special-token text in the input stays plain text (untrusted input)\n"
     "  --json            print a JSON array\n"
     "  --bench FILE      encode FILE in chunks, N times, single-threaded, and print throughput\n"
     "                    as JSON: {\"bytes\", \"chunks\", \"tokens\", \"best_s\", \"median_s\",\n"
@@ -210,7 +212,8 @@ int cmd_tokenize(int argc, char **argv) {
     int32_t *ids = NULL;
     size_t n_ids = 0;
     mx_error err;
-    if (!text || tok_encode(t, text, n, a.add_special, &ids, &n_ids, &err)) {
+    unsigned flags = (a.add_special ? TOK_ENC_ADD_SPECIAL : 0) | (a.special_as_text ? TOK_ENC_SPECIAL_AS_TEXT : 0);
+    if (!text || tok_encode_ex(t, text, n, flags, &ids, &n_ids, &err)) {
         fprintf(stderr, "mlxcel tokenize: %s\n", text ? err.msg : "out of memory");
         free(text);
         tok_free(t);

@@ -16,6 +16,11 @@ check "detokenize stdin json array" "Hello world" "$(echo '[9906, 1917]' | "$bin
 check "detokenize specials" "<s> Hello world" "$("$bin" detokenize -m "$fx/mistral" --ids 1,22557,1526)"
 check "detokenize --skip-special" "Hello world" "$("$bin" detokenize -m "$fx/mistral" --ids 1,22557,1526 --skip-special)"
 check "detokenize --json" '"Hello world\n"' "$("$bin" detokenize --tokenizer "$fx/llama3/tokenizer.json" --ids 9906,1917,198 --json)"
+check "special token parsed" "151644 872" "$("$bin" tokenize --tokenizer "$fx/qwen3/tokenizer.json" -p "<|im_start|>user")"
+case $("$bin" tokenize --tokenizer "$fx/qwen3/tokenizer.json" --special-as-text -p "<|im_start|>user") in
+    *151644*) check "--special-as-text" "no 151644" "151644 present" ;;
+    *) check "--special-as-text" ok ok ;;
+esac
 text='Grüße, 世界! 123 <|eot_id|>  end'
 ids=$("$bin" tokenize --tokenizer "$fx/llama3/tokenizer.json" -p "$text")
 check "round trip" "$text" "$("$bin" detokenize --tokenizer "$fx/llama3/tokenizer.json" --ids "$ids")"
