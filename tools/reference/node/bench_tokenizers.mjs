@@ -1,7 +1,8 @@
 // Single-threaded encode throughput of the Hugging Face `tokenizers` library (official Node
 // bindings of the same Rust crate) on a text file, with bench_tokenizers.py's chunk rule:
 // whole lines appended to a chunk until it holds >= 4096 UTF-8 bytes. Best of N runs.
-//   RAYON_NUM_THREADS=1 node tools/reference/node/bench_tokenizers.mjs NPM_DIR TEXT_FILE [N]
+//   RAYON_NUM_THREADS=1 node tools/reference/node/bench_tokenizers.mjs NPM_DIR TEXT_FILE [N] [CHUNK_BYTES]
+// (a single encode call runs on one thread; larger chunks amortise the binding's async hop)
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import path from "node:path";
@@ -14,6 +15,7 @@ const version = require("tokenizers/package.json").version;
 
 const [npmDir, textFile, repeatsArg] = process.argv.slice(2);
 const repeats = Number(repeatsArg || 3);
+const chunkBytes = Number(process.argv[5] || 4096);
 const buf = readFileSync(textFile);
 const chunks = [];
 let cur = [], curBytes = 0, start = 0;
@@ -23,7 +25,7 @@ for (let i = 0; i < buf.length; i++) {
     start = i + 1;
     cur.push(line);
     curBytes += line.length;
-    if (curBytes >= 4096) { chunks.push(Buffer.concat(cur).toString("utf8")); cur = []; curBytes = 0; }
+    if (curBytes >= chunkBytes) { chunks.push(Buffer.concat(cur).toString("utf8")); cur = []; curBytes = 0; }
   }
 }
 if (cur.length) chunks.push(Buffer.concat(cur).toString("utf8"));
@@ -41,4 +43,4 @@ for (const name of ["llama3", "qwen3", "mistral"]) {
   }
   results[name] = { mb_per_s: +(buf.length / 1e6 / best).toFixed(2), seconds: +best.toFixed(3), tokens };
 }
-console.log(JSON.stringify({ text_bytes: buf.length, chunks: chunks.length, tokenizers_version: `${version} (node bindings)`, results }));
+console.log(JSON.stringify({ text_bytes: buf.length, chunks: chunks.length, chunk_bytes: chunkBytes, tokenizers_version: `${version} (node bindings)`, results }));
