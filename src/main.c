@@ -18,6 +18,7 @@ static const command k_commands[] = {
     {"generate", cmd_generate, "one prompt, streamed to stdout, timing line at the end (--json)"},
     {"run", cmd_run, "interactive chat with the model's chat template (/bye, /clear, \"\"\")"},
     {"apply-template", cmd_apply_template, "render a checkpoint's chat template for a conversation"},
+    {"bench", cmd_bench, "engine throughput per batch size: prefill/decode tok/s, TTFT, ITL, GB/s"},
     {"loadtest", cmd_loadtest, "steady-state load test of a running server: tok/s, TTFT, ITL, failures"},
 };
 #define N_COMMANDS (int)(sizeof k_commands / sizeof k_commands[0])

@@ -10,5 +10,6 @@ int cmd_generate(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_apply_template(int argc, char **argv);
 int cmd_loadtest(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 #endif
