@@ -187,6 +187,9 @@ typedef struct backend_ops {
 } backend_ops;
 
 const backend_ops *backend_cpu(void);
+/* CUDA builds only (src/backend/cuda): initialises device 0 on first call; NULL + err when
+ * no usable GPU is present. Use backend_get, which also works in builds without CUDA. */
+const backend_ops *backend_cuda(mx_error *err);
 /* NULL and an error naming the reason when the device has no backend in this build. */
 const backend_ops *backend_get(mx_device dev, mx_error *err);
 const char *backend_device_name(mx_device dev);

@@ -75,11 +75,17 @@ void cuda_rope_default_inv_freq(float *inv_freq, int head_dim, float theta);
  * size (fills the SMs; results then depend on the batch shape, still reproducible run to
  * run). deterministic != 0 with num_splits == 0 means CUDA_ATTN_DET_SPLITS.
  * Workspace: cuda_paged_attn_workspace_bytes(B, Hq, D, max splits) bytes, 16-aligned.
- * Supported: head_dim 128, block_size 16, Hq / Hkv in {1, 2, 4, 8}. */
+ * Supported: head_dim 64 or 128, block_size a multiple of 16 (dense storage: the slot size),
+ * Hq / Hkv in {1, 2, 4, 8}.
+ * Row mode (pos != NULL, the engine's form): row b is one query at position pos[b] of the
+ * sequence whose page-table row is row_seq[b] (NULL: b); it attends to keys
+ * [max(0, pos - window + 1), pos] (window 0: all); seq_lens is then unused. q may be fp32
+ * (q_f32 = 1). softcap > 0: scores = softcap * tanh(scores / softcap). Zero-initialised new
+ * fields give the original behaviour. */
 #define CUDA_ATTN_DET_SPLITS 16
 #define CUDA_ATTN_MAX_SPLITS 128
 typedef struct cuda_paged_attn_args {
-    const uint16_t *q;                        /* [B, Hq, D] bf16 */
+    const void *q;                            /* [B, Hq, D] bf16 (or fp32, q_f32) */
     const uint16_t *k_cache, *v_cache;        /* [n_blocks, block_size, Hkv, D] bf16 */
     const int32_t *page_table;                /* [B, pt_stride] */
     const int32_t *seq_lens;                  /* [B], each in [1, pt_stride * block_size] */
@@ -92,6 +98,11 @@ typedef struct cuda_paged_attn_args {
     float scale;                              /* usually 1 / sqrt(head_dim) */
     int num_splits;                           /* 0 = auto */
     int deterministic;
+    const int32_t *pos;                       /* [B] row mode, or NULL */
+    const int32_t *row_seq;                   /* [B] page-table row per query (row mode) */
+    int q_f32;                                /* q is fp32 [B, Hq, D] */
+    int window;                               /* 0 = none */
+    float softcap;                            /* 0 = none */
 } cuda_paged_attn_args;
 size_t cuda_paged_attn_workspace_bytes(int B, int n_q_heads, int head_dim, int max_splits);
 /* The split count a call with these arguments would use (for logs, tuning and tests). */
