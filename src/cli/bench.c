@@ -178,7 +178,7 @@ static int bench_run(const bench_opts *o, model *m, const backend_ops *be, int B
     engine_params ep;
     engine_params_default(&ep, spec);
     ep.n_parallel = B;
-    ep.ctx_size = P + G + 1;
+    ep.ctx_size = (P + G + 1 + 15) / 16 * 16; /* whole 16-token chunks (dense slots too) */
     ep.prefill_chunk = o->prefill_chunk > 0 ? o->prefill_chunk : (P < 8192 ? P : 8192);
     ep.max_batch_tokens = ep.prefill_chunk > 2048 ? ep.prefill_chunk : 2048;
     ep.prefix_cache = false;

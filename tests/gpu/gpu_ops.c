@@ -141,6 +141,48 @@ static void test_matmul(int rows, int N, int K, bool bias) {
     free(x), free(w), free(b), free(ref), free(wb), free(bb);
 }
 
+/* Q/K/V-style: three matmuls on one x are held and launched as one multi-segment GEMV. */
+static void test_matmul_fused(int rows) {
+    const int K = 4096, Ns[3] = {4096, 1024, 1000};
+    float *x = malloc((size_t)rows * K * 4);
+    gt_fill(x, (size_t)rows * K, 1.0f);
+    const int64_t sx[2] = {rows, K};
+    mx_tensor hx = mx_tensor_2d(x, MX_F32, rows, K, MX_DEV_CPU), dx = gt_dev_f32(x, 2, sx), none = {0};
+    mx_tensor dw[3], dout[3], hb = {0}, db = {0};
+    float *ref[3];
+    uint16_t *wb[3];
+    float bias[1000];
+    gt_fill(bias, 1000, 1.0f);
+    uint16_t *bb = gt_bf16(bias, 1000);
+    const int64_t sb[1] = {1000};
+    hb = mx_tensor_1d(bb, MX_BF16, 1000, MX_DEV_CPU);
+    db = gt_dev_weight(bb, 1, sb);
+    for (int i = 0; i < 3; i++) {
+        float *w = malloc((size_t)Ns[i] * K * 4);
+        gt_fill(w, (size_t)Ns[i] * K, 1.0f / 64.0f);
+        wb[i] = gt_bf16(w, (size_t)Ns[i] * K);
+        free(w);
+        ref[i] = malloc((size_t)rows * Ns[i] * 4);
+        mx_tensor hw = mx_tensor_2d(wb[i], MX_BF16, Ns[i], K, MX_DEV_CPU);
+        mx_tensor ho = mx_tensor_2d(ref[i], MX_F32, rows, Ns[i], MX_DEV_CPU);
+        g_cpu->matmul(&ho, &hx, &hw, i == 2 ? &hb : &none);
+        const int64_t sw[2] = {Ns[i], K}, so[2] = {rows, Ns[i]};
+        dw[i] = gt_dev_weight(wb[i], 2, sw);
+        dout[i] = gt_dev_poison(2, so);
+    }
+    for (int i = 0; i < 3; i++) g_gpu->matmul(&dout[i], &dx, &dw[i], i == 2 ? &db : &none);
+    for (int i = 0; i < 3; i++) {
+        char what[96];
+        snprintf(what, sizeof what, "fused gemv rows %d segment %d (N %d%s)", rows, i, Ns[i],
+                 i == 2 ? " +bias" : "");
+        check_dev(what, &dout[i], ref[i], 2e-5);
+        gt_dev_free(&dw[i]), gt_dev_free(&dout[i]);
+        free(ref[i]), free(wb[i]);
+    }
+    gt_dev_free(&dx), gt_dev_free(&db);
+    free(x), free(bb);
+}
+
 static void test_norm_rope_elem(void) {
     /* rms_norm over [rows, D] and per head [n, heads, D], offsets 0 and 1 */
     const int n = 5, heads = 8, D = 128, H = 4096;
@@ -304,6 +346,8 @@ int gt_run_op_tests(void) {
     test_matmul(2, 1000, 100, true);  /* odd N, K % 8 != 0: generic GEMV */
     test_matmul(20, 97, 44, false);   /* cuBLASLt refuses K % 8: generic fallback */
     test_matmul(300, 2048, 2048, true);
+    test_matmul_fused(1);
+    test_matmul_fused(6);
     test_norm_rope_elem();
     test_moe(1, 128, 8, 2048, 768);
     test_moe(5, 16, 4, 256, 96);

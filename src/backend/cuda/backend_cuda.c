@@ -36,6 +36,7 @@ int cu_ck(int code, const char *what) {
 }
 
 static int cu_check(mx_error *err) {
+    cu_flush();
     if (!g_cu.has_err) return 0;
     g_cu.has_err = false;
     return mx_fail(err, "%s", g_cu.err);
@@ -110,6 +111,7 @@ static void *be_alloc(size_t nbytes) {
 }
 
 static void be_free(void *p) {
+    cu_flush();
     cu_graphs_clear(); /* a graph may reference the freed buffer */
     cu_dev_free(p);
 }
@@ -121,7 +123,11 @@ void *cu_upload_small(void *dev_dst, const void *src, size_t n) {
         return NULL;
     }
     if (n > CU_MISC_BYTES) {
-        if (cu_ck(cudaMemcpy(dev_dst, src, n, cudaMemcpyHostToDevice), "cudaMemcpy H2D")) return NULL;
+        /* cudaMemcpy runs on the legacy stream, which does not order with ours: drain ours
+         * first (earlier kernels may still read dev_dst); it returns once the copy is done */
+        if (cu_ck(cudaStreamSynchronize(g_cu.st), "cudaStreamSynchronize") ||
+            cu_ck(cudaMemcpy(dev_dst, src, n, cudaMemcpyHostToDevice), "cudaMemcpy H2D"))
+            return NULL;
         return dev_dst;
     }
     /* the pinned buffer is reused: wait for its previous copy to have left */
@@ -137,12 +143,14 @@ void *cu_upload_small(void *dev_dst, const void *src, size_t n) {
 }
 
 static void be_copy_to_host(void *dst, const mx_tensor *src) {
+    cu_flush();
     cu_ck(cudaMemcpyAsync(dst, src->data, mx_tensor_nbytes(src), cudaMemcpyDeviceToHost, g_cu.st),
           "copy to host");
     cu_ck(cudaStreamSynchronize(g_cu.st), "stream synchronize (copy to host)");
 }
 
 static void be_copy_from_host(mx_tensor *dst, const void *src) {
+    cu_flush();
     cu_upload_small(dst->data, src, mx_tensor_nbytes(dst));
 }
 
@@ -153,6 +161,7 @@ static int el_dtype(mx_dtype t) {
 
 static void be_embed(mx_tensor *out, const mx_tensor *table, const int32_t *ids, int n,
                      float scale, bool round_scale) {
+    cu_flush();
     cu_resident(table->data);
     const int32_t *d_ids = g_cu.in_step && ids == g_cu.h_tokens && n == g_cu.n_rows
                                ? g_cu.d_tokens
@@ -169,6 +178,7 @@ static void be_embed(mx_tensor *out, const mx_tensor *table, const int32_t *ids,
 
 static void be_rms_norm(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, float eps,
                         float offset) {
+    cu_flush();
     cu_resident(w->data);
     const int64_t D = x->shape[x->ndim - 1];
     const int64_t rows = mx_tensor_numel(x) / D;
@@ -179,12 +189,14 @@ static void be_rms_norm(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, 
 }
 
 static void be_rope(mx_tensor *x, const float *cos_sin, int rot_dim) {
+    cu_flush();
     cu_ck(cuda_rope_f32(x->data, (long)x->stride[0], cos_sin, (int)x->shape[0], (int)x->shape[1],
                         (int)x->shape[2], rot_dim, g_cu.st),
           "rope");
 }
 
 static void be_add(mx_tensor *x, const mx_tensor *y) {
+    cu_flush();
     const int64_t rows = x->shape[0], cols = mx_tensor_numel(x) / rows;
     cu_ck(cuda_add_f32(x->data, (long)x->stride[0], y->data, (long)y->stride[0], (int)rows,
                        (int)cols, g_cu.st),
@@ -192,6 +204,7 @@ static void be_add(mx_tensor *x, const mx_tensor *y) {
 }
 
 static void be_glu(mx_tensor *out, const mx_tensor *gate, const mx_tensor *up, int activation) {
+    cu_flush();
     cu_ck(cuda_glu_f32(out->data, (long)out->stride[0], gate->data, (long)gate->stride[0],
                        up->data, (long)up->stride[0], (int)gate->shape[0], (int)gate->shape[1],
                        activation, g_cu.st),
@@ -199,10 +212,12 @@ static void be_glu(mx_tensor *out, const mx_tensor *gate, const mx_tensor *up, i
 }
 
 static void be_softcap(mx_tensor *x, float cap) {
+    cu_flush();
     cu_ck(cuda_softcap_f32(x->data, (size_t)mx_tensor_numel(x), cap, g_cu.st), "softcap");
 }
 
 static void be_gather_rows(mx_tensor *out, const mx_tensor *x, const int32_t *idx, int n) {
+    cu_flush();
     const int32_t *d_idx =
         g_cu.in_step && idx == g_cu.h_out && n == g_cu.n_out ? g_cu.d_out : NULL;
     if (!d_idx) {
@@ -217,6 +232,7 @@ static void be_gather_rows(mx_tensor *out, const mx_tensor *x, const int32_t *id
 }
 
 static void be_kv_copy_rows(mx_tensor *pool, int64_t dst_row, int64_t src_row, int64_t n_rows) {
+    cu_flush();
     const size_t row = (size_t)pool->stride[0] * mx_dtype_size(pool->dtype);
     cu_ck(cudaMemcpyAsync((char *)pool->data + (size_t)dst_row * row,
                           (char *)pool->data + (size_t)src_row * row, row * (size_t)n_rows,
@@ -225,6 +241,7 @@ static void be_kv_copy_rows(mx_tensor *pool, int64_t dst_row, int64_t src_row, i
 }
 
 static void be_convert(mx_tensor *dst, const mx_tensor *src) {
+    cu_flush();
     cu_ck(cuda_convert(dst->data, el_dtype(dst->dtype), src->data, el_dtype(src->dtype),
                        (size_t)mx_tensor_numel(src), g_cu.st),
           "convert");
@@ -255,6 +272,7 @@ static uint64_t be_mem_peak(bool reset) {
 
 /* D2D copy of 1 GiB (less when memory is short): bytes read + written / best of 5. */
 static double be_copy_bandwidth(void) {
+    cu_flush();
     size_t n = (size_t)1 << 30;
     void *a = NULL, *b = NULL;
     while (n >= ((size_t)64 << 20)) {

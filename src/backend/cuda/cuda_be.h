@@ -15,6 +15,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_info.h"
+#include "backend/cuda/cuda_ops.h"
 
 #define CU_PIN_BUFS 4
 #define CU_PIN_BYTES ((size_t)64 << 20)   /* 4 x 64 MiB reused pinned staging buffers */
@@ -125,6 +126,13 @@ typedef struct cu_state {
     int n_tiles, tile_rows;
     int hint_G, hint_Hq, hint_D;
     bool hint_moe;
+    /* ---- deferred GEMVs: consecutive matmuls on the same x run as one launch ---- */
+    struct {
+        const float *x;
+        int rows, K;
+        const uint16_t *bias[3];
+        cuda_gemv_segs segs;
+    } pend_mm;
     /* ---- graphs ---- */
     cu_graph *graphs;
     int n_graphs;
@@ -168,5 +176,7 @@ void cu_matmul(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, const mx_
 int cu_moe(mx_tensor *out, const mx_tensor *x, const mx_tensor *router_logits,
            const mx_moe_experts *ex, const mx_moe_params *p, mx_error *err);
 void cu_lt_destroy(void);
+/* Launches the deferred GEMVs. Every op calls it before touching device data. */
+void cu_flush(void);
 
 #endif

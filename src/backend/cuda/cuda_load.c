@@ -67,6 +67,8 @@ static int stage_copy(char *dptr, const void *host, mx_dtype t, int64_t numel) {
 
 /* Pageable path: straight from the mapping when already bf16, else via a converted copy. */
 static int pageable_copy(char *dptr, const void *host, mx_dtype t, int64_t numel) {
+    /* cudaMemcpy is on the legacy stream: ours must not still be using dptr's neighbours */
+    if (cu_ck(cudaStreamSynchronize(g_cu.st), "upload: stream synchronize")) return -1;
     if (t == MX_BF16)
         return cu_ck(cudaMemcpy(dptr, host, (size_t)numel * 2, cudaMemcpyHostToDevice),
                      "upload: cudaMemcpy");

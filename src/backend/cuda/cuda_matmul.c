@@ -78,6 +78,7 @@ static cu_lt_plan *lt_plan(int N, int K, int rows, long ldw, long ldo) {
 void cu_matmul_raw(float *y, long ldy, const float *x, long ldx, int rows, const mx_tensor *w,
                    const mx_tensor *bias) {
     if (rows <= 0) return;
+    cu_flush();
     cu_resident(w->data);
     const bool has_bias = mx_tensor_present(bias);
     if (has_bias) cu_resident(bias->data);
@@ -119,9 +120,49 @@ void cu_matmul_raw(float *y, long ldy, const float *x, long ldx, int rows, const
     cu_ck(cuda_gemv_generic(y, ldy, x, ldx, W, ldw, B, rows, N, K, g_cu.st), "generic gemv");
 }
 
+/* ==== Deferred GEMVs ====
+ * The forward issues Q, K, V (and gate, up) as separate matmuls on the same input. A GEMV-sized
+ * matmul is held back; the next matmul on the same x joins it; anything else (another op, a
+ * matmul reading a held output, a fourth weight) launches the group first as ONE kernel. */
+void cu_flush(void) {
+    if (!g_cu.pend_mm.segs.n) return;
+    cuda_gemv_segs segs = g_cu.pend_mm.segs;
+    g_cu.pend_mm.segs.n = 0;
+    const int rows = g_cu.pend_mm.rows;
+    if (cu_ck(cuda_gemv_bf16_multi(&segs, g_cu.pend_mm.x, CUDA_OPS_F32, CUDA_OPS_F32, rows,
+                                   g_cu.pend_mm.K, g_cu.st), "gemv"))
+        return;
+    for (int i = 0; i < segs.n; i++)
+        if (g_cu.pend_mm.bias[i])
+            cu_ck(cuda_bias_add_f32(segs.y[i], segs.N[i], g_cu.pend_mm.bias[i], rows, segs.N[i],
+                                    g_cu.st), "bias");
+}
+
 void cu_matmul(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, const mx_tensor *bias) {
-    cu_matmul_raw(out->data, (long)out->stride[0], x->data, (long)x->stride[0], (int)x->shape[0], w,
-                  bias);
+    const int rows = (int)x->shape[0], N = (int)w->shape[0], K = (int)w->shape[1];
+    const bool fast = rows >= 1 && rows <= g_cu.gemv_rows && K % 8 == 0 && w->stride[0] == K &&
+                      x->stride[0] == K && out->stride[0] == N && ((uintptr_t)w->data & 15) == 0 &&
+                      ((uintptr_t)x->data & 15) == 0;
+    if (!fast) {
+        cu_flush();
+        cu_matmul_raw(out->data, (long)out->stride[0], x->data, (long)x->stride[0], rows, w, bias);
+        return;
+    }
+    cu_resident(w->data);
+    if (mx_tensor_present(bias)) cu_resident(bias->data);
+    bool join = g_cu.pend_mm.segs.n > 0 && g_cu.pend_mm.x == x->data && g_cu.pend_mm.rows == rows &&
+                g_cu.pend_mm.K == K && g_cu.pend_mm.segs.n < CUDA_GEMV_MAX_SEGS;
+    for (int i = 0; join && i < g_cu.pend_mm.segs.n; i++) /* x must not be a held output */
+        if (g_cu.pend_mm.segs.y[i] == x->data || g_cu.pend_mm.segs.y[i] == out->data) join = false;
+    if (!join) cu_flush();
+    const int i = g_cu.pend_mm.segs.n++;
+    g_cu.pend_mm.x = x->data;
+    g_cu.pend_mm.rows = rows;
+    g_cu.pend_mm.K = K;
+    g_cu.pend_mm.segs.W[i] = w->data;
+    g_cu.pend_mm.segs.y[i] = out->data;
+    g_cu.pend_mm.segs.N[i] = N;
+    g_cu.pend_mm.bias[i] = mx_tensor_present(bias) ? bias->data : NULL;
 }
 
 /* ==== MoE ==== */
@@ -240,6 +281,7 @@ done:
 
 int cu_moe(mx_tensor *out, const mx_tensor *x, const mx_tensor *router_logits,
            const mx_moe_experts *ex, const mx_moe_params *p, mx_error *err) {
+    cu_flush();
     g_cu.hint_moe = true;
     const int n = (int)x->shape[0], I = (int)ex->gate[0].shape[0];
     if (p->top_k < 1 || p->top_k > 32 || p->n_experts > 1024 || p->top_k > p->n_experts)

@@ -27,6 +27,19 @@ enum { CUDA_OPS_F32 = 0, CUDA_OPS_BF16 = 1 };
  * Needs K % 8 == 0 and W, x 16-byte aligned; 1 <= rows <= 8. */
 int cuda_gemv_bf16(const uint16_t *W, const void *x, int x_dtype, void *y, int y_dtype,
                    int rows, int N, int K, cudaStream_t stream);
+/* Several weights sharing x and K in one launch (Q/K/V, gate/up): segment i computes
+ * y[i][r, n] = sum_k x[r, k] * W[i][n, k] for n < N[i]; y[i] rows have stride N[i].
+ * cta0 is filled by the launcher. */
+#define CUDA_GEMV_MAX_SEGS 3
+typedef struct cuda_gemv_segs {
+    const uint16_t *W[CUDA_GEMV_MAX_SEGS];
+    void *y[CUDA_GEMV_MAX_SEGS];
+    int N[CUDA_GEMV_MAX_SEGS];
+    int cta0[CUDA_GEMV_MAX_SEGS];
+    int n;
+} cuda_gemv_segs;
+int cuda_gemv_bf16_multi(const cuda_gemv_segs *segs, const void *x, int x_dtype, int y_dtype,
+                         int rows, int K, cudaStream_t stream);
 
 /* ==== RMSNorm: y[r, :] = x[r, :] * rsqrt(mean(x[r, :]^2) + eps) * (w + offset) ====
  * x: [rows, H] (x_dtype), w: [H] bf16, y: [rows, H] (y_dtype), fp32 accumulation.

@@ -82,6 +82,7 @@ static int build_tiles(int32_t *row0, int32_t *cnt, const mx_attn_batch *ab, int
 
 /* ==== Step begin: pack + upload the step arrays; pick run / capture / replay ==== */
 int cu_step_begin(const mx_step *st, mx_error *err) {
+    cu_flush();
     if (g_cu.has_err) {
         g_cu.has_err = false;
         return mx_fail(err, "%s", g_cu.err);
@@ -200,6 +201,7 @@ int cu_step_begin(const mx_step *st, mx_error *err) {
 }
 
 int cu_step_end(mx_error *err) {
+    cu_flush();
     g_cu.in_step = false;
     int rc = 0;
     if (g_cu.capturing) {
@@ -249,6 +251,7 @@ static const void *step_array(const void *host, const void *h_step, const void *
 
 void cu_kv_write(mx_tensor *k_pool, mx_tensor *v_pool, const mx_tensor *k, const mx_tensor *v,
                  const mx_attn_batch *b) {
+    cu_flush();
     const int64_t *rows = step_array(b->write_rows, g_cu.ab ? g_cu.ab->write_rows : NULL,
                                      g_cu.d_write, (size_t)b->n_rows * 8);
     if (!rows) return;
@@ -275,6 +278,7 @@ int cu_decode_splits(int B, int n_kv_heads, int capacity_tokens) {
 
 void cu_attention(mx_tensor *out, const mx_tensor *q, const mx_tensor *k_pool,
                   const mx_tensor *v_pool, const mx_attn_batch *b, const mx_attn_params *p) {
+    cu_flush();
     if (!g_cu.in_step || b != g_cu.ab) {
         cu_fail("internal: attention outside the announced step");
         return;
