@@ -206,7 +206,86 @@ static void attn_case(const acase *c) {
     gt_dev_free(&s.dv);
 }
 
+/* rope(q), rope(k), kv_write issued back to back run as one fused launch on CUDA: q must be
+ * rotated in place and the pool rows must hold rotated k and plain v (partial rotary too). */
+typedef struct ropekv_ctx {
+    mx_tensor *q, *k, *v, *kp, *vp;
+    const float *cs;
+    int rot;
+    const mx_attn_batch *ab;
+} ropekv_ctx;
+static void ropekv_fn(void *p) {
+    ropekv_ctx *c = p;
+    g_gpu->rope(c->q, c->cs, c->rot);
+    g_gpu->rope(c->k, c->cs, c->rot);
+    g_gpu->kv_write(c->kp, c->vp, c->k, c->v, c->ab);
+}
+
+static void test_rope_kv_fused(int rot) {
+    const int n = 5, Hq = 8, Hkv = 2, D = 64, rows_phys = 64;
+    const size_t nq = (size_t)n * Hq * D, nk = (size_t)n * Hkv * D, np = (size_t)rows_phys * Hkv * D;
+    float *q = malloc(nq * 4), *k = malloc(nk * 4), *v = malloc(nk * 4), *cs = malloc((size_t)n * rot * 4);
+    gt_fill(q, nq, 1.0f);
+    gt_fill(k, nk, 1.0f);
+    gt_fill(v, nk, 1.0f);
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < rot / 2; j++) {
+            const double a = (double)(i + 40) / pow(10000.0, 2.0 * j / rot);
+            cs[(size_t)i * rot + 2 * j] = (float)cos(a);
+            cs[(size_t)i * rot + 2 * j + 1] = (float)sin(a);
+        }
+    int32_t pos[5] = {40, 41, 42, 43, 44}, seq[5] = {0, 0, 0, 0, 0}, table[4] = {3, 1, 2, 0};
+    int64_t wr[5] = {50, 51, 52, 53, -1}; /* the last row writes nothing */
+    mx_attn_batch ab = {.n_rows = n, .pos = pos, .seq = seq, .block_table = table, .table_stride = 4,
+                        .block_size = 16, .write_rows = wr, .step_id = ++g_step};
+    /* CPU reference */
+    float *rq = malloc(nq * 4), *rk = malloc(nk * 4), *pk = calloc(np, 4), *pv = calloc(np, 4);
+    memcpy(rq, q, nq * 4);
+    memcpy(rk, k, nk * 4);
+    mx_tensor hq = mx_tensor_3d(rq, MX_F32, n, Hq, D, MX_DEV_CPU), hk = mx_tensor_3d(rk, MX_F32, n, Hkv, D, MX_DEV_CPU);
+    mx_tensor hv = mx_tensor_3d(v, MX_F32, n, Hkv, D, MX_DEV_CPU);
+    mx_tensor hkp = mx_tensor_3d(pk, MX_F32, rows_phys, Hkv, D, MX_DEV_CPU), hvp = mx_tensor_3d(pv, MX_F32, rows_phys, Hkv, D, MX_DEV_CPU);
+    g_cpu->rope(&hq, cs, rot);
+    g_cpu->rope(&hk, cs, rot);
+    mx_attn_batch cab = ab;
+    int64_t wr_cpu[4] = {50, 51, 52, 53};
+    cab.n_rows = 4; /* the CPU op has no "skip" rows */
+    cab.write_rows = wr_cpu;
+    g_cpu->kv_write(&hkp, &hvp, &hk, &hv, &cab);
+    gt_round_bf16(pk, np);
+    gt_round_bf16(pv, np);
+    /* CUDA */
+    const int64_t sq[3] = {n, Hq, D}, sk[3] = {n, Hkv, D}, sc[2] = {n, rot};
+    mx_tensor dq = gt_dev_f32(q, 3, sq), dk = gt_dev_f32(k, 3, sk), dv = gt_dev_f32(v, 3, sk);
+    mx_tensor dcs = gt_dev_f32(cs, 2, sc);
+    mx_tensor dkp = mx_tensor_3d(g_gpu->alloc(np * 2), MX_BF16, rows_phys, Hkv, D, MX_DEV_CUDA);
+    mx_tensor dvp = mx_tensor_3d(g_gpu->alloc(np * 2), MX_BF16, rows_phys, Hkv, D, MX_DEV_CUDA);
+    ropekv_ctx c = {&dq, &dk, &dv, &dkp, &dvp, dcs.data, rot, &ab};
+    gpu_step(&ab, 1, false, ropekv_fn, &c);
+    float *oq = malloc(nq * 4), *ok = malloc(np * 4), *ov = malloc(np * 4);
+    gt_to_host(oq, &dq);
+    const int64_t sp[3] = {rows_phys, Hkv, D};
+    mx_tensor f = gt_dev_poison(3, sp);
+    g_gpu->convert(&f, &dkp);
+    gt_to_host(ok, &f);
+    g_gpu->convert(&f, &dvp);
+    gt_to_host(ov, &f);
+    long bad;
+    char what[96];
+    snprintf(what, sizeof what, "rope(q) + rope(k) + kv_write fused, rot %d: q", rot);
+    gt_report(what, gt_rel_err(oq, rq, nq, &bad), 1e-6, bad);
+    snprintf(what, sizeof what, "rope(q) + rope(k) + kv_write fused, rot %d: K pool", rot);
+    gt_report(what, gt_rel_err(ok, pk, np, &bad), 4e-3, bad);
+    snprintf(what, sizeof what, "rope(q) + rope(k) + kv_write fused, rot %d: V pool", rot);
+    gt_report(what, gt_rel_err(ov, pv, np, &bad), 0, bad);
+    gt_dev_free(&dq), gt_dev_free(&dk), gt_dev_free(&dv), gt_dev_free(&dcs), gt_dev_free(&dkp),
+        gt_dev_free(&dvp), gt_dev_free(&f);
+    free(q), free(k), free(v), free(cs), free(rq), free(rk), free(pk), free(pv), free(oq), free(ok), free(ov);
+}
+
 int gt_run_attn_tests(void) {
+    test_rope_kv_fused(64);
+    test_rope_kv_fused(32);
     static const int lens6[6] = {1, 15, 16, 17, 300, 1000};
     static const int lens3[3] = {700, 33, 128};
     static const int from3[3] = {650, 0, 100};

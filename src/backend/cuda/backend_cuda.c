@@ -154,6 +154,31 @@ static void be_copy_from_host(mx_tensor *dst, const void *src) {
     cu_upload_small(dst->data, src, mx_tensor_nbytes(dst));
 }
 
+/* ==== Deferred elementwise ops ==== */
+static void flush_add(void) {
+    if (!g_cu.pend_add.on) return;
+    g_cu.pend_add.on = false;
+    cu_ck(cuda_add_f32(g_cu.pend_add.x, g_cu.pend_add.cols, g_cu.pend_add.y, g_cu.pend_add.cols,
+                       g_cu.pend_add.rows, g_cu.pend_add.cols, g_cu.st),
+          "add");
+}
+
+void cu_flush_rope(void) {
+    const int cnt = g_cu.pend_rope.count;
+    g_cu.pend_rope.count = 0;
+    for (int i = 0; i < cnt; i++)
+        cu_ck(cuda_rope_f32(g_cu.pend_rope.x[i], g_cu.pend_rope.stride[i], g_cu.pend_rope.cs,
+                            g_cu.pend_rope.n, g_cu.pend_rope.heads[i], g_cu.pend_rope.D,
+                            g_cu.pend_rope.rot, g_cu.st),
+              "rope");
+}
+
+void cu_flush(void) {
+    cu_flush_mm();
+    flush_add();
+    cu_flush_rope();
+}
+
 /* ==== Elementwise ops ==== */
 static int el_dtype(mx_dtype t) {
     return t == MX_BF16 ? CUDA_EL_BF16 : t == MX_F16 ? CUDA_EL_F16 : CUDA_EL_F32;
@@ -178,10 +203,18 @@ static void be_embed(mx_tensor *out, const mx_tensor *table, const int32_t *ids,
 
 static void be_rms_norm(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, float eps,
                         float offset) {
-    cu_flush();
     cu_resident(w->data);
     const int64_t D = x->shape[x->ndim - 1];
     const int64_t rows = mx_tensor_numel(x) / D;
+    if (g_cu.pend_add.on && g_cu.pend_add.x == x->data && g_cu.pend_add.cols == D &&
+        g_cu.pend_add.rows == rows && out->data != x->data && out->data != g_cu.pend_add.y) {
+        g_cu.pend_add.on = false; /* x += y and the norm of the result: one launch */
+        cu_ck(cuda_add_rms_norm_f32(g_cu.pend_add.x, g_cu.pend_add.y, out->data, w->data, eps,
+                                    offset, (int)rows, (int)D, g_cu.st),
+              "add + rms_norm");
+        return;
+    }
+    cu_flush();
     /* rows may be [n, heads] flattened: contiguous descriptors only (what the forward passes) */
     cu_ck(cuda_rms_norm_f32(out->data, (long)D, x->data, (long)D, w->data, eps, offset, (int)rows,
                             (int)D, g_cu.st),
@@ -189,7 +222,26 @@ static void be_rms_norm(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, 
 }
 
 static void be_rope(mx_tensor *x, const float *cos_sin, int rot_dim) {
-    cu_flush();
+    cu_flush_mm();
+    if (g_cu.pend_add.on) cu_flush();
+    /* rope(q), rope(k) are held for the KV write that follows (one fused launch) */
+    struct { int n, D; } sh = {(int)x->shape[0], (int)x->shape[2]};
+    if (g_cu.pend_rope.count == 1 && (g_cu.pend_rope.cs != cos_sin || g_cu.pend_rope.n != sh.n ||
+                                      g_cu.pend_rope.D != sh.D || g_cu.pend_rope.rot != rot_dim ||
+                                      g_cu.pend_rope.x[0] == x->data))
+        cu_flush_rope();
+    if (g_cu.pend_rope.count < 2) {
+        const int i = g_cu.pend_rope.count++;
+        g_cu.pend_rope.x[i] = x->data;
+        g_cu.pend_rope.stride[i] = (long)x->stride[0];
+        g_cu.pend_rope.heads[i] = (int)x->shape[1];
+        g_cu.pend_rope.cs = cos_sin;
+        g_cu.pend_rope.n = sh.n;
+        g_cu.pend_rope.D = sh.D;
+        g_cu.pend_rope.rot = rot_dim;
+        return;
+    }
+    cu_flush_rope();
     cu_ck(cuda_rope_f32(x->data, (long)x->stride[0], cos_sin, (int)x->shape[0], (int)x->shape[1],
                         (int)x->shape[2], rot_dim, g_cu.st),
           "rope");
@@ -198,6 +250,15 @@ static void be_rope(mx_tensor *x, const float *cos_sin, int rot_dim) {
 static void be_add(mx_tensor *x, const mx_tensor *y) {
     cu_flush();
     const int64_t rows = x->shape[0], cols = mx_tensor_numel(x) / rows;
+    if (x->stride[0] == cols && y->stride[0] == cols && x->data != y->data) {
+        /* held: the RMSNorm that usually follows reads x and fuses the add */
+        g_cu.pend_add.x = x->data;
+        g_cu.pend_add.y = y->data;
+        g_cu.pend_add.rows = (int)rows;
+        g_cu.pend_add.cols = (int)cols;
+        g_cu.pend_add.on = true;
+        return;
+    }
     cu_ck(cuda_add_f32(x->data, (long)x->stride[0], y->data, (long)y->stride[0], (int)rows,
                        (int)cols, g_cu.st),
           "add");

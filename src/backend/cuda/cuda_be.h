@@ -133,6 +133,21 @@ typedef struct cu_state {
         const uint16_t *bias[3];
         cuda_gemv_segs segs;
     } pend_mm;
+    /* a residual add waiting for the RMSNorm that reads its result (fused launch) */
+    struct {
+        float *x;
+        const float *y;
+        int rows, cols;
+        bool on;
+    } pend_add;
+    /* rope(q), rope(k) waiting for the KV write of k (fused launch) */
+    struct {
+        float *x[2];
+        long stride[2];
+        int heads[2];
+        const float *cs;
+        int n, D, rot, count;
+    } pend_rope;
     /* ---- graphs ---- */
     cu_graph *graphs;
     int n_graphs;
@@ -176,7 +191,11 @@ void cu_matmul(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, const mx_
 int cu_moe(mx_tensor *out, const mx_tensor *x, const mx_tensor *router_logits,
            const mx_moe_experts *ex, const mx_moe_params *p, mx_error *err);
 void cu_lt_destroy(void);
-/* Launches the deferred GEMVs. Every op calls it before touching device data. */
+/* Launches every deferred op (GEMV group, residual add, RoPE). Every op calls it before
+ * touching device data; an op that defers itself flushes the other kinds first, so at most
+ * one kind is pending and program order is kept. */
 void cu_flush(void);
+void cu_flush_mm(void);
+void cu_flush_rope(void);
 
 #endif

@@ -55,6 +55,16 @@ int cuda_kv_write(void *k_pool, void *v_pool, int pool_bf16, const float *k, lon
                   const float *v, long v_stride, const int64_t *rows, int n, int width,
                   cudaStream_t st);
 
+/* ---- fused pairs the backend forms from consecutive ops (same arithmetic as the two) ---- */
+/* x += y; out = rms_norm(x) * (w + offset); rows of D contiguous floats; out != x. */
+int cuda_add_rms_norm_f32(float *x, const float *y, float *out, const uint16_t *w, float eps,
+                          float offset, int rows, int D, cudaStream_t st);
+/* rope(q) (q may be NULL), rope(k) in place, then the KV write of k and v at rows[i]. */
+int cuda_rope_kv_f32(float *q, long q_stride, float *k, long k_stride, const float *v,
+                     long v_stride, const float *cos_sin, int n, int Hq, int Hkv, int D, int rot,
+                     const int64_t *rows, void *k_pool, void *v_pool, int pool_bf16,
+                     cudaStream_t st);
+
 /* ==== Tiled attention over any rows (attn_rows.cu) ====
  * Rows come in tiles: tile t covers rows [tile_row0[t], tile_row0[t] + tile_n[t]) of one
  * sequence (consecutive positions are not required). Row r: query q[r, Hq, D] at position

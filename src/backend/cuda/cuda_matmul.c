@@ -124,7 +124,7 @@ void cu_matmul_raw(float *y, long ldy, const float *x, long ldx, int rows, const
  * The forward issues Q, K, V (and gate, up) as separate matmuls on the same input. A GEMV-sized
  * matmul is held back; the next matmul on the same x joins it; anything else (another op, a
  * matmul reading a held output, a fourth weight) launches the group first as ONE kernel. */
-void cu_flush(void) {
+void cu_flush_mm(void) {
     if (!g_cu.pend_mm.segs.n) return;
     cuda_gemv_segs segs = g_cu.pend_mm.segs;
     g_cu.pend_mm.segs.n = 0;
@@ -143,6 +143,8 @@ void cu_matmul(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, const mx_
     const bool fast = rows >= 1 && rows <= g_cu.gemv_rows && K % 8 == 0 && w->stride[0] == K &&
                       x->stride[0] == K && out->stride[0] == N && ((uintptr_t)w->data & 15) == 0 &&
                       ((uintptr_t)x->data & 15) == 0;
+    cu_flush_rope(); /* other kinds first: at most one kind is pending */
+    if (g_cu.pend_add.on) cu_flush();
     if (!fast) {
         cu_flush();
         cu_matmul_raw(out->data, (long)out->stride[0], x->data, (long)x->stride[0], rows, w, bias);
@@ -154,7 +156,7 @@ void cu_matmul(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, const mx_
                 g_cu.pend_mm.K == K && g_cu.pend_mm.segs.n < CUDA_GEMV_MAX_SEGS;
     for (int i = 0; join && i < g_cu.pend_mm.segs.n; i++) /* x must not be a held output */
         if (g_cu.pend_mm.segs.y[i] == x->data || g_cu.pend_mm.segs.y[i] == out->data) join = false;
-    if (!join) cu_flush();
+    if (!join) cu_flush_mm();
     const int i = g_cu.pend_mm.segs.n++;
     g_cu.pend_mm.x = x->data;
     g_cu.pend_mm.rows = rows;

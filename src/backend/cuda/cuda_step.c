@@ -251,10 +251,28 @@ static const void *step_array(const void *host, const void *h_step, const void *
 
 void cu_kv_write(mx_tensor *k_pool, mx_tensor *v_pool, const mx_tensor *k, const mx_tensor *v,
                  const mx_attn_batch *b) {
-    cu_flush();
+    const int nr = g_cu.pend_rope.count;
+    const bool fuse = nr > 0 && g_cu.pend_rope.x[nr - 1] == k->data && g_cu.pend_rope.n == b->n_rows &&
+                      g_cu.pend_rope.D == (int)k->shape[2] && g_cu.pend_rope.heads[nr - 1] == (int)k->shape[1] &&
+                      (nr == 1 || g_cu.pend_rope.x[0] != v->data);
+    if (!fuse) cu_flush();
+    else cu_flush_mm();
     const int64_t *rows = step_array(b->write_rows, g_cu.ab ? g_cu.ab->write_rows : NULL,
                                      g_cu.d_write, (size_t)b->n_rows * 8);
-    if (!rows) return;
+    if (!rows) {
+        g_cu.pend_rope.count = 0;
+        return;
+    }
+    if (fuse) { /* rope(q), rope(k) and this write: one launch */
+        g_cu.pend_rope.count = 0;
+        cu_ck(cuda_rope_kv_f32(nr == 2 ? g_cu.pend_rope.x[0] : NULL, nr == 2 ? g_cu.pend_rope.stride[0] : 0,
+                               k->data, (long)k->stride[0], v->data, (long)v->stride[0],
+                               g_cu.pend_rope.cs, b->n_rows, nr == 2 ? g_cu.pend_rope.heads[0] : 0,
+                               (int)k->shape[1], (int)k->shape[2], g_cu.pend_rope.rot, rows,
+                               k_pool->data, v_pool->data, k_pool->dtype == MX_BF16, g_cu.st),
+              "rope + kv_write");
+        return;
+    }
     const int width = (int)(k->shape[1] * k->shape[2]);
     cu_ck(cuda_kv_write(k_pool->data, v_pool->data, k_pool->dtype == MX_BF16, k->data,
                         (long)k->stride[0], v->data, (long)v->stride[0], rows, b->n_rows, width,

@@ -304,3 +304,97 @@ extern "C" int cuda_gemv_generic(float *y, long y_stride, const float *x, long x
                                                                         N, K);
     LAUNCH_CHECK();
 }
+
+/* ==== Fused: residual add + RMSNorm ====
+ * x[r] += y[r]; out[r] = x[r] / rms(x[r]) * (w + offset). Each thread re-reads in pass 2 the
+ * elements it wrote in pass 1 (same j), so no barrier is needed between the write and the
+ * read; the sum of squares is over the updated x, exactly as add then rms_norm. */
+__global__ void add_rms_norm_kernel(float *x, const float *y, float *out, const uint16_t *w,
+                                    float eps, float offset, int D) {
+    __shared__ float red[EL_THREADS / 32];
+    float *xr = x + (size_t)blockIdx.x * D;
+    const float *yr = y + (size_t)blockIdx.x * D;
+    float *orow = out + (size_t)blockIdx.x * D;
+    float ss = 0.f;
+    for (int j = threadIdx.x; j < D; j += blockDim.x) {
+        const float v = xr[j] + yr[j];
+        xr[j] = v;
+        ss = fmaf(v, v, ss);
+    }
+    ss = warp_sum(ss);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    float tot = 0.f;
+    for (int i = 0; i < (int)(blockDim.x >> 5); i++) tot += red[i];
+    const float inv = 1.0f / sqrtf(tot / (float)D + eps);
+    for (int j = threadIdx.x; j < D; j += blockDim.x)
+        orow[j] = (xr[j] * inv) * (bf16_lo(w[j]) + offset);
+}
+
+extern "C" int cuda_add_rms_norm_f32(float *x, const float *y, float *out, const uint16_t *w,
+                                     float eps, float offset, int rows, int D, cudaStream_t st) {
+    if (rows < 1 || D < 1 || !x || !y || !out || !w || out == x || out == y)
+        return (int)cudaErrorInvalidValue;
+    int threads = D >= EL_THREADS ? EL_THREADS : (D + 31) / 32 * 32;
+    add_rms_norm_kernel<<<rows, threads, 0, st>>>(x, y, out, w, eps, offset, D);
+    LAUNCH_CHECK();
+}
+
+/* ==== Fused: RoPE on q and k + KV write ====
+ * Row i: q heads rotated in place (when q != NULL), k heads rotated in place and written to
+ * k_pool[rows[i]], v copied to v_pool[rows[i]] (rows[i] < 0: no write). Every thread owns
+ * whole rotation pairs (j, j + half), so it writes what it computed: no barrier. */
+__global__ void rope_kv_f32_kernel(float *q, long qs, float *k, long ks, const float *v, long vs,
+                                   const float *cos_sin, int Hq, int Hkv, int D, int half,
+                                   const int64_t *rows, void *kp, void *vp, int bf16) {
+    const int i = blockIdx.x;
+    const float *cs = cos_sin + (size_t)i * 2 * half;
+    const int64_t r = rows[i];
+    const int heads = (q ? Hq : 0) + Hkv;
+    for (int t = threadIdx.x; t < heads * half; t += blockDim.x) {
+        const int hh = t / half, j = t - hh * half;
+        const bool is_q = q && hh < Hq;
+        const int h = is_q ? hh : hh - (q ? Hq : 0);
+        float *vec = is_q ? q + (size_t)i * qs + (size_t)h * D : k + (size_t)i * ks + (size_t)h * D;
+        const float c = cs[2 * j], s = cs[2 * j + 1];
+        const float a = vec[j], b = vec[j + half];
+        const float na = a * c - b * s, nb = b * c + a * s;
+        vec[j] = na;
+        vec[j + half] = nb;
+        if (!is_q && r >= 0) {
+            const size_t o = ((size_t)r * Hkv + h) * D;
+            if (bf16) {
+                ((uint16_t *)kp)[o + j] = (uint16_t)f32_to_bf16_bits(na);
+                ((uint16_t *)kp)[o + j + half] = (uint16_t)f32_to_bf16_bits(nb);
+            } else {
+                ((float *)kp)[o + j] = na;
+                ((float *)kp)[o + j + half] = nb;
+            }
+        }
+    }
+    if (r < 0) return;
+    /* k dims past the rotated part (partial rotary), and all of v */
+    const int rest = D - 2 * half;
+    for (int t = threadIdx.x; t < Hkv * (rest + D); t += blockDim.x) {
+        const int h = t / (rest + D), e = t - h * (rest + D);
+        const bool is_k = e < rest;
+        const int d = is_k ? 2 * half + e : e - rest;
+        const float val = is_k ? k[(size_t)i * ks + (size_t)h * D + d] : v[(size_t)i * vs + (size_t)h * D + d];
+        const size_t o = ((size_t)r * Hkv + h) * D + d;
+        void *pool = is_k ? kp : vp;
+        if (bf16) ((uint16_t *)pool)[o] = (uint16_t)f32_to_bf16_bits(val);
+        else ((float *)pool)[o] = val;
+    }
+}
+
+extern "C" int cuda_rope_kv_f32(float *q, long q_stride, float *k, long k_stride, const float *v,
+                                long v_stride, const float *cos_sin, int n, int Hq, int Hkv,
+                                int D, int rot, const int64_t *rows, void *k_pool, void *v_pool,
+                                int pool_bf16, cudaStream_t st) {
+    if (n < 1 || Hkv < 1 || (q && Hq < 1) || rot < 2 || rot % 2 || rot > D || !k || !v ||
+        !cos_sin || !rows || !k_pool || !v_pool)
+        return (int)cudaErrorInvalidValue;
+    rope_kv_f32_kernel<<<n, 128, 0, st>>>(q, q_stride, k, k_stride, v, v_stride, cos_sin, Hq, Hkv,
+                                          D, rot / 2, rows, k_pool, v_pool, pool_bf16);
+    LAUNCH_CHECK();
+}
