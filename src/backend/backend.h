@@ -184,6 +184,10 @@ typedef struct backend_ops {
     uint64_t (*mem_peak)(bool reset);
     /* Measured device copy bandwidth in GB/s (bytes read + written), 0 on failure. */
     double (*copy_bandwidth)(void);
+    /* Greedy sampling on the device: for each row of logits [n, V] (device), the argmax
+     * (NaN = -inf, lowest id wins ties; -1 when no logit is finite) and its log-softmax, into
+     * host ids[n] / logprobs[n]; only 8 bytes per row cross to the host. */
+    int (*greedy_rows)(int32_t *ids, float *logprobs, const mx_tensor *logits, mx_error *err);
 } backend_ops;
 
 const backend_ops *backend_cpu(void);

@@ -74,7 +74,9 @@ static bool ropes_equal(const mx_rope *a, const mx_rope *b) {
 }
 
 /* ==== Forward ==== */
-int model_forward(model *m, kv_cache *kv, const model_batch *b, float *logits, mx_error *err) {
+/* logits (host [n_out, V]) or, for device greedy sampling, ids + logprobs (host [n_out]). */
+static int forward(model *m, kv_cache *kv, const model_batch *b, float *logits, int32_t *ids,
+                   float *logprobs, mx_error *err) {
     const model_spec *s = &m->spec;
     const backend_ops *be = m->be;
     const int n = b->n_rows, H = s->hidden_size, D = s->head_dim;
@@ -191,7 +193,23 @@ int model_forward(model *m, kv_cache *kv, const model_batch *b, float *logits, m
     if (rc) return -1;
     if (b->n_out > 0) {
         mx_tensor lo = mx_tensor_2d(m->lo, MX_F32, b->n_out, V, dev);
-        be->copy_to_host(logits, &lo);
+        if (ids) {
+            if (be->greedy_rows(ids, logprobs, &lo, err)) return -1;
+        } else {
+            be->copy_to_host(logits, &lo);
+        }
     }
     return be->check ? be->check(err) : 0;
 }
+
+int model_forward(model *m, kv_cache *kv, const model_batch *b, float *logits, mx_error *err) {
+    return forward(m, kv, b, logits, NULL, NULL, err);
+}
+
+int model_forward_greedy(model *m, kv_cache *kv, const model_batch *b, int32_t *ids,
+                         float *logprobs, mx_error *err) {
+    if (!m->be->greedy_rows) return mx_fail(err, "backend %s has no device greedy sampling", m->be->name);
+    return forward(m, kv, b, NULL, ids, logprobs, err);
+}
+
+bool model_has_device_greedy(const model *m) { return m->be->greedy_rows != NULL; }

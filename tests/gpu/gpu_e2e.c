@@ -63,7 +63,7 @@ static void on_logits(void *u, int64_t id, const float *lg, int V) {
 }
 
 static int run_model(const char *dir, const backend_ops *be, int32_t (*prompts)[64], const int *np,
-                     int n_prompts, e2e_run *r) {
+                     int n_prompts, e2e_run *r, bool with_logits) {
     memset(r, 0, sizeof *r);
     for (int i = 0; i < E2E_MAX_PROMPTS; i++) r->ids[i] = -1;
     mx_error err;
@@ -84,7 +84,8 @@ static int run_model(const char *dir, const backend_ops *be, int32_t (*prompts)[
     }
     for (int i = 0; i < n_prompts; i++) {
         engine_request q = {.prompt = prompts[i], .n_prompt = np[i], .max_tokens = E2E_GEN,
-                            .ignore_eos = true, .on_token = on_tok, .on_logits = on_logits, .user = r};
+                            .ignore_eos = true, .on_token = on_tok,
+                            .on_logits = with_logits ? on_logits : NULL, .user = r};
         sampling_params_default(&q.sampling);
         r->ids[i] = engine_submit(e, &q, &err);
         if (r->ids[i] < 0) {
@@ -126,12 +127,21 @@ static void e2e_fixture(const char *dir, const char *name) {
         }
         n_prompts = 3;
     }
-    e2e_run *cpu = malloc(sizeof *cpu), *gpu = malloc(sizeof *gpu);
-    if (run_model(dir, g_cpu, prompts, np, n_prompts, cpu) ||
-        run_model(dir, g_gpu, prompts, np, n_prompts, gpu)) {
+    e2e_run *cpu = malloc(sizeof *cpu), *gpu = malloc(sizeof *gpu), *dg = malloc(sizeof *dg);
+    /* CPU and CUDA with a logits callback (host sampling), then CUDA without one: plain greedy
+     * requests take the device-greedy path, which must give the same tokens */
+    if (run_model(dir, g_cpu, prompts, np, n_prompts, cpu, true) ||
+        run_model(dir, g_gpu, prompts, np, n_prompts, gpu, true) ||
+        run_model(dir, g_gpu, prompts, np, n_prompts, dg, false)) {
         free(cpu);
         free(gpu);
+        free(dg);
         return;
+    }
+    {
+        char what[160];
+        snprintf(what, sizeof what, "e2e %s: device greedy == host greedy on CUDA", name);
+        gt_report(what, memcmp(gpu->toks, dg->toks, sizeof gpu->toks) ? 1.0 : 0.0, 0, 0);
     }
     uint64_t hash = 1469598103934665603ull;
     for (int i = 0; i < n_prompts; i++) {
@@ -161,6 +171,7 @@ static void e2e_fixture(const char *dir, const char *name) {
     printf("tokens %s %016llx\n", name, (unsigned long long)hash);
     free(cpu);
     free(gpu);
+    free(dg);
 }
 
 int gt_run_e2e_tests(const char *src) {

@@ -338,7 +338,47 @@ static void test_moe(int n, int E, int k, int H, int I) {
     free(wg), free(wu), free(wd), free(x), free(rl), free(ref);
 }
 
+/* Device greedy: argmax (NaN = -inf, lowest id on ties) and log-softmax of the chosen id. */
+static void test_greedy(void) {
+    const int n = 4, V = 128256;
+    float *lg = malloc((size_t)n * V * 4);
+    gt_fill(lg, (size_t)n * V, 3.0f);
+    lg[(size_t)1 * V + 77] = 50.0f; /* row 1: a tie at 77 and 99: 77 wins */
+    lg[(size_t)1 * V + 99] = 50.0f;
+    lg[(size_t)2 * V + 5] = NAN;    /* row 2: NaN never wins */
+    for (int v = 0; v < V; v++) lg[(size_t)3 * V + v] = -INFINITY; /* row 3: nothing finite */
+    const int64_t sl[2] = {n, V};
+    mx_tensor dl = gt_dev_f32(lg, 2, sl);
+    int32_t ids[4];
+    float lps[4];
+    mx_error err;
+    if (g_gpu->greedy_rows(ids, lps, &dl, &err)) {
+        printf("FAIL greedy_rows: %s\n", err.msg);
+        g_failures++, g_checks++;
+        free(lg);
+        return;
+    }
+    for (int r = 0; r < n; r++) {
+        const float *x = lg + (size_t)r * V;
+        int best = -1;
+        for (int v = 0; v < V; v++)
+            if (x[v] == x[v] && x[v] != -INFINITY && (best < 0 || x[v] > x[best])) best = v;
+        double lse = 0;
+        for (int v = 0; v < V && best >= 0; v++)
+            if (x[v] == x[v] && x[v] != -INFINITY) lse += exp((double)x[v] - x[best]);
+        const double want_lp = best >= 0 ? -log(lse) : -INFINITY;
+        char what[96];
+        snprintf(what, sizeof what, "greedy row %d: id %d (want %d), logprob %.5f (want %.5f)", r,
+                 ids[r], best, lps[r], want_lp);
+        const double d = best >= 0 ? fabs(lps[r] - want_lp) / (fabs(want_lp) + 1e-3) : (lps[r] == -INFINITY ? 0 : 1);
+        gt_report(what, ids[r] == best ? d : 1.0, 1e-4, 0);
+    }
+    gt_dev_free(&dl);
+    free(lg);
+}
+
 int gt_run_op_tests(void) {
+    test_greedy();
     const int rows[] = {1, 2, 3, 5, 8, 9, 33, 128};
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) test_matmul(rows[i], 4096, 4096, false);
     test_matmul(1, 14336, 4096, false);

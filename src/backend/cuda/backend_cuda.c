@@ -369,6 +369,22 @@ static double be_copy_bandwidth(void) {
     return best;
 }
 
+/* ==== Greedy sampling on the device ==== */
+static int be_greedy_rows(int32_t *ids, float *logprobs, const mx_tensor *logits, mx_error *err) {
+    cu_flush();
+    const int n = (int)logits->shape[0], V = (int)logits->shape[1];
+    if (logits->stride[0] != V) return mx_fail(err, "greedy: logits rows must be contiguous");
+    const size_t half = ((size_t)n * 4 + 255) & ~(size_t)255;
+    if (cu_ensure(&g_cu.greedy_buf, &g_cu.greedy_cap, 2 * half)) return cu_check(err), -1;
+    char *d = g_cu.greedy_buf;
+    cu_ck(cuda_greedy_f32(logits->data, n, V, (int32_t *)d, (float *)(d + half), g_cu.st), "greedy");
+    cu_ck(cudaMemcpyAsync(ids, d, (size_t)n * 4, cudaMemcpyDeviceToHost, g_cu.st), "greedy ids");
+    cu_ck(cudaMemcpyAsync(logprobs, d + half, (size_t)n * 4, cudaMemcpyDeviceToHost, g_cu.st),
+          "greedy logprobs");
+    cu_ck(cudaStreamSynchronize(g_cu.st), "stream synchronize (greedy)");
+    return cu_check(err);
+}
+
 /* ==== Ops table ==== */
 static const backend_ops k_cuda_ops = {
     .name = "cuda",
@@ -400,6 +416,7 @@ static const backend_ops k_cuda_ops = {
     .describe = be_describe,
     .mem_peak = be_mem_peak,
     .copy_bandwidth = be_copy_bandwidth,
+    .greedy_rows = be_greedy_rows,
 };
 
 /* ==== Initialisation ==== */

@@ -107,6 +107,8 @@ typedef struct cu_state {
     cu_moe_table *moe_tab;
     int n_moe_tab;
     bool warned_lt;
+    void *greedy_buf;         /* [ids n][logprobs n] on the device */
+    size_t greedy_cap;
     /* ---- step arena: this forward's host arrays, on the device ---- */
     void *arena_h[2];
     cudaEvent_t arena_ev[2];

@@ -129,6 +129,11 @@ size_t cuda_argmax_workspace_bytes(int rows);
 int cuda_argmax_f32(const float *logits, int rows, int V, int32_t *out, void *workspace,
                     cudaStream_t stream);
 
+/* ==== Greedy sampling on the device: ids [rows] and log-softmax of the chosen id ====
+ * NaN counts as -inf, lowest id wins ties, a row without a finite logit gives id -1. */
+int cuda_greedy_f32(const float *logits, int rows, int V, int32_t *ids, float *lps,
+                    cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif
