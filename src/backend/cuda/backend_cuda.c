@@ -448,7 +448,7 @@ static int cu_init(mx_error *err) {
     g_cu.lt_ws_size = (size_t)32 << 20;
     g_cu.lt_ws = cu_dev_alloc(g_cu.lt_ws_size);
     if (!g_cu.lt_ws) return mx_fail(err, "--device cuda: out of GPU memory for the cuBLASLt workspace");
-    g_cu.hint_G = 1;
+    g_cu.hint_tile_rows = CUDA_ATTN_ROWS_QV;
     g_cu.ready = true;
     return 0;
 }

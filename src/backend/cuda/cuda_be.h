@@ -126,7 +126,8 @@ typedef struct cu_state {
     int32_t *d_tokens, *d_pos, *d_seq, *d_out, *d_table, *d_tile0, *d_tilen;
     int64_t *d_write;
     int n_tiles, tile_rows;
-    int hint_G, hint_Hq, hint_D;
+    int hint_tile_rows;       /* rows per attention tile the last attention wanted */
+    int hint_Hq, hint_D;
     bool hint_moe;
     /* ---- deferred GEMVs: consecutive matmuls on the same x run as one launch ---- */
     struct {

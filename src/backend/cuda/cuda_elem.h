@@ -87,6 +87,10 @@ typedef struct cuda_attn_rows_args {
     float scale, softcap;
 } cuda_attn_rows_args;
 int cuda_attn_rows(const cuda_attn_rows_args *a, cudaStream_t st);
+/* Same contract on tensor cores (attn_flash.cu): head_dim 64 or 128, bf16 pools, up to
+ * CUDA_ATTN_FLASH_QV query vectors per tile (tile_n * G), 16-byte aligned pools. */
+#define CUDA_ATTN_FLASH_QV 64
+int cuda_attn_flash(const cuda_attn_rows_args *a, cudaStream_t st);
 
 /* ==== MoE (moe.cu) ==== */
 /* Routing per row: softmax(logits[r, :E]), top-k (ties: lower index), optional

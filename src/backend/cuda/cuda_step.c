@@ -95,7 +95,7 @@ int cu_step_begin(const mx_step *st, mx_error *err) {
         g_cu.table_cap = cap;
         cu_graphs_clear();
     }
-    const int tile_rows = g_cu.hint_G >= CUDA_ATTN_ROWS_QV ? 1 : CUDA_ATTN_ROWS_QV / g_cu.hint_G;
+    const int tile_rows = g_cu.hint_tile_rows > 0 ? g_cu.hint_tile_rows : 1;
     /* arena layout: [tokens n][pos n][seq n][out n_out][table n_seqs x cap][tile0 n][tilen n]
      * [write_rows n] (int64 last), each 256-aligned */
     const size_t o_tok = 0, o_pos = o_tok + al256((size_t)n * 4), o_seq = o_pos + al256((size_t)n * 4);
@@ -338,9 +338,13 @@ void cu_attention(mx_tensor *out, const mx_tensor *q, const mx_tensor *k_pool,
         cu_ck(cuda_paged_decode_attn(&a, g_cu.st), "decode attention");
         return;
     }
-    if (G != g_cu.hint_G) { /* tiles were cut for another G: recut and upload (eager) */
-        g_cu.hint_G = G;
-        const int tr = G >= CUDA_ATTN_ROWS_QV ? 1 : CUDA_ATTN_ROWS_QV / G;
+    /* tensor cores for head_dim 64/128 on bf16 pools; the CUDA-core tiled kernel otherwise */
+    const bool flash = pool_bf16 && (D == 64 || D == 128) && G <= CUDA_ATTN_FLASH_QV &&
+                       ((uintptr_t)k_pool->data & 15) == 0 && ((uintptr_t)v_pool->data & 15) == 0;
+    const int qv_max = flash ? CUDA_ATTN_FLASH_QV : CUDA_ATTN_ROWS_QV;
+    const int tr = G >= qv_max ? 1 : qv_max / G;
+    g_cu.hint_tile_rows = tr;
+    if (tr != g_cu.tile_rows) { /* tiles were cut for another shape: recut and upload (eager) */
         int32_t *t = malloc((size_t)b->n_rows * 8);
         if (!t) {
             cu_fail("out of memory");
@@ -373,5 +377,6 @@ void cu_attention(mx_tensor *out, const mx_tensor *q, const mx_tensor *k_pool,
     a.window = p->window;
     a.scale = p->scale;
     a.softcap = p->softcap;
-    cu_ck(cuda_attn_rows(&a, g_cu.st), "attention");
+    cu_ck(flash ? cuda_attn_flash(&a, g_cu.st) : cuda_attn_rows(&a, g_cu.st),
+          flash ? "attention (flash)" : "attention (tiled)");
 }
