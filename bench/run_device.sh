@@ -74,6 +74,15 @@ if ! runnable "$MLX"; then
   fi
 fi
 ldd "$MLX" > "$LOG/ldd.txt" 2>&1
+# SASS sanity: tensor-core MMAs in the flash kernel, 128-bit loads in the GEMV, no local memory
+if command -v cuobjdump >/dev/null; then
+  cuobjdump --dump-sass "$MLX" > "$LOG/mlxcel.sass" 2>/dev/null
+  awk '/Function :/ { if (fn) printf "  %-60.60s HMMA %4d LDG.128 %4d LDSM %3d LDL/STL %d\n", fn, m, w, s, l;
+                      fn = $3; m = 0; w = 0; s = 0; l = 0 }
+       /HMMA/ { m++ } /LDG[.A-Z0-9]*\.128/ { w++ } /LDSM/ { s++ } /[^A-Za-z_](LDL|STL)[. ]/ { l++ }
+       END { if (fn) printf "  %-60.60s HMMA %4d LDG.128 %4d LDSM %3d LDL/STL %d\n", fn, m, w, s, l }' \
+    "$LOG/mlxcel.sass" | grep -E "flash|gemv|attn|moe" | head -30
+fi
 echo "mlxcel: $MLX, cuBLASLt from ${LTDIR:-the default path}"
 
 # ==== GPU tests: default, deterministic, without graphs ====

@@ -179,7 +179,11 @@ static void attn_case(const acase *c) {
     g_cpu->attention(&hout, &hq, &s.hk, &s.hv, &qb, &ap);
     run_gpu_queries(&s, c, &qb, q, out);
     long bad;
-    gt_report(c->name, gt_rel_err(out, ref, qn, &bad), 1e-4, bad);
+    /* prefill rows with head_dim 64/128 run on tensor cores: q and P are rounded to bf16 */
+    const bool flash = c->q_from && (D == 64 || D == 128);
+    char name[160];
+    snprintf(name, sizeof name, "%s%s", c->name, flash ? " [flash, bf16 q/P]" : "");
+    gt_report(name, gt_rel_err(out, ref, qn, &bad), flash ? 1e-2 : 1e-4, bad);
     if (!c->q_from) {
         /* rerun: bitwise identical */
         qb.step_id = ++g_step;
@@ -299,10 +303,13 @@ int gt_run_attn_tests(void) {
         {"decode dense D128 G4 (slot 2048)", 32, 8, 128, 2048, true, 2, lens2, NULL, 0, 0},
         {"decode paged D256 G2 (tiled fallback)", 8, 4, 256, 16, false, 3, lens3, NULL, 0, 50},
         {"decode paged D128 G16 (tiled fallback)", 32, 2, 128, 16, false, 6, lens6, NULL, 0, 0},
-        {"prefill chunks paged D128 G4 (tiled)", 32, 8, 128, 16, false, 3, lens3, from3, 0, 0},
+        {"prefill chunks paged D128 G4", 32, 8, 128, 16, false, 3, lens3, from3, 0, 0},
         {"prefill chunks paged D128 G4 window 50", 32, 8, 128, 16, false, 3, lens3, from3, 50, 0},
         {"prefill chunks dense D80 G2 softcap 20", 8, 4, 80, 1024, true, 3, lens3, from3, 0, 20},
         {"prefill chunks paged D8 G2 block 4 (tiny)", 4, 2, 8, 4, false, 3, lens3, from3, 7, 0},
+        {"prefill chunks paged D64 G8 softcap 30", 64, 8, 64, 16, false, 3, lens3, from3, 0, 30},
+        {"prefill chunks paged D128 G16 window 300", 32, 2, 128, 32, false, 3, lens3, from3, 300, 0},
+        {"prefill chunks dense D128 G1", 8, 8, 128, 1024, true, 3, lens3, from3, 0, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) attn_case(&cases[i]);
     return 0;
