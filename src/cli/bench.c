@@ -171,9 +171,8 @@ static double step_weight_bytes(const model *m, int B) {
     return bytes;
 }
 
-/* ==== One run of one batch size ==== */
-static int bench_run(const bench_opts *o, model *m, const backend_ops *be, int B, int P, int G,
-                     double copy_gbs, bench_result *r, mx_error *err) {
+/* ==== One engine per batch size (its warm-up captures the decode graphs the runs replay) ==== */
+static engine *bench_engine(const bench_opts *o, model *m, int B, int P, int G, mx_error *err) {
     const model_spec *spec = model_spec_of(m);
     engine_params ep;
     engine_params_default(&ep, spec);
@@ -183,11 +182,14 @@ static int bench_run(const bench_opts *o, model *m, const backend_ops *be, int B
     ep.max_batch_tokens = ep.prefill_chunk > 2048 ? ep.prefill_chunk : 2048;
     ep.prefix_cache = false;
     kv_storage_parse(o->storage, &ep.storage);
-
-    if (be->mem_peak) be->mem_peak(true);
-    else rss_reset_peak();
     engine *e = NULL;
-    if (engine_new(&e, m, &ep, err)) return -1;
+    return engine_new(&e, m, &ep, err) ? NULL : e;
+}
+
+/* ==== One run: B sequences of P random tokens, G generated each ==== */
+static int bench_run(const bench_opts *o, model *m, engine *e, const backend_ops *be, int B, int P,
+                     int G, double copy_gbs, bench_result *r, mx_error *err) {
+    const model_spec *spec = model_spec_of(m);
     bench_seq *seqs = calloc((size_t)B, sizeof *seqs);
     int32_t *prompt = malloc((size_t)P * sizeof(int32_t));
     int rc = -1;
@@ -267,7 +269,6 @@ out:
     for (int b = 0; seqs && b < B; b++) free(seqs[b].t);
     free(seqs);
     free(prompt);
-    engine_free(e);
     return rc;
 }
 
@@ -421,16 +422,22 @@ int cmd_bench(int argc, char **argv) {
     bench_result res[BENCH_MAX_BATCHES];
     bench_result *runs = calloc((size_t)o.repeat, sizeof *runs);
     if (!runs) goto out;
-    /* warm-up: first-use costs (lazy uploads, graph capture, BLAS threads) stay out */
-    fprintf(stderr, "warm-up...\n");
-    if (bench_run(&o, m, be, 1, P < 16 ? P : 16, G < 4 ? G : 4, copy_gbs, &runs[0], &err))
-        goto fail;
     for (int bi = 0; bi < o.n_batches; bi++) {
         const int B = o.batches[bi];
-        for (int r = 0; r < o.repeat; r++) {
+        if (be->mem_peak) be->mem_peak(true);
+        else rss_reset_peak();
+        engine *e = bench_engine(&o, m, B, P, G, &err);
+        if (!e) goto fail;
+        /* warm-up on the same engine: first-use costs (lazy uploads, cuBLASLt plans, graph
+         * capture of this batch size, BLAS threads) stay out of the timed runs */
+        fprintf(stderr, "batch %d: warm-up\n", B);
+        int brc = bench_run(&o, m, e, be, B, P, G < 4 ? G : 4, copy_gbs, &runs[0], &err);
+        for (int r = 0; r < o.repeat && !brc; r++) {
             fprintf(stderr, "batch %d: run %d/%d\n", B, r + 1, o.repeat);
-            if (bench_run(&o, m, be, B, P, G, copy_gbs, &runs[r], &err)) goto fail;
+            brc = bench_run(&o, m, e, be, B, P, G, copy_gbs, &runs[r], &err);
         }
+        engine_free(e);
+        if (brc) goto fail;
         median_of(runs, o.repeat, &res[bi]);
     }
     if (o.json) {
