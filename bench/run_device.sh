@@ -74,6 +74,17 @@ if ! runnable "$MLX"; then
   fi
 fi
 ldd "$MLX" > "$LOG/ldd.txt" 2>&1
+# build check with this machine's nvcc: every kernel file compiles (-Werror), in parallel
+NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+if [ -x "$NVCC" ] && [ "${SKIP_NVCC_CHECK:-0}" != 1 ]; then
+  stage "nvcc build check ($("$NVCC" --version | tail -1))"
+  mkdir -p "$WORK/obj"
+  if ls src/backend/cuda/*.cu | xargs -P "$(nproc)" -I{} sh -c \
+      '"$0" -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=compute_90 \
+       -Werror=all-warnings -Xptxas -v -Isrc -c {} -o "$1/obj/$(basename {}).o" 2>> "$1/logs/nvcc.log"' \
+      "$NVCC" "$WORK"; then echo "nvcc: all kernel files compile"; else echo "nvcc: FAILED (see nvcc.log)"; fi
+  grep -E "bytes stack frame" "$LOG/nvcc.log" | grep -v "^ *0 bytes stack" | sort | uniq -c | head -5
+fi
 # SASS sanity: tensor-core MMAs in the flash kernel, 128-bit loads in the GEMV, no local memory
 if command -v cuobjdump >/dev/null; then
   cuobjdump --dump-sass "$MLX" > "$LOG/mlxcel.sass" 2>/dev/null
