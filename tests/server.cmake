@@ -13,3 +13,13 @@ add_test(NAME server_e2e COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/server/e2e.sh
          $<TARGET_FILE:mlxcel-fake-server> $<TARGET_FILE:mlxcel>)
 set_tests_properties(server_e2e PROPERTIES TIMEOUT 300
   ENVIRONMENT "MLXCEL_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+
+# The real server (`mlxcel serve` through the mlxcel-server name) over a tiny checkpoint on the
+# CPU engine: fixture weights (or a generated model of the same shape) + the byte-level test
+# tokenizer with a ChatML template (tests/fixtures/serve_tokenizer).
+add_test(NAME server_real_e2e COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/server/real_e2e.sh
+         $<TARGET_FILE:mlxcel>)
+set_tests_properties(server_real_e2e PROPERTIES TIMEOUT 300
+  ENVIRONMENT "MLXCEL_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+# Both e2e tests may run `npm ci` in tests/server: never at the same time.
+set_tests_properties(server_e2e server_real_e2e PROPERTIES RESOURCE_LOCK server_npm)

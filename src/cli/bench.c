@@ -212,7 +212,7 @@ static int bench_run(const bench_opts *o, model *m, engine *e, const backend_ops
         }
         engine_request req = {.prompt = prompt, .n_prompt = P, .sampling = sp, .max_tokens = G,
                               .ignore_eos = true, .on_token = on_token, .on_finish = on_finish,
-                              .user = &seqs[b]};
+                              .user = &seqs[b], .allow_device_sampling = true};
         if (engine_submit(e, &req, err) < 0) goto out;
     }
     if (engine_run(e, err) < 0) goto out;

@@ -62,6 +62,7 @@ struct engine {
     int32_t *g_ids;            /* [n_parallel] device-greedy tokens */
     float *g_lps;              /* [n_parallel] their log-probabilities */
     engine_stats stats;
+    const seq *reporting;      /* the sequence inside its token callback (engine_top_logprobs) */
 };
 
 /* ==== Names ==== */
@@ -203,7 +204,8 @@ int64_t engine_submit(engine *e, const engine_request *r, mx_error *err) {
     s->on_logits = r->on_logits;
     s->user = r->user;
     const sampling_params *sp = &r->sampling;
-    s->plain_greedy = sp->temperature <= 0 && !r->on_logits && sp->n_logit_bias == 0 &&
+    s->plain_greedy = r->allow_device_sampling && sp->temperature <= 0 && !r->on_logits &&
+                      sp->n_logit_bias == 0 &&
                       (sp->repeat_penalty == 1.0f || sp->repeat_last_n == 0) &&
                       sp->presence_penalty == 0 && sp->frequency_penalty == 0;
     s->st.n_prompt = r->n_prompt;
@@ -326,6 +328,12 @@ static void admit(engine *e) {
             s->admitted_once = true;
             s->st.n_cached = hit;
             s->st.t_start = mx_now();
+            if (hit > 0) {
+                e->stats.prefix_hits++;
+                e->stats.prefix_reused_tokens += (uint64_t)hit;
+            } else {
+                e->stats.prefix_misses++;
+            }
         }
         e->running[e->n_running++] = s;
     }
@@ -366,6 +374,7 @@ static void plan(engine *e) {
         if (pd > 1 && s->rows == 0 && s->starved >= e->p.prefill_grant_interval) {
             s->rows = pd < e->p.prefill_chunk ? pd : e->p.prefill_chunk;
             s->starved = 0;
+            e->stats.prefill_grants++;
             break;
         }
     }
@@ -475,7 +484,9 @@ static void accept_token(engine *e, seq *s, int32_t t, float lp) {
     }
     s->n_generated++;
     if (s->n_generated == 1) s->st.t_first_token = mx_now();
+    e->reporting = s;
     const int stop = s->on_token ? s->on_token(s->user, s->id, t, lp) : 0;
+    e->reporting = NULL;
     if (stop) finish(e, s, ENGINE_FINISH_STOP);
     else if (!s->ignore_eos && is_eos(e, t)) finish(e, s, ENGINE_FINISH_EOS);
     else if (s->max_tokens > 0 && s->n_generated >= s->max_tokens) finish(e, s, ENGINE_FINISH_LENGTH);
@@ -513,9 +524,14 @@ int engine_step(engine *e, mx_error *err) {
     if (ensure_step_buffers(e, rows, n * stride)) return mx_fail(err, "out of memory");
     int r = 0, n_out = 0;
     bool all_greedy = true; /* every sampled sequence is plain greedy */
+    uint64_t prefill_rows = 0;
     for (int j = 0; j < n; j++) {
         seq *s = ss[j];
         const int from = s->kv.n_tokens;
+        if (s->rows > 1 || from + s->rows < s->n_tokens || from < s->n_prompt) {
+            prefill_rows += (uint64_t)s->rows; /* a prompt chunk (or recomputation) */
+            e->stats.prefill_chunks++;
+        }
         for (int k = 0; k < s->rows; k++, r++) {
             e->tok[r] = s->tokens[from + k];
             e->pos[r] = from + k;
@@ -540,11 +556,19 @@ int engine_step(engine *e, mx_error *err) {
     /* plain greedy everywhere: the backend picks the tokens on the device (a device backend
      * then copies 8 bytes per row instead of a row of logits) */
     const bool dev_greedy = n_out > 0 && all_greedy && model_has_device_greedy(e->m);
+    const double t0 = mx_now();
     if (dev_greedy ? model_forward_greedy(e->m, e->kv, &mb, e->g_ids, e->g_lps, err)
                    : model_forward(e->m, e->kv, &mb, e->logits, err))
         return -1;
+    const double dt = mx_now() - t0;
     e->stats.steps++;
     e->stats.rows += (uint64_t)rows;
+    e->stats.last_rows = rows;
+    e->stats.last_seqs = n;
+    e->stats.prefill_rows += prefill_rows;
+    e->stats.decode_rows += (uint64_t)rows - prefill_rows;
+    e->stats.prefill_seconds += dt * (double)prefill_rows / rows;
+    e->stats.decode_seconds += dt * (double)((uint64_t)rows - prefill_rows) / rows;
 
     /* ---- commit, sample, finish ---- */
     int o = 0;
@@ -587,3 +611,10 @@ void engine_get_stats(engine *e, engine_stats *st) {
     for (seq *s = e->queue; s; s = s->next) q++;
     st->queued = q;
 }
+
+int engine_top_logprobs(const engine *e, int n, int32_t *ids, float *logprobs) {
+    if (!e->reporting || n <= 0) return 0;
+    return sampler_top_logprobs(e->reporting->smp, n, ids, logprobs);
+}
+
+void engine_apply_cancels(engine *e) { drain_inbox(e); }

@@ -79,6 +79,10 @@ typedef struct engine_request {
     engine_finish_cb on_finish;
     engine_logits_cb on_logits;
     void *user;
+    /* The caller never asks engine_top_logprobs for this sequence: with plain greedy sampling
+     * (no penalty, bias or logits callback) a device backend may then pick the token on the
+     * device and send only its id and logprob to the host (CUDA). Default false. */
+    bool allow_device_sampling;
 } engine_request;
 
 typedef struct engine engine;
@@ -107,7 +111,26 @@ kv_cache *engine_kv(engine *e);
 typedef struct engine_stats {
     uint64_t steps, rows, preemptions;
     int running, queued;
+    /* ---- server metrics (added by the serve branch) ---- */
+    int last_rows, last_seqs;          /* rows and sequences of the last forward */
+    uint64_t prefill_rows, decode_rows;/* rows of prompt chunks (recomputation included) vs
+                                          single decode rows */
+    uint64_t prefill_chunks;           /* prompt chunks computed */
+    uint64_t prefill_grants;           /* chunks granted to a starved prompt over the budget */
+    uint64_t prefix_hits, prefix_misses;/* first admissions reusing >= 1 cached block, or none */
+    uint64_t prefix_reused_tokens;     /* prompt tokens those hits did not recompute */
+    double prefill_seconds, decode_seconds; /* forward time split by the rows' share */
 } engine_stats;
 void engine_get_stats(engine *e, engine_stats *st);
+
+/* Inside an engine_token_cb only: the n most likely alternatives of the token just reported
+ * (sampler_top_logprobs of that sequence's sampler: the distribution its logprob comes from).
+ * Returns how many were written; 0 outside a token callback. (serve branch) */
+int engine_top_logprobs(const engine *e, int n, int32_t *ids, float *logprobs);
+
+/* Applies pending engine_cancel()s now, without a forward: each cancelled sequence gets its
+ * finish callback and releases its KV before this returns. Engine thread only, never from a
+ * callback. (serve branch: the server's cancel must free KV at once.) */
+void engine_apply_cancels(engine *e);
 
 #endif

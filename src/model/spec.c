@@ -406,15 +406,18 @@ int spec_parse(model_spec *spec, const char *config_json, const char *generation
         goto out;
     if (cfg_bool(&c, "tie_word_embeddings", td->tie, &spec->tie_word_embeddings)) goto out;
 
-    const char *dt = NULL;
+    const char *dt = NULL, *dt_field = "dtype";
     if (cfg_str(&c, "dtype", &dt)) goto out; /* 5.x spelling */
-    if (!dt && cfg_str(&c, "torch_dtype", &dt)) goto out;
+    if (!dt) {
+        dt_field = "torch_dtype";
+        if (cfg_str(&c, "torch_dtype", &dt)) goto out;
+    }
     spec->dtype = MX_BF16; /* refined from the tensors by ckpt_open */
     if (dt) {
         spec->dtype = dtype_from_torch(dt);
         if (spec->dtype == MX_DTYPE_INVALID) {
-            mx_fail(err, "%s: field 'torch_dtype' = '%.40s' is not supported (bfloat16, float16, float32)",
-                    origin, dt);
+            mx_fail(err, "%s: field '%s' = '%.40s' is not supported (bfloat16, float16, float32)",
+                    origin, dt_field, dt);
             goto out;
         }
     }

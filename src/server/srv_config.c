@@ -33,6 +33,7 @@ static const opt k_opts[] = {
      "model name(s) served by the API, comma-separated"},
     {{"--chat-template-file", NULL}, "LLAMA_ARG_CHAT_TEMPLATE_FILE", OPT_STR, F(chat_template_file),
      0, 0, "Jinja chat template file (overrides the checkpoint's)"},
+    {{"--device", NULL}, NULL, OPT_STR, F(device), 0, 0, "compute device: cpu (default) or cuda"},
     {{"--host", NULL}, "LLAMA_ARG_HOST", OPT_STR, F(host), 0, 0,
      "address to bind (default 127.0.0.1); a path ending in .sock binds a Unix socket"},
     {{"--port", NULL}, "LLAMA_ARG_PORT", OPT_INT, F(port), 0, 65535, "TCP port (default 8080; 0 = any free port)"},
@@ -67,7 +68,7 @@ static const opt k_opts[] = {
     {{"--prefill-grant-interval", NULL}, NULL, OPT_INT, F(prefill_grant_interval), 0, 1 << 20,
      "every N decode steps grant a prefill chunk to a waiting prompt (default 16; 0 = off)"},
     {{"-c", "--ctx-size", NULL}, "LLAMA_ARG_CTX_SIZE", OPT_INT, F(ctx_size), 0, 1 << 24,
-     "context per sequence in tokens (default 0 = the model's)"},
+     "context per sequence in tokens (default 0 = min(4096, the model's))"},
     {{"--max-queue-depth", NULL}, NULL, OPT_INT, F(max_queue_depth), 0, 1 << 24,
      "requests waiting for a slot before new ones get 503 (default 256; 0 = no limit)"},
     {{"--decode-storage-backend", NULL}, NULL, OPT_STR, F(storage), 0, 0,
@@ -108,6 +109,7 @@ void srv_config_defaults(srv_config *c) {
     c->prefill_grant_interval = 16;
     c->max_queue_depth = 256;
     snprintf(c->storage, sizeof c->storage, "auto");
+    snprintf(c->device, sizeof c->device, "cpu");
     c->n_predict = -1;
     c->temperature = 0.8f;
     c->top_p = 0.95f;
@@ -218,6 +220,8 @@ static int set_value(srv_config *c, const opt *o, const char *name, const char *
         if (o->off == offsetof(srv_config, storage) && strcmp(v, "auto") && strcmp(v, "dense") &&
             strcmp(v, "paged"))
             return mx_fail(err, "%s: expected auto, dense or paged, got '%s'", name, v);
+        if (o->off == offsetof(srv_config, device) && strcmp(v, "cpu") && strcmp(v, "cuda"))
+            return mx_fail(err, "%s: expected cpu or cuda, got '%s'", name, v);
         return 0;
     case OPT_FLAG: case OPT_NOFLAG: {
         bool b;

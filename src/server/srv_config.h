@@ -18,6 +18,7 @@ typedef struct srv_config {
     char aliases[SRV_MAX_ALIASES][256]; /* -a, --alias, comma-separated (LLAMA_ARG_ALIAS) */
     int n_aliases;
     char chat_template_file[1024]; /* --chat-template-file (LLAMA_ARG_CHAT_TEMPLATE_FILE) */
+    char device[16];             /* --device cpu|cuda (default cpu) */
 
     /* ---- HTTP ---- */
     char host[1024];             /* --host (LLAMA_ARG_HOST); "*.sock" = Unix socket path */

@@ -144,6 +144,8 @@ typedef struct srv_model_info {
     char dtype[64];       /* "bf16", "affine-q4-g64", ... */
     uint64_t weight_bytes;
     uint64_t kv_bytes_per_token;
+    uint64_t activation_bytes; /* estimate (src/model/estimate.c); 0 = unknown */
+    uint64_t headroom_bytes;
     int n_ctx;            /* context per sequence */
     int n_ctx_train;
     char storage[16];     /* "dense" | "paged" */

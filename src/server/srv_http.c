@@ -376,9 +376,12 @@ static void log_startup(const srv_server *s, int port) {
     LOG_INFO("family: %s, parameters: %.3fB (%llu), dtype: %s", m->family, (double)m->n_params / 1e9,
              (unsigned long long)m->n_params, m->dtype);
     double kv = (double)m->kv_bytes_per_token * c->ctx_size * c->n_parallel;
-    LOG_INFO("memory estimate: weights %.1f MiB + KV cache %.1f MiB (%llu bytes/token x %d ctx x %d slots)",
+    double total = (double)m->weight_bytes + kv + (double)m->activation_bytes + (double)m->headroom_bytes;
+    LOG_INFO("memory estimate: weights %.1f MiB + KV cache %.1f MiB (%llu bytes/token x %d ctx x %d slots) + "
+             "activations %.1f MiB + headroom %.1f MiB = %.1f MiB",
              (double)m->weight_bytes / 1048576.0, kv / 1048576.0, (unsigned long long)m->kv_bytes_per_token,
-             c->ctx_size, c->n_parallel);
+             c->ctx_size, c->n_parallel, (double)m->activation_bytes / 1048576.0,
+             (double)m->headroom_bytes / 1048576.0, total / 1048576.0);
     LOG_INFO("decode storage backend: %s (%s)", m->storage, m->storage_reason);
     LOG_INFO("decode path: native batched forward");
     LOG_INFO("slots: %d, max batch %d sequences, batch %d / ubatch %d tokens, prefill chunk %d, grant interval %d, "

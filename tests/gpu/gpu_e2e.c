@@ -85,7 +85,8 @@ static int run_model(const char *dir, const backend_ops *be, int32_t (*prompts)[
     for (int i = 0; i < n_prompts; i++) {
         engine_request q = {.prompt = prompts[i], .n_prompt = np[i], .max_tokens = E2E_GEN,
                             .ignore_eos = true, .on_token = on_tok,
-                            .on_logits = with_logits ? on_logits : NULL, .user = r};
+                            .on_logits = with_logits ? on_logits : NULL, .user = r,
+                            .allow_device_sampling = true};
         sampling_params_default(&q.sampling);
         r->ids[i] = engine_submit(e, &q, &err);
         if (r->ids[i] < 0) {

@@ -195,5 +195,22 @@ wait $P1 $P2
 grep -q '^: keep-alive' "$TMP/d1.txt" && ok || bad "no SSE keep-alive comment on a quiet stream"
 grep -q 'data: \[DONE\]' "$TMP/d1.txt" && ok || bad "stream D1 incomplete"
 
+# ==== Server E: a client that hangs up mid-stream has its sequence cancelled within a step ====
+# 50 tokens at 0.3 s per step would take 15 s; curl dies (SIGPIPE) at its first write after
+# `head` has exited, about one step after the first token.
+start e --metrics --fake-step-ms 300
+E=$PORT
+curl -sN -m 30 "http://127.0.0.1:$E/v1/completions" -d '{"prompt":"a","max_tokens":50,"ignore_eos":true,"stream":true}' 2>/dev/null | head -n 1 >/dev/null
+metric_e() { curl -sS -m 10 "http://127.0.0.1:$E/metrics" | sed -n "s/^$1 //p"; }
+CANC=0
+for _ in $(seq 40); do
+    CANC=$(metric_e 'mlxcel_requests_finished_total{reason="cancelled"}')
+    [ "${CANC:-0}" = 1 ] && break
+    sleep 0.1
+done
+PRED=$(metric_e 'llamacpp:tokens_predicted_total')
+[ "$CANC" = 1 ] && [ "${PRED%.*}" -lt 20 ] && ok || bad "hang-up mid-stream: cancelled=$CANC after ${PRED} of 50 tokens"
+[ "$(metric_e mlxcel_kv_blocks_used)" = 0 ] && ok || bad "hang-up mid-stream: KV blocks still used"
+
 echo "server e2e: $PASS passed, $FAIL failed"
 [ $FAIL = 0 ]

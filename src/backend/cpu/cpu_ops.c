@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_internal.h"
+#include "quant/quant_backend.h"
 #include "model/model_spec.h"
 
 /* ==== Memory ==== */
@@ -161,7 +162,7 @@ static const backend_ops k_cpu_ops = {
     .softcap = cpu_softcap,
     .gather_rows = cpu_gather_rows,
     .matmul = cpu_matmul,
-    .matmul_q = NULL,
+    .matmul_q = mlxq_cpu_matmul_q, /* src/quant/quant_backend.c */
     .moe = cpu_moe,
     .kv_write = cpu_kv_write,
     .attention = cpu_attention,

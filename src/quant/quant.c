@@ -1,0 +1,232 @@
+/* MLX affine quantization: format checks, bit packing, quantize and dequantize.
+ * The algorithm is MLX's (mlx/backend/metal/kernels/quantized.h affine_quantize, identical in
+ * the CUDA backend); tools/reference/mlx_quant_ref.py reimplements it independently and the
+ * fixtures it writes are compared bit for bit in tests/unit/test_quant.c. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant/quant_internal.h"
+
+/* ==== Format ==== */
+
+bool mlxq_valid_bits(int bits) {
+    return bits == 2 || bits == 3 || bits == 4 || bits == 5 || bits == 6 || bits == 8;
+}
+
+bool mlxq_valid_group(int gs) { return gs == 32 || gs == 64 || gs == 128; }
+
+int mlxq_check(int bits, int group_size, int64_t k, const char *what, mx_error *err) {
+    if (!mlxq_valid_bits(bits))
+        return mx_fail(err, "%s: %d-bit quantization is not supported (2, 3, 4, 5, 6, 8)", what,
+                       bits);
+    if (!mlxq_valid_group(group_size))
+        return mx_fail(err, "%s: group size %d is not supported (32, 64, 128)", what, group_size);
+    if (k <= 0 || k % group_size)
+        return mx_fail(err, "%s: input dimension %lld is not a multiple of the group size %d",
+                       what, (long long)k, group_size);
+    return 0;
+}
+
+/* ==== Bit packing ==== */
+/* A row is one little-endian bit stream. For 2/4/8 bits this is MLX's "value i of a word at
+ * bits*i"; for 3/5/6 bits MLX writes packs of 8 (3, 5 bit) or 4 (6 bit) codes into 3 or 5
+ * bytes, low bits first, which read as little-endian words is the same stream. A group always
+ * spans whole words (group_size * bits is a multiple of 32). */
+
+void mlxq_pack_row(uint32_t *dst, const uint8_t *q, int64_t k, int bits) {
+    const int64_t nw = mlxq_packed_cols(k, bits);
+    memset(dst, 0, (size_t)nw * sizeof *dst);
+    for (int64_t i = 0; i < k; i++) {
+        int64_t p = i * bits;
+        int64_t wi = p >> 5;
+        int sh = (int)(p & 31);
+        uint32_t v = q[i];
+        dst[wi] |= v << sh;
+        if (sh + bits > 32) dst[wi + 1] |= v >> (32 - sh);
+    }
+}
+
+void mlxq_unpack_row(uint8_t *q, const uint32_t *src, int64_t k, int bits) {
+    const uint32_t mask = (1u << bits) - 1;
+    if (32 % bits == 0) {
+        const int per = 32 / bits;
+        for (int64_t w = 0; w < k / per; w++) {
+            uint32_t v = src[w];
+            for (int j = 0; j < per; j++, v >>= bits) q[w * per + j] = (uint8_t)(v & mask);
+        }
+        return;
+    }
+    for (int64_t i = 0; i < k; i++) {
+        int64_t p = i * bits;
+        int64_t wi = p >> 5;
+        int sh = (int)(p & 31);
+        uint64_t v = src[wi] >> sh;
+        if (sh + bits > 32) v |= (uint64_t)src[wi + 1] << (32 - sh);
+        q[i] = (uint8_t)(v & mask);
+    }
+}
+
+/* ==== Quantize ==== */
+
+void mlxq_quantize_group(const float *w, int gs, int bits, uint8_t *q, float *scale_out,
+                         float *bias_out) {
+    const float n_bins = (float)((1 << bits) - 1);
+    const float eps = 1e-7f;
+    /* MLX's GPU kernels start the max at 0 (and the min at the dtype's largest value), so a
+     * group of negative values still has w_max = 0. */
+    float w_min = INFINITY, w_max = 0.0f;
+    for (int i = 0; i < gs; i++) {
+        w_min = fminf(w_min, w[i]);
+        w_max = fmaxf(w_max, w[i]);
+    }
+    float scale = fmaxf((w_max - w_min) / n_bins, eps);
+    bool side = fabsf(w_min) > fabsf(w_max);
+    scale = side ? scale : -scale;
+    float edge = side ? w_min : w_max;
+    float q0 = roundf(edge / scale); /* half away from zero, as Metal's round() */
+    bool at_zero = q0 == 0.0f;
+    scale = at_zero ? scale : edge / q0;
+    float bias = at_zero ? 0.0f : edge;
+    for (int i = 0; i < gs; i++) {
+        float v = roundf((w[i] - bias) / scale);
+        v = fminf(v, n_bins);
+        /* v >= -0 by construction (the edge is the group's extreme); the clamp only guards
+         * NaN inputs, which become code 0. */
+        q[i] = v > 0.0f ? (uint8_t)v : 0;
+    }
+    *scale_out = scale;
+    *bias_out = bias;
+}
+
+int mlx_quantize(uint32_t *wq, void *scales, void *biases, const void *w, mx_dtype dtype,
+                 int64_t rows, int64_t k, int bits, int gs, mx_error *err) {
+    if (mlxq_check(bits, gs, k, "quantize", err)) return -1;
+    if (!mlxq_float_dtype(dtype))
+        return mx_fail(err, "quantize: dtype %s is not a float type (F32, BF16, F16)",
+                       mx_dtype_name(dtype));
+    const int64_t ng = k / gs, nw = mlxq_packed_cols(k, bits);
+    int failed = 0;
+#pragma omp parallel
+    {
+        float *row = malloc((size_t)k * sizeof(float)); /* [k] fp32 input row */
+        uint8_t *q = malloc((size_t)k);                 /* [k] codes */
+        if (!row || !q) {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < rows; r++) {
+            if (!row || !q) continue;
+            for (int64_t i = 0; i < k; i++) row[i] = mlxq_load(w, dtype, r * k + i);
+            for (int64_t g = 0; g < ng; g++) {
+                float s, b;
+                mlxq_quantize_group(row + g * gs, gs, bits, q + g * gs, &s, &b);
+                mlxq_store(scales, dtype, r * ng + g, s);
+                mlxq_store(biases, dtype, r * ng + g, b);
+            }
+            mlxq_pack_row(wq + r * nw, q, k, bits);
+        }
+        free(row);
+        free(q);
+    }
+    if (failed) return mx_fail(err, "quantize: out of memory for a row of %lld values", (long long)k);
+    return 0;
+}
+
+/* ==== Dequantize ==== */
+
+void mlxq_dequantize_row(float *out, const mlxq_matrix *m, int64_t r) {
+    const int64_t k = m->k, ng = k / m->group_size, nw = mlxq_packed_cols(k, m->bits);
+    const uint32_t *src = m->w + r * nw;
+    const int gs = m->group_size, bits = m->bits;
+    const int words_per_group = gs * bits / 32;
+    uint8_t q[128];
+    for (int64_t g = 0; g < ng; g++) {
+        const float s = mlxq_load(m->scales, m->sb_dtype, r * ng + g);
+        const float b = mlxq_load(m->biases, m->sb_dtype, r * ng + g);
+        mlxq_unpack_row(q, src + g * words_per_group, gs, bits);
+        float *o = out + g * gs;
+        switch (m->sb_dtype) {
+        case MX_BF16:
+            for (int i = 0; i < gs; i++) {
+                float p = s * (float)q[i];
+                o[i] = mx_bf16_to_f32(mx_f32_to_bf16(p + b));
+            }
+            break;
+        case MX_F16:
+            for (int i = 0; i < gs; i++) {
+                float p = s * (float)q[i];
+                o[i] = mx_f16_to_f32(mx_f32_to_f16(p + b));
+            }
+            break;
+        default:
+            for (int i = 0; i < gs; i++) {
+                float p = s * (float)q[i];
+                o[i] = p + b;
+            }
+            break;
+        }
+    }
+}
+
+void mlxq_dequantize_rows(float *out, const mlxq_matrix *m, int64_t row0, int64_t nr) {
+#pragma omp parallel for schedule(static) if (nr * m->k > 65536)
+    for (int64_t r = 0; r < nr; r++) mlxq_dequantize_row(out + r * m->k, m, row0 + r);
+}
+
+int mlx_dequantize(void *out, mx_dtype out_dtype, const uint32_t *wq, const void *scales,
+                   const void *biases, mx_dtype sb_dtype, int64_t rows, int64_t k, int bits,
+                   int gs, mx_error *err) {
+    if (mlxq_check(bits, gs, k, "dequantize", err)) return -1;
+    if (!mlxq_float_dtype(sb_dtype) || !mlxq_float_dtype(out_dtype))
+        return mx_fail(err, "dequantize: scales dtype %s / output dtype %s: expected F32, BF16 "
+                       "or F16", mx_dtype_name(sb_dtype), mx_dtype_name(out_dtype));
+    mlxq_matrix m = {wq, scales, biases, sb_dtype, rows, k, bits, gs};
+    if (out_dtype == MX_F32) {
+        mlxq_dequantize_rows(out, &m, 0, rows);
+        return 0;
+    }
+    int failed = 0;
+#pragma omp parallel
+    {
+        float *row = malloc((size_t)k * sizeof(float)); /* [k] */
+        if (!row) {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < rows; r++) {
+            if (!row) continue;
+            mlxq_dequantize_row(row, &m, r);
+            /* Already a value of sb_dtype; converting to another dtype rounds once more. */
+            for (int64_t i = 0; i < k; i++) mlxq_store(out, out_dtype, r * k + i, row[i]);
+        }
+        free(row);
+    }
+    if (failed) return mx_fail(err, "dequantize: out of memory for a row of %lld values", (long long)k);
+    return 0;
+}
+
+/* ==== Matrix descriptors ==== */
+
+mlxq_matrix mlxq_matrix_rows(const mlxq_matrix *m, int64_t r0, int64_t nr) {
+    mlxq_matrix v = *m;
+    const int64_t ng = m->k / m->group_size, es = (int64_t)mx_dtype_size(m->sb_dtype);
+    v.w = m->w + r0 * mlxq_packed_cols(m->k, m->bits);
+    v.scales = (const uint8_t *)m->scales + r0 * ng * es;
+    v.biases = (const uint8_t *)m->biases + r0 * ng * es;
+    v.n = nr;
+    return v;
+}
+
+int mlxq_matrix_check(const mlxq_matrix *m, mx_error *err) {
+    if (!m || !m->w || !m->scales || !m->biases)
+        return mx_fail(err, "quantized matrix: weight, scales or biases missing");
+    if (mlxq_check(m->bits, m->group_size, m->k, "quantized matrix", err)) return -1;
+    if (!mlxq_float_dtype(m->sb_dtype))
+        return mx_fail(err, "quantized matrix: scales dtype %s, expected F32, BF16 or F16",
+                       mx_dtype_name(m->sb_dtype));
+    if (m->n <= 0) return mx_fail(err, "quantized matrix: %lld output rows", (long long)m->n);
+    return 0;
+}

@@ -1,0 +1,408 @@
+/* srv_backend on the real engine: see srv_backend_engine.h and the seam in srv_engine.h.
+ *
+ * Mapping of the server's scheduling flags onto engine_params (docs/server.md):
+ *   --max-batch-size  -> n_parallel: sequences admitted and stepped together
+ *   -np/--parallel    -> the KV pool: n_parallel contexts of --ctx-size tokens (paged blocks, or
+ *                        dense slots), so a pool larger than the batch keeps prefix-cache blocks
+ *   -ub/--ubatch-size -> max_batch_tokens: one step is one forward pass (at least one row per
+ *                        running sequence); -b caps -ub (srv_config_finalize)
+ *   --prefill-chunk-size, --prefill-grant-interval (0 = never), -c, --decode-storage-backend
+ *                     -> the engine fields of the same meaning. */
+#include "server/srv_backend_engine.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/clock.h"
+#include "base/log.h"
+#include "engine/engine.h"
+#include "model/estimate.h"
+#include "text/chat_template.h"
+#include "text/tokenizer.h"
+
+/* ==== State ==== */
+typedef struct sbe sbe;
+
+/* One submitted generation; lives from submit until the engine's finish callback. */
+typedef struct sbe_seq {
+    sbe *b;
+    int64_t id;
+    void (*on_token)(void *user, const srv_token *tok);
+    void (*on_finish)(void *user, srv_finish why, int n_cached);
+    void *user;
+    int top_n;           /* top_logprobs requested */
+    bool ignore_eos;
+    bool failed;         /* the step failed: report ERROR instead of CANCELLED */
+    struct sbe_seq *prev, *next;
+} sbe_seq;
+
+struct sbe {
+    model *m;
+    engine *e;
+    tokenizer *tok;
+    chat_template *ct;
+    const model_spec *spec;
+    srv_text_ops text_ops; /* the static table with has_template filled in */
+    sbe_seq *live;         /* engine thread only */
+    uint64_t seed_state;
+    uint64_t seen_steps;   /* steps at the last stats() call */
+    uint64_t n_generated;  /* tokens sampled (EOS included) */
+};
+
+struct srv_text_stream {
+    tok_stream *ts;
+};
+
+/* ==== Engine callbacks (engine thread) ==== */
+static bool is_eos(const model_spec *s, int32_t t) {
+    for (int i = 0; i < s->n_eos; i++)
+        if (s->eos_ids[i] == t) return true;
+    return false;
+}
+
+static int eng_on_token(void *user, int64_t id, int32_t token, float logprob) {
+    (void)id;
+    sbe_seq *q = user;
+    sbe *b = q->b;
+    b->n_generated++;
+    /* The seam does not report the EOS token: the engine finishes the sequence with EOS. */
+    if (!q->ignore_eos && is_eos(b->spec, token)) return 0;
+    srv_token t = {.id = token, .logprob = logprob};
+    if (q->top_n > 0) t.n_top = engine_top_logprobs(b->e, q->top_n, t.top_ids, t.top_logprobs);
+    q->on_token(q->user, &t);
+    return 0; /* stop strings are found by the server's stream, which then cancels */
+}
+
+static srv_finish map_finish(engine_finish f) {
+    switch (f) {
+    case ENGINE_FINISH_EOS: return SRV_FINISH_EOS;
+    case ENGINE_FINISH_STOP: return SRV_FINISH_STOP;
+    case ENGINE_FINISH_LENGTH: case ENGINE_FINISH_CONTEXT: return SRV_FINISH_LENGTH;
+    case ENGINE_FINISH_CANCELLED: return SRV_FINISH_CANCELLED;
+    default: return SRV_FINISH_ERROR;
+    }
+}
+
+static void eng_on_finish(void *user, int64_t id, engine_finish reason, const engine_seq_stats *st) {
+    (void)id;
+    sbe_seq *q = user;
+    sbe *b = q->b;
+    if (q->prev) q->prev->next = q->next;
+    else b->live = q->next;
+    if (q->next) q->next->prev = q->prev;
+    const srv_finish why = q->failed ? SRV_FINISH_ERROR : map_finish(reason);
+    q->on_finish(q->user, why, st ? st->n_cached : 0);
+    free(q);
+}
+
+/* ==== srv_engine_ops ==== */
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static int be_submit(void *p, const srv_gen *g, uint64_t *id, mx_error *err) {
+    sbe *b = p;
+    sbe_seq *q = calloc(1, sizeof *q);
+    mx_logit_bias *lb = NULL;
+    const srv_sampling *s = &g->sampling;
+    if (s->n_logit_bias > 0) lb = malloc((size_t)s->n_logit_bias * sizeof *lb);
+    if (!q || (s->n_logit_bias > 0 && !lb)) {
+        free(q);
+        free(lb);
+        return mx_fail(err, "out of memory");
+    }
+    for (int i = 0; i < s->n_logit_bias; i++) lb[i] = (mx_logit_bias){s->logit_bias[i].id, s->logit_bias[i].bias};
+    sampling_params sp;
+    sampling_params_default(&sp);
+    sp.temperature = s->temperature;
+    sp.top_k = s->top_k;
+    sp.top_p = s->top_p;
+    sp.min_p = s->min_p;
+    sp.repeat_penalty = s->repeat_penalty;
+    sp.repeat_last_n = s->repeat_last_n;
+    sp.presence_penalty = s->presence_penalty;
+    sp.frequency_penalty = s->frequency_penalty;
+    sp.logit_bias = lb; /* copied by the engine's sampler */
+    sp.n_logit_bias = s->n_logit_bias;
+    sp.seed = s->has_seed ? s->seed : splitmix64(&b->seed_state);
+    q->b = b;
+    q->on_token = g->on_token;
+    q->on_finish = g->on_finish;
+    q->user = g->user;
+    q->top_n = s->top_logprobs < SRV_MAX_TOP_LOGPROBS ? s->top_logprobs : SRV_MAX_TOP_LOGPROBS;
+    q->ignore_eos = s->ignore_eos;
+    engine_request r = {.prompt = g->prompt, .n_prompt = g->n_prompt, .sampling = sp,
+                        .max_tokens = g->max_tokens, .ignore_eos = s->ignore_eos,
+                        .on_token = eng_on_token, .on_finish = eng_on_finish, .user = q};
+    const int64_t sid = engine_submit(b->e, &r, err);
+    free(lb);
+    if (sid < 0) {
+        free(q);
+        return -1;
+    }
+    /* No callback can run before the next step, which is on this thread. */
+    q->id = sid;
+    q->next = b->live;
+    if (b->live) b->live->prev = q;
+    b->live = q;
+    *id = (uint64_t)sid;
+    return 0;
+}
+
+/* The seam's cancel is immediate: the sequence finishes and its KV is released before the
+ * call returns, so the next step and the next /metrics already see the blocks free. */
+static void be_cancel(void *p, uint64_t id) {
+    sbe *b = p;
+    engine_cancel(b->e, (int64_t)id);
+    engine_apply_cancels(b->e);
+}
+
+static int be_step(void *p, mx_error *err) {
+    sbe *b = p;
+    if (engine_step(b->e, err) >= 0) return 0;
+    /* The forward failed as a whole: every sequence ends with ERROR (no retry loop). */
+    LOG_ERR("engine: step failed (%s); failing every running request", err->msg);
+    for (sbe_seq *q = b->live; q; q = q->next) {
+        q->failed = true;
+        engine_cancel(b->e, q->id);
+    }
+    engine_apply_cancels(b->e);
+    return -1;
+}
+
+static bool be_has_work(void *p) { return engine_has_work(((sbe *)p)->e); }
+
+static void be_stats(void *p, srv_engine_stats *out) {
+    sbe *b = p;
+    engine_stats es;
+    engine_get_stats(b->e, &es);
+    kv_cache *kv = engine_kv(b->e);
+    kv_cache_stats ks;
+    kv_cache_get_stats(kv, &ks);
+    memset(out, 0, sizeof *out);
+    out->n_running = es.running;
+    out->n_waiting = es.queued;
+    /* "last step" values only when a step ran since the previous call (idle reads 0) */
+    const bool stepped = es.steps != b->seen_steps;
+    b->seen_steps = es.steps;
+    out->last_batch_rows = stepped ? es.last_seqs : 0;
+    out->last_batch_tokens = stepped ? es.last_rows : 0;
+    out->steps_total = es.steps;
+    out->prefill_chunks_total = es.prefill_chunks;
+    out->prefill_grants_total = es.prefill_grants;
+    out->prompt_tokens_total = es.prefill_rows;
+    out->decode_tokens_total = b->n_generated;
+    out->prefill_seconds_total = es.prefill_seconds;
+    out->decode_seconds_total = es.decode_seconds;
+    out->kv_blocks_total = ks.n_blocks;
+    out->kv_blocks_used = ks.n_used; /* cached blocks with no owner count as free (evictable) */
+    out->kv_block_tokens = kv_cache_table_block(kv);
+    out->prefix_hits_total = es.prefix_hits;
+    out->prefix_misses_total = es.prefix_misses;
+    out->prefix_reused_tokens_total = es.prefix_reused_tokens;
+}
+
+static const srv_engine_ops k_engine_ops = {be_submit, be_cancel, be_step, be_has_work, be_stats};
+
+/* ==== srv_text_ops (HTTP threads; tokenizer and template are read-only) ==== */
+static int tx_tokenize(void *p, const char *text, size_t len, bool add_special, int32_t **ids,
+                       size_t *n_ids, mx_error *err) {
+    return tok_encode(((sbe *)p)->tok, text, len, add_special, ids, n_ids, err);
+}
+
+static int tx_detokenize(void *p, const int32_t *ids, size_t n_ids, bool skip_special, char **out,
+                         mx_error *err) {
+    return tok_decode(((sbe *)p)->tok, ids, n_ids, skip_special, out, err);
+}
+
+static int tx_template(void *p, const json_t *messages, const json_t *extra, bool add_gen, char **out,
+                       mx_error *err) {
+    sbe *b = p;
+    if (!b->ct) return mx_fail(err, "this model has no chat template");
+    return chat_template_apply(b->ct, messages, extra, add_gen, out, err);
+}
+
+static srv_text_stream *tx_stream_new(void *p, const char *const *stops, int n_stops) {
+    srv_text_stream *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->ts = tok_stream_new(((sbe *)p)->tok, true);
+    if (!s->ts) {
+        free(s);
+        return NULL;
+    }
+    if (n_stops > 0) tok_stream_set_stops(s->ts, stops, n_stops);
+    return s;
+}
+
+static int tx_stream_push(srv_text_stream *s, int32_t id, const char **out, size_t *out_len) {
+    return tok_stream_push(s->ts, id, out, out_len);
+}
+
+static void tx_stream_flush(srv_text_stream *s, const char **out, size_t *out_len) {
+    tok_stream_flush(s->ts, out, out_len);
+}
+
+static void tx_stream_free(srv_text_stream *s) {
+    if (!s) return;
+    tok_stream_free(s->ts);
+    free(s);
+}
+
+/* Ids the engine accepts: the model's vocabulary (prompt ids and logit_bias are checked
+ * against it). */
+static int tx_vocab_size(void *p) { return ((sbe *)p)->spec->vocab_size; }
+
+static const srv_text_ops k_text_ops = {tx_tokenize, tx_detokenize, tx_template, tx_stream_new,
+                                        tx_stream_push, tx_stream_flush, tx_stream_free,
+                                        tx_vocab_size, false};
+
+/* ==== Open / close ==== */
+static bool path_exists(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0;
+}
+
+/* Where the chat template comes from; "" when the checkpoint declares none (chat routes then
+ * answer 400 naming --chat-template-file, the other routes still work). */
+static void template_source(const char *dir, const char *override_file, char *src, size_t n) {
+    char p[2048];
+    src[0] = 0;
+    if (override_file && override_file[0]) {
+        snprintf(src, n, "%s", override_file);
+        return;
+    }
+    snprintf(p, sizeof p, "%s/chat_template.jinja", dir);
+    if (path_exists(p)) {
+        snprintf(src, n, "chat_template.jinja");
+        return;
+    }
+    snprintf(p, sizeof p, "%s/tokenizer_config.json", dir);
+    if (!path_exists(p)) return;
+    json_t *cfg = json_load_file(p, JSON_DECODE_INT_AS_REAL, NULL);
+    /* an unreadable tokenizer_config.json is reported by chat_template_load */
+    if (!cfg || json_object_get(cfg, "chat_template")) snprintf(src, n, "tokenizer_config.json");
+    json_decref(cfg);
+}
+
+static void fill_info(sbe *b, srv_model_info *m, const srv_config *cfg, const char *tpl_src) {
+    const model_spec *s = b->spec;
+    if (cfg->n_aliases) {
+        snprintf(m->name, sizeof m->name, "%.255s", cfg->aliases[0]);
+    } else {
+        char dir[1024];
+        snprintf(dir, sizeof dir, "%s", cfg->model);
+        size_t n = strlen(dir);
+        while (n > 1 && dir[n - 1] == '/') dir[--n] = 0;
+        const char *base = strrchr(dir, '/');
+        snprintf(m->name, sizeof m->name, "%.255s", base ? base + 1 : dir);
+    }
+    char *real = realpath(cfg->model, NULL);
+    snprintf(m->path, sizeof m->path, "%.1023s", real ? real : cfg->model);
+    free(real);
+    snprintf(m->family, sizeof m->family, "%.30s (%.20s family)", s->model_type, spec_family_name(s->family));
+    m->n_params = model_n_params(b->m);
+    if (s->quant.bits)
+        snprintf(m->dtype, sizeof m->dtype, "%.8s, MLX affine %d-bit group %d", mx_dtype_name(s->dtype),
+                 s->quant.bits, s->quant.group_size);
+    else
+        snprintf(m->dtype, sizeof m->dtype, "%.63s", mx_dtype_name(s->dtype));
+    m->weight_bytes = model_weight_bytes(b->m);
+    m->kv_bytes_per_token = kv_cache_bytes_per_token(engine_kv(b->e));
+    /* activations and headroom as `mlxcel inspect` estimates them (src/model/estimate.c) */
+    mx_mem_estimate est;
+    estimate_memory(s, m->n_params, m->weight_bytes, cfg->ctx_size, cfg->max_batch_size,
+                    s->dtype == MX_BF16 ? MX_KV_BF16 : MX_KV_F16, &est);
+    m->activation_bytes = est.activation_bytes;
+    m->headroom_bytes = est.headroom_bytes;
+    m->n_ctx = cfg->ctx_size;
+    m->n_ctx_train = s->max_position_embeddings;
+    snprintf(m->storage, sizeof m->storage, "%.15s", kv_storage_name(engine_storage(b->e)));
+    snprintf(m->storage_reason, sizeof m->storage_reason, "%.255s", engine_storage_reason(b->e));
+    snprintf(m->chat_template, sizeof m->chat_template, "%.63s", tpl_src[0] ? tpl_src : "none");
+}
+
+int srv_backend_engine_open(srv_backend *be, srv_config *cfg, mx_error *err) {
+    memset(be, 0, sizeof *be);
+    if (!cfg->model[0]) return mx_fail(err, "no model: give -m DIR (a checkpoint directory)");
+    sbe *b = calloc(1, sizeof *b);
+    if (!b) return mx_fail(err, "out of memory");
+    be->eng = be->text = b;
+    be->eng_ops = &k_engine_ops;
+    be->text_ops = &b->text_ops;
+    b->text_ops = k_text_ops;
+    b->seed_state = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(mx_now() * 1e9);
+    const double t0 = mx_now();
+
+    const mx_device dev = !strcmp(cfg->device, "cuda") ? MX_DEV_CUDA : MX_DEV_CPU;
+    const backend_ops *ops = backend_get(dev, err);
+    if (!ops || model_load(&b->m, cfg->model, ops, err)) goto fail;
+    b->spec = model_spec_of(b->m);
+    if (tok_load_dir(&b->tok, cfg->model, err)) {
+        mx_wrap(err, "%s: the server needs tokenizer.json", cfg->model);
+        goto fail;
+    }
+    char tpl_src[1024];
+    template_source(cfg->model, cfg->chat_template_file, tpl_src, sizeof tpl_src);
+    if (tpl_src[0]) {
+        if (chat_template_load(&b->ct, cfg->model, cfg->chat_template_file[0] ? cfg->chat_template_file : NULL,
+                               err))
+            goto fail;
+        b->text_ops.has_template = true;
+    } else {
+        LOG_WARN("%s: no chat template (chat_template.jinja or tokenizer_config.json \"chat_template\"); "
+                 "/v1/chat/completions answers 400 unless --chat-template-file is given", cfg->model);
+    }
+
+    /* -c 0: the engine's default, min(4096, max_position_embeddings) */
+    engine_params ep;
+    engine_params_default(&ep, b->spec);
+    if (srv_config_finalize(cfg, ep.ctx_size, err)) goto fail;
+    if (b->spec->max_position_embeddings > 0 && cfg->ctx_size > b->spec->max_position_embeddings)
+        LOG_WARN("--ctx-size %d exceeds the model's max_position_embeddings %d", cfg->ctx_size,
+                 b->spec->max_position_embeddings);
+    if (cfg->prefill_chunk_size > cfg->ubatch_size) {
+        mx_fail(err, "--prefill-chunk-size %d exceeds --ubatch-size %d: one engine step is one forward "
+                     "pass of at most --ubatch-size tokens", cfg->prefill_chunk_size, cfg->ubatch_size);
+        goto fail;
+    }
+    ep.n_parallel = cfg->max_batch_size;
+    ep.max_batch_tokens = cfg->ubatch_size > cfg->max_batch_size ? cfg->ubatch_size : cfg->max_batch_size;
+    ep.prefill_chunk = cfg->prefill_chunk_size;
+    ep.prefill_grant_interval = cfg->prefill_grant_interval > 0 ? cfg->prefill_grant_interval : INT_MAX;
+    ep.ctx_size = cfg->ctx_size;
+    if (kv_storage_parse(cfg->storage, &ep.storage)) {
+        mx_fail(err, "--decode-storage-backend: expected auto, dense or paged, got '%s'", cfg->storage);
+        goto fail;
+    }
+    ep.n_kv_blocks = cfg->n_parallel * ((cfg->ctx_size + ep.block_size - 1) / ep.block_size);
+    if (engine_new(&b->e, b->m, &ep, err)) goto fail;
+    fill_info(b, &be->info, cfg, tpl_src);
+    LOG_INFO("model loaded in %.2f s (%s backend)", mx_now() - t0, backend_device_name(dev));
+    return 0;
+fail:
+    srv_backend_engine_close(be);
+    return -1;
+}
+
+void srv_backend_engine_close(srv_backend *be) {
+    sbe *b = be->eng;
+    if (!b) return;
+    engine_free(b->e);
+    /* srv_run cancelled every request before returning; anything left never reached a step */
+    for (sbe_seq *q = b->live, *n; q; q = n) {
+        n = q->next;
+        free(q);
+    }
+    chat_template_free(b->ct);
+    if (b->tok) tok_free(b->tok);
+    model_free(b->m);
+    free(b);
+    memset(be, 0, sizeof *be);
+}
