@@ -21,6 +21,7 @@ static const command k_commands[] = {
     {"tokenize", cmd_tokenize, "text -> token ids with a tokenizer.json (--bench: encode MB/s)"},
     {"detokenize", cmd_detokenize, "token ids -> text with a tokenizer.json"},
     {"apply-template", cmd_apply_template, "render a checkpoint's chat template for a conversation"},
+    {"bench", cmd_bench, "engine throughput per batch size: prefill/decode tok/s, TTFT, ITL, GB/s"},
     {"loadtest", cmd_loadtest, "steady-state load test of a running server: tok/s, TTFT, ITL, failures"},
 };
 #define N_COMMANDS (int)(sizeof k_commands / sizeof k_commands[0])

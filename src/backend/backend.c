@@ -65,6 +65,11 @@ const char *backend_device_name(mx_device dev) { return dev == MX_DEV_CUDA ? "cu
 
 const backend_ops *backend_get(mx_device dev, mx_error *err) {
     if (dev == MX_DEV_CPU) return backend_cpu();
-    mx_fail(err, "this build has no CUDA engine backend yet (use --device cpu)");
+#ifdef MLXCEL_HAVE_CUDA
+    return backend_cuda(err);
+#else
+    mx_fail(err, "this build has no CUDA backend (configure with nvcc present, -DMLXCEL_CUDA=ON; "
+                 "or use --device cpu)");
     return NULL;
+#endif
 }

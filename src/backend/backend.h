@@ -92,10 +92,27 @@ typedef struct mx_moe_experts {
     const mx_tensor *gate, *up, *down; /* arrays of n_experts */
 } mx_moe_experts;
 
+/* ==== Step hooks (device backends) ====
+ * model_forward announces each forward to the backend before the first op, with every host
+ * array the ops of this step will pass (same pointers). A device backend uploads them once,
+ * and for a pure decode step may replay a captured graph of the whole op sequence instead of
+ * having the ops issued again (CUDA graphs per batch size). */
+typedef struct mx_step {
+    const mx_attn_batch *ab;     /* the batch every kv_write / attention of this step receives */
+    const int32_t *tokens;       /* [n_rows] ids passed to embed */
+    int n_seqs;                  /* rows of ab->block_table */
+    int n_out;
+    const int32_t *out_rows;     /* [n_out] idx passed to gather_rows */
+    bool decode_only;            /* every row is the one row of its sequence, and sampled */
+} mx_step;
+
+enum { MX_STEP_RUN = 0, MX_STEP_REPLAYED = 1 };
+
 /* ==== Ops table ==== */
 typedef struct backend_ops {
     const char *name;
     mx_device device;
+    mx_dtype kv_dtype;                        /* element type of the KV pools (CPU: f32) */
 
     /* ---- memory ---- */
     void *(*alloc)(size_t nbytes);            /* zeroed; NULL on failure */
@@ -149,9 +166,34 @@ typedef struct backend_ops {
 
     /* ---- convert ---- */
     void (*convert)(mx_tensor *dst, const mx_tensor *src);   /* same shape, any float dtypes */
+
+    /* ---- optional hooks (NULL = not needed; the CPU backend sets none) ---- */
+    /* After the last upload of a model: waits until every weight is resident (eager policy). */
+    int (*finish_load)(mx_error *err);
+    /* Before the first op of a forward: MX_STEP_RUN (issue the ops) or MX_STEP_REPLAYED (the
+     * backend already enqueued the whole op sequence; skip to step_end); -1 on error. */
+    int (*step_begin)(const mx_step *st, mx_error *err);
+    /* After the last op of a forward, before the logits are copied to the host (err may be
+     * NULL when the forward already failed: the backend only cleans up). */
+    int (*step_end)(mx_error *err);
+    /* Device errors are sticky: the first failure since the last call, as -1 + err. */
+    int (*check)(mx_error *err);
+    /* One line: device, capability, memory, applied launch settings. */
+    void (*describe)(char *buf, size_t len);
+    /* Peak device bytes allocated since the last reset (reset = true clears it). */
+    uint64_t (*mem_peak)(bool reset);
+    /* Measured device copy bandwidth in GB/s (bytes read + written), 0 on failure. */
+    double (*copy_bandwidth)(void);
+    /* Greedy sampling on the device: for each row of logits [n, V] (device), the argmax
+     * (NaN = -inf, lowest id wins ties; -1 when no logit is finite) and its log-softmax, into
+     * host ids[n] / logprobs[n]; only 8 bytes per row cross to the host. */
+    int (*greedy_rows)(int32_t *ids, float *logprobs, const mx_tensor *logits, mx_error *err);
 } backend_ops;
 
 const backend_ops *backend_cpu(void);
+/* CUDA builds only (src/backend/cuda): initialises device 0 on first call; NULL + err when
+ * no usable GPU is present. Use backend_get, which also works in builds without CUDA. */
+const backend_ops *backend_cuda(mx_error *err);
 /* NULL and an error naming the reason when the device has no backend in this build. */
 const backend_ops *backend_get(mx_device dev, mx_error *err);
 const char *backend_device_name(mx_device dev);

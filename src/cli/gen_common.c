@@ -281,6 +281,13 @@ int gen_session_open(gen_session *s, const gen_opts *o, const char *cmd, mx_erro
         gen_session_close(s);
         return -1;
     }
+    if (s->be->describe) { /* device, compute capability, memory, applied launch settings */
+        char line[512];
+        s->be->describe(line, sizeof line);
+        fprintf(stderr, "device: %s\n", line);
+    }
+    fprintf(stderr, "model loaded: %.2f GB of weights on %s\n", (double)model_weight_bytes(s->m) / 1e9,
+            s->be->name);
     fprintf(stderr, "kv storage: %s (%s)\n", kv_storage_name(engine_storage(s->e)),
             engine_storage_reason(s->e));
     return 0;

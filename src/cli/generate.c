@@ -159,7 +159,8 @@ int cmd_generate(int argc, char **argv) {
     }
     engine_request r = {.prompt = ids, .n_prompt = n_ids, .sampling = s.sp,
                         .max_tokens = o.n_predict, .ignore_eos = o.ignore_eos,
-                        .on_token = on_token, .on_finish = on_finish, .user = &g};
+                        .on_token = on_token, .on_finish = on_finish, .user = &g,
+                        .allow_device_sampling = true}; /* no top logprobs asked */
     if (engine_submit(s.e, &r, &err) < 0 || engine_run(s.e, &err) < 0) {
         fprintf(stderr, "mlxcel generate: %s\n", err.msg);
         goto out;

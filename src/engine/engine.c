@@ -23,6 +23,8 @@ typedef struct seq {
     bool ignore_eos;
     bool cancel;
     bool admitted_once;
+    bool plain_greedy;         /* argmax, no penalty/bias, no logits callback: the backend may
+                                  pick the token on the device (model_forward_greedy) */
     kv_seq kv;                 /* n_tokens of kv = tokens with K/V in the cache */
     sampler *smp;
     engine_token_cb on_token;
@@ -57,6 +59,8 @@ struct engine {
     int64_t *write_rows;
     seq **step_seqs;
     float *logits;             /* [n_parallel, V] */
+    int32_t *g_ids;            /* [n_parallel] device-greedy tokens */
+    float *g_lps;              /* [n_parallel] their log-probabilities */
     engine_stats stats;
     const seq *reporting;      /* the sequence inside its token callback (engine_top_logprobs) */
 };
@@ -123,7 +127,9 @@ int engine_new(engine **out, model *m, const engine_params *p, mx_error *err) {
     e->p.n_kv_blocks = st == KV_STORAGE_PAGED ? kp.n_blocks : 0;
     e->running = calloc((size_t)p->n_parallel, sizeof(seq *));
     e->logits = malloc((size_t)p->n_parallel * (size_t)e->spec->vocab_size * sizeof(float));
-    if (!e->running || !e->logits) {
+    e->g_ids = malloc((size_t)p->n_parallel * sizeof(int32_t));
+    e->g_lps = malloc((size_t)p->n_parallel * sizeof(float));
+    if (!e->running || !e->logits || !e->g_ids || !e->g_lps) {
         engine_free(e);
         return mx_fail(err, "out of memory");
     }
@@ -152,7 +158,7 @@ void engine_free(engine *e) {
     for (seq *s = e->queue, *n; s; s = n) { n = s->next; seq_free(s); }
     for (seq *s = e->inbox, *n; s; s = n) { n = s->next; seq_free(s); }
     kv_cache_free(e->kv);
-    free(e->running); free(e->logits); free(e->cancels);
+    free(e->running); free(e->logits); free(e->cancels); free(e->g_ids); free(e->g_lps);
     free(e->tok); free(e->pos); free(e->sid); free(e->rope_len); free(e->out_rows);
     free(e->table); free(e->write_rows); free(e->step_seqs);
     pthread_mutex_destroy(&e->mu);
@@ -197,6 +203,11 @@ int64_t engine_submit(engine *e, const engine_request *r, mx_error *err) {
     s->on_finish = r->on_finish;
     s->on_logits = r->on_logits;
     s->user = r->user;
+    const sampling_params *sp = &r->sampling;
+    s->plain_greedy = r->allow_device_sampling && sp->temperature <= 0 && !r->on_logits &&
+                      sp->n_logit_bias == 0 &&
+                      (sp->repeat_penalty == 1.0f || sp->repeat_last_n == 0) &&
+                      sp->presence_penalty == 0 && sp->frequency_penalty == 0;
     s->st.n_prompt = r->n_prompt;
     s->st.t_submit = mx_now();
     kv_seq_init(&s->kv);
@@ -459,10 +470,9 @@ static int seq_append(seq *s, int32_t t) {
     return 0;
 }
 
-static void sample_and_check(engine *e, seq *s, float *logits) {
-    float lp = 0.0f;
-    if (s->on_logits) s->on_logits(s->user, s->id, logits, e->spec->vocab_size);
-    const int32_t t = sampler_sample(s->smp, logits, e->spec->vocab_size, s->tokens, s->n_tokens, &lp);
+/* Appends the sampled token t (logprob lp; t < 0: nothing could be sampled) and runs the
+ * finish checks. */
+static void accept_token(engine *e, seq *s, int32_t t, float lp) {
     if (t < 0) { /* every token banned (logit bias) */
         LOG_ERR("engine: sequence %lld: no token can be sampled (all banned)", (long long)s->id);
         finish(e, s, ENGINE_FINISH_ERROR);
@@ -481,6 +491,13 @@ static void sample_and_check(engine *e, seq *s, float *logits) {
     else if (!s->ignore_eos && is_eos(e, t)) finish(e, s, ENGINE_FINISH_EOS);
     else if (s->max_tokens > 0 && s->n_generated >= s->max_tokens) finish(e, s, ENGINE_FINISH_LENGTH);
     else if (s->n_tokens >= e->p.ctx_size) finish(e, s, ENGINE_FINISH_CONTEXT);
+}
+
+static void sample_and_check(engine *e, seq *s, float *logits) {
+    float lp = 0.0f;
+    if (s->on_logits) s->on_logits(s->user, s->id, logits, e->spec->vocab_size);
+    const int32_t t = sampler_sample(s->smp, logits, e->spec->vocab_size, s->tokens, s->n_tokens, &lp);
+    accept_token(e, s, t, lp);
 }
 
 /* ==== Step ==== */
@@ -506,6 +523,7 @@ int engine_step(engine *e, mx_error *err) {
     }
     if (ensure_step_buffers(e, rows, n * stride)) return mx_fail(err, "out of memory");
     int r = 0, n_out = 0;
+    bool all_greedy = true; /* every sampled sequence is plain greedy */
     uint64_t prefill_rows = 0;
     for (int j = 0; j < n; j++) {
         seq *s = ss[j];
@@ -524,7 +542,10 @@ int engine_step(engine *e, mx_error *err) {
             e->rope_len[r] = s->n_tokens;
             e->write_rows[r] = kv_seq_row(e->kv, &s->kv, from + k);
         }
-        if (from + s->rows == s->n_tokens) e->out_rows[n_out++] = r - 1;
+        if (from + s->rows == s->n_tokens) {
+            e->out_rows[n_out++] = r - 1;
+            all_greedy &= s->plain_greedy;
+        }
         for (int b = 0; b < stride; b++)
             e->table[j * stride + b] = b < s->kv.n_blocks ? s->kv.blocks[b] : 0;
     }
@@ -532,8 +553,13 @@ int engine_step(engine *e, mx_error *err) {
                       .rope_len = e->rope_len, .block_table = e->table, .table_stride = stride,
                       .n_seqs = n, .write_rows = e->write_rows, .n_out = n_out,
                       .out_rows = e->out_rows};
+    /* plain greedy everywhere: the backend picks the tokens on the device (a device backend
+     * then copies 8 bytes per row instead of a row of logits) */
+    const bool dev_greedy = n_out > 0 && all_greedy && model_has_device_greedy(e->m);
     const double t0 = mx_now();
-    if (model_forward(e->m, e->kv, &mb, e->logits, err)) return -1;
+    if (dev_greedy ? model_forward_greedy(e->m, e->kv, &mb, e->g_ids, e->g_lps, err)
+                   : model_forward(e->m, e->kv, &mb, e->logits, err))
+        return -1;
     const double dt = mx_now() - t0;
     e->stats.steps++;
     e->stats.rows += (uint64_t)rows;
@@ -558,7 +584,8 @@ int engine_step(engine *e, mx_error *err) {
             if (sampled) o++;
             continue;
         }
-        if (sampled) sample_and_check(e, s, e->logits + (size_t)o++ * V);
+        if (sampled && dev_greedy) accept_token(e, s, e->g_ids[o], e->g_lps[o]), o++;
+        else if (sampled) sample_and_check(e, s, e->logits + (size_t)o++ * V);
     }
     return engine_has_work(e) ? 1 : 0;
 }

@@ -79,6 +79,10 @@ typedef struct engine_request {
     engine_finish_cb on_finish;
     engine_logits_cb on_logits;
     void *user;
+    /* The caller never asks engine_top_logprobs for this sequence: with plain greedy sampling
+     * (no penalty, bias or logits callback) a device backend may then pick the token on the
+     * device and send only its id and logprob to the host (CUDA). Default false. */
+    bool allow_device_sampling;
 } engine_request;
 
 typedef struct engine engine;

@@ -83,11 +83,14 @@ int kv_cache_new(kv_cache **out, const kv_cache_params *p, const backend_ops *be
     kv->refcount = calloc((size_t)kv->n_units, sizeof(int32_t));
     kv->free_stack = malloc((size_t)kv->n_units * sizeof(int32_t));
     if (!kv->k || !kv->v || !kv->refcount || !kv->free_stack) goto oom;
-    const size_t pool_bytes = (size_t)kv->n_rows * (size_t)p->n_kv_heads * (size_t)p->head_dim * 4;
+    /* the backend picks the element type (CPU: f32 reference; CUDA: bf16) */
+    const mx_dtype kt = be->kv_dtype == MX_BF16 || be->kv_dtype == MX_F16 ? be->kv_dtype : MX_F32;
+    const size_t pool_bytes =
+        (size_t)kv->n_rows * (size_t)p->n_kv_heads * (size_t)p->head_dim * mx_dtype_size(kt);
     for (int l = 0; l < p->n_layers; l++) {
         void *kd = be->alloc(pool_bytes), *vd = be->alloc(pool_bytes);
-        kv->k[l] = mx_tensor_3d(kd, MX_F32, kv->n_rows, p->n_kv_heads, p->head_dim, be->device);
-        kv->v[l] = mx_tensor_3d(vd, MX_F32, kv->n_rows, p->n_kv_heads, p->head_dim, be->device);
+        kv->k[l] = mx_tensor_3d(kd, kt, kv->n_rows, p->n_kv_heads, p->head_dim, be->device);
+        kv->v[l] = mx_tensor_3d(vd, kt, kv->n_rows, p->n_kv_heads, p->head_dim, be->device);
         if (!kd || !vd) {
             kv_cache_free(kv);
             return mx_fail(err, "kv cache: cannot allocate %zu MiB for layer %d (ctx %d, %s)",
@@ -140,7 +143,8 @@ mx_tensor *kv_cache_v(kv_cache *kv, int layer) { return &kv->v[layer]; }
 int kv_cache_table_block(const kv_cache *kv) { return paged(kv) ? kv->p.block_size : kv->p.ctx_size; }
 
 size_t kv_cache_bytes_per_token(const kv_cache *kv) {
-    return (size_t)kv->p.n_layers * 2 * (size_t)kv->p.n_kv_heads * (size_t)kv->p.head_dim * 4;
+    const size_t elt = kv->k && kv->k[0].data ? mx_dtype_size(kv->k[0].dtype) : 4;
+    return (size_t)kv->p.n_layers * 2 * (size_t)kv->p.n_kv_heads * (size_t)kv->p.head_dim * elt;
 }
 
 /* ==== LRU of cached, unreferenced blocks ==== */

@@ -55,7 +55,7 @@ int kv_cache_new(kv_cache **out, const kv_cache_params *p, const backend_ops *be
 void kv_cache_free(kv_cache *kv);
 const kv_cache_params *kv_cache_params_of(const kv_cache *kv);
 
-/* Per-layer pools: [n_phys_rows, n_kv_heads, head_dim] f32. */
+/* Per-layer pools: [n_phys_rows, n_kv_heads, head_dim] in the backend's kv_dtype (CPU f32). */
 mx_tensor *kv_cache_k(kv_cache *kv, int layer);
 mx_tensor *kv_cache_v(kv_cache *kv, int layer);
 /* Block size as seen by attention (block_size, or ctx_size for dense). */

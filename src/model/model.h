@@ -62,6 +62,12 @@ uint64_t model_weight_bytes(const model *m);
 /* Forward over the step batch: writes this step's K/V into the cache, and logits for
  * out_rows into logits [n_out, vocab] (host memory). */
 int model_forward(model *m, kv_cache *kv, const model_batch *b, float *logits, mx_error *err);
+/* Same forward, but the backend picks the greedy token of each out row on the device and only
+ * ids [n_out] and their log-softmax logprobs [n_out] reach the host. Only when
+ * model_has_device_greedy(); the engine uses it when every sampled sequence is plain greedy. */
+int model_forward_greedy(model *m, kv_cache *kv, const model_batch *b, int32_t *ids,
+                         float *logprobs, mx_error *err);
+bool model_has_device_greedy(const model *m);
 
 /* ==== RoPE tables (model_rope.c) ==== */
 /* Rotated dims: head_dim * partial_rotary_factor (even). */

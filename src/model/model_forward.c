@@ -74,7 +74,9 @@ static bool ropes_equal(const mx_rope *a, const mx_rope *b) {
 }
 
 /* ==== Forward ==== */
-int model_forward(model *m, kv_cache *kv, const model_batch *b, float *logits, mx_error *err) {
+/* logits (host [n_out, V]) or, for device greedy sampling, ids + logprobs (host [n_out]). */
+static int forward(model *m, kv_cache *kv, const model_batch *b, float *logits, int32_t *ids,
+                   float *logprobs, mx_error *err) {
     const model_spec *s = &m->spec;
     const backend_ops *be = m->be;
     const int n = b->n_rows, H = s->hidden_size, D = s->head_dim;
@@ -112,66 +114,102 @@ int model_forward(model *m, kv_cache *kv, const model_batch *b, float *logits, m
     if (any_global || same_rope) build_cos_sin(m, &s->rope, b, m->cs_glob);
     if (any_sliding && !same_rope) build_cos_sin(m, &s->rope_local, b, m->cs_loc);
 
-    be->embed(&x, &m->tok_embd, b->tokens, n, s->embed_scale > 0 ? s->embed_scale : 1.0f, false);
-    const float eps = (float)s->rms_norm_eps, off = s->norm_offset;
+    /* A device backend uploads the step's host arrays once here, and for a pure decode step
+     * may replay a captured graph of everything up to step_end instead of the op calls. */
+    bool decode_only = b->n_out == n;
+    for (int i = 0; i < n && decode_only; i++) decode_only = b->out_rows[i] == i && b->seq[i] == i;
+    const mx_step st = {.ab = &ab, .tokens = b->tokens, .n_seqs = b->n_seqs, .n_out = b->n_out,
+                        .out_rows = b->out_rows, .decode_only = decode_only};
+    const int mode = be->step_begin ? be->step_begin(&st, err) : MX_STEP_RUN;
+    if (mode < 0) return -1;
+    int rc = 0;
+    if (mode == MX_STEP_RUN) {
+        be->embed(&x, &m->tok_embd, b->tokens, n, s->embed_scale > 0 ? s->embed_scale : 1.0f, false);
+        const float eps = (float)s->rms_norm_eps, off = s->norm_offset;
 
-    for (int l = 0; l < s->n_layers; l++) {
-        const model_layer *L = &m->layers[l];
-        const bool sliding = s->sliding_window > 0 && s->layer_sliding[l];
-        /* ---- attention ---- */
-        be->rms_norm(&h, &x, &L->attn_norm, eps, off);
-        be->matmul(&q2, &h, &L->wq, &L->bq);
-        be->matmul(&k2, &h, &L->wk, &L->bk);
-        be->matmul(&v2, &h, &L->wv, &L->bv);
-        if (mx_tensor_present(&L->q_norm)) {
-            be->rms_norm(&q, &q, &L->q_norm, eps, off);
-            be->rms_norm(&k, &k, &L->k_norm, eps, off);
-        }
-        const float *cs = sliding && !same_rope ? m->cs_loc : m->cs_glob;
-        if (m->rot_dim > 0) {
-            be->rope(&q, cs, m->rot_dim);
-            be->rope(&k, cs, m->rot_dim);
-        }
-        be->kv_write(kv_cache_k(kv, l), kv_cache_v(kv, l), &k, &v, &ab);
-        mx_attn_params ap = {.n_heads = Hq, .n_kv_heads = Hkv, .head_dim = D,
-                             .scale = s->attn_scale > 0 ? s->attn_scale : 1.0f / sqrtf((float)D),
-                             .softcap = s->attn_softcap, .window = sliding ? s->sliding_window : 0};
-        be->attention(&att, &q, kv_cache_k(kv, l), kv_cache_v(kv, l), &ab, &ap);
-        be->matmul(&o, &att2, &L->wo, &L->bo);
-        if (s->sandwich_norms) be->rms_norm(&o, &o, &L->post_attn_norm, eps, off);
-        be->add(&x, &o);
+        for (int l = 0; l < s->n_layers; l++) {
+            const model_layer *L = &m->layers[l];
+            const bool sliding = s->sliding_window > 0 && s->layer_sliding[l];
+            /* ---- attention ---- */
+            be->rms_norm(&h, &x, &L->attn_norm, eps, off);
+            be->matmul(&q2, &h, &L->wq, &L->bq);
+            be->matmul(&k2, &h, &L->wk, &L->bk);
+            be->matmul(&v2, &h, &L->wv, &L->bv);
+            if (mx_tensor_present(&L->q_norm)) {
+                be->rms_norm(&q, &q, &L->q_norm, eps, off);
+                be->rms_norm(&k, &k, &L->k_norm, eps, off);
+            }
+            const float *cs = sliding && !same_rope ? m->cs_loc : m->cs_glob;
+            if (m->rot_dim > 0) {
+                be->rope(&q, cs, m->rot_dim);
+                be->rope(&k, cs, m->rot_dim);
+            }
+            be->kv_write(kv_cache_k(kv, l), kv_cache_v(kv, l), &k, &v, &ab);
+            mx_attn_params ap = {.n_heads = Hq, .n_kv_heads = Hkv, .head_dim = D,
+                                 .scale = s->attn_scale > 0 ? s->attn_scale : 1.0f / sqrtf((float)D),
+                                 .softcap = s->attn_softcap, .window = sliding ? s->sliding_window : 0};
+            be->attention(&att, &q, kv_cache_k(kv, l), kv_cache_v(kv, l), &ab, &ap);
+            be->matmul(&o, &att2, &L->wo, &L->bo);
+            if (s->sandwich_norms) be->rms_norm(&o, &o, &L->post_attn_norm, eps, off);
+            be->add(&x, &o);
 
-        /* ---- MLP / MoE ---- */
-        be->rms_norm(&h, &x, &L->ffn_norm, eps, off);
-        if (L->moe) {
-            const int E = s->n_experts;
-            mx_tensor rl = mx_tensor_2d(m->rl, MX_F32, n, E, dev);
-            be->matmul(&rl, &h, &L->router, NULL);
-            mx_moe_experts ex = {.gate = L->exp_gate, .up = L->exp_up, .down = L->exp_down};
-            mx_moe_params mp = {.n_experts = E, .top_k = s->n_experts_per_tok,
-                                .norm_topk = s->norm_topk_prob, .activation = (int)s->act};
-            if (be->moe(&o, &h, &rl, &ex, &mp, err)) return mx_wrap(err, "layer %d", l);
-        } else {
-            const int I = s->intermediate_size;
-            mx_tensor g = mx_tensor_2d(m->g, MX_F32, n, I, dev);
-            mx_tensor u = mx_tensor_2d(m->u, MX_F32, n, I, dev);
-            be->matmul(&g, &h, &L->w_gate, NULL);
-            be->matmul(&u, &h, &L->w_up, NULL);
-            be->glu(&g, &g, &u, (int)s->act);
-            be->matmul(&o, &g, &L->w_down, NULL);
+            /* ---- MLP / MoE ---- */
+            be->rms_norm(&h, &x, &L->ffn_norm, eps, off);
+            if (L->moe) {
+                const int E = s->n_experts;
+                mx_tensor rl = mx_tensor_2d(m->rl, MX_F32, n, E, dev);
+                be->matmul(&rl, &h, &L->router, NULL);
+                mx_moe_experts ex = {.gate = L->exp_gate, .up = L->exp_up, .down = L->exp_down};
+                mx_moe_params mp = {.n_experts = E, .top_k = s->n_experts_per_tok,
+                                    .norm_topk = s->norm_topk_prob, .activation = (int)s->act};
+                if (be->moe(&o, &h, &rl, &ex, &mp, err)) {
+                    rc = mx_wrap(err, "layer %d", l);
+                    break; /* step_end still runs: a device backend may be capturing */
+                }
+            } else {
+                const int I = s->intermediate_size;
+                mx_tensor g = mx_tensor_2d(m->g, MX_F32, n, I, dev);
+                mx_tensor u = mx_tensor_2d(m->u, MX_F32, n, I, dev);
+                be->matmul(&g, &h, &L->w_gate, NULL);
+                be->matmul(&u, &h, &L->w_up, NULL);
+                be->glu(&g, &g, &u, (int)s->act);
+                be->matmul(&o, &g, &L->w_down, NULL);
+            }
+            if (s->sandwich_norms) be->rms_norm(&o, &o, &L->post_ffn_norm, eps, off);
+            be->add(&x, &o);
         }
-        if (s->sandwich_norms) be->rms_norm(&o, &o, &L->post_ffn_norm, eps, off);
-        be->add(&x, &o);
+
+        /* ---- head, only for the sampled rows ---- */
+        if (b->n_out > 0 && rc == 0) {
+            mx_tensor xo = mx_tensor_2d(m->xo, MX_F32, b->n_out, H, dev);
+            mx_tensor lo = mx_tensor_2d(m->lo, MX_F32, b->n_out, V, dev);
+            be->gather_rows(&xo, &x, b->out_rows, b->n_out);
+            be->rms_norm(&xo, &xo, &m->out_norm, eps, off);
+            be->matmul(&lo, &xo, &m->lm_head, NULL);
+            if (s->final_softcap > 0) be->softcap(&lo, s->final_softcap);
+        }
     }
-
-    /* ---- head, only for the sampled rows ---- */
-    if (b->n_out <= 0) return 0;
-    mx_tensor xo = mx_tensor_2d(m->xo, MX_F32, b->n_out, H, dev);
-    mx_tensor lo = mx_tensor_2d(m->lo, MX_F32, b->n_out, V, dev);
-    be->gather_rows(&xo, &x, b->out_rows, b->n_out);
-    be->rms_norm(&xo, &xo, &m->out_norm, eps, off);
-    be->matmul(&lo, &xo, &m->lm_head, NULL);
-    if (s->final_softcap > 0) be->softcap(&lo, s->final_softcap);
-    be->copy_to_host(logits, &lo);
-    return 0;
+    if (be->step_end && be->step_end(rc ? NULL : err) && rc == 0) return -1;
+    if (rc) return -1;
+    if (b->n_out > 0) {
+        mx_tensor lo = mx_tensor_2d(m->lo, MX_F32, b->n_out, V, dev);
+        if (ids) {
+            if (be->greedy_rows(ids, logprobs, &lo, err)) return -1;
+        } else {
+            be->copy_to_host(logits, &lo);
+        }
+    }
+    return be->check ? be->check(err) : 0;
 }
+
+int model_forward(model *m, kv_cache *kv, const model_batch *b, float *logits, mx_error *err) {
+    return forward(m, kv, b, logits, NULL, NULL, err);
+}
+
+int model_forward_greedy(model *m, kv_cache *kv, const model_batch *b, int32_t *ids,
+                         float *logprobs, mx_error *err) {
+    if (!m->be->greedy_rows) return mx_fail(err, "backend %s has no device greedy sampling", m->be->name);
+    return forward(m, kv, b, NULL, ids, logprobs, err);
+}
+
+bool model_has_device_greedy(const model *m) { return m->be->greedy_rows != NULL; }

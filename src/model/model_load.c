@@ -191,6 +191,8 @@ int model_bind(model **out, const model_spec *spec, model_weight_fn fn, void *ct
             m->lm_head = m->tok_embd;
         }
     }
+    /* device backends: every weight resident (eager) before the model counts as loaded */
+    if (be->finish_load && be->finish_load(err)) goto fail;
     *out = m;
     return 0;
 fail:

@@ -148,6 +148,7 @@ static void cpu_convert(mx_tensor *dst, const mx_tensor *src) {
 static const backend_ops k_cpu_ops = {
     .name = "cpu",
     .device = MX_DEV_CPU,
+    .kv_dtype = MX_F32,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .upload = cpu_upload,

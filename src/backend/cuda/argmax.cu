@@ -113,3 +113,64 @@ extern "C" int cuda_argmax_f32(const float *logits, int rows, int V, int32_t *ou
     argmax_final_kernel<<<rows, 32, 0, stream>>>(part_v, part_i, nchunks, out);
     return (int)cudaGetLastError();
 }
+
+/* ==== Greedy token + its log-probability, one CTA per row ====
+ * The sampler's greedy contract: NaN counts as -inf, the lowest id wins a tie, the
+ * log-probability is log-softmax of the chosen id (= -log sum exp(x - max)); a row with no
+ * finite logit gives id -1. Pass 1 finds (max, id), pass 2 sums exp(x - max) (fixed order per
+ * thread, fixed tree: reproducible). */
+#define GREEDY_THREADS 1024
+__global__ void __launch_bounds__(GREEDY_THREADS)
+greedy_kernel(const float *__restrict__ logits, int V, int32_t *__restrict__ ids,
+              float *__restrict__ lps) {
+    __shared__ float sv[GREEDY_THREADS / 32];
+    __shared__ int si[GREEDY_THREADS / 32];
+    __shared__ float s_max;
+    __shared__ int s_id;
+    const float *x = logits + (size_t)blockIdx.x * V;
+    float bv = -INFINITY;
+    int bi = ARGMAX_NONE;
+    for (int i = threadIdx.x; i < V; i += GREEDY_THREADS) amax_take(bv, bi, x[i], i);
+    amax_warp(bv, bi);
+    if ((threadIdx.x & 31) == 0) {
+        sv[threadIdx.x >> 5] = bv;
+        si[threadIdx.x >> 5] = bi;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        bv = sv[threadIdx.x];
+        bi = si[threadIdx.x];
+        amax_warp(bv, bi);
+        if (threadIdx.x == 0) {
+            s_max = bv;
+            s_id = bi;
+        }
+    }
+    __syncthreads();
+    const float m = s_max;
+    float sum = 0.f;
+    if (m != -INFINITY)
+        for (int i = threadIdx.x; i < V; i += GREEDY_THREADS) {
+            const float v = x[i];
+            if (v == v && v != -INFINITY) sum += expf(v - m);
+        }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    __syncthreads(); /* sv is reused */
+    if ((threadIdx.x & 31) == 0) sv[threadIdx.x >> 5] = sum;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float tot = 0.f;
+        for (int w = 0; w < GREEDY_THREADS / 32; w++) tot += sv[w];
+        const bool ok = m != -INFINITY && s_id != ARGMAX_NONE;
+        ids[blockIdx.x] = ok ? s_id : -1;
+        lps[blockIdx.x] = ok ? -logf(tot) : -INFINITY;
+    }
+}
+
+extern "C" int cuda_greedy_f32(const float *logits, int rows, int V, int32_t *ids, float *lps,
+                               cudaStream_t stream) {
+    if (!logits || !ids || !lps || rows < 1 || V < 1) return (int)cudaErrorInvalidValue;
+    greedy_kernel<<<rows, GREEDY_THREADS, 0, stream>>>(logits, V, ids, lps);
+    return (int)cudaGetLastError();
+}

@@ -13,7 +13,13 @@
  * No atomics anywhere: for a fixed split count the result is bitwise reproducible, and with
  * num_splits > 0 the splits of a sequence depend only on its own length (batch-invariant).
  * Template parameters: G (query heads per kv head) and D (head_dim); instantiated for
- * D = 128, G in {1, 2, 4, 8}. */
+ * D in {64, 128}, G in {1, 2, 4, 8}.
+ *
+ * The kernel works on 16-token chunks: a table block of block_size tokens (any multiple of
+ * 16, so dense storage's one block of ctx tokens works too) is block_size / 16 chunks.
+ * Row mode (pos != NULL): every row b is one query at position pos[b] of sequence
+ * row_seq[b] (its page-table row), attending to [max(0, pos - window + 1), pos]; this is the
+ * engine's decode step, and also serves any row set correctly. Scores may be soft-capped. */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -22,21 +28,24 @@
 #include "backend/cuda/cuda_ops.h"
 
 #define ATTN_WARPS 4
-#define ATTN_BS 16 /* tokens per KV block (fixed: the loop is unrolled over it) */
+#define ATTN_BS 16 /* tokens per KV chunk (fixed: the loop is unrolled over it) */
 
 /* ==== Phase 1: one split of one (sequence, kv head) ==== */
 
 template <int G, int D>
 __global__ void __launch_bounds__(ATTN_WARPS * 32)
-paged_attn_split_kernel(const uint16_t *__restrict__ q,        /* [B, Hq, D] */
+paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] */
                         const uint16_t *__restrict__ k_cache,  /* [nb, BS, Hkv, D] */
                         const uint16_t *__restrict__ v_cache,  /* [nb, BS, Hkv, D] */
-                        const int32_t *__restrict__ page_table, /* [B, pt_stride] */
-                        const int32_t *__restrict__ seq_lens,   /* [B] */
+                        const int32_t *__restrict__ page_table, /* [n_seqs, pt_stride] */
+                        const int32_t *__restrict__ seq_lens,   /* [B] (pos == NULL) */
+                        const int32_t *__restrict__ pos,        /* [B] or NULL */
+                        const int32_t *__restrict__ row_seq,    /* [B] or NULL (= b) */
                         void *__restrict__ o, int o_bf16,       /* [B, Hq, D] when 1 split */
                         float *__restrict__ part_o,             /* [B, Hq, S, D] */
                         float *__restrict__ part_lse,           /* [B, Hq, S] */
-                        int Hkv, int pt_stride, float qscale) {
+                        int Hkv, int pt_stride, int cpb, int window, float qscale,
+                        float cap2) {
     constexpr int LPT = D / 8;       /* lanes per token */
     constexpr int TPW = 32 / LPT;    /* tokens per warp load */
     constexpr int J = ATTN_BS / TPW; /* loads per lane per block, for K and for V each */
@@ -51,15 +60,18 @@ paged_attn_split_kernel(const uint16_t *__restrict__ q,        /* [B, Hq, D] */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int sub = lane / LPT, dl = lane % LPT; /* token within the pair, dim group */
 
-    const int len = seq_lens[b];
+    const int len = pos ? pos[b] + 1 : seq_lens[b];
+    const int start = window > 0 && len - window > 0 ? len - window : 0; /* first visible key */
     const int nblk = (len + ATTN_BS - 1) / ATTN_BS;
-    const int bps = (nblk + S - 1) / S;
-    const int blk_begin = split * bps, blk_end = min(nblk, blk_begin + bps);
+    const int blk0 = start / ATTN_BS;
+    const int bps = (nblk - blk0 + S - 1) / S;
+    const int blk_begin = blk0 + split * bps, blk_end = min(nblk, blk_begin + bps);
 
     float qf[G][8];
 #pragma unroll
     for (int g = 0; g < G; g++) {
-        bf16x8_to_f32(*(const uint4 *)(q + ((size_t)b * Hq + h * G + g) * D + dl * 8), qf[g]);
+        const size_t qo = ((size_t)b * Hq + h * G + g) * D + dl * 8;
+        load8_any(q, !q_f32, qo, qf[g]);
 #pragma unroll
         for (int e = 0; e < 8; e++) qf[g][e] *= qscale;
     }
@@ -73,13 +85,14 @@ paged_attn_split_kernel(const uint16_t *__restrict__ q,        /* [B, Hq, D] */
         for (int e = 0; e < 8; e++) acc[g][e] = 0.f;
     }
 
-    const int32_t *pt = page_table + (size_t)b * pt_stride;
+    const int32_t *pt = page_table + (size_t)(pos && row_seq ? row_seq[b] : b) * pt_stride;
     int pt_reg = 0; /* lane i holds the block id of this warp's i-th upcoming block */
     int it = 0;
     for (int bi = blk_begin + warp; bi < blk_end; bi += ATTN_WARPS, it++) {
         if ((it & 31) == 0) {
+            /* chunk bb of 16 tokens: chunk bb % cpb of table block bb / cpb */
             const int bb = bi + ATTN_WARPS * lane;
-            pt_reg = bb < blk_end ? pt[bb] : 0;
+            pt_reg = bb < blk_end ? pt[bb / cpb] * cpb + bb % cpb : 0;
         }
         const size_t phys = (size_t)__shfl_sync(0xffffffffu, pt_reg, it & 31);
         const int tok0 = bi * ATTN_BS;
@@ -92,7 +105,7 @@ paged_attn_split_kernel(const uint16_t *__restrict__ q,        /* [B, Hq, D] */
             for (int j = 0; j < JT; j++) {
                 const int row = (jt + j) * TPW + sub;
                 const size_t off = ((phys * ATTN_BS + row) * Hkv + h) * D + dl * 8;
-                const bool ok = tok0 + row < len;
+                const bool ok = tok0 + row < len && tok0 + row >= start;
                 kr[j] = ok ? ldg_stream16(k_cache + off) : make_uint4(0, 0, 0, 0);
                 vr[j] = ok ? ldg_stream16(v_cache + off) : make_uint4(0, 0, 0, 0);
             }
@@ -118,22 +131,32 @@ paged_attn_split_kernel(const uint16_t *__restrict__ q,        /* [B, Hq, D] */
 #pragma unroll
                     for (int g = 0; g < G; g++)
                         s[j][g] += __shfl_xor_sync(0xffffffffu, s[j][g], o2);
+            /* soft-capping in the log2 domain: cap2 = cap * log2 e */
+            if (cap2 > 0.f) {
+#pragma unroll
+                for (int j = 0; j < JT; j++)
+#pragma unroll
+                    for (int g = 0; g < G; g++) s[j][g] = cap2 * tanhf(s[j][g] / cap2);
+            }
 
-            /* Online softmax, one rescale per sub-tile. Row 0 of a block is always < len,
-             * so the first sub-tile's max is finite: m is never -inf after it. */
+            /* Online softmax, one rescale per sub-tile. A sub-tile can be fully masked (before
+             * the window start): m stays -inf, and -inf - -inf is kept out of exp2. */
 #pragma unroll
             for (int g = 0; g < G; g++) {
                 float mt = -INFINITY;
 #pragma unroll
                 for (int j = 0; j < JT; j++) {
-                    if (tok0 + (jt + j) * TPW + sub >= len) s[j][g] = -INFINITY;
+                    const int t = tok0 + (jt + j) * TPW + sub;
+                    if (t >= len || t < start) s[j][g] = -INFINITY;
                     mt = fmaxf(mt, s[j][g]);
                 }
 #pragma unroll
                 for (int o2 = LPT; o2 < 32; o2 <<= 1)
                     mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, o2));
                 const float mn = fmaxf(m[g], mt);
-                const float alpha = exp2f(m[g] - mn); /* 0 on the first block (m = -inf) */
+                /* 0 on the first live sub-tile (m = -inf); 1 while everything is masked */
+                const float alpha = m[g] == -INFINITY ? (mn == -INFINITY ? 1.f : 0.f)
+                                                      : exp2f(m[g] - mn);
                 m[g] = mn;
                 l[g] *= alpha;
 #pragma unroll
@@ -145,7 +168,8 @@ paged_attn_split_kernel(const uint16_t *__restrict__ q,        /* [B, Hq, D] */
                 bf16x8_to_f32(vr[j], vf);
 #pragma unroll
                 for (int g = 0; g < G; g++) {
-                    const float p = exp2f(s[j][g] - m[g]); /* masked: exp2(-inf) = 0 */
+                    /* masked: exp2(-inf) = 0; m = -inf only while all is masked */
+                    const float p = m[g] == -INFINITY ? 0.f : exp2f(s[j][g] - m[g]);
                     l[g] += p;
 #pragma unroll
                     for (int e = 0; e < 8; e++) acc[g][e] = fmaf(p, vf[e], acc[g][e]);
@@ -186,7 +210,7 @@ paged_attn_split_kernel(const uint16_t *__restrict__ q,        /* [B, Hq, D] */
         if (M != -INFINITY) {
 #pragma unroll
             for (int w = 0; w < ATTN_WARPS; w++) {
-                const float c = exp2f(sm_m[w][g] - M);
+                const float c = sm_m[w][g] == -INFINITY ? 0.f : exp2f(sm_m[w][g] - M);
                 L = fmaf(sm_l[w][g], c, L);
                 A = fmaf(sm_acc[w][g][d], c, A);
             }
@@ -218,7 +242,7 @@ paged_attn_merge_kernel(const float *__restrict__ part_o, const float *__restric
         float W = 0.f, A = 0.f;
         if (M != -INFINITY) {
             for (int s = 0; s < S; s++) {
-                const float c = exp2f(lse[s] - M);
+                const float c = lse[s] == -INFINITY ? 0.f : exp2f(lse[s] - M);
                 W += c;
                 A = fmaf(c, part_o[(hq * S + s) * D + d], A);
             }
@@ -256,28 +280,31 @@ extern "C" int cuda_paged_attn_splits(const cuda_paged_attn_args *a) {
             s_sm_count = sms;
         }
         const long ctas = (long)a->B * a->n_kv_heads;
-        const int max_blk = (a->max_seq_len + a->block_size - 1) / a->block_size;
+        const int max_blk = (a->max_seq_len + ATTN_BS - 1) / ATTN_BS;
         S = (int)((2L * s_sm_count + ctas - 1) / ctas);
         S = min(S, max(1, max_blk / ATTN_WARPS));
     }
     return max(1, min(S, CUDA_ATTN_MAX_SPLITS));
 }
 
-template <int G>
+template <int G, int D>
 static void attn_launch(const cuda_paged_attn_args *a, int S, float *part_o, float *part_lse,
                         cudaStream_t stream) {
     const dim3 grid(S, a->n_kv_heads, a->B);
-    const float qscale = a->scale * 1.4426950408889634f; /* log2 e: softmax via exp2 */
-    paged_attn_split_kernel<G, 128><<<grid, ATTN_WARPS * 32, 0, stream>>>(
-        a->q, a->k_cache, a->v_cache, a->page_table, a->seq_lens, a->o,
-        a->o_dtype == CUDA_OPS_BF16, part_o, part_lse, a->n_kv_heads, a->pt_stride, qscale);
+    const float log2e = 1.4426950408889634f; /* softmax via exp2 */
+    paged_attn_split_kernel<G, D><<<grid, ATTN_WARPS * 32, 0, stream>>>(
+        a->q, a->q_f32, a->k_cache, a->v_cache, a->page_table, a->seq_lens, a->pos, a->row_seq,
+        a->o, a->o_dtype == CUDA_OPS_BF16, part_o, part_lse, a->n_kv_heads, a->pt_stride,
+        a->block_size / ATTN_BS, a->window, a->scale * log2e,
+        a->softcap > 0.f ? a->softcap * log2e : 0.f);
 }
 
 extern "C" int cuda_paged_decode_attn(const cuda_paged_attn_args *a, cudaStream_t stream) {
-    if (!a || a->B < 1 || a->head_dim != 128 || a->block_size != ATTN_BS || a->n_kv_heads < 1 ||
+    if (!a || a->B < 1 || (a->head_dim != 128 && a->head_dim != 64) || a->block_size < ATTN_BS ||
+        a->block_size % ATTN_BS != 0 || a->n_kv_heads < 1 || a->window < 0 ||
         a->n_q_heads < 1 || a->n_q_heads % a->n_kv_heads != 0 || a->pt_stride < 1 ||
         a->max_seq_len < 1 || !a->q || !a->k_cache || !a->v_cache || !a->page_table ||
-        !a->seq_lens || !a->o || (a->o_dtype != CUDA_OPS_F32 && a->o_dtype != CUDA_OPS_BF16) ||
+        (!a->seq_lens && !a->pos) || !a->o || (a->o_dtype != CUDA_OPS_F32 && a->o_dtype != CUDA_OPS_BF16) ||
         ((uintptr_t)a->q & 15) || ((uintptr_t)a->k_cache & 15) || ((uintptr_t)a->v_cache & 15))
         return (int)cudaErrorInvalidValue;
     const int G = a->n_q_heads / a->n_kv_heads;
@@ -292,11 +319,20 @@ extern "C" int cuda_paged_decode_attn(const cuda_paged_attn_args *a, cudaStream_
         const size_t o_bytes = (size_t)a->B * a->n_q_heads * S * a->head_dim * sizeof(float);
         part_lse = (float *)((char *)a->workspace + align16(o_bytes));
     }
-    switch (G) {
-    case 1: attn_launch<1>(a, S, part_o, part_lse, stream); break;
-    case 2: attn_launch<2>(a, S, part_o, part_lse, stream); break;
-    case 4: attn_launch<4>(a, S, part_o, part_lse, stream); break;
-    default: attn_launch<8>(a, S, part_o, part_lse, stream); break;
+    if (a->head_dim == 128) {
+        switch (G) {
+        case 1: attn_launch<1, 128>(a, S, part_o, part_lse, stream); break;
+        case 2: attn_launch<2, 128>(a, S, part_o, part_lse, stream); break;
+        case 4: attn_launch<4, 128>(a, S, part_o, part_lse, stream); break;
+        default: attn_launch<8, 128>(a, S, part_o, part_lse, stream); break;
+        }
+    } else {
+        switch (G) {
+        case 1: attn_launch<1, 64>(a, S, part_o, part_lse, stream); break;
+        case 2: attn_launch<2, 64>(a, S, part_o, part_lse, stream); break;
+        case 4: attn_launch<4, 64>(a, S, part_o, part_lse, stream); break;
+        default: attn_launch<8, 64>(a, S, part_o, part_lse, stream); break;
+        }
     }
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess || S == 1) return (int)e;

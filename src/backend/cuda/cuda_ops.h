@@ -27,6 +27,19 @@ enum { CUDA_OPS_F32 = 0, CUDA_OPS_BF16 = 1 };
  * Needs K % 8 == 0 and W, x 16-byte aligned; 1 <= rows <= 8. */
 int cuda_gemv_bf16(const uint16_t *W, const void *x, int x_dtype, void *y, int y_dtype,
                    int rows, int N, int K, cudaStream_t stream);
+/* Several weights sharing x and K in one launch (Q/K/V, gate/up): segment i computes
+ * y[i][r, n] = sum_k x[r, k] * W[i][n, k] for n < N[i]; y[i] rows have stride N[i].
+ * cta0 is filled by the launcher. */
+#define CUDA_GEMV_MAX_SEGS 3
+typedef struct cuda_gemv_segs {
+    const uint16_t *W[CUDA_GEMV_MAX_SEGS];
+    void *y[CUDA_GEMV_MAX_SEGS];
+    int N[CUDA_GEMV_MAX_SEGS];
+    int cta0[CUDA_GEMV_MAX_SEGS];
+    int n;
+} cuda_gemv_segs;
+int cuda_gemv_bf16_multi(const cuda_gemv_segs *segs, const void *x, int x_dtype, int y_dtype,
+                         int rows, int K, cudaStream_t stream);
 
 /* ==== RMSNorm: y[r, :] = x[r, :] * rsqrt(mean(x[r, :]^2) + eps) * (w + offset) ====
  * x: [rows, H] (x_dtype), w: [H] bf16, y: [rows, H] (y_dtype), fp32 accumulation.
@@ -75,11 +88,17 @@ void cuda_rope_default_inv_freq(float *inv_freq, int head_dim, float theta);
  * size (fills the SMs; results then depend on the batch shape, still reproducible run to
  * run). deterministic != 0 with num_splits == 0 means CUDA_ATTN_DET_SPLITS.
  * Workspace: cuda_paged_attn_workspace_bytes(B, Hq, D, max splits) bytes, 16-aligned.
- * Supported: head_dim 128, block_size 16, Hq / Hkv in {1, 2, 4, 8}. */
+ * Supported: head_dim 64 or 128, block_size a multiple of 16 (dense storage: the slot size),
+ * Hq / Hkv in {1, 2, 4, 8}.
+ * Row mode (pos != NULL, the engine's form): row b is one query at position pos[b] of the
+ * sequence whose page-table row is row_seq[b] (NULL: b); it attends to keys
+ * [max(0, pos - window + 1), pos] (window 0: all); seq_lens is then unused. q may be fp32
+ * (q_f32 = 1). softcap > 0: scores = softcap * tanh(scores / softcap). Zero-initialised new
+ * fields give the original behaviour. */
 #define CUDA_ATTN_DET_SPLITS 16
 #define CUDA_ATTN_MAX_SPLITS 128
 typedef struct cuda_paged_attn_args {
-    const uint16_t *q;                        /* [B, Hq, D] bf16 */
+    const void *q;                            /* [B, Hq, D] bf16 (or fp32, q_f32) */
     const uint16_t *k_cache, *v_cache;        /* [n_blocks, block_size, Hkv, D] bf16 */
     const int32_t *page_table;                /* [B, pt_stride] */
     const int32_t *seq_lens;                  /* [B], each in [1, pt_stride * block_size] */
@@ -92,6 +111,11 @@ typedef struct cuda_paged_attn_args {
     float scale;                              /* usually 1 / sqrt(head_dim) */
     int num_splits;                           /* 0 = auto */
     int deterministic;
+    const int32_t *pos;                       /* [B] row mode, or NULL */
+    const int32_t *row_seq;                   /* [B] page-table row per query (row mode) */
+    int q_f32;                                /* q is fp32 [B, Hq, D] */
+    int window;                               /* 0 = none */
+    float softcap;                            /* 0 = none */
 } cuda_paged_attn_args;
 size_t cuda_paged_attn_workspace_bytes(int B, int n_q_heads, int head_dim, int max_splits);
 /* The split count a call with these arguments would use (for logs, tuning and tests). */
@@ -103,6 +127,11 @@ int cuda_paged_decode_attn(const cuda_paged_attn_args *a, cudaStream_t stream);
  * Workspace: cuda_argmax_workspace_bytes(rows) bytes. Needs V >= 1. */
 size_t cuda_argmax_workspace_bytes(int rows);
 int cuda_argmax_f32(const float *logits, int rows, int V, int32_t *out, void *workspace,
+                    cudaStream_t stream);
+
+/* ==== Greedy sampling on the device: ids [rows] and log-softmax of the chosen id ====
+ * NaN counts as -inf, lowest id wins ties, a row without a finite logit gives id -1. */
+int cuda_greedy_f32(const float *logits, int rows, int V, int32_t *ids, float *lps,
                     cudaStream_t stream);
 
 #ifdef __cplusplus

@@ -12,7 +12,11 @@
  * Lane partial sums are reduced by warp shuffles; no atomics, so results are reproducible.
  *
  * Template parameters are compile-time only: R in {1, 2, 4, 8} (rows round up, missing rows
- * read zeros and are not written) and the x dtype: 8 instantiations. */
+ * read zeros and are not written) and the x dtype: 8 instantiations.
+ *
+ * Segments: up to CUDA_GEMV_MAX_SEGS weights that share x and K (Q/K/V, gate/up) run as one
+ * launch: the grid is the concatenation of each segment's CTAs, so small matrices (K/V
+ * projections of 1024 rows) no longer leave most SMs idle, and two launches are saved. */
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -63,14 +67,27 @@ __device__ __forceinline__ void gemv_x8(const uint16_t *xs, float f[8]) {
 
 template <int R, typename XT>
 __global__ void __launch_bounds__(256, 1)
-gemv_bf16_kernel(const uint16_t *__restrict__ W, /* [N, K] */
+gemv_bf16_kernel(cuda_gemv_segs segs,           /* W [N, K] -> y [rows, N] per segment */
                  const XT *__restrict__ x,       /* [rows, K] */
-                 void *__restrict__ y,           /* [rows, N] */
-                 int y_bf16, int rows, int N, int K, int KC) {
+                 int y_bf16, int rows, int K, int KC) {
     extern __shared__ uint4 gemv_smem[]; /* [2][R][KC] XT, or [R][KC] with one chunk */
     XT *xbuf = (XT *)gemv_smem;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int n0 = (blockIdx.x * (blockDim.x >> 5) + warp) * GEMV_RPW;
+    /* this CTA's segment: CTAs [cta0[s], cta0[s + 1]) belong to segment s */
+    /* (compile-time indices only: a run-time index into the parameter struct would copy it
+     * to local memory) */
+    const uint16_t *W = segs.W[0];
+    void *y = segs.y[0];
+    int N = segs.N[0], c0 = 0;
+#pragma unroll
+    for (int i = 1; i < CUDA_GEMV_MAX_SEGS; i++)
+        if (i < segs.n && (int)blockIdx.x >= segs.cta0[i]) {
+            W = segs.W[i];
+            y = segs.y[i];
+            N = segs.N[i];
+            c0 = segs.cta0[i];
+        }
+    const int n0 = (((int)blockIdx.x - c0) * (blockDim.x >> 5) + warp) * GEMV_RPW;
     const int nchunks = (K + KC - 1) / KC;
 
     float acc[GEMV_RPW][R];
@@ -154,8 +171,8 @@ gemv_bf16_kernel(const uint16_t *__restrict__ W, /* [N, K] */
 /* ==== Launcher ==== */
 
 template <int R, typename XT>
-static int gemv_launch(const uint16_t *W, const XT *x, void *y, int y_bf16, int rows, int N,
-                       int K, cudaStream_t stream) {
+static int gemv_launch(cuda_gemv_segs segs, const XT *x, int y_bf16, int rows, int K,
+                       cudaStream_t stream) {
     static int s_sm_count = 0, s_smem_set = 0;
     if (!s_sm_count) {
         int dev = 0, sms = 0;
@@ -185,32 +202,51 @@ static int gemv_launch(const uint16_t *W, const XT *x, void *y, int y_bf16, int 
     }
     /* 8 warps per CTA unless that leaves fewer than two CTAs per SM (N = 4096: 4 warps,
      * 256 CTAs): x staging is per CTA, so smaller CTAs cost L2 reads, not HBM bytes. */
+    int n_total = 0;
+    for (int i = 0; i < segs.n; i++) n_total += segs.N[i];
     int warps = 8;
-    if ((N + 8 * GEMV_RPW - 1) / (8 * GEMV_RPW) < 2 * s_sm_count) warps = 4;
+    if ((n_total + 8 * GEMV_RPW - 1) / (8 * GEMV_RPW) < 2 * s_sm_count) warps = 4;
     const int rows_per_cta = warps * GEMV_RPW;
-    const int grid = (N + rows_per_cta - 1) / rows_per_cta;
-    gemv_bf16_kernel<R, XT><<<grid, warps * 32, smem, stream>>>(W, x, y, y_bf16, rows, N, K, KC);
+    int grid = 0;
+    for (int i = 0; i < segs.n; i++) {
+        segs.cta0[i] = grid;
+        grid += (segs.N[i] + rows_per_cta - 1) / rows_per_cta;
+    }
+    gemv_bf16_kernel<R, XT><<<grid, warps * 32, smem, stream>>>(segs, x, y_bf16, rows, K, KC);
     return (int)cudaGetLastError();
 }
 
 template <typename XT>
-static int gemv_dispatch(const uint16_t *W, const XT *x, void *y, int y_bf16, int rows, int N,
-                         int K, cudaStream_t stream) {
-    if (rows == 1) return gemv_launch<1, XT>(W, x, y, y_bf16, rows, N, K, stream);
-    if (rows == 2) return gemv_launch<2, XT>(W, x, y, y_bf16, rows, N, K, stream);
-    if (rows <= 4) return gemv_launch<4, XT>(W, x, y, y_bf16, rows, N, K, stream);
-    return gemv_launch<8, XT>(W, x, y, y_bf16, rows, N, K, stream);
+static int gemv_dispatch(const cuda_gemv_segs &segs, const XT *x, int y_bf16, int rows, int K,
+                         cudaStream_t stream) {
+    if (rows == 1) return gemv_launch<1, XT>(segs, x, y_bf16, rows, K, stream);
+    if (rows == 2) return gemv_launch<2, XT>(segs, x, y_bf16, rows, K, stream);
+    if (rows <= 4) return gemv_launch<4, XT>(segs, x, y_bf16, rows, K, stream);
+    return gemv_launch<8, XT>(segs, x, y_bf16, rows, K, stream);
+}
+
+extern "C" int cuda_gemv_bf16_multi(const cuda_gemv_segs *segs, const void *x, int x_dtype,
+                                    int y_dtype, int rows, int K, cudaStream_t stream) {
+    if (!segs || segs->n < 1 || segs->n > CUDA_GEMV_MAX_SEGS || rows < 1 || rows > 8 || K < 8 ||
+        K % 8 != 0 || !x || ((uintptr_t)x & 15) ||
+        (x_dtype != CUDA_OPS_F32 && x_dtype != CUDA_OPS_BF16) ||
+        (y_dtype != CUDA_OPS_F32 && y_dtype != CUDA_OPS_BF16))
+        return (int)cudaErrorInvalidValue;
+    for (int i = 0; i < segs->n; i++)
+        if (!segs->W[i] || !segs->y[i] || segs->N[i] < 1 || ((uintptr_t)segs->W[i] & 15))
+            return (int)cudaErrorInvalidValue;
+    const int y_bf16 = y_dtype == CUDA_OPS_BF16;
+    if (x_dtype == CUDA_OPS_BF16)
+        return gemv_dispatch<uint16_t>(*segs, (const uint16_t *)x, y_bf16, rows, K, stream);
+    return gemv_dispatch<float>(*segs, (const float *)x, y_bf16, rows, K, stream);
 }
 
 extern "C" int cuda_gemv_bf16(const uint16_t *W, const void *x, int x_dtype, void *y, int y_dtype,
                               int rows, int N, int K, cudaStream_t stream) {
-    if (rows < 1 || rows > 8 || N < 1 || K < 8 || K % 8 != 0 || !W || !x || !y ||
-        ((uintptr_t)W & 15) || ((uintptr_t)x & 15) ||
-        (x_dtype != CUDA_OPS_F32 && x_dtype != CUDA_OPS_BF16) ||
-        (y_dtype != CUDA_OPS_F32 && y_dtype != CUDA_OPS_BF16))
-        return (int)cudaErrorInvalidValue;
-    const int y_bf16 = y_dtype == CUDA_OPS_BF16;
-    if (x_dtype == CUDA_OPS_BF16)
-        return gemv_dispatch<uint16_t>(W, (const uint16_t *)x, y, y_bf16, rows, N, K, stream);
-    return gemv_dispatch<float>(W, (const float *)x, y, y_bf16, rows, N, K, stream);
+    cuda_gemv_segs segs = {};
+    segs.n = 1;
+    segs.W[0] = W;
+    segs.y[0] = y;
+    segs.N[0] = N;
+    return cuda_gemv_bf16_multi(&segs, x, x_dtype, y_dtype, rows, K, stream);
 }

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Here (the build machine): builds mlxcel and the GPU test binary with CUDA and packs them,
+# with the host libraries the GPU image lacks (jansson, pcre2, utf8proc, xxhash, OpenBLAS,
+# libgomp/libgfortran...), into .carry/dev/ for bench/run_device.sh on the GPU machine.
+#
+#   bash bench/pack_device.sh          # ~2 min on 2 cores; then carry .carry/dev (~50 MB)
+#
+# cuBLASLt and the CUDA driver are NOT packed: the GPU machine has them (CUDA tree or the
+# nvidia-cublas wheel; run_device.sh finds libcublasLt.so.13). glibc and libstdc++ are not
+# packed either (the GPU image's are newer than Debian 12's, so binaries built here run there).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build-cuda}
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLXCEL_CUDA=ON >/dev/null
+cmake --build "$BUILD" --target mlxcel test_cuda -j "${JOBS:-2}"
+rm -rf .carry/dev
+mkdir -p .carry/dev/lib
+cp "$BUILD/mlxcel" "$BUILD/tests/gpu/test_cuda" .carry/dev/
+for bin in .carry/dev/mlxcel .carry/dev/test_cuda; do
+  ldd "$bin" | awk '$3 ~ /^\// { print $3 }'
+done | sort -u | while read -r lib; do
+  case "$(basename "$lib")" in
+    libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libstdc++.so*|libgcc_s.so*|libcublasLt.so*|libcuda.so*) ;;
+    *) cp -L "$lib" .carry/dev/lib/ ;;
+  esac
+done
+git rev-parse --short HEAD > .carry/dev/COMMIT 2>/dev/null || echo unknown > .carry/dev/COMMIT
+du -sh .carry/dev
+ls -la .carry/dev .carry/dev/lib

@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: binaries check, GPU tests, synthetic real-size checkpoints,
+# `mlxcel bench` on them, transformers' own generate() on the same weights, top-1 agreement;
+# results (date, commit, device) into $OUT; the short table is printed last.
+#
+#   here:        bash bench/pack_device.sh                 # builds + packs .carry/dev
+#   GPU machine: bash bench/run_device.sh                  # carry: .carry/dev
+#
+# Environment (defaults):
+#   SHAPES="llama-3.2-1b llama-3.1-8b"   any of llama-3.2-1b llama-3.1-8b qwen3-8b qwen3-30b-a3b
+#                                        (qwen3-30b-a3b is 61 GB: run it alone; ~6 min)
+#   BATCH=1,8,32  REPEAT=3  PROMPT=512  GEN=128  PREFILL_LONG=2048
+#   SKIP_TESTS=0  SKIP_HF=0  KEEP=0 (1: keep the checkpoints in $WORK)  BUDGET=540 (seconds;
+#   stages that would start later are skipped and say so)  WORK=/tmp/mlxcel-dev
+# Output ($OUT, at most 3 files come back): <date>-<commit>-<tag>.json, the same .md, and
+# logs-<tag>.tgz with every log. Copy the first two into bench/results/.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+T0=$SECONDS
+OUT=${OUT:-/tmp/mlxcel-out}
+WORK=${WORK:-/tmp/mlxcel-dev}
+SHAPES=${SHAPES:-"llama-3.2-1b llama-3.1-8b"}
+BATCH=${BATCH:-1,8,32}
+REPEAT=${REPEAT:-3}
+PROMPT=${PROMPT:-512}
+GEN=${GEN:-128}
+PREFILL_LONG=${PREFILL_LONG:-2048}
+BUDGET=${BUDGET:-540}
+PY=${PYTHON:-python3}
+mkdir -p "$OUT" "$WORK/logs" "$WORK/res"
+LOG=$WORK/logs
+RES=$WORK/res
+TAG=$(echo "$SHAPES" | tr ' ' '+')
+COMMIT=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || cat .carry/dev/COMMIT 2>/dev/null || echo unknown)}
+DATE=$(date -u +%Y-%m-%d)
+left() { echo $((BUDGET - (SECONDS - T0))); }
+stage() { echo "== [$((SECONDS - T0)) s] $*"; }
+# a stage never gets less than 10 s (timeout 0 would mean no limit)
+tl() { local l=$(left); [ "$l" -lt 10 ] && l=10; echo "$l"; }
+exec > >(tee -a "$LOG/run.log") 2>&1
+
+# ==== Device and libraries ====
+stage "run_device.sh $DATE commit $COMMIT shapes: $SHAPES"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem,clocks.max.sm,power.draw,temperature.gpu \
+  --format=csv > "$LOG/nvidia-smi.csv" 2>&1 || echo "(nvidia-smi unavailable)" > "$LOG/nvidia-smi.csv"
+cat "$LOG/nvidia-smi.csv"
+find_cublaslt() {
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+    [ -e "$d/libcublasLt.so.13" ] && { echo "$d"; return; }
+  done
+  "$PY" - <<'PY' 2>/dev/null
+import glob, os, site
+for p in site.getsitepackages():
+    for f in glob.glob(os.path.join(p, "nvidia", "**", "libcublasLt.so.13*"), recursive=True):
+        print(os.path.dirname(f)); raise SystemExit
+PY
+}
+LTDIR=$(find_cublaslt)
+export LD_LIBRARY_PATH="$ROOT/.carry/dev/lib${LTDIR:+:$LTDIR}:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+runnable() { [ -x "$1" ] && ! ldd "$1" 2>/dev/null | grep -q "not found"; }
+MLX=.carry/dev/mlxcel
+TESTBIN=.carry/dev/test_cuda
+if ! runnable "$MLX"; then
+  stage "carried binaries missing or not loadable; building here with CMake"
+  if cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLXCEL_CUDA=ON > "$LOG/build.log" 2>&1 &&
+     cmake --build build-dev --target mlxcel test_cuda -j "$(nproc)" >> "$LOG/build.log" 2>&1; then
+    MLX=build-dev/mlxcel
+    TESTBIN=build-dev/tests/gpu/test_cuda
+  else
+    tail -20 "$LOG/build.log"
+    echo "FATAL: no runnable mlxcel (run bench/pack_device.sh on the build machine and carry .carry/dev)"
+    exit 2
+  fi
+fi
+ldd "$MLX" > "$LOG/ldd.txt" 2>&1
+# build check with this machine's nvcc: every kernel file compiles (-Werror), in parallel
+NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+if [ -x "$NVCC" ] && [ "${SKIP_NVCC_CHECK:-0}" != 1 ]; then
+  stage "nvcc build check ($("$NVCC" --version | tail -1))"
+  mkdir -p "$WORK/obj"
+  if ls src/backend/cuda/*.cu | xargs -P "$(nproc)" -I{} sh -c \
+      '"$0" -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=compute_90 \
+       -Werror=all-warnings -Xptxas -v -Isrc -c {} -o "$1/obj/$(basename {}).o" 2>> "$1/logs/nvcc.log"' \
+      "$NVCC" "$WORK"; then echo "nvcc: all kernel files compile"; else echo "nvcc: FAILED (see nvcc.log)"; fi
+  grep -E "bytes stack frame" "$LOG/nvcc.log" | grep -v "^ *0 bytes stack" | sort | uniq -c | head -5
+fi
+# SASS sanity: tensor-core MMAs in the flash kernel, 128-bit loads in the GEMV, no local memory
+if command -v cuobjdump >/dev/null; then
+  cuobjdump --dump-sass "$MLX" > "$LOG/mlxcel.sass" 2>/dev/null
+  awk '/Function :/ { if (fn) printf "  %-60.60s HMMA %4d LDG.128 %4d LDSM %3d LDL/STL %d\n", fn, m, w, s, l;
+                      fn = $3; m = 0; w = 0; s = 0; l = 0 }
+       /HMMA/ { m++ } /LDG[.A-Z0-9]*\.128/ { w++ } /LDSM/ { s++ } /[^A-Za-z_](LDL|STL)[. ]/ { l++ }
+       END { if (fn) printf "  %-60.60s HMMA %4d LDG.128 %4d LDSM %3d LDL/STL %d\n", fn, m, w, s, l }' \
+    "$LOG/mlxcel.sass" | grep -E "flash|gemv|attn|moe" | head -30
+fi
+echo "mlxcel: $MLX, cuBLASLt from ${LTDIR:-the default path}"
+
+# ==== GPU tests: default, deterministic, without graphs ====
+TESTS="skipped"
+if [ "${SKIP_TESTS:-0}" != 1 ]; then
+  stage "GPU tests (ops vs CPU, end to end), 3 configurations"
+  timeout 150 "$TESTBIN" "$ROOT" > "$LOG/tests.log" 2>&1; rc1=$?
+  MLXCEL_SDPA_DETERMINISTIC=1 timeout 100 "$TESTBIN" "$ROOT" > "$LOG/tests_det.log" 2>&1; rc2=$?
+  MLX_CUDA_GRAPH_CACHE_SIZE=0 timeout 100 "$TESTBIN" "$ROOT" > "$LOG/tests_nograph.log" 2>&1; rc3=$?
+  grep -E "^(FAIL|device)" "$LOG/tests.log" | head -40
+  tail -1 "$LOG/tests.log"
+  same=yes
+  diff <(grep '^tokens ' "$LOG/tests.log") <(grep '^tokens ' "$LOG/tests_nograph.log") > "$LOG/graph_vs_eager.diff" || same=NO
+  echo "graph replay vs eager tokens identical: $same"
+  TESTS="default rc $rc1 ($(tail -1 "$LOG/tests.log")); deterministic rc $rc2; no graphs rc $rc3; graph==eager tokens: $same"
+fi
+
+# ==== Per shape: synthetic checkpoint, mlxcel bench, transformers, agreement ====
+for shape in $SHAPES; do
+  dir=$WORK/$shape
+  if [ "$(left)" -lt 60 ]; then stage "SKIP $shape: budget left $(left) s"; continue; fi
+  if [ ! -e "$dir/config.json" ]; then
+    stage "$shape: synthetic checkpoint"
+    timeout "$(tl)" "$PY" tools/reference/make_synthetic.py "$dir" --shape "$shape" > "$LOG/$shape.synth.log" 2>&1 ||
+      { tail -5 "$LOG/$shape.synth.log"; continue; }
+  fi
+  stage "$shape: mlxcel bench (batch $BATCH, prompt $PROMPT, gen $GEN, repeat $REPEAT)"
+  MLXCEL_PROFILE_TTFT=1 timeout "$(tl)" "$MLX" bench -m "$dir" --device cuda --prompt-tokens "$PROMPT" \
+    --gen-tokens "$GEN" --batch "$BATCH" --repeat "$REPEAT" --json > "$RES/$shape.mlxcel.json" 2> "$LOG/$shape.bench.log"
+  tail -3 "$LOG/$shape.bench.log"
+  stage "$shape: mlxcel prefill $PREFILL_LONG"
+  timeout "$(tl)" "$MLX" bench -m "$dir" --device cuda --prompt-tokens "$PREFILL_LONG" --gen-tokens 2 \
+    --batch 1 --repeat "$REPEAT" --json > "$RES/$shape.mlxcel_long.json" 2> "$LOG/$shape.bench_long.log"
+  stage "$shape: mlxcel greedy 256 tokens for the agreement check"
+  ids=$("$PY" -c "import random; r=random.Random(7); print(','.join(str(r.randrange(1000, 100000)) for _ in range(32)))")
+  timeout "$(tl)" "$MLX" generate -m "$dir" --device cuda --prompt-ids "$ids" -n 256 --temp 0 --ignore-eos \
+    --json > "$RES/$shape.generate.json" 2> "$LOG/$shape.generate.log"
+  if [ "${SKIP_HF:-0}" != 1 ] && [ "$(left)" -gt 60 ]; then
+    stage "$shape: transformers generate() + agreement"
+    timeout "$(tl)" "$PY" tools/reference/transformers_bench.py "$dir" --prompt-tokens "$PROMPT" \
+      --gen-tokens "$GEN" --batch "$BATCH" --agree "$RES/$shape.generate.json" --out "$RES/$shape.hf.json" \
+      > "$LOG/$shape.hf.log" 2>&1; tail -5 "$LOG/$shape.hf.log"
+    if [ "$(left)" -gt 40 ]; then
+      timeout "$(tl)" "$PY" tools/reference/transformers_bench.py "$dir" --prompt-tokens "$PREFILL_LONG" \
+        --gen-tokens 2 --batch 1 --out "$RES/$shape.hf_long.json" > "$LOG/$shape.hf_long.log" 2>&1
+    fi
+  fi
+  [ "${KEEP:-0}" = 1 ] || rm -rf "$dir"
+done
+
+# ==== Results ====
+stage "results"
+BASE="$DATE-$COMMIT-$TAG"
+"$PY" bench/summarize.py "$RES" "$OUT/$BASE" "$DATE" "$COMMIT" "$LOG/nvidia-smi.csv" "$TESTS" "$SHAPES"
+tar czf "$OUT/logs-$TAG.tgz" -C "$WORK" logs res 2>/dev/null
+mkdir -p bench/results && cp "$OUT/$BASE".* bench/results/ 2>/dev/null
+echo "== done in $((SECONDS - T0)) s: $OUT/$BASE.{md,json}, $OUT/logs-$TAG.tgz"

@@ -1,0 +1,204 @@
+/* Private state of the CUDA engine backend (host C; only src/backend/cuda includes this).
+ *
+ * One device (0), one stream: every op is enqueued on `st` in program order, so the only
+ * host synchronisations are the logits copy at the end of a forward, the weight upload ring
+ * and the grouped MoE path of large (prefill) steps. Device failures are recorded as a sticky
+ * error (first one wins) and reported by the `check` hook at the end of each forward. */
+#ifndef MLXCEL_BACKEND_CUDA_BE_H
+#define MLXCEL_BACKEND_CUDA_BE_H
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_info.h"
+#include "backend/cuda/cuda_ops.h"
+
+#define CU_PIN_BUFS 4
+#define CU_PIN_BYTES ((size_t)64 << 20)   /* 4 x 64 MiB reused pinned staging buffers */
+#define CU_MISC_BYTES ((size_t)4 << 20)   /* small host->device copies (ids, tables) */
+#define CU_GEMV_MAX_ROWS 8                /* rows the fast GEMV kernel takes */
+#define CU_GRAPH_MAX_ROWS 256             /* decode steps up to this batch are captured */
+#define CU_MOE_PAIR_MAX_ROWS 64           /* MoE rows handled by the per-pair device path */
+
+typedef struct cu_pending {   /* lazy weight: device memory reserved, copied on first use */
+    char *dptr;
+    size_t nbytes;            /* device bytes (bf16) */
+    const void *host;
+    mx_dtype src_dtype;
+    int64_t numel;
+    bool done;
+} cu_pending;
+
+typedef struct cu_graph {
+    uint64_t key;
+    cudaGraphExec_t exec;     /* NULL: key seen once (run eagerly, captured next time) */
+    uint64_t last_use;
+} cu_graph;
+
+typedef struct cu_moe_table {  /* device arrays of expert weight pointers, per layer */
+    const void *host_key;      /* the layer's exp_gate array (stable for the model's life) */
+    const uint16_t **d_ptrs;   /* [3][E] gate, up, down */
+    int E;
+} cu_moe_table;
+
+typedef struct cu_lt_plan {
+    int N, K, rows;
+    long ldw, ldo;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t a, b, c;
+    cublasLtMatmulAlgo_t algo;
+    bool ok;
+    uint64_t last_use;
+} cu_lt_plan;
+
+#define CU_LT_PLANS 64
+
+typedef struct cu_state {
+    bool ready;
+    cudaStream_t st;
+    cuda_device_facts facts;
+    /* ---- settings (from mx_env, resolved once) ---- */
+    int gemv_rows;            /* rows <= this use the GEMV kernels */
+    int graph_cache;          /* 0 = no graphs */
+    bool deterministic;
+    int forced_splits;
+    bool lazy, pinned, profile;
+    /* ---- sticky error ---- */
+    char err[512];
+    bool has_err;
+    /* ---- memory accounting ---- */
+    void **al_ptr;
+    size_t *al_size;
+    int n_al, cap_al;
+    uint64_t cur_bytes, peak_bytes;
+    /* ---- weight upload ---- */
+    void *pin[CU_PIN_BUFS];
+    cudaEvent_t pin_ev[CU_PIN_BUFS];
+    bool pin_busy[CU_PIN_BUFS];
+    int pin_next;
+    void *misc;               /* pinned CU_MISC_BYTES */
+    cudaEvent_t misc_ev;
+    bool misc_busy;
+    uint64_t up_bytes, up_tensors, lazy_bytes_done;
+    double up_seconds, lazy_seconds;
+    bool ttft_printed;
+    cu_pending *pend;
+    int n_pend, cap_pend, n_pend_left;
+    bool pend_sorted;
+    int max_k;                /* largest K (last dim) of any weight: sizes the bf16 x buffer */
+    /* ---- scratch on the device ---- */
+    void *xbf;                /* [rows, max_k] bf16 input of cuBLASLt */
+    size_t xbf_cap;
+    void *lt_ws;
+    size_t lt_ws_size;
+    cublasLtHandle_t lt;
+    cu_lt_plan plans[CU_LT_PLANS];
+    uint64_t use_clock;
+    void *attn_ws;            /* split-K partials */
+    size_t attn_ws_cap;
+    void *moe_buf;            /* MoE pair / group buffers */
+    size_t moe_cap;
+    void *ids_buf;            /* ids / indices that are not this step's (eager only) */
+    size_t ids_cap;
+    cu_moe_table *moe_tab;
+    int n_moe_tab;
+    bool warned_lt;
+    void *greedy_buf;         /* [ids n][logprobs n] on the device */
+    size_t greedy_cap;
+    /* ---- step arena: this forward's host arrays, on the device ---- */
+    void *arena_h[2];
+    cudaEvent_t arena_ev[2];
+    bool arena_busy[2];
+    int arena_i;
+    size_t arena_hcap;
+    char *arena_d;
+    size_t arena_dcap;
+    uint64_t arena_gen;       /* bumped when the device arena moves (graphs see addresses) */
+    uint64_t step_id;
+    const mx_attn_batch *ab;
+    const int32_t *h_tokens, *h_out;
+    int n_rows, n_out, n_seqs, table_cap;
+    bool decode_only, in_step;
+    int32_t *d_tokens, *d_pos, *d_seq, *d_out, *d_table, *d_tile0, *d_tilen;
+    int64_t *d_write;
+    int n_tiles, tile_rows;
+    int hint_tile_rows;       /* rows per attention tile the last attention wanted */
+    int hint_Hq, hint_D;
+    bool hint_moe;
+    /* ---- deferred GEMVs: consecutive matmuls on the same x run as one launch ---- */
+    struct {
+        const float *x;
+        int rows, K;
+        const uint16_t *bias[3];
+        cuda_gemv_segs segs;
+    } pend_mm;
+    /* a residual add waiting for the RMSNorm that reads its result (fused launch) */
+    struct {
+        float *x;
+        const float *y;
+        int rows, cols;
+        bool on;
+    } pend_add;
+    /* rope(q), rope(k) waiting for the KV write of k (fused launch) */
+    struct {
+        float *x[2];
+        long stride[2];
+        int heads[2];
+        const float *cs;
+        int n, D, rot, count;
+    } pend_rope;
+    /* ---- graphs ---- */
+    cu_graph *graphs;
+    int n_graphs;
+    bool capturing;
+    uint64_t cap_key;
+    uint64_t graphs_captured, graphs_replayed;
+} cu_state;
+
+extern cu_state g_cu;
+
+/* ==== Shared helpers (backend_cuda.c) ==== */
+/* Records the first failure; returns 0 for cudaSuccess, else -1. */
+int cu_ck(int code, const char *what);
+void cu_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void *cu_dev_alloc(size_t n);         /* tracked cudaMalloc (not zeroed); NULL on failure */
+void cu_dev_free(void *p);            /* tracked cudaFree */
+int cu_ensure(void **buf, size_t *cap, size_t need); /* grow-only scratch */
+/* Host array -> device through the pinned misc buffer (eager steps only). NULL on error. */
+void *cu_upload_small(void *dev_dst, const void *src, size_t n);
+void cu_graphs_clear(void);
+
+/* ==== Weights (cuda_load.c) ==== */
+int cu_weight_upload(mx_tensor *dst, const mx_tensor *host, mx_error *err);
+int cu_finish_load(mx_error *err);
+void cu_resident(const void *dptr);   /* lazy policy: makes the weight holding dptr resident */
+void cu_resident_all(void);
+
+/* ==== Step, attention, graphs (cuda_step.c) ==== */
+int cu_step_begin(const mx_step *st, mx_error *err);
+int cu_step_end(mx_error *err);
+void cu_kv_write(mx_tensor *k_pool, mx_tensor *v_pool, const mx_tensor *k, const mx_tensor *v,
+                 const mx_attn_batch *b);
+void cu_attention(mx_tensor *out, const mx_tensor *q, const mx_tensor *k_pool,
+                  const mx_tensor *v_pool, const mx_attn_batch *b, const mx_attn_params *p);
+int cu_decode_splits(int B, int n_kv_heads, int capacity_tokens);
+
+/* ==== Matmul and MoE (cuda_matmul.c) ==== */
+void cu_matmul_raw(float *y, long ldy, const float *x, long ldx, int rows, const mx_tensor *w,
+                   const mx_tensor *bias);
+void cu_matmul(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, const mx_tensor *bias);
+int cu_moe(mx_tensor *out, const mx_tensor *x, const mx_tensor *router_logits,
+           const mx_moe_experts *ex, const mx_moe_params *p, mx_error *err);
+void cu_lt_destroy(void);
+/* Launches every deferred op (GEMV group, residual add, RoPE). Every op calls it before
+ * touching device data; an op that defers itself flushes the other kinds first, so at most
+ * one kind is pending and program order is kept. */
+void cu_flush(void);
+void cu_flush_mm(void);
+void cu_flush_rope(void);
+
+#endif

@@ -1,0 +1,126 @@
+/* Launchers of the CUDA engine backend's kernels besides the decode set of cuda_ops.h:
+ * elementwise ops over fp32 activations, the tiled attention over any row set, and MoE
+ * routing / per-pair expert GEMVs. Plain C over raw device pointers and a stream; every
+ * launcher returns 0 or a cudaError_t value and never synchronises.
+ *
+ * Activations are fp32 and contiguous in their last dimension (row stride given where rows
+ * may be views). Weights are bf16 (the backend converts other float dtypes at upload). */
+#ifndef MLXCEL_BACKEND_CUDA_ELEM_H
+#define MLXCEL_BACKEND_CUDA_ELEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ==== Elementwise (ops_elem.cu) ==== */
+/* out[i, :] = table[ids[i], :] * scale; round: scale and product rounded to bf16. */
+int cuda_embed(float *out, const uint16_t *table, const int32_t *ids, int n, int H, int V,
+               float scale, int round, cudaStream_t st);
+/* out[r, :] = x[r, :] / rms(x[r, :]) * (w + offset) for rows r < rows of D elements; row r
+ * of x starts at x + r * x_stride (out: out_stride). In place allowed. */
+int cuda_rms_norm_f32(float *out, long out_stride, const float *x, long x_stride,
+                      const uint16_t *w, float eps, float offset, int rows, int D,
+                      cudaStream_t st);
+/* x[i, h, :rot] rotated (rotate-half pairing) by cos_sin[i, rot / 2, 2]; x rows of heads * D
+ * floats at stride x_stride. */
+int cuda_rope_f32(float *x, long x_stride, const float *cos_sin, int n, int heads, int D, int rot,
+                  cudaStream_t st);
+/* x[r, :cols] += y[r, :cols] */
+int cuda_add_f32(float *x, long x_stride, const float *y, long y_stride, int rows, int cols,
+                 cudaStream_t st);
+/* out[r, :] = act(gate[r, :]) * up[r, :]; act: 0 silu, 1 gelu (tanh), 2 gelu (erf). */
+int cuda_glu_f32(float *out, long out_stride, const float *gate, long g_stride, const float *up,
+                 long u_stride, int rows, int cols, int act, cudaStream_t st);
+/* x = cap * tanh(x / cap), n elements */
+int cuda_softcap_f32(float *x, size_t n, float cap, cudaStream_t st);
+/* out[i, :] = x[idx[i], :] (idx on the device) */
+int cuda_gather_rows_f32(float *out, long out_stride, const float *x, long x_stride,
+                         const int32_t *idx, int n, int cols, cudaStream_t st);
+/* out[r, :] += bias (bf16) */
+int cuda_bias_add_f32(float *out, long out_stride, const uint16_t *bias, int rows, int cols,
+                      cudaStream_t st);
+/* Elementwise dtype conversion between fp32 (0), bf16 (1), fp16 (2). */
+enum { CUDA_EL_F32 = 0, CUDA_EL_BF16 = 1, CUDA_EL_F16 = 2 };
+int cuda_convert(void *dst, int dst_dtype, const void *src, int src_dtype, size_t n,
+                 cudaStream_t st);
+/* Row-strided fp32 -> bf16 [rows, cols] (dense output), for cuBLASLt inputs. */
+int cuda_f32_to_bf16_rows(uint16_t *dst, const float *src, long src_stride, int rows, int cols,
+                          cudaStream_t st);
+/* pools [*, width] (bf16 or fp32, pool_bf16): pool[rows[i], :] = k[i, :] for rows[i] >= 0. */
+int cuda_kv_write(void *k_pool, void *v_pool, int pool_bf16, const float *k, long k_stride,
+                  const float *v, long v_stride, const int64_t *rows, int n, int width,
+                  cudaStream_t st);
+
+/* ---- fused pairs the backend forms from consecutive ops (same arithmetic as the two) ---- */
+/* x += y; out = rms_norm(x) * (w + offset); rows of D contiguous floats; out != x. */
+int cuda_add_rms_norm_f32(float *x, const float *y, float *out, const uint16_t *w, float eps,
+                          float offset, int rows, int D, cudaStream_t st);
+/* rope(q) (q may be NULL), rope(k) in place, then the KV write of k and v at rows[i]. */
+int cuda_rope_kv_f32(float *q, long q_stride, float *k, long k_stride, const float *v,
+                     long v_stride, const float *cos_sin, int n, int Hq, int Hkv, int D, int rot,
+                     const int64_t *rows, void *k_pool, void *v_pool, int pool_bf16,
+                     cudaStream_t st);
+
+/* ==== Tiled attention over any rows (attn_rows.cu) ====
+ * Rows come in tiles: tile t covers rows [tile_row0[t], tile_row0[t] + tile_n[t]) of one
+ * sequence (consecutive positions are not required). Row r: query q[r, Hq, D] at position
+ * pos[r] of the sequence whose page-table row is seq[r]; keys [max(0, pos - window + 1), pos]
+ * at physical row table[seq * table_stride + p / block] * block + p % block of the pools
+ * [*, Hkv, D] (bf16 or fp32). Output o[r, Hq, D] fp32. Scores soft-capped when softcap > 0.
+ * Needs head_dim <= 256 and tile_n * (Hq / Hkv) <= CUDA_ATTN_ROWS_QV. */
+#define CUDA_ATTN_ROWS_QV 32
+typedef struct cuda_attn_rows_args {
+    const float *q;              /* [n_rows, Hq, D] */
+    float *o;                    /* [n_rows, Hq, D] */
+    const void *k_pool, *v_pool; /* [*, Hkv, D] */
+    int pool_bf16;
+    const int32_t *pos, *seq;    /* [n_rows] */
+    const int32_t *table;        /* [n_seqs, table_stride] */
+    int table_stride, block;
+    const int32_t *tile_row0, *tile_n; /* [n_tiles] */
+    int n_tiles;
+    int n_heads, n_kv_heads, head_dim, window;
+    float scale, softcap;
+} cuda_attn_rows_args;
+int cuda_attn_rows(const cuda_attn_rows_args *a, cudaStream_t st);
+/* Same contract on tensor cores (attn_flash.cu): head_dim 64 or 128, bf16 pools, up to
+ * CUDA_ATTN_FLASH_QV query vectors per tile (tile_n * G), 16-byte aligned pools. */
+#define CUDA_ATTN_FLASH_QV 64
+int cuda_attn_flash(const cuda_attn_rows_args *a, cudaStream_t st);
+
+/* ==== MoE (moe.cu) ==== */
+/* Routing per row: softmax(logits[r, :E]), top-k (ties: lower index), optional
+ * renormalisation; sel[r, k] sorted by ascending expert id (the CPU's accumulation order),
+ * wsel[r, k] their weights. k <= 32, E <= 1024. */
+int cuda_moe_route(const float *logits, long l_stride, int rows, int E, int k, int norm_topk,
+                   int32_t *sel, float *wsel, cudaStream_t st);
+/* Pair p = (row p / k, expert sel[p]): h[p, :I] = act(Wg[e] x[row]) * (Wu[e] x[row]).
+ * gate / up: device arrays [E] of bf16 [I, H] weight pointers. */
+int cuda_moe_gate_up(float *h, const float *x, long x_stride, const int32_t *sel, int n_pairs,
+                     int k, const uint16_t *const *gate, const uint16_t *const *up, int I,
+                     int H, int act, cudaStream_t st);
+/* y[p, :H] = Wd[sel[p]] h[p, :I]; down: [E] bf16 [H, I] pointers. */
+int cuda_moe_down(float *y, const float *h, const int32_t *sel, int n_pairs,
+                  const uint16_t *const *down, int H, int I, cudaStream_t st);
+/* out[r, :] = sum_j wsel[r, j] * y[r * k + j, :] in j order. */
+int cuda_moe_combine(float *out, long out_stride, const float *y, const float *wsel, int rows,
+                     int k, int H, cudaStream_t st);
+/* out[rows[i], :] += w[i] * y[i, :] for i < n (rows distinct within one call). */
+int cuda_scatter_add_rows(float *out, long out_stride, const float *y, const int32_t *rows,
+                          const float *w, int n, int H, cudaStream_t st);
+
+/* Small-row generic GEMV for shapes the fast kernel does not take (K % 8 != 0, strided x):
+ * y[r, n] = sum_k x[r, k] * W[n, k] (+ bias), W bf16 [N, K] with row stride w_stride. */
+int cuda_gemv_generic(float *y, long y_stride, const float *x, long x_stride, const uint16_t *W,
+                      long w_stride, const uint16_t *bias, int rows, int N, int K,
+                      cudaStream_t st);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

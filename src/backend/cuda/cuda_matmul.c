@@ -1,0 +1,306 @@
+/* Matmul and MoE dispatch of the CUDA backend.
+ *
+ * out[n, N] = x[n, K] @ W[N, K]^T: n <= MLXCEL_DENSE_GEMV_ROWS (<= 8) runs the bf16 GEMV
+ * kernel (each weight byte read once per step for all rows, 16-byte streaming loads); larger
+ * n converts x to bf16 once and runs cuBLASLt (bf16 in, fp32 accumulate and output, plans
+ * cached per shape). MLXCEL_DENSE_GEMV_ROWS=0 sends every row count to cuBLASLt. Shapes the
+ * fast kernels cannot take (K % 8, strided views) use a simple generic GEMV.
+ *
+ * MoE: routing on the device; up to CU_MOE_PAIR_MAX_ROWS rows run per (row, expert) pair
+ * GEMVs without leaving the device (graph-capturable decode); more rows (prefill) bring the
+ * routing to the host once and run each used expert as one matmul over its gathered rows,
+ * accumulated in ascending expert order (the CPU reference's order). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_be.h"
+#include "backend/cuda/cuda_elem.h"
+#include "backend/cuda/cuda_ops.h"
+#include "base/log.h"
+
+/* ==== cuBLASLt plans ==== */
+static void plan_destroy(cu_lt_plan *p) {
+    if (p->op) cublasLtMatmulDescDestroy(p->op);
+    if (p->a) cublasLtMatrixLayoutDestroy(p->a);
+    if (p->b) cublasLtMatrixLayoutDestroy(p->b);
+    if (p->c) cublasLtMatrixLayoutDestroy(p->c);
+    memset(p, 0, sizeof *p);
+}
+
+void cu_lt_destroy(void) {
+    for (int i = 0; i < CU_LT_PLANS; i++) plan_destroy(&g_cu.plans[i]);
+}
+
+static cu_lt_plan *lt_plan(int N, int K, int rows, long ldw, long ldo) {
+    cu_lt_plan *lru = &g_cu.plans[0];
+    for (int i = 0; i < CU_LT_PLANS; i++) {
+        cu_lt_plan *p = &g_cu.plans[i];
+        if (p->op && p->N == N && p->K == K && p->rows == rows && p->ldw == ldw && p->ldo == ldo) {
+            p->last_use = ++g_cu.use_clock;
+            return p;
+        }
+        if (!p->op || p->last_use < lru->last_use) lru = p;
+    }
+    plan_destroy(lru);
+    cu_lt_plan *p = lru;
+    p->N = N, p->K = K, p->rows = rows, p->ldw = ldw, p->ldo = ldo;
+    p->last_use = ++g_cu.use_clock;
+    /* Column-major view: D[N, rows] (ld ldo) = op(A)[N, K] * B[K, rows], A = W stored as a
+     * K x N column-major matrix (ld ldw) taken transposed, B = bf16 x as K x rows (ld K). */
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    cublasLtMatmulPreference_t pref = NULL;
+    int nres = 0;
+    cublasLtMatmulHeuristicResult_t res;
+    memset(&res, 0, sizeof res);
+    if (cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F) ||
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) ||
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) ||
+        cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, (uint64_t)K, (uint64_t)N, ldw) ||
+        cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, (uint64_t)K, (uint64_t)rows, K) ||
+        cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, (uint64_t)N, (uint64_t)rows, ldo) ||
+        cublasLtMatmulPreferenceCreate(&pref) ||
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                             &g_cu.lt_ws_size, sizeof g_cu.lt_ws_size) ||
+        cublasLtMatmulAlgoGetHeuristic(g_cu.lt, p->op, p->a, p->b, p->c, p->c, pref, 1, &res,
+                                       &nres) ||
+        nres < 1) {
+        p->ok = false;
+    } else {
+        p->algo = res.algo;
+        p->ok = true;
+    }
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    return p;
+}
+
+/* ==== Matmul ==== */
+void cu_matmul_raw(float *y, long ldy, const float *x, long ldx, int rows, const mx_tensor *w,
+                   const mx_tensor *bias) {
+    if (rows <= 0) return;
+    cu_flush();
+    cu_resident(w->data);
+    const bool has_bias = mx_tensor_present(bias);
+    if (has_bias) cu_resident(bias->data);
+    const int N = (int)w->shape[0], K = (int)w->shape[1];
+    const long ldw = (long)w->stride[0];
+    const uint16_t *W = w->data, *B = has_bias ? bias->data : NULL;
+    const bool aligned = ((uintptr_t)W & 15) == 0 && ((uintptr_t)x & 15) == 0 && ldw % 8 == 0;
+    bool generic = false;
+    if (rows <= g_cu.gemv_rows) {
+        if (K % 8 == 0 && ldw == K && ldx == K && ldy == N && aligned) {
+            if (!cu_ck(cuda_gemv_bf16(W, x, CUDA_OPS_F32, y, CUDA_OPS_F32, rows, N, K, g_cu.st),
+                       "gemv") && B)
+                cu_ck(cuda_bias_add_f32(y, ldy, B, rows, N, g_cu.st), "bias");
+            return;
+        }
+        generic = true;
+    }
+    if (!generic) {
+        cu_lt_plan *p = aligned && K % 8 == 0 ? lt_plan(N, K, rows, ldw, ldy) : NULL;
+        if (p && p->ok) {
+            if (cu_ensure(&g_cu.xbf, &g_cu.xbf_cap, (size_t)rows * K * 2) ||
+                cu_ck(cuda_f32_to_bf16_rows((uint16_t *)g_cu.xbf, x, ldx, rows, K, g_cu.st), "bf16 input"))
+                return;
+            const float alpha = 1.0f, beta = 0.0f;
+            if (cublasLtMatmul(g_cu.lt, p->op, &alpha, W, p->a, g_cu.xbf, p->b, &beta, y, p->c, y,
+                               p->c, &p->algo, g_cu.lt_ws, g_cu.lt_ws_size, g_cu.st)) {
+                cu_fail("cuBLASLt matmul [%d x %d] x [%d x %d]^T failed", rows, K, N, K);
+                return;
+            }
+            if (B) cu_ck(cuda_bias_add_f32(y, ldy, B, rows, N, g_cu.st), "bias");
+            return;
+        }
+        if (!g_cu.warned_lt) {
+            g_cu.warned_lt = true;
+            LOG_WARN("cuBLASLt has no algorithm for [%d x %d] x [%d x %d]^T; using the generic "
+                     "GEMV (slow)", rows, K, N, K);
+        }
+    }
+    cu_ck(cuda_gemv_generic(y, ldy, x, ldx, W, ldw, B, rows, N, K, g_cu.st), "generic gemv");
+}
+
+/* ==== Deferred GEMVs ====
+ * The forward issues Q, K, V (and gate, up) as separate matmuls on the same input. A GEMV-sized
+ * matmul is held back; the next matmul on the same x joins it; anything else (another op, a
+ * matmul reading a held output, a fourth weight) launches the group first as ONE kernel. */
+void cu_flush_mm(void) {
+    if (!g_cu.pend_mm.segs.n) return;
+    cuda_gemv_segs segs = g_cu.pend_mm.segs;
+    g_cu.pend_mm.segs.n = 0;
+    const int rows = g_cu.pend_mm.rows;
+    if (cu_ck(cuda_gemv_bf16_multi(&segs, g_cu.pend_mm.x, CUDA_OPS_F32, CUDA_OPS_F32, rows,
+                                   g_cu.pend_mm.K, g_cu.st), "gemv"))
+        return;
+    for (int i = 0; i < segs.n; i++)
+        if (g_cu.pend_mm.bias[i])
+            cu_ck(cuda_bias_add_f32(segs.y[i], segs.N[i], g_cu.pend_mm.bias[i], rows, segs.N[i],
+                                    g_cu.st), "bias");
+}
+
+void cu_matmul(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, const mx_tensor *bias) {
+    const int rows = (int)x->shape[0], N = (int)w->shape[0], K = (int)w->shape[1];
+    const bool fast = rows >= 1 && rows <= g_cu.gemv_rows && K % 8 == 0 && w->stride[0] == K &&
+                      x->stride[0] == K && out->stride[0] == N && ((uintptr_t)w->data & 15) == 0 &&
+                      ((uintptr_t)x->data & 15) == 0;
+    cu_flush_rope(); /* other kinds first: at most one kind is pending */
+    if (g_cu.pend_add.on) cu_flush();
+    if (!fast) {
+        cu_flush();
+        cu_matmul_raw(out->data, (long)out->stride[0], x->data, (long)x->stride[0], rows, w, bias);
+        return;
+    }
+    cu_resident(w->data);
+    if (mx_tensor_present(bias)) cu_resident(bias->data);
+    bool join = g_cu.pend_mm.segs.n > 0 && g_cu.pend_mm.x == x->data && g_cu.pend_mm.rows == rows &&
+                g_cu.pend_mm.K == K && g_cu.pend_mm.segs.n < CUDA_GEMV_MAX_SEGS;
+    for (int i = 0; join && i < g_cu.pend_mm.segs.n; i++) /* x must not be a held output */
+        if (g_cu.pend_mm.segs.y[i] == x->data || g_cu.pend_mm.segs.y[i] == out->data) join = false;
+    if (!join) cu_flush_mm();
+    const int i = g_cu.pend_mm.segs.n++;
+    g_cu.pend_mm.x = x->data;
+    g_cu.pend_mm.rows = rows;
+    g_cu.pend_mm.K = K;
+    g_cu.pend_mm.segs.W[i] = w->data;
+    g_cu.pend_mm.segs.y[i] = out->data;
+    g_cu.pend_mm.segs.N[i] = N;
+    g_cu.pend_mm.bias[i] = mx_tensor_present(bias) ? bias->data : NULL;
+}
+
+/* ==== MoE ==== */
+static const cu_moe_table *moe_table(const mx_moe_experts *ex, int E) {
+    for (int i = 0; i < g_cu.n_moe_tab; i++)
+        if (g_cu.moe_tab[i].host_key == ex->gate && g_cu.moe_tab[i].E == E) return &g_cu.moe_tab[i];
+    cu_moe_table *t = realloc(g_cu.moe_tab, (size_t)(g_cu.n_moe_tab + 1) * sizeof *t);
+    if (!t) return NULL;
+    g_cu.moe_tab = t;
+    const uint16_t **h = malloc((size_t)3 * E * sizeof *h);
+    const uint16_t **d = cu_dev_alloc((size_t)3 * E * sizeof *h);
+    if (!h || !d) {
+        free(h);
+        cu_dev_free(d);
+        return NULL;
+    }
+    for (int e = 0; e < E; e++) {
+        const mx_tensor *w[3] = {&ex->gate[e], &ex->up[e], &ex->down[e]};
+        for (int j = 0; j < 3; j++) {
+            cu_resident(w[j]->data);
+            h[j * E + e] = w[j]->data;
+        }
+    }
+    const bool ok = cu_upload_small(d, h, (size_t)3 * E * sizeof *h) != NULL;
+    free(h);
+    if (!ok) return NULL;
+    cu_moe_table *m = &g_cu.moe_tab[g_cu.n_moe_tab++];
+    m->host_key = ex->gate;
+    m->d_ptrs = d;
+    m->E = E;
+    return m;
+}
+
+/* Per-(row, expert) GEMVs: few rows, no host round trip. */
+static int moe_pairs(mx_tensor *out, const mx_tensor *x, const mx_tensor *rl,
+                     const cu_moe_table *t, const mx_moe_params *p, int I) {
+    const int n = (int)x->shape[0], H = (int)x->shape[1], k = p->top_k, np = n * k;
+    const size_t o_w = ((size_t)np * 4 + 255) & ~(size_t)255;
+    const size_t o_h = o_w + (((size_t)np * 4 + 255) & ~(size_t)255);
+    const size_t o_y = o_h + (((size_t)np * I * 4 + 255) & ~(size_t)255);
+    if (cu_ensure(&g_cu.moe_buf, &g_cu.moe_cap, o_y + (size_t)np * H * 4)) return -1;
+    char *b = g_cu.moe_buf;
+    int32_t *sel = (int32_t *)b;
+    float *wsel = (float *)(b + o_w), *hb = (float *)(b + o_h), *yb = (float *)(b + o_y);
+    const uint16_t *const *gp = t->d_ptrs, *const *up = t->d_ptrs + t->E, *const *dp = t->d_ptrs + 2 * t->E;
+    if (cu_ck(cuda_moe_route(rl->data, (long)rl->stride[0], n, p->n_experts, k, p->norm_topk, sel,
+                             wsel, g_cu.st), "moe route") ||
+        cu_ck(cuda_moe_gate_up(hb, x->data, (long)x->stride[0], sel, np, k, gp, up, I, H,
+                               p->activation, g_cu.st), "moe gate/up") ||
+        cu_ck(cuda_moe_down(yb, hb, sel, np, dp, H, I, g_cu.st), "moe down") ||
+        cu_ck(cuda_moe_combine(out->data, (long)out->stride[0], yb, wsel, n, k, H, g_cu.st),
+              "moe combine"))
+        return -1;
+    return 0;
+}
+
+/* Grouped: routing to the host once, then one matmul per used expert over its rows. */
+static int moe_grouped(mx_tensor *out, const mx_tensor *x, const mx_tensor *rl,
+                       const mx_moe_experts *ex, const mx_moe_params *p, int I) {
+    const int n = (int)x->shape[0], H = (int)x->shape[1], k = p->top_k, E = p->n_experts;
+    const size_t al = 256;
+#define AL(v) (((size_t)(v) + al - 1) / al * al)
+    const size_t o_w = AL((size_t)n * k * 4), o_xe = o_w + AL((size_t)n * k * 4);
+    const size_t o_g = o_xe + AL((size_t)n * H * 4), o_u = o_g + AL((size_t)n * I * 4);
+    const size_t o_y = o_u + AL((size_t)n * I * 4), o_idx = o_y + AL((size_t)n * H * 4);
+    const size_t o_rw = o_idx + AL((size_t)n * 4), total = o_rw + AL((size_t)n * 4);
+#undef AL
+    if (cu_ensure(&g_cu.moe_buf, &g_cu.moe_cap, total)) return -1;
+    char *b = g_cu.moe_buf;
+    int32_t *sel = (int32_t *)b, *d_idx = (int32_t *)(b + o_idx);
+    float *wsel = (float *)(b + o_w), *xe = (float *)(b + o_xe), *g = (float *)(b + o_g);
+    float *u = (float *)(b + o_u), *y = (float *)(b + o_y), *d_rw = (float *)(b + o_rw);
+    int32_t *h_sel = malloc((size_t)n * k * 4), *h_idx = malloc((size_t)n * 4);
+    float *h_w = malloc((size_t)n * k * 4), *h_rw = malloc((size_t)n * 4);
+    int rc = -1;
+    if (!h_sel || !h_idx || !h_w || !h_rw) {
+        cu_fail("out of memory");
+        goto done;
+    }
+    if (cu_ck(cuda_moe_route(rl->data, (long)rl->stride[0], n, E, k, p->norm_topk, sel, wsel,
+                             g_cu.st), "moe route") ||
+        cu_ck(cudaMemcpyAsync(h_sel, sel, (size_t)n * k * 4, cudaMemcpyDeviceToHost, g_cu.st), "moe sel") ||
+        cu_ck(cudaMemcpyAsync(h_w, wsel, (size_t)n * k * 4, cudaMemcpyDeviceToHost, g_cu.st), "moe w") ||
+        cu_ck(cudaStreamSynchronize(g_cu.st), "moe routing") ||
+        cu_ck(cudaMemsetAsync(out->data, 0, (size_t)n * out->stride[0] * 4, g_cu.st), "moe zero"))
+        goto done;
+    for (int e = 0; e < E; e++) {
+        int m = 0;
+        for (int r = 0; r < n; r++)
+            for (int j = 0; j < k; j++)
+                if (h_sel[r * k + j] == e) {
+                    h_idx[m] = r;
+                    h_rw[m++] = h_w[r * k + j];
+                }
+        if (!m) continue;
+        if (!cu_upload_small(d_idx, h_idx, (size_t)m * 4) || !cu_upload_small(d_rw, h_rw, (size_t)m * 4) ||
+            cu_ck(cuda_gather_rows_f32(xe, H, x->data, (long)x->stride[0], d_idx, m, H, g_cu.st),
+                  "moe gather"))
+            goto done;
+        cu_matmul_raw(g, I, xe, H, m, &ex->gate[e], NULL);
+        cu_matmul_raw(u, I, xe, H, m, &ex->up[e], NULL);
+        if (cu_ck(cuda_glu_f32(g, I, g, I, u, I, m, I, p->activation, g_cu.st), "moe glu")) goto done;
+        cu_matmul_raw(y, H, g, I, m, &ex->down[e], NULL);
+        if (cu_ck(cuda_scatter_add_rows(out->data, (long)out->stride[0], y, d_idx, d_rw, m, H,
+                                        g_cu.st), "moe scatter"))
+            goto done;
+    }
+    rc = g_cu.has_err ? -1 : 0;
+done:
+    free(h_sel);
+    free(h_idx);
+    free(h_w);
+    free(h_rw);
+    return rc;
+}
+
+int cu_moe(mx_tensor *out, const mx_tensor *x, const mx_tensor *router_logits,
+           const mx_moe_experts *ex, const mx_moe_params *p, mx_error *err) {
+    cu_flush();
+    g_cu.hint_moe = true;
+    const int n = (int)x->shape[0], I = (int)ex->gate[0].shape[0];
+    if (p->top_k < 1 || p->top_k > 32 || p->n_experts > 1024 || p->top_k > p->n_experts)
+        return mx_fail(err, "MoE: top-k %d of %d experts is not supported on CUDA (k <= 32, "
+                       "E <= 1024)", p->top_k, p->n_experts);
+    const cu_moe_table *t = NULL;
+    int rc;
+    if (n <= CU_MOE_PAIR_MAX_ROWS) {
+        t = moe_table(ex, p->n_experts);
+        rc = t ? moe_pairs(out, x, router_logits, t, p, I) : -1;
+    } else {
+        rc = moe_grouped(out, x, router_logits, ex, p, I);
+    }
+    if (rc || g_cu.has_err) {
+        if (!g_cu.has_err) cu_fail("MoE: out of memory for the expert tables");
+        g_cu.has_err = false;
+        return mx_fail(err, "%s", g_cu.err);
+    }
+    return 0;
+}

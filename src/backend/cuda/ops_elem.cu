@@ -1,0 +1,400 @@
+/* Elementwise kernels of the CUDA engine backend over fp32 activations (see cuda_elem.h).
+ *
+ * These are small memory streams (a few KB per token at decode); they are written for
+ * clarity, with the same arithmetic as the CPU reference (fp32, one rounding where the CPU
+ * rounds), and each launch checks its arguments so that a bad shape never reaches a kernel. */
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "backend/cuda/cuda_elem.h"
+#include "backend/cuda/cuda_kernels.cuh"
+
+#define EL_THREADS 256
+#define LAUNCH_CHECK() return (int)cudaGetLastError()
+
+static int grid_for(size_t n) {
+    size_t g = (n + EL_THREADS - 1) / EL_THREADS;
+    return (int)(g > 65535u * 16u ? 65535u * 16u : g);
+}
+
+__device__ __forceinline__ float bf16_round(float f) {
+    return __uint_as_float(f32_to_bf16_bits(f) << 16);
+}
+
+/* ==== Embedding ==== */
+__global__ void embed_kernel(float *out, const uint16_t *table, const int32_t *ids, int H, int V,
+                             float scale, int round) {
+    const int i = blockIdx.x;
+    int id = ids[i];
+    id = id < 0 ? 0 : id >= V ? V - 1 : id; /* ids are validated at submit; never read out of range */
+    const uint16_t *src = table + (size_t)id * H;
+    float *dst = out + (size_t)i * H;
+    const float s = round ? bf16_round(scale) : scale;
+    for (int j = threadIdx.x; j < H; j += blockDim.x) {
+        float v = bf16_lo(src[j]);
+        if (s != 1.0f) {
+            v *= s;
+            if (round) v = bf16_round(v);
+        }
+        dst[j] = v;
+    }
+}
+
+extern "C" int cuda_embed(float *out, const uint16_t *table, const int32_t *ids, int n, int H,
+                          int V, float scale, int round, cudaStream_t st) {
+    if (n < 1 || H < 1 || V < 1 || !out || !table || !ids) return (int)cudaErrorInvalidValue;
+    embed_kernel<<<n, EL_THREADS, 0, st>>>(out, table, ids, H, V, scale, round);
+    LAUNCH_CHECK();
+}
+
+/* ==== RMSNorm ==== */
+/* One CTA per row; fixed-order fp32 sum of squares (reproducible), then x * inv * (w + off). */
+__global__ void rms_norm_kernel(float *out, long out_stride, const float *x, long x_stride,
+                                const uint16_t *w, float eps, float offset, int D) {
+    __shared__ float red[EL_THREADS / 32];
+    const float *xr = x + (size_t)blockIdx.x * x_stride;
+    float *orow = out + (size_t)blockIdx.x * out_stride;
+    float ss = 0.f;
+    for (int j = threadIdx.x; j < D; j += blockDim.x) ss = fmaf(xr[j], xr[j], ss);
+    ss = warp_sum(ss);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    float tot = 0.f;
+    for (int i = 0; i < (int)(blockDim.x >> 5); i++) tot += red[i];
+    const float inv = 1.0f / sqrtf(tot / (float)D + eps);
+    for (int j = threadIdx.x; j < D; j += blockDim.x)
+        orow[j] = (xr[j] * inv) * (bf16_lo(w[j]) + offset);
+}
+
+extern "C" int cuda_rms_norm_f32(float *out, long out_stride, const float *x, long x_stride,
+                                 const uint16_t *w, float eps, float offset, int rows, int D,
+                                 cudaStream_t st) {
+    if (rows < 1 || D < 1 || !out || !x || !w) return (int)cudaErrorInvalidValue;
+    int threads = D >= EL_THREADS ? EL_THREADS : (D + 31) / 32 * 32;
+    rms_norm_kernel<<<rows, threads, 0, st>>>(out, out_stride, x, x_stride, w, eps, offset, D);
+    LAUNCH_CHECK();
+}
+
+/* ==== RoPE (rotate-half pairing, cos/sin per row from the host tables) ==== */
+__global__ void rope_kernel(float *x, long x_stride, const float *cos_sin, int heads, int D,
+                            int half) {
+    const int i = blockIdx.x;
+    const float *cs = cos_sin + (size_t)i * 2 * half;
+    float *row = x + (size_t)i * x_stride;
+    for (int t = threadIdx.x; t < heads * half; t += blockDim.x) {
+        const int h = t / half, j = t - h * half;
+        float *v = row + (size_t)h * D;
+        const float c = cs[2 * j], s = cs[2 * j + 1];
+        const float a = v[j], b = v[j + half];
+        v[j] = a * c - b * s;
+        v[j + half] = b * c + a * s;
+    }
+}
+
+extern "C" int cuda_rope_f32(float *x, long x_stride, const float *cos_sin, int n, int heads, int D,
+                             int rot, cudaStream_t st) {
+    if (n < 1 || heads < 1 || rot < 2 || rot % 2 || rot > D || !x || !cos_sin)
+        return (int)cudaErrorInvalidValue;
+    rope_kernel<<<n, 128, 0, st>>>(x, x_stride, cos_sin, heads, D, rot / 2);
+    LAUNCH_CHECK();
+}
+
+/* ==== add, GLU, soft-capping ==== */
+__global__ void add_kernel(float *x, long xs, const float *y, long ys, int cols, size_t n) {
+    for (size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x; t < n;
+         t += (size_t)gridDim.x * blockDim.x) {
+        const size_t r = t / cols, c = t - r * cols;
+        x[r * xs + c] += y[r * ys + c];
+    }
+}
+
+extern "C" int cuda_add_f32(float *x, long x_stride, const float *y, long y_stride, int rows,
+                            int cols, cudaStream_t st) {
+    if (rows < 1 || cols < 1 || !x || !y) return (int)cudaErrorInvalidValue;
+    const size_t n = (size_t)rows * cols;
+    add_kernel<<<grid_for(n), EL_THREADS, 0, st>>>(x, x_stride, y, y_stride, cols, n);
+    LAUNCH_CHECK();
+}
+
+__device__ __forceinline__ float act_apply(float g, int act) {
+    if (act == 1) {
+        const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
+        return 0.5f * g * (1.0f + tanhf(k * (g + 0.044715f * g * g * g)));
+    }
+    if (act == 2) return 0.5f * g * (1.0f + erff(g * 0.7071067811865476f));
+    return g / (1.0f + expf(-g));
+}
+
+__global__ void glu_kernel(float *out, long os, const float *g, long gs, const float *u, long us,
+                           int cols, size_t n, int act) {
+    for (size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x; t < n;
+         t += (size_t)gridDim.x * blockDim.x) {
+        const size_t r = t / cols, c = t - r * cols;
+        out[r * os + c] = act_apply(g[r * gs + c], act) * u[r * us + c];
+    }
+}
+
+extern "C" int cuda_glu_f32(float *out, long out_stride, const float *gate, long g_stride,
+                            const float *up, long u_stride, int rows, int cols, int act,
+                            cudaStream_t st) {
+    if (rows < 1 || cols < 1 || !out || !gate || !up || act < 0 || act > 2)
+        return (int)cudaErrorInvalidValue;
+    const size_t n = (size_t)rows * cols;
+    glu_kernel<<<grid_for(n), EL_THREADS, 0, st>>>(out, out_stride, gate, g_stride, up, u_stride,
+                                                   cols, n, act);
+    LAUNCH_CHECK();
+}
+
+__global__ void softcap_kernel(float *x, size_t n, float cap) {
+    for (size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x; t < n;
+         t += (size_t)gridDim.x * blockDim.x)
+        x[t] = cap * tanhf(x[t] / cap);
+}
+
+extern "C" int cuda_softcap_f32(float *x, size_t n, float cap, cudaStream_t st) {
+    if (!x || !(cap > 0.f)) return (int)cudaErrorInvalidValue;
+    if (!n) return 0;
+    softcap_kernel<<<grid_for(n), EL_THREADS, 0, st>>>(x, n, cap);
+    LAUNCH_CHECK();
+}
+
+/* ==== Row gather, bias ==== */
+__global__ void gather_kernel(float *out, long os, const float *x, long xs, const int32_t *idx,
+                              int cols) {
+    const int i = blockIdx.x;
+    const float *src = x + (size_t)idx[i] * xs;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) out[(size_t)i * os + c] = src[c];
+}
+
+extern "C" int cuda_gather_rows_f32(float *out, long out_stride, const float *x, long x_stride,
+                                    const int32_t *idx, int n, int cols, cudaStream_t st) {
+    if (n < 1 || cols < 1 || !out || !x || !idx) return (int)cudaErrorInvalidValue;
+    gather_kernel<<<n, EL_THREADS, 0, st>>>(out, out_stride, x, x_stride, idx, cols);
+    LAUNCH_CHECK();
+}
+
+__global__ void bias_kernel(float *out, long os, const uint16_t *b, int cols, size_t n) {
+    for (size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x; t < n;
+         t += (size_t)gridDim.x * blockDim.x) {
+        const size_t r = t / cols, c = t - r * cols;
+        out[r * os + c] += bf16_lo(b[c]);
+    }
+}
+
+extern "C" int cuda_bias_add_f32(float *out, long out_stride, const uint16_t *bias, int rows,
+                                 int cols, cudaStream_t st) {
+    if (rows < 1 || cols < 1 || !out || !bias) return (int)cudaErrorInvalidValue;
+    const size_t n = (size_t)rows * cols;
+    bias_kernel<<<grid_for(n), EL_THREADS, 0, st>>>(out, out_stride, bias, cols, n);
+    LAUNCH_CHECK();
+}
+
+/* ==== Conversions ==== */
+__device__ __forceinline__ float load_any(const void *p, int dt, size_t i) {
+    if (dt == CUDA_EL_F32) return ((const float *)p)[i];
+    if (dt == CUDA_EL_BF16) return bf16_lo(((const uint16_t *)p)[i]);
+    return __half2float(((const __half *)p)[i]);
+}
+
+__device__ __forceinline__ void store_any(void *p, int dt, size_t i, float v) {
+    if (dt == CUDA_EL_F32) ((float *)p)[i] = v;
+    else if (dt == CUDA_EL_BF16) ((uint16_t *)p)[i] = (uint16_t)f32_to_bf16_bits(v);
+    else ((__half *)p)[i] = __float2half_rn(v);
+}
+
+__global__ void convert_kernel(void *dst, int dd, const void *src, int sd, size_t n) {
+    for (size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x; t < n;
+         t += (size_t)gridDim.x * blockDim.x)
+        store_any(dst, dd, t, load_any(src, sd, t));
+}
+
+extern "C" int cuda_convert(void *dst, int dst_dtype, const void *src, int src_dtype, size_t n,
+                            cudaStream_t st) {
+    if (!dst || !src || dst_dtype < 0 || dst_dtype > 2 || src_dtype < 0 || src_dtype > 2)
+        return (int)cudaErrorInvalidValue;
+    if (!n) return 0;
+    convert_kernel<<<grid_for(n), EL_THREADS, 0, st>>>(dst, dst_dtype, src, src_dtype, n);
+    LAUNCH_CHECK();
+}
+
+__global__ void f32_to_bf16_rows_kernel(uint16_t *dst, const float *src, long ss, int cols,
+                                        size_t n) {
+    for (size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x; t < n;
+         t += (size_t)gridDim.x * blockDim.x) {
+        const size_t r = t / cols, c = t - r * cols;
+        dst[t] = (uint16_t)f32_to_bf16_bits(src[r * ss + c]);
+    }
+}
+
+extern "C" int cuda_f32_to_bf16_rows(uint16_t *dst, const float *src, long src_stride, int rows,
+                                     int cols, cudaStream_t st) {
+    if (rows < 1 || cols < 1 || !dst || !src) return (int)cudaErrorInvalidValue;
+    const size_t n = (size_t)rows * cols;
+    f32_to_bf16_rows_kernel<<<grid_for(n), EL_THREADS, 0, st>>>(dst, src, src_stride, cols, n);
+    LAUNCH_CHECK();
+}
+
+/* ==== KV write ==== */
+__global__ void kv_write_kernel(void *kp, void *vp, int bf16, const float *k, long ks,
+                                const float *v, long vs, const int64_t *rows, int width) {
+    const int i = blockIdx.x;
+    const int64_t r = rows[i];
+    if (r < 0) return; /* padded / skipped rows */
+    for (int c = threadIdx.x; c < width; c += blockDim.x) {
+        const float kv = k[(size_t)i * ks + c], vv = v[(size_t)i * vs + c];
+        const size_t o = (size_t)r * width + c;
+        if (bf16) {
+            ((uint16_t *)kp)[o] = (uint16_t)f32_to_bf16_bits(kv);
+            ((uint16_t *)vp)[o] = (uint16_t)f32_to_bf16_bits(vv);
+        } else {
+            ((float *)kp)[o] = kv;
+            ((float *)vp)[o] = vv;
+        }
+    }
+}
+
+extern "C" int cuda_kv_write(void *k_pool, void *v_pool, int pool_bf16, const float *k,
+                             long k_stride, const float *v, long v_stride, const int64_t *rows,
+                             int n, int width, cudaStream_t st) {
+    if (n < 1 || width < 1 || !k_pool || !v_pool || !k || !v || !rows)
+        return (int)cudaErrorInvalidValue;
+    kv_write_kernel<<<n, 128, 0, st>>>(k_pool, v_pool, pool_bf16, k, k_stride, v, v_stride, rows,
+                                       width);
+    LAUNCH_CHECK();
+}
+
+/* ==== Generic small-row GEMV (any K, strided rows) ====
+ * One warp per output column n, all rows: lanes stride over K, fixed-order warp sum. Used only
+ * where the fast kernel cannot run (tiny test models, odd K); correctness over speed. */
+#define GG_ROWS 8
+__global__ void gemv_generic_kernel(float *y, long ys, const float *x, long xs, const uint16_t *W,
+                                    long ws, const uint16_t *bias, int rows, int N, int K) {
+    const int lane = threadIdx.x & 31;
+    const int n = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (n >= N) return;
+    const uint16_t *w = W + (size_t)n * ws;
+    for (int r0 = 0; r0 < rows; r0 += GG_ROWS) {
+        float acc[GG_ROWS];
+#pragma unroll
+        for (int r = 0; r < GG_ROWS; r++) acc[r] = 0.f;
+        for (int k = lane; k < K; k += 32) {
+            const float wk = bf16_lo(w[k]);
+#pragma unroll
+            for (int r = 0; r < GG_ROWS; r++)
+                if (r0 + r < rows) acc[r] = fmaf(wk, x[(size_t)(r0 + r) * xs + k], acc[r]);
+        }
+#pragma unroll
+        for (int r = 0; r < GG_ROWS; r++) {
+            const float s = warp_sum(acc[r]);
+            if (lane == 0 && r0 + r < rows)
+                y[(size_t)(r0 + r) * ys + n] = s + (bias ? bf16_lo(bias[n]) : 0.f);
+        }
+    }
+}
+
+extern "C" int cuda_gemv_generic(float *y, long y_stride, const float *x, long x_stride,
+                                 const uint16_t *W, long w_stride, const uint16_t *bias, int rows,
+                                 int N, int K, cudaStream_t st) {
+    if (rows < 1 || N < 1 || K < 1 || !y || !x || !W) return (int)cudaErrorInvalidValue;
+    const int warps = 8;
+    gemv_generic_kernel<<<(N + warps - 1) / warps, warps * 32, 0, st>>>(y, y_stride, x, x_stride,
+                                                                        W, w_stride, bias, rows,
+                                                                        N, K);
+    LAUNCH_CHECK();
+}
+
+/* ==== Fused: residual add + RMSNorm ====
+ * x[r] += y[r]; out[r] = x[r] / rms(x[r]) * (w + offset). Each thread re-reads in pass 2 the
+ * elements it wrote in pass 1 (same j), so no barrier is needed between the write and the
+ * read; the sum of squares is over the updated x, exactly as add then rms_norm. */
+__global__ void add_rms_norm_kernel(float *x, const float *y, float *out, const uint16_t *w,
+                                    float eps, float offset, int D) {
+    __shared__ float red[EL_THREADS / 32];
+    float *xr = x + (size_t)blockIdx.x * D;
+    const float *yr = y + (size_t)blockIdx.x * D;
+    float *orow = out + (size_t)blockIdx.x * D;
+    float ss = 0.f;
+    for (int j = threadIdx.x; j < D; j += blockDim.x) {
+        const float v = xr[j] + yr[j];
+        xr[j] = v;
+        ss = fmaf(v, v, ss);
+    }
+    ss = warp_sum(ss);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    float tot = 0.f;
+    for (int i = 0; i < (int)(blockDim.x >> 5); i++) tot += red[i];
+    const float inv = 1.0f / sqrtf(tot / (float)D + eps);
+    for (int j = threadIdx.x; j < D; j += blockDim.x)
+        orow[j] = (xr[j] * inv) * (bf16_lo(w[j]) + offset);
+}
+
+extern "C" int cuda_add_rms_norm_f32(float *x, const float *y, float *out, const uint16_t *w,
+                                     float eps, float offset, int rows, int D, cudaStream_t st) {
+    if (rows < 1 || D < 1 || !x || !y || !out || !w || out == x || out == y)
+        return (int)cudaErrorInvalidValue;
+    int threads = D >= EL_THREADS ? EL_THREADS : (D + 31) / 32 * 32;
+    add_rms_norm_kernel<<<rows, threads, 0, st>>>(x, y, out, w, eps, offset, D);
+    LAUNCH_CHECK();
+}
+
+/* ==== Fused: RoPE on q and k + KV write ====
+ * Row i: q heads rotated in place (when q != NULL), k heads rotated in place and written to
+ * k_pool[rows[i]], v copied to v_pool[rows[i]] (rows[i] < 0: no write). Every thread owns
+ * whole rotation pairs (j, j + half), so it writes what it computed: no barrier. */
+__global__ void rope_kv_f32_kernel(float *q, long qs, float *k, long ks, const float *v, long vs,
+                                   const float *cos_sin, int Hq, int Hkv, int D, int half,
+                                   const int64_t *rows, void *kp, void *vp, int bf16) {
+    const int i = blockIdx.x;
+    const float *cs = cos_sin + (size_t)i * 2 * half;
+    const int64_t r = rows[i];
+    const int heads = (q ? Hq : 0) + Hkv;
+    for (int t = threadIdx.x; t < heads * half; t += blockDim.x) {
+        const int hh = t / half, j = t - hh * half;
+        const bool is_q = q && hh < Hq;
+        const int h = is_q ? hh : hh - (q ? Hq : 0);
+        float *vec = is_q ? q + (size_t)i * qs + (size_t)h * D : k + (size_t)i * ks + (size_t)h * D;
+        const float c = cs[2 * j], s = cs[2 * j + 1];
+        const float a = vec[j], b = vec[j + half];
+        const float na = a * c - b * s, nb = b * c + a * s;
+        vec[j] = na;
+        vec[j + half] = nb;
+        if (!is_q && r >= 0) {
+            const size_t o = ((size_t)r * Hkv + h) * D;
+            if (bf16) {
+                ((uint16_t *)kp)[o + j] = (uint16_t)f32_to_bf16_bits(na);
+                ((uint16_t *)kp)[o + j + half] = (uint16_t)f32_to_bf16_bits(nb);
+            } else {
+                ((float *)kp)[o + j] = na;
+                ((float *)kp)[o + j + half] = nb;
+            }
+        }
+    }
+    if (r < 0) return;
+    /* k dims past the rotated part (partial rotary), and all of v */
+    const int rest = D - 2 * half;
+    for (int t = threadIdx.x; t < Hkv * (rest + D); t += blockDim.x) {
+        const int h = t / (rest + D), e = t - h * (rest + D);
+        const bool is_k = e < rest;
+        const int d = is_k ? 2 * half + e : e - rest;
+        const float val = is_k ? k[(size_t)i * ks + (size_t)h * D + d] : v[(size_t)i * vs + (size_t)h * D + d];
+        const size_t o = ((size_t)r * Hkv + h) * D + d;
+        void *pool = is_k ? kp : vp;
+        if (bf16) ((uint16_t *)pool)[o] = (uint16_t)f32_to_bf16_bits(val);
+        else ((float *)pool)[o] = val;
+    }
+}
+
+extern "C" int cuda_rope_kv_f32(float *q, long q_stride, float *k, long k_stride, const float *v,
+                                long v_stride, const float *cos_sin, int n, int Hq, int Hkv,
+                                int D, int rot, const int64_t *rows, void *k_pool, void *v_pool,
+                                int pool_bf16, cudaStream_t st) {
+    if (n < 1 || Hkv < 1 || (q && Hq < 1) || rot < 2 || rot % 2 || rot > D || !k || !v ||
+        !cos_sin || !rows || !k_pool || !v_pool)
+        return (int)cudaErrorInvalidValue;
+    rope_kv_f32_kernel<<<n, 128, 0, st>>>(q, q_stride, k, k_stride, v, v_stride, cos_sin, Hq, Hkv,
+                                          D, rot / 2, rows, k_pool, v_pool, pool_bf16);
+    LAUNCH_CHECK();
+}

@@ -1,0 +1,420 @@
+/* CUDA ops vs CPU ops on fresh random inputs (bf16 tolerances), and the test binary's main.
+ *
+ * Every check: the same bf16 weights and fp32 activations go to both backends; the CUDA
+ * output buffer is poisoned with NaN first (an unwritten element fails the check); the error
+ * is ||cuda - cpu|| / ||cpu||. Tolerances: 1e-5 where both sides do the same fp32 arithmetic
+ * (elementwise), 2e-5 for reductions in another order (norms, GEMV), 1e-2 where the CUDA side
+ * rounds an operand to bf16 (cuBLASLt input, bf16 KV cache). */
+#include "gpu_test.h"
+
+#include "backend/cuda/cuda_be.h"
+#include "model/model_spec.h"
+
+const backend_ops *g_cpu, *g_gpu;
+int g_failures, g_checks;
+uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+
+/* ==== Helpers ==== */
+void gt_report(const char *what, double rel, double tol, long nan_count) {
+    const int ok = nan_count == 0 && rel <= tol && rel == rel;
+    g_checks++;
+    if (!ok) g_failures++;
+    printf("%-4s %-58s rel %.2e (tol %.0e)%s\n", ok ? "ok" : "FAIL", what, rel, tol,
+           nan_count ? " NON-FINITE/UNWRITTEN" : "");
+}
+
+double gt_rel_err(const float *a, const float *ref, size_t n, long *nan_count) {
+    double num = 0, den = 0;
+    long bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i])) {
+            bad++;
+            continue;
+        }
+        const double d = (double)a[i] - ref[i];
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+    }
+    *nan_count = bad;
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static uint64_t next_u64(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return g_rng;
+}
+
+float gt_randn(void) { /* sum of 4 uniforms, variance 1 */
+    float s = 0;
+    for (int i = 0; i < 4; i++) s += (float)((next_u64() >> 40) & 0xffffff) / 16777216.0f - 0.5f;
+    return s * 1.7320508f;
+}
+
+void gt_fill(float *x, size_t n, float scale) {
+    for (size_t i = 0; i < n; i++) x[i] = gt_randn() * scale;
+}
+
+uint16_t *gt_bf16(const float *x, size_t n) {
+    uint16_t *b = malloc(n * 2);
+    for (size_t i = 0; i < n; i++) b[i] = mx_f32_to_bf16(x[i]);
+    return b;
+}
+
+void gt_round_bf16(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = mx_bf16_to_f32(mx_f32_to_bf16(x[i]));
+}
+
+static mx_tensor shaped(void *data, mx_dtype t, int ndim, const int64_t *shape, mx_device dev) {
+    if (ndim == 1) return mx_tensor_1d(data, t, shape[0], dev);
+    if (ndim == 2) return mx_tensor_2d(data, t, shape[0], shape[1], dev);
+    return mx_tensor_3d(data, t, shape[0], shape[1], shape[2], dev);
+}
+
+mx_tensor gt_dev_f32(const float *host, int ndim, const int64_t *shape) {
+    mx_tensor h = shaped((void *)host, MX_F32, ndim, shape, MX_DEV_CPU);
+    mx_tensor d = shaped(g_gpu->alloc(mx_tensor_nbytes(&h)), MX_F32, ndim, shape, MX_DEV_CUDA);
+    g_gpu->copy_from_host(&d, host);
+    return d;
+}
+
+mx_tensor gt_dev_poison(int ndim, const int64_t *shape) {
+    mx_tensor d = shaped(NULL, MX_F32, ndim, shape, MX_DEV_CUDA);
+    const size_t n = (size_t)mx_tensor_numel(&d);
+    float *nan = malloc(n * 4);
+    for (size_t i = 0; i < n; i++) nan[i] = NAN;
+    d.data = g_gpu->alloc(n * 4);
+    g_gpu->copy_from_host(&d, nan);
+    free(nan);
+    return d;
+}
+
+mx_tensor gt_dev_weight(const uint16_t *bf, int ndim, const int64_t *shape) {
+    mx_tensor h = shaped((void *)bf, MX_BF16, ndim, shape, MX_DEV_CPU), d;
+    mx_error err;
+    if (g_gpu->upload(&d, &h, &err)) {
+        fprintf(stderr, "upload failed: %s\n", err.msg);
+        exit(2);
+    }
+    return d;
+}
+
+void gt_to_host(float *dst, const mx_tensor *t) { g_gpu->copy_to_host(dst, t); }
+void gt_dev_free(mx_tensor *t) {
+    if (t->data) g_gpu->free(t->data);
+    t->data = NULL;
+}
+
+static void check_dev(const char *what, const mx_tensor *dev, const float *ref, double tol) {
+    const size_t n = (size_t)mx_tensor_numel(dev);
+    float *o = malloc(n * 4);
+    gt_to_host(o, dev);
+    long bad;
+    const double rel = gt_rel_err(o, ref, n, &bad);
+    gt_report(what, rel, tol, bad);
+    free(o);
+}
+
+/* ==== Ops ==== */
+static void test_matmul(int rows, int N, int K, bool bias) {
+    float *x = malloc((size_t)rows * K * 4), *w = malloc((size_t)N * K * 4), *b = malloc((size_t)N * 4);
+    float *ref = malloc((size_t)rows * N * 4);
+    gt_fill(x, (size_t)rows * K, 1.0f);
+    gt_fill(w, (size_t)N * K, 1.0f / sqrtf((float)K));
+    gt_fill(b, (size_t)N, 0.5f);
+    uint16_t *wb = gt_bf16(w, (size_t)N * K), *bb = gt_bf16(b, (size_t)N);
+    const int64_t sx[2] = {rows, K}, sw[2] = {N, K}, so[2] = {rows, N}, sb[1] = {N};
+    mx_tensor hx = mx_tensor_2d(x, MX_F32, rows, K, MX_DEV_CPU);
+    mx_tensor hw = mx_tensor_2d(wb, MX_BF16, N, K, MX_DEV_CPU), hb = mx_tensor_1d(bb, MX_BF16, N, MX_DEV_CPU);
+    mx_tensor ho = mx_tensor_2d(ref, MX_F32, rows, N, MX_DEV_CPU), none = {0};
+    g_cpu->matmul(&ho, &hx, &hw, bias ? &hb : &none);
+    mx_tensor dx = gt_dev_f32(x, 2, sx), dw = gt_dev_weight(wb, 2, sw), db = gt_dev_weight(bb, 1, sb);
+    mx_tensor dout = gt_dev_poison(2, so);
+    g_gpu->matmul(&dout, &dx, &dw, bias ? &db : &none);
+    char what[96];
+    const int gemv = rows <= g_cu.gemv_rows;
+    snprintf(what, sizeof what, "matmul rows %d N %d K %d%s (%s)", rows, N, K, bias ? " +bias" : "",
+             gemv ? (K % 8 ? "generic gemv" : "gemv") : "cuBLASLt");
+    check_dev(what, &dout, ref, gemv ? 2e-5 : 1e-2);
+    gt_dev_free(&dx), gt_dev_free(&dw), gt_dev_free(&db), gt_dev_free(&dout);
+    free(x), free(w), free(b), free(ref), free(wb), free(bb);
+}
+
+/* Q/K/V-style: three matmuls on one x are held and launched as one multi-segment GEMV. */
+static void test_matmul_fused(int rows) {
+    const int K = 4096, Ns[3] = {4096, 1024, 1000};
+    float *x = malloc((size_t)rows * K * 4);
+    gt_fill(x, (size_t)rows * K, 1.0f);
+    const int64_t sx[2] = {rows, K};
+    mx_tensor hx = mx_tensor_2d(x, MX_F32, rows, K, MX_DEV_CPU), dx = gt_dev_f32(x, 2, sx), none = {0};
+    mx_tensor dw[3], dout[3], hb = {0}, db = {0};
+    float *ref[3];
+    uint16_t *wb[3];
+    float bias[1000];
+    gt_fill(bias, 1000, 1.0f);
+    uint16_t *bb = gt_bf16(bias, 1000);
+    const int64_t sb[1] = {1000};
+    hb = mx_tensor_1d(bb, MX_BF16, 1000, MX_DEV_CPU);
+    db = gt_dev_weight(bb, 1, sb);
+    for (int i = 0; i < 3; i++) {
+        float *w = malloc((size_t)Ns[i] * K * 4);
+        gt_fill(w, (size_t)Ns[i] * K, 1.0f / 64.0f);
+        wb[i] = gt_bf16(w, (size_t)Ns[i] * K);
+        free(w);
+        ref[i] = malloc((size_t)rows * Ns[i] * 4);
+        mx_tensor hw = mx_tensor_2d(wb[i], MX_BF16, Ns[i], K, MX_DEV_CPU);
+        mx_tensor ho = mx_tensor_2d(ref[i], MX_F32, rows, Ns[i], MX_DEV_CPU);
+        g_cpu->matmul(&ho, &hx, &hw, i == 2 ? &hb : &none);
+        const int64_t sw[2] = {Ns[i], K}, so[2] = {rows, Ns[i]};
+        dw[i] = gt_dev_weight(wb[i], 2, sw);
+        dout[i] = gt_dev_poison(2, so);
+    }
+    for (int i = 0; i < 3; i++) g_gpu->matmul(&dout[i], &dx, &dw[i], i == 2 ? &db : &none);
+    for (int i = 0; i < 3; i++) {
+        char what[96];
+        snprintf(what, sizeof what, "fused gemv rows %d segment %d (N %d%s)", rows, i, Ns[i],
+                 i == 2 ? " +bias" : "");
+        check_dev(what, &dout[i], ref[i], 2e-5);
+        gt_dev_free(&dw[i]), gt_dev_free(&dout[i]);
+        free(ref[i]), free(wb[i]);
+    }
+    gt_dev_free(&dx), gt_dev_free(&db);
+    free(x), free(bb);
+}
+
+static void test_norm_rope_elem(void) {
+    /* rms_norm over [rows, D] and per head [n, heads, D], offsets 0 and 1 */
+    const int n = 5, heads = 8, D = 128, H = 4096;
+    float *x = malloc((size_t)n * H * 4), *ref = malloc((size_t)n * H * 4), *wv = malloc((size_t)H * 4);
+    gt_fill(x, (size_t)n * H, 2.0f);
+    gt_fill(wv, H, 0.1f);
+    for (int i = 0; i < H; i++) wv[i] += 1.0f;
+    uint16_t *wb = gt_bf16(wv, H);
+    for (int off = 0; off < 2; off++) {
+        const int64_t sx[2] = {n, H}, sw[1] = {H};
+        mx_tensor hx = mx_tensor_2d(x, MX_F32, n, H, MX_DEV_CPU), ho = mx_tensor_2d(ref, MX_F32, n, H, MX_DEV_CPU);
+        mx_tensor hw = mx_tensor_1d(wb, MX_BF16, H, MX_DEV_CPU);
+        g_cpu->rms_norm(&ho, &hx, &hw, 1e-5f, (float)off);
+        mx_tensor dx = gt_dev_f32(x, 2, sx), dw = gt_dev_weight(wb, 1, sw), dout = gt_dev_poison(2, sx);
+        g_gpu->rms_norm(&dout, &dx, &dw, 1e-5f, (float)off);
+        check_dev(off ? "rms_norm [5, 4096] offset 1" : "rms_norm [5, 4096]", &dout, ref, 2e-5);
+        /* per head, in place */
+        const int64_t s3[3] = {n, heads, D}, sd[1] = {D};
+        mx_tensor h3 = mx_tensor_3d(x, MX_F32, n, heads, D, MX_DEV_CPU), o3 = mx_tensor_3d(ref, MX_F32, n, heads, D, MX_DEV_CPU);
+        mx_tensor hwd = mx_tensor_1d(wb, MX_BF16, D, MX_DEV_CPU);
+        g_cpu->rms_norm(&o3, &h3, &hwd, 1e-6f, (float)off);
+        mx_tensor d3 = gt_dev_f32(x, 3, s3), dwd = gt_dev_weight(wb, 1, sd);
+        g_gpu->rms_norm(&d3, &d3, &dwd, 1e-6f, (float)off);
+        check_dev("rms_norm per head [5, 8, 128] in place", &d3, ref, 2e-5);
+        gt_dev_free(&dx), gt_dev_free(&dw), gt_dev_free(&dout), gt_dev_free(&d3), gt_dev_free(&dwd);
+    }
+    /* rope: full and partial rotary, angles up to 1e4 rad */
+    for (int rot = D; rot >= D / 2; rot /= 2) {
+        float *cs = malloc((size_t)n * rot * 4);
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < rot / 2; j++) {
+                const double a = (double)(i * 997 + 3) / pow(10000.0, 2.0 * j / rot);
+                cs[(size_t)i * rot + 2 * j] = (float)cos(a);
+                cs[(size_t)i * rot + 2 * j + 1] = (float)sin(a);
+            }
+        memcpy(ref, x, (size_t)n * heads * D * 4);
+        mx_tensor h3 = mx_tensor_3d(ref, MX_F32, n, heads, D, MX_DEV_CPU);
+        g_cpu->rope(&h3, cs, rot);
+        const int64_t s3[3] = {n, heads, D}, sc[2] = {n, rot};
+        mx_tensor d3 = gt_dev_f32(x, 3, s3), dcs = gt_dev_f32(cs, 2, sc);
+        g_gpu->rope(&d3, dcs.data, rot);
+        check_dev(rot == D ? "rope [5, 8, 128]" : "rope partial rot 64", &d3, ref, 1e-6);
+        gt_dev_free(&d3), gt_dev_free(&dcs);
+        free(cs);
+    }
+    /* add, glu (3 activations), softcap, gather, convert */
+    const int rows = 7, cols = 1000;
+    float *a = malloc((size_t)rows * cols * 4), *b = malloc((size_t)rows * cols * 4);
+    gt_fill(a, (size_t)rows * cols, 3.0f);
+    gt_fill(b, (size_t)rows * cols, 3.0f);
+    const int64_t s2[2] = {rows, cols};
+    mx_tensor ha = mx_tensor_2d(a, MX_F32, rows, cols, MX_DEV_CPU), hb = mx_tensor_2d(b, MX_F32, rows, cols, MX_DEV_CPU);
+    mx_tensor hr = mx_tensor_2d(ref, MX_F32, rows, cols, MX_DEV_CPU);
+    memcpy(ref, a, (size_t)rows * cols * 4);
+    g_cpu->add(&hr, &hb);
+    mx_tensor da = gt_dev_f32(a, 2, s2), db = gt_dev_f32(b, 2, s2), dout = gt_dev_poison(2, s2);
+    g_gpu->add(&da, &db);
+    check_dev("add [7, 1000]", &da, ref, 1e-7);
+    gt_dev_free(&da);
+    for (int act = ACT_SILU; act <= ACT_GELU; act++) {
+        g_cpu->glu(&hr, &ha, &hb, act);
+        da = gt_dev_f32(a, 2, s2);
+        g_gpu->glu(&dout, &da, &db, act);
+        check_dev(act == ACT_SILU ? "glu silu" : act == ACT_GELU_TANH ? "glu gelu tanh" : "glu gelu erf",
+                  &dout, ref, 1e-5);
+        gt_dev_free(&da);
+    }
+    memcpy(ref, a, (size_t)rows * cols * 4);
+    g_cpu->softcap(&hr, 2.5f);
+    da = gt_dev_f32(a, 2, s2);
+    g_gpu->softcap(&da, 2.5f);
+    check_dev("softcap 2.5", &da, ref, 1e-6);
+    const int32_t idx[4] = {6, 0, 3, 3};
+    const int64_t sg[2] = {4, cols};
+    mx_tensor hg = mx_tensor_2d(ref, MX_F32, 4, cols, MX_DEV_CPU), dg = gt_dev_poison(2, sg);
+    g_cpu->gather_rows(&hg, &ha, idx, 4);
+    g_gpu->gather_rows(&dg, &da, idx, 4);
+    check_dev("gather_rows 4 of 7", &dg, ref, 0);
+    /* convert f32 -> bf16 -> f32 on the device vs rounding on the host */
+    mx_tensor dbf = {0};
+    dbf = mx_tensor_2d(g_gpu->alloc((size_t)rows * cols * 2), MX_BF16, rows, cols, MX_DEV_CUDA);
+    mx_tensor dback = gt_dev_poison(2, s2);
+    g_gpu->convert(&dbf, &db);
+    g_gpu->convert(&dback, &dbf);
+    memcpy(ref, b, (size_t)rows * cols * 4);
+    gt_round_bf16(ref, (size_t)rows * cols);
+    check_dev("convert f32 -> bf16 -> f32", &dback, ref, 0);
+    gt_dev_free(&da), gt_dev_free(&db), gt_dev_free(&dout), gt_dev_free(&dg), gt_dev_free(&dbf),
+        gt_dev_free(&dback);
+    /* embedding with a scale, plain and rounded to the table dtype */
+    const int V = 300, E = 256, ne = 6;
+    float *tab = malloc((size_t)V * E * 4);
+    gt_fill(tab, (size_t)V * E, 1.0f);
+    uint16_t *tb = gt_bf16(tab, (size_t)V * E);
+    const int32_t ids[6] = {0, 299, 17, 17, 150, 3};
+    const int64_t st[2] = {V, E}, se[2] = {ne, E};
+    mx_tensor ht = mx_tensor_2d(tb, MX_BF16, V, E, MX_DEV_CPU), he = mx_tensor_2d(ref, MX_F32, ne, E, MX_DEV_CPU);
+    mx_tensor dt = gt_dev_weight(tb, 2, st);
+    for (int round = 0; round < 2; round++) {
+        g_cpu->embed(&he, &ht, ids, ne, 45.25f, round);
+        mx_tensor de = gt_dev_poison(2, se);
+        g_gpu->embed(&de, &dt, ids, ne, 45.25f, round);
+        check_dev(round ? "embed x scale, rounded to bf16" : "embed x scale", &de, ref, 1e-7);
+        gt_dev_free(&de);
+    }
+    gt_dev_free(&dt);
+    free(tab), free(tb), free(a), free(b), free(x), free(ref), free(wv), free(wb);
+}
+
+/* MoE: device routing + pair GEMVs (few rows) and the grouped path (many rows). */
+static void test_moe(int n, int E, int k, int H, int I) {
+    float *x = malloc((size_t)n * H * 4), *rl = malloc((size_t)n * E * 4), *ref = malloc((size_t)n * H * 4);
+    gt_fill(x, (size_t)n * H, 1.0f);
+    gt_fill(rl, (size_t)n * E, 2.0f);
+    float *wg = malloc((size_t)E * I * H * 4), *wd = malloc((size_t)E * H * I * 4);
+    float *wu = malloc((size_t)E * I * H * 4);
+    gt_fill(wg, (size_t)E * I * H, 1.0f / sqrtf((float)H));
+    gt_fill(wu, (size_t)E * I * H, 1.0f / sqrtf((float)H));
+    gt_fill(wd, (size_t)E * H * I, 1.0f / sqrtf((float)I));
+    uint16_t *bg = gt_bf16(wg, (size_t)E * I * H), *bu = gt_bf16(wu, (size_t)E * I * H);
+    uint16_t *bd = gt_bf16(wd, (size_t)E * H * I);
+    mx_tensor *hg = calloc((size_t)E, sizeof *hg), *hu = calloc((size_t)E, sizeof *hu), *hd = calloc((size_t)E, sizeof *hd);
+    mx_tensor *dg = calloc((size_t)E, sizeof *dg), *du = calloc((size_t)E, sizeof *du), *dd = calloc((size_t)E, sizeof *dd);
+    const int64_t s_gu[2] = {I, H}, s_d[2] = {H, I}, sx[2] = {n, H}, sr[2] = {n, E};
+    for (int e = 0; e < E; e++) {
+        hg[e] = mx_tensor_2d(bg + (size_t)e * I * H, MX_BF16, I, H, MX_DEV_CPU);
+        hu[e] = mx_tensor_2d(bu + (size_t)e * I * H, MX_BF16, I, H, MX_DEV_CPU);
+        hd[e] = mx_tensor_2d(bd + (size_t)e * H * I, MX_BF16, H, I, MX_DEV_CPU);
+        dg[e] = gt_dev_weight(bg + (size_t)e * I * H, 2, s_gu);
+        du[e] = gt_dev_weight(bu + (size_t)e * I * H, 2, s_gu);
+        dd[e] = gt_dev_weight(bd + (size_t)e * H * I, 2, s_d);
+    }
+    mx_moe_params p = {.n_experts = E, .top_k = k, .norm_topk = true, .activation = ACT_SILU};
+    mx_moe_experts hex = {hg, hu, hd}, dex = {dg, du, dd};
+    mx_tensor hx = mx_tensor_2d(x, MX_F32, n, H, MX_DEV_CPU), hr = mx_tensor_2d(rl, MX_F32, n, E, MX_DEV_CPU);
+    mx_tensor ho = mx_tensor_2d(ref, MX_F32, n, H, MX_DEV_CPU);
+    mx_error err;
+    g_cpu->moe(&ho, &hx, &hr, &hex, &p, &err);
+    mx_tensor dx = gt_dev_f32(x, 2, sx), dr = gt_dev_f32(rl, 2, sr), dout = gt_dev_poison(2, sx);
+    char what[96];
+    snprintf(what, sizeof what, "moe %d rows, %d experts top %d, H %d I %d (%s)", n, E, k, H, I,
+             n <= CU_MOE_PAIR_MAX_ROWS ? "pairs" : "grouped");
+    if (g_gpu->moe(&dout, &dx, &dr, &dex, &p, &err)) {
+        printf("FAIL %s: %s\n", what, err.msg);
+        g_failures++, g_checks++;
+    } else {
+        /* grouped matmuls of > 8 rows use cuBLASLt (bf16 inputs) */
+        check_dev(what, &dout, ref, n <= CU_MOE_PAIR_MAX_ROWS ? 2e-5 : 1e-2);
+    }
+    for (int e = 0; e < E; e++) gt_dev_free(&dg[e]), gt_dev_free(&du[e]), gt_dev_free(&dd[e]);
+    gt_dev_free(&dx), gt_dev_free(&dr), gt_dev_free(&dout);
+    free(hg), free(hu), free(hd), free(dg), free(du), free(dd), free(bg), free(bu), free(bd);
+    free(wg), free(wu), free(wd), free(x), free(rl), free(ref);
+}
+
+/* Device greedy: argmax (NaN = -inf, lowest id on ties) and log-softmax of the chosen id. */
+static void test_greedy(void) {
+    const int n = 4, V = 128256;
+    float *lg = malloc((size_t)n * V * 4);
+    gt_fill(lg, (size_t)n * V, 3.0f);
+    lg[(size_t)1 * V + 77] = 50.0f; /* row 1: a tie at 77 and 99: 77 wins */
+    lg[(size_t)1 * V + 99] = 50.0f;
+    lg[(size_t)2 * V + 5] = NAN;    /* row 2: NaN never wins */
+    for (int v = 0; v < V; v++) lg[(size_t)3 * V + v] = -INFINITY; /* row 3: nothing finite */
+    const int64_t sl[2] = {n, V};
+    mx_tensor dl = gt_dev_f32(lg, 2, sl);
+    int32_t ids[4];
+    float lps[4];
+    mx_error err;
+    if (g_gpu->greedy_rows(ids, lps, &dl, &err)) {
+        printf("FAIL greedy_rows: %s\n", err.msg);
+        g_failures++, g_checks++;
+        free(lg);
+        return;
+    }
+    for (int r = 0; r < n; r++) {
+        const float *x = lg + (size_t)r * V;
+        int best = -1;
+        for (int v = 0; v < V; v++)
+            if (x[v] == x[v] && x[v] != -INFINITY && (best < 0 || x[v] > x[best])) best = v;
+        double lse = 0;
+        for (int v = 0; v < V && best >= 0; v++)
+            if (x[v] == x[v] && x[v] != -INFINITY) lse += exp((double)x[v] - x[best]);
+        const double want_lp = best >= 0 ? -log(lse) : -INFINITY;
+        char what[96];
+        snprintf(what, sizeof what, "greedy row %d: id %d (want %d), logprob %.5f (want %.5f)", r,
+                 ids[r], best, lps[r], want_lp);
+        const double d = best >= 0 ? fabs(lps[r] - want_lp) / (fabs(want_lp) + 1e-3) : (lps[r] == -INFINITY ? 0 : 1);
+        gt_report(what, ids[r] == best ? d : 1.0, 1e-4, 0);
+    }
+    gt_dev_free(&dl);
+    free(lg);
+}
+
+int gt_run_op_tests(void) {
+    test_greedy();
+    const int rows[] = {1, 2, 3, 5, 8, 9, 33, 128};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) test_matmul(rows[i], 4096, 4096, false);
+    test_matmul(1, 14336, 4096, false);
+    test_matmul(4, 4096, 14336, true);
+    test_matmul(2, 1000, 100, true);  /* odd N, K % 8 != 0: generic GEMV */
+    test_matmul(20, 97, 44, false);   /* cuBLASLt refuses K % 8: generic fallback */
+    test_matmul(300, 2048, 2048, true);
+    test_matmul_fused(1);
+    test_matmul_fused(6);
+    test_norm_rope_elem();
+    test_moe(1, 128, 8, 2048, 768);
+    test_moe(5, 16, 4, 256, 96);
+    test_moe(100, 16, 4, 256, 96);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    const char *src = argc > 1 ? argv[1] : getenv("MLXCEL_SOURCE_DIR");
+    mx_error err;
+    g_cpu = backend_cpu();
+    g_gpu = backend_get(MX_DEV_CUDA, &err);
+    if (!g_gpu) {
+        fprintf(stderr, "test_cuda: %s\n", err.msg);
+        return 2;
+    }
+    char line[512];
+    g_gpu->describe(line, sizeof line);
+    printf("device: %s\n", line);
+    gt_run_op_tests();
+    gt_run_attn_tests();
+    if (src) gt_run_e2e_tests(src);
+    else printf("skip e2e: give the source dir (argv[1] or MLXCEL_SOURCE_DIR)\n");
+    if (g_gpu->check(&err)) {
+        printf("FAIL device error: %s\n", err.msg);
+        g_failures++;
+    }
+    printf("\n%d checks, %d failed\n", g_checks, g_failures);
+    return g_failures ? 1 : 0;
+}

@@ -1,0 +1,39 @@
+/* GPU test binary (tests/gpu): every CUDA backend op against the CPU op on fresh random
+ * inputs, and the tiny checkpoints end to end (CUDA tokens vs CPU tokens). Built only with
+ * MLXCEL_CUDA=ON, never registered with CTest (CI has no GPU); bench/run_device.sh runs it. */
+#ifndef MLXCEL_TESTS_GPU_TEST_H
+#define MLXCEL_TESTS_GPU_TEST_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+
+extern const backend_ops *g_cpu, *g_gpu;
+extern int g_failures, g_checks;
+extern uint64_t g_rng;
+
+/* Records one check: prints "ok"/"FAIL" with the relative error and the tolerance. */
+void gt_report(const char *what, double rel, double tol, long nan_count);
+/* ||a - ref|| / ||ref|| (float64), and the number of non-finite values of a. */
+double gt_rel_err(const float *a, const float *ref, size_t n, long *nan_count);
+float gt_randn(void);
+void gt_fill(float *x, size_t n, float scale);
+uint16_t *gt_bf16(const float *x, size_t n);         /* malloc'd bf16 copy */
+void gt_round_bf16(float *x, size_t n);              /* in place: x = bf16(x) */
+
+/* Device tensors for the CUDA side. */
+mx_tensor gt_dev_f32(const float *host, int ndim, const int64_t *shape); /* copy of host */
+mx_tensor gt_dev_poison(int ndim, const int64_t *shape);                /* NaN-filled */
+mx_tensor gt_dev_weight(const uint16_t *bf, int ndim, const int64_t *shape);
+void gt_to_host(float *dst, const mx_tensor *t);
+void gt_dev_free(mx_tensor *t);
+
+int gt_run_op_tests(void);        /* gpu_ops.c, gpu_attn.c */
+int gt_run_attn_tests(void);
+int gt_run_e2e_tests(const char *src_dir); /* gpu_e2e.c */
+
+#endif

@@ -1,0 +1,122 @@
+/* `mlxcel bench` on a committed tiny checkpoint (CPU): the --json report has every field for
+ * every batch size, the figures are consistent with each other, and bad flags are refused.
+ * No timing assertions: only presence, signs and identities between the reported figures. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+/* Runs `mlxcel bench ARGS`; exit code, stdout in *out (malloc'd). */
+static int run(const char *args, char **out) {
+    const char *bin = getenv("MLXCEL_BIN"), *src = getenv("MLXCEL_SOURCE_DIR");
+    assert_non_null(bin);
+    assert_non_null(src);
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s bench -m %s/tests/fixtures/ckpt/llama_tiny %s 2>/dev/null", bin,
+             src, args);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t cap = 1 << 16;
+    char *buf = malloc(cap);
+    size_t n = fread(buf, 1, cap - 1, p);
+    buf[n] = '\0';
+    const int st = pclose(p);
+    *out = buf;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static double num(const json_t *o, const char *k) {
+    const json_t *v = json_object_get(o, k);
+    if (!json_is_number(v)) fail_msg("field %s missing or not a number", k);
+    return json_number_value(v);
+}
+
+static void test_json_report(void **state) {
+    (void)state;
+    char *out = NULL;
+    assert_int_equal(run("--prompt-tokens 24 --gen-tokens 6 --batch 1,3 --repeat 2 --json", &out), 0);
+    json_error_t je;
+    json_t *j = json_loads(out, 0, &je);
+    if (!j) fail_msg("not one JSON object: %s\n%s", je.text, out);
+    assert_string_equal(json_string_value(json_object_get(j, "device")), "cpu");
+    assert_true(num(j, "copy_gb_s") > 0);
+    assert_true(num(j, "weight_bytes") > 0);
+    assert_int_equal((int)num(j, "prompt_tokens"), 24);
+    assert_int_equal((int)num(j, "gen_tokens"), 6);
+    const json_t *res = json_object_get(j, "results");
+    assert_true(json_is_array(res));
+    assert_int_equal(json_array_size(res), 2);
+    const int want_b[2] = {1, 3};
+    for (int i = 0; i < 2; i++) {
+        const json_t *r = json_array_get(res, (size_t)i);
+        const int B = want_b[i];
+        assert_int_equal((int)num(r, "batch"), B);
+        assert_int_equal((int)num(r, "repeats"), 2);
+        assert_true(num(r, "prefill_tok_s") > 0);
+        assert_true(num(r, "ttft_ms_p50") > 0);
+        assert_true(num(r, "ttft_ms_max") >= num(r, "ttft_ms_p50"));
+        assert_true(num(r, "decode_tok_s") > 0);
+        assert_true(fabs(num(r, "decode_tok_s_per_seq") * B - num(r, "decode_tok_s")) <=
+                    1e-6 * num(r, "decode_tok_s"));
+        /* only tokens after the last first token count: B=1 gives exactly gen - 1 */
+        const int timed = (int)num(r, "decode_tokens_timed");
+        if (B == 1) assert_int_equal(timed, 5);
+        assert_true(timed > 0 && timed <= B * 5);
+        assert_true(num(r, "itl_ms_p50") > 0);
+        assert_true(num(r, "itl_ms_p99") >= num(r, "itl_ms_p50"));
+        assert_true(num(r, "mem_peak_bytes") > 0);
+        assert_true(num(r, "decode_bytes_per_step") > 0);
+        assert_true(num(r, "decode_gb_s") > 0);
+        assert_true(num(r, "decode_pct_of_copy") > 0);
+        /* GB/s = bytes per step x steps per second (medians of consistent runs may differ
+         * slightly, so the identity is checked to 50%) */
+        const double gbs = num(r, "decode_bytes_per_step") * num(r, "decode_tok_s") / B / 1e9;
+        assert_true(fabs(gbs - num(r, "decode_gb_s")) <= 0.5 * gbs);
+    }
+    /* bytes per step grow with the batch (more KV read) */
+    assert_true(num(json_array_get(res, 1), "decode_bytes_per_step") >
+                num(json_array_get(res, 0), "decode_bytes_per_step"));
+    json_decref(j);
+    free(out);
+}
+
+static void test_text_table(void **state) {
+    (void)state;
+    char *out = NULL;
+    assert_int_equal(run("--prompt-tokens 8 --gen-tokens 3 --batch 2 --repeat 1", &out), 0);
+    assert_non_null(strstr(out, "prefill t/s"));
+    assert_non_null(strstr(out, "% copy"));
+    free(out);
+}
+
+static void test_bad_flags(void **state) {
+    (void)state;
+    char *out = NULL;
+    assert_int_equal(run("--batch 0", &out), 2);
+    free(out);
+    assert_int_equal(run("--batch 1,x", &out), 2);
+    free(out);
+    assert_int_equal(run("--device tpu", &out), 2);
+    free(out);
+    assert_int_equal(run("--gen-tokens -3", &out), 2);
+    free(out);
+    assert_int_equal(run("--frobnicate 1", &out), 2);
+    free(out);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_json_report),
+        cmocka_unit_test(test_text_table),
+        cmocka_unit_test(test_bad_flags),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
