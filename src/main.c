@@ -15,13 +15,13 @@ static const command k_commands[] = {
     {"generate", cmd_generate, "one prompt, streamed to stdout, timing line at the end (--json)"},
     {"run", cmd_run, "interactive chat with the model's chat template (/bye, /clear, \"\"\")"},
     {"serve", cmd_serve, "HTTP server: OpenAI and llama-server APIs, continuous batching (also mlxcel-server)"},
+    {"bench", cmd_bench, "engine throughput per batch size: prefill/decode tok/s, TTFT, ITL, GB/s"},
     {"inspect", cmd_inspect, "memory estimate for a checkpoint: weights, KV cache, fits or not"},
     {"convert", cmd_convert, "Hugging Face checkpoint -> MLX checkpoint (cast, 2..8-bit affine quantization)"},
     {"tune", cmd_tune, "kernel autotuning: profile launch candidates, store the winners"},
     {"tokenize", cmd_tokenize, "text -> token ids with a tokenizer.json (--bench: encode MB/s)"},
     {"detokenize", cmd_detokenize, "token ids -> text with a tokenizer.json"},
     {"apply-template", cmd_apply_template, "render a checkpoint's chat template for a conversation"},
-    {"bench", cmd_bench, "engine throughput per batch size: prefill/decode tok/s, TTFT, ITL, GB/s"},
     {"loadtest", cmd_loadtest, "steady-state load test of a running server: tok/s, TTFT, ITL, failures"},
 };
 #define N_COMMANDS (int)(sizeof k_commands / sizeof k_commands[0])
