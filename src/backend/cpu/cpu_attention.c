@@ -33,7 +33,7 @@ void cpu_attention(mx_tensor *out, const mx_tensor *q, const mx_tensor *k_pool,
     const int64_t total = (int64_t)b->n_rows * H;
     int64_t work = 0; /* key visits, to keep tiny steps on the calling thread */
     for (int i = 0; i < b->n_rows; i++) work += (int64_t)(b->pos[i] + 1) * H * D;
-#pragma omp parallel if (work >= (1 << 15))
+#pragma omp parallel if (work >= (1 << 17))
     {
         float *acc = malloc((size_t)D * sizeof(float)); /* [D] running sum of p * v */
 #pragma omp for schedule(dynamic, 4)
