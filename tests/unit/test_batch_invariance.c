@@ -1,4 +1,6 @@
 /* Batch invariance of the CPU backend (docs/engine.md, "Batch invariance"):
+ * - attention: the scalar, AVX2 and AVX-512 versions give the same bits, close to a double
+ *   reference (paged rows, two interleaved sequences, GQA, sliding window, soft-capping);
  * - kernel level: every value of cpu_matmul equals the canonical dot product of its row and
  *   column (cpu_dot_ref) bit for bit, for every kernel family this CPU has, any row count,
  *   thread count, strides, weight dtype and K (tails included); the canonical dot itself is
@@ -137,6 +139,72 @@ static void test_kernel_large(void **st) {
     }
     omp_set_num_threads(omp_get_num_procs());
     free(one); free(a); free(x); free(w); free(wf);
+}
+
+/* ==== Attention: kernel families agree bit for bit, and with a double reference ==== */
+static void check_attention(int Hq, int Hkv, int D, int window, float softcap) {
+    const int n = 6, bs = 4, n_blocks = 12, rows = n_blocks * bs, stride = 6;
+    float *q = malloc((size_t)n * Hq * D * 4), *kp = malloc((size_t)rows * Hkv * D * 4);
+    float *vp = malloc((size_t)rows * Hkv * D * 4), *o[3];
+    for (int i = 0; i < n * Hq * D; i++) q[i] = frand();
+    for (int i = 0; i < rows * Hkv * D; i++) kp[i] = frand(), vp[i] = frand();
+    /* two sequences with scattered blocks; rows of both interleaved in the batch */
+    const int32_t table[2 * 6] = {7, 2, 9, 0, 11, 4, 1, 10, 3, 8, 5, 6};
+    const int32_t pos[6] = {0, 3, 22, 9, 17, 5}, seq[6] = {0, 0, 0, 1, 1, 1};
+    const int64_t wr[6] = {0};
+    mx_attn_batch b = {.n_rows = n, .pos = pos, .seq = seq, .block_table = table,
+                       .table_stride = stride, .block_size = bs, .write_rows = wr};
+    mx_attn_params p = {.n_heads = Hq, .n_kv_heads = Hkv, .head_dim = D,
+                        .scale = 1.0f / sqrtf((float)D), .softcap = softcap, .window = window};
+    mx_tensor tq = mx_tensor_3d(q, MX_F32, n, Hq, D, MX_DEV_CPU);
+    mx_tensor tk = mx_tensor_3d(kp, MX_F32, rows, Hkv, D, MX_DEV_CPU);
+    mx_tensor tv = mx_tensor_3d(vp, MX_F32, rows, Hkv, D, MX_DEV_CPU);
+    int have = 0;
+    for (int isa = CPU_ISA_SCALAR; isa <= CPU_ISA_AVX512; isa++) {
+        o[isa] = calloc((size_t)n * Hq * D, 4);
+        if (cpu_matmul_force_isa((cpu_isa)isa)) continue;
+        mx_tensor to = mx_tensor_3d(o[isa], MX_F32, n, Hq, D, MX_DEV_CPU);
+        cpu_attention(&to, &tq, &tk, &tv, &b, &p);
+        if (isa > CPU_ISA_SCALAR) assert_memory_equal(o[0], o[isa], (size_t)n * Hq * D * 4);
+        have++;
+    }
+    cpu_matmul_force_isa(CPU_ISA_AUTO);
+    assert_true(have >= 1);
+    for (int i = 0; i < n; i++)
+        for (int h = 0; h < Hq; h++) {
+            const int kvh = h / (Hq / Hkv), lo = window > 0 && pos[i] - window + 1 > 0 ? pos[i] - window + 1 : 0;
+            double sc[32], mx = -1e300, den = 0;
+            for (int t = lo; t <= pos[i]; t++) {
+                const int r = table[seq[i] * stride + t / bs] * bs + t % bs;
+                double d = 0;
+                for (int e = 0; e < D; e++) d += (double)q[((size_t)i * Hq + h) * D + e] * kp[((size_t)r * Hkv + kvh) * D + e];
+                d *= p.scale;
+                if (softcap > 0) d = softcap * tanh(d / softcap);
+                sc[t - lo] = d;
+                mx = d > mx ? d : mx;
+            }
+            for (int t = lo; t <= pos[i]; t++) den += exp(sc[t - lo] - mx);
+            for (int e = 0; e < D; e++) {
+                double acc = 0;
+                for (int t = lo; t <= pos[i]; t++) {
+                    const int r = table[seq[i] * stride + t / bs] * bs + t % bs;
+                    acc += exp(sc[t - lo] - mx) / den * vp[((size_t)r * Hkv + kvh) * D + e];
+                }
+                assert_true(fabs(acc - o[0][((size_t)i * Hq + h) * D + e]) < 1e-5);
+            }
+        }
+    for (int isa = 0; isa < 3; isa++) free(o[isa]);
+    free(q); free(kp); free(vp);
+}
+
+static void test_attention_families(void **st) {
+    (void)st;
+    static const int Ds[] = {8, 16, 20, 64, 72, 100};
+    for (int d = 0; d < 6; d++) {
+        check_attention(4, 2, Ds[d], 0, 0.0f);
+        check_attention(6, 1, Ds[d], 5, 0.0f);
+        check_attention(2, 2, Ds[d], 0, 20.0f);
+    }
 }
 
 /* ==== Engine level ==== */
@@ -283,6 +351,7 @@ static void test_engine_moe(void **st) { (void)st; check_engine(TINY_MOE); }
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kernel_canonical), cmocka_unit_test(test_kernel_large),
+        cmocka_unit_test(test_attention_families),
         cmocka_unit_test(test_engine_llama),     cmocka_unit_test(test_engine_gemma),
         cmocka_unit_test(test_engine_moe),
     };
