@@ -6,8 +6,8 @@
  *   thread count, strides, weight dtype and K (tails included); the canonical dot itself is
  *   checked against a double-precision dot so that the comparison cannot pass vacuously;
  * - engine level, tiny dense / gemma-like / MoE models: the raw logits of one prompt at every
- *   generated position are bitwise identical (memcmp) run alone, batched with 1, 3, 17 and 40
- *   other sequences (mixed prefill chunks and decode rows, arriving at different steps), with
+ *   generated position are bitwise identical (memcmp) run alone, batched with 1, 3, 17, 40 and
+ *   63 other sequences (mixed prefill chunks and decode rows, arriving at different steps), with
  *   prefill chunk sizes 1, 7, 64 and 512, in dense and paged storage, and after a prefix-cache
  *   hit. */
 #include <setjmp.h>
@@ -209,7 +209,6 @@ static void test_attention_families(void **st) {
 
 /* ==== Engine level ==== */
 #define N_GEN 8
-#define MAX_OTHERS 40
 #define VOCAB 97
 
 typedef struct capture {
@@ -319,10 +318,11 @@ static void check_engine(tiny_kind kind) {
     assert_true(hi - lo > 0.1f);
 
     static const int chunks[] = {1, 7, 64, 512};
-    static const int others[] = {0, 1, 3, 17, 40};
+    /* 63 others: the server's "64 concurrent greedy requests" case at engine level */
+    static const int others[] = {0, 1, 3, 17, 40, 63};
     for (int st = 0; st < 2; st++)
         for (int ci = 0; ci < 4; ci++)
-            for (int oi = 0; oi < 5; oi++) {
+            for (int oi = 0; oi < 6; oi++) {
                 /* every chunk size alone; batches with chunks 7 and 64 (mixed steps) */
                 if (others[oi] > 0 && chunks[ci] != 7 && chunks[ci] != 64) continue;
                 const scenario sc = {st ? KV_STORAGE_PAGED : KV_STORAGE_DENSE, chunks[ci], others[oi], false};
