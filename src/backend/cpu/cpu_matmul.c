@@ -99,7 +99,6 @@ REF_TILE(WT_BF16, tile_ref_bf16)
 REF_TILE(WT_F16, tile_ref_f16)
 REF_TILE(WT_F32, tile_ref_f32)
 
-
 static const kernel_set k_scalar = {CPU_ISA_SCALAR, 4, 4, 4,
                                     {tile_ref_bf16, tile_ref_f16, tile_ref_f32}};
 
