@@ -13,15 +13,16 @@ typedef struct command {
 
 /* A subcommand is listed here only once it works. */
 static const command k_commands[] = {
-    {"inspect", cmd_inspect, "memory estimate for a checkpoint: weights, KV cache, fits or not"},
-    {"serve", cmd_serve, "HTTP server: OpenAI and llama-server APIs, continuous batching (also mlxcel-server)"},
-    {"tokenize", cmd_tokenize, "text -> token ids with a tokenizer.json (--bench: encode MB/s)"},
-    {"detokenize", cmd_detokenize, "token ids -> text with a tokenizer.json"},
     {"generate", cmd_generate, "one prompt, streamed to stdout, timing line at the end (--json)"},
     {"run", cmd_run, "interactive chat with the model's chat template (/bye, /clear, \"\"\")"},
+    {"serve", cmd_serve, "HTTP server: OpenAI and llama-server APIs, continuous batching (also mlxcel-server)"},
+    {"inspect", cmd_inspect, "memory estimate for a checkpoint: weights, KV cache, fits or not"},
+    {"convert", cmd_convert, "Hugging Face checkpoint -> MLX checkpoint (cast, 2..8-bit affine quantization)"},
+    {"tune", cmd_tune, "kernel autotuning: profile launch candidates, store the winners"},
+    {"tokenize", cmd_tokenize, "text -> token ids with a tokenizer.json (--bench: encode MB/s)"},
+    {"detokenize", cmd_detokenize, "token ids -> text with a tokenizer.json"},
     {"apply-template", cmd_apply_template, "render a checkpoint's chat template for a conversation"},
     {"loadtest", cmd_loadtest, "steady-state load test of a running server: tok/s, TTFT, ITL, failures"},
-    {"convert", cmd_convert, "Hugging Face checkpoint -> MLX checkpoint (cast, 2..8-bit affine quantization)"},
 };
 #define N_COMMANDS (int)(sizeof k_commands / sizeof k_commands[0])
 
@@ -33,7 +34,7 @@ static void usage(FILE *out) {
             "commands:\n",
             MLXCEL_VERSION);
     for (int i = 0; i < N_COMMANDS; i++)
-        fprintf(out, "  %-12s %s\n", k_commands[i].name, k_commands[i].summary);
+        fprintf(out, "  %-15s %s\n", k_commands[i].name, k_commands[i].summary);
     fprintf(out, "\noptions:\n  -h, --help     this help\n  --version      print the version\n"
                  "\nEnvironment variables: see docs/environment.md\n");
 }

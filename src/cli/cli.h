@@ -12,5 +12,6 @@ int cmd_run(int argc, char **argv);
 int cmd_apply_template(int argc, char **argv);
 int cmd_loadtest(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
+int cmd_tune(int argc, char **argv);
 
 #endif

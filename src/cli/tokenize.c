@@ -14,8 +14,8 @@
 
 typedef struct tok_args {
     const char *tokenizer, *model_dir, *prompt, *ids, *bench;
-    bool add_special, json, skip_special;
-    int repeat;
+    bool add_special, json, skip_special, special_as_text;
+    int repeat, chunk;
 } tok_args;
 
 static char *slurp(FILE *f, size_t *n) {
@@ -57,6 +57,7 @@ static int load(const tok_args *a, tokenizer **t, const char *cmd) {
 static int parse(int argc, char **argv, tok_args *a, bool detok, const char *help) {
     memset(a, 0, sizeof *a);
     a->repeat = 3;
+    a->chunk = 4096;
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         bool has_val = i + 1 < argc;
@@ -68,6 +69,7 @@ static int parse(int argc, char **argv, tok_args *a, bool detok, const char *hel
         else if (!strcmp(o, "--json")) a->json = true;
         else if (!detok && (!strcmp(o, "-p") || !strcmp(o, "--prompt")) && has_val) a->prompt = argv[++i];
         else if (!detok && !strcmp(o, "--add-special")) a->add_special = true;
+        else if (!detok && !strcmp(o, "--special-as-text")) a->special_as_text = true;
         else if (!detok && !strcmp(o, "--bench") && has_val) a->bench = argv[++i];
         else if (!detok && !strcmp(o, "--repeat") && has_val) {
             a->repeat = atoi(argv[++i]);
@@ -75,6 +77,14 @@ static int parse(int argc, char **argv, tok_args *a, bool detok, const char *hel
                 fprintf(stderr, "mlxcel tokenize: --repeat expects 1..1000\n");
                 return 2;
             }
+        } else if (!detok && !strcmp(o, "--chunk") && has_val) {
+            char *end;
+            long v = strtol(argv[++i], &end, 10);
+            if (*end || v < 0 || v > (1L << 30)) {
+                fprintf(stderr, "mlxcel tokenize: --chunk expects a byte count (0 = whole file)\n");
+                return 2;
+            }
+            a->chunk = (int)v;
         } else if (detok && !strcmp(o, "--ids") && has_val) a->ids = argv[++i];
         else if (detok && !strcmp(o, "--skip-special")) a->skip_special = true;
         else {
@@ -88,22 +98,52 @@ static int parse(int argc, char **argv, tok_args *a, bool detok, const char *hel
 /* ==== tokenize ==== */
 
 static const char k_tok_help[] =
-    "usage: mlxcel tokenize (--tokenizer FILE | -m DIR) [--add-special] [-p TEXT] [--json]\n"
-    "       mlxcel tokenize (--tokenizer FILE | -m DIR) --bench FILE [--repeat N] [--add-special]\n\n"
+    "usage: mlxcel tokenize (--tokenizer FILE | -m DIR) [--add-special] [--special-as-text] [-p TEXT] [--json]\n"
+    "       mlxcel tokenize (--tokenizer FILE | -m DIR) --bench FILE [--repeat N] [--chunk BYTES]\n\n"
     "Encodes TEXT (or all of stdin) and prints the ids, space separated (a JSON array with --json).\n\n"
     "  --tokenizer FILE  a tokenizer.json\n"
     "  -m, --model DIR   a checkpoint directory (tokenizer.json + tokenizer_config.json)\n"
     "  -p, --prompt TEXT text to encode (default: stdin)\n"
     "  --add-special     apply the post-processor (BOS/EOS), as add_special_tokens=True\n"
+    "  --special-as-text special-token text in the input stays plain text (untrusted input)\n"
     "  --json            print a JSON array\n"
-    "  --bench FILE      encode FILE N times (one call each) and print throughput as JSON:\n"
-    "                    {\"bytes\", \"tokens\", \"first_s\", \"median_s\", \"mb_per_s\"} (MB = 1e6 bytes,\n"
-    "                    from the median; the first run fills the word cache)\n"
+    "  --bench FILE      encode FILE in chunks, N times, single-threaded, and print throughput\n"
+    "                    as JSON: {\"bytes\", \"chunks\", \"tokens\", \"best_s\", \"median_s\",\n"
+    "                    \"mb_per_s\" (from the best run), ...}; MB = 1e6 bytes\n"
+    "  --chunk BYTES     chunk rule of tools/reference/bench_tokenizers.py: whole lines are\n"
+    "                    appended until a chunk holds >= BYTES (default 4096; 0 = whole file)\n"
     "  --repeat N        runs for --bench (default 3)\n";
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
+}
+
+/* Chunks as tools/reference/bench_tokenizers.py makes them: whole lines ('\n' kept with its
+ * line) are appended to a chunk until it holds >= chunk bytes. chunk 0: the whole file. */
+static size_t make_chunks(const char *text, size_t n, size_t chunk, size_t **starts) {
+    size_t cap = 1024, k = 0;
+    *starts = malloc((cap + 1) * sizeof **starts);
+    size_t pos = 0;
+    while (pos < n && *starts) {
+        if (k == cap) {
+            size_t *q = realloc(*starts, ((cap *= 2) + 1) * sizeof **starts);
+            if (!q) break;
+            *starts = q;
+        }
+        (*starts)[k++] = pos;
+        if (chunk == 0) {
+            pos = n;
+            break;
+        }
+        size_t start = pos;
+        while (pos < n && pos - start < chunk) {
+            const char *nl = memchr(text + pos, '\n', n - pos);
+            pos = nl ? (size_t)(nl - text) + 1 : n;
+        }
+    }
+    if (*starts) (*starts)[k] = n;
+    return k;
 }
 
 static int run_bench(const tokenizer *t, const tok_args *a) {
@@ -116,31 +156,42 @@ static int run_bench(const tokenizer *t, const tok_args *a) {
     char *text = slurp(f, &n);
     fclose(f);
     if (!text) return 1;
+    size_t *starts;
+    size_t n_chunks = make_chunks(text, n, (size_t)a->chunk, &starts);
     double *times = calloc((size_t)a->repeat, sizeof *times);
     size_t n_tok = 0;
-    for (int r = 0; r < a->repeat; r++) {
-        int32_t *ids;
-        mx_error err;
+    int rc = 0;
+    for (int r = 0; r < a->repeat && rc == 0; r++) {
+        n_tok = 0;
         double t0 = mx_now();
-        if (tok_encode(t, text, n, a->add_special, &ids, &n_tok, &err)) {
-            fprintf(stderr, "mlxcel tokenize: %s\n", err.msg);
-            free(text);
-            free(times);
-            return 1;
+        for (size_t c = 0; c < n_chunks; c++) {
+            int32_t *ids;
+            size_t k;
+            mx_error err;
+            if (tok_encode(t, text + starts[c], starts[c + 1] - starts[c], a->add_special, &ids, &k, &err)) {
+                fprintf(stderr, "mlxcel tokenize: %s\n", err.msg);
+                rc = 1;
+                break;
+            }
+            n_tok += k;
+            free(ids);
         }
         times[r] = mx_now() - t0;
-        free(ids);
     }
-    double first = times[0];
-    qsort(times, (size_t)a->repeat, sizeof *times, cmp_double);
-    double med = times[a->repeat / 2];
-    printf("{\"tokenizer\": \"%s\", \"file\": \"%s\", \"bytes\": %zu, \"tokens\": %zu, \"repeat\": %d, "
-           "\"first_s\": %.4f, \"median_s\": %.4f, \"mb_per_s\": %.2f, \"threads\": 1}\n",
-           a->tokenizer ? a->tokenizer : a->model_dir, a->bench, n, n_tok, a->repeat, first, med,
-           med > 0 ? (double)n / 1e6 / med : 0.0);
+    if (rc == 0) {
+        double first = times[0];
+        qsort(times, (size_t)a->repeat, sizeof *times, cmp_double);
+        double best = times[0], med = times[a->repeat / 2];
+        printf("{\"tokenizer\": \"%s\", \"file\": \"%s\", \"bytes\": %zu, \"chunk_bytes\": %d, \"chunks\": %zu, "
+               "\"tokens\": %zu, \"repeat\": %d, \"first_s\": %.4f, \"best_s\": %.4f, \"median_s\": %.4f, "
+               "\"mb_per_s\": %.2f, \"mb_per_s_median\": %.2f, \"threads\": 1}\n",
+               a->tokenizer ? a->tokenizer : a->model_dir, a->bench, n, a->chunk, n_chunks, n_tok, a->repeat, first,
+               best, med, best > 0 ? (double)n / 1e6 / best : 0.0, med > 0 ? (double)n / 1e6 / med : 0.0);
+    }
+    free(starts);
     free(text);
     free(times);
-    return 0;
+    return rc;
 }
 
 int cmd_tokenize(int argc, char **argv) {
@@ -161,7 +212,8 @@ int cmd_tokenize(int argc, char **argv) {
     int32_t *ids = NULL;
     size_t n_ids = 0;
     mx_error err;
-    if (!text || tok_encode(t, text, n, a.add_special, &ids, &n_ids, &err)) {
+    unsigned flags = (a.add_special ? TOK_ENC_ADD_SPECIAL : 0) | (a.special_as_text ? TOK_ENC_SPECIAL_AS_TEXT : 0);
+    if (!text || tok_encode_ex(t, text, n, flags, &ids, &n_ids, &err)) {
         fprintf(stderr, "mlxcel tokenize: %s\n", text ? err.msg : "out of memory");
         free(text);
         tok_free(t);

@@ -27,6 +27,22 @@ int jr_oom(jrender *r, int line) {
     return jr_fail(r, line, "template used more than the allowed memory (%zu bytes)", r->arena.limit);
 }
 
+uint64_t jr_cost(jv v) {
+    switch ((jv_kind)v.k) {
+    case JV_STR: return v.u.s.n / 64;
+    case JV_LIST: return v.u.l->n / 4;
+    case JV_DICT: case JV_NS: return v.u.d->n / 4;
+    default: return 0;
+    }
+}
+
+int jr_charge(jrender *r, int line, uint64_t n) {
+    r->steps += n;
+    if (r->steps > r->max_steps)
+        return jr_fail(r, line, "template took too many steps (limit %llu)", (unsigned long long)r->max_steps);
+    return 0;
+}
+
 jv jr_string_from_buf(jrender *r, jbuf *b) {
     size_t n = b->n;
     char *p = jarena_strndup(&r->arena, b->p ? b->p : "", n);
@@ -190,6 +206,7 @@ int jr_getitem(jrender *r, int line, jv obj, jv key, jv *out) {
     if (obj.k == JV_UNDEF) return jr_undefined_error(r, line, obj);
     size_t i;
     if (obj.k == JV_DICT) {
+        if (obj.u.d->n > 16 && jr_charge(r, line, obj.u.d->n / 16)) return -1;
         const jv *v = jv_dict_get(obj.u.d, key);
         if (v) {
             *out = *v;
@@ -201,6 +218,7 @@ int jr_getitem(jrender *r, int line, jv obj, jv key, jv *out) {
             return 0;
         }
     } else if (obj.k == JV_STR && (key.k == JV_INT || key.k == JV_BOOL)) {
+        if (jr_charge(r, line, jr_cost(obj))) return -1;
         size_t len = ju8_len(obj.u.s.p, obj.u.s.n);
         if (index_of(key, len, &i)) {
             size_t a = ju8_offset(obj.u.s.p, obj.u.s.n, i);
@@ -242,6 +260,7 @@ static int slice_eval(jrender *r, const jnode *n, jv obj, jv *out) {
         }
     }
     if (obj.k == JV_UNDEF) return jr_undefined_error(r, n->line, obj);
+    if (jr_charge(r, n->line, jr_cost(obj))) return -1;
     if (obj.k != JV_LIST && obj.k != JV_STR) {
         *out = jv_undef(jr_hint(r, "'%s' object is not subscriptable", jv_type_name(obj)));
         return 0;
@@ -304,6 +323,7 @@ static int slice_eval(jrender *r, const jnode *n, jv obj, jv *out) {
 /* ==== Iteration ==== */
 int jr_iterate(jrender *r, int line, jv v, jv_list **out) {
     jv_list *l;
+    if (v.k == JV_STR && jr_charge(r, line, v.u.s.n)) return -1;
     switch ((jv_kind)v.k) {
     case JV_UNDEF:
         l = jv_list_new(&r->arena, 0);
@@ -348,6 +368,8 @@ static int64_t as_i64(jv v) { return v.k == JV_BOOL ? (int64_t)v.u.b : v.u.i; }
 
 static int repeat_seq(jrender *r, int line, jv seq, int64_t times, jv *out) {
     if (times < 0) times = 0;
+    if (seq.k == JV_STR ? seq.u.s.n == 0 : seq.u.l->n == 0) times = 0; /* '' * 10**12 is '' */
+    if (jr_charge(r, line, (uint64_t)times)) return -1;
     size_t unit = seq.k == JV_STR ? seq.u.s.n : seq.u.l->n * sizeof(jv);
     if (unit && (uint64_t)times > (r->arena.limit ? r->arena.limit : SIZE_MAX / 2) / unit) return jr_oom(r, line);
     if (seq.k == JV_STR) {
@@ -492,6 +514,7 @@ static int binop(jrender *r, int line, int op, jv a, jv b, jv *out) {
 static int contains(jrender *r, int line, jv item, jv container, bool *out) {
     switch ((jv_kind)container.k) {
     case JV_STR:
+        if (jr_charge(r, line, container.u.s.n / 64)) return -1;
         if (item.k == JV_UNDEF) return jr_undefined_error(r, line, item);
         if (item.k != JV_STR)
             return jr_fail(r, line, "'in <string>' requires string as left operand, not %s", jv_type_name(item));
@@ -499,9 +522,11 @@ static int contains(jrender *r, int line, jv item, jv container, bool *out) {
         return 0;
     case JV_LIST:
         *out = false;
+        if (jr_charge(r, line, container.u.l->n)) return -1;
         for (size_t i = 0; i < container.u.l->n && !*out; i++) *out = jv_equal(item, container.u.l->v[i]);
         return 0;
     case JV_DICT:
+        if (jr_charge(r, line, container.u.d->n)) return -1;
         *out = jv_dict_get(container.u.d, item) != NULL;
         return 0;
     case JV_UNDEF:
@@ -514,6 +539,7 @@ static int contains(jrender *r, int line, jv item, jv container, bool *out) {
 
 static int compare(jrender *r, int line, int op, jv a, jv b, bool *out) {
     if (op == JOP_EQ || op == JOP_NE) {
+        if (jr_charge(r, line, jr_cost(a) + jr_cost(b))) return -1;
         *out = jv_equal(a, b) == (op == JOP_EQ);
         return 0;
     }

@@ -15,6 +15,8 @@ static int call_macro(jrender *r, int line, jv_macro *m, const jv *args, size_t 
     const jnode *body = def->kind == JN_MACRO ? def->a : def->b;
     jv_macro *caller = r->caller;
     r->caller = NULL;
+    /* A macro call costs several C frames per level: weigh it so recursion stops early. */
+    if (r->depth + 8 > r->max_depth) return jr_fail(r, line, "macro '%s' nested or recursed too deeply", name);
     if (n_args > def->n_names)
         return jr_fail(r, line, "macro '%s' takes not more than %zu argument(s)", name, def->n_names);
     jframe *f = jr_frame_new(r, m->closure);
@@ -64,7 +66,9 @@ static int call_macro(jrender *r, int line, jv_macro *m, const jv *args, size_t 
         else rc = jr_assign(r, line, f, "varargs", empty_list) || jr_assign(r, line, f, "kwargs", empty_dict);
     }
     jbuf b = {.limit = r->max_output};
+    r->depth += 8;
     if (!rc) rc = jr_exec(r, body, &b);
+    r->depth -= 8;
     r->cur = saved;
     r->brk = 0;
     if (rc) {

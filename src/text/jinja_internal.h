@@ -213,6 +213,10 @@ jv jr_lookup(jrender *r, const char *name);
 int jr_assign(jrender *r, int line, jframe *f, const char *name, jv v);
 jframe *jr_frame_new(jrender *r, jframe *parent);
 int jr_oom(jrender *r, int line);
+/* Charges n units of work to the step budget (for filters/operators whose cost grows with
+ * their input, so that no single expression can run unbounded). */
+int jr_charge(jrender *r, int line, uint64_t n);
+uint64_t jr_cost(jv v); /* rough work to scan v once */
 char *jr_hint(jrender *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Evaluation entry points (jinja_eval.c, jinja_exec.c). */

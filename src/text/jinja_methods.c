@@ -136,11 +136,12 @@ static int str_split(jrender *r, int line, jv s, jv sep, int64_t maxsplit, bool 
                 we[nw++] = end;
                 i = end;
             }
-            size_t first = 0;
-            if (maxsplit >= 0 && nw > (size_t)maxsplit + 1) first = nw - (size_t)maxsplit - 1;
+            /* Once maxsplit words are split off, the rest keeps its leading whitespace. */
+            bool capped = maxsplit >= 0 && nw > (size_t)maxsplit;
+            size_t first = capped ? nw - (size_t)maxsplit - 1 : 0;
             bool ok = true;
-            if (first > 0) ok = jv_list_push(&r->arena, l, jv_strn(p, we[first]));
-            for (size_t k = first > 0 ? first + 1 : 0; k < nw && ok; k++)
+            if (capped) ok = jv_list_push(&r->arena, l, jv_strn(p, we[first]));
+            for (size_t k = capped ? first + 1 : 0; k < nw && ok; k++)
                 ok = jv_list_push(&r->arena, l, jv_strn(p + ws[k], we[k] - ws[k]));
             free(ws);
             free(we);
@@ -239,6 +240,10 @@ int jinja_case(jrender *r, int line, jv s, char mode, jv *out) {
         }
         prev_cased = cased;
         first = false;
+        if (c == 0xDF && (mode == 'u' || m == 0x1E9E)) { /* Python: 'ß'.upper() == 'SS', title 'Ss' */
+            jbuf_puts(&b, mode == 'u' ? "SS" : "Ss");
+            continue;
+        }
         utf8proc_uint8_t enc[4];
         utf8proc_ssize_t k = utf8proc_encode_char(m, enc);
         jbuf_put(&b, (const char *)enc, (size_t)k);
@@ -512,6 +517,7 @@ int jr_call_method(jrender *r, int line, const jv_method *m, const jv *args, siz
                    const char **kw_names, const jv *kw_vals, size_t n_kw, jv *out) {
     jv self = m->self, a0 = jv_none(), a1 = jv_none();
     const char *name = m->name;
+    if (jr_charge(r, line, jr_cost(self) + (n_args ? jr_cost(args[0]) : 0))) return -1;
     bool h0 = arg(args, n_args, kw_names, kw_vals, n_kw, 0, NULL, &a0);
     arg(args, n_args, kw_names, kw_vals, n_kw, 1, NULL, &a1);
     if (self.k == JV_STR) return call_str_method(r, line, self, name, args, n_args, kw_names, kw_vals, n_kw, out);
@@ -540,7 +546,11 @@ int jr_call_method(jrender *r, int line, const jv_method *m, const jv *args, siz
         if (!strcmp(name, "copy")) {
             jv_dict *c = jv_dict_new(&r->arena, d->n);
             if (!c) return jr_oom(r, line);
-            for (size_t i = 0; i < d->n; i++) jv_dict_set(&r->arena, c, d->keys[i], d->vals[i]);
+            if (d->n) {
+                memcpy(c->keys, d->keys, d->n * sizeof(jv));
+                memcpy(c->vals, d->vals, d->n * sizeof(jv));
+            }
+            c->n = d->n;
             *out = (jv){.k = JV_DICT};
             out->u.d = c;
             return 0;
@@ -604,8 +614,14 @@ int jr_call_func(jrender *r, int line, int fn, const jv *args, size_t n_args, co
         if (n_args > 1) return jr_fail(r, line, "%s expected at most 1 positional argument", jinja_func_names[fn]);
         if (n_args == 1) {
             if (args[0].k == JV_DICT || args[0].k == JV_NS) {
-                for (size_t i = 0; i < args[0].u.d->n; i++)
-                    if (!jv_dict_set(&r->arena, d, args[0].u.d->keys[i], args[0].u.d->vals[i])) return jr_oom(r, line);
+                const jv_dict *src = args[0].u.d;
+                d = jv_dict_new(&r->arena, src->n); /* keys are unique already: copy them */
+                if (!d) return jr_oom(r, line);
+                if (src->n) {
+                    memcpy(d->keys, src->keys, src->n * sizeof(jv));
+                    memcpy(d->vals, src->vals, src->n * sizeof(jv));
+                }
+                d->n = src->n;
             } else {
                 return jr_fail(r, line, "%s() argument must be a mapping, not %s", jinja_func_names[fn],
                                jv_type_name(args[0]));

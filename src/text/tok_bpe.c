@@ -32,6 +32,25 @@ typedef struct tk_heap_ent {
 
 /* ==== Tables ==== */
 
+#define SP_SPACE "\xE2\x96\x81" /* U+2581, SentencePiece's space */
+
+/* SentencePiece-style vocabularies without a pre-tokenizer hand whole texts to the model as
+ * one word. When every token holding U+2581 is a run of U+2581 followed by text without it,
+ * no merge can cross the point just before a U+2581 that follows another char, so the word
+ * can be cut there and each part merged (and cached) on its own with identical results. */
+static bool sp_split_safe(const tk_bpe *b) {
+    if (b->ignore_merges || b->prefix || b->suffix || tk_map_get(&b->vocab, SP_SPACE, 3) < 0) return false;
+    for (size_t i = 0; i < b->vocab.cap; i++) {
+        const tk_map_ent *e = &b->vocab.slots[i];
+        if (e->len == UINT32_MAX) continue;
+        const char *k = tk_map_key(&b->vocab, e);
+        size_t j = 0;
+        while (j + 3 <= e->len && !memcmp(k + j, SP_SPACE, 3)) j += 3;
+        if (memmem(k + j, e->len - j, SP_SPACE, 3)) return false;
+    }
+    return true;
+}
+
 int tk_bpe_init_tables(tk_bpe *b, mx_error *err) {
     (void)err;
     for (int i = 0; i < 256; i++) {
@@ -45,6 +64,7 @@ int tk_bpe_init_tables(tk_bpe *b, mx_error *err) {
         int l = tk_utf8_put(tmp, cp);
         b->char_ids[cp] = tk_map_get(&b->vocab, tmp, (size_t)l);
     }
+    b->sp_split = sp_split_safe(b);
     b->cache = calloc(TK_CACHE_SHARDS, sizeof *b->cache);
     for (int i = 0; i < TK_CACHE_SHARDS; i++) pthread_mutex_init(&b->cache[i].mu, NULL);
     return 0;
@@ -195,16 +215,8 @@ static int32_t char_id(const tk_bpe *b, tk_buf *tmp, const char *ch, size_t l, b
     return tk_map_get(&b->vocab, tmp->p, tmp->n);
 }
 
-int tk_bpe_word(tk_ctx *c, const char *w, size_t n) {
-    tk_bpe *b = (tk_bpe *)&c->t->bpe; /* the cache is the only mutable part */
+static int bpe_segment(tk_ctx *c, tk_bpe *b, const char *w, size_t n) {
     tk_ids *out = c->out;
-    if (b->ignore_merges) {
-        int32_t id = tk_map_get(&b->vocab, w, n);
-        if (id >= 0) {
-            tk_ids_push(out, id);
-            return 0;
-        }
-    }
     uint64_t h = 0;
     bool cacheable = n <= TK_CACHE_MAX_WORD;
     if (cacheable) {
@@ -257,4 +269,99 @@ int tk_bpe_word(tk_ctx *c, const char *w, size_t n) {
     for (int32_t i = 0; i >= 0; i = s[i].next) tk_ids_push(out, s[i].id);
     if (cacheable) cache_put(b, h, w, n, out->p + start, out->n - start);
     return 0;
+}
+
+/* ==== Per-thread hot-word cache ====
+ * Text repeats a few thousand words; a direct-mapped table private to the thread answers
+ * them without the shared cache's lock or the big vocabulary table's cache misses. Keyed by a
+ * 128-bit hash of the word (a false hit would need a 128-bit collision) and tagged with the
+ * tokenizer's serial number, so it is cleared when the thread moves to another tokenizer
+ * (even one allocated at the same address). Words of up to L1_IDS tokens only. */
+#define L1_SLOTS 4096
+#define L1_IDS 5
+typedef struct tk_l1 {
+    uint64_t lo, hi;
+    int32_t n; /* 0 = empty */
+    int32_t ids[L1_IDS];
+} tk_l1;
+typedef struct tk_l1_table {
+    uint64_t serial;
+    tk_l1 slot[L1_SLOTS];
+} tk_l1_table;
+
+static pthread_key_t g_l1_key;
+static pthread_once_t g_l1_once = PTHREAD_ONCE_INIT;
+static void l1_key_init(void) { pthread_key_create(&g_l1_key, free); }
+
+static tk_l1_table *l1_get(uint64_t serial) {
+    pthread_once(&g_l1_once, l1_key_init);
+    tk_l1_table *l1 = pthread_getspecific(g_l1_key);
+    if (!l1) {
+        l1 = calloc(1, sizeof *l1);
+        if (!l1 || pthread_setspecific(g_l1_key, l1)) {
+            free(l1);
+            return NULL;
+        }
+        l1->serial = serial;
+    }
+    if (l1->serial != serial) {
+        memset(l1->slot, 0, sizeof l1->slot);
+        l1->serial = serial;
+    }
+    return l1;
+}
+
+static int bpe_word_uncached(tk_ctx *c, tk_bpe *b, const char *w, size_t n);
+
+int tk_bpe_word(tk_ctx *c, const char *w, size_t n) {
+    tk_bpe *b = (tk_bpe *)&c->t->bpe; /* the caches are the only mutable part */
+    if (c->collect) {
+        if (c->collect->n) tk_buf_putc(c->collect, '|');
+        tk_buf_put(c->collect, w, n);
+        return 0;
+    }
+    if (!c->l1) {
+        c->l1 = l1_get(c->t->serial);
+        if (!c->l1) return bpe_word_uncached(c, b, w, n);
+    }
+    XXH128_hash_t h = XXH3_128bits(w, n);
+    tk_l1 *e = &c->l1->slot[h.low64 & (L1_SLOTS - 1)];
+    if (e->n && e->lo == h.low64 && e->hi == h.high64) {
+        for (int32_t i = 0; i < e->n; i++) tk_ids_push(c->out, e->ids[i]);
+        return 0;
+    }
+    size_t start = c->out->n;
+    if (bpe_word_uncached(c, b, w, n)) return -1;
+    size_t k = c->out->n - start;
+    if (k >= 1 && k <= L1_IDS) {
+        e->lo = h.low64;
+        e->hi = h.high64;
+        e->n = (int32_t)k;
+        memcpy(e->ids, c->out->p + start, k * sizeof *e->ids);
+    }
+    return 0;
+}
+
+static int bpe_word_uncached(tk_ctx *c, tk_bpe *b, const char *w, size_t n) {
+    if (b->ignore_merges) {
+        int32_t id = tk_map_get(&b->vocab, w, n);
+        if (id >= 0) {
+            tk_ids_push(c->out, id);
+            return 0;
+        }
+    }
+    if (!b->sp_split) return bpe_segment(c, b, w, n);
+    /* cut before each U+2581 that follows another char (see sp_split_safe) */
+    size_t start = 0, i = 0;
+    while (i < n) {
+        const char *f = memmem(w + i, n - i, SP_SPACE, 3);
+        if (!f) break;
+        size_t at = (size_t)(f - w);
+        if (at > start && (at < 3 || memcmp(w + at - 3, SP_SPACE, 3))) {
+            if (bpe_segment(c, b, w + start, at - start)) return -1;
+            start = at;
+        }
+        i = at + 3;
+    }
+    return bpe_segment(c, b, w + start, n - start);
 }

@@ -154,6 +154,9 @@ static void dec_replace(const tk_dec *d, const toklist *in, toklist *out, bool b
 void tk_decode_append(const tokenizer *t, const int32_t *ids, size_t n, bool skip_special, tk_buf *out) {
     toklist l[2] = {0};
     int cur = 0;
+    /* never a NULL base pointer, even when every token is empty */
+    tk_buf_reserve(&l[0].text, 64);
+    tk_buf_reserve(&l[1].text, 64);
     for (size_t i = 0; i < n; i++) {
         const char *p = tok_id_to_piece(t, ids[i]);
         if (!p || (skip_special && tok_is_special(t, ids[i]))) continue;

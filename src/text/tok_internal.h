@@ -44,8 +44,15 @@ static inline void tk_buf_putc(tk_buf *b, char c) {
     if (b->n + 1 > b->cap) tk_buf_reserve(b, 1);
     b->p[b->n++] = c;
 }
-void tk_ids_push(tk_ids *v, int32_t id);
-void tk_spans_push(tk_spans *v, size_t a, size_t b, int m);
+void tk_grow(void **p, size_t *cap, size_t elem);
+static inline void tk_ids_push(tk_ids *v, int32_t id) {
+    if (v->n == v->cap) tk_grow((void **)&v->p, &v->cap, sizeof *v->p);
+    v->p[v->n++] = id;
+}
+static inline void tk_spans_push(tk_spans *v, size_t a, size_t b, int m) {
+    if (v->n == v->cap) tk_grow((void **)&v->p, &v->cap, sizeof *v->p);
+    v->p[v->n++] = (tk_span){a, b, m};
+}
 
 /* ==== Unicode helpers ==== */
 /* Decodes one UTF-8 char at s[0..n) (n >= 1, input known valid). Returns its length. */
@@ -54,7 +61,7 @@ int tk_utf8_put(char *dst, int32_t cp); /* dst has room for 4 bytes */
 /* Appends src to dst, replacing each maximal invalid subsequence with U+FFFD (like Rust's
  * String::from_utf8_lossy). Returns the number of replacements. */
 size_t tk_utf8_lossy(tk_buf *dst, const char *src, size_t n);
-/* Length of the longest valid prefix of s that ends at a complete char. */
+/* True when s[0..n) is valid UTF-8 (no overlongs, surrogates or code points above U+10FFFF). */
 bool tk_utf8_valid(const char *s, size_t n);
 bool tk_is_whitespace(int32_t cp); /* Rust char::is_whitespace (White_Space property) */
 bool tk_is_numeric(int32_t cp);    /* Nd, Nl, No */
@@ -86,9 +93,20 @@ typedef struct tk_regex {
 } tk_regex;
 int tk_regex_compile(tk_regex *r, const char *pat, size_t n, bool literal, mx_error *err);
 void tk_regex_free(tk_regex *r);
-/* Appends every non-overlapping match of r in s[0..n) as spans (m=1) with the gaps (m=0),
- * like tokenizers' Pattern::find_matches. Returns -1 on a matcher error. */
-int tk_regex_spans(const tk_regex *r, const char *s, size_t n, tk_spans *out, mx_error *err);
+/* Per-caller matcher state (match data, JIT stack), created on first use. */
+typedef struct tk_rx_state {
+    pcre2_match_data *md;
+    pcre2_match_context *mc;
+    pcre2_jit_stack *js;
+} tk_rx_state;
+void tk_rx_state_free(tk_rx_state *st);
+/* Calls fn for every non-overlapping match of r in s[0..n) (m=1) and the gaps between (m=0),
+ * in order, like tokenizers' Pattern::find_matches. A non-zero return from fn stops the walk
+ * and is returned. Returns -1 on a matcher error. */
+typedef int (*tk_span_fn)(void *arg, size_t a, size_t b, int m);
+int tk_regex_each(const tk_regex *r, tk_rx_state *st, const char *s, size_t n, tk_span_fn fn, void *arg,
+                  mx_error *err);
+int tk_regex_spans(const tk_regex *r, tk_rx_state *st, const char *s, size_t n, tk_spans *out, mx_error *err);
 
 /* ==== Normalizers ==== */
 typedef enum {
@@ -175,6 +193,7 @@ typedef struct tk_bpe {
     size_t merge_cap, n_merges;
     int32_t unk_id;        /* -1 when none */
     bool byte_fallback, fuse_unk, ignore_merges;
+    bool sp_split;         /* words may be cut before U+2581 runs (see tok_bpe.c) */
     char *prefix, *suffix; /* continuing_subword_prefix / end_of_word_suffix (NULL = none) */
     size_t prefix_len, suffix_len;
     int32_t byte_ids[256]; /* <0xNN> ids, -1 when absent */
@@ -199,6 +218,7 @@ struct tokenizer {
     int32_t n_ids;         /* vocabulary size incl. added tokens */
     tk_ids post_prefix, post_suffix; /* post-processor ids around $A (add_special) */
     char *bos, *eos;
+    uint64_t serial;       /* unique per loaded tokenizer (tags per-thread caches) */
 };
 
 /* Per-call encode state (scratch buffers reused across pieces). */
@@ -208,6 +228,7 @@ typedef struct tk_ctx {
     tk_ids *out;
     tk_buf stage_buf[TK_MAX_STAGES], stage_buf2[TK_MAX_STAGES];
     tk_spans stage_spans[TK_MAX_STAGES];
+    tk_rx_state rx[TK_MAX_STAGES + 1]; /* per pre-tokenizer stage; the last for normalizers */
     tk_buf norm_a, norm_b;
     tk_spans added_raw, added_norm;
     /* BPE work arrays */
@@ -216,8 +237,15 @@ typedef struct tk_ctx {
     struct tk_heap_ent *heap;
     size_t heap_cap;
     tk_buf word;
+    struct tk_l1_table *l1; /* this thread's hot-word cache (tok_bpe.c) */
+    bool special_as_text; /* TOK_ENC_SPECIAL_AS_TEXT */
+    tk_buf *collect; /* tests: when set, words and added tokens are appended here, '|'-joined */
     mx_error *err;
 } tk_ctx;
+
+/* Tests: the pieces the model would see (pre-tokenized words, added tokens as their content),
+ * joined by '|', into *out (malloc'd). */
+int tk_debug_pieces(const tokenizer *t, const char *text, size_t len, char **out, mx_error *err);
 
 /* tok_load.c */
 int tk_load_json(tokenizer *t, const char *json, size_t len, const char *name, mx_error *err);

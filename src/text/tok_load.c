@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "text/tok_internal.h"
+#include "text/tok_json.h"
 
 /* ==== JSON helpers ==== */
 
@@ -344,32 +344,81 @@ fail:
 
 /* ==== Model (BPE) ==== */
 
-static int load_model(tokenizer *t, const json_t *m, mx_error *err) {
+#define TK_MAX_ID (1 << 24) /* ids beyond this are refused: tables are indexed by id */
+
+/* model.vocab and model.merges, streamed by the scanner (or taken from jansson). */
+typedef struct tk_model_src {
+    bool vocab_done;   /* b->vocab already filled */
+    bool merges_done;  /* merges below already collected */
+    tk_buf mtext;      /* left then right strings of every merge */
+    tk_spans mspans;   /* per merge: a = start, b = end, m = length of the left part */
+} tk_model_src;
+
+static int add_merge_str(tk_model_src *src, const char *s, size_t n, size_t i, mx_error *err) {
+    const char *sp = memchr(s, ' ', n);
+    if (!sp || memchr(sp + 1, ' ', n - (size_t)(sp - s) - 1))
+        return mx_fail(err, "model.merges[%zu]: expected \"left right\" (one space), got \"%.*s\"", i,
+                       (int)(n > 60 ? 60 : n), s);
+    size_t a = src->mtext.n;
+    tk_buf_put(&src->mtext, s, (size_t)(sp - s));
+    tk_buf_put(&src->mtext, sp + 1, n - (size_t)(sp - s) - 1);
+    tk_spans_push(&src->mspans, a, src->mtext.n, (int)(sp - s));
+    return 0;
+}
+
+static int vocab_put(tk_bpe *b, const char *k, size_t n, int64_t id, mx_error *err) {
+    if (id < 0 || id >= TK_MAX_ID)
+        return mx_fail(err, "model.vocab[\"%.*s\"]: id %lld is out of range (0..%d)", (int)(n > 60 ? 60 : n), k,
+                       (long long)id, TK_MAX_ID - 1);
+    tk_map_put(&b->vocab, k, n, (int32_t)id, true);
+    return 0;
+}
+
+static int load_model(tokenizer *t, const json_t *m, tk_model_src *src, mx_error *err) {
     tk_bpe *b = &t->bpe;
     if (!json_is_object(m)) return mx_fail(err, "model: expected an object");
     const char *ty = jstr(m, "type");
     if (ty && strcmp(ty, "BPE"))
         return mx_fail(err, "model.type: '%s' is not supported yet (only BPE; WordPiece, Unigram and "
                             "WordLevel are not implemented)", ty);
-    const json_t *vocab = json_object_get(m, "vocab"), *merges = json_object_get(m, "merges");
-    if (!json_is_object(vocab)) return mx_fail(err, "model.vocab: expected an object {token: id}");
-    if (merges && !json_is_array(merges)) return mx_fail(err, "model.merges: expected an array");
     const json_t *dp = json_object_get(m, "dropout");
     if (dp && !json_is_null(dp) && json_number_value(dp) != 0.0)
         return mx_fail(err, "model.dropout: BPE dropout is not supported (expected null)");
-    tk_map_init(&b->vocab, json_object_size(vocab));
-    int32_t max_id = -1;
-    const char *k;
-    const json_t *v;
-    json_object_foreach((json_t *)vocab, k, v) {
-        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > (1 << 30))
-            return mx_fail(err, "model.vocab[\"%.60s\"]: expected a non-negative integer id", k);
-        int32_t id = (int32_t)json_integer_value(v);
-        tk_map_put(&b->vocab, k, strlen(k), id, true);
-        if (id > max_id) max_id = id;
+    if (!src->vocab_done) {
+        const json_t *vocab = json_object_get(m, "vocab");
+        if (!json_is_object(vocab)) return mx_fail(err, "model.vocab: expected an object {token: id}");
+        tk_map_init(&b->vocab, json_object_size(vocab));
+        const char *k;
+        const json_t *v;
+        json_object_foreach((json_t *)vocab, k, v) {
+            if (!json_is_integer(v)) return mx_fail(err, "model.vocab[\"%.60s\"]: expected an integer id", k);
+            if (vocab_put(b, k, strlen(k), json_integer_value(v), err)) return -1;
+        }
     }
+    if (!src->merges_done) {
+        const json_t *merges = json_object_get(m, "merges");
+        if (merges && !json_is_array(merges)) return mx_fail(err, "model.merges: expected an array");
+        size_t i;
+        const json_t *e;
+        json_array_foreach(merges, i, e) {
+            if (json_is_string(e)) {
+                if (add_merge_str(src, json_string_value(e), json_string_length(e), i, err)) return -1;
+            } else if (json_is_array(e) && json_array_size(e) == 2 && json_is_string(json_array_get(e, 0)) &&
+                       json_is_string(json_array_get(e, 1))) {
+                size_t a = src->mtext.n, ll = json_string_length(json_array_get(e, 0));
+                tk_buf_put(&src->mtext, json_string_value(json_array_get(e, 0)), ll);
+                tk_buf_put(&src->mtext, json_string_value(json_array_get(e, 1)), json_string_length(json_array_get(e, 1)));
+                tk_spans_push(&src->mspans, a, src->mtext.n, (int)ll);
+            } else
+                return mx_fail(err, "model.merges[%zu]: expected a \"a b\" string or an [a, b] pair", i);
+        }
+    }
+    int32_t max_id = -1;
+    for (size_t i = 0; i < b->vocab.cap; i++)
+        if (b->vocab.slots[i].len != UINT32_MAX && b->vocab.slots[i].val > max_id) max_id = b->vocab.slots[i].val;
     b->n_pieces = max_id + 1;
     b->pieces = calloc((size_t)b->n_pieces + 1, sizeof *b->pieces);
+    if (!b->pieces) return mx_fail(err, "model.vocab: out of memory");
     for (size_t i = 0; i < b->vocab.cap; i++) {
         const tk_map_ent *e = &b->vocab.slots[i];
         if (e->len != UINT32_MAX) b->pieces[e->val] = tk_map_key(&b->vocab, e);
@@ -388,47 +437,31 @@ static int load_model(tokenizer *t, const json_t *m, mx_error *err) {
     if (sfx && *sfx) b->suffix = xstrndup(sfx, b->suffix_len = strlen(sfx));
 
     /* Merges: rank = position in the list. */
-    size_t nm = merges ? json_array_size(merges) : 0;
+    size_t nm = src->mspans.n;
     b->merge_cap = 16;
     while (b->merge_cap < nm * 2) b->merge_cap *= 2;
     b->merges = malloc(b->merge_cap * sizeof *b->merges);
+    if (!b->merges) return mx_fail(err, "model.merges: out of memory");
     for (size_t i = 0; i < b->merge_cap; i++) b->merges[i].key = UINT64_MAX;
     tk_buf tmp = {0};
     for (size_t i = 0; i < nm; i++) {
-        const json_t *e = json_array_get(merges, i);
-        const char *l, *r;
-        size_t ll, rl;
-        if (json_is_string(e)) {
-            l = json_string_value(e);
-            const char *sp = strchr(l, ' ');
-            if (!sp || strchr(sp + 1, ' ')) {
-                free(tmp.p);
-                return mx_fail(err, "model.merges[%zu]: expected \"left right\" (one space), got \"%.60s\"", i, l);
-            }
-            ll = (size_t)(sp - l);
-            r = sp + 1;
-            rl = strlen(r);
-        } else if (json_is_array(e) && json_array_size(e) == 2 && json_is_string(json_array_get(e, 0)) &&
-                   json_is_string(json_array_get(e, 1))) {
-            l = json_string_value(json_array_get(e, 0));
-            ll = json_string_length(json_array_get(e, 0));
-            r = json_string_value(json_array_get(e, 1));
-            rl = json_string_length(json_array_get(e, 1));
-        } else {
-            free(tmp.p);
-            return mx_fail(err, "model.merges[%zu]: expected a \"a b\" string or an [a, b] pair", i);
-        }
+        const char *l = src->mtext.p + src->mspans.p[i].a;
+        size_t ll = (size_t)src->mspans.p[i].m;
+        const char *r = l + ll;
+        size_t rl = src->mspans.p[i].b - src->mspans.p[i].a - ll;
         int32_t li = tk_map_get(&b->vocab, l, ll), ri = tk_map_get(&b->vocab, r, rl);
         /* The merged token drops the right part's continuing-subword prefix. */
         size_t skip = (b->prefix && rl >= b->prefix_len && !memcmp(r, b->prefix, b->prefix_len)) ? b->prefix_len : 0;
         tmp.n = 0;
         tk_buf_put(&tmp, l, ll);
         tk_buf_put(&tmp, r + skip, rl - skip);
-        int32_t mi = tk_map_get(&b->vocab, tmp.p, tmp.n);
+        int32_t mi = tk_map_get(&b->vocab, tmp.p ? tmp.p : "", tmp.n);
         if (li < 0 || ri < 0 || mi < 0) {
+            int bad_n = li < 0 ? (int)ll : ri < 0 ? (int)rl : (int)tmp.n;
+            mx_fail(err, "model.merges[%zu]: token '%.*s' is not in the vocabulary", i, bad_n > 60 ? 60 : bad_n,
+                    li < 0 ? l : ri < 0 ? r : tmp.p);
             free(tmp.p);
-            return mx_fail(err, "model.merges[%zu]: token '%.*s' is not in the vocabulary", i,
-                           li < 0 ? (int)ll : ri < 0 ? (int)rl : (int)tmp.n, li < 0 ? l : ri < 0 ? r : tmp.p);
+            return -1;
         }
         uint64_t key = ((uint64_t)(uint32_t)li << 32) | (uint32_t)ri;
         size_t j = (key * 0x9E3779B97F4A7C15ull) >> 20 & (b->merge_cap - 1);
@@ -439,6 +472,114 @@ static int load_model(tokenizer *t, const json_t *m, mx_error *err) {
     }
     free(tmp.p);
     return tk_bpe_init_tables(b, err);
+}
+
+/* ==== Streaming the big parts of the file ==== */
+
+/* Parses the value at s->p with jansson (small values only). */
+static json_t *js_value(tk_jscan *s, mx_error *err) {
+    tk_js_ws(s);
+    const char *a = s->p;
+    if (tk_js_skip(s)) return NULL;
+    json_error_t je;
+    json_t *v = json_loadb(a, (size_t)(s->p - a), JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
+    if (!v) mx_fail(err, "invalid JSON value: %s", je.text);
+    return v;
+}
+
+static int scan_vocab(tk_jscan *s, tk_bpe *b, tk_buf *key) {
+    if (tk_js_expect(s, '{')) return -1;
+    tk_map_init(&b->vocab, 1 << 15);
+    bool first = true;
+    int r;
+    while ((r = tk_js_next_member(s, &first, key)) == 1) {
+        int64_t id;
+        if (tk_js_int(s, &id) || vocab_put(b, key->p ? key->p : "", key->n, id, s->err)) return -1;
+    }
+    return r;
+}
+
+static int scan_merges(tk_jscan *s, tk_model_src *src, tk_buf *key) {
+    if (tk_js_expect(s, '[')) return -1;
+    bool first = true;
+    int r;
+    for (size_t i = 0; (r = tk_js_next_elem(s, &first)) == 1; i++) {
+        if (tk_js_peek(s) == '"') {
+            if (tk_js_string(s, key) || add_merge_str(src, key->p ? key->p : "", key->n, i, s->err)) return -1;
+            continue;
+        }
+        size_t a = src->mtext.n;
+        if (tk_js_expect(s, '[') || tk_js_string(s, key)) return -1;
+        size_t ll = key->n;
+        tk_buf_put(&src->mtext, key->p, key->n);
+        if (tk_js_expect(s, ',') || tk_js_string(s, key) || tk_js_expect(s, ']')) return -1;
+        tk_buf_put(&src->mtext, key->p, key->n);
+        tk_spans_push(&src->mspans, a, src->mtext.n, (int)ll);
+    }
+    return r;
+}
+
+/* Top level: model.vocab and model.merges are streamed; every other value goes to jansson. */
+static json_t *scan_root(tokenizer *t, tk_jscan *s, tk_model_src *src) {
+    json_t *root = json_object(), *model = NULL;
+    tk_buf key = {0};
+    bool first = true;
+    int r;
+    if (tk_js_expect(s, '{')) goto fail;
+    while ((r = tk_js_next_member(s, &first, &key)) == 1) {
+        tk_buf_putc(&key, '\0');
+        if (!strcmp(key.p, "model") && tk_js_peek(s) == '{') {
+            json_decref(model);
+            model = json_object();
+            s->p++;
+            bool mfirst = true;
+            int mr;
+            while ((mr = tk_js_next_member(s, &mfirst, &key)) == 1) {
+                tk_buf_putc(&key, '\0');
+                if (!strcmp(key.p, "vocab") && tk_js_peek(s) == '{' && !src->vocab_done) {
+                    if (scan_vocab(s, &t->bpe, &key)) goto fail;
+                    src->vocab_done = true;
+                } else if (!strcmp(key.p, "merges") && tk_js_peek(s) == '[' && !src->merges_done) {
+                    if (scan_merges(s, src, &key)) goto fail;
+                    src->merges_done = true;
+                } else {
+                    char *k = strdup(key.p);
+                    json_t *v = js_value(s, s->err);
+                    if (!v) {
+                        free(k);
+                        goto fail;
+                    }
+                    json_object_set_new(model, k, v);
+                    free(k);
+                }
+            }
+            if (mr < 0) goto fail;
+            json_object_set(root, "model", model);
+        } else {
+            char *k = strdup(key.p);
+            json_t *v = js_value(s, s->err);
+            if (!v) {
+                free(k);
+                goto fail;
+            }
+            json_object_set_new(root, k, v);
+            free(k);
+        }
+    }
+    if (r < 0) goto fail;
+    tk_js_ws(s);
+    if (s->p != s->end) {
+        mx_fail(s->err, "trailing data after the top-level object");
+        goto fail;
+    }
+    json_decref(model);
+    free(key.p);
+    return root;
+fail:
+    json_decref(model);
+    json_decref(root);
+    free(key.p);
+    return NULL;
 }
 
 /* ==== Added tokens ==== */
@@ -494,15 +635,21 @@ static void build_matcher(tokenizer *t, tk_matcher *m, bool normalized) {
 /* ==== Entry ==== */
 
 int tk_load_json(tokenizer *t, const char *text, size_t len, const char *name, mx_error *err) {
-    json_error_t je;
-    json_t *root = json_loadb(text, len, JSON_ALLOW_NUL, &je);
-    if (!root) return mx_fail(err, "%s: invalid JSON at line %d column %d: %s", name, je.line, je.column, je.text);
+    tk_model_src src = {0};
+    tk_buf_reserve(&src.mtext, 64); /* never a NULL base, even for empty merge strings */
+    tk_jscan s = {text, text, text + len, name, err};
+    json_t *root = scan_root(t, &s, &src);
+    if (!root) {
+        free(src.mtext.p);
+        free(src.mspans.p);
+        return mx_wrap(err, "%s", name);
+    }
     int rc = -1;
-    if (!json_is_object(root)) {
-        mx_fail(err, "expected a JSON object at the top level");
+    if (!json_object_get(root, "model")) {
+        mx_fail(err, "model: missing (expected {\"type\": \"BPE\", \"vocab\": ..., \"merges\": ...})");
         goto out;
     }
-    if (load_model(t, json_object_get(root, "model"), err)) goto out;
+    if (load_model(t, json_object_get(root, "model"), &src, err)) goto out;
     if (load_added(t, json_object_get(root, "added_tokens"), err)) goto out;
     if (load_norm(t, json_object_get(root, "normalizer"), err)) goto out;
     if (load_pre(t, json_object_get(root, "pre_tokenizer"), err)) goto out;
@@ -528,5 +675,7 @@ int tk_load_json(tokenizer *t, const char *text, size_t len, const char *name, m
 out:
     if (rc) mx_wrap(err, "%s", name);
     json_decref(root);
+    free(src.mtext.p);
+    free(src.mspans.p);
     return rc;
 }

@@ -8,17 +8,36 @@
 
 /* ==== Steps ==== */
 
-static int norm_unicode(tk_buf *dst, const char *s, size_t n, utf8proc_option_t opt) {
+static void map_segment(tk_buf *dst, const char *s, size_t n, utf8proc_option_t opt) {
     utf8proc_uint8_t *out = NULL;
-    utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n,
-                                      &out, opt | UTF8PROC_STABLE);
-    if (r < 0) { /* cannot happen on valid UTF-8; keep the text as it is */
+    utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &out, opt | UTF8PROC_STABLE);
+    if (r < 0) /* cannot happen on valid UTF-8; keep the text as it is */
         tk_buf_put(dst, s, n);
-        return 0;
-    }
-    tk_buf_put(dst, out, (size_t)r);
+    else
+        tk_buf_put(dst, out, (size_t)r);
     free(out);
-    return 0;
+}
+
+/* ASCII is stable under every normalization form, never reorders, and never composes with
+ * the char before it, so only non-ASCII runs (with the one ASCII char before them, which a
+ * following combining mark may compose with) go through utf8proc. */
+static void norm_unicode(tk_buf *dst, const char *s, size_t n, utf8proc_option_t opt) {
+    size_t i = 0;
+    tk_buf_reserve(dst, n);
+    while (i < n) {
+        size_t j = i;
+        while (j < n && (unsigned char)s[j] < 0x80) j++;
+        if (j == n) {
+            tk_buf_put(dst, s + i, n - i);
+            return;
+        }
+        size_t start = j > i ? j - 1 : i;
+        tk_buf_put(dst, s + i, start - i);
+        size_t e = j;
+        while (e < n && (unsigned char)s[e] >= 0x80) e++;
+        map_segment(dst, s + start, e - start, opt);
+        i = e;
+    }
 }
 
 /* Per-char full lowercase mapping, as Rust's char::to_lowercase (no final-sigma context). */
@@ -73,7 +92,7 @@ static void norm_strip(tk_buf *dst, const char *s, size_t n, bool left, bool rig
 static int norm_replace(tk_ctx *c, const tk_norm *nm, tk_buf *dst, const char *s, size_t n) {
     tk_spans *sp = &c->stage_spans[TK_MAX_STAGES - 1];
     sp->n = 0;
-    if (tk_regex_spans(&nm->re, s, n, sp, c->err)) return -1;
+    if (tk_regex_spans(&nm->re, &c->rx[TK_MAX_STAGES], s, n, sp, c->err)) return -1;
     for (size_t i = 0; i < sp->n; i++) {
         if (sp->p[i].m) tk_buf_put(dst, nm->s, nm->s_len);
         else tk_buf_put(dst, s + sp->p[i].a, sp->p[i].b - sp->p[i].a);

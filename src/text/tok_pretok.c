@@ -52,49 +52,72 @@ static void bytelevel_map(tk_buf *dst, const char *s, size_t n) {
     dst->n = (size_t)(o - dst->p);
 }
 
-/* ==== Split behaviours (tokenizers' SplitDelimiterBehavior) ==== */
+/* ==== Split behaviours (tokenizers' SplitDelimiterBehavior), streamed ====
+ * Spans (match or gap) arrive in order; at most one is pending, so a 10 MB input never
+ * becomes a list of millions of spans. Equivalent to the folds in tokenizers'
+ * NormalizedString::split (MergedWithNext is its right-to-left fold read left to right: a
+ * match joins the next span when that span is not a match). */
 
-static void apply_behavior(tk_spans *sp, tk_split_behavior bh) {
-    size_t w = 0;
-    bool prev = false;
-    switch (bh) {
-    case TK_SPLIT_REMOVED:
-        for (size_t i = 0; i < sp->n; i++)
-            if (!sp->p[i].m) sp->p[w++] = sp->p[i];
-        break;
-    case TK_SPLIT_ISOLATED: w = sp->n; break;
-    case TK_SPLIT_MERGED_PREV:
-        for (size_t i = 0; i < sp->n; i++) {
-            tk_span s = sp->p[i];
-            if (s.m && !prev && w) sp->p[w - 1].b = s.b;
-            else sp->p[w++] = s;
-            prev = s.m;
-        }
-        break;
-    case TK_SPLIT_MERGED_NEXT: {
-        /* right to left, writing from the end so nothing unread is overwritten */
-        size_t r = sp->n;
-        for (size_t i = sp->n; i-- > 0;) {
-            tk_span s = sp->p[i];
-            if (s.m && !prev && r < sp->n) sp->p[r].a = s.a;
-            else sp->p[--r] = s;
-            prev = s.m;
-        }
-        w = sp->n - r;
-        memmove(sp->p, sp->p + r, w * sizeof *sp->p);
-        break;
+typedef struct splitter {
+    tk_ctx *c;
+    int k;              /* stage: pieces go to stage k + 1 */
+    const char *s;
+    bool at_start;
+    bool bytelevel;     /* map each piece to the ByteLevel alphabet first */
+    tk_split_behavior bh;
+    bool invert;
+    bool has_pend, prev_m;
+    tk_span pend;
+} splitter;
+
+static int run_stage(tk_ctx *c, int k, const char *s, size_t n, bool at_start);
+
+static int split_emit(splitter *sp, tk_span p) {
+    if (p.b <= p.a) return 0;
+    bool first = sp->at_start && p.a == 0;
+    if (sp->bytelevel) {
+        tk_buf *mb = &sp->c->stage_buf2[sp->k];
+        bytelevel_map(mb, sp->s + p.a, p.b - p.a);
+        return run_stage(sp->c, sp->k + 1, mb->p, mb->n, first);
     }
-    case TK_SPLIT_CONTIGUOUS:
-        for (size_t i = 0; i < sp->n; i++) {
-            tk_span s = sp->p[i];
-            if (s.m == (int)prev && w) sp->p[w - 1].b = s.b;
-            else sp->p[w++] = s;
-            prev = s.m;
-        }
-        break;
-    }
-    sp->n = w;
+    return run_stage(sp->c, sp->k + 1, sp->s + p.a, p.b - p.a, first);
 }
+
+static int split_feed(void *arg, size_t a, size_t b, int m) {
+    splitter *sp = arg;
+    tk_span s = {a, b, sp->invert ? !m : m};
+    int rc = 0;
+    switch (sp->bh) {
+    case TK_SPLIT_REMOVED: return s.m ? 0 : split_emit(sp, s);
+    case TK_SPLIT_ISOLATED: return split_emit(sp, s);
+    case TK_SPLIT_MERGED_PREV:
+        if (s.m && !sp->prev_m && sp->has_pend) sp->pend.b = s.b;
+        else {
+            if (sp->has_pend) rc = split_emit(sp, sp->pend);
+            sp->pend = s;
+            sp->has_pend = true;
+        }
+        break;
+    case TK_SPLIT_MERGED_NEXT:
+        if (sp->has_pend && sp->pend.m && !s.m) s.a = sp->pend.a;
+        else if (sp->has_pend) rc = split_emit(sp, sp->pend);
+        sp->pend = s;
+        sp->has_pend = true;
+        break;
+    case TK_SPLIT_CONTIGUOUS:
+        if (s.m == (int)sp->prev_m && sp->has_pend) sp->pend.b = s.b;
+        else {
+            if (sp->has_pend) rc = split_emit(sp, sp->pend);
+            sp->pend = s;
+            sp->has_pend = true;
+        }
+        break;
+    }
+    sp->prev_m = s.m;
+    return rc;
+}
+
+static int split_finish(splitter *sp) { return sp->has_pend ? split_emit(sp, sp->pend) : 0; }
 
 /* Every char satisfying the predicate is its own match; the runs between are gaps. */
 typedef bool (*char_pred)(int32_t cp, int32_t arg);
@@ -103,85 +126,62 @@ static bool pred_num(int32_t cp, int32_t a) { (void)a; return tk_is_numeric(cp);
 static bool pred_punct(int32_t cp, int32_t a) { (void)a; return tk_is_punct(cp); }
 static bool pred_eq(int32_t cp, int32_t a) { return cp == a; }
 
-static void char_spans(const char *s, size_t n, char_pred f, int32_t arg, tk_spans *out) {
+static int char_split(splitter *sp, size_t n, char_pred f, int32_t arg) {
+    const char *s = sp->s;
     size_t prev = 0;
     for (size_t i = 0; i < n;) {
         int32_t cp;
         int l = tk_utf8_next(s + i, n - i, &cp);
         if (f(cp, arg)) {
-            if (prev != i) tk_spans_push(out, prev, i, 0);
-            tk_spans_push(out, i, i + (size_t)l, 1);
+            if (prev != i && split_feed(sp, prev, i, 0)) return -1;
+            if (split_feed(sp, i, i + (size_t)l, 1)) return -1;
             prev = i + (size_t)l;
         }
         i += (size_t)l;
     }
-    if (prev != n || n == 0) tk_spans_push(out, prev, n, 0);
+    if ((prev != n || n == 0) && split_feed(sp, prev, n, 0)) return -1;
+    return split_finish(sp);
 }
 
 /* ==== Pipeline ==== */
-
-static int run_stage(tk_ctx *c, int k, const char *s, size_t n, bool at_start);
-
-static int emit_spans(tk_ctx *c, int k, const char *s, tk_spans *sp, bool at_start) {
-    for (size_t i = 0; i < sp->n; i++) {
-        tk_span p = sp->p[i];
-        if (p.b > p.a && run_stage(c, k + 1, s + p.a, p.b - p.a, at_start && p.a == 0)) return -1;
-    }
-    return 0;
-}
 
 static int run_stage(tk_ctx *c, int k, const char *s, size_t n, bool at_start) {
     const tokenizer *t = c->t;
     if (k == t->n_pres) return n ? tk_bpe_word(c, s, n) : 0;
     const tk_pre *p = &t->pres[k];
-    tk_spans *sp = &c->stage_spans[k];
     tk_buf *buf = &c->stage_buf[k];
-    sp->n = 0;
+    splitter sp = {.c = c, .k = k, .s = s, .at_start = at_start, .bh = TK_SPLIT_ISOLATED};
     switch (p->kind) {
-    case TK_PRE_BYTELEVEL: {
+    case TK_PRE_BYTELEVEL:
         if (p->add_prefix_space && n && s[0] != ' ') {
             buf->n = 0;
             tk_buf_putc(buf, ' ');
             tk_buf_put(buf, s, n);
-            s = buf->p;
+            sp.s = s = buf->p;
             n = buf->n;
         }
-        if (p->use_regex) {
-            if (tk_regex_spans(&p->re, s, n, sp, c->err)) return -1;
-        } else
-            tk_spans_push(sp, 0, n, 0);
-        tk_buf *mb = &c->stage_buf2[k];
-        for (size_t i = 0; i < sp->n; i++) {
-            tk_span q = sp->p[i];
-            if (q.b == q.a) continue;
-            bytelevel_map(mb, s + q.a, q.b - q.a);
-            if (run_stage(c, k + 1, mb->p, mb->n, at_start && q.a == 0)) return -1;
-        }
-        return 0;
-    }
+        sp.bytelevel = true;
+        if (!p->use_regex) return split_emit(&sp, (tk_span){0, n, 0});
+        if (tk_regex_each(&p->re, &c->rx[k], s, n, split_feed, &sp, c->err)) return -1;
+        return split_finish(&sp);
     case TK_PRE_SPLIT:
     case TK_PRE_WHITESPACE:
-        if (tk_regex_spans(&p->re, s, n, sp, c->err)) return -1;
-        if (p->invert || p->kind == TK_PRE_WHITESPACE)
-            for (size_t i = 0; i < sp->n; i++) sp->p[i].m = !sp->p[i].m;
-        apply_behavior(sp, p->kind == TK_PRE_WHITESPACE ? TK_SPLIT_REMOVED : p->behavior);
-        return emit_spans(c, k, s, sp, at_start);
+        sp.bh = p->kind == TK_PRE_WHITESPACE ? TK_SPLIT_REMOVED : p->behavior;
+        sp.invert = p->kind == TK_PRE_WHITESPACE ? true : p->invert;
+        if (tk_regex_each(&p->re, &c->rx[k], s, n, split_feed, &sp, c->err)) return -1;
+        return split_finish(&sp);
     case TK_PRE_DIGITS:
-        char_spans(s, n, pred_num, 0, sp);
-        apply_behavior(sp, p->individual_digits ? TK_SPLIT_ISOLATED : TK_SPLIT_CONTIGUOUS);
-        return emit_spans(c, k, s, sp, at_start);
+        sp.bh = p->individual_digits ? TK_SPLIT_ISOLATED : TK_SPLIT_CONTIGUOUS;
+        return char_split(&sp, n, pred_num, 0);
     case TK_PRE_WHITESPACE_SPLIT:
-        char_spans(s, n, pred_ws, 0, sp);
-        apply_behavior(sp, TK_SPLIT_REMOVED);
-        return emit_spans(c, k, s, sp, at_start);
+        sp.bh = TK_SPLIT_REMOVED;
+        return char_split(&sp, n, pred_ws, 0);
     case TK_PRE_PUNCTUATION:
-        char_spans(s, n, pred_punct, 0, sp);
-        apply_behavior(sp, p->behavior);
-        return emit_spans(c, k, s, sp, at_start);
+        sp.bh = p->behavior;
+        return char_split(&sp, n, pred_punct, 0);
     case TK_PRE_CHAR_DELIM:
-        char_spans(s, n, pred_eq, p->ch, sp);
-        apply_behavior(sp, TK_SPLIT_REMOVED);
-        return emit_spans(c, k, s, sp, at_start);
+        sp.bh = TK_SPLIT_REMOVED;
+        return char_split(&sp, n, pred_eq, p->ch);
     case TK_PRE_METASPACE: {
         char rep[4];
         int rl = tk_utf8_put(rep, p->ch);
@@ -195,12 +195,11 @@ static int run_stage(tk_ctx *c, int k, const char *s, size_t n, bool at_start) {
             if (s[i] == ' ') tk_buf_put(buf, rep, (size_t)rl);
             else tk_buf_putc(buf, s[i]);
         }
-        s = buf->p ? buf->p : "";
+        sp.s = s = buf->p ? buf->p : "";
         n = buf->n;
         if (!p->split) return run_stage(c, k + 1, s, n, at_start);
-        char_spans(s, n, pred_eq, p->ch, sp);
-        apply_behavior(sp, TK_SPLIT_MERGED_NEXT);
-        return emit_spans(c, k, s, sp, at_start);
+        sp.bh = TK_SPLIT_MERGED_NEXT;
+        return char_split(&sp, n, pred_eq, p->ch);
     }
     }
     return 0;

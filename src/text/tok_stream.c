@@ -1,12 +1,16 @@
 /* Streaming detokenizer.
  *
  * Text: the same prefix-window scheme as tokenizers' DecodeStream. The ids since the last
- * emission are kept with a few ids of context before them; the window is decoded with and
- * without the new id and the difference is the new text. Decoding a window (not one id at a
+ * emission are kept with the ids of that emission before them as context (more ids when that
+ * context decodes to nothing, so that first-token rules such as Strip or Metaspace act on
+ * the same text in both decodes); the window is decoded with and without the new id and the
+ * difference is the new text. Decoding a window (not one id at a
  * time) lets the decoders see their context: byte-fallback and ByteLevel pieces of one char
  * are joined before UTF-8 validation, and SentencePiece's "strip the leading space" applies
  * only to the first token of the whole stream (the window then starts at that token).
- * Text ending in U+FFFD is held back: the next id may complete the character.
+ * Text ending in U+FFFD is held back: the next id may complete the character. After 64 ids
+ * without output (a long run of invalid bytes) the text is forced out; from then on the
+ * output is best effort, as U+FFFD runs have no exact incremental form.
  *
  * Stops: newly final text goes to `pend`; a stop string found in pend ends the stream (text
  * before it is emitted); otherwise pend keeps only its longest suffix that is a prefix of some
@@ -19,8 +23,8 @@
 struct tok_stream {
     const tokenizer *t;
     bool skip_special, stopped;
-    tk_ids ids;          /* window: [0, read) context, [read, n) not yet emitted */
-    size_t read;
+    tk_ids ids;          /* recent ids: [w, read) context, [read, n) not yet emitted */
+    size_t w, read;
     tk_buf prefix;       /* decode(ids[0 .. read)) */
     tk_buf tmp;          /* decode(ids) */
     tk_buf pend;         /* final text held back for stop matching */
@@ -101,7 +105,7 @@ static int release(tok_stream *s, bool all) {
         }
     size_t emit = s->pend.n - keep;
     tk_buf_put(&s->out, s->pend.p, emit);
-    memmove(s->pend.p, s->pend.p + emit, keep);
+    if (keep) memmove(s->pend.p, s->pend.p + emit, keep);
     s->pend.n = keep;
     return 0;
 }
@@ -121,17 +125,29 @@ int tok_stream_push(tok_stream *s, int32_t id, const char **out, size_t *out_len
     if (s->skip_special && tok_is_special(s->t, id)) return 0;
     tk_ids_push(&s->ids, id);
     s->tmp.n = 0;
-    tk_decode_append(s->t, s->ids.p, s->ids.n, s->skip_special, &s->tmp);
-    if (s->tmp.n > s->prefix.n && !ends_with_fffd(&s->tmp) &&
-        !memcmp(s->tmp.p, s->prefix.p ? s->prefix.p : "", s->prefix.n)) {
+    tk_decode_append(s->t, s->ids.p + s->w, s->ids.n - s->w, s->skip_special, &s->tmp);
+    /* 64 ids without output (endless invalid bytes, or a decoder whose output is not
+     * prefix-stable) forces the text out, so a push never costs more than a bounded decode. */
+    bool force = s->ids.n - s->read >= 64;
+    if (s->tmp.n > s->prefix.n &&
+        (force || (!ends_with_fffd(&s->tmp) && !memcmp(s->tmp.p, s->prefix.p ? s->prefix.p : "", s->prefix.n)))) {
         tk_buf_put(&s->pend, s->tmp.p + s->prefix.n, s->tmp.n - s->prefix.n);
         /* New window: the ids of this emission become the context of the next one. */
-        size_t keep = s->ids.n - s->read;
-        memmove(s->ids.p, s->ids.p + s->read, keep * sizeof *s->ids.p);
-        s->ids.n = keep;
-        s->read = keep;
-        s->prefix.n = 0;
-        tk_decode_append(s->t, s->ids.p, s->ids.n, s->skip_special, &s->prefix);
+        s->w = s->read;
+        s->read = s->ids.n;
+        for (;;) {
+            s->prefix.n = 0;
+            tk_decode_append(s->t, s->ids.p + s->w, s->read - s->w, s->skip_special, &s->prefix);
+            if (s->prefix.n || s->w == 0 || s->read - s->w >= 16) break;
+            s->w--;
+        }
+        if (s->w > 1024) { /* keep the id buffer small: 16 ids of extra history are enough */
+            size_t drop = s->w - 16;
+            memmove(s->ids.p, s->ids.p + drop, (s->ids.n - drop) * sizeof *s->ids.p);
+            s->ids.n -= drop;
+            s->w -= drop;
+            s->read -= drop;
+        }
     }
     int stop = release(s, false);
     *out = s->out.p ? s->out.p : "";
@@ -144,10 +160,9 @@ void tok_stream_flush(tok_stream *s, const char **out, size_t *out_len) {
     if (!s->stopped && s->ids.n > s->read) {
         /* Whatever is held back: the decoders already turned invalid bytes into U+FFFD. */
         s->tmp.n = 0;
-        tk_decode_append(s->t, s->ids.p, s->ids.n, s->skip_special, &s->tmp);
-        size_t common = 0;
-        while (common < s->prefix.n && common < s->tmp.n && s->prefix.p[common] == s->tmp.p[common]) common++;
-        if (common == s->prefix.n) tk_buf_put(&s->pend, s->tmp.p + common, s->tmp.n - common);
+        tk_decode_append(s->t, s->ids.p + s->w, s->ids.n - s->w, s->skip_special, &s->tmp);
+        /* prefix-stable decoders: tmp starts with prefix; otherwise best effort */
+        if (s->tmp.n > s->prefix.n) tk_buf_put(&s->pend, s->tmp.p + s->prefix.n, s->tmp.n - s->prefix.n);
         s->read = s->ids.n;
     }
     if (!s->stopped) release(s, true);

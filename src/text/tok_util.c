@@ -33,20 +33,9 @@ void tk_buf_put(tk_buf *b, const void *s, size_t n) {
     b->n += n;
 }
 
-void tk_ids_push(tk_ids *v, int32_t id) {
-    if (v->n == v->cap) {
-        v->cap = v->cap ? v->cap * 2 : 64;
-        v->p = xrealloc(v->p, v->cap * sizeof *v->p);
-    }
-    v->p[v->n++] = id;
-}
-
-void tk_spans_push(tk_spans *v, size_t a, size_t b, int m) {
-    if (v->n == v->cap) {
-        v->cap = v->cap ? v->cap * 2 : 64;
-        v->p = xrealloc(v->p, v->cap * sizeof *v->p);
-    }
-    v->p[v->n++] = (tk_span){a, b, m};
+void tk_grow(void **p, size_t *cap, size_t elem) {
+    *cap = *cap ? *cap * 2 : 64;
+    *p = xrealloc(*p, *cap * elem);
 }
 
 /* ==== UTF-8 ==== */
@@ -133,6 +122,14 @@ size_t tk_utf8_lossy(tk_buf *dst, const char *src, size_t n) {
 bool tk_utf8_valid(const char *s, size_t n) {
     const unsigned char *u = (const unsigned char *)s;
     for (size_t i = 0; i < n;) {
+        /* 8 ASCII bytes at a time */
+        while (i + 8 <= n) {
+            uint64_t w;
+            memcpy(&w, u + i, 8);
+            if (w & 0x8080808080808080ull) break;
+            i += 8;
+        }
+        if (i >= n) break;
         if (u[i] < 0x80) {
             i++;
             continue;
@@ -244,17 +241,60 @@ const char *tk_map_key(const tk_map *m, const tk_map_ent *e) { return m->arena.p
 
 /* ==== Regex (PCRE2, UTF + UCP, JIT) ==== */
 
+/* Oniguruma's (and so tokenizers') \s is 0009-000D, 0085 and the Z categories; PCRE2 with UCP
+ * also counts U+180E. Its \w is Letter|Mark|Number|Connector_Punctuation; PCRE2 10.42's misses
+ * marks. Rewrite the shorthands into explicit classes so both engines agree. */
+#define ONIG_S "\\t-\\r\\x{85}\\p{Z}"
+#define ONIG_W "\\p{L}\\p{M}\\p{N}\\p{Pc}"
+static void rewrite_classes(tk_buf *out, const char *p, size_t n) {
+    int in_class = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = p[i];
+        if (c == '\\' && i + 1 < n) {
+            char e = p[i + 1];
+            const char *set = (e == 's' || e == 'S') ? ONIG_S : (e == 'w' || e == 'W') ? ONIG_W : NULL;
+            bool neg = e == 'S' || e == 'W';
+            if (set && !(in_class && neg)) {
+                if (!in_class) tk_buf_put(out, neg ? "[^" : "[", neg ? 2 : 1);
+                tk_buf_put(out, set, strlen(set));
+                if (!in_class) tk_buf_putc(out, ']');
+            } else
+                tk_buf_put(out, p + i, 2);
+            i++;
+            continue;
+        }
+        if (c == '[' && !in_class) {
+            in_class = 1;
+            tk_buf_putc(out, c);
+            /* a ']' right after '[' or '[^' is a literal */
+            if (i + 1 < n && p[i + 1] == '^') tk_buf_putc(out, p[++i]);
+            if (i + 1 < n && p[i + 1] == ']') tk_buf_putc(out, p[++i]);
+            continue;
+        }
+        if (c == ']' && in_class) in_class = 0;
+        tk_buf_putc(out, c);
+    }
+}
+
 int tk_regex_compile(tk_regex *r, const char *pat, size_t n, bool literal, mx_error *err) {
     int ec;
     PCRE2_SIZE eo;
+    tk_buf rw = {0};
+    const char *orig = pat;
+    size_t orig_n = n;
+    if (!literal) {
+        rewrite_classes(&rw, pat, n);
+        pat = rw.p ? rw.p : "";
+        n = rw.n;
+    }
     /* PCRE2_LITERAL admits UTF but not UCP (which only matters for classes anyway). */
     uint32_t opt = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
     r->code = pcre2_compile((PCRE2_SPTR)pat, n, opt, &ec, &eo, NULL);
+    free(rw.p);
     if (!r->code) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(ec, msg, sizeof msg);
-        return mx_fail(err, "regex /%.*s/ at offset %zu: %s", (int)(n > 200 ? 200 : n), pat,
-                       (size_t)eo, (const char *)msg);
+        return mx_fail(err, "regex /%.*s/: %s", (int)(orig_n > 200 ? 200 : orig_n), orig, (const char *)msg);
     }
     r->jit = pcre2_jit_compile(r->code, PCRE2_JIT_COMPLETE) == 0;
     return 0;
@@ -267,40 +307,32 @@ void tk_regex_free(tk_regex *r) {
 
 /* Input is valid UTF-8 (sanitized on entry to tok_encode), so the per-call UTF check is
  * skipped. The JIT stack grows on demand for long matches (e.g. megabytes of spaces). */
-int tk_regex_spans(const tk_regex *r, const char *s, size_t n, tk_spans *out, mx_error *err) {
-    if (n == 0) {
-        tk_spans_push(out, 0, 0, 0);
-        return 0;
-    }
-    pcre2_match_data *md = pcre2_match_data_create_from_pattern(r->code, NULL);
-    pcre2_jit_stack *js = NULL;
-    pcre2_match_context *mc = NULL;
-    if (!md) return mx_fail(err, "regex: out of memory");
+int tk_regex_each(const tk_regex *r, tk_rx_state *st, const char *s, size_t n, tk_span_fn fn, void *arg,
+                  mx_error *err) {
+    if (n == 0) return fn(arg, 0, 0, 0);
+    if (!st->md) st->md = pcre2_match_data_create(4, NULL);
+    if (!st->md) return mx_fail(err, "regex: out of memory");
     size_t prev = 0, pos = 0;
-    int rc = 0;
     while (pos <= n) {
-        int m = pcre2_match(r->code, (PCRE2_SPTR)s, n, pos, PCRE2_NO_UTF_CHECK, md, mc);
-        if (m == PCRE2_ERROR_JIT_STACKLIMIT && !js) {
-            js = pcre2_jit_stack_create(32 * 1024, 64 * 1024 * 1024, NULL);
-            mc = pcre2_match_context_create(NULL);
-            if (!js || !mc) {
-                rc = mx_fail(err, "regex: out of memory");
-                break;
-            }
-            pcre2_jit_stack_assign(mc, NULL, js);
+        int m = pcre2_match(r->code, (PCRE2_SPTR)s, n, pos, PCRE2_NO_UTF_CHECK, st->md, st->mc);
+        if (m == PCRE2_ERROR_JIT_STACKLIMIT && !st->js) {
+            st->js = pcre2_jit_stack_create(32 * 1024, 64 * 1024 * 1024, NULL);
+            if (!st->mc) st->mc = pcre2_match_context_create(NULL);
+            if (!st->js || !st->mc) return mx_fail(err, "regex: out of memory");
+            pcre2_jit_stack_assign(st->mc, NULL, st->js);
             continue;
         }
         if (m == PCRE2_ERROR_NOMATCH) break;
-        if (m < 0) {
+        if (m < 0 && m != PCRE2_ERROR_NOMEMORY) {
             PCRE2_UCHAR msg[256];
             pcre2_get_error_message(m, msg, sizeof msg);
-            rc = mx_fail(err, "regex match failed: %s", (const char *)msg);
-            break;
+            return mx_fail(err, "regex match failed: %s", (const char *)msg);
         }
-        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+        if (m < 0) return mx_fail(err, "regex match: out of memory");
+        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(st->md);
         size_t a = ov[0], b = ov[1];
-        if (a != prev) tk_spans_push(out, prev, a, 0);
-        tk_spans_push(out, a, b, 1);
+        if (a != prev && fn(arg, prev, a, 0)) return -1;
+        if (fn(arg, a, b, 1)) return -1;
         prev = pos = b;
         if (a == b) { /* empty match: continue one char further, as find_iter does */
             if (pos >= n) break;
@@ -308,9 +340,22 @@ int tk_regex_spans(const tk_regex *r, const char *s, size_t n, tk_spans *out, mx
             pos += tk_utf8_next(s + pos, n - pos, &cp);
         }
     }
-    if (prev != n && rc == 0) tk_spans_push(out, prev, n, 0);
-    pcre2_match_data_free(md);
-    if (mc) pcre2_match_context_free(mc);
-    if (js) pcre2_jit_stack_free(js);
-    return rc;
+    if (prev != n) return fn(arg, prev, n, 0);
+    return 0;
+}
+
+void tk_rx_state_free(tk_rx_state *st) {
+    if (st->md) pcre2_match_data_free(st->md);
+    if (st->mc) pcre2_match_context_free(st->mc);
+    if (st->js) pcre2_jit_stack_free(st->js);
+    memset(st, 0, sizeof *st);
+}
+
+static int push_span(void *arg, size_t a, size_t b, int m) {
+    tk_spans_push(arg, a, b, m);
+    return 0;
+}
+
+int tk_regex_spans(const tk_regex *r, tk_rx_state *st, const char *s, size_t n, tk_spans *out, mx_error *err) {
+    return tk_regex_each(r, st, s, n, push_span, out, err);
 }

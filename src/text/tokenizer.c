@@ -36,6 +36,8 @@ int tok_load_json_text(tokenizer **out, const char *json, size_t len, const char
         tok_free(t);
         return -1;
     }
+    static _Atomic uint64_t next_serial = 1;
+    t->serial = next_serial++;
     *out = t;
     return 0;
 }
@@ -129,7 +131,8 @@ static int32_t char_before(const char *s, size_t i) {
 }
 
 /* Spans of s: m = 0 for text, m = 1 + index into t->added for an added token. */
-static void find_added(const tokenizer *t, const tk_matcher *mt, const char *s, size_t n, tk_spans *out) {
+static void find_added(const tokenizer *t, const tk_matcher *mt, const char *s, size_t n, bool special_as_text,
+                       tk_spans *out) {
     out->n = 0;
     size_t start_off = 0, pos = 0;
     while (mt->n && pos < n) {
@@ -151,6 +154,7 @@ static void find_added(const tokenizer *t, const tk_matcher *mt, const char *s, 
         const tk_added *a = &t->added[hit];
         size_t start = i, stop = i + a->len;
         pos = stop;
+        if (special_as_text && a->special) continue; /* stays text, as in tokenizers */
         if (a->single_word) {
             int32_t before = char_before(s, start), after = -1;
             if (stop < n) tk_utf8_next(s + stop, n - stop, &after);
@@ -196,6 +200,7 @@ void tk_ctx_free(tk_ctx *c) {
         free(c->stage_buf2[i].p);
         free(c->stage_spans[i].p);
     }
+    for (int i = 0; i <= TK_MAX_STAGES; i++) tk_rx_state_free(&c->rx[i]);
     free(c->norm_a.p);
     free(c->norm_b.p);
     free(c->added_raw.p);
@@ -203,6 +208,16 @@ void tk_ctx_free(tk_ctx *c) {
     free(c->syms);
     free(c->heap);
     free(c->word.p);
+}
+
+static void push_added(tk_ctx *c, int idx) {
+    const tk_added *a = &c->t->added[idx];
+    if (!c->collect) {
+        tk_ids_push(c->out, a->id);
+        return;
+    }
+    if (c->collect->n) tk_buf_putc(c->collect, '|');
+    tk_buf_put(c->collect, a->content, a->len);
 }
 
 /* One piece of text that is not an added token: normalize, split out normalized added
@@ -213,17 +228,18 @@ static int encode_piece(tk_ctx *c, const char *s, size_t n, bool at_start) {
     size_t nn;
     if (tk_normalize_str(c, s, n, &ns, &nn)) return -1;
     if (!t->match_norm.n) return tk_pretokenize(c, ns, nn, at_start);
-    find_added(t, &t->match_norm, ns, nn, &c->added_norm);
+    find_added(t, &t->match_norm, ns, nn, c->special_as_text, &c->added_norm);
     for (size_t i = 0; i < c->added_norm.n; i++) {
         tk_span p = c->added_norm.p[i];
-        if (p.m) tk_ids_push(c->out, t->added[p.m - 1].id);
+        if (p.m) push_added(c, p.m - 1);
         else if (tk_pretokenize(c, ns + p.a, p.b - p.a, at_start && p.a == 0)) return -1;
     }
     return 0;
 }
 
-int tok_encode(const tokenizer *t, const char *text, size_t len, bool add_special, int32_t **ids,
-               size_t *n_ids, mx_error *err) {
+static int encode_impl(const tokenizer *t, const char *text, size_t len, unsigned flags, int32_t **ids,
+                       size_t *n_ids, tk_buf *collect, mx_error *err) {
+    bool add_special = flags & TOK_ENC_ADD_SPECIAL;
     *ids = NULL;
     *n_ids = 0;
     tk_ids out = {0};
@@ -236,13 +252,15 @@ int tok_encode(const tokenizer *t, const char *text, size_t len, bool add_specia
     }
     tk_ctx c;
     ctx_init(&c, t, &out, err);
+    c.collect = collect;
+    c.special_as_text = flags & TOK_ENC_SPECIAL_AS_TEXT;
     if (add_special)
         for (size_t i = 0; i < t->post_prefix.n; i++) tk_ids_push(&out, t->post_prefix.p[i]);
     int rc = 0;
-    find_added(t, &t->match_raw, text, len, &c.added_raw);
+    find_added(t, &t->match_raw, text, len, c.special_as_text, &c.added_raw);
     for (size_t i = 0; i < c.added_raw.n && rc == 0; i++) {
         tk_span p = c.added_raw.p[i];
-        if (p.m) tk_ids_push(&out, t->added[p.m - 1].id);
+        if (p.m) push_added(&c, p.m - 1);
         else rc = encode_piece(&c, text + p.a, p.b - p.a, p.a == 0);
     }
     if (add_special)
@@ -257,6 +275,27 @@ int tok_encode(const tokenizer *t, const char *text, size_t len, bool add_specia
     *ids = out.p;
     *n_ids = out.n;
     return 0;
+}
+
+int tok_encode(const tokenizer *t, const char *text, size_t len, bool add_special, int32_t **ids,
+               size_t *n_ids, mx_error *err) {
+    return encode_impl(t, text, len, add_special ? TOK_ENC_ADD_SPECIAL : 0, ids, n_ids, NULL, err);
+}
+
+int tok_encode_ex(const tokenizer *t, const char *text, size_t len, unsigned flags, int32_t **ids,
+                  size_t *n_ids, mx_error *err) {
+    return encode_impl(t, text, len, flags, ids, n_ids, NULL, err);
+}
+
+int tk_debug_pieces(const tokenizer *t, const char *text, size_t len, char **out, mx_error *err) {
+    tk_buf b = {0};
+    int32_t *ids;
+    size_t n;
+    int rc = encode_impl(t, text, len, 0, &ids, &n, &b, err);
+    if (rc == 0) free(ids);
+    tk_buf_putc(&b, '\0');
+    *out = b.p;
+    return rc;
 }
 
 /* ==== Accessors ==== */

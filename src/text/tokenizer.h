@@ -24,6 +24,12 @@ void tok_free(tokenizer *t);
  * *ids is malloc'd; caller frees. */
 int tok_encode(const tokenizer *t, const char *text, size_t len, bool add_special, int32_t **ids,
                size_t *n_ids, mx_error *err);
+/* Flags for tok_encode_ex. TOK_ENC_SPECIAL_AS_TEXT: special added tokens written in the text
+ * are not recognised (tokenizers' encode_special_tokens / split_special_tokens=True), e.g. for
+ * untrusted user content inside a chat template; non-special added tokens still are. */
+enum { TOK_ENC_ADD_SPECIAL = 1, TOK_ENC_SPECIAL_AS_TEXT = 2 };
+int tok_encode_ex(const tokenizer *t, const char *text, size_t len, unsigned flags, int32_t **ids,
+                  size_t *n_ids, mx_error *err);
 /* skip_special: drop special added tokens, as tokenizers' skip_special_tokens. *out malloc'd. */
 int tok_decode(const tokenizer *t, const int32_t *ids, size_t n_ids, bool skip_special, char **out,
                mx_error *err);

@@ -1,0 +1,329 @@
+#include "tune/tune_ops.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef MLXCEL_HAVE_CUDA
+#include "backend/cuda/cuda_info.h"
+#endif
+
+/* ==== Ops ==== */
+static const char *const k_op_names[TUNE_OP_COUNT] = {"paged-decode-splits", "qmm-tile",
+                                                      "qmv-multirow"};
+
+const char *tune_op_name(tune_op op) {
+    return op >= 0 && op < TUNE_OP_COUNT ? k_op_names[op] : "?";
+}
+
+int tune_op_from_name(const char *name, tune_op *op) {
+    for (int i = 0; i < TUNE_OP_COUNT; i++)
+        if (!strcmp(name, k_op_names[i])) {
+            *op = (tune_op)i;
+            return 0;
+        }
+    return -1;
+}
+
+bool tune_op_supported(tune_op op, tune_device_kind dev) {
+    /* CPU: only the decode attention split is a launch choice; the CPU quantized matmuls have
+     * no tile/row-window knob. */
+    return dev == TUNE_DEV_CUDA || op == TUNE_OP_PAGED_DECODE_SPLITS;
+}
+
+const char *tune_device_kind_name(tune_device_kind k) { return k == TUNE_DEV_CUDA ? "cuda" : "cpu"; }
+
+/* ==== Devices ==== */
+void tune_device_make_id(tune_device *d) {
+    const unsigned long long gib = (d->mem_bytes + (1ull << 29)) >> 30; /* rounded GiB */
+    if (d->kind == TUNE_DEV_CUDA)
+        snprintf(d->id, sizeof d->id, "cuda:%s:sm%d%d:mem%lluG", d->name, d->cc_major, d->cc_minor,
+                 gib);
+    else
+        snprintf(d->id, sizeof d->id, "cpu:%s:t%d:mem%lluG", d->name, d->threads, gib);
+}
+
+static void read_cpu_model(char *out, size_t n) {
+    snprintf(out, n, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10)) continue;
+        const char *v = strchr(line, ':');
+        if (!v) break;
+        v++;
+        while (*v == ' ' || *v == '\t') v++;
+        snprintf(out, n, "%s", v);
+        out[strcspn(out, "\n")] = 0;
+        break;
+    }
+    fclose(f);
+}
+
+static uint64_t read_mem_total(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemTotal: %llu kB", &kb) == 1) break;
+    fclose(f);
+    return (uint64_t)kb << 10;
+}
+
+void tune_device_cpu(tune_device *d) {
+    memset(d, 0, sizeof *d);
+    d->kind = TUNE_DEV_CPU;
+    read_cpu_model(d->name, sizeof d->name);
+    d->threads = omp_get_max_threads();
+    d->mem_bytes = read_mem_total();
+    tune_device_make_id(d);
+}
+
+int tune_device_cuda(tune_device *d, mx_error *err) {
+    memset(d, 0, sizeof *d);
+    d->kind = TUNE_DEV_CUDA;
+#ifdef MLXCEL_HAVE_CUDA
+    cuda_device_facts f;
+    if (cuda_device_info(&f)) {
+        snprintf(d->name, sizeof d->name, "unavailable");
+        tune_device_make_id(d);
+        return mx_fail(err, "no usable CUDA device (driver or GPU missing)");
+    }
+    snprintf(d->name, sizeof d->name, "%.*s", (int)sizeof d->name - 1, f.name);
+    d->cc_major = f.cc_major;
+    d->cc_minor = f.cc_minor;
+    d->threads = f.sm_count;
+    d->mem_bytes = f.total_bytes;
+    tune_device_make_id(d);
+    return 0;
+#else
+    snprintf(d->name, sizeof d->name, "unavailable");
+    tune_device_make_id(d);
+    return mx_fail(err, "this build has no CUDA backend");
+#endif
+}
+
+/* ==== Geometry ==== */
+tune_geom tune_geom_defaults(void) {
+    tune_geom g = {128, 32, 8, 16, 4096, 14336, 4, 64};
+    return g;
+}
+
+int tune_geom_check(const tune_geom *g, mx_error *err) {
+    if (g->head_dim < 1 || g->head_dim > 1024)
+        return mx_fail(err, "head dim %d out of range [1, 1024]", g->head_dim);
+    if (g->q_heads < 1 || g->q_heads > 1024)
+        return mx_fail(err, "q heads %d out of range [1, 1024]", g->q_heads);
+    if (g->kv_heads < 1 || g->kv_heads > g->q_heads || g->q_heads % g->kv_heads)
+        return mx_fail(err, "kv heads %d must divide q heads %d", g->kv_heads, g->q_heads);
+    if (g->block_size < 1 || g->block_size > 4096)
+        return mx_fail(err, "block size %d out of range [1, 4096]", g->block_size);
+    if (g->hidden < 1 || g->intermediate < 1)
+        return mx_fail(err, "hidden %d / intermediate %d must be positive", g->hidden,
+                       g->intermediate);
+    if (g->q_bits < 2 || g->q_bits > 8 || g->q_group < 1)
+        return mx_fail(err, "quantization bits %d (2..8) / group %d invalid", g->q_bits, g->q_group);
+    return 0;
+}
+
+/* Integer field from the text config first, then the top level. 1 = found, 0 = absent. */
+static int cfg_int(json_t *text, json_t *root, const char *key, int *out, const char *path,
+                   mx_error *err) {
+    json_t *v = text ? json_object_get(text, key) : NULL;
+    if (!v || json_is_null(v)) v = json_object_get(root, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > (1 << 24))
+        return mx_fail(err, "%s: field \"%s\" must be a positive integer", path, key);
+    *out = (int)json_integer_value(v);
+    return 1;
+}
+
+int tune_geom_from_config(const char *model_dir, tune_geom *g, mx_error *err) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", model_dir);
+    json_error_t je;
+    json_t *root = json_load_file(path, 0, &je);
+    if (!root) return mx_fail(err, "%s: %s (line %d)", path, je.text, je.line);
+    int rc = -1;
+    if (!json_is_object(root)) {
+        mx_fail(err, "%s: expected a JSON object", path);
+        goto out;
+    }
+    json_t *text = json_object_get(root, "text_config");
+    if (text && !json_is_object(text)) text = NULL;
+    int heads = 0, kv = 0, hd = 0, hidden = 0, inter = 0;
+    int r;
+    if ((r = cfg_int(text, root, "num_attention_heads", &heads, path, err)) < 0) goto out;
+    if (!r) {
+        mx_fail(err, "%s: field \"num_attention_heads\" missing", path);
+        goto out;
+    }
+    if ((r = cfg_int(text, root, "num_key_value_heads", &kv, path, err)) < 0) goto out;
+    if (!r) kv = heads;
+    if (cfg_int(text, root, "hidden_size", &hidden, path, err) < 0) goto out;
+    if (cfg_int(text, root, "intermediate_size", &inter, path, err) < 0) goto out;
+    if ((r = cfg_int(text, root, "head_dim", &hd, path, err)) < 0) goto out;
+    if (!r) {
+        if (!hidden || hidden % heads) {
+            mx_fail(err, "%s: no \"head_dim\" and hidden_size %d is not a multiple of %d heads",
+                    path, hidden, heads);
+            goto out;
+        }
+        hd = hidden / heads;
+    }
+    g->q_heads = heads;
+    g->kv_heads = kv;
+    g->head_dim = hd;
+    if (hidden) g->hidden = hidden;
+    if (inter) g->intermediate = inter;
+    json_t *q = json_object_get(root, "quantization");
+    if (!q) q = json_object_get(root, "quantization_config");
+    if (q && json_is_object(q)) {
+        json_t *b = json_object_get(q, "bits"), *gs = json_object_get(q, "group_size");
+        if (b && (!json_is_integer(b) || json_integer_value(b) < 2 || json_integer_value(b) > 8)) {
+            mx_fail(err, "%s: field \"quantization.bits\" must be an integer in [2, 8]", path);
+            goto out;
+        }
+        if (gs && (!json_is_integer(gs) || json_integer_value(gs) < 1)) {
+            mx_fail(err, "%s: field \"quantization.group_size\" must be a positive integer", path);
+            goto out;
+        }
+        if (b) g->q_bits = (int)json_integer_value(b);
+        if (gs) g->q_group = (int)json_integer_value(gs);
+    }
+    rc = 0;
+out:
+    json_decref(root);
+    return rc;
+}
+
+/* ==== Buckets ==== */
+/* Nearest power of `base` (in log scale) within [lo, hi]. */
+static int snap_log(int v, int base_log2, int lo, int hi) {
+    if (v <= lo) return lo;
+    if (v >= hi) return hi;
+    const double e = log2((double)v) / base_log2;
+    int p = (int)lround(e) * base_log2;
+    int r = 1 << p;
+    if (r < lo) r = lo;
+    if (r > hi) r = hi;
+    return r;
+}
+
+int tune_bucket_batch(int batch) { return snap_log(batch, 1, 1, 1024); }
+int tune_bucket_context(int context) { return snap_log(context, 2, 256, 1 << 20); }
+
+void tune_bucket_attn(char *buf, size_t n, int batch, int context, const tune_geom *g) {
+    snprintf(buf, n, "b%d.c%d.d%d.q%d.kv%d.bs%d", tune_bucket_batch(batch),
+             tune_bucket_context(context), g->head_dim, g->q_heads, g->kv_heads, g->block_size);
+}
+
+void tune_bucket_qmat(char *buf, size_t n, int rows, const tune_geom *g) {
+    /* rows: decode batch (qmv) or prefill tokens (qmm); the weight is the MLP up projection
+     * [intermediate, hidden], the largest matrix of a layer. */
+    snprintf(buf, n, "m%d.n%d.k%d.q%dg%d", rows, g->intermediate, g->hidden, g->q_bits, g->q_group);
+}
+
+/* ==== Candidates ==== */
+int tune_cpu_default_splits(int batch, int kv_heads, int n_blocks, int threads) {
+    const int tasks = batch * kv_heads;
+    int s = tasks >= threads ? 1 : (threads + tasks - 1) / tasks;
+    const int max_s = n_blocks / 4 > 1 ? n_blocks / 4 : 1;
+    return s < max_s ? s : max_s;
+}
+
+static void add_unique(tune_point *p, int v) {
+    for (int i = 0; i < p->n_cand; i++)
+        if (p->cand[i] == v) return;
+    if (p->n_cand < TUNE_MAX_CANDIDATES) p->cand[p->n_cand++] = v;
+}
+
+static int cmp_int(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
+
+int tune_point_make(tune_op op, const tune_device *dev, const tune_geom *g, int batch, int context,
+                    tune_point *p, mx_error *err) {
+    memset(p, 0, sizeof *p);
+    p->op = op;
+    if (!tune_op_supported(op, dev->kind))
+        return mx_fail(err, "%s is not tunable on %s", tune_op_name(op),
+                       tune_device_kind_name(dev->kind));
+    if (batch < 1) return mx_fail(err, "batch size %d must be positive", batch);
+    switch (op) {
+    case TUNE_OP_PAGED_DECODE_SPLITS: {
+        if (context < 1) return mx_fail(err, "context length %d must be positive", context);
+        p->batch = tune_bucket_batch(batch);
+        p->context = tune_bucket_context(context);
+        tune_bucket_attn(p->bucket, sizeof p->bucket, p->batch, p->context, g);
+        const int n_blocks = (p->context + g->block_size - 1) / g->block_size;
+        const int max_s = dev->kind == TUNE_DEV_CUDA ? 128 : 64;
+        if (dev->kind == TUNE_DEV_CUDA) {
+            p->default_value = 0; /* the kernel fills the SMs itself */
+            add_unique(p, 0);
+        } else {
+            p->default_value = tune_cpu_default_splits(p->batch, g->kv_heads, n_blocks,
+                                                       dev->threads);
+            add_unique(p, p->default_value);
+        }
+        for (int s = 1; s <= max_s && s <= n_blocks; s *= 2) add_unique(p, s);
+        break;
+    }
+    case TUNE_OP_QMV_MULTIROW: {
+        p->batch = tune_bucket_batch(batch);
+        tune_bucket_qmat(p->bucket, sizeof p->bucket, p->batch, g);
+        p->default_value = 0;
+        static const int k[] = {0, 1, 2, 4, 8};
+        for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) add_unique(p, k[i]);
+        break;
+    }
+    case TUNE_OP_QMM_TILE: {
+        /* The prefill GEMM's M is the chunk's token count: the context axis. */
+        if (context < 1) return mx_fail(err, "context length %d must be positive", context);
+        p->context = tune_bucket_context(context);
+        tune_bucket_qmat(p->bucket, sizeof p->bucket, p->context, g);
+        p->default_value = 0;
+        static const int k[] = {0, 16, 32, 64, 128};
+        for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) add_unique(p, k[i]);
+        break;
+    }
+    default:
+        return mx_fail(err, "unknown op %d", (int)op);
+    }
+    qsort(p->cand, (size_t)p->n_cand, sizeof p->cand[0], cmp_int);
+    return 0;
+}
+
+int tune_matrix_build(tune_op op, const tune_device *dev, const tune_geom *g, const int *batches,
+                      int n_batches, const int *contexts, int n_contexts, tune_point *out, int cap,
+                      int *n, mx_error *err) {
+    *n = 0;
+    if (tune_geom_check(g, err)) return -1;
+    /* qmv has no context axis, qmm no batch axis: iterate the other once. */
+    const bool use_b = op != TUNE_OP_QMM_TILE, use_c = op != TUNE_OP_QMV_MULTIROW;
+    const int nb = use_b ? n_batches : 1, nc = use_c ? n_contexts : 1;
+    for (int bi = 0; bi < nb; bi++) {
+        for (int ci = 0; ci < nc; ci++) {
+            tune_point p;
+            if (tune_point_make(op, dev, g, use_b ? batches[bi] : 1, use_c ? contexts[ci] : 0, &p,
+                                err))
+                return -1;
+            bool dup = false;
+            for (int i = 0; i < *n; i++)
+                if (!strcmp(out[i].bucket, p.bucket)) dup = true;
+            if (dup) continue;
+            if (*n >= cap) return mx_fail(err, "matrix larger than %d points", cap);
+            out[(*n)++] = p;
+        }
+    }
+    return 0;
+}
+
+const char *tune_value_str(int v, char buf[16]) {
+    if (v == 0) return "auto";
+    snprintf(buf, 16, "%d", v);
+    return buf;
+}

@@ -1,0 +1,104 @@
+/* The tunable ops, their candidate sets and defaults, devices, shape buckets and the
+ * (op x batch x context x candidates) matrix that `mlxcel tune` profiles. */
+#ifndef MLXCEL_TUNE_OPS_H
+#define MLXCEL_TUNE_OPS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/error.h"
+#include "tune/tune_profile.h"
+
+typedef enum {
+    TUNE_OP_PAGED_DECODE_SPLITS = 0, /* KV splits of split-K paged decode attention */
+    TUNE_OP_QMM_TILE,                /* M tile of the quantized GEMM (prefill), CUDA */
+    TUNE_OP_QMV_MULTIROW,            /* row window of the quantized GEMV (decode), CUDA */
+    TUNE_OP_COUNT
+} tune_op;
+
+typedef enum { TUNE_DEV_CPU = 0, TUNE_DEV_CUDA } tune_device_kind;
+
+/* "paged-decode-splits" etc.; -1 when unknown. */
+const char *tune_op_name(tune_op op);
+int tune_op_from_name(const char *name, tune_op *op);
+bool tune_op_supported(tune_op op, tune_device_kind dev);
+const char *tune_device_kind_name(tune_device_kind k);
+
+/* ==== Device identity ====
+ * A record is only valid on the device it was measured on: the id joins the name, the compute
+ * capability (CPU: the thread count the kernels use) and the memory size. */
+typedef struct tune_device {
+    tune_device_kind kind;
+    char name[128];
+    int cc_major, cc_minor; /* CUDA only */
+    int threads;            /* CPU: OpenMP threads; CUDA: SM count */
+    uint64_t mem_bytes;
+    char id[256];           /* e.g. "cpu:AMD EPYC 7B13:t2:mem23G", "cuda:NVIDIA H200:sm90:mem140G" */
+} tune_device;
+
+/* This host's CPU (reads /proc/cpuinfo, /proc/meminfo). Never fails: unknown parts read
+ * "unknown". */
+void tune_device_cpu(tune_device *d);
+/* CUDA device 0; -1 with err when this build or machine has none. */
+int tune_device_cuda(tune_device *d, mx_error *err);
+/* Rebuilds d->id from the other fields (for devices filled by hand, e.g. in tests). */
+void tune_device_make_id(tune_device *d);
+
+/* ==== Geometry ==== */
+typedef struct tune_geom {
+    int head_dim, q_heads, kv_heads, block_size; /* paged-decode-splits */
+    int hidden, intermediate, q_bits, q_group;   /* qmm-tile / qmv-multirow */
+} tune_geom;
+
+/* Llama-3.1-8B: head_dim 128, 32 q heads, 8 kv heads, block 16; hidden 4096,
+ * intermediate 14336, 4-bit group 64. */
+tune_geom tune_geom_defaults(void);
+int tune_geom_check(const tune_geom *g, mx_error *err);
+/* Reads the fields config.json has (text_config first when present, then the top level):
+ * num_attention_heads, num_key_value_heads, head_dim (else hidden_size / heads), hidden_size,
+ * intermediate_size, quantization{bits,group_size}. Fields absent from the file keep g's value.
+ * Only config.json is opened. */
+int tune_geom_from_config(const char *model_dir, tune_geom *g, mx_error *err);
+
+/* ==== Shape buckets ====
+ * Runtime shapes map to the nearest point (in log scale) of a fixed grid so that records made
+ * by `mlxcel tune` are found for nearby shapes: batch on powers of two (1..1024), context on
+ * powers of four (256..1048576), which contain the default matrix 1,2,4,8 x 1024,4096,16384. */
+int tune_bucket_batch(int batch);
+int tune_bucket_context(int context);
+
+/* Bucket strings (part of a record's key). */
+void tune_bucket_attn(char *buf, size_t n, int batch, int context, const tune_geom *g);
+void tune_bucket_qmat(char *buf, size_t n, int rows, const tune_geom *g);
+
+/* ==== Candidates and defaults ==== */
+/* Built-in CPU split count: split only when batch x kv heads leaves threads idle, and never
+ * below 4 blocks per split (thin splits cost more in merging than they gain). */
+int tune_cpu_default_splits(int batch, int kv_heads, int n_blocks, int threads);
+
+/* One matrix row: an op at one (batch, context) bucket. value 0 = "auto" (the kernel's own
+ * policy), used as the CUDA defaults. context is 0 for ops where it does not apply. */
+typedef struct tune_point {
+    tune_op op;
+    int batch, context;
+    char bucket[128];
+    int n_cand;
+    int cand[TUNE_MAX_CANDIDATES];
+    int default_value;
+} tune_point;
+
+/* Candidate set and default of one point. */
+int tune_point_make(tune_op op, const tune_device *dev, const tune_geom *g, int batch, int context,
+                    tune_point *p, mx_error *err);
+
+/* The matrix for one op: batches x contexts (snapped to buckets, duplicates dropped; ops
+ * without a context axis use batches only). *n = rows written (<= cap). */
+int tune_matrix_build(tune_op op, const tune_device *dev, const tune_geom *g, const int *batches,
+                      int n_batches, const int *contexts, int n_contexts, tune_point *out, int cap,
+                      int *n, mx_error *err);
+
+/* "auto" for 0, the number otherwise. */
+const char *tune_value_str(int v, char buf[16]);
+
+#endif
