@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/env.h"
 #include "cli/cli.h"
 
 typedef struct command {
@@ -46,6 +47,7 @@ static const command *find_command(const char *name) {
 }
 
 int main(int argc, char **argv) {
+    mx_env_apply_omp_defaults(argv); /* may re-exec with OMP_WAIT_POLICY=passive */
     const char *self = strrchr(argv[0], '/');
     self = self ? self + 1 : argv[0];
     /* Installed as mlxcel-server: behave as `mlxcel serve`. */

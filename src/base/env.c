@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 static mx_env_t g_env;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -117,4 +118,15 @@ const mx_env_t *mx_env(void) {
 void mx_env_reload(void) {
     pthread_once(&g_once, env_load);
     env_load();
+}
+
+/* ==== OpenMP defaults ==== */
+void mx_env_apply_omp_defaults(char **argv) {
+    const char *policy = getenv("OMP_WAIT_POLICY"), *spin = getenv("GOMP_SPINCOUNT");
+    if ((policy && *policy) || (spin && *spin) || !argv || !argv[0]) return;
+    if (setenv("OMP_WAIT_POLICY", "passive", 1)) return;
+    execv("/proc/self/exe", argv);
+    /* no /proc (or exec refused): keep running with the library's default policy; the
+     * variable is removed again so that what the process reports matches what it does */
+    unsetenv("OMP_WAIT_POLICY");
 }

@@ -36,4 +36,12 @@ void mx_env_reload(void);
 /* "12G", "512M", "1024" -> bytes. Returns 0 on success. */
 int mx_parse_bytes(const char *s, uint64_t *out);
 
+/* OpenMP wait policy default (docs/engine.md, "Threads"): when neither OMP_WAIT_POLICY nor
+ * GOMP_SPINCOUNT is set, sets OMP_WAIT_POLICY=passive and re-executes the program
+ * (/proc/self/exe, same argv and pid): libgomp reads these variables once, when it is loaded
+ * before main, so setting them later has no effect. Spinning barriers made decode 10-30x
+ * slower on a loaded machine. Returns (and the program goes on as it is) when a policy is
+ * already set or the re-exec is impossible. Call first thing in main. */
+void mx_env_apply_omp_defaults(char **argv);
+
 #endif

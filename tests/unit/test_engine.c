@@ -1,6 +1,6 @@
 /* Engine + decoder on tiny in-memory models (llama-like, gemma3-like, MoE):
  * - logits against a naive double-precision full-recompute reference (tiny_model.h),
- *   through both matmul paths (GEMV and BLAS);
+ *   through every matmul kernel family this CPU supports (scalar, AVX2, AVX-512);
  * - greedy tokens against the reference's argmax;
  * - identical tokens for paged vs dense storage, prefill chunk sizes 1 / 7 / 64, a batch of
  *   prompts vs each alone, a prefix-cache hit vs a cold run, and under KV preemption. */
@@ -116,8 +116,8 @@ static void check_parity(tiny_kind kind) {
     mx_error err;
     assert_int_equal(model_bind(&m, &tm.spec, tiny_lookup, &tm, backend_cpu(), &err), 0);
     const int V = tm.spec.vocab_size;
-    for (int blas = 0; blas < 2; blas++) {
-        cpu_backend_set_blas_min_rows(blas ? 1 : 1 << 30);
+    for (int isa = CPU_ISA_SCALAR; isa <= CPU_ISA_AVX512; isa++) {
+        if (cpu_matmul_force_isa((cpu_isa)isa)) continue; /* not on this CPU */
         run_out o;
         run_cfg c = {KV_STORAGE_DENSE, 512, 1, 16, 0, true, 1, false, 0, 0, 0};
         run(&tm, m, c, &o);
@@ -155,11 +155,12 @@ static void check_parity(tiny_kind kind) {
             den += ref[v] * ref[v];
         }
         const double rel = sqrt(num / den);
-        if (rel > 1e-5) fprintf(stderr, "kind %d blas %d: logits rel err %.3g\n", kind, blas, rel);
+        if (rel > 1e-5)
+            fprintf(stderr, "kind %d %s: logits rel err %.3g\n", kind, cpu_isa_name((cpu_isa)isa), rel);
         assert_true(rel < 1e-5);
         kv_cache_free(kv);
     }
-    cpu_backend_set_blas_min_rows(0);
+    cpu_matmul_force_isa(CPU_ISA_AUTO);
     model_free(m);
     tiny_free(&tm);
 }
@@ -175,8 +176,8 @@ static void check_consistency(tiny_kind kind) {
     model *m = NULL;
     mx_error err;
     assert_int_equal(model_bind(&m, &tm.spec, tiny_lookup, &tm, backend_cpu(), &err), 0);
-    /* every row's value independent of batch composition: exact token equality */
-    cpu_backend_set_blas_min_rows(1 << 30);
+    /* every row's value is independent of batch composition (default kernels, nothing
+     * forced): exact token equality */
     run_out base[N_PROMPTS], o;
     for (int i = 0; i < N_PROMPTS; i++) {
         run_cfg c = {KV_STORAGE_DENSE, 512, 1, 16, 0, false, 1 << i, false, 0, 0, 0};
@@ -222,13 +223,6 @@ static void check_consistency(tiny_kind kind) {
     /* a step budget smaller than the decode rows: prompts advance only through prefill grants */
     {
         run_cfg c = {KV_STORAGE_PAGED, 7, N_PROMPTS, 4, 0, true, 7, false, 0, 0, 2};
-        run(&tm, m, c, &o);
-        for (int i = 0; i < N_PROMPTS; i++) assert_same(&base[i], &o, i);
-    }
-    /* default matmul paths (BLAS for many rows): tokens still identical here */
-    cpu_backend_set_blas_min_rows(0);
-    {
-        run_cfg c = {KV_STORAGE_PAGED, 7, N_PROMPTS, 4, 0, true, 7, false, 0, 0, 0};
         run(&tm, m, c, &o);
         for (int i = 0; i < N_PROMPTS; i++) assert_same(&base[i], &o, i);
     }
@@ -361,7 +355,6 @@ static void test_seeded_sampling(void **st) {
     model *m = NULL;
     mx_error err;
     assert_int_equal(model_bind(&m, &tm.spec, tiny_lookup, &tm, backend_cpu(), &err), 0);
-    cpu_backend_set_blas_min_rows(1 << 30);
     run_out a, b, c, batched;
     run_cfg cfg = {KV_STORAGE_PAGED, 512, 1, 4, 0, false, 1, false, 1.5f, 42, 0};
     run(&tm, m, cfg, &a);
@@ -378,7 +371,6 @@ static void test_seeded_sampling(void **st) {
     cfg.chunk = 7;
     run(&tm, m, cfg, &batched);
     assert_same(&a, &batched, 0);
-    cpu_backend_set_blas_min_rows(0);
     model_free(m);
     tiny_free(&tm);
 }

@@ -2,6 +2,7 @@
 #ifndef MLXCEL_BACKEND_CPU_INTERNAL_H
 #define MLXCEL_BACKEND_CPU_INTERNAL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "backend/backend.h"
@@ -48,10 +49,25 @@ void cpu_attention(mx_tensor *out, const mx_tensor *q, const mx_tensor *k_pool,
                    const mx_tensor *v_pool, const mx_attn_batch *b, const mx_attn_params *p);
 void cpu_kv_copy_rows(mx_tensor *pool, int64_t dst_row, int64_t src_row, int64_t n_rows);
 
-/* Rows at or above which matmul goes through cblas_sgemm (weights converted to fp32 in a
- * scratch buffer); below it a fixed-order GEMV on the stored dtype. Tests set it very high to
- * make every row's value independent of batch composition. Default 16; <= 0 resets. */
-void cpu_backend_set_blas_min_rows(int rows);
-int cpu_backend_blas_min_rows(void);
+/* ==== Matmul kernels ====
+ * Every family computes each output as the canonical dot product of cpu_matmul.c (16 lanes,
+ * FMA, fixed fold tree): bit-identical results across families and across row counts. */
+typedef enum {
+    CPU_ISA_AUTO = -1, /* the best family this CPU supports */
+    CPU_ISA_SCALAR = 0,
+    CPU_ISA_AVX2,      /* AVX2 + FMA + F16C */
+    CPU_ISA_AVX512,    /* AVX-512F */
+} cpu_isa;
+
+bool cpu_isa_supported(cpu_isa isa);
+const char *cpu_isa_name(cpu_isa isa);
+/* The family cpu_matmul uses now. */
+cpu_isa cpu_matmul_isa(void);
+/* Forces a family (tests compare them); CPU_ISA_AUTO restores the default. -1 when the CPU
+ * lacks it. */
+int cpu_matmul_force_isa(cpu_isa isa);
+/* The canonical dot product of x[K] (fp32) and one weight row w[K] of dtype wdtype: the value
+ * cpu_matmul produces for that (row, column) pair before the bias, whatever the batch. */
+float cpu_dot_ref(const float *x, const void *w, mx_dtype wdtype, int64_t K);
 
 #endif

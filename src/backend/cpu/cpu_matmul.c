@@ -1,175 +1,405 @@
-/* CPU matmul: out[n, N] = x[n, K] @ w[N, K]^T (+ bias).
- * Few rows (decode): OpenMP over output rows, each weight row read once from its stored dtype
- * (bf16/fp16/fp32) for all input rows, fp32 dot in a fixed order.
- * Many rows (prefill): the weight is converted to fp32 in a scratch buffer (one pass over the
- * weight, small next to n*N*K flops) and cblas_sgemm does the product. */
-#include <cblas.h>
+/* CPU matmul: out[n, N] = x[n, K] @ w[N, K]^T (+ bias[N]), batch-invariant by construction.
+ *
+ * Every output value out[r, j] is computed by the *canonical dot product* of x[r] and w[j]
+ * (see cpu_dot_ref below), whatever the number of rows n, the thread count, the kernel family
+ * (scalar, AVX2, AVX-512) or the tile a value falls in:
+ *   - 16 lanes: element k goes to lane k % 16; the last chunk is zero-padded to 16;
+ *   - each lane accumulates with fused multiply-add, k ascending, from +0;
+ *   - lanes fold in a fixed tree: l += l + 8, then l += l + 4, l += l + 2, l += l + 1;
+ *   - then + bias[j] (fp32) when there is a bias.
+ * Weights are widened to fp32 exactly in registers (bf16: 16-bit shift; fp16: exact
+ * conversion). The rows of a step therefore never influence each other: decode rows, prefill
+ * chunks of any size and any mix of sequences give every row the same value
+ * (docs/engine.md, "Batch invariance"). There is deliberately no BLAS path: sgemm's blocking changes the summation order
+ * with the shape of the product.
+ *
+ * Speed: rows are processed in blocks of MR and columns in tiles of NC (register blocking: one
+ * weight vector load serves MR rows, one x vector load serves NC columns); OpenMP splits the
+ * output columns into panels (never K). A panel of weight rows (~128 KiB) stays in L2 while
+ * all row blocks sweep it, so each weight byte comes from memory once per product. Widening a
+ * panel to fp32 once for many rows was measured slower than widening in registers (Zen 5,
+ * AVX-512 and AVX2 alike) and is not done. */
+#include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_internal.h"
 
-static int g_blas_min_rows = 16;
+/* Weight element kinds of the kernels (index into kernel_set.tile). */
+enum { WT_BF16 = 0, WT_F16 = 1, WT_F32 = 2, WT_COUNT };
 
-void cpu_backend_set_blas_min_rows(int rows) { g_blas_min_rows = rows > 0 ? rows : 16; }
-int cpu_backend_blas_min_rows(void) { return g_blas_min_rows; }
+/* out[r * ldo + c] = dot(x[r * ldx ..], w[c * ldw_bytes ..]) (+ bias[c]) for r < nr, c < nc. */
+typedef void (*tile_fn)(int nr, int nc, const float *x, int64_t ldx, const char *w,
+                        int64_t ldw_bytes, int64_t K, float *out, int64_t ldo, const float *bias);
 
-/* ==== Scratch ==== */
-/* Grown on demand; the engine drives one forward at a time per process. */
-static float *g_w32;         /* [N, K] fp32 copy of the current weight */
-static size_t g_w32_cap;
+typedef struct kernel_set {
+    cpu_isa isa;
+    int mr, nc;          /* rows per block, columns per tile */
+    int nc_one_row;      /* columns per tile when a block has a single row (decode) */
+    tile_fn tile[WT_COUNT];
+} kernel_set;
 
-static float *scratch_w32(size_t n) {
-    if (n > g_w32_cap) {
-        free(g_w32);
-        g_w32 = malloc(n * sizeof(float));
-        g_w32_cap = g_w32 ? n : 0;
-    }
-    return g_w32;
+static inline float widen1(const char *p, int wt, int64_t k) {
+    if (wt == WT_F32) return ((const float *)p)[k];
+    const uint16_t h = ((const uint16_t *)p)[k];
+    return wt == WT_BF16 ? mx_bf16_to_f32(h) : mx_f16_to_f32(h);
 }
 
-/* ==== bf16 GEMV kernel (x86-64 AVX2 + FMA, chosen at run time) ====
- * One weight row against up to 4 input rows per pass: 16 bf16 weights widen to two fp32
- * vectors by a 16-bit shift and feed two FMA accumulators per input row. A row's sum order
- * depends only on K, never on how many rows share the call. */
+/* Zero-padded fp32 copy of the tail [K16, K) of one row (the last, partial 16-lane chunk). */
+static inline void tail16(float *dst, const char *src, int wt, int64_t K16, int64_t K) {
+    memset(dst, 0, 16 * sizeof(float));
+    for (int64_t k = K16; k < K; k++) dst[k - K16] = widen1(src, wt, k);
+}
+
+/* ==== Canonical dot product (scalar reference and fallback kernel) ==== */
+static inline float fold16(float *a) {
+    for (int l = 0; l < 8; l++) a[l] += a[l + 8];
+    for (int l = 0; l < 4; l++) a[l] += a[l + 4];
+    for (int l = 0; l < 2; l++) a[l] += a[l + 2];
+    return a[0] + a[1];
+}
+
+static float dot_ref(const float *x, const char *w, int wt, int64_t K) {
+    float acc[16] = {0};
+    const int64_t K16 = K & ~(int64_t)15;
+    for (int64_t i = 0; i < K16; i += 16)
+        for (int l = 0; l < 16; l++) acc[l] = fmaf(x[i + l], widen1(w, wt, i + l), acc[l]);
+    if (K16 < K) {
+        float xt[16], wv[16];
+        memset(xt, 0, sizeof xt);
+        memcpy(xt, x + K16, (size_t)(K - K16) * sizeof(float));
+        tail16(wv, w, wt, K16, K);
+        for (int l = 0; l < 16; l++) acc[l] = fmaf(xt[l], wv[l], acc[l]);
+    }
+    return fold16(acc);
+}
+
+static int wt_of(mx_dtype t) { return t == MX_F32 ? WT_F32 : t == MX_BF16 ? WT_BF16 : WT_F16; }
+
+float cpu_dot_ref(const float *x, const void *w, mx_dtype wdtype, int64_t K) {
+    return dot_ref(x, w, wt_of(wdtype), K);
+}
+
+static void tile_ref(int wt, int nr, int nc, const float *x, int64_t ldx, const char *w,
+                     int64_t ldw, int64_t K, float *out, int64_t ldo, const float *bias) {
+    for (int r = 0; r < nr; r++)
+        for (int c = 0; c < nc; c++) {
+            const float s = dot_ref(x + r * ldx, w + c * ldw, wt, K);
+            out[r * ldo + c] = bias ? s + bias[c] : s;
+        }
+}
+
+#define REF_TILE(WT, name)                                                                        \
+    static void name(int nr, int nc, const float *x, int64_t ldx, const char *w, int64_t ldw,     \
+                     int64_t K, float *out, int64_t ldo, const float *bias) {                     \
+        tile_ref(WT, nr, nc, x, ldx, w, ldw, K, out, ldo, bias);                                  \
+    }
+REF_TILE(WT_BF16, tile_ref_bf16)
+REF_TILE(WT_F16, tile_ref_f16)
+REF_TILE(WT_F32, tile_ref_f32)
+
+static const kernel_set k_scalar = {CPU_ISA_SCALAR, 4, 4, 4,
+                                    {tile_ref_bf16, tile_ref_f16, tile_ref_f32}};
+
+/* ==== x86-64 kernels (chosen at run time) ==== */
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
-#define HAVE_AVX2_KERNEL 1
+#define HAVE_X86_KERNELS 1
 
-__attribute__((target("avx2,fma"))) static inline float hsum256(__m256 v) {
-    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-    lo = _mm_add_ps(lo, hi);
+#define AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
+#define AVX512_TARGET __attribute__((target("avx512f,avx2,fma,f16c")))
+#define INLINE static inline __attribute__((always_inline))
+/* Full unrolling over the tile keeps the accumulators in registers (-O2 does not do it). */
+#define UNROLL _Pragma("GCC unroll 8")
+
+/* Lanes j and j + 8 already added (8 lanes in): j += j + 4, j += j + 2, j += j + 1. */
+INLINE AVX2_TARGET float hsum8(__m256 v) {
+    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
     lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
     return _mm_cvtss_f32(lo);
 }
 
-/* out[r] = dot(x[r], w) for r < n (n <= 4); x rows fp32, w bf16 [K]. */
-__attribute__((target("avx2,fma"))) static void dot_bf16_avx2(const float *const *x, int n,
-                                                              const uint16_t *w, int64_t K,
-                                                              float *out) {
-    __m256 acc[4][2];
-    for (int r = 0; r < 4; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 16 <= K; i += 16) {
-        const __m256i raw = _mm256_loadu_si256((const __m256i *)(w + i));
-        const __m256 w0 = _mm256_castsi256_ps(
-            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(raw)), 16));
-        const __m256 w1 = _mm256_castsi256_ps(
-            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(raw, 1)), 16));
-        for (int r = 0; r < n; r++) {
-            acc[r][0] = _mm256_fmadd_ps(_mm256_loadu_ps(x[r] + i), w0, acc[r][0]);
-            acc[r][1] = _mm256_fmadd_ps(_mm256_loadu_ps(x[r] + i + 8), w1, acc[r][1]);
-        }
-    }
-    for (int r = 0; r < n; r++) {
-        float s = hsum256(_mm256_add_ps(acc[r][0], acc[r][1]));
-        for (int64_t k = i; k < K; k++) s += x[r][k] * mx_bf16_to_f32(w[k]);
-        out[r] = s;
-    }
+/* ---- AVX2: a 16-lane accumulator is two ymm registers (lanes 0-7, 8-15) ---- */
+/* Tiles measured on Zen 5 forced to AVX2 (16 registers): 4 rows x 1 column for many rows,
+ * 1 row x 3 columns for a single row (more independent weight streams). */
+#define MR2 4
+#define NC2 1
+#define NC2_ONE_ROW 3
+#define NC2_MAX 3
+
+/* The 8 weights at element k, widened. */
+INLINE AVX2_TARGET __m256 ld8(const char *w, int wt, int64_t k) {
+    if (wt == WT_BF16)
+        return _mm256_castsi256_ps(_mm256_slli_epi32(
+            _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)w + k))), 16));
+    if (wt == WT_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)w + k)));
+    return _mm256_loadu_ps((const float *)w + k);
 }
 
-static int have_avx2(void) {
-    static int cached = -1;
-    if (cached < 0) cached = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    return cached;
+INLINE AVX2_TARGET void tile_avx2_body(const int NR, const int NC, const int wt, const float *x,
+                                       int64_t ldx, const char *w, int64_t ldw, int64_t K,
+                                       float *out, int64_t ldo, const float *bias) {
+    __m256 lo[MR2][NC2_MAX], hi[MR2][NC2_MAX];
+    UNROLL
+    for (int r = 0; r < NR; r++)
+        UNROLL
+        for (int c = 0; c < NC; c++) lo[r][c] = hi[r][c] = _mm256_setzero_ps();
+    const int64_t K16 = K & ~(int64_t)15;
+    for (int64_t i = 0; i < K16; i += 16) {
+        __m256 wl[NC2_MAX], wh[NC2_MAX];
+        UNROLL
+        for (int c = 0; c < NC; c++) {
+            wl[c] = ld8(w + c * ldw, wt, i);
+            wh[c] = ld8(w + c * ldw, wt, i + 8);
+        }
+        UNROLL
+        for (int r = 0; r < NR; r++) {
+            const __m256 xl = _mm256_loadu_ps(x + r * ldx + i);
+            UNROLL
+            for (int c = 0; c < NC; c++) lo[r][c] = _mm256_fmadd_ps(xl, wl[c], lo[r][c]);
+            const __m256 xh = _mm256_loadu_ps(x + r * ldx + i + 8);
+            UNROLL
+            for (int c = 0; c < NC; c++) hi[r][c] = _mm256_fmadd_ps(xh, wh[c], hi[r][c]);
+        }
+    }
+    if (K16 < K) { /* the zero-padded last chunk, exactly as dot_ref */
+        float xt[MR2][16], wv[NC2_MAX][16];
+        UNROLL
+        for (int c = 0; c < NC; c++) tail16(wv[c], w + c * ldw, wt, K16, K);
+        UNROLL
+        for (int r = 0; r < NR; r++) tail16(xt[r], (const char *)(x + r * ldx), WT_F32, K16, K);
+        UNROLL
+        for (int r = 0; r < NR; r++)
+            UNROLL
+            for (int c = 0; c < NC; c++) {
+                lo[r][c] = _mm256_fmadd_ps(_mm256_loadu_ps(xt[r]), _mm256_loadu_ps(wv[c]), lo[r][c]);
+                hi[r][c] = _mm256_fmadd_ps(_mm256_loadu_ps(xt[r] + 8), _mm256_loadu_ps(wv[c] + 8), hi[r][c]);
+            }
+    }
+    UNROLL
+    for (int r = 0; r < NR; r++)
+        UNROLL
+        for (int c = 0; c < NC; c++) {
+            const float s = hsum8(_mm256_add_ps(lo[r][c], hi[r][c]));
+            out[r * ldo + c] = bias ? s + bias[c] : s;
+        }
 }
+
+#define C2(R, C, WT)                                                                              \
+    case (R) * 16 + (C): tile_avx2_body(R, C, WT, x, ldx, w, ldw, K, out, ldo, bias); break;
+#define AVX2_TILE(WT, name)                                                                       \
+    AVX2_TARGET static void name(int nr, int nc, const float *x, int64_t ldx, const char *w,      \
+                                 int64_t ldw, int64_t K, float *out, int64_t ldo,                  \
+                                 const float *bias) {                                              \
+        switch (nr * 16 + nc) {                                                                    \
+            C2(1, 1, WT) C2(1, 2, WT) C2(1, 3, WT) C2(2, 1, WT) C2(3, 1, WT) C2(4, 1, WT)          \
+        default: break;                                                                            \
+        }                                                                                          \
+    }
+AVX2_TILE(WT_BF16, tile_avx2_bf16)
+AVX2_TILE(WT_F16, tile_avx2_f16)
+AVX2_TILE(WT_F32, tile_avx2_f32)
+
+
+static const kernel_set k_avx2 = {CPU_ISA_AVX2, MR2, NC2, NC2_ONE_ROW,
+                                  {tile_avx2_bf16, tile_avx2_f16, tile_avx2_f32}};
+
+/* ---- AVX-512: one zmm register per 16-lane accumulator ----
+ * 4 rows x 6 columns: 24 accumulators + 6 weight vectors + 1 x vector of the 32 registers. */
+#define MR5 4
+#define NC5 6
+
+INLINE AVX512_TARGET __m512 ld16(const char *w, int wt, int64_t k) {
+    if (wt == WT_BF16)
+        return _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)w + k))), 16));
+    if (wt == WT_F16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)w + k)));
+    return _mm512_loadu_ps((const float *)w + k);
+}
+
+/* Lanes j + (j + 8) first, then the 8-lane tree: the same pairs as fold16. */
+INLINE AVX512_TARGET float hsum16(__m512 a) {
+    const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
+    return hsum8(_mm256_add_ps(_mm512_castps512_ps256(a), hi));
+}
+
+INLINE AVX512_TARGET void tile_avx512_body(const int NR, const int NC, const int wt,
+                                           const float *x, int64_t ldx, const char *w,
+                                           int64_t ldw, int64_t K, float *out, int64_t ldo,
+                                           const float *bias) {
+    __m512 acc[MR5][NC5];
+    UNROLL
+    for (int r = 0; r < NR; r++)
+        UNROLL
+        for (int c = 0; c < NC; c++) acc[r][c] = _mm512_setzero_ps();
+    const int64_t K16 = K & ~(int64_t)15;
+    for (int64_t i = 0; i < K16; i += 16) {
+        __m512 wv[NC5];
+        UNROLL
+        for (int c = 0; c < NC; c++) wv[c] = ld16(w + c * ldw, wt, i);
+        UNROLL
+        for (int r = 0; r < NR; r++) {
+            const __m512 xv = _mm512_loadu_ps(x + r * ldx + i);
+            UNROLL
+            for (int c = 0; c < NC; c++) acc[r][c] = _mm512_fmadd_ps(xv, wv[c], acc[r][c]);
+        }
+    }
+    if (K16 < K) {
+        float xt[MR5][16], wv[NC5][16];
+        UNROLL
+        for (int c = 0; c < NC; c++) tail16(wv[c], w + c * ldw, wt, K16, K);
+        UNROLL
+        for (int r = 0; r < NR; r++) tail16(xt[r], (const char *)(x + r * ldx), WT_F32, K16, K);
+        UNROLL
+        for (int r = 0; r < NR; r++)
+            UNROLL
+            for (int c = 0; c < NC; c++)
+                acc[r][c] = _mm512_fmadd_ps(_mm512_loadu_ps(xt[r]), _mm512_loadu_ps(wv[c]), acc[r][c]);
+    }
+    UNROLL
+    for (int r = 0; r < NR; r++)
+        UNROLL
+        for (int c = 0; c < NC; c++) {
+            const float s = hsum16(acc[r][c]);
+            out[r * ldo + c] = bias ? s + bias[c] : s;
+        }
+}
+
+#define C5(R, C, WT)                                                                              \
+    case (R) * 16 + (C): tile_avx512_body(R, C, WT, x, ldx, w, ldw, K, out, ldo, bias); break;
+#define ROW5(R, WT) C5(R, 1, WT) C5(R, 2, WT) C5(R, 3, WT) C5(R, 4, WT) C5(R, 5, WT) C5(R, 6, WT)
+#define AVX512_TILE(WT, name)                                                                     \
+    AVX512_TARGET static void name(int nr, int nc, const float *x, int64_t ldx, const char *w,    \
+                                   int64_t ldw, int64_t K, float *out, int64_t ldo,                \
+                                   const float *bias) {                                            \
+        switch (nr * 16 + nc) {                                                                    \
+            ROW5(1, WT) ROW5(2, WT) ROW5(3, WT) ROW5(4, WT)                                        \
+        default: break;                                                                            \
+        }                                                                                          \
+    }
+AVX512_TILE(WT_BF16, tile_avx512_bf16)
+AVX512_TILE(WT_F16, tile_avx512_f16)
+AVX512_TILE(WT_F32, tile_avx512_f32)
+
+
+static const kernel_set k_avx512 = {CPU_ISA_AVX512, MR5, NC5, NC5,
+                                    {tile_avx512_bf16, tile_avx512_f16, tile_avx512_f32}};
 #endif
 
-/* ==== GEMV path ==== */
-static void matmul_gemv(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, const mx_tensor *bias) {
-    const int64_t n = x->shape[0], K = x->shape[1], N = w->shape[0];
-    const float *bias32 = NULL;
-    float *btmp = NULL;
-    if (mx_tensor_present(bias)) {
-        if (bias->dtype == MX_F32) {
-            bias32 = bias->data;
-        } else {
-            btmp = malloc((size_t)N * sizeof(float));
-            cpu_row_to_f32(btmp, bias->data, bias->dtype, N);
-            bias32 = btmp;
-        }
-    }
-    /* small products run on the calling thread: waking the team costs more than they do */
-#pragma omp parallel if (N * K * n >= (1 << 16))
-    {
-        float *wrow = NULL; /* [K] fp32 copy of one weight row (non-AVX2 paths) */
-        if (w->dtype != MX_F32) wrow = malloc((size_t)K * sizeof(float));
-        /* dynamic chunks: a thread slowed by other load on the machine does not hold the
-         * others at the closing barrier */
-#pragma omp for schedule(dynamic, 32)
-        for (int64_t j = 0; j < N; j++) {
-            const float *wr;
-#ifdef HAVE_AVX2_KERNEL
-            if (w->dtype == MX_BF16 && have_avx2()) {
-                const uint16_t *wb = cpu_row_ptr(w, j);
-                for (int64_t r0 = 0; r0 < n; r0 += 4) {
-                    const int m = n - r0 < 4 ? (int)(n - r0) : 4;
-                    const float *xs[4];
-                    float o4[4];
-                    for (int r = 0; r < m; r++) xs[r] = cpu_row_ptr(x, r0 + r);
-                    dot_bf16_avx2(xs, m, wb, K, o4);
-                    for (int r = 0; r < m; r++)
-                        ((float *)cpu_row_ptr(out, r0 + r))[j] = o4[r] + (bias32 ? bias32[j] : 0.0f);
-                }
-                continue;
-            }
+/* ==== Kernel selection ==== */
+bool cpu_isa_supported(cpu_isa isa) {
+    switch (isa) {
+    case CPU_ISA_SCALAR: return true;
+#ifdef HAVE_X86_KERNELS
+    case CPU_ISA_AVX2:
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+               __builtin_cpu_supports("f16c");
+    case CPU_ISA_AVX512:
+        return cpu_isa_supported(CPU_ISA_AVX2) && __builtin_cpu_supports("avx512f");
 #endif
-            if (w->dtype == MX_F32) {
-                wr = (const float *)cpu_row_ptr(w, j);
-            } else {
-                cpu_row_to_f32(wrow, cpu_row_ptr(w, j), w->dtype, K);
-                wr = wrow;
-            }
-            for (int64_t r = 0; r < n; r++) {
-                float s = cpu_dot_f32((const float *)cpu_row_ptr(x, r), wr, K);
-                if (bias32) s += bias32[j];
-                ((float *)cpu_row_ptr(out, r))[j] = s;
-            }
-        }
-        free(wrow);
+    default: return false;
     }
-    free(btmp);
 }
 
-/* ==== BLAS path ==== */
-static void matmul_blas(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, const mx_tensor *bias) {
-    const int64_t n = x->shape[0], K = x->shape[1], N = w->shape[0];
-    const float *w32;
-    int64_t ldw;
-    if (w->dtype == MX_F32) {
-        w32 = w->data;
-        ldw = w->stride[0];
-    } else {
-        float *s = scratch_w32((size_t)N * (size_t)K);
-        if (!s) { /* out of memory for the scratch: the GEMV path needs none */
-            matmul_gemv(out, x, w, bias);
-            return;
-        }
-#pragma omp parallel for schedule(static)
-        for (int64_t j = 0; j < N; j++) cpu_row_to_f32(s + j * K, cpu_row_ptr(w, j), w->dtype, K);
-        w32 = s;
-        ldw = K;
-    }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)N, (int)K, 1.0f, x->data,
-                (int)x->stride[0], w32, (int)ldw, 0.0f, out->data, (int)out->stride[0]);
-    if (mx_tensor_present(bias)) {
-        float *b32 = malloc((size_t)N * sizeof(float));
-        if (!b32) return;
-        cpu_row_to_f32(b32, bias->data, bias->dtype, N);
-        for (int64_t r = 0; r < n; r++) {
-            float *o = cpu_row_ptr(out, r);
-            for (int64_t j = 0; j < N; j++) o[j] += b32[j];
-        }
-        free(b32);
+const char *cpu_isa_name(cpu_isa isa) {
+    switch (isa) {
+    case CPU_ISA_SCALAR: return "scalar";
+    case CPU_ISA_AVX2: return "avx2";
+    case CPU_ISA_AVX512: return "avx512";
+    default: return "auto";
     }
 }
+
+static cpu_isa g_forced = CPU_ISA_AUTO;
+
+static const kernel_set *kernels_for(cpu_isa isa) {
+#ifdef HAVE_X86_KERNELS
+    if (isa == CPU_ISA_AVX512) return &k_avx512;
+    if (isa == CPU_ISA_AVX2) return &k_avx2;
+#endif
+    (void)isa;
+    return &k_scalar;
+}
+
+cpu_isa cpu_matmul_isa(void) {
+    static cpu_isa best = CPU_ISA_AUTO;
+    if (g_forced != CPU_ISA_AUTO) return g_forced;
+    if (best == CPU_ISA_AUTO)
+        best = cpu_isa_supported(CPU_ISA_AVX512) ? CPU_ISA_AVX512
+               : cpu_isa_supported(CPU_ISA_AVX2) ? CPU_ISA_AVX2
+                                                 : CPU_ISA_SCALAR;
+    return best;
+}
+
+int cpu_matmul_force_isa(cpu_isa isa) {
+    if (isa != CPU_ISA_AUTO && !cpu_isa_supported(isa)) return -1;
+    g_forced = isa;
+    return 0;
+}
+
+/* ==== Driver ==== */
+/* Work (multiply-adds) below which a product stays on the calling thread, and per extra
+ * thread: waking a sleeping team costs tens of microseconds, more than a small product. */
+#define MIN_PARALLEL_MACS (1 << 18)
+#define MACS_PER_THREAD (1 << 17)
+/* Weight bytes of a panel: stays in L2 while every row block sweeps it. */
+#define PANEL_BYTES (128 << 10)
 
 void cpu_matmul(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, const mx_tensor *bias) {
-    if (x->shape[0] <= 0) return;
-    if (x->shape[0] >= g_blas_min_rows)
-        matmul_blas(out, x, w, bias);
-    else
-        matmul_gemv(out, x, w, bias);
+    const int64_t n = x->shape[0], K = x->shape[1], N = w->shape[0];
+    if (n <= 0 || N <= 0) return;
+    const kernel_set *ks = kernels_for(cpu_matmul_isa());
+    const int wt = wt_of(w->dtype);
+    const size_t esz = mx_dtype_size(w->dtype);
+    float *bias32 = NULL; /* [N] */
+    if (mx_tensor_present(bias)) {
+        bias32 = malloc((size_t)N * sizeof(float));
+        if (!bias32) { /* cannot happen for sane N; leave a defined result rather than garbage */
+            for (int64_t r = 0; r < n; r++) memset(cpu_row_ptr(out, r), 0, (size_t)N * sizeof(float));
+            return;
+        }
+        cpu_row_to_f32(bias32, bias->data, bias->dtype, N);
+    }
+    const int64_t nc = ks->nc;
+    const double macs = (double)n * (double)N * (double)K;
+    int nt = 1;
+    if (macs >= MIN_PARALLEL_MACS) {
+        const int max_t = omp_get_max_threads();
+        const double want = macs / MACS_PER_THREAD;
+        nt = want < max_t ? (int)want : max_t;
+        if (nt < 1) nt = 1;
+    }
+    /* Panel width: L2-sized, and narrow enough that every thread gets several panels (the
+     * dynamic schedule then absorbs a thread slowed by other load on the machine). */
+    int64_t np = PANEL_BYTES / (K * (int64_t)esz);
+    if (np > 256) np = 256;
+    const int64_t per_thread = (N + 4 * nt - 1) / (4 * nt);
+    if (nt > 1 && np > per_thread) np = per_thread;
+    int64_t align = nc; /* whole tiles of both widths: lcm(nc, nc_one_row) */
+    while (align % ks->nc_one_row) align += nc;
+    np = (np + align - 1) / align * align;
+    const int64_t n_panels = (N + np - 1) / np;
+    if (nt > n_panels) nt = (int)n_panels;
+
+    const int64_t ldx = x->stride[0], ldo = out->stride[0], ldw = w->stride[0] * (int64_t)esz;
+    const float *x0 = x->data;
+    float *o0 = out->data;
+    const tile_fn tile = ks->tile[wt];
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(dynamic, 1)
+    for (int64_t p = 0; p < n_panels; p++) {
+        const int64_t j0 = p * np, pw = N - j0 < np ? N - j0 : np;
+        const char *wp = cpu_row_ptr(w, j0);
+        for (int64_t r0 = 0; r0 < n; r0 += ks->mr) {
+            const int nr = (int)(n - r0 < ks->mr ? n - r0 : ks->mr);
+            const int64_t step = nr == 1 ? ks->nc_one_row : nc;
+            for (int64_t c0 = 0; c0 < pw; c0 += step) {
+                const int ncc = (int)(pw - c0 < step ? pw - c0 : step);
+                tile(nr, ncc, x0 + r0 * ldx, ldx, wp + c0 * ldw, ldw, K, o0 + r0 * ldo + j0 + c0,
+                     ldo, bias32 ? bias32 + j0 + c0 : NULL);
+            }
+        }
+    }
+    free(bias32);
 }

@@ -56,7 +56,7 @@ static void cpu_rms_norm(mx_tensor *out, const mx_tensor *x, const mx_tensor *w,
     float *w32 = malloc((size_t)D * sizeof(float));
     cpu_row_to_f32(w32, w->data, w->dtype, D);
     for (int64_t j = 0; j < D; j++) w32[j] += offset;
-#pragma omp parallel for schedule(static) if (rows * per * D > 32768)
+#pragma omp parallel for schedule(static) if (rows * per * D >= (1 << 16))
     for (int64_t r = 0; r < rows * per; r++) {
         const float *xi = (const float *)cpu_row_ptr(x, r / per) + (r % per) * D;
         float *oi = (float *)cpu_row_ptr(out, r / per) + (r % per) * D;
