@@ -4,8 +4,8 @@
  *
  * Conventions (every backend):
  * - Activations are fp32, row-major, contiguous in their last dimension ("rows" = tokens of the
- *   step batch). Weights may be bf16, fp16 or fp32 (and later MLX-affine quantized, see
- *   mx_qweight). Accumulation is fp32.
+ *   step batch). Weights may be bf16, fp16 or fp32, or MLX-affine quantized (mx_qweight:
+ *   matmul_q, embed_q, quantized experts in moe). Accumulation is fp32.
  * - Tensors passed to ops live on the backend's device (tensor.device == ops->device).
  * - KV storage is addressed by *physical rows*: a layer's K (and V) pool is
  *   [n_phys_rows, n_kv_heads, head_dim]. The KV cache module (src/kv) maps (sequence, position)
@@ -47,7 +47,8 @@ int64_t mx_tensor_numel(const mx_tensor *t);
 size_t mx_tensor_nbytes(const mx_tensor *t);
 bool mx_tensor_present(const mx_tensor *t);
 
-/* MLX affine-quantized weight (slot for the quantization issue; no backend implements it yet). */
+/* MLX affine-quantized weight (docs/quantization.md): logical [N, K], value of an element =
+ * the scales-dtype value nearest to scale * code + bias (fp32 multiply, then add). */
 typedef struct mx_qweight {
     mx_tensor w;       /* [N, K * bits / 32] u32 packed */
     mx_tensor scales;  /* [N, K / group] */
@@ -87,9 +88,12 @@ typedef struct mx_moe_params {
     int activation;        /* mx_activation (model/model_spec.h) */
 } mx_moe_params;
 
-/* Expert e's weights: gate [I, H], up [I, H], down [H, I] (views into fused tensors are fine). */
+/* Expert e's weights: gate [I, H], up [I, H], down [H, I] (views into fused tensors are fine).
+ * Per projection, either the dense array or the quantized one is set (the other NULL); e.g.
+ * gate/up quantized and down dense when the group size does not divide I. */
 typedef struct mx_moe_experts {
-    const mx_tensor *gate, *up, *down; /* arrays of n_experts */
+    const mx_tensor *gate, *up, *down;     /* arrays of n_experts, or NULL */
+    const mx_qweight *qgate, *qup, *qdown; /* arrays of n_experts, or NULL (matmul_q backends) */
 } mx_moe_experts;
 
 /* ==== Step hooks (device backends) ====
@@ -144,8 +148,13 @@ typedef struct backend_ops {
     /* ---- matmul ---- */
     /* out[n, N] = x[n, K] @ w[N, K]^T (+ bias[N]). */
     void (*matmul)(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, const mx_tensor *bias);
-    /* Same with a quantized weight; NULL when the backend has none. */
-    void (*matmul_q)(mx_tensor *out, const mx_tensor *x, const mx_qweight *w);
+    /* Same with a quantized weight (bias optional); NULL when the backend has none. A backend
+     * that sets it also handles embed_q and quantized experts in moe. CPU: bit-identical to
+     * matmul on the dequantized weight (docs/quantization.md). */
+    void (*matmul_q)(mx_tensor *out, const mx_tensor *x, const mx_qweight *w, const mx_tensor *bias);
+    /* embed from a quantized table [V, H] (dequantized rows; scale as embed). */
+    void (*embed_q)(mx_tensor *out, const mx_qweight *table, const int32_t *ids, int n,
+                    float scale, bool round_scale);
 
     /* ---- MoE: routing + expert dispatch ----
      * out[n, H] = sum_k p_k * down_e(act(gate_e x) * up_e x) over the top-k experts of

@@ -417,6 +417,9 @@ int cmd_bench(int argc, char **argv) {
     const double load_s = mx_now() - tl;
     fprintf(stderr, "model loaded in %.2f s: %.3f GB of weights\n", load_s,
             (double)model_weight_bytes(m) / 1e9);
+    char qline[320];
+    model_describe_quant(m, qline, sizeof qline);
+    fprintf(stderr, "quantization: %s\n", qline);
     const int P = o.prompt_tokens, G = o.gen_tokens;
     int rc = 1;
     bench_result res[BENCH_MAX_BATCHES];

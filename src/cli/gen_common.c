@@ -288,6 +288,9 @@ int gen_session_open(gen_session *s, const gen_opts *o, const char *cmd, mx_erro
     }
     fprintf(stderr, "model loaded: %.2f GB of weights on %s\n", (double)model_weight_bytes(s->m) / 1e9,
             s->be->name);
+    char qline[320];
+    model_describe_quant(s->m, qline, sizeof qline);
+    fprintf(stderr, "quantization: %s\n", qline);
     fprintf(stderr, "kv storage: %s (%s)\n", kv_storage_name(engine_storage(s->e)),
             engine_storage_reason(s->e));
     return 0;

@@ -11,17 +11,30 @@
 #include "kv/kv_cache.h"
 #include "model/model_spec.h"
 
+/* A Linear / Embedding weight [N, K]: dense (w) or MLX affine-quantized (q.bits > 0; then
+ * w.data is NULL). Which one is decided per tensor by its dtype (U32 = packed), the bits and
+ * group size by the config's quantization block (spec_quant_for). */
+typedef struct model_weight {
+    mx_tensor w;
+    mx_qweight q;
+} model_weight;
+
+static inline bool model_weight_quantized(const model_weight *w) { return w->q.bits > 0; }
+
 typedef struct model_layer {
     mx_tensor attn_norm;                 /* [H] input_layernorm */
-    mx_tensor wq, wk, wv, wo;            /* [Hq*D, H] [Hkv*D, H] [Hkv*D, H] [H, Hq*D] */
+    model_weight wq, wk, wv, wo;         /* [Hq*D, H] [Hkv*D, H] [Hkv*D, H] [H, Hq*D] */
     mx_tensor bq, bk, bv, bo;            /* optional biases */
     mx_tensor q_norm, k_norm;            /* [D] optional (qwen3, gemma3) */
     mx_tensor post_attn_norm;            /* [H] sandwich norms only (gemma3) */
     mx_tensor ffn_norm;                  /* [H] norm before the MLP */
     mx_tensor post_ffn_norm;             /* [H] sandwich norms only */
-    mx_tensor w_gate, w_up, w_down;      /* dense MLP [I, H] [I, H] [H, I] */
-    mx_tensor router;                    /* MoE [E, H] */
-    mx_tensor *exp_gate, *exp_up, *exp_down; /* MoE [E] views: [Ie, H] [Ie, H] [H, Ie] */
+    model_weight w_gate, w_up, w_down;   /* dense MLP [I, H] [I, H] [H, I] */
+    model_weight router;                 /* MoE [E, H] */
+    /* MoE experts, per projection either dense views or quantized views (the other NULL):
+     * [E] x gate [Ie, H], up [Ie, H], down [H, Ie] */
+    mx_tensor *exp_gate, *exp_up, *exp_down;
+    mx_qweight *exp_qgate, *exp_qup, *exp_qdown;
     bool moe;
 } model_layer;
 
@@ -58,6 +71,10 @@ const model_spec *model_spec_of(const model *m);
 const backend_ops *model_backend(const model *m);
 uint64_t model_n_params(const model *m);
 uint64_t model_weight_bytes(const model *m);
+/* Quantization summary for start-up lines, e.g. "MLX affine 4-bit, group 64; 2 per-module
+ * overrides (1 unquantized, 1 at 8-bit/g64); 14 of 15 weights quantized". Writes "none" for a
+ * dense model. */
+void model_describe_quant(const model *m, char *buf, size_t len);
 
 /* Forward over the step batch: writes this step's K/V into the cache, and logits for
  * out_rows into logits [n_out, vocab] (host memory). */

@@ -33,13 +33,6 @@ int model_load(model **out, const char *dir, const backend_ops *be, mx_error *er
         free(c);
         return -1;
     }
-    if (c->spec.quant.bits) {
-        mx_fail(err, "%s: MLX-quantized checkpoints (%d-bit) are not supported by the engine yet",
-                dir, c->spec.quant.bits);
-        ckpt_close(c);
-        free(c);
-        return -1;
-    }
     model *m = NULL;
     if (model_bind(&m, &c->spec, ckpt_weight, c, be, err)) {
         mx_wrap(err, "%s", dir);

@@ -73,6 +73,13 @@ static bool ropes_equal(const mx_rope *a, const mx_rope *b) {
            a->mscale == b->mscale && a->mscale_all_dim == b->mscale_all_dim;
 }
 
+/* ==== Weights: dense or MLX-quantized ==== */
+static void linear(const backend_ops *be, mx_tensor *out, const mx_tensor *x, const model_weight *w,
+                   const mx_tensor *bias) {
+    if (model_weight_quantized(w)) be->matmul_q(out, x, &w->q, bias);
+    else be->matmul(out, x, &w->w, bias);
+}
+
 /* ==== Forward ==== */
 /* logits (host [n_out, V]) or, for device greedy sampling, ids + logprobs (host [n_out]). */
 static int forward(model *m, kv_cache *kv, const model_batch *b, float *logits, int32_t *ids,
@@ -124,7 +131,9 @@ static int forward(model *m, kv_cache *kv, const model_batch *b, float *logits, 
     if (mode < 0) return -1;
     int rc = 0;
     if (mode == MX_STEP_RUN) {
-        be->embed(&x, &m->tok_embd, b->tokens, n, s->embed_scale > 0 ? s->embed_scale : 1.0f, false);
+        const float es = s->embed_scale > 0 ? s->embed_scale : 1.0f;
+        if (model_weight_quantized(&m->tok_embd)) be->embed_q(&x, &m->tok_embd.q, b->tokens, n, es, false);
+        else be->embed(&x, &m->tok_embd.w, b->tokens, n, es, false);
         const float eps = (float)s->rms_norm_eps, off = s->norm_offset;
 
         for (int l = 0; l < s->n_layers; l++) {
@@ -132,9 +141,9 @@ static int forward(model *m, kv_cache *kv, const model_batch *b, float *logits, 
             const bool sliding = s->sliding_window > 0 && s->layer_sliding[l];
             /* ---- attention ---- */
             be->rms_norm(&h, &x, &L->attn_norm, eps, off);
-            be->matmul(&q2, &h, &L->wq, &L->bq);
-            be->matmul(&k2, &h, &L->wk, &L->bk);
-            be->matmul(&v2, &h, &L->wv, &L->bv);
+            linear(be, &q2, &h, &L->wq, &L->bq);
+            linear(be, &k2, &h, &L->wk, &L->bk);
+            linear(be, &v2, &h, &L->wv, &L->bv);
             if (mx_tensor_present(&L->q_norm)) {
                 be->rms_norm(&q, &q, &L->q_norm, eps, off);
                 be->rms_norm(&k, &k, &L->k_norm, eps, off);
@@ -149,7 +158,7 @@ static int forward(model *m, kv_cache *kv, const model_batch *b, float *logits, 
                                  .scale = s->attn_scale > 0 ? s->attn_scale : 1.0f / sqrtf((float)D),
                                  .softcap = s->attn_softcap, .window = sliding ? s->sliding_window : 0};
             be->attention(&att, &q, kv_cache_k(kv, l), kv_cache_v(kv, l), &ab, &ap);
-            be->matmul(&o, &att2, &L->wo, &L->bo);
+            linear(be, &o, &att2, &L->wo, &L->bo);
             if (s->sandwich_norms) be->rms_norm(&o, &o, &L->post_attn_norm, eps, off);
             be->add(&x, &o);
 
@@ -158,8 +167,12 @@ static int forward(model *m, kv_cache *kv, const model_batch *b, float *logits, 
             if (L->moe) {
                 const int E = s->n_experts;
                 mx_tensor rl = mx_tensor_2d(m->rl, MX_F32, n, E, dev);
-                be->matmul(&rl, &h, &L->router, NULL);
-                mx_moe_experts ex = {.gate = L->exp_gate, .up = L->exp_up, .down = L->exp_down};
+                linear(be, &rl, &h, &L->router, NULL);
+                /* per projection: the quantized views when its experts are packed */
+                const bool qg = L->exp_qgate[0].bits, qu = L->exp_qup[0].bits, qd = L->exp_qdown[0].bits;
+                mx_moe_experts ex = {.gate = qg ? NULL : L->exp_gate, .up = qu ? NULL : L->exp_up,
+                                     .down = qd ? NULL : L->exp_down, .qgate = qg ? L->exp_qgate : NULL,
+                                     .qup = qu ? L->exp_qup : NULL, .qdown = qd ? L->exp_qdown : NULL};
                 mx_moe_params mp = {.n_experts = E, .top_k = s->n_experts_per_tok,
                                     .norm_topk = s->norm_topk_prob, .activation = (int)s->act};
                 if (be->moe(&o, &h, &rl, &ex, &mp, err)) {
@@ -170,10 +183,10 @@ static int forward(model *m, kv_cache *kv, const model_batch *b, float *logits, 
                 const int I = s->intermediate_size;
                 mx_tensor g = mx_tensor_2d(m->g, MX_F32, n, I, dev);
                 mx_tensor u = mx_tensor_2d(m->u, MX_F32, n, I, dev);
-                be->matmul(&g, &h, &L->w_gate, NULL);
-                be->matmul(&u, &h, &L->w_up, NULL);
+                linear(be, &g, &h, &L->w_gate, NULL);
+                linear(be, &u, &h, &L->w_up, NULL);
                 be->glu(&g, &g, &u, (int)s->act);
-                be->matmul(&o, &g, &L->w_down, NULL);
+                linear(be, &o, &g, &L->w_down, NULL);
             }
             if (s->sandwich_norms) be->rms_norm(&o, &o, &L->post_ffn_norm, eps, off);
             be->add(&x, &o);
@@ -185,7 +198,7 @@ static int forward(model *m, kv_cache *kv, const model_batch *b, float *logits, 
             mx_tensor lo = mx_tensor_2d(m->lo, MX_F32, b->n_out, V, dev);
             be->gather_rows(&xo, &x, b->out_rows, b->n_out);
             be->rms_norm(&xo, &xo, &m->out_norm, eps, off);
-            be->matmul(&lo, &xo, &m->lm_head, NULL);
+            linear(be, &lo, &xo, &m->lm_head, NULL);
             if (s->final_softcap > 0) be->softcap(&lo, s->final_softcap);
         }
     }

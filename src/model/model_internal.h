@@ -10,11 +10,12 @@ struct model {
     const backend_ops *be;
     ckpt *ck;                    /* owned when loaded from a directory */
     void (*ck_free)(ckpt *);     /* set by model_load (keeps binding free of the reader) */
-    mx_tensor tok_embd;          /* [V, H] */
+    model_weight tok_embd;       /* [V, H] */
     mx_tensor out_norm;          /* [H] */
-    mx_tensor lm_head;           /* [V, H] (= tok_embd when tied) */
+    model_weight lm_head;        /* [V, H] (= tok_embd when tied) */
     model_layer *layers;         /* [n_layers] */
     uint64_t n_params, weight_bytes;
+    int n_lin, n_lin_q;          /* Linear/Embedding weights bound, of which quantized */
     int rot_dim;
     uint64_t n_forward;          /* step ids for mx_attn_batch */
 

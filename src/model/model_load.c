@@ -54,56 +54,226 @@ static int bind(binder *b, mx_tensor *dst, bool required, int64_t d0, int64_t d1
     return 0;
 }
 
-/* ==== MoE experts: per-expert tensors or transformers 5.x fused 3-D tensors ==== */
-static int bind_experts(binder *b, model_layer *L, int li) {
-    const model_spec *s = &b->m->spec;
-    const int E = s->n_experts, H = s->hidden_size, I = s->moe_intermediate_size;
-    L->exp_gate = calloc((size_t)E, sizeof(mx_tensor));
-    L->exp_up = calloc((size_t)E, sizeof(mx_tensor));
-    L->exp_down = calloc((size_t)E, sizeof(mx_tensor));
-    if (!L->exp_gate || !L->exp_up || !L->exp_down) return mx_fail(b->err, "out of memory");
-    const char *router_names[] = {"layers.%d.mlp.gate.weight", "layers.%d.block_sparse_moe.gate.weight"};
-    const char *router = NULL;
-    for (int i = 0; i < 2 && !router; i++)
-        if (find(b, router_names[i], li, -1).data) router = router_names[i];
-    if (!router)
-        return mx_fail(b->err, "layer %d: no MoE router (%smodel.layers.%d.mlp.gate.weight)", li,
-                       b->prefix, li);
-    if (bind(b, &L->router, true, E, H, router, li, -1)) return -1;
+/* ==== Linear / Embedding weights: dense or MLX-quantized ==== */
+static void count_weight(binder *b, const mx_tensor *t) {
+    b->m->weight_bytes += mx_tensor_nbytes(t);
+}
 
-    mx_tensor gu = find(b, "layers.%d.mlp.experts.gate_up_proj", li, -1);
-    if (gu.data) { /* fused: gate_up [E, 2I, H], down [E, H, I] */
-        mx_tensor dn = find(b, "layers.%d.mlp.experts.down_proj", li, -1);
-        if (gu.ndim != 3 || gu.shape[0] != E || gu.shape[1] != 2 * I || gu.shape[2] != H || !dn.data ||
-            dn.ndim != 3 || dn.shape[0] != E || dn.shape[1] != H || dn.shape[2] != I)
-            return mx_fail(b->err, "layer %d: fused experts: expected gate_up_proj [%d, %d, %d] and "
-                           "down_proj [%d, %d, %d]", li, E, 2 * I, H, E, H, I);
-        mx_tensor gud, dnd;
-        if (b->m->be->upload(&gud, &gu, b->err) || b->m->be->upload(&dnd, &dn, b->err)) return -1;
-        for (int e = 0; e < E; e++) {
-            mx_tensor ge = mx_tensor_index(&gud, e);
-            L->exp_gate[e] = mx_tensor_rows(&ge, 0, I);
-            L->exp_up[e] = mx_tensor_rows(&ge, I, I);
-            L->exp_down[e] = mx_tensor_index(&dnd, e);
-        }
-        b->m->n_params += (uint64_t)(mx_tensor_numel(&gu) + mx_tensor_numel(&dn));
-        b->m->weight_bytes += mx_tensor_nbytes(&gu) + mx_tensor_nbytes(&dn);
+/* The checkpoint tensor `full` (a ".weight" name) with logical shape shape[ndim] (2-D Linear,
+ * 3-D stacked experts). A float tensor is bound dense into *w; a U32 one is MLX-packed: the
+ * config must quantize that module (spec_quant_for), and `.scales` / `.biases` must exist with
+ * [..., K / group] in one float dtype; all three are uploaded into *q. Returns 1 quantized,
+ * 0 dense, -1 error. `embedding` also needs the backend's embed_q. */
+static int bind_any(binder *b, const char *full, const mx_tensor *t, int ndim, const int64_t *shape,
+                    mx_tensor *w, mx_qweight *q, bool embedding) {
+    model *m = b->m;
+    memset(q, 0, sizeof *q);
+    memset(w, 0, sizeof *w);
+    int64_t numel = 1;
+    for (int d = 0; d < ndim; d++) numel *= shape[d];
+    char want[96];
+    snprintf(want, sizeof want, ndim == 3 ? "[%lld, %lld, %lld]" : "[%lld, %lld]",
+             (long long)shape[0], (long long)shape[1], ndim == 3 ? (long long)shape[2] : 0LL);
+    if (t->dtype != MX_U32) {
+        bool ok = t->ndim == ndim;
+        for (int d = 0; ok && d < ndim; d++) ok = t->shape[d] == shape[d];
+        if (!ok)
+            return mx_fail(b->err, "tensor %s: expected shape %s, found ndim %d [%lld, %lld, ...]",
+                           full, want, t->ndim, (long long)t->shape[0],
+                           t->ndim > 1 ? (long long)t->shape[1] : 0LL);
+        if (t->dtype != MX_BF16 && t->dtype != MX_F16 && t->dtype != MX_F32)
+            return mx_fail(b->err, "tensor %s: dtype %s not supported (bf16, f16, f32 or MLX-packed "
+                           "u32)", full, mx_dtype_name(t->dtype));
+        if (m->be->upload(w, t, b->err)) return mx_wrap(b->err, "tensor %s", full);
+        m->n_params += (uint64_t)numel;
+        count_weight(b, t);
+        m->n_lin++;
         return 0;
     }
-    const bool mixtral = find(b, "layers.%d.block_sparse_moe.experts.%d.w1.weight", li, 0).data != NULL;
-    for (int e = 0; e < E; e++) {
-        if (mixtral) {
-            if (bind(b, &L->exp_gate[e], true, I, H, "layers.%d.block_sparse_moe.experts.%d.w1.weight", li, e) ||
-                bind(b, &L->exp_up[e], true, I, H, "layers.%d.block_sparse_moe.experts.%d.w3.weight", li, e) ||
-                bind(b, &L->exp_down[e], true, H, I, "layers.%d.block_sparse_moe.experts.%d.w2.weight", li, e))
-                return -1;
-        } else if (bind(b, &L->exp_gate[e], true, I, H, "layers.%d.mlp.experts.%d.gate_proj.weight", li, e) ||
-                   bind(b, &L->exp_up[e], true, I, H, "layers.%d.mlp.experts.%d.up_proj.weight", li, e) ||
-                   bind(b, &L->exp_down[e], true, H, I, "layers.%d.mlp.experts.%d.down_proj.weight", li, e)) {
-            return -1;
+    /* ---- MLX-packed ---- */
+    const mx_quant qc = spec_quant_for(&m->spec, full);
+    if (!qc.bits)
+        return mx_fail(b->err, "tensor %s: U32 (MLX-packed) but config.json gives no quantization "
+                       "for this module", full);
+    const int64_t K = shape[ndim - 1];
+    if (K % qc.group_size || K * qc.bits % 32)
+        return mx_fail(b->err, "tensor %s: input size %lld is not a multiple of the group size %d",
+                       full, (long long)K, qc.group_size);
+    bool ok = t->ndim == ndim && t->shape[ndim - 1] == K * qc.bits / 32;
+    for (int d = 0; ok && d < ndim - 1; d++) ok = t->shape[d] == shape[d];
+    if (!ok)
+        return mx_fail(b->err, "tensor %s: %d-bit packed weight of logical shape %s should have "
+                       "last dimension %lld, found ndim %d [.., %lld]", full, qc.bits, want,
+                       (long long)(K * qc.bits / 32), t->ndim, (long long)t->shape[t->ndim - 1]);
+    if (!m->be->matmul_q || (embedding && !m->be->embed_q))
+        return mx_fail(b->err, "tensor %s: MLX-quantized (%d-bit), which the %s backend cannot run "
+                       "yet (dequantize with `mlxcel convert -d`)", full, qc.bits, m->be->name);
+    char nm[400];
+    const size_t base = strlen(full) - strlen(".weight");
+    mx_tensor sb[2];
+    static const char *k_side[2] = {"scales", "biases"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(nm, sizeof nm, "%.*s.%s", (int)base, full, k_side[i]);
+        sb[i] = b->fn(b->ctx, nm);
+        bool sok = sb[i].data && sb[i].ndim == ndim && sb[i].shape[ndim - 1] == K / qc.group_size &&
+                   (sb[i].dtype == MX_BF16 || sb[i].dtype == MX_F16 || sb[i].dtype == MX_F32);
+        for (int d = 0; sok && d < ndim - 1; d++) sok = sb[i].shape[d] == shape[d];
+        if (!sok)
+            return mx_fail(b->err, "tensor %s: missing, or not a float tensor [.., %lld] (the "
+                           "%s of the %d-bit, group %d weight %s)", nm,
+                           (long long)(K / qc.group_size), k_side[i], qc.bits, qc.group_size, full);
+    }
+    if (sb[0].dtype != sb[1].dtype)
+        return mx_fail(b->err, "tensor %s: scales are %s but biases %s", full,
+                       mx_dtype_name(sb[0].dtype), mx_dtype_name(sb[1].dtype));
+    if (m->be->upload(&q->w, t, b->err) || m->be->upload(&q->scales, &sb[0], b->err) ||
+        m->be->upload(&q->biases, &sb[1], b->err))
+        return mx_wrap(b->err, "tensor %s", full);
+    q->bits = qc.bits;
+    q->group_size = qc.group_size;
+    m->n_params += (uint64_t)numel;
+    count_weight(b, t);
+    count_weight(b, &sb[0]);
+    count_weight(b, &sb[1]);
+    m->n_lin++;
+    m->n_lin_q++;
+    return 1;
+}
+
+/* A 2-D Linear / Embedding weight [d0, d1], dense or quantized. */
+static int bind_lin(binder *b, model_weight *dst, bool required, int64_t d0, int64_t d1,
+                    const char *fmt, int layer, int expert, bool embedding) {
+    char name[320], full[400];
+    if (expert >= 0) snprintf(name, sizeof name, fmt, layer, expert);
+    else if (layer >= 0) snprintf(name, sizeof name, fmt, layer);
+    else snprintf(name, sizeof name, "%s", fmt);
+    snprintf(full, sizeof full, "%s%s", b->prefix, name);
+    mx_tensor t = b->fn(b->ctx, full);
+    memset(dst, 0, sizeof *dst);
+    if (!t.data) return required ? mx_fail(b->err, "tensor %s: missing from the checkpoint", full) : 0;
+    const int64_t shape[2] = {d0, d1};
+    return bind_any(b, full, &t, 2, shape, &dst->w, &dst->q, embedding) < 0 ? -1 : 0;
+}
+
+/* ==== MoE experts ====
+ * Three layouts: MLX stacked `switch_mlp.{gate,up,down}_proj.weight` [E, out, in] (what
+ * `mlxcel convert` and mlx_lm write; dense or quantized per projection), transformers 5.x fused
+ * `experts.gate_up_proj` [E, 2I, H] + `experts.down_proj` [E, H, I] (dense), and one module per
+ * expert (transformers 4.x; mixtral w1/w3/w2), dense or quantized. */
+
+/* Per projection p (gate, up, down): expert views into either the dense or the quantized array. */
+static int experts_alloc(binder *b, model_layer *L, int E) {
+    mx_tensor **d[3] = {&L->exp_gate, &L->exp_up, &L->exp_down};
+    mx_qweight **q[3] = {&L->exp_qgate, &L->exp_qup, &L->exp_qdown};
+    for (int p = 0; p < 3; p++) {
+        *d[p] = calloc((size_t)E, sizeof(mx_tensor));
+        *q[p] = calloc((size_t)E, sizeof(mx_qweight));
+        if (!*d[p] || !*q[p]) return mx_fail(b->err, "out of memory");
+    }
+    return 0;
+}
+
+static int bind_stacked(binder *b, model_layer *L, int li, const char *blk) {
+    const model_spec *s = &b->m->spec;
+    const int64_t E = s->n_experts, H = s->hidden_size, I = s->moe_intermediate_size;
+    static const char *k_proj[3] = {"gate_proj", "up_proj", "down_proj"};
+    mx_tensor *dv[3] = {L->exp_gate, L->exp_up, L->exp_down};
+    mx_qweight *qv[3] = {L->exp_qgate, L->exp_qup, L->exp_qdown};
+    for (int p = 0; p < 3; p++) {
+        char full[400];
+        snprintf(full, sizeof full, "%slayers.%d.%s.switch_mlp.%s.weight", b->prefix, li, blk, k_proj[p]);
+        mx_tensor t = b->fn(b->ctx, full);
+        if (!t.data) return mx_fail(b->err, "tensor %s: missing from the checkpoint", full);
+        const int64_t shape[3] = {E, p < 2 ? I : H, p < 2 ? H : I};
+        mx_tensor w;
+        mx_qweight q;
+        const int kind = bind_any(b, full, &t, 3, shape, &w, &q, false);
+        if (kind < 0) return -1;
+        for (int64_t e = 0; e < E; e++) {
+            if (kind) {
+                qv[p][e] = q;
+                qv[p][e].w = mx_tensor_index(&q.w, e);
+                qv[p][e].scales = mx_tensor_index(&q.scales, e);
+                qv[p][e].biases = mx_tensor_index(&q.biases, e);
+            } else {
+                dv[p][e] = mx_tensor_index(&w, e);
+            }
         }
     }
     return 0;
+}
+
+static int bind_fused(binder *b, model_layer *L, int li, const mx_tensor *gu) {
+    const model_spec *s = &b->m->spec;
+    const int E = s->n_experts, H = s->hidden_size, I = s->moe_intermediate_size;
+    mx_tensor dn = find(b, "layers.%d.mlp.experts.down_proj", li, -1);
+    if (gu->ndim != 3 || gu->shape[0] != E || gu->shape[1] != 2 * I || gu->shape[2] != H || !dn.data ||
+        dn.ndim != 3 || dn.shape[0] != E || dn.shape[1] != H || dn.shape[2] != I ||
+        (gu->dtype != MX_BF16 && gu->dtype != MX_F16 && gu->dtype != MX_F32) || dn.dtype != gu->dtype)
+        return mx_fail(b->err, "layer %d: fused experts: expected float gate_up_proj [%d, %d, %d] and "
+                       "down_proj [%d, %d, %d]", li, E, 2 * I, H, E, H, I);
+    mx_tensor gud, dnd;
+    if (b->m->be->upload(&gud, gu, b->err) || b->m->be->upload(&dnd, &dn, b->err)) return -1;
+    for (int e = 0; e < E; e++) {
+        mx_tensor ge = mx_tensor_index(&gud, e);
+        L->exp_gate[e] = mx_tensor_rows(&ge, 0, I);
+        L->exp_up[e] = mx_tensor_rows(&ge, I, I);
+        L->exp_down[e] = mx_tensor_index(&dnd, e);
+    }
+    b->m->n_params += (uint64_t)(mx_tensor_numel(gu) + mx_tensor_numel(&dn));
+    b->m->weight_bytes += mx_tensor_nbytes(gu) + mx_tensor_nbytes(&dn);
+    b->m->n_lin += 2;
+    return 0;
+}
+
+static int bind_per_expert(binder *b, model_layer *L, int li, bool mixtral) {
+    const model_spec *s = &b->m->spec;
+    const int E = s->n_experts, H = s->hidden_size, I = s->moe_intermediate_size;
+    static const char *k_mix[3] = {"layers.%d.block_sparse_moe.experts.%d.w1.weight",
+                                   "layers.%d.block_sparse_moe.experts.%d.w3.weight",
+                                   "layers.%d.block_sparse_moe.experts.%d.w2.weight"};
+    static const char *k_hf[3] = {"layers.%d.mlp.experts.%d.gate_proj.weight",
+                                  "layers.%d.mlp.experts.%d.up_proj.weight",
+                                  "layers.%d.mlp.experts.%d.down_proj.weight"};
+    mx_tensor *dv[3] = {L->exp_gate, L->exp_up, L->exp_down};
+    mx_qweight *qv[3] = {L->exp_qgate, L->exp_qup, L->exp_qdown};
+    for (int p = 0; p < 3; p++)
+        for (int e = 0; e < E; e++) {
+            model_weight w;
+            const char *fmt = mixtral ? k_mix[p] : k_hf[p];
+            if (bind_lin(b, &w, true, p < 2 ? I : H, p < 2 ? H : I, fmt, li, e, false)) return -1;
+            /* the MoE op takes one array per projection: all dense or all quantized */
+            if (e > 0 && model_weight_quantized(&w) != (qv[p][0].bits > 0))
+                return mx_fail(b->err, "layer %d: experts 0 and %d of the %s projection differ in "
+                               "quantization (all experts of a projection must be quantized, or "
+                               "none)", li, e, p == 0 ? "gate" : p == 1 ? "up" : "down");
+            dv[p][e] = w.w;
+            qv[p][e] = w.q;
+        }
+    return 0;
+}
+
+static int bind_experts(binder *b, model_layer *L, int li) {
+    const model_spec *s = &b->m->spec;
+    const int E = s->n_experts, H = s->hidden_size;
+    if (experts_alloc(b, L, E)) return -1;
+    const char *router_names[] = {"layers.%d.mlp.gate.weight", "layers.%d.block_sparse_moe.gate.weight"};
+    const char *blks[] = {"mlp", "block_sparse_moe"};
+    int ri = -1;
+    for (int i = 0; i < 2 && ri < 0; i++)
+        if (find(b, router_names[i], li, -1).data) ri = i;
+    if (ri < 0)
+        return mx_fail(b->err, "layer %d: no MoE router (%slayers.%d.mlp.gate.weight)", li,
+                       b->prefix, li);
+    if (bind_lin(b, &L->router, true, E, H, router_names[ri], li, -1, false)) return -1;
+
+    char rel[160];
+    snprintf(rel, sizeof rel, "layers.%%d.%s.switch_mlp.gate_proj.weight", blks[ri]);
+    if (find(b, rel, li, -1).data) return bind_stacked(b, L, li, blks[ri]);
+    mx_tensor gu = find(b, "layers.%d.mlp.experts.gate_up_proj", li, -1);
+    if (gu.data) return bind_fused(b, L, li, &gu);
+    const bool mixtral = find(b, "layers.%d.block_sparse_moe.experts.%d.w1.weight", li, 0).data != NULL;
+    return bind_per_expert(b, L, li, mixtral);
 }
 
 /* ==== Layers ==== */
@@ -113,10 +283,10 @@ static int bind_layer(binder *b, int li) {
     model_layer *L = &m->layers[li];
     const int H = s->hidden_size, D = s->head_dim, QD = s->n_heads * D, KD = s->n_kv_heads * D;
     if (bind(b, &L->attn_norm, true, H, 0, "layers.%d.input_layernorm.weight", li, -1) ||
-        bind(b, &L->wq, true, QD, H, "layers.%d.self_attn.q_proj.weight", li, -1) ||
-        bind(b, &L->wk, true, KD, H, "layers.%d.self_attn.k_proj.weight", li, -1) ||
-        bind(b, &L->wv, true, KD, H, "layers.%d.self_attn.v_proj.weight", li, -1) ||
-        bind(b, &L->wo, true, H, QD, "layers.%d.self_attn.o_proj.weight", li, -1) ||
+        bind_lin(b, &L->wq, true, QD, H, "layers.%d.self_attn.q_proj.weight", li, -1, false) ||
+        bind_lin(b, &L->wk, true, KD, H, "layers.%d.self_attn.k_proj.weight", li, -1, false) ||
+        bind_lin(b, &L->wv, true, KD, H, "layers.%d.self_attn.v_proj.weight", li, -1, false) ||
+        bind_lin(b, &L->wo, true, H, QD, "layers.%d.self_attn.o_proj.weight", li, -1, false) ||
         bind(b, &L->bq, s->qkv_bias, QD, 0, "layers.%d.self_attn.q_proj.bias", li, -1) ||
         bind(b, &L->bk, s->qkv_bias, KD, 0, "layers.%d.self_attn.k_proj.bias", li, -1) ||
         bind(b, &L->bv, s->qkv_bias, KD, 0, "layers.%d.self_attn.v_proj.bias", li, -1) ||
@@ -135,9 +305,9 @@ static int bind_layer(binder *b, int li) {
     L->moe = s->n_experts > 0 && !s->layer_dense_mlp[li];
     if (L->moe) return bind_experts(b, L, li);
     const int I = s->intermediate_size;
-    return bind(b, &L->w_gate, true, I, H, "layers.%d.mlp.gate_proj.weight", li, -1) ||
-                   bind(b, &L->w_up, true, I, H, "layers.%d.mlp.up_proj.weight", li, -1) ||
-                   bind(b, &L->w_down, true, H, I, "layers.%d.mlp.down_proj.weight", li, -1)
+    return bind_lin(b, &L->w_gate, true, I, H, "layers.%d.mlp.gate_proj.weight", li, -1, false) ||
+                   bind_lin(b, &L->w_up, true, I, H, "layers.%d.mlp.up_proj.weight", li, -1, false) ||
+                   bind_lin(b, &L->w_down, true, H, I, "layers.%d.mlp.down_proj.weight", li, -1, false)
                ? -1
                : 0;
 }
@@ -170,7 +340,7 @@ int model_bind(model **out, const model_spec *spec, model_weight_fn fn, void *ct
         if (find(&b, "embed_tokens.weight", -1, -1).data) break;
     }
     const int H = s->hidden_size, V = s->vocab_size;
-    if (bind(&b, &m->tok_embd, true, V, H, "embed_tokens.weight", -1, -1) ||
+    if (bind_lin(&b, &m->tok_embd, true, V, H, "embed_tokens.weight", -1, -1, true) ||
         bind(&b, &m->out_norm, true, H, 0, "norm.weight", -1, -1))
         goto fail;
     for (int l = 0; l < s->n_layers; l++)
@@ -183,7 +353,7 @@ int model_bind(model **out, const model_spec *spec, model_weight_fn fn, void *ct
         hb.prefix = head_prefix;
         mx_tensor t = find(&hb, "lm_head.weight", -1, -1);
         if (t.data && !s->tie_word_embeddings) {
-            if (bind(&hb, &m->lm_head, true, V, H, "lm_head.weight", -1, -1)) goto fail;
+            if (bind_lin(&hb, &m->lm_head, true, V, H, "lm_head.weight", -1, -1, false)) goto fail;
         } else if (!t.data && !s->tie_word_embeddings) {
             mx_fail(err, "tensor lm_head.weight: missing and tie_word_embeddings is false");
             goto fail;
@@ -206,6 +376,9 @@ void model_free(model *m) {
         free(m->layers[l].exp_gate);
         free(m->layers[l].exp_up);
         free(m->layers[l].exp_down);
+        free(m->layers[l].exp_qgate);
+        free(m->layers[l].exp_qup);
+        free(m->layers[l].exp_qdown);
     }
     free(m->layers);
     const backend_ops *be = m->be;
@@ -223,3 +396,35 @@ const model_spec *model_spec_of(const model *m) { return &m->spec; }
 const backend_ops *model_backend(const model *m) { return m->be; }
 uint64_t model_n_params(const model *m) { return m->n_params; }
 uint64_t model_weight_bytes(const model *m) { return m->weight_bytes; }
+
+void model_describe_quant(const model *m, char *buf, size_t len) {
+    const model_spec *s = &m->spec;
+    if (!s->quant.bits && !m->n_lin_q) {
+        snprintf(buf, len, "none");
+        return;
+    }
+    int n_false = 0, n_other = 0;
+    char other[96] = "";
+    for (int i = 0; i < s->n_quant_overrides; i++) {
+        const mx_quant *q = &s->quant_overrides[i].q;
+        if (!q->bits) n_false++;
+        else if (q->bits != s->quant.bits || q->group_size != s->quant.group_size) {
+            if (!n_other++) snprintf(other, sizeof other, "%d-bit/g%d", q->bits, q->group_size);
+        }
+    }
+    char ov[192] = "";
+    if (s->n_quant_overrides) {
+        const int n_same = s->n_quant_overrides - n_false - n_other;
+        int o = snprintf(ov, sizeof ov, "; %d per-module override%s (", s->n_quant_overrides,
+                         s->n_quant_overrides == 1 ? "" : "s");
+        const char *sep = "";
+        if (n_false) o += snprintf(ov + o, sizeof ov - (size_t)o, "%d unquantized", n_false), sep = ", ";
+        if (n_other)
+            o += snprintf(ov + o, sizeof ov - (size_t)o, "%s%d at %s%s", sep, n_other, other,
+                          n_other > 1 ? " or other" : ""), sep = ", ";
+        if (n_same) o += snprintf(ov + o, sizeof ov - (size_t)o, "%s%d as the default", sep, n_same);
+        snprintf(ov + o, sizeof ov - (size_t)o, ")");
+    }
+    snprintf(buf, len, "MLX affine %d-bit, group %d%s; %d of %d weights quantized", s->quant.bits,
+             s->quant.group_size, ov, m->n_lin_q, m->n_lin);
+}

@@ -136,39 +136,7 @@ int mlx_quantize(uint32_t *wq, void *scales, void *biases, const void *w, mx_dty
 
 /* ==== Dequantize ==== */
 
-void mlxq_dequantize_row(float *out, const mlxq_matrix *m, int64_t r) {
-    const int64_t k = m->k, ng = k / m->group_size, nw = mlxq_packed_cols(k, m->bits);
-    const uint32_t *src = m->w + r * nw;
-    const int gs = m->group_size, bits = m->bits;
-    const int words_per_group = gs * bits / 32;
-    uint8_t q[128];
-    for (int64_t g = 0; g < ng; g++) {
-        const float s = mlxq_load(m->scales, m->sb_dtype, r * ng + g);
-        const float b = mlxq_load(m->biases, m->sb_dtype, r * ng + g);
-        mlxq_unpack_row(q, src + g * words_per_group, gs, bits);
-        float *o = out + g * gs;
-        switch (m->sb_dtype) {
-        case MX_BF16:
-            for (int i = 0; i < gs; i++) {
-                float p = s * (float)q[i];
-                o[i] = mx_bf16_to_f32(mx_f32_to_bf16(p + b));
-            }
-            break;
-        case MX_F16:
-            for (int i = 0; i < gs; i++) {
-                float p = s * (float)q[i];
-                o[i] = mx_f16_to_f32(mx_f32_to_f16(p + b));
-            }
-            break;
-        default:
-            for (int i = 0; i < gs; i++) {
-                float p = s * (float)q[i];
-                o[i] = p + b;
-            }
-            break;
-        }
-    }
-}
+/* mlxq_dequantize_row (scalar reference and SIMD versions): qdequant.c */
 
 void mlxq_dequantize_rows(float *out, const mlxq_matrix *m, int64_t row0, int64_t nr) {
 #pragma omp parallel for schedule(static) if (nr * m->k > 65536)

@@ -1,5 +1,5 @@
 /* MLX affine quantization: the storage format, quantize / dequantize exactly as MLX does, and
- * the CPU kernels (qmv for 1..8 rows, dequantize-tile + sgemm qmm, embedding row gather).
+ * the CPU kernels (batch-invariant matmul on dequantized rows, embedding row gather).
  *
  * Format (bit-exact with MLX checkpoints, mlx-community style):
  *   X.weight  U32 [..., K * bits / 32]  the K codes of a row as one little-endian bit stream:
@@ -73,16 +73,11 @@ int mlxq_matrix_check(const mlxq_matrix *m, mx_error *err);
 /* out[r, 0..k) = dequantized row (row0 + r), r < nr. */
 void mlxq_dequantize_rows(float *out, const mlxq_matrix *m, int64_t row0, int64_t nr);
 
-#define MLXQ_QMV_MAX_ROWS 8
-/* y[m, n] = x[m, k] @ W^T for 1 <= m <= 8: each packed weight row is read once for all m
- * input rows; OpenMP over output rows. Dot products run in a fixed order (8 partial sums over
- * k, then summed pairwise), the same for every m, so a row's result does not depend on its
- * batch. */
-int mlxq_qmv(float *y, const float *x, int m, const mlxq_matrix *w, mx_error *err);
-/* y[m, n] = x[m, k] @ W^T for any m: dequantizes tiles of W (OpenMP) and calls cblas_sgemm. */
-int mlxq_qmm(float *y, const float *x, int64_t m, const mlxq_matrix *w, mx_error *err);
-/* Dispatch: qmv in windows of 8 rows while m <= MLXQ_QMM_MIN_ROWS, qmm above. */
-#define MLXQ_QMM_MIN_ROWS 16
+/* y[m, n] = x[m, k] @ W^T for any m >= 1. Each y[r, j] is the canonical dot product of the
+ * CPU backend (cpu_dot_ref: lane k % 16, FMA in ascending k, fixed 16-lane fold) of x[r] and
+ * the dequantized row j: bit-identical to cpu_matmul on a dense weight holding the dequantized
+ * values, and to the same row computed alone (batch-invariant). Each panel of weight rows is
+ * dequantized once per call for all m rows (OpenMP over panels of output columns). */
 int mlxq_matmul(float *y, const float *x, int64_t m, const mlxq_matrix *w, mx_error *err);
 
 /* Embedding gather from a quantized table [vocab, hidden]: out[i] = row ids[i] * scale.

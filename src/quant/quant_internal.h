@@ -32,7 +32,11 @@ static inline float mlxq_round_to(float v, mx_dtype t) {
 
 static inline bool mlxq_float_dtype(mx_dtype t) { return t == MX_F32 || t == MX_BF16 || t == MX_F16; }
 
-/* Dequantizes one row of m (row index r) into out[k]. */
+/* Dequantizes one row of m (row index r) into out[k]: the SIMD version of this CPU
+ * (qdequant.c), bit-identical to the scalar reference mlxq_dequantize_row_ref. */
 void mlxq_dequantize_row(float *out, const mlxq_matrix *m, int64_t r);
+void mlxq_dequantize_row_ref(float *out, const mlxq_matrix *m, int64_t r);
+/* cpu_wfill_fn over an mlxq_matrix (ctx): rows [j0, j0 + nr) dequantized into dst [nr, k]. */
+void mlxq_fill_rows(float *dst, int64_t j0, int64_t nr, const void *ctx);
 
 #endif

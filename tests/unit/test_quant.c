@@ -1,7 +1,9 @@
 /* MLX affine quantization: bit-exact against the fixtures written by
  * tools/reference/mlx_quant_ref.py (fails when they are missing), bit packing, the error
- * bound, and the CPU kernels (qmv, qmm, dispatch, embedding) against a double-precision
- * product over the dequantized weights. */
+ * bound, the SIMD dequantization against the scalar reference (bitwise, NaN included), the
+ * matmul against the canonical dot (cpu_dot_ref) on the dequantized weights (bitwise, every
+ * kernel family, row count and thread count; the canonical dot checked against double), and
+ * the embedding gather. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,7 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <omp.h>
+
+#include "backend/cpu/cpu_internal.h"
 #include "quant/quant.h"
+#include "quant/quant_internal.h"
 
 /* ==== Helpers ==== */
 
@@ -205,8 +211,9 @@ static void test_errors(void **st) {
     assert_int_equal(mlx_quantize(wq, s, b, w, MX_I32, 1, 64, 4, 32, &err), -1);
     float y[8], x[64] = {0};
     mlxq_matrix m = {wq, s, b, MX_F32, 1, 64, 4, 32};
-    assert_int_equal(mlxq_qmv(y, x, 9, &m, &err), -1);
-    assert_int_equal(mlxq_qmv(y, x, 0, &m, &err), -1);
+    assert_int_equal(mlxq_matmul(y, x, 0, &m, &err), -1);
+    m.bits = 7;
+    assert_int_equal(mlxq_matmul(y, x, 1, &m, &err), -1);
 }
 
 /* ==== Kernels ==== */
@@ -254,38 +261,90 @@ static double rel_err(const float *y, const float *x, const qmat *q, int64_t m) 
     return sqrt(num / (den + 1e-30));
 }
 
-static void test_qmv_qmm(void **st) {
+/* SIMD dequantization (every family this CPU has) = scalar reference, bit for bit; scales
+ * include a NaN, an inf and huge values (inf / overflow after rounding). */
+static void test_dequant_simd(void **st) {
     (void)st;
     const mx_dtype dts[] = {MX_BF16, MX_F16, MX_F32};
+    for (size_t bi = 0; bi < sizeof k_bits / sizeof *k_bits; bi++)
+        for (int gi = 0; gi < 3; gi++)
+            for (int di = 0; di < 3; di++) {
+                qmat q;
+                const int64_t n = 6, k = 256;
+                make_qmat(&q, n, k, k_bits[bi], k_groups[gi], dts[di]);
+                /* poison a few groups: NaN / inf scale, a bias near the dtype's maximum */
+                const float poison[3] = {NAN, INFINITY, dts[di] == MX_F16 ? 65000.0f : 3.0e38f};
+                for (int i = 0; i < 3; i++)
+                    mlxq_store((void *)q.m.scales, dts[di], i * 3 + 1, poison[i]);
+                mlxq_store((void *)q.m.biases, dts[di], 5, poison[2]);
+                float *ref = malloc((size_t)k * 4), *got = malloc((size_t)k * 4);
+                for (int isa = CPU_ISA_SCALAR; isa <= CPU_ISA_AVX512; isa++) {
+                    if (cpu_matmul_force_isa((cpu_isa)isa)) continue;
+                    for (int64_t r = 0; r < n; r++) {
+                        mlxq_dequantize_row_ref(ref, &q.m, r);
+                        mlxq_dequantize_row(got, &q.m, r);
+                        if (memcmp(ref, got, (size_t)k * 4))
+                            fail_msg("%s q%d g%d dtype %s row %lld: SIMD dequantization differs",
+                                     cpu_isa_name((cpu_isa)isa), k_bits[bi], k_groups[gi],
+                                     mx_dtype_name(dts[di]), (long long)r);
+                    }
+                }
+                cpu_matmul_force_isa(CPU_ISA_AUTO);
+                free(ref), free(got);
+                free_qmat(&q);
+            }
+}
+
+/* The dequantized row r in the scales' dtype (what `convert -d` writes). */
+static void *deq_dtype_row(const qmat *q, int64_t r) {
+    const size_t es = mx_dtype_size(q->m.sb_dtype);
+    char *o = malloc((size_t)q->m.k * es);
+    for (int64_t i = 0; i < q->m.k; i++)
+        mlxq_store(o, q->m.sb_dtype, i, q->deq[r * q->m.k + i]);
+    return o;
+}
+
+/* mlxq_matmul: every value = cpu_dot_ref(x row, dequantized weight row in the model dtype), bit
+ * for bit, for every row count, kernel family and thread count (batch invariance); the
+ * canonical dot itself close to a double product. */
+static void test_matmul_canonical(void **st) {
+    (void)st;
+    const mx_dtype dts[] = {MX_BF16, MX_F16, MX_F32};
+    enum { M = 40 };
     for (size_t bi = 0; bi < sizeof k_bits / sizeof *k_bits; bi++) {
-        int bits = k_bits[bi], gs = k_groups[bi % 3];
+        const int bits = k_bits[bi], gs = k_groups[bi % 3];
+        const int64_t N = 72, K = 384;
         qmat q;
-        make_qmat(&q, 72, 384, bits, gs, dts[bi % 3]);
-        enum { M = 40 };
-        float *x = malloc(M * 384 * sizeof(float)), *y = malloc(M * 72 * sizeof(float));
-        float *y1 = malloc(72 * sizeof(float));
-        for (int i = 0; i < M * 384; i++) x[i] = rng_normal();
+        make_qmat(&q, N, K, bits, gs, dts[bi % 3]);
+        float *x = malloc(M * K * sizeof(float)), *y = malloc(M * N * sizeof(float));
+        float *want = malloc(M * N * sizeof(float));
+        for (int i = 0; i < M * K; i++) x[i] = rng_normal();
+        for (int64_t j = 0; j < N; j++) {
+            void *wr = deq_dtype_row(&q, j);
+            for (int r = 0; r < M; r++) want[r * N + j] = cpu_dot_ref(x + r * K, wr, q.m.sb_dtype, K);
+            free(wr);
+        }
+        double e = rel_err(want, x, &q, M);
+        if (e > 1e-5) fail_msg("canonical dot q%d: rel err %g vs double", bits, e);
         mx_error err;
-        for (int m = 1; m <= MLXQ_QMV_MAX_ROWS; m++) {
-            assert_int_equal(mlxq_qmv(y, x, m, &q.m, &err), 0);
-            double e = rel_err(y, x, &q, m);
-            if (e > 1e-5) fail_msg("qmv q%d m=%d: rel err %g", bits, m, e);
-            /* batch invariance: row r alone gives the same bits as inside the window */
-            for (int r = 0; r < m; r++) {
-                assert_int_equal(mlxq_qmv(y1, x + r * 384, 1, &q.m, &err), 0);
-                assert_memory_equal(y1, y + r * 72, 72 * sizeof(float));
+        static const int ms[] = {1, 2, 3, 4, 5, 9, 16, 17, 40};
+        for (int isa = CPU_ISA_SCALAR; isa <= CPU_ISA_AVX512; isa++) {
+            if (cpu_matmul_force_isa((cpu_isa)isa)) continue;
+            for (int th = 1; th <= 3; th += 2) {
+                omp_set_num_threads(th);
+                for (size_t i = 0; i < sizeof ms / sizeof *ms; i++) {
+                    /* the last ms[i] rows: a row's value must not depend on its neighbours */
+                    const int r0 = M - ms[i];
+                    assert_int_equal(mlxq_matmul(y, x + r0 * K, ms[i], &q.m, &err), 0);
+                    if (memcmp(y, want + r0 * N, (size_t)ms[i] * N * sizeof(float)))
+                        fail_msg("%s q%d m=%d threads %d: differs from the canonical dot",
+                                 cpu_isa_name((cpu_isa)isa), bits, ms[i], th);
+                }
             }
         }
-        assert_int_equal(mlxq_qmm(y, x, M, &q.m, &err), 0);
-        double e = rel_err(y, x, &q, M);
-        if (e > 1e-5) fail_msg("qmm q%d: rel err %g", bits, e);
-        const int ms[] = {1, 5, 9, 16, 17, 33};
-        for (size_t i = 0; i < sizeof ms / sizeof *ms; i++) {
-            assert_int_equal(mlxq_matmul(y, x, ms[i], &q.m, &err), 0);
-            e = rel_err(y, x, &q, ms[i]);
-            if (e > 1e-5) fail_msg("matmul q%d m=%d: rel err %g", bits, ms[i], e);
-        }
-        free(x), free(y), free(y1);
+        cpu_matmul_force_isa(CPU_ISA_AUTO);
+        omp_set_num_threads(omp_get_num_procs());
+        free(x), free(y), free(want);
         free_qmat(&q);
     }
 }
@@ -300,7 +359,7 @@ static void test_rows_view(void **st) {
     mx_error err;
     for (int e = 0; e < 3; e++) {
         mlxq_matrix v = mlxq_matrix_rows(&q.m, 32 * e, 32);
-        assert_int_equal(mlxq_qmv(y, x, 1, &v, &err), 0);
+        assert_int_equal(mlxq_matmul(y, x, 1, &v, &err), 0);
         for (int j = 0; j < 32; j++) {
             double ref = 0;
             for (int i = 0; i < 128; i++) ref += (double)x[i] * q.deq[(32 * e + j) * 128 + i];
@@ -335,7 +394,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fixtures),   cmocka_unit_test(test_pack_layout),
         cmocka_unit_test(test_error_bound), cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_qmv_qmm),    cmocka_unit_test(test_rows_view),
+        cmocka_unit_test(test_dequant_simd),
+        cmocka_unit_test(test_matmul_canonical),    cmocka_unit_test(test_rows_view),
         cmocka_unit_test(test_embed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -70,4 +70,16 @@ int cpu_matmul_force_isa(cpu_isa isa);
  * cpu_matmul produces for that (row, column) pair before the bias, whatever the batch. */
 float cpu_dot_ref(const float *x, const void *w, mx_dtype wdtype, int64_t K);
 
+/* Weight rows produced on demand (quantized weights): writes rows [j0, j0 + nr) of the
+ * logical [N, K] weight as fp32 into dst [nr, K]. Called concurrently from several threads
+ * (different rows, different dst). */
+typedef void (*cpu_wfill_fn)(float *dst, int64_t j0, int64_t nr, const void *ctx);
+/* out[n, N] = x[n, K] @ W^T (+ bias[N]) with W's rows from `fill`: the same driver, panels and
+ * canonical dot as cpu_matmul on the fp32 rows, so a weight that fill produces as the widened
+ * values of a dense bf16/f16/f32 weight gives bit-identical outputs to cpu_matmul on that
+ * weight, for every row count. Each panel of weight rows is produced once per call and swept
+ * by all rows (decode reads a packed weight once per step). */
+void cpu_matmul_fill(mx_tensor *out, const mx_tensor *x, int64_t N, cpu_wfill_fn fill,
+                     const void *ctx, const mx_tensor *bias);
+
 #endif

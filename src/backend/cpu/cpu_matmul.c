@@ -347,12 +347,24 @@ int cpu_matmul_force_isa(cpu_isa isa) {
 /* Weight bytes of a panel: stays in L2 while every row block sweeps it. */
 #define PANEL_BYTES (128 << 10)
 
-void cpu_matmul(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, const mx_tensor *bias) {
-    const int64_t n = x->shape[0], K = x->shape[1], N = w->shape[0];
+/* Where the weight rows come from: read in place (stored dtype, widened in registers), or
+ * produced per panel as fp32 rows by a callback into per-thread scratch (quantized weights:
+ * the dequantized values). The arithmetic per output is the same canonical dot either way. */
+typedef struct wsource {
+    const char *w;        /* direct: row 0 */
+    int64_t ldw;          /* direct: bytes between rows */
+    int wt;               /* direct: WT_* */
+    cpu_wfill_fn fill;    /* or NULL */
+    const void *ctx;
+} wsource;
+
+static void matmul_drive(mx_tensor *out, const mx_tensor *x, int64_t N, const wsource *src,
+                         const mx_tensor *bias) {
+    const int64_t n = x->shape[0], K = x->shape[x->ndim - 1];
     if (n <= 0 || N <= 0) return;
     const kernel_set *ks = kernels_for(cpu_matmul_isa());
-    const int wt = wt_of(w->dtype);
-    const size_t esz = mx_dtype_size(w->dtype);
+    const int wt = src->fill ? WT_F32 : src->wt;
+    const size_t esz = src->fill ? sizeof(float) : (wt == WT_F32 ? 4 : 2);
     float *bias32 = NULL; /* [N] */
     if (mx_tensor_present(bias)) {
         bias32 = malloc((size_t)N * sizeof(float));
@@ -383,23 +395,58 @@ void cpu_matmul(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, const mx
     const int64_t n_panels = (N + np - 1) / np;
     if (nt > n_panels) nt = (int)n_panels;
 
-    const int64_t ldx = x->stride[0], ldo = out->stride[0], ldw = w->stride[0] * (int64_t)esz;
+    const int64_t ldx = x->stride[0], ldo = out->stride[0];
     const float *x0 = x->data;
     float *o0 = out->data;
     const tile_fn tile = ks->tile[wt];
-#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(dynamic, 1)
-    for (int64_t p = 0; p < n_panels; p++) {
-        const int64_t j0 = p * np, pw = N - j0 < np ? N - j0 : np;
-        const char *wp = cpu_row_ptr(w, j0);
-        for (int64_t r0 = 0; r0 < n; r0 += ks->mr) {
-            const int nr = (int)(n - r0 < ks->mr ? n - r0 : ks->mr);
-            const int64_t step = nr == 1 ? ks->nc_one_row : nc;
-            for (int64_t c0 = 0; c0 < pw; c0 += step) {
-                const int ncc = (int)(pw - c0 < step ? pw - c0 : step);
-                tile(nr, ncc, x0 + r0 * ldx, ldx, wp + c0 * ldw, ldw, K, o0 + r0 * ldo + j0 + c0,
-                     ldo, bias32 ? bias32 + j0 + c0 : NULL);
+    int failed = 0;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+        /* [np, K] fp32 weight rows of the current panel (fill sources only) */
+        float *scratch = src->fill ? malloc((size_t)(np * K) * sizeof(float)) : NULL;
+        if (src->fill && !scratch) {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t p = 0; p < n_panels; p++) {
+            const int64_t j0 = p * np, pw = N - j0 < np ? N - j0 : np;
+            const char *wp;
+            int64_t ldw;
+            if (src->fill) {
+                if (!scratch) continue;
+                src->fill(scratch, j0, pw, src->ctx);
+                wp = (const char *)scratch;
+                ldw = K * (int64_t)sizeof(float);
+            } else {
+                wp = src->w + j0 * src->ldw;
+                ldw = src->ldw;
+            }
+            for (int64_t r0 = 0; r0 < n; r0 += ks->mr) {
+                const int nr = (int)(n - r0 < ks->mr ? n - r0 : ks->mr);
+                const int64_t step = nr == 1 ? ks->nc_one_row : nc;
+                for (int64_t c0 = 0; c0 < pw; c0 += step) {
+                    const int ncc = (int)(pw - c0 < step ? pw - c0 : step);
+                    tile(nr, ncc, x0 + r0 * ldx, ldx, wp + c0 * ldw, ldw, K,
+                         o0 + r0 * ldo + j0 + c0, ldo, bias32 ? bias32 + j0 + c0 : NULL);
+                }
             }
         }
+        free(scratch);
     }
+    if (failed) /* out of memory for a panel: a defined result rather than garbage */
+        for (int64_t r = 0; r < n; r++) memset(cpu_row_ptr(out, r), 0, (size_t)N * sizeof(float));
     free(bias32);
+}
+
+void cpu_matmul(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, const mx_tensor *bias) {
+    const wsource src = {.w = w->data, .ldw = w->stride[0] * (int64_t)mx_dtype_size(w->dtype),
+                         .wt = wt_of(w->dtype)};
+    matmul_drive(out, x, w->shape[0], &src, bias);
+}
+
+void cpu_matmul_fill(mx_tensor *out, const mx_tensor *x, int64_t N, cpu_wfill_fn fill,
+                     const void *ctx, const mx_tensor *bias) {
+    const wsource src = {.fill = fill, .ctx = ctx};
+    matmul_drive(out, x, N, &src, bias);
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_internal.h"
+#include "quant/quant_backend.h"
 
 /* Top-k of probs[E] by value (ties: lower index first). */
 static void topk(const float *probs, int E, int k, int *idx, float *val) {
@@ -22,10 +23,17 @@ static void topk(const float *probs, int E, int k, int *idx, float *val) {
     }
 }
 
+/* Expert e's projection: dense or quantized (the same canonical dot either way). */
+static void expert_matmul(mx_tensor *out, const mx_tensor *x, const mx_tensor *w,
+                          const mx_qweight *q, int e) {
+    if (q) mlxq_cpu_matmul_q(out, x, &q[e], NULL);
+    else cpu_matmul(out, x, &w[e], NULL);
+}
+
 int cpu_moe(mx_tensor *out, const mx_tensor *x, const mx_tensor *router_logits,
             const mx_moe_experts *ex, const mx_moe_params *p, mx_error *err) {
     const int n = (int)x->shape[0], H = (int)x->shape[1], E = p->n_experts, K = p->top_k;
-    const int I = (int)ex->gate[0].shape[0];
+    const int I = (int)(ex->qgate ? ex->qgate[0].w.shape[0] : ex->gate[0].shape[0]);
     int *sel = malloc((size_t)n * K * sizeof(int));        /* [n, K] chosen experts */
     float *wsel = malloc((size_t)n * K * sizeof(float));   /* [n, K] their weights */
     float *probs = malloc((size_t)E * sizeof(float));      /* [E] */
@@ -70,10 +78,10 @@ int cpu_moe(mx_tensor *out, const mx_tensor *x, const mx_tensor *router_logits,
         mx_tensor tg = mx_tensor_2d(g, MX_F32, m, I, MX_DEV_CPU);
         mx_tensor tu = mx_tensor_2d(u, MX_F32, m, I, MX_DEV_CPU);
         mx_tensor ty = mx_tensor_2d(y, MX_F32, m, H, MX_DEV_CPU);
-        cpu_matmul(&tg, &txe, &ex->gate[e], NULL);
-        cpu_matmul(&tu, &txe, &ex->up[e], NULL);
+        expert_matmul(&tg, &txe, ex->gate, ex->qgate, e);
+        expert_matmul(&tu, &txe, ex->up, ex->qup, e);
         cpu_glu(&tg, &tg, &tu, p->activation);
-        cpu_matmul(&ty, &tg, &ex->down[e], NULL);
+        expert_matmul(&ty, &tg, ex->down, ex->qdown, e);
         for (int r = 0; r < m; r++) {
             float *o = cpu_row_ptr(out, rows[r]);
             for (int h = 0; h < H; h++) o[h] += y[(size_t)r * H + h] * rw[r];
