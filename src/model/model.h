@@ -75,6 +75,9 @@ uint64_t model_weight_bytes(const model *m);
  * overrides (1 unquantized, 1 at 8-bit/g64); 14 of 15 weights quantized". Writes "none" for a
  * dense model. */
 void model_describe_quant(const model *m, char *buf, size_t len);
+/* Linear / Embedding weights bound (a tied head counts once; fused experts per tensor), and
+ * how many of them are MLX-quantized. */
+void model_quant_counts(const model *m, int *n_weights, int *n_quantized);
 
 /* Forward over the step batch: writes this step's K/V into the cache, and logits for
  * out_rows into logits [n_out, vocab] (host memory). */

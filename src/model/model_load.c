@@ -397,6 +397,11 @@ const backend_ops *model_backend(const model *m) { return m->be; }
 uint64_t model_n_params(const model *m) { return m->n_params; }
 uint64_t model_weight_bytes(const model *m) { return m->weight_bytes; }
 
+void model_quant_counts(const model *m, int *n_weights, int *n_quantized) {
+    *n_weights = m->n_lin;
+    *n_quantized = m->n_lin_q;
+}
+
 void model_describe_quant(const model *m, char *buf, size_t len) {
     const model_spec *s = &m->spec;
     if (!s->quant.bits && !m->n_lin_q) {

@@ -1,0 +1,371 @@
+/* MLX-quantized checkpoints in the CPU engine (docs/quantization.md, "The engine"):
+ * - every tiny fixture under tests/fixtures/ckpt (and the golden models under
+ *   tests/fixtures/models when present) converted with `mlxcel convert -q` at several bit
+ *   widths and group sizes, and that output converted back with `-d` (bf16): greedy tokens and
+ *   the raw logits of every generated position are bitwise identical (memcmp) between the
+ *   quantized model and the dequantized dense one, several prompts batched;
+ * - the same on random checkpoints large enough for groups of 64 and 128 (qwen2 with q/k/v
+ *   biases and tied quantized embeddings; qwen3_moe with per-expert tensors that convert
+ *   stacks into switch_mlp and an 8-bit router), every weight quantized;
+ * - a hand-written quantized checkpoint with per-module overrides: `false` (kept bf16), other
+ *   bit widths and group sizes, a quantized embedding and a 2-bit lm_head;
+ * - batch invariance on quantized models: a prompt alone = batched with 17 others arriving at
+ *   different steps, prefill chunks 1, 7, 64 (memcmp of its logits);
+ * - `mlxcel inspect --json` on the quantized checkpoint: the parameters of the dense twin,
+ *   the bytes the engine bound, the bits.
+ * The non-vacuity checks: weights really are quantized (counted by the loader), and the
+ * quantized model's logits differ from the original bf16 model's. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <unistd.h>
+
+#include "quant_engine_util.h"
+
+static const char *src_dir(void) {
+    const char *s = getenv("MLXCEL_SOURCE_DIR");
+    if (!s) fail_msg("MLXCEL_SOURCE_DIR is not set (run through ctest)");
+    return s;
+}
+
+static model *load(const char *dir) {
+    model *m = NULL;
+    mx_error err;
+    if (model_load(&m, dir, backend_cpu(), &err)) fail_msg("%s", err.msg);
+    return m;
+}
+
+/* ==== inspect ==== */
+static void check_inspect(const char *qdir, const model *q, const model *d, int bits, int gs) {
+    char out[400];
+    snprintf(out, sizeof out, "%s/inspect.json", g_tmp);
+    qe_sh("'%s' inspect -m '%s' --json > '%s'", qe_bin(), qdir, out);
+    json_error_t je;
+    json_t *j = json_load_file(out, 0, &je);
+    if (!j) fail_msg("inspect --json: %s", je.text);
+    const json_int_t params = json_integer_value(json_object_get(j, "params"));
+    const json_int_t bytes = json_integer_value(json_object_get(j, "weights_bytes"));
+    assert_int_equal(params, (json_int_t)model_n_params(d));
+    assert_int_equal(params, (json_int_t)model_n_params(q));
+    assert_int_equal(bytes, (json_int_t)model_weight_bytes(q));
+    assert_int_equal(json_integer_value(json_object_get(j, "quant_bits")), bits);
+    assert_int_equal(json_integer_value(json_object_get(j, "quant_group_size")), gs);
+    json_decref(j);
+}
+
+/* ==== Quantized vs dequantized ==== */
+/* Loads qdir and ddir, runs prompts 0..3 batched (chunk 7, staggered) on both: identical. */
+static int compare_q_d(const char *qdir, const char *ddir, const char *orig, int bits, int gs,
+                       bool all_quantized) {
+    model *q = load(qdir), *d = load(ddir);
+    int nw, nq, dw, dq;
+    model_quant_counts(q, &nw, &nq);
+    model_quant_counts(d, &dw, &dq);
+    assert_int_equal(dq, 0);
+    assert_int_equal(nw, dw);
+    if (all_quantized && nq != nw) fail_msg("%s: %d of %d weights quantized", qdir, nq, nw);
+    qe_run rq, rd;
+    qe_generate(q, 0, 4, 7, true, &rq);
+    qe_generate(d, 0, 4, 7, true, &rd);
+    for (int i = 0; i < 4; i++)
+        if (!qe_same(&rq, i, &rd, i))
+            fail_msg("%s (q%d g%d): prompt %d: quantized and dequantized models differ", qdir,
+                     bits, gs, i);
+    if (bits) check_inspect(qdir, q, d, bits, gs);
+    /* not vacuous: with weights quantized, the original model gives other logits */
+    if (orig && nq > 0) {
+        model *o = load(orig);
+        qe_run ro;
+        qe_generate(o, 0, 4, 7, true, &ro);
+        assert_true(memcmp(ro.logits[0], rq.logits[0], (size_t)rq.vocab * sizeof(float)) != 0);
+        qe_run_free(&ro);
+        model_free(o);
+    }
+    qe_run_free(&rq);
+    qe_run_free(&rd);
+    model_free(q);
+    model_free(d);
+    return nq;
+}
+
+/* -q at (bits, gs), then -d of that: compare. Returns the number of quantized weights. */
+static int roundtrip(const char *in, const char *tag, int bits, int gs, bool all_quantized) {
+    char qd[400], dd[400];
+    snprintf(qd, sizeof qd, "%s/%s_q%dg%d", g_tmp, tag, bits, gs);
+    snprintf(dd, sizeof dd, "%s/%s_q%dg%d_deq", g_tmp, tag, bits, gs);
+    qe_quantize(in, qd, bits, gs);
+    qe_dequantize(qd, dd);
+    const int nq = compare_q_d(qd, dd, in, bits, gs, all_quantized);
+    qe_sh("rm -rf '%s' '%s'", qd, dd);
+    return nq;
+}
+
+static const int k_cfg[][2] = {{4, 32}, {2, 32}, {3, 32}, {5, 32}, {6, 32}, {8, 32}, {4, 64}, {8, 128}};
+#define N_CFG (int)(sizeof k_cfg / sizeof k_cfg[0])
+
+static void test_fixtures(void **st) {
+    (void)st;
+    static const char *k_ckpt[] = {"llama_tiny", "gemma3_sliding", "qwen3_moe_tiny",
+                                   "qwen3_sharded", "mixtral_mlx"};
+    char in[400];
+    for (size_t f = 0; f < sizeof k_ckpt / sizeof *k_ckpt; f++) {
+        snprintf(in, sizeof in, "%s/tests/fixtures/ckpt/%s", src_dir(), k_ckpt[f]);
+        for (int c = 0; c < N_CFG; c++) {
+            const int nq = roundtrip(in, k_ckpt[f], k_cfg[c][0], k_cfg[c][1], false);
+            /* group 32 divides every fixture's hidden size but gemma3_sliding's (16) */
+            if (k_cfg[c][1] == 32 && f != 1) assert_true(nq > 0);
+        }
+    }
+    /* an MLX checkpoint as committed (4-bit, one 8-bit override, quantized embeddings and
+     * lm_head): dequantize and compare */
+    char dd[400];
+    snprintf(in, sizeof in, "%s/tests/fixtures/ckpt/llama_q4", src_dir());
+    snprintf(dd, sizeof dd, "%s/llama_q4_deq", g_tmp);
+    qe_dequantize(in, dd);
+    compare_q_d(in, dd, NULL, 4, 32, true);
+}
+
+/* The golden models (tests/fixtures/models/<name>/, from tools/reference/make_fixtures.py),
+ * when the checkout has them. */
+static void test_golden_models(void **st) {
+    (void)st;
+    char dir[400];
+    snprintf(dir, sizeof dir, "%s/tests/fixtures/models", src_dir());
+    DIR *dp = opendir(dir);
+    if (!dp) {
+        fprintf(stderr, "note: %s absent; golden models not converted\n", dir);
+        return;
+    }
+    struct dirent *ent;
+    int n = 0;
+    while ((ent = readdir(dp))) {
+        char in[700], cfg[760];
+        if (ent->d_name[0] == '.') continue;
+        snprintf(in, sizeof in, "%s/%s", dir, ent->d_name);
+        snprintf(cfg, sizeof cfg, "%s/config.json", in);
+        if (access(cfg, R_OK)) continue;
+        for (int c = 0; c < N_CFG; c += 3) roundtrip(in, ent->d_name, k_cfg[c][0], k_cfg[c][1], false);
+        n++;
+    }
+    closedir(dp);
+    fprintf(stderr, "golden models converted and compared: %d\n", n);
+}
+
+/* ==== Random checkpoints with every weight quantizable ==== */
+enum { SH = 128, SI = 256, SV = 200, SE = 4, SIE = 64 };
+
+/* qwen2: q/k/v biases, tied embeddings. */
+static void write_qwen2(const char *dir, uint64_t seed) {
+    qe_ckpt c = {.rng = seed};
+    char n[160];
+    qe_add(&c, "model.embed_tokens.weight", SV, SH, 0, 0.5f, 0, 0, 0);
+    qe_add(&c, "model.norm.weight", SH, 0, 0, 0.1f, 1, 0, 0);
+    for (int l = 0; l < 2; l++) {
+        static const char *k_w[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                                    "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"};
+        static const int64_t k_d[][2] = {{SH, SH}, {64, SH}, {64, SH}, {SH, SH}, {SI, SH}, {SI, SH}, {SH, SI}};
+        for (int w = 0; w < 7; w++) {
+            snprintf(n, sizeof n, "model.layers.%d.%s.weight", l, k_w[w]);
+            qe_add(&c, n, k_d[w][0], k_d[w][1], 0, 0.12f, 0, 0, 0);
+            if (w < 3) {
+                snprintf(n, sizeof n, "model.layers.%d.%s.bias", l, k_w[w]);
+                qe_add(&c, n, k_d[w][0], 0, 0, 0.3f, 0, 0, 0);
+            }
+        }
+        snprintf(n, sizeof n, "model.layers.%d.input_layernorm.weight", l);
+        qe_add(&c, n, SH, 0, 0, 0.1f, 1, 0, 0);
+        snprintf(n, sizeof n, "model.layers.%d.post_attention_layernorm.weight", l);
+        qe_add(&c, n, SH, 0, 0, 0.1f, 1, 0, 0);
+    }
+    qe_write(&c, dir,
+             "{\"model_type\": \"qwen2\", \"hidden_size\": 128, \"num_hidden_layers\": 2, "
+             "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"vocab_size\": 200, "
+             "\"intermediate_size\": 256, \"max_position_embeddings\": 512, \"rms_norm_eps\": 1e-6, "
+             "\"rope_theta\": 10000.0, \"tie_word_embeddings\": true, \"torch_dtype\": \"bfloat16\", "
+             "\"eos_token_id\": 199}");
+}
+
+/* qwen3_moe: layer 0 dense MLP, layer 1 MoE with per-expert tensors, q/k norms, untied. */
+static void write_moe(const char *dir, uint64_t seed) {
+    qe_ckpt c = {.rng = seed};
+    char n[160];
+    qe_add(&c, "model.embed_tokens.weight", SV, SH, 0, 0.5f, 0, 0, 0);
+    qe_add(&c, "model.norm.weight", SH, 0, 0, 0.1f, 1, 0, 0);
+    qe_add(&c, "lm_head.weight", SV, SH, 0, 0.12f, 0, 0, 0);
+    for (int l = 0; l < 2; l++) {
+        static const char *k_w[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                                    "self_attn.o_proj"};
+        static const int64_t k_d[][2] = {{SH, SH}, {64, SH}, {64, SH}, {SH, SH}};
+        for (int w = 0; w < 4; w++) {
+            snprintf(n, sizeof n, "model.layers.%d.%s.weight", l, k_w[w]);
+            qe_add(&c, n, k_d[w][0], k_d[w][1], 0, 0.12f, 0, 0, 0);
+        }
+        snprintf(n, sizeof n, "model.layers.%d.self_attn.q_norm.weight", l);
+        qe_add(&c, n, 32, 0, 0, 0.1f, 1, 0, 0);
+        snprintf(n, sizeof n, "model.layers.%d.self_attn.k_norm.weight", l);
+        qe_add(&c, n, 32, 0, 0, 0.1f, 1, 0, 0);
+        snprintf(n, sizeof n, "model.layers.%d.input_layernorm.weight", l);
+        qe_add(&c, n, SH, 0, 0, 0.1f, 1, 0, 0);
+        snprintf(n, sizeof n, "model.layers.%d.post_attention_layernorm.weight", l);
+        qe_add(&c, n, SH, 0, 0, 0.1f, 1, 0, 0);
+        static const char *k_m[] = {"gate_proj", "up_proj", "down_proj"};
+        if (l == 0) {
+            for (int w = 0; w < 3; w++) {
+                snprintf(n, sizeof n, "model.layers.0.mlp.%s.weight", k_m[w]);
+                qe_add(&c, n, w < 2 ? SI : SH, w < 2 ? SH : SI, 0, 0.12f, 0, 0, 0);
+            }
+            continue;
+        }
+        qe_add(&c, "model.layers.1.mlp.gate.weight", SE, SH, 0, 0.5f, 0, 0, 0);
+        for (int e = 0; e < SE; e++)
+            for (int w = 0; w < 3; w++) {
+                snprintf(n, sizeof n, "model.layers.1.mlp.experts.%d.%s.weight", e, k_m[w]);
+                qe_add(&c, n, w < 2 ? SIE : SH, w < 2 ? SH : SIE, 0, 0.15f, 0, 0, 0);
+            }
+    }
+    qe_write(&c, dir,
+             "{\"model_type\": \"qwen3_moe\", \"hidden_size\": 128, \"num_hidden_layers\": 2, "
+             "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 32, "
+             "\"vocab_size\": 200, \"intermediate_size\": 256, \"moe_intermediate_size\": 64, "
+             "\"num_experts\": 4, \"num_experts_per_tok\": 2, \"norm_topk_prob\": true, "
+             "\"decoder_sparse_step\": 1, \"mlp_only_layers\": [0], \"max_position_embeddings\": 512, "
+             "\"rope_theta\": 1000000.0, \"tie_word_embeddings\": false, \"torch_dtype\": \"bfloat16\", "
+             "\"eos_token_id\": 199}");
+}
+
+static void test_synthetic(void **st) {
+    (void)st;
+    char qw[300], moe[300];
+    snprintf(qw, sizeof qw, "%s/synth_qwen2", g_tmp);
+    snprintf(moe, sizeof moe, "%s/synth_moe", g_tmp);
+    write_qwen2(qw, 11);
+    write_moe(moe, 12);
+    static const int k_s[][2] = {{4, 64}, {4, 128}, {8, 64}, {3, 32}, {2, 128}, {6, 64}};
+    for (int c = 0; c < 6; c++) {
+        roundtrip(qw, "synth_qwen2", k_s[c][0], k_s[c][1], true);
+        /* the router gate: 8-bit group 64 (qwen3_moe rule); experts stacked and quantized,
+         * except down_proj (input 64) at group 128, which stays bf16 */
+        roundtrip(moe, "synth_moe", k_s[c][0], k_s[c][1], k_s[c][1] <= 64);
+    }
+}
+
+/* ==== Per-module overrides written by hand ==== */
+static void test_mixed_overrides(void **st) {
+    (void)st;
+    char qd[300], dd[300];
+    snprintf(qd, sizeof qd, "%s/mixed", g_tmp);
+    snprintf(dd, sizeof dd, "%s/mixed_deq", g_tmp);
+    qe_ckpt c = {.rng = 99};
+    char n[160];
+    qe_add(&c, "model.embed_tokens.weight", SV, SH, 0, 0.5f, 0, 6, 64);
+    qe_add(&c, "model.norm.weight", SH, 0, 0, 0.1f, 1, 0, 0);
+    qe_add(&c, "lm_head.weight", SV, SH, 0, 0.12f, 0, 2, 32);
+    for (int l = 0; l < 2; l++) {
+        static const char *k_w[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                                    "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"};
+        static const int64_t k_d[][2] = {{SH, SH}, {64, SH}, {64, SH}, {SH, SH}, {SI, SH}, {SI, SH}, {SH, SI}};
+        for (int w = 0; w < 7; w++) {
+            int bits = 4, gs = 64;
+            if (l == 0 && w == 0) bits = 8, gs = 32;      /* override */
+            if (l == 0 && w == 6) bits = 0;               /* false */
+            if (l == 1 && w == 1) bits = 3, gs = 128;     /* override */
+            if (l == 1 && w == 4) bits = 5, gs = 32;      /* override */
+            snprintf(n, sizeof n, "model.layers.%d.%s.weight", l, k_w[w]);
+            qe_add(&c, n, k_d[w][0], k_d[w][1], 0, 0.12f, 0, bits, gs);
+        }
+        snprintf(n, sizeof n, "model.layers.%d.input_layernorm.weight", l);
+        qe_add(&c, n, SH, 0, 0, 0.1f, 1, 0, 0);
+        snprintf(n, sizeof n, "model.layers.%d.post_attention_layernorm.weight", l);
+        qe_add(&c, n, SH, 0, 0, 0.1f, 1, 0, 0);
+    }
+#define QOV "\"group_size\": 64, \"bits\": 4, " \
+            "\"model.embed_tokens\": {\"group_size\": 64, \"bits\": 6}, " \
+            "\"lm_head\": {\"group_size\": 32, \"bits\": 2}, " \
+            "\"model.layers.0.self_attn.q_proj\": {\"group_size\": 32, \"bits\": 8}, " \
+            "\"model.layers.0.mlp.down_proj\": false, " \
+            "\"model.layers.1.self_attn.k_proj\": {\"group_size\": 128, \"bits\": 3}, " \
+            "\"model.layers.1.mlp.gate_proj\": {\"group_size\": 32, \"bits\": 5}"
+    qe_write(&c, qd,
+             "{\"model_type\": \"llama\", \"hidden_size\": 128, \"num_hidden_layers\": 2, "
+             "\"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"vocab_size\": 200, "
+             "\"intermediate_size\": 256, \"max_position_embeddings\": 512, \"rms_norm_eps\": 1e-5, "
+             "\"tie_word_embeddings\": false, \"torch_dtype\": \"bfloat16\", \"eos_token_id\": 199, "
+             "\"quantization\": {" QOV "}, \"quantization_config\": {" QOV "}}");
+#undef QOV
+    qe_dequantize(qd, dd);
+    model *q = load(qd);
+    int nw, nq;
+    model_quant_counts(q, &nw, &nq);
+    assert_int_equal(nw, 16);
+    assert_int_equal(nq, 15);
+    char line[320];
+    model_describe_quant(q, line, sizeof line);
+    assert_non_null(strstr(line, "MLX affine 4-bit, group 64"));
+    assert_non_null(strstr(line, "6 per-module overrides"));
+    assert_non_null(strstr(line, "1 unquantized"));
+    assert_non_null(strstr(line, "15 of 16 weights quantized"));
+    model_free(q);
+    compare_q_d(qd, dd, NULL, 4, 64, false);
+}
+
+/* ==== Batch invariance on quantized models ==== */
+static void check_invariance(const char *qdir) {
+    model *m = load(qdir);
+    qe_run alone, o;
+    qe_generate(m, 0, 1, 512, false, &alone);
+    static const int chunks[] = {1, 7, 64};
+    for (int ci = 0; ci < 3; ci++) {
+        qe_generate(m, 0, 1, chunks[ci], false, &o);
+        if (!qe_same(&alone, 0, &o, 0)) fail_msg("%s: chunk %d alone differs", qdir, chunks[ci]);
+        qe_run_free(&o);
+        qe_generate(m, 0, 18, chunks[ci], true, &o);
+        if (!qe_same(&alone, 0, &o, 0))
+            fail_msg("%s: chunk %d with 17 others differs", qdir, chunks[ci]);
+        qe_run_free(&o);
+    }
+    qe_run_free(&alone);
+    model_free(m);
+}
+
+static void test_batch_invariance(void **st) {
+    (void)st;
+    char src[300], q[300];
+    snprintf(src, sizeof src, "%s/inv_qwen2", g_tmp);
+    snprintf(q, sizeof q, "%s/inv_qwen2_q", g_tmp);
+    write_qwen2(src, 21);
+    qe_quantize(src, q, 4, 64);
+    check_invariance(q);
+    snprintf(src, sizeof src, "%s/inv_moe", g_tmp);
+    snprintf(q, sizeof q, "%s/inv_moe_q", g_tmp);
+    write_moe(src, 22);
+    qe_quantize(src, q, 3, 32);
+    check_invariance(q);
+}
+
+static int setup(void **st) {
+    (void)st;
+    snprintf(g_tmp, sizeof g_tmp, "/tmp/mlxcel_qengine_XXXXXX");
+    return mkdtemp(g_tmp) ? 0 : -1;
+}
+
+static int teardown(void **st) {
+    (void)st;
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
+    return system(cmd) ? -1 : 0;
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fixtures),         cmocka_unit_test(test_golden_models),
+        cmocka_unit_test(test_synthetic),        cmocka_unit_test(test_mixed_overrides),
+        cmocka_unit_test(test_batch_invariance),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
