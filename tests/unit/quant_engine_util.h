@@ -20,7 +20,7 @@
 static char g_tmp[256];
 
 /* Runs a shell command (output into g_tmp/cmd.log); fails the test with the log on error. */
-__attribute__((format(printf, 1, 2))) static void qe_sh(const char *fmt, ...) {
+__attribute__((format(printf, 1, 2), unused)) static void qe_sh(const char *fmt, ...) {
     char cmd[2048], log[300];
     va_list ap;
     va_start(ap, fmt);
@@ -39,18 +39,18 @@ __attribute__((format(printf, 1, 2))) static void qe_sh(const char *fmt, ...) {
     }
 }
 
-static const char *qe_bin(void) {
+__attribute__((unused)) static const char *qe_bin(void) {
     const char *b = getenv("MLXCEL_BIN");
     if (!b) fail_msg("MLXCEL_BIN is not set (run through ctest)");
     return b;
 }
 
-static void qe_quantize(const char *in, const char *out, int bits, int gs) {
+__attribute__((unused)) static void qe_quantize(const char *in, const char *out, int bits, int gs) {
     qe_sh("'%s' convert --hf-path '%s' --mlx-path '%s' -q --q-bits %d --q-group-size %d --no-progress",
           qe_bin(), in, out, bits, gs);
 }
 
-static void qe_dequantize(const char *in, const char *out) {
+__attribute__((unused)) static void qe_dequantize(const char *in, const char *out) {
     qe_sh("'%s' convert --hf-path '%s' --mlx-path '%s' -d --no-progress", qe_bin(), in, out);
 }
 
@@ -61,12 +61,12 @@ typedef struct qe_ckpt {
     uint64_t rng;
 } qe_ckpt;
 
-static float qe_rand(uint64_t *s) {
+__attribute__((unused)) static float qe_rand(uint64_t *s) {
     *s = *s * 6364136223846793005ull + 1442695040888963407ull;
     return (float)((*s >> 40) & 0xffffff) / 16777216.0f * 2.0f - 1.0f;
 }
 
-static void qe_put(qe_ckpt *c, const char *name, mx_dtype dt, int ndim, const int64_t *shape, void *data) {
+__attribute__((unused)) static void qe_put(qe_ckpt *c, const char *name, mx_dtype dt, int ndim, const int64_t *shape, void *data) {
     st_write_tensor *t = &c->t[c->n++];
     t->name = strdup(name);
     t->dtype = dt;
@@ -77,7 +77,7 @@ static void qe_put(qe_ckpt *c, const char *name, mx_dtype dt, int ndim, const in
 
 /* A bf16 tensor `name` ([d0], [d0, d1] or [d0, d1, d2]) of values base + scale * U(-1, 1); with
  * bits > 0 (a ".weight"), stored MLX-quantized instead: .weight U32, .scales, .biases bf16. */
-static void qe_add(qe_ckpt *c, const char *name, int64_t d0, int64_t d1, int64_t d2, float scale,
+__attribute__((unused)) static void qe_add(qe_ckpt *c, const char *name, int64_t d0, int64_t d1, int64_t d2, float scale,
                    float base, int bits, int gs) {
     const int ndim = d2 ? 3 : d1 ? 2 : 1;
     const int64_t shape[3] = {d0, d1, d2};
@@ -107,7 +107,7 @@ static void qe_add(qe_ckpt *c, const char *name, int64_t d0, int64_t d1, int64_t
     qe_put(c, nm, MX_BF16, ndim, ps, b);
 }
 
-static void qe_write(qe_ckpt *c, const char *dir, const char *config_json) {
+__attribute__((unused)) static void qe_write(qe_ckpt *c, const char *dir, const char *config_json) {
     mkdir(dir, 0755);
     char p[400];
     snprintf(p, sizeof p, "%s/config.json", dir);
@@ -169,13 +169,13 @@ static void qe_on_finish(void *u, int64_t id, engine_finish why, const engine_se
     ((qe_run *)u)->finished++;
 }
 
-static void qe_run_free(qe_run *r) {
+__attribute__((unused)) static void qe_run_free(qe_run *r) {
     for (int i = 0; i < QE_MAX_SEQ; i++) free(r->logits[i]);
     memset(r, 0, sizeof *r);
 }
 
 /* Prompt i of a set: deterministic ids in [0, vocab). */
-static int qe_prompt(int i, int vocab, int32_t *p) {
+__attribute__((unused)) static int qe_prompt(int i, int vocab, int32_t *p) {
     const int n = i == 0 ? 29 : 3 + (i * 13) % 37;
     for (int k = 0; k < n; k++) p[k] = (int32_t)((i * 37 + k * 11 + 1) % vocab);
     return n;
@@ -183,7 +183,7 @@ static int qe_prompt(int i, int vocab, int32_t *p) {
 
 /* Greedy, QE_MAX_GEN tokens each: prompts first..first+n-1 all submitted at once (when
  * stagger, half of them two steps later), n_parallel = n, prefill chunk `chunk`. */
-static void qe_generate(model *m, int first, int n, int chunk, bool stagger, qe_run *r) {
+__attribute__((unused)) static void qe_generate(model *m, int first, int n, int chunk, bool stagger, qe_run *r) {
     memset(r, 0, sizeof *r);
     const model_spec *spec = model_spec_of(m);
     engine_params p;
@@ -221,7 +221,7 @@ static void qe_generate(model *m, int first, int n, int chunk, bool stagger, qe_
 }
 
 /* Sequence a of run x equals sequence b of run y: tokens and raw logits, bit for bit. */
-static bool qe_same(const qe_run *x, int a, const qe_run *y, int b) {
+__attribute__((unused)) static bool qe_same(const qe_run *x, int a, const qe_run *y, int b) {
     return x->vocab == y->vocab && !memcmp(x->tok[a], y->tok[b], sizeof x->tok[a]) &&
            !memcmp(x->logits[a], y->logits[b], (size_t)QE_MAX_GEN * x->vocab * sizeof(float));
 }
