@@ -316,7 +316,7 @@ static void test_moe(int n, int E, int k, int H, int I) {
         dd[e] = gt_dev_weight(bd + (size_t)e * H * I, 2, s_d);
     }
     mx_moe_params p = {.n_experts = E, .top_k = k, .norm_topk = true, .activation = ACT_SILU};
-    mx_moe_experts hex = {hg, hu, hd}, dex = {dg, du, dd};
+    mx_moe_experts hex = {.gate = hg, .up = hu, .down = hd}, dex = {.gate = dg, .up = du, .down = dd};
     mx_tensor hx = mx_tensor_2d(x, MX_F32, n, H, MX_DEV_CPU), hr = mx_tensor_2d(rl, MX_F32, n, E, MX_DEV_CPU);
     mx_tensor ho = mx_tensor_2d(ref, MX_F32, n, H, MX_DEV_CPU);
     mx_error err;
