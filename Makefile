@@ -36,7 +36,7 @@ test: deps build build-asan
 	cd $(ASAN) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS) -LE nosan
 
 run: deps build
-	./$(BUILD)/mlxcel inspect -m tests/fixtures/ckpt/llama_tiny
+	./$(BUILD)/mlxcel generate -m models/wordnet-chat-16m -p 'What does "ocean" mean?'
 
 bench: deps build
 	./$(BUILD)/mlxcel bench --help

@@ -1,5 +1,6 @@
 /* Shared option parsing and set-up for `generate` and `run`. */
 #include "cli/gen_common.h"
+#include "tune/tune_policy.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -293,6 +294,9 @@ int gen_session_open(gen_session *s, const gen_opts *o, const char *cmd, mx_erro
     fprintf(stderr, "quantization: %s\n", qline);
     fprintf(stderr, "kv storage: %s (%s)\n", kv_storage_name(engine_storage(s->e)),
             engine_storage_reason(s->e));
+    char tuned[512];
+    tune_policy_describe(tuned, sizeof tuned);
+    fprintf(stderr, "%s\n", tuned);
     return 0;
 }
 

@@ -135,7 +135,10 @@ static int parse_moe(const spec_cfg *c, model_spec *s) {
         s->moe_intermediate_size = s->intermediate_size; /* experts are full-width MLPs */
         s->norm_topk_prob = true;
     } else if (s->family == FAM_QWEN3_MOE) {
-        if (cfg_int(c, "num_experts", false, 128, 0, 4096, &v)) return -1;
+        /* transformers 5.x writes the expert count as num_local_experts (num_experts is an
+         * attribute alias); 4.x checkpoints write num_experts. Take whichever is present. */
+        const char *ne = cfg_has(c, "num_local_experts") ? "num_local_experts" : "num_experts";
+        if (cfg_int(c, ne, false, 128, 0, 4096, &v)) return -1;
         s->n_experts = (int)v;
         if (s->n_experts) {
             if (cfg_int(c, "num_experts_per_tok", false, 8, 1, s->n_experts, &v)) return -1;

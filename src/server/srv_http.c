@@ -18,6 +18,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "server/srv_internal.h"
+#include "tune/tune_policy.h"
 #include "server/srv_server.h"
 
 #if MHD_VERSION < 0x00097002
@@ -384,6 +385,9 @@ static void log_startup(const srv_server *s, int port) {
              (double)m->headroom_bytes / 1048576.0, total / 1048576.0);
     LOG_INFO("decode storage backend: %s (%s)", m->storage, m->storage_reason);
     LOG_INFO("decode path: native batched forward");
+    char tuned[512];
+    tune_policy_describe(tuned, sizeof tuned);
+    LOG_INFO("%s", tuned);
     LOG_INFO("slots: %d, max batch %d sequences, batch %d / ubatch %d tokens, prefill chunk %d, grant interval %d, "
              "ctx %d, queue limit %d",
              c->n_parallel, c->max_batch_size, c->batch_size, c->ubatch_size, c->prefill_chunk_size,

@@ -236,6 +236,15 @@ static void test_moe(void **st) {
     assert_int_equal(s.layer_dense_mlp[1], 0);
     assert_false(s.norm_topk_prob);
     assert_int_equal(s.head_dim, 8);
+    /* transformers 5.x saves the count as num_local_experts (no num_experts in the file) */
+    parse_ok(&s,
+             "{'model_type':'qwen3_moe'," LLAMA_BASE ",'num_local_experts':4,"
+             "'num_experts_per_tok':2,'moe_intermediate_size':32,'mlp_only_layers':[1]}",
+             NULL);
+    assert_int_equal(s.n_experts, 4);
+    assert_int_equal(s.n_experts_per_tok, 2);
+    assert_int_equal(s.layer_dense_mlp[0], 0);
+    assert_int_equal(s.layer_dense_mlp[1], 1);
 }
 
 static void test_quant(void **st) {

@@ -20,7 +20,8 @@ expected.json:
                    eos id that cannot occur; equal to greedy except where HF itself is
                    path-dependent (rope "dynamic": cached keys keep the frequencies of the step
                    that wrote them, so the two differ by design once the length passes
-                   original_max_position_embeddings).
+                   original_max_position_embeddings). Both runs use a freshly loaded model
+                   per prompt (the dynamic rotary module is stateful across forward calls).
   logits           fp32 logits [vocab] at the first generated position (= last prompt position).
   min_margin       min over the 32 steps of top1 - top2 logit; min_rel_margin divides each step's
                    margin by its max |logit|. A seed is re-drawn (up to 16 times) if < 1e-3.
@@ -296,9 +297,12 @@ def build_variant(name, outdir):
         attn_impl = getattr(ref.config, "_attn_implementation", None)
         cases, worst = [], math.inf
         for p in prompts():
-            greedy, logits, mm, mr, steps = greedy_nocache(ref, p)
+            # Each run gets a freshly loaded model: rope "dynamic" keeps state in the rotary
+            # module (inv_freq only grows; it is reset only below the original context), so a
+            # model reused after a longer run would run this prompt with stale frequencies.
+            greedy, logits, mm, mr, steps = greedy_nocache(load_fp32(path, n_experts > 0), p)
             try:
-                gen = greedy_generate(ref, p)
+                gen = greedy_generate(load_fp32(path, n_experts > 0), p)
                 gen_err = None
             except Exception as e:
                 gen, gen_err = None, f"{type(e).__name__}: {e}"

@@ -289,13 +289,21 @@ static const kernel_set k_avx512 = {CPU_ISA_AVX512, MR5, NC5, NC5,
 #endif
 
 /* ==== Kernel selection ==== */
+#ifdef HAVE_X86_KERNELS
+#include <cpuid.h>
+/* F16C via CPUID.1:ECX[29]: clang 14's __builtin_cpu_supports does not know "f16c". */
+static bool cpu_has_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+}
+#endif
+
 bool cpu_isa_supported(cpu_isa isa) {
     switch (isa) {
     case CPU_ISA_SCALAR: return true;
 #ifdef HAVE_X86_KERNELS
     case CPU_ISA_AVX2:
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-               __builtin_cpu_supports("f16c");
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
     case CPU_ISA_AVX512:
         return cpu_isa_supported(CPU_ISA_AVX2) && __builtin_cpu_supports("avx512f");
 #endif
