@@ -346,6 +346,7 @@ def build_variant(name, outdir):
         "margin_ok": worst >= MIN_REL_MARGIN,
         "tensors": tensors,
         "generator": "tools/reference/make_fixtures.py",
+        "fresh_model_per_run": True,
         "cases": cases,
     }
     with open(os.path.join(path, "expected.json"), "w") as f:
