@@ -4,6 +4,7 @@
 #ifndef MLXCEL_TEST_TINY_MODEL_H
 #define MLXCEL_TEST_TINY_MODEL_H
 
+#include "io/safetensors.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -300,6 +301,23 @@ __attribute__((unused)) static void tiny_ref_logits(const tiny_model *tm, const 
     ref_norm(h, H, tiny_f(tm, "model.norm.weight", 0, -1), eps, off);
     ref_mv(logits, tiny_f(tm, s->tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", 0, -1), h, V, H);
     free(x); free(K); free(Vv); free(Q); free(h); free(att); free(o); free(g); free(u); free(sc);
+}
+
+
+/* Writes the tiny model's (bf16) tensors to a safetensors file, for tests that go through the
+ * real loader. Returns st_write's status. */
+static inline int tiny_write_safetensors(const tiny_model *tm, const char *path, mx_error *err) {
+    st_write_tensor *wt = calloc((size_t)tm->n, sizeof *wt);
+    for (int i = 0; i < tm->n; i++) {
+        wt[i].name = tm->w[i].name;
+        wt[i].dtype = MX_BF16;
+        wt[i].ndim = tm->w[i].t.ndim;
+        for (int d = 0; d < wt[i].ndim; d++) wt[i].shape[d] = tm->w[i].t.shape[d];
+        wt[i].data = tm->w[i].t.data;
+    }
+    int rc = st_write(path, wt, tm->n, NULL, NULL, 0, err);
+    free(wt);
+    return rc;
 }
 
 #endif
