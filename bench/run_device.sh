@@ -141,6 +141,19 @@ for shape in $SHAPES; do
         --gen-tokens 2 --batch 1 --out "$RES/$shape.hf_long.json" > "$LOG/$shape.hf_long.log" 2>&1
     fi
   fi
+  if [ "${PROFILE:-0}" = 1 ] && [ "$(left)" -gt 60 ]; then
+    NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+    if [ -n "$NCU" ]; then
+      stage "$shape: ncu kernel times of one decode step"
+      itl=$("$PY" -c "import json,sys; d=json.load(open(sys.argv[1])); r=[x for x in d['results'] if x['batch']==1]; print(r[0]['itl_ms_p50'])" "$RES/$shape.mlxcel.json" 2>/dev/null || echo 0)
+      timeout 120 "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv \
+        "$MLX" generate -m "$dir" --device cuda --prompt-ids "$ids" -n 4 --temp 0 --ignore-eos \
+        > "$LOG/$shape.ncu.csv" 2> "$LOG/$shape.ncu.err"
+      "$PY" bench/ncu_summary.py "$LOG/$shape.ncu.csv" "$itl" | tee "$RES/$shape.ncu.txt" | head -24
+    else
+      echo "ncu not found"
+    fi
+  fi
   [ "${KEEP:-0}" = 1 ] || rm -rf "$dir"
 done
 
