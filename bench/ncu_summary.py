@@ -41,20 +41,25 @@ def main():
     if len(steps) < 2:
         print("ncu_summary: fewer than two steps found (%d kernels)" % len(rows))
         return
-    step = steps[-1]
+    report("decode step (the last forward)", steps[-1], itl=float(sys.argv[2]) if len(sys.argv) > 2 else 0)
+    pre = [k for st in steps[:-1] for k in st]
+    report("every forward before it (prefill chunks, earlier decode steps): %d forwards" % (len(steps) - 1), pre)
+
+
+def report(title, step, itl=0.0):
     agg = OrderedDict()
     for name, us, grid, block in step:
         a = agg.setdefault(name, [0, 0.0, grid, block])
         a[0] += 1
         a[1] += us
     total = sum(a[1] for a in agg.values())
-    print("decode step: %d kernels, %.1f us of kernel time" % (len(step), total))
-    if len(sys.argv) > 2:
-        itl = float(sys.argv[2]) * 1000
+    print("== %s: %d kernels, %.1f us of kernel time" % (title, len(step), total))
+    if itl > 0:
+        itl *= 1000
         print("bench ITL %.1f us -> launches/gaps %.1f us (%.0f%%), %.2f us per kernel"
               % (itl, itl - total, 100 * (itl - total) / itl, (itl - total) / len(step)))
     print("%-70s %5s %10s %8s  %s" % ("kernel", "count", "total us", "avg us", "grid x block"))
-    for name, (n, us, grid, block) in sorted(agg.items(), key=lambda kv: -kv[1][1]):
+    for name, (n, us, grid, block) in sorted(agg.items(), key=lambda kv: -kv[1][1])[:14]:
         print("%-70s %5d %10.1f %8.2f  %s x %s" % (name, n, us, us / n, grid, block))
 
 

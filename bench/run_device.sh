@@ -10,7 +10,9 @@
 #   SHAPES="llama-3.2-1b llama-3.1-8b"   any of llama-3.2-1b llama-3.1-8b qwen3-8b qwen3-30b-a3b
 #                                        (qwen3-30b-a3b is 61 GB: run it alone; ~6 min)
 #   BATCH=1,8,32  REPEAT=3  PROMPT=512  GEN=128  PREFILL_LONG=2048
-#   SKIP_TESTS=0  SKIP_HF=0  KEEP=0 (1: keep the checkpoints in $WORK)  BUDGET=540 (seconds;
+#   SKIP_TESTS=0  SKIP_HF=0  HF_TIMING=1 (0: transformers only for the agreement check)
+#   PROFILE=0 (1: ncu kernel times of a decode step at B=1 and B=32 and of a long prefill)
+#    KEEP=0 (1: keep the checkpoints in $WORK)  BUDGET=540 (seconds;
 #   stages that would start later are skipped and say so)  WORK=/tmp/mlxcel-dev
 # Output ($OUT, at most 3 files come back): <date>-<commit>-<tag>.json, the same .md, and
 # logs-<tag>.tgz with every log. Copy the first two into bench/results/.
@@ -31,7 +33,7 @@ PY=${PYTHON:-python3}
 mkdir -p "$OUT" "$WORK/logs" "$WORK/res"
 LOG=$WORK/logs
 RES=$WORK/res
-TAG=$(echo "$SHAPES" | tr ' ' '+')
+TAG=$(echo "$SHAPES" | tr ' ' '_')
 COMMIT=${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || cat .carry/dev/COMMIT 2>/dev/null || echo unknown)}
 DATE=$(date -u +%Y-%m-%d)
 left() { echo $((BUDGET - (SECONDS - T0))); }
@@ -124,6 +126,11 @@ for shape in $SHAPES; do
   MLXCEL_PROFILE_TTFT=1 timeout "$(tl)" "$MLX" bench -m "$dir" --device cuda --prompt-tokens "$PROMPT" \
     --gen-tokens "$GEN" --batch "$BATCH" --repeat "$REPEAT" --json > "$RES/$shape.mlxcel.json" 2> "$LOG/$shape.bench.log"
   tail -3 "$LOG/$shape.bench.log"
+  if [ "${AB_PDL:-0}" = 1 ]; then
+    stage "$shape: B=1 decode with MLXCEL_CUDA_PDL=0 (A/B)"
+    MLXCEL_CUDA_PDL=0 timeout 60 "$MLX" bench -m "$dir" --device cuda --prompt-tokens "$PROMPT" \
+      --gen-tokens "$GEN" --batch 1 --repeat 1 2>/dev/null | tail -2
+  fi
   stage "$shape: mlxcel prefill $PREFILL_LONG"
   timeout "$(tl)" "$MLX" bench -m "$dir" --device cuda --prompt-tokens "$PREFILL_LONG" --gen-tokens 2 \
     --batch 1 --repeat "$REPEAT" --json > "$RES/$shape.mlxcel_long.json" 2> "$LOG/$shape.bench_long.log"
@@ -133,10 +140,11 @@ for shape in $SHAPES; do
     --json > "$RES/$shape.generate.json" 2> "$LOG/$shape.generate.log"
   if [ "${SKIP_HF:-0}" != 1 ] && [ "$(left)" -gt 60 ]; then
     stage "$shape: transformers generate() + agreement"
-    timeout "$(tl)" "$PY" tools/reference/transformers_bench.py "$dir" --prompt-tokens "$PROMPT" \
+    hf_timing=""; [ "${HF_TIMING:-1}" = 0 ] && hf_timing="--no-timing"
+    timeout "$(tl)" "$PY" tools/reference/transformers_bench.py "$dir" $hf_timing --prompt-tokens "$PROMPT" \
       --gen-tokens "$GEN" --batch "$BATCH" --agree "$RES/$shape.generate.json" --out "$RES/$shape.hf.json" \
       > "$LOG/$shape.hf.log" 2>&1; tail -5 "$LOG/$shape.hf.log"
-    if [ "$(left)" -gt 40 ]; then
+    if [ "$(left)" -gt 40 ] && [ "${HF_TIMING:-1}" != 0 ]; then
       timeout "$(tl)" "$PY" tools/reference/transformers_bench.py "$dir" --prompt-tokens "$PREFILL_LONG" \
         --gen-tokens 2 --batch 1 --out "$RES/$shape.hf_long.json" > "$LOG/$shape.hf_long.log" 2>&1
     fi
@@ -144,12 +152,19 @@ for shape in $SHAPES; do
   if [ "${PROFILE:-0}" = 1 ] && [ "$(left)" -gt 60 ]; then
     NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
     if [ -n "$NCU" ]; then
-      stage "$shape: ncu kernel times of one decode step"
-      itl=$("$PY" -c "import json,sys; d=json.load(open(sys.argv[1])); r=[x for x in d['results'] if x['batch']==1]; print(r[0]['itl_ms_p50'])" "$RES/$shape.mlxcel.json" 2>/dev/null || echo 0)
-      timeout 120 "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv \
-        "$MLX" generate -m "$dir" --device cuda --prompt-ids "$ids" -n 4 --temp 0 --ignore-eos \
-        > "$LOG/$shape.ncu.csv" 2> "$LOG/$shape.ncu.err"
-      "$PY" bench/ncu_summary.py "$LOG/$shape.ncu.csv" "$itl" | tee "$RES/$shape.ncu.txt" | head -24
+      itl() { "$PY" -c "import json,sys; d=json.load(open(sys.argv[1])); r=[x for x in d['results'] if x['batch']==int(sys.argv[2])]; print(r[0]['itl_ms_p50'] if r else 0)" "$RES/$shape.mlxcel.json" "$1" 2>/dev/null || echo 0; }
+      ids2k=$("$PY" -c "import random; r=random.Random(9); print(','.join(str(r.randrange(1000, 100000)) for _ in range($PREFILL_LONG)))")
+      stage "$shape: ncu kernel times (decode B=1, prefill $PREFILL_LONG, decode B=32)"
+      NCUF="--clock-control none --metrics gpu__time_duration.sum --csv"
+      timeout 90 "$NCU" $NCUF "$MLX" generate -m "$dir" --device cuda --prompt-ids "$ids" -n 4 --temp 0 \
+        --ignore-eos > "$LOG/$shape.ncu1.csv" 2> "$LOG/$shape.ncu1.err"
+      "$PY" bench/ncu_summary.py "$LOG/$shape.ncu1.csv" "$(itl 1)" | tee "$RES/$shape.ncu_b1.txt" | head -20
+      timeout 90 "$NCU" $NCUF "$MLX" generate -m "$dir" --device cuda --prompt-ids "$ids2k" -n 2 --temp 0 \
+        --ignore-eos > "$LOG/$shape.ncu2.csv" 2> "$LOG/$shape.ncu2.err"
+      "$PY" bench/ncu_summary.py "$LOG/$shape.ncu2.csv" | tee "$RES/$shape.ncu_prefill.txt" | sed -n '/every forward/,$p' | head -16
+      timeout 120 "$NCU" $NCUF "$MLX" bench -m "$dir" --device cuda --prompt-tokens 32 --gen-tokens 3 \
+        --batch 32 --repeat 1 > "$LOG/$shape.ncu3.csv" 2> "$LOG/$shape.ncu3.err"
+      "$PY" bench/ncu_summary.py "$LOG/$shape.ncu3.csv" "$(itl 32)" | tee "$RES/$shape.ncu_b32.txt" | head -18
     else
       echo "ncu not found"
     fi

@@ -8,6 +8,7 @@
 #include "gpu_test.h"
 
 #include "backend/cuda/cuda_be.h"
+#include "backend/cuda/cuda_elem.h"
 
 static uint64_t g_step = 1000;
 
@@ -186,7 +187,7 @@ static void attn_case(const acase *c) {
     const bool flash = !split_k && (D == 64 || D == 128) && G <= CUDA_ATTN_FLASH_QV;
     char name[160];
     snprintf(name, sizeof name, "%s%s", c->name, flash ? " [flash, bf16 q/P]" : "");
-    gt_report(name, gt_rel_err(out, ref, qn, &bad), flash ? 1e-2 : 1e-4, bad);
+    gt_report_err(name, gt_rel_err(out, ref, qn, &bad), flash ? 1e-2 : 1e-4, &bad);
     if (!c->q_from) {
         /* rerun: bitwise identical */
         qb.step_id = ++g_step;
@@ -280,11 +281,11 @@ static void test_rope_kv_fused(int rot) {
     long bad;
     char what[96];
     snprintf(what, sizeof what, "rope(q) + rope(k) + kv_write fused, rot %d: q", rot);
-    gt_report(what, gt_rel_err(oq, rq, nq, &bad), 1e-6, bad);
+    gt_report_err(what, gt_rel_err(oq, rq, nq, &bad), 1e-6, &bad);
     snprintf(what, sizeof what, "rope(q) + rope(k) + kv_write fused, rot %d: K pool", rot);
-    gt_report(what, gt_rel_err(ok, pk, np, &bad), 4e-3, bad);
+    gt_report_err(what, gt_rel_err(ok, pk, np, &bad), 4e-3, &bad);
     snprintf(what, sizeof what, "rope(q) + rope(k) + kv_write fused, rot %d: V pool", rot);
-    gt_report(what, gt_rel_err(ov, pv, np, &bad), 0, bad);
+    gt_report_err(what, gt_rel_err(ov, pv, np, &bad), 0, &bad);
     gt_dev_free(&dq), gt_dev_free(&dk), gt_dev_free(&dv), gt_dev_free(&dcs), gt_dev_free(&dkp),
         gt_dev_free(&dvp), gt_dev_free(&f);
     free(q), free(k), free(v), free(cs), free(rq), free(rk), free(pk), free(pv), free(oq), free(ok), free(ov);

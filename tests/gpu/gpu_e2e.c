@@ -163,8 +163,7 @@ static void e2e_fixture(const char *dir, const char *name) {
         if (cpu->first_logits[i] && gpu->first_logits[i]) {
             long bad;
             snprintf(what, sizeof what, "e2e %s prompt %d: first logits", name, i);
-            gt_report(what, gt_rel_err(gpu->first_logits[i], cpu->first_logits[i], (size_t)cpu->vocab, &bad),
-                      3e-2, bad);
+            gt_report_err(what, gt_rel_err(gpu->first_logits[i], cpu->first_logits[i], (size_t)cpu->vocab, &bad), 3e-2, &bad);
         }
         free(cpu->first_logits[i]);
         free(gpu->first_logits[i]);

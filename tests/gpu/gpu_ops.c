@@ -25,6 +25,12 @@ void gt_report(const char *what, double rel, double tol, long nan_count) {
     printf("\n");
 }
 
+/* gt_report with the non-finite count read after the comparison (an argument list has no
+ * evaluation order, so passing `bad` next to gt_rel_err(..., &bad) would read it unset). */
+void gt_report_err(const char *what, double rel, double tol, const long *nan_count) {
+    gt_report(what, rel, tol, *nan_count);
+}
+
 double gt_rel_err(const float *a, const float *ref, size_t n, long *nan_count) {
     double num = 0, den = 0;
     long bad = 0;
@@ -128,7 +134,13 @@ static void test_matmul(int rows, int N, int K, bool bias) {
     gt_fill(b, (size_t)N, 0.5f);
     uint16_t *wb = gt_bf16(w, (size_t)N * K), *bb = gt_bf16(b, (size_t)N);
     const int64_t sx[2] = {rows, K}, sw[2] = {N, K}, so[2] = {rows, N}, sb[1] = {N};
-    mx_tensor hx = mx_tensor_2d(x, MX_F32, rows, K, MX_DEV_CPU);
+    /* the tensor-core GEMV rounds x to bf16 (like a bf16 Linear's input): the reference takes
+     * the same rounded x, so the only difference left is the order of the sums */
+    const int gemv = rows <= g_cu.gemv_rows, tc = gemv && K % 8 == 0;
+    float *xr = malloc((size_t)rows * K * 4);
+    memcpy(xr, x, (size_t)rows * K * 4);
+    if (tc) gt_round_bf16(xr, (size_t)rows * K);
+    mx_tensor hx = mx_tensor_2d(xr, MX_F32, rows, K, MX_DEV_CPU);
     mx_tensor hw = mx_tensor_2d(wb, MX_BF16, N, K, MX_DEV_CPU), hb = mx_tensor_1d(bb, MX_BF16, N, MX_DEV_CPU);
     mx_tensor ho = mx_tensor_2d(ref, MX_F32, rows, N, MX_DEV_CPU), none = {0};
     g_cpu->matmul(&ho, &hx, &hw, bias ? &hb : &none);
@@ -136,12 +148,11 @@ static void test_matmul(int rows, int N, int K, bool bias) {
     mx_tensor dout = gt_dev_poison(2, so);
     g_gpu->matmul(&dout, &dx, &dw, bias ? &db : &none);
     char what[96];
-    const int gemv = rows <= g_cu.gemv_rows;
     snprintf(what, sizeof what, "matmul rows %d N %d K %d%s (%s)", rows, N, K, bias ? " +bias" : "",
              gemv ? (K % 8 ? "generic gemv" : "gemv") : "cuBLASLt");
     check_dev(what, &dout, ref, gemv ? 2e-5 : 1e-2);
     gt_dev_free(&dx), gt_dev_free(&dw), gt_dev_free(&db), gt_dev_free(&dout);
-    free(x), free(w), free(b), free(ref), free(wb), free(bb);
+    free(x), free(xr), free(w), free(b), free(ref), free(wb), free(bb);
 }
 
 /* Q/K/V-style: three matmuls on one x are held and launched as one multi-segment GEMV. */
@@ -150,7 +161,9 @@ static void test_matmul_fused(int rows) {
     float *x = malloc((size_t)rows * K * 4);
     gt_fill(x, (size_t)rows * K, 1.0f);
     const int64_t sx[2] = {rows, K};
-    mx_tensor hx = mx_tensor_2d(x, MX_F32, rows, K, MX_DEV_CPU), dx = gt_dev_f32(x, 2, sx), none = {0};
+    mx_tensor dx = gt_dev_f32(x, 2, sx), none = {0};
+    gt_round_bf16(x, (size_t)rows * K); /* the reference takes the GEMV's bf16 x */
+    mx_tensor hx = mx_tensor_2d(x, MX_F32, rows, K, MX_DEV_CPU);
     mx_tensor dw[3], dout[3], hb = {0}, db = {0};
     float *ref[3];
     uint16_t *wb[3];
@@ -184,6 +197,33 @@ static void test_matmul_fused(int rows) {
     }
     gt_dev_free(&dx), gt_dev_free(&db);
     free(x), free(bb);
+}
+
+/* glu(g, g, u) then a GEMV-sized matmul on g: one GEMV computing act(g) * u as its input. */
+static void test_glu_matmul_fused(int rows, int act) {
+    const int K = 1536, N = 520;
+    float *g = malloc((size_t)rows * K * 4), *u = malloc((size_t)rows * K * 4);
+    float *w = malloc((size_t)N * K * 4), *ref = malloc((size_t)rows * N * 4);
+    gt_fill(g, (size_t)rows * K, 2.0f);
+    gt_fill(u, (size_t)rows * K, 1.0f);
+    gt_fill(w, (size_t)N * K, 1.0f / 32.0f);
+    uint16_t *wb = gt_bf16(w, (size_t)N * K);
+    const int64_t sx[2] = {rows, K}, sw[2] = {N, K}, so[2] = {rows, N};
+    mx_tensor dg = gt_dev_f32(g, 2, sx), du = gt_dev_f32(u, 2, sx), dw = gt_dev_weight(wb, 2, sw);
+    mx_tensor dout = gt_dev_poison(2, so);
+    mx_tensor hg = mx_tensor_2d(g, MX_F32, rows, K, MX_DEV_CPU), hu = mx_tensor_2d(u, MX_F32, rows, K, MX_DEV_CPU);
+    mx_tensor hw = mx_tensor_2d(wb, MX_BF16, N, K, MX_DEV_CPU), ho = mx_tensor_2d(ref, MX_F32, rows, N, MX_DEV_CPU);
+    mx_tensor none = {0};
+    g_cpu->glu(&hg, &hg, &hu, act);
+    gt_round_bf16(g, (size_t)rows * K);
+    g_cpu->matmul(&ho, &hg, &hw, &none);
+    g_gpu->glu(&dg, &dg, &du, act);
+    g_gpu->matmul(&dout, &dg, &dw, &none);
+    char what[96];
+    snprintf(what, sizeof what, "glu (act %d) fused into the gemv, rows %d", act, rows);
+    check_dev(what, &dout, ref, 1e-4); /* act/exp in another library: a little looser */
+    gt_dev_free(&dg), gt_dev_free(&du), gt_dev_free(&dw), gt_dev_free(&dout);
+    free(g), free(u), free(w), free(ref), free(wb);
 }
 
 static void test_norm_rope_elem(void) {
@@ -389,9 +429,14 @@ int gt_run_op_tests(void) {
     test_matmul(4, 4096, 14336, true);
     test_matmul(2, 1000, 100, true);  /* odd N, K % 8 != 0: generic GEMV */
     test_matmul(20, 97, 44, false);   /* cuBLASLt refuses K % 8: generic fallback */
+    test_matmul(3, 1003, 4104, false); /* partial 16-row tile, K % 32 != 0 */
+    test_matmul(7, 17, 8, false);      /* K = 8: one lane of four has k */
     test_matmul(300, 2048, 2048, true);
     test_matmul_fused(1);
     test_matmul_fused(6);
+    test_glu_matmul_fused(1, ACT_SILU);
+    test_glu_matmul_fused(5, ACT_GELU_TANH);
+    test_glu_matmul_fused(8, ACT_SILU);
     test_norm_rope_elem();
     test_moe(1, 128, 8, 2048, 768);
     test_moe(5, 16, 4, 256, 96);

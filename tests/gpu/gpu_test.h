@@ -18,6 +18,7 @@ extern uint64_t g_rng;
 
 /* Records one check: prints "ok"/"FAIL" with the relative error and the tolerance. */
 void gt_report(const char *what, double rel, double tol, long nan_count);
+void gt_report_err(const char *what, double rel, double tol, const long *nan_count);
 /* ||a - ref|| / ||ref|| (float64), and the number of non-finite values of a. */
 double gt_rel_err(const float *a, const float *ref, size_t n, long *nan_count);
 float gt_randn(void);

@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "backend/cuda/cuda_kernels.cuh"
 #include "backend/cuda/cuda_ops.h"
 
 #define ARGMAX_THREADS 256
@@ -127,9 +128,12 @@ greedy_kernel(const float *__restrict__ logits, int V, int32_t *__restrict__ ids
     __shared__ int si[GREEDY_THREADS / 32];
     __shared__ float s_max;
     __shared__ int s_id;
+    pdl_wait();
+    pdl_trigger();
     const float *x = logits + (size_t)blockIdx.x * V;
     float bv = -INFINITY;
     int bi = ARGMAX_NONE;
+#pragma unroll 8
     for (int i = threadIdx.x; i < V; i += GREEDY_THREADS) amax_take(bv, bi, x[i], i);
     amax_warp(bv, bi);
     if ((threadIdx.x & 31) == 0) {
@@ -150,6 +154,7 @@ greedy_kernel(const float *__restrict__ logits, int V, int32_t *__restrict__ ids
     const float m = s_max;
     float sum = 0.f;
     if (m != -INFINITY)
+#pragma unroll 8
         for (int i = threadIdx.x; i < V; i += GREEDY_THREADS) {
             const float v = x[i];
             if (v == v && v != -INFINITY) sum += expf(v - m);
@@ -171,6 +176,7 @@ greedy_kernel(const float *__restrict__ logits, int V, int32_t *__restrict__ ids
 extern "C" int cuda_greedy_f32(const float *logits, int rows, int V, int32_t *ids, float *lps,
                                cudaStream_t stream) {
     if (!logits || !ids || !lps || rows < 1 || V < 1) return (int)cudaErrorInvalidValue;
-    greedy_kernel<<<rows, GREEDY_THREADS, 0, stream>>>(logits, V, ids, lps);
-    return (int)cudaGetLastError();
+    pdl_launch l;
+    pdl_launch_config(&l, dim3(rows), dim3(GREEDY_THREADS), 0, stream);
+    return (int)cudaLaunchKernelEx(&l.cfg, greedy_kernel, logits, V, ids, lps);
 }

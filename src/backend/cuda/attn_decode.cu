@@ -55,6 +55,8 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
     __shared__ float sm_m[ATTN_WARPS][G], sm_l[ATTN_WARPS][G];
     __shared__ __align__(16) float sm_acc[ATTN_WARPS][G][D];
 
+    pdl_wait();
+    pdl_trigger();
     const int split = blockIdx.x, S = gridDim.x, h = blockIdx.y, b = blockIdx.z;
     const int Hq = Hkv * G;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -234,6 +236,8 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
 __global__ void __launch_bounds__(128)
 paged_attn_merge_kernel(const float *__restrict__ part_o, const float *__restrict__ part_lse,
                         void *__restrict__ o, int o_bf16, int S, int D) {
+    pdl_wait();
+    pdl_trigger();
     const size_t hq = blockIdx.x;
     const float *lse = part_lse + hq * S;
     float M = -INFINITY;
@@ -292,7 +296,9 @@ static void attn_launch(const cuda_paged_attn_args *a, int S, float *part_o, flo
                         cudaStream_t stream) {
     const dim3 grid(S, a->n_kv_heads, a->B);
     const float log2e = 1.4426950408889634f; /* softmax via exp2 */
-    paged_attn_split_kernel<G, D><<<grid, ATTN_WARPS * 32, 0, stream>>>(
+    pdl_launch l;
+    pdl_launch_config(&l, grid, dim3(ATTN_WARPS * 32), 0, stream);
+    cudaLaunchKernelEx(&l.cfg, paged_attn_split_kernel<G, D>,
         a->q, a->q_f32, a->k_cache, a->v_cache, a->page_table, a->seq_lens, a->pos, a->row_seq,
         a->o, a->o_dtype == CUDA_OPS_BF16, part_o, part_lse, a->n_kv_heads, a->pt_stride,
         a->block_size / ATTN_BS, a->window, a->scale * log2e,
@@ -336,7 +342,9 @@ extern "C" int cuda_paged_decode_attn(const cuda_paged_attn_args *a, cudaStream_
     }
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess || S == 1) return (int)e;
-    paged_attn_merge_kernel<<<a->B * a->n_q_heads, 128, 0, stream>>>(
-        part_o, part_lse, a->o, a->o_dtype == CUDA_OPS_BF16, S, a->head_dim);
-    return (int)cudaGetLastError();
+    pdl_launch l;
+    pdl_launch_config(&l, dim3(a->B * a->n_q_heads), dim3(128), 0, stream);
+    return (int)cudaLaunchKernelEx(&l.cfg, paged_attn_merge_kernel, (const float *)part_o,
+                                   (const float *)part_lse, a->o,
+                                   (int)(a->o_dtype == CUDA_OPS_BF16), S, a->head_dim);
 }

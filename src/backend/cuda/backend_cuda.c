@@ -174,6 +174,7 @@ void cu_flush_rope(void) {
 }
 
 void cu_flush(void) {
+    cu_flush_glu();
     cu_flush_mm();
     flush_add();
     cu_flush_rope();
@@ -222,6 +223,7 @@ static void be_rms_norm(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, 
 }
 
 static void be_rope(mx_tensor *x, const float *cos_sin, int rot_dim) {
+    cu_flush_glu();
     cu_flush_mm();
     if (g_cu.pend_add.on) cu_flush();
     /* rope(q), rope(k) are held for the KV write that follows (one fused launch) */
@@ -266,9 +268,24 @@ static void be_add(mx_tensor *x, const mx_tensor *y) {
 
 static void be_glu(mx_tensor *out, const mx_tensor *gate, const mx_tensor *up, int activation) {
     cu_flush();
-    cu_ck(cuda_glu_f32(out->data, (long)out->stride[0], gate->data, (long)gate->stride[0],
-                       up->data, (long)up->stride[0], (int)gate->shape[0], (int)gate->shape[1],
-                       activation, g_cu.st),
+    g_cu.pend_glu.out = out->data;
+    g_cu.pend_glu.gate = gate->data;
+    g_cu.pend_glu.up = up->data;
+    g_cu.pend_glu.os = (long)out->stride[0];
+    g_cu.pend_glu.gs = (long)gate->stride[0];
+    g_cu.pend_glu.us = (long)up->stride[0];
+    g_cu.pend_glu.rows = (int)gate->shape[0];
+    g_cu.pend_glu.cols = (int)gate->shape[1];
+    g_cu.pend_glu.act = activation;
+    g_cu.pend_glu.on = true;
+}
+
+void cu_flush_glu(void) {
+    if (!g_cu.pend_glu.on) return;
+    g_cu.pend_glu.on = false;
+    cu_ck(cuda_glu_f32(g_cu.pend_glu.out, g_cu.pend_glu.os, g_cu.pend_glu.gate, g_cu.pend_glu.gs,
+                       g_cu.pend_glu.up, g_cu.pend_glu.us, g_cu.pend_glu.rows, g_cu.pend_glu.cols,
+                       g_cu.pend_glu.act, g_cu.st),
           "glu");
 }
 
@@ -317,11 +334,11 @@ static void be_describe(char *buf, size_t len) {
     else snprintf(splits, sizeof splits, "auto");
     snprintf(buf, len,
              "%s, compute capability %d.%d, %d SMs, %.1f GiB (%.1f GiB free) | GEMV rows <= %d "
-             "(cuBLASLt above) | CUDA graphs %s (cache %d) | decode splits %s | weights %s%s | "
-             "KV bf16",
+             "(cuBLASLt above) | CUDA graphs %s (cache %d) | PDL %s | decode splits %s | "
+             "weights %s%s | KV bf16",
              f->name, f->cc_major, f->cc_minor, f->sm_count, f->total_bytes / 1073741824.0,
              f->free_bytes / 1073741824.0, g_cu.gemv_rows, g_cu.graph_cache ? "on" : "off",
-             g_cu.graph_cache, splits, g_cu.lazy ? "lazy" : "eager",
+             g_cu.graph_cache, cuda_pdl_enabled() ? "on" : "off", splits, g_cu.lazy ? "lazy" : "eager",
              g_cu.lazy ? "" : g_cu.pinned ? " (pinned 4 x 64 MiB)" : " (pageable)");
 }
 
@@ -436,6 +453,7 @@ static int cu_init(mx_error *err) {
     g_cu.lazy = env->weight_lazy;
     g_cu.pinned = env->cuda_pinned_load;
     g_cu.profile = env->profile_ttft;
+    cuda_set_pdl(env->cuda_pdl && g_cu.facts.cc_major >= 9);
     if (cudaHostAlloc(&g_cu.misc, CU_MISC_BYTES, cudaHostAllocDefault) != cudaSuccess ||
         cudaEventCreateWithFlags(&g_cu.misc_ev, cudaEventDisableTiming) != cudaSuccess)
         return mx_fail(err, "--device cuda: cannot allocate %zu MiB of pinned host memory",

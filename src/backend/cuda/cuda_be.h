@@ -151,6 +151,16 @@ typedef struct cu_state {
         const float *cs;
         int n, D, rot, count;
     } pend_rope;
+    /* out = act(gate) * up waiting for the matmul that reads out: the GEMV computes it while
+     * loading x (the GLU kernel and its output buffer are skipped; out is NOT written then,
+     * which the forward never notices: it reads out only through that matmul) */
+    struct {
+        float *out;
+        const float *gate, *up;
+        int rows, cols, act;
+        long os, gs, us;
+        bool on;
+    } pend_glu;
     /* ---- graphs ---- */
     cu_graph *graphs;
     int n_graphs;
@@ -200,5 +210,6 @@ void cu_lt_destroy(void);
 void cu_flush(void);
 void cu_flush_mm(void);
 void cu_flush_rope(void);
+void cu_flush_glu(void);
 
 #endif

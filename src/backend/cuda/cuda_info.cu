@@ -22,3 +22,8 @@ extern "C" int cuda_device_info(cuda_device_facts *out) {
     out->total_bytes = total_b;
     return 0;
 }
+
+/* Programmatic dependent launch for the decode kernels (set once at backend start). */
+static int g_pdl = 0;
+extern "C" void cuda_set_pdl(int on) { g_pdl = on; }
+extern "C" int cuda_pdl_enabled(void) { return g_pdl; }

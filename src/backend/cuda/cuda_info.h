@@ -17,6 +17,11 @@ typedef struct cuda_device_facts {
 /* Device 0's facts; -1 when no usable GPU (no driver, no device). Never aborts. */
 int cuda_device_info(cuda_device_facts *out);
 
+/* Programmatic dependent launch (compute capability >= 9.0): decode kernels may start while
+ * their predecessor finishes (see cuda_kernels.cuh). Off by default; the backend turns it on. */
+void cuda_set_pdl(int on);
+int cuda_pdl_enabled(void);
+
 #ifdef __cplusplus
 }
 #endif

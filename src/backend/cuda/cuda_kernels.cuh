@@ -68,6 +68,57 @@ __device__ __forceinline__ void store8_any(void *base, int is_bf16, size_t i, co
     }
 }
 
+/* ==== Activations ==== */
+
+/* act: 0 silu, 1 gelu (tanh approximation), 2 gelu (erf) */
+__device__ __forceinline__ float act_apply(float g, int act) {
+    if (act == 1) {
+        const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
+        return 0.5f * g * (1.0f + tanhf(k * (g + 0.044715f * g * g * g)));
+    }
+    if (act == 2) return 0.5f * g * (1.0f + erff(g * 0.7071067811865476f));
+    return g / (1.0f + expf(-g));
+}
+
+/* ==== Programmatic dependent launch (sm_90) ====
+ * A kernel launched with pdl_launch_config() may start while its predecessor in the stream
+ * is still running. It must call pdl_wait() before it reads anything an earlier kernel wrote
+ * and before it writes anything (an earlier kernel may still read it); work on constant data
+ * (weights) may come first. pdl_wait() returns at once in a kernel launched without PDL.
+ * pdl_trigger() lets the next kernel start launching now. */
+__device__ __forceinline__ void pdl_wait(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* Launch configuration carrying the PDL attribute when cuda_pdl_enabled(). Fill in place
+ * (cfg.attrs points into the struct) and launch with cudaLaunchKernelEx(&l.cfg, ...). */
+typedef struct pdl_launch {
+    cudaLaunchConfig_t cfg;
+    cudaLaunchAttribute attr[1];
+} pdl_launch;
+
+extern "C" int cuda_pdl_enabled(void);
+
+static inline void pdl_launch_config(pdl_launch *l, dim3 grid, dim3 block, size_t smem,
+                                     cudaStream_t st) {
+    l->cfg = cudaLaunchConfig_t{};
+    l->cfg.gridDim = grid;
+    l->cfg.blockDim = block;
+    l->cfg.dynamicSmemBytes = smem;
+    l->cfg.stream = st;
+    l->attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    l->attr[0].val.programmaticStreamSerializationAllowed = 1;
+    l->cfg.attrs = l->attr;
+    l->cfg.numAttrs = cuda_pdl_enabled() ? 1 : 0;
+}
+
 /* ==== Reductions ==== */
 
 __device__ __forceinline__ float warp_sum(float v) {

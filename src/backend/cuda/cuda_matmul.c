@@ -143,6 +143,25 @@ void cu_matmul(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, const mx_
     const bool fast = rows >= 1 && rows <= g_cu.gemv_rows && K % 8 == 0 && w->stride[0] == K &&
                       x->stride[0] == K && out->stride[0] == N && ((uintptr_t)w->data & 15) == 0 &&
                       ((uintptr_t)x->data & 15) == 0;
+    if (g_cu.pend_glu.on) {
+        /* the down projection of a GLU MLP: one GEMV computing act(gate) * up as its input */
+        if (fast && x->data == g_cu.pend_glu.out && g_cu.pend_glu.rows == rows &&
+            g_cu.pend_glu.cols == K && g_cu.pend_glu.gs == K && g_cu.pend_glu.us == K &&
+            ((uintptr_t)g_cu.pend_glu.gate & 15) == 0 && ((uintptr_t)g_cu.pend_glu.up & 15) == 0) {
+            g_cu.pend_glu.on = false;
+            cu_resident(w->data);
+            const bool has_bias = mx_tensor_present(bias);
+            if (has_bias) cu_resident(bias->data);
+            cuda_gemv_segs segs = {.n = 1, .W = {w->data}, .y = {out->data}, .N = {N}};
+            if (!cu_ck(cuda_gemv_bf16_glu(&segs, g_cu.pend_glu.gate, CUDA_OPS_F32, g_cu.pend_glu.up,
+                                          g_cu.pend_glu.act, CUDA_OPS_F32, rows, K, g_cu.st),
+                       "gemv (glu input)") &&
+                has_bias)
+                cu_ck(cuda_bias_add_f32(out->data, N, bias->data, rows, N, g_cu.st), "bias");
+            return;
+        }
+        cu_flush_glu();
+    }
     cu_flush_rope(); /* other kinds first: at most one kind is pending */
     if (g_cu.pend_add.on) cu_flush();
     if (!fast) {

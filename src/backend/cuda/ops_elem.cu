@@ -26,6 +26,8 @@ __device__ __forceinline__ float bf16_round(float f) {
 /* ==== Embedding ==== */
 __global__ void embed_kernel(float *out, const uint16_t *table, const int32_t *ids, int H, int V,
                              float scale, int round) {
+    pdl_wait();
+    pdl_trigger();
     const int i = blockIdx.x;
     int id = ids[i];
     id = id < 0 ? 0 : id >= V ? V - 1 : id; /* ids are validated at submit; never read out of range */
@@ -45,7 +47,119 @@ __global__ void embed_kernel(float *out, const uint16_t *table, const int32_t *i
 extern "C" int cuda_embed(float *out, const uint16_t *table, const int32_t *ids, int n, int H,
                           int V, float scale, int round, cudaStream_t st) {
     if (n < 1 || H < 1 || V < 1 || !out || !table || !ids) return (int)cudaErrorInvalidValue;
-    embed_kernel<<<n, EL_THREADS, 0, st>>>(out, table, ids, H, V, scale, round);
+    pdl_launch l;
+    pdl_launch_config(&l, dim3(n), dim3(EL_THREADS), 0, st);
+    return (int)cudaLaunchKernelEx(&l.cfg, embed_kernel, out, table, ids, H, V, scale, round);
+}
+
+/* ==== Fused: residual add + RMSNorm ====
+ * x[r] += y[r]; out[r] = x[r] / rms(x[r]) * (w + offset). The sum of squares is over the
+ * updated x, exactly as add then rms_norm.
+ * Decode-sized rows are latency-bound: the vector kernel gives each thread at most
+ * NORM_VEC float4s held in registers (one load of x, y and w per element, no re-read), with up
+ * to 1024 threads per row; the scalar kernel is the fallback for D % 4 != 0 or huge D. */
+#define NORM_VEC 4
+
+__device__ __forceinline__ float block_sum(float v, float *red) {
+    v = warp_sum(v);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float tot = 0.f;
+    for (int i = 0; i < (int)(blockDim.x >> 5); i++) tot += red[i];
+    return tot;
+}
+
+/* y == NULL: plain RMSNorm of x (x not written; out may be x). All loads are issued before
+ * any store, so x and out need no __restrict__. */
+__global__ void add_rms_norm_vec_kernel(float *x, long xs, const float *__restrict__ y,
+                                        float *out, long os, const uint16_t *__restrict__ w,
+                                        float eps, float offset, int D) {
+    __shared__ float red[32];
+    pdl_wait();
+    pdl_trigger();
+    float4 *xr = (float4 *)(x + (size_t)blockIdx.x * xs);
+    const float4 *yr = y ? (const float4 *)(y + (size_t)blockIdx.x * D) : NULL;
+    float4 *orow = (float4 *)(out + (size_t)blockIdx.x * os);
+    const int D4 = D / 4;
+    float4 v[NORM_VEC], b[NORM_VEC];
+#pragma unroll
+    for (int i = 0; i < NORM_VEC; i++) {
+        const int j = threadIdx.x + i * blockDim.x;
+        v[i] = j < D4 ? xr[j] : make_float4(0.f, 0.f, 0.f, 0.f);
+        b[i] = j < D4 && yr ? yr[j] : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    float ss = 0.f;
+#pragma unroll
+    for (int i = 0; i < NORM_VEC; i++) {
+        const int j = threadIdx.x + i * blockDim.x;
+        if (yr) {
+            v[i].x += b[i].x, v[i].y += b[i].y, v[i].z += b[i].z, v[i].w += b[i].w;
+            if (j < D4) xr[j] = v[i];
+        }
+        ss = fmaf(v[i].x, v[i].x, ss);
+        ss = fmaf(v[i].y, v[i].y, ss);
+        ss = fmaf(v[i].z, v[i].z, ss);
+        ss = fmaf(v[i].w, v[i].w, ss);
+    }
+    const float inv = 1.0f / sqrtf(block_sum(ss, red) / (float)D + eps);
+#pragma unroll
+    for (int i = 0; i < NORM_VEC; i++) {
+        const int j = threadIdx.x + i * blockDim.x;
+        if (j < D4) {
+            const uint2 wb = __ldg((const uint2 *)w + j);
+            orow[j] = make_float4((v[i].x * inv) * (bf16_lo(wb.x) + offset),
+                                  (v[i].y * inv) * (bf16_hi(wb.x) + offset),
+                                  (v[i].z * inv) * (bf16_lo(wb.y) + offset),
+                                  (v[i].w * inv) * (bf16_hi(wb.y) + offset));
+        }
+    }
+}
+
+/* Threads for the vector kernel, or 0 when it does not apply. */
+static int norm_vec_threads(int D, long xs, long os, const void *x, const void *out) {
+    if (D % 4 || xs % 4 || os % 4 || ((uintptr_t)x & 15) || ((uintptr_t)out & 15)) return 0;
+    const int D4 = D / 4;
+    int t = (D4 + NORM_VEC - 1) / NORM_VEC;
+    t = (t + 31) / 32 * 32;
+    if (t < 32) t = 32;
+    return t <= 1024 ? t : 0;
+}
+
+static int norm_vec_launch(float *x, long xs, const float *y, float *out, long os,
+                           const uint16_t *w, float eps, float offset, int rows, int D, int threads,
+                           cudaStream_t st) {
+    pdl_launch l;
+    pdl_launch_config(&l, dim3(rows), dim3(threads), 0, st);
+    return (int)cudaLaunchKernelEx(&l.cfg, add_rms_norm_vec_kernel, x, xs, y, out, os, w, eps,
+                                   offset, D);
+}
+
+__global__ void add_rms_norm_kernel(float *x, const float *y, float *out, const uint16_t *w,
+                                    float eps, float offset, int D) {
+    __shared__ float red[EL_THREADS / 32];
+    float *xr = x + (size_t)blockIdx.x * D;
+    const float *yr = y + (size_t)blockIdx.x * D;
+    float *orow = out + (size_t)blockIdx.x * D;
+    float ss = 0.f;
+    for (int j = threadIdx.x; j < D; j += blockDim.x) {
+        const float v = xr[j] + yr[j];
+        xr[j] = v;
+        ss = fmaf(v, v, ss);
+    }
+    const float inv = 1.0f / sqrtf(block_sum(ss, red) / (float)D + eps);
+    for (int j = threadIdx.x; j < D; j += blockDim.x)
+        orow[j] = (xr[j] * inv) * (bf16_lo(w[j]) + offset);
+}
+
+extern "C" int cuda_add_rms_norm_f32(float *x, const float *y, float *out, const uint16_t *w,
+                                     float eps, float offset, int rows, int D, cudaStream_t st) {
+    if (rows < 1 || D < 1 || !x || !y || !out || !w || out == x || out == y)
+        return (int)cudaErrorInvalidValue;
+    const int vt = norm_vec_threads(D, D, D, x, out);
+    if (vt && ((uintptr_t)y & 15) == 0 && ((uintptr_t)w & 7) == 0)
+        return norm_vec_launch(x, D, y, out, D, w, eps, offset, rows, D, vt, st);
+    int threads = D >= EL_THREADS ? EL_THREADS : (D + 31) / 32 * 32;
+    add_rms_norm_kernel<<<rows, threads, 0, st>>>(x, y, out, w, eps, offset, D);
     LAUNCH_CHECK();
 }
 
@@ -72,6 +186,10 @@ extern "C" int cuda_rms_norm_f32(float *out, long out_stride, const float *x, lo
                                  const uint16_t *w, float eps, float offset, int rows, int D,
                                  cudaStream_t st) {
     if (rows < 1 || D < 1 || !out || !x || !w) return (int)cudaErrorInvalidValue;
+    const int vt = norm_vec_threads(D, x_stride, out_stride, x, out);
+    if (vt && ((uintptr_t)w & 7) == 0)
+        return norm_vec_launch((float *)x, x_stride, NULL, out, out_stride, w, eps, offset, rows,
+                               D, vt, st);
     int threads = D >= EL_THREADS ? EL_THREADS : (D + 31) / 32 * 32;
     rms_norm_kernel<<<rows, threads, 0, st>>>(out, out_stride, x, x_stride, w, eps, offset, D);
     LAUNCH_CHECK();
@@ -118,15 +236,6 @@ extern "C" int cuda_add_f32(float *x, long x_stride, const float *y, long y_stri
     LAUNCH_CHECK();
 }
 
-__device__ __forceinline__ float act_apply(float g, int act) {
-    if (act == 1) {
-        const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
-        return 0.5f * g * (1.0f + tanhf(k * (g + 0.044715f * g * g * g)));
-    }
-    if (act == 2) return 0.5f * g * (1.0f + erff(g * 0.7071067811865476f));
-    return g / (1.0f + expf(-g));
-}
-
 __global__ void glu_kernel(float *out, long os, const float *g, long gs, const float *u, long us,
                            int cols, size_t n, int act) {
     for (size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x; t < n;
@@ -163,6 +272,8 @@ extern "C" int cuda_softcap_f32(float *x, size_t n, float cap, cudaStream_t st) 
 /* ==== Row gather, bias ==== */
 __global__ void gather_kernel(float *out, long os, const float *x, long xs, const int32_t *idx,
                               int cols) {
+    pdl_wait();
+    pdl_trigger();
     const int i = blockIdx.x;
     const float *src = x + (size_t)idx[i] * xs;
     for (int c = threadIdx.x; c < cols; c += blockDim.x) out[(size_t)i * os + c] = src[c];
@@ -171,8 +282,9 @@ __global__ void gather_kernel(float *out, long os, const float *x, long xs, cons
 extern "C" int cuda_gather_rows_f32(float *out, long out_stride, const float *x, long x_stride,
                                     const int32_t *idx, int n, int cols, cudaStream_t st) {
     if (n < 1 || cols < 1 || !out || !x || !idx) return (int)cudaErrorInvalidValue;
-    gather_kernel<<<n, EL_THREADS, 0, st>>>(out, out_stride, x, x_stride, idx, cols);
-    LAUNCH_CHECK();
+    pdl_launch l;
+    pdl_launch_config(&l, dim3(n), dim3(EL_THREADS), 0, st);
+    return (int)cudaLaunchKernelEx(&l.cfg, gather_kernel, out, out_stride, x, x_stride, idx, cols);
 }
 
 __global__ void bias_kernel(float *out, long os, const uint16_t *b, int cols, size_t n) {
@@ -305,60 +417,33 @@ extern "C" int cuda_gemv_generic(float *y, long y_stride, const float *x, long x
     LAUNCH_CHECK();
 }
 
-/* ==== Fused: residual add + RMSNorm ====
- * x[r] += y[r]; out[r] = x[r] / rms(x[r]) * (w + offset). Each thread re-reads in pass 2 the
- * elements it wrote in pass 1 (same j), so no barrier is needed between the write and the
- * read; the sum of squares is over the updated x, exactly as add then rms_norm. */
-__global__ void add_rms_norm_kernel(float *x, const float *y, float *out, const uint16_t *w,
-                                    float eps, float offset, int D) {
-    __shared__ float red[EL_THREADS / 32];
-    float *xr = x + (size_t)blockIdx.x * D;
-    const float *yr = y + (size_t)blockIdx.x * D;
-    float *orow = out + (size_t)blockIdx.x * D;
-    float ss = 0.f;
-    for (int j = threadIdx.x; j < D; j += blockDim.x) {
-        const float v = xr[j] + yr[j];
-        xr[j] = v;
-        ss = fmaf(v, v, ss);
-    }
-    ss = warp_sum(ss);
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
-    __syncthreads();
-    float tot = 0.f;
-    for (int i = 0; i < (int)(blockDim.x >> 5); i++) tot += red[i];
-    const float inv = 1.0f / sqrtf(tot / (float)D + eps);
-    for (int j = threadIdx.x; j < D; j += blockDim.x)
-        orow[j] = (xr[j] * inv) * (bf16_lo(w[j]) + offset);
-}
-
-extern "C" int cuda_add_rms_norm_f32(float *x, const float *y, float *out, const uint16_t *w,
-                                     float eps, float offset, int rows, int D, cudaStream_t st) {
-    if (rows < 1 || D < 1 || !x || !y || !out || !w || out == x || out == y)
-        return (int)cudaErrorInvalidValue;
-    int threads = D >= EL_THREADS ? EL_THREADS : (D + 31) / 32 * 32;
-    add_rms_norm_kernel<<<rows, threads, 0, st>>>(x, y, out, w, eps, offset, D);
-    LAUNCH_CHECK();
-}
-
 /* ==== Fused: RoPE on q and k + KV write ====
  * Row i: q heads rotated in place (when q != NULL), k heads rotated in place and written to
- * k_pool[rows[i]], v copied to v_pool[rows[i]] (rows[i] < 0: no write). Every thread owns
- * whole rotation pairs (j, j + half), so it writes what it computed: no barrier. */
+ * k_pool[rows[i]], v copied to v_pool[rows[i]] (rows[i] < 0: no write). One thread per item,
+ * items being the rotation pairs (j, j + half) of every q and k head, then the k dims past the
+ * rotated part and all v dims; a row is spread over gridDim.y CTAs so that a decode step is
+ * one load latency deep rather than a loop of dependent loads. Every thread writes what it
+ * computed: no barrier. */
+#define ROPE_KV_THREADS 128
 __global__ void rope_kv_f32_kernel(float *q, long qs, float *k, long ks, const float *v, long vs,
-                                   const float *cos_sin, int Hq, int Hkv, int D, int half,
-                                   const int64_t *rows, void *kp, void *vp, int bf16) {
+                                   const float *__restrict__ cos_sin, int Hq, int Hkv, int D,
+                                   int half, const int64_t *__restrict__ rows, void *kp, void *vp,
+                                   int bf16) {
+    pdl_wait();
+    pdl_trigger();
     const int i = blockIdx.x;
-    const float *cs = cos_sin + (size_t)i * 2 * half;
+    const int t = blockIdx.y * ROPE_KV_THREADS + threadIdx.x;
     const int64_t r = rows[i];
-    const int heads = (q ? Hq : 0) + Hkv;
-    for (int t = threadIdx.x; t < heads * half; t += blockDim.x) {
+    const int hq = q ? Hq : 0, n_pairs = (hq + Hkv) * half, rest = D - 2 * half;
+    if (t < n_pairs) {
+        const float *cs = cos_sin + (size_t)i * 2 * half;
         const int hh = t / half, j = t - hh * half;
-        const bool is_q = q && hh < Hq;
-        const int h = is_q ? hh : hh - (q ? Hq : 0);
+        const bool is_q = hh < hq;
+        const int h = is_q ? hh : hh - hq;
         float *vec = is_q ? q + (size_t)i * qs + (size_t)h * D : k + (size_t)i * ks + (size_t)h * D;
-        const float c = cs[2 * j], s = cs[2 * j + 1];
+        const float c = cs[2 * j], sn = cs[2 * j + 1];
         const float a = vec[j], b = vec[j + half];
-        const float na = a * c - b * s, nb = b * c + a * s;
+        const float na = a * c - b * sn, nb = b * c + a * sn;
         vec[j] = na;
         vec[j + half] = nb;
         if (!is_q && r >= 0) {
@@ -371,20 +456,19 @@ __global__ void rope_kv_f32_kernel(float *q, long qs, float *k, long ks, const f
                 ((float *)kp)[o + j + half] = nb;
             }
         }
+        return;
     }
-    if (r < 0) return;
     /* k dims past the rotated part (partial rotary), and all of v */
-    const int rest = D - 2 * half;
-    for (int t = threadIdx.x; t < Hkv * (rest + D); t += blockDim.x) {
-        const int h = t / (rest + D), e = t - h * (rest + D);
-        const bool is_k = e < rest;
-        const int d = is_k ? 2 * half + e : e - rest;
-        const float val = is_k ? k[(size_t)i * ks + (size_t)h * D + d] : v[(size_t)i * vs + (size_t)h * D + d];
-        const size_t o = ((size_t)r * Hkv + h) * D + d;
-        void *pool = is_k ? kp : vp;
-        if (bf16) ((uint16_t *)pool)[o] = (uint16_t)f32_to_bf16_bits(val);
-        else ((float *)pool)[o] = val;
-    }
+    const int u = t - n_pairs;
+    if (r < 0 || u >= Hkv * (rest + D)) return;
+    const int h = u / (rest + D), e = u - h * (rest + D);
+    const bool is_k = e < rest;
+    const int d = is_k ? 2 * half + e : e - rest;
+    const float val = is_k ? k[(size_t)i * ks + (size_t)h * D + d] : v[(size_t)i * vs + (size_t)h * D + d];
+    const size_t o = ((size_t)r * Hkv + h) * D + d;
+    void *pool = is_k ? kp : vp;
+    if (bf16) ((uint16_t *)pool)[o] = (uint16_t)f32_to_bf16_bits(val);
+    else ((float *)pool)[o] = val;
 }
 
 extern "C" int cuda_rope_kv_f32(float *q, long q_stride, float *k, long k_stride, const float *v,
@@ -394,7 +478,12 @@ extern "C" int cuda_rope_kv_f32(float *q, long q_stride, float *k, long k_stride
     if (n < 1 || Hkv < 1 || (q && Hq < 1) || rot < 2 || rot % 2 || rot > D || !k || !v ||
         !cos_sin || !rows || !k_pool || !v_pool)
         return (int)cudaErrorInvalidValue;
-    rope_kv_f32_kernel<<<n, 128, 0, st>>>(q, q_stride, k, k_stride, v, v_stride, cos_sin, Hq, Hkv,
-                                          D, rot / 2, rows, k_pool, v_pool, pool_bf16);
-    LAUNCH_CHECK();
+    const int half = rot / 2, rest = D - rot;
+    const int items = ((q ? Hq : 0) + Hkv) * half + Hkv * (rest + D);
+    pdl_launch l;
+    pdl_launch_config(&l, dim3(n, (items + ROPE_KV_THREADS - 1) / ROPE_KV_THREADS),
+                      dim3(ROPE_KV_THREADS), 0, st);
+    return (int)cudaLaunchKernelEx(&l.cfg, rope_kv_f32_kernel, q, q_stride, k, k_stride, v,
+                                   v_stride, cos_sin, Hq, Hkv, D, half, rows, k_pool, v_pool,
+                                   pool_bf16);
 }
