@@ -142,7 +142,7 @@ for shape in $SHAPES; do
     stage "$shape: transformers generate() + agreement"
     hf_timing=""; [ "${HF_TIMING:-1}" = 0 ] && hf_timing="--no-timing"
     timeout "$(tl)" "$PY" tools/reference/transformers_bench.py "$dir" $hf_timing --prompt-tokens "$PROMPT" \
-      --gen-tokens "$GEN" --batch "$BATCH" --agree "$RES/$shape.generate.json" --out "$RES/$shape.hf.json" \
+      --gen-tokens "$GEN" --batch "$BATCH" --agree "$RES/$shape.generate.json" --out "$RES/$shape.hf.json" ${HF_AGREE_EXTRA:---self-agree 256 --fp32-agree} \
       > "$LOG/$shape.hf.log" 2>&1; tail -5 "$LOG/$shape.hf.log"
     if [ "$(left)" -gt 40 ] && [ "${HF_TIMING:-1}" != 0 ]; then
       timeout "$(tl)" "$PY" tools/reference/transformers_bench.py "$dir" --prompt-tokens "$PREFILL_LONG" \

@@ -40,9 +40,16 @@ for s, d in doc["shapes"].items():
     lines.append(f"| {s} | prefill {ml.get('prompt_tokens', '?')} | "
                  f"{fmt(get(ml, 1, 'prefill_tok_s'))} / {fmt(get(hl, 1, 'prefill_tok_s'))} | "
                  f"{fmt(get(ml, 1, 'ttft_ms_p50'), 1)} / {fmt(get(hl, 1, 'ttft_ms'), 1)} | | | | | | |")
-    for a in h.get("agreement", []) if isinstance(h, dict) else []:
-        lines.append(f"| {s} | top-1 agreement | {a.get('agree')}/{a.get('positions')} = "
-                     f"{100 * a.get('agreement', 0):.1f}% (median margin {a.get('median_margin', 0):.2f}) | | | | | | | |")
+    for key, label in (("agreement", "top-1 agreement (transformers bf16)"),
+                       ("agreement_fp32", "top-1 agreement (transformers fp32)")):
+        for a in h.get(key, []) if isinstance(h, dict) else []:
+            lines.append(f"| {s} | {label} | {a.get('agree')}/{a.get('positions')} = "
+                         f"{100 * a.get('agreement', 0):.1f}% (median margin {a.get('median_margin', 0):.2f}) | | | | | | | |")
+    a = h.get("self_agreement") if isinstance(h, dict) else None
+    if a:
+        lines.append(f"| {s} | transformers bf16 vs itself (generate vs teacher-forced) | "
+                     f"{a.get('agree')}/{a.get('positions')} = {100 * a.get('agreement', 0):.1f}% "
+                     f"(median margin {a.get('median_margin', 0):.2f}) | | | | | | | |")
     if isinstance(m, dict) and "copy_gb_s" in m:
         lines.append(f"| {s} | copy bandwidth | {m['copy_gb_s']:.0f} GB/s | load {m.get('load_s', 0):.1f} s | | | | | | |")
 with open(base + ".md", "w") as f: f.write("\n".join(lines) + "\n")

@@ -114,6 +114,29 @@ def agreement(m, path):
                 median_margin=statistics.median(margin), mismatches=mism[:32])
 
 
+def self_agreement(m, path, n):
+    """transformers against itself: its own greedy generate() (KV cache, one token at a time)
+    from the same prompt as mlxcel, then the teacher-forced forward over that sequence. Where
+    the two disagree, bf16 rounding noise alone decides the argmax: the reference's own floor
+    for a top-1 agreement figure."""
+    import torch
+    with open(path) as f:
+        prompt = list(json.load(f)["prompt_ids"])
+    ids = torch.tensor([prompt], device="cuda")
+    eos = m.config.eos_token_id
+    eos = eos[0] if isinstance(eos, list) else eos
+    with torch.no_grad():
+        out = m.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=n,
+                         min_new_tokens=n, do_sample=False, pad_token_id=eos)
+    toks = out[0, len(prompt):].tolist()
+    tmp = path + ".hf_self.json"
+    with open(tmp, "w") as f:
+        json.dump(dict(prompt_ids=prompt, tokens=toks), f)
+    r = agreement(m, tmp)
+    r["what"] = "transformers generate() vs transformers teacher-forced forward"
+    return r
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -126,6 +149,11 @@ def main():
     ap.add_argument("--out")
     ap.add_argument("--agree", nargs="*", default=[])
     ap.add_argument("--no-timing", action="store_true")
+    ap.add_argument("--self-agree", type=int, default=0,
+                    help="also report transformers' generate() vs its own teacher-forced forward "
+                         "over N tokens from the first --agree file's prompt")
+    ap.add_argument("--fp32-agree", action="store_true",
+                    help="also report the --agree files against the model upcast to fp32")
     a = ap.parse_args()
 
     import torch
@@ -141,6 +169,21 @@ def main():
         res["agreement"].append(r)
         print(f"agreement {p}: {r.get('agree')}/{r.get('positions')} "
               f"({100 * r.get('agreement', 0):.1f}%)", file=sys.stderr, flush=True)
+    if a.self_agree and a.agree:
+        r = self_agreement(m, a.agree[0], a.self_agree)
+        res["self_agreement"] = r
+        print(f"transformers self-agreement (bf16 generate vs teacher-forced): {r.get('agree')}/"
+              f"{r.get('positions')} ({100 * r.get('agreement', 0):.1f}%), median margin "
+              f"{r.get('median_margin', 0):.2f}", file=sys.stderr, flush=True)
+    if a.fp32_agree and a.agree:
+        m32 = m.float()
+        res["agreement_fp32"] = []
+        for p in a.agree:
+            r = agreement(m32, p)
+            res["agreement_fp32"].append(r)
+            print(f"agreement vs transformers fp32 {p}: {r.get('agree')}/{r.get('positions')} "
+                  f"({100 * r.get('agreement', 0):.1f}%)", file=sys.stderr, flush=True)
+        m = m32.to(torch.bfloat16) if not a.no_timing else m32
     if not a.no_timing:
         bench_batch(m, 1, min(16, a.prompt_tokens), 4, a.seed)  # warm-up
         for B in [int(x) for x in a.batch.split(",") if x]:
