@@ -290,6 +290,14 @@ int tune_point_make(tune_op op, const tune_device *dev, const tune_geom *g, int 
         tune_bucket_attn(p->bucket, sizeof p->bucket, p->batch, p->context, g);
         const int n_blocks = (p->context + g->block_size - 1) / g->block_size;
         if (dev->kind == TUNE_DEV_CUDA) {
+            /* the split-K kernel's shapes; the engine sends other ones to the tiled kernel */
+            const int G = g->q_heads / g->kv_heads;
+            if ((g->head_dim != 64 && g->head_dim != 128) || (G != 1 && G != 2 && G != 4 && G != 8) ||
+                g->block_size % 16)
+                return mx_fail(err, "paged-decode-splits on cuda needs head_dim 64 or 128, q heads "
+                                    "/ kv heads in {1, 2, 4, 8} and a block size multiple of 16 "
+                                    "(got head_dim %d, %d / %d heads, block %d)", g->head_dim,
+                               g->q_heads, g->kv_heads, g->block_size);
             /* what cu_decode_splits() picks for a step of this length on this device */
             p->default_value = tune_cuda_default_splits(
                 p->batch, g->kv_heads, tune_cuda_capacity_tokens(p->context, g->block_size),
