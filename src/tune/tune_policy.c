@@ -107,7 +107,9 @@ static int lookup_cached(const tune_point *p, const tune_device *dev, const tune
     mx_error_clear(&err);
     const int rc = tune_store_read(dir, &k, &r, &err);
     if (rc == TUNE_READ_OK) {
-        e->found = 1, e->value = r.value, e->src = TUNE_SRC_CACHE;
+        /* A record that kept the default says "the built-in policy": 0, so that a runtime
+         * shape of the bucket gets the policy's value for itself, not the tuned point's. */
+        e->found = 1, e->value = r.value == r.default_value ? 0 : r.value, e->src = TUNE_SRC_CACHE;
     } else if (rc == TUNE_READ_IGNORED || rc < 0) {
         LOG_WARN("autotune: %s; ignored", err.msg);
     }
@@ -124,13 +126,17 @@ static int lookup_cached(const tune_point *p, const tune_device *dev, const tune
                 tune_store_write(dir, &r, &err)) {
                 LOG_WARN("autotune: tuning on first use failed: %s; using the default", err.msg);
             } else {
-                e->found = 1, e->value = r.value, e->src = TUNE_SRC_TUNED;
+                e->found = 1, e->src = TUNE_SRC_TUNED;
+                e->value = r.value == r.default_value ? 0 : r.value;
             }
         }
     }
-    if (e->found)
+    if (e->found && e->value > 0)
         LOG_INFO("autotune: %s = %d for %s on %s (%s)", k.op, e->value, k.bucket, k.device,
                  tune_source_name(e->src));
+    else if (e->found)
+        LOG_INFO("autotune: %s = built-in default for %s on %s (%s: tuning kept the default)",
+                 k.op, k.bucket, k.device, tune_source_name(e->src));
     *value = e->value;
     *src = e->src;
     return e->found;
@@ -167,7 +173,8 @@ static int resolve(tune_op op, int override, const char *override_name, int def,
         } else {
             int v;
             tune_source s;
-            if (lookup_cached(&p, dev, g, &v, &s)) value = v, src = s;
+            /* a stored 0 ("auto", or the default kept) is the built-in value */
+            if (lookup_cached(&p, dev, g, &v, &s)) value = v > 0 ? v : def, src = s;
         }
         pthread_mutex_unlock(&g_mu);
     }

@@ -227,6 +227,14 @@ static void test_split_precedence(void **st) {
     apply_env();
     assert_int_equal(cuda_splits(2, 4096, &d, &s), tune_cuda_default_splits(2, 8, 4096, 132));
     assert_int_equal(cuda_splits(4, 4096, &d, &s), 128);
+    /* a record that kept the default means the built-in policy for every shape of its
+     * bucket: capacity 2048 (1025..2048 tokens) maps to c1024, where tuning kept 16, but the
+     * built-in count at capacity 2048 is 32 */
+    plant_split(&d, 1, 1024, tune_cuda_default_splits(1, 8, 1024, 132));
+    apply_env();
+    assert_int_equal(cuda_splits(1, 2048, &d, &s), 32);
+    assert_int_equal(s, TUNE_SRC_CACHE);
+    assert_int_equal(cuda_splits(1, 1024, &d, &s), 16);
     /* another device (other memory size) never sees these records */
     tune_device other = d;
     other.mem_bytes = 80ull << 30;
