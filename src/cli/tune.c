@@ -181,23 +181,23 @@ static int parse_args(int argc, char **argv, tune_args *a) {
 }
 
 /* ==== Set-up: device, geometry, matrix ==== */
-static int setup_device(const tune_args *a, tune_device *dev) {
+static char g_dev_err[1024]; /* why the CUDA device is unusable */
+
+/* The device to tune. A CUDA dry run works without a GPU (placeholder device, 132 SMs);
+ * *have_gpu says whether profiling can run. */
+static void setup_device(const tune_args *a, tune_device *dev, bool *have_gpu) {
     const bool cuda = a->device && !strcmp(a->device, "cuda");
+    *have_gpu = false;
     if (!cuda) {
         tune_device_cpu(dev);
-        return 0;
+        return;
     }
     mx_error err;
-    const int have_gpu = tune_device_cuda(dev, &err) == 0;
-    if (!tune_can_profile(TUNE_DEV_CUDA) && !a->dry_run) {
-        fprintf(stderr,
-                "mlxcel tune: the CUDA tuner (paged-decode-splits, qmm-tile, qmv-multirow on "
-                "CUDA) is not available in this build yet; use --device cpu, or --dry-run "
-                "--device cuda to see its matrix\n");
-        return -1;
-    }
-    if (!have_gpu) LOG_INFO("tune: %s; the matrix uses a placeholder device", err.msg);
-    return 0;
+    *have_gpu = tune_device_cuda(dev, &err) == 0;
+    if (!*have_gpu && a->dry_run)
+        LOG_INFO("tune: %s; the matrix uses a placeholder device (%d SMs)", err.msg,
+                 TUNE_CUDA_DEFAULT_SMS);
+    if (!*have_gpu) snprintf(g_dev_err, sizeof g_dev_err, "%s", err.msg);
 }
 
 static int setup_geom(const tune_args *a, tune_geom *g) {
@@ -229,7 +229,9 @@ static void note_snapping(const tune_args *a) {
                      tune_bucket_context(a->contexts[i]));
 }
 
-/* Every selected (or supported) op's matrix, concatenated. */
+/* Every selected (or supported) op's matrix, concatenated. A dry run lists every op the
+ * device kind has; a real run only those this build can profile: an op asked for by --op that
+ * cannot be profiled is an error, one implied by the default is skipped with a note. */
 static int build_matrix(const tune_args *a, const tune_device *dev, const tune_geom *g,
                         tune_point *pts, int *n) {
     *n = 0;
@@ -241,6 +243,19 @@ static int build_matrix(const tune_args *a, const tune_device *dev, const tune_g
                             "is tunable\n", tune_op_name((tune_op)op));
             return -1;
         }
+        const char *why = NULL;
+        if (!tune_op_available((tune_op)op, dev->kind, &why)) {
+            if (a->dry_run) {
+                LOG_INFO("tune: %s: %s (listed, not tunable by this build)",
+                         tune_op_name((tune_op)op), why);
+            } else if (a->any_op) {
+                fprintf(stderr, "mlxcel tune: --op %s: %s\n", tune_op_name((tune_op)op), why);
+                return -1;
+            } else {
+                LOG_INFO("tune: skipping %s: %s", tune_op_name((tune_op)op), why);
+                continue;
+            }
+        }
         int m = 0;
         mx_error err;
         if (tune_matrix_build((tune_op)op, dev, g, a->batches, a->n_batches, a->contexts,
@@ -249,6 +264,10 @@ static int build_matrix(const tune_args *a, const tune_device *dev, const tune_g
             return -1;
         }
         *n += m;
+    }
+    if (*n == 0 && !a->dry_run) {
+        fprintf(stderr, "mlxcel tune: nothing to tune on %s\n", tune_device_kind_name(dev->kind));
+        return -1;
     }
     return 0;
 }
@@ -442,11 +461,23 @@ int cmd_tune(int argc, char **argv) {
     if (pr) return pr > 0 ? 0 : 2;
     tune_device dev;
     tune_geom g;
-    if (setup_device(&a, &dev) || setup_geom(&a, &g)) return 2;
+    bool have_gpu;
+    setup_device(&a, &dev, &have_gpu);
+    if (setup_geom(&a, &g)) return 2;
     note_snapping(&a);
     static tune_point pts[MAX_POINTS];
     int n = 0;
+    if (!a.dry_run && dev.kind == TUNE_DEV_CUDA && !tune_can_profile(TUNE_DEV_CUDA)) {
+        fprintf(stderr, "mlxcel tune: the CUDA tuner is not available: this build has no CUDA "
+                        "backend (configure with -DMLXCEL_CUDA=ON); --dry-run --device cuda "
+                        "prints the matrix\n");
+        return 2;
+    }
     if (build_matrix(&a, &dev, &g, pts, &n)) return 2;
     if (a.dry_run) return dry_run(&a, &dev, &g, pts, n);
+    if (dev.kind == TUNE_DEV_CUDA && !have_gpu) {
+        fprintf(stderr, "mlxcel tune: the CUDA tuner is not available: %s\n", g_dev_err);
+        return 2;
+    }
     return run_all(&a, &dev, &g, pts, n);
 }

@@ -237,6 +237,35 @@ int tune_cpu_default_splits(int batch, int kv_heads, int n_blocks, int threads) 
     return s < max_s ? s : max_s;
 }
 
+int tune_cuda_default_splits(int batch, int kv_heads, int capacity_tokens, int sm_count) {
+    const long ctas = (long)(batch > 0 ? batch : 1) * (kv_heads > 0 ? kv_heads : 1);
+    const long sms = sm_count > 0 ? sm_count : TUNE_CUDA_DEFAULT_SMS;
+    long S = (2L * sms + ctas - 1) / ctas;
+    const long max_chunks = ((long)(capacity_tokens > 0 ? capacity_tokens : 1) + 15) / 16;
+    if (S > max_chunks / 4) S = max_chunks / 4;
+    if (S < 1) S = 1;
+    return S > TUNE_CUDA_MAX_SPLITS ? TUNE_CUDA_MAX_SPLITS : (int)S;
+}
+
+int tune_cuda_capacity_tokens(int context, int block_size) {
+    const int bs = block_size > 0 ? block_size : 1;
+    const long blocks = ((long)(context > 0 ? context : 1) + bs - 1) / bs;
+    long cap = 1;
+    while (cap < blocks) cap *= 2;
+    const long t = cap * bs;
+    return t > (1L << 30) ? 1 << 30 : (int)t;
+}
+
+int tune_cuda_context_of_capacity(int capacity_tokens) {
+    const int c = capacity_tokens > 0 ? capacity_tokens : 1;
+    return c - c / 4;
+}
+
+int tune_cuda_max_splits(int context) {
+    const int m = context / 64; /* 16-token chunks / 4 warps */
+    return m < 1 ? 1 : m > TUNE_CUDA_MAX_SPLITS ? TUNE_CUDA_MAX_SPLITS : m;
+}
+
 static void add_unique(tune_point *p, int v) {
     for (int i = 0; i < p->n_cand; i++)
         if (p->cand[i] == v) return;
@@ -260,16 +289,27 @@ int tune_point_make(tune_op op, const tune_device *dev, const tune_geom *g, int 
         p->context = tune_bucket_context(context);
         tune_bucket_attn(p->bucket, sizeof p->bucket, p->batch, p->context, g);
         const int n_blocks = (p->context + g->block_size - 1) / g->block_size;
-        const int max_s = dev->kind == TUNE_DEV_CUDA ? 128 : 64;
         if (dev->kind == TUNE_DEV_CUDA) {
-            p->default_value = 0; /* the kernel fills the SMs itself */
-            add_unique(p, 0);
+            /* the split-K kernel's shapes; the engine sends other ones to the tiled kernel */
+            const int G = g->q_heads / g->kv_heads;
+            if ((g->head_dim != 64 && g->head_dim != 128) || (G != 1 && G != 2 && G != 4 && G != 8) ||
+                g->block_size % 16)
+                return mx_fail(err, "paged-decode-splits on cuda needs head_dim 64 or 128, q heads "
+                                    "/ kv heads in {1, 2, 4, 8} and a block size multiple of 16 "
+                                    "(got head_dim %d, %d / %d heads, block %d)", g->head_dim,
+                               g->q_heads, g->kv_heads, g->block_size);
+            /* what cu_decode_splits() picks for a step of this length on this device */
+            p->default_value = tune_cuda_default_splits(
+                p->batch, g->kv_heads, tune_cuda_capacity_tokens(p->context, g->block_size),
+                dev->threads);
+            add_unique(p, p->default_value);
+            for (int s = 1; s <= tune_cuda_max_splits(p->context); s *= 2) add_unique(p, s);
         } else {
             p->default_value = tune_cpu_default_splits(p->batch, g->kv_heads, n_blocks,
                                                        dev->threads);
             add_unique(p, p->default_value);
+            for (int s = 1; s <= 64 && s <= n_blocks; s *= 2) add_unique(p, s);
         }
-        for (int s = 1; s <= max_s && s <= n_blocks; s *= 2) add_unique(p, s);
         break;
     }
     case TUNE_OP_QMV_MULTIROW: {

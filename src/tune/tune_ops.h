@@ -73,12 +73,39 @@ void tune_bucket_attn(char *buf, size_t n, int batch, int context, const tune_ge
 void tune_bucket_qmat(char *buf, size_t n, int rows, const tune_geom *g);
 
 /* ==== Candidates and defaults ==== */
+/* CUDA split-K limits (cuda_ops.h's CUDA_ATTN_MAX_SPLITS / CUDA_ATTN_DET_SPLITS; the CUDA
+ * build asserts they agree). */
+#define TUNE_CUDA_MAX_SPLITS 128
+#define TUNE_CUDA_DET_SPLITS 16
+/* SM count assumed when the device is unknown (dry run without a GPU): an H100/H200's. */
+#define TUNE_CUDA_DEFAULT_SMS 132
+
+/* The CUDA backend's built-in split count (cu_decode_splits): about two CTAs per SM over the
+ * B x kv_heads (sequence, kv head) pairs, but at least one 16-token chunk per warp (4 warps)
+ * in each split of the table capacity, in [1, TUNE_CUDA_MAX_SPLITS]. sm_count <= 0 means
+ * TUNE_CUDA_DEFAULT_SMS. */
+int tune_cuda_default_splits(int batch, int kv_heads, int capacity_tokens, int sm_count);
+/* Table capacity the CUDA engine has for a step whose longest sequence holds `context`
+ * tokens: the page-table stride grows in powers of two, so ceil(context / block) blocks
+ * rounded up to a power of two, times the block size. */
+int tune_cuda_capacity_tokens(int context, int block_size);
+/* The context a CUDA decode step of table capacity `capacity_tokens` is keyed by: its
+ * sequences hold between capacity / 2 and capacity tokens (the stride doubles when one
+ * outgrows it), so the middle, 3/4 of the capacity. Capacity 32768 (a 16416-token
+ * sequence) thus maps to the 16384 bucket, not to 65536. */
+int tune_cuda_context_of_capacity(int capacity_tokens);
+/* Largest split count worth a candidate for `context` tokens: one 16-token chunk per warp
+ * (4 warps) in each split, at most TUNE_CUDA_MAX_SPLITS. */
+int tune_cuda_max_splits(int context);
+
 /* Built-in CPU split count: split only when batch x kv heads leaves threads idle, and never
  * below 4 blocks per split (thin splits cost more in merging than they gain). */
 int tune_cpu_default_splits(int batch, int kv_heads, int n_blocks, int threads);
 
 /* One matrix row: an op at one (batch, context) bucket. value 0 = "auto" (the kernel's own
- * policy), used as the CUDA defaults. context is 0 for ops where it does not apply. */
+ * policy), the default of the CUDA quantized-matmul knobs. CUDA paged-decode-splits
+ * candidates: powers of two up to tune_cuda_max_splits(context) plus the built-in count
+ * (tune_cuda_default_splits at the capacity of `context`, with the device's SM count). context is 0 for ops where it does not apply. */
 typedef struct tune_point {
     tune_op op;
     int batch, context;

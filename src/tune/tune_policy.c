@@ -107,7 +107,9 @@ static int lookup_cached(const tune_point *p, const tune_device *dev, const tune
     mx_error_clear(&err);
     const int rc = tune_store_read(dir, &k, &r, &err);
     if (rc == TUNE_READ_OK) {
-        e->found = 1, e->value = r.value, e->src = TUNE_SRC_CACHE;
+        /* A record that kept the default says "the built-in policy": 0, so that a runtime
+         * shape of the bucket gets the policy's value for itself, not the tuned point's. */
+        e->found = 1, e->value = r.value == r.default_value ? 0 : r.value, e->src = TUNE_SRC_CACHE;
     } else if (rc == TUNE_READ_IGNORED || rc < 0) {
         LOG_WARN("autotune: %s; ignored", err.msg);
     }
@@ -124,13 +126,17 @@ static int lookup_cached(const tune_point *p, const tune_device *dev, const tune
                 tune_store_write(dir, &r, &err)) {
                 LOG_WARN("autotune: tuning on first use failed: %s; using the default", err.msg);
             } else {
-                e->found = 1, e->value = r.value, e->src = TUNE_SRC_TUNED;
+                e->found = 1, e->src = TUNE_SRC_TUNED;
+                e->value = r.value == r.default_value ? 0 : r.value;
             }
         }
     }
-    if (e->found)
+    if (e->found && e->value > 0)
         LOG_INFO("autotune: %s = %d for %s on %s (%s)", k.op, e->value, k.bucket, k.device,
                  tune_source_name(e->src));
+    else if (e->found)
+        LOG_INFO("autotune: %s = built-in default for %s on %s (%s: tuning kept the default)",
+                 k.op, k.bucket, k.device, tune_source_name(e->src));
     *value = e->value;
     *src = e->src;
     return e->found;
@@ -167,7 +173,8 @@ static int resolve(tune_op op, int override, const char *override_name, int def,
         } else {
             int v;
             tune_source s;
-            if (lookup_cached(&p, dev, g, &v, &s)) value = v, src = s;
+            /* a stored 0 ("auto", or the default kept) is the built-in value */
+            if (lookup_cached(&p, dev, g, &v, &s)) value = v > 0 ? v : def, src = s;
         }
         pthread_mutex_unlock(&g_mu);
     }
@@ -197,6 +204,10 @@ int tune_get_paged_decode_splits(const tune_attn_shape *s, const tune_device *de
         const int threads = dev ? dev->threads : omp_get_max_threads();
         def = tune_cpu_default_splits(s->batch > 0 ? s->batch : 1, s->kv_heads > 0 ? s->kv_heads : 1,
                                       (s->context + bs - 1) / bs, threads);
+    } else {
+        def = tune_cuda_default_splits(s->batch, s->kv_heads,
+                                       tune_cuda_capacity_tokens(s->context, s->block_size),
+                                       dev->threads);
     }
     const tune_geom g = attn_geom(s);
     return resolve(TUNE_OP_PAGED_DECODE_SPLITS, mx_env()->paged_decode_splits,
@@ -211,4 +222,64 @@ int tune_get_qmv_multirow(const tune_qmat_shape *s, const tune_device *dev, tune
 int tune_get_qmm_tile_m(const tune_qmat_shape *s, const tune_device *dev, tune_source *src) {
     const tune_geom g = qmat_geom(s);
     return resolve(TUNE_OP_QMM_TILE, mx_env()->qmm_tile_m, "MLXCEL_QMM_TILE_M", 0, dev, 1, s->rows, &g, src);
+}
+
+/* ==== CUDA decode splits (cu_decode_splits) ==== */
+int tune_cuda_paged_decode_splits(int batch, int q_heads, int kv_heads, int head_dim,
+                                  int block_size, int capacity_tokens, const tune_device *dev,
+                                  tune_source *src) {
+    const mx_env_t *env = mx_env();
+    const int def = tune_cuda_default_splits(batch, kv_heads, capacity_tokens, dev->threads);
+    int v;
+    tune_source s = TUNE_SRC_DEFAULT;
+    if (env->paged_decode_splits <= 0 && env->sdpa_deterministic) {
+        /* a fixed count, whatever the cache says: reproducible across shapes and runs */
+        v = TUNE_CUDA_DET_SPLITS;
+    } else {
+        const tune_geom g = attn_geom(&(tune_attn_shape){batch, 0, head_dim, q_heads, kv_heads,
+                                                         block_size});
+        v = resolve(TUNE_OP_PAGED_DECODE_SPLITS, env->paged_decode_splits,
+                    "MLXCEL_PAGED_DECODE_SPLITS", def, dev, batch,
+                    tune_cuda_context_of_capacity(capacity_tokens), &g, &s);
+        if (v <= 0) v = def; /* a stored 0 means the built-in policy */
+    }
+    if (v > TUNE_CUDA_MAX_SPLITS) v = TUNE_CUDA_MAX_SPLITS;
+    if (src) *src = s;
+    return v;
+}
+
+/* ==== CUDA quantized-matmul knobs ==== */
+static int g_warned_invalid[TUNE_OP_COUNT];
+
+static int qmat_knob(tune_op op, const tune_qmat_shape *s, const tune_device *dev,
+                     const tune_knob_rules *r, tune_source *src) {
+    const int def = r && r->default_value ? r->default_value(op, s) : 0;
+    tune_source from;
+    int v = op == TUNE_OP_QMV_MULTIROW ? tune_get_qmv_multirow(s, dev, &from)
+                                        : tune_get_qmm_tile_m(s, dev, &from);
+    if (v <= 0) {
+        v = def; /* "auto" (no record, or a stored auto): the kernel's own policy */
+    } else if (r && r->valid && !r->valid(op, s, v)) {
+        pthread_mutex_lock(&g_mu);
+        const int w = g_warned_invalid[op]++;
+        pthread_mutex_unlock(&g_mu);
+        if (!w)
+            LOG_WARN("autotune: %s = %d (%s) cannot launch for m%d.n%d.k%d.q%dg%d; using the "
+                     "default %d", tune_op_name(op), v, tune_source_name(from), s->rows, s->n,
+                     s->k, s->bits, s->group_size, def);
+        v = def;
+        from = TUNE_SRC_DEFAULT;
+    }
+    if (src) *src = from;
+    return v;
+}
+
+int tune_qmv_multirow(const tune_qmat_shape *s, const tune_device *dev, const tune_knob_rules *r,
+                      tune_source *src) {
+    return qmat_knob(TUNE_OP_QMV_MULTIROW, s, dev, r, src);
+}
+
+int tune_qmm_tile_m(const tune_qmat_shape *s, const tune_device *dev, const tune_knob_rules *r,
+                    tune_source *src) {
+    return qmat_knob(TUNE_OP_QMM_TILE, s, dev, r, src);
 }

@@ -7,8 +7,31 @@
 #include <time.h>
 
 #include "tune/cpu_paged_decode.h"
+#ifdef MLXCEL_HAVE_CUDA
+#include "backend/cuda/cuda_tune.h"
+#endif
 
-bool tune_can_profile(tune_device_kind kind) { return kind == TUNE_DEV_CPU; }
+bool tune_can_profile(tune_device_kind kind) {
+#ifdef MLXCEL_HAVE_CUDA
+    if (kind == TUNE_DEV_CUDA) return true;
+#endif
+    return kind == TUNE_DEV_CPU;
+}
+
+bool tune_op_available(tune_op op, tune_device_kind kind, const char **why) {
+    if (!tune_op_supported(op, kind)) {
+        if (why) *why = "not a launch parameter on this device";
+        return false;
+    }
+    if (!tune_can_profile(kind)) {
+        if (why) *why = "this build has no CUDA backend";
+        return false;
+    }
+#ifdef MLXCEL_HAVE_CUDA
+    if (kind == TUNE_DEV_CUDA) return cuda_tune_op_available(op, why);
+#endif
+    return true;
+}
 
 const char *tune_point_dtype(const tune_point *p, const tune_device *dev) {
     (void)p;
@@ -139,23 +162,28 @@ static int cpu_bench_check(void *ctx, int value, int is_default, double *rel_err
 int tune_run_point(const tune_point *p, const tune_device *dev, const tune_geom *g,
                    const tune_profile_opts *o, tune_profile_result *res, tune_record *rec,
                    mx_error *err) {
-    if (!tune_can_profile(dev->kind))
-        return mx_fail(err, "this build cannot profile on %s yet", tune_device_kind_name(dev->kind));
-    if (p->op != TUNE_OP_PAGED_DECODE_SPLITS)
-        return mx_fail(err, "%s is not tunable on %s", tune_op_name(p->op),
-                       tune_device_kind_name(dev->kind));
-    int def = -1;
-    for (int i = 0; i < p->n_cand; i++)
-        if (p->cand[i] == p->default_value) def = i;
-    if (def < 0) return mx_fail(err, "default %d missing from the candidates", p->default_value);
-    cpu_attn_bench bn;
-    if (cpu_bench_init(&bn, p, g, err)) return -1;
-    tune_candidate c[TUNE_MAX_CANDIDATES];
-    for (int i = 0; i < p->n_cand; i++)
-        c[i] = (tune_candidate){p->cand[i], &bn, cpu_bench_run, NULL, cpu_bench_check};
-    const int rc = tune_profile(c, p->n_cand, def, o, res, err);
-    cpu_bench_free(&bn);
-    if (rc) return mx_wrap(err, "%s %s", tune_op_name(p->op), p->bucket);
+    const char *why = NULL;
+    if (!tune_op_available(p->op, dev->kind, &why))
+        return mx_fail(err, "%s on %s: %s", tune_op_name(p->op), tune_device_kind_name(dev->kind),
+                       why);
+    if (dev->kind == TUNE_DEV_CUDA) {
+#ifdef MLXCEL_HAVE_CUDA
+        if (cuda_tune_run_point(p, dev, g, o, res, err)) return -1;
+#endif
+    } else {
+        int def = -1;
+        for (int i = 0; i < p->n_cand; i++)
+            if (p->cand[i] == p->default_value) def = i;
+        if (def < 0) return mx_fail(err, "default %d missing from the candidates", p->default_value);
+        cpu_attn_bench bn;
+        if (cpu_bench_init(&bn, p, g, err)) return -1;
+        tune_candidate c[TUNE_MAX_CANDIDATES];
+        for (int i = 0; i < p->n_cand; i++)
+            c[i] = (tune_candidate){p->cand[i], &bn, cpu_bench_run, NULL, cpu_bench_check};
+        const int rc = tune_profile(c, p->n_cand, def, o, res, err);
+        cpu_bench_free(&bn);
+        if (rc) return mx_wrap(err, "%s %s", tune_op_name(p->op), p->bucket);
+    }
 
     memset(rec, 0, sizeof *rec);
     tune_point_key(p, dev, &rec->key);

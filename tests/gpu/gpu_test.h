@@ -36,5 +36,6 @@ void gt_dev_free(mx_tensor *t);
 int gt_run_op_tests(void);        /* gpu_ops.c, gpu_attn.c */
 int gt_run_attn_tests(void);
 int gt_run_e2e_tests(const char *src_dir); /* gpu_e2e.c */
+int gt_run_tune_tests(void);      /* gpu_tune.c */
 
 #endif

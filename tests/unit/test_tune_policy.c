@@ -155,8 +155,8 @@ static void test_precedence(void **st) {
     tune_source s;
     set_env("MLXCEL_AUTOTUNE", "cache");
     apply_env();
-    /* nothing stored: default */
-    assert_int_equal(tune_get_paged_decode_splits(&k_attn, &gpu, &s), 0);
+    /* nothing stored: default (3 x 8 CTAs on 132 SMs: ceil(264 / 24) = 11 splits) */
+    assert_int_equal(tune_get_paged_decode_splits(&k_attn, &gpu, &s), 11);
     assert_int_equal(s, TUNE_SRC_DEFAULT);
     plant(TUNE_OP_PAGED_DECODE_SPLITS, &cpu, &g, 4, 4096, 7);
     plant(TUNE_OP_PAGED_DECODE_SPLITS, &gpu, &g, 4, 4096, 32);
@@ -256,8 +256,9 @@ static void test_tune_on_first_use(void **st) {
 
     set_env("MLXCEL_AUTOTUNE", "1");
     apply_env();
-    /* CUDA cannot be profiled by this build: default, nothing written */
-    assert_int_equal(tune_get_paged_decode_splits(&small, &gpu, &s), 0);
+    /* head_dim 16 is no shape of the CUDA split-K kernel (and this machine has no GPU):
+     * default (256 tokens = 16 chunks, 4 per split at least -> 4), nothing written */
+    assert_int_equal(tune_get_paged_decode_splits(&small, &gpu, &s), 4);
     assert_int_equal(s, TUNE_SRC_DEFAULT);
     assert_false(exists(g_dir));
     /* the host CPU is tuned now and the winner stored */
@@ -323,13 +324,15 @@ static void test_dry_run_matrix(void **st) {
     assert_int_equal(pts[2].batch, 4);
     assert_int_equal(pts[2].default_value, 1); /* 8 tasks fill 4 threads */
     assert_int_equal(pts[5].batch, 8);
-    /* CUDA: "auto" (0) default first, splits up to the block count */
+    /* CUDA: the built-in count (2 CTAs on 132 SMs, capped at 256 / 64 = 4) and powers of two
+     * up to one 16-token chunk per warp per split (4) */
     assert_int_equal(tune_matrix_build(TUNE_OP_PAGED_DECODE_SPLITS, &gpu, &g, batches, 4,
                                        contexts, 2, pts, 32, &n, &err), 0);
     assert_int_equal(n, 6);
-    assert_int_equal(pts[0].default_value, 0);
-    assert_int_equal(pts[0].n_cand, 5);
-    assert_int_equal(pts[0].cand[0], 0);
+    assert_int_equal(pts[0].default_value, 4);
+    assert_int_equal(pts[0].n_cand, 3);
+    assert_int_equal(pts[0].cand[0], 1);
+    assert_int_equal(pts[0].cand[2], 4);
     /* qmv has no context axis, qmm no batch axis */
     assert_int_equal(tune_matrix_build(TUNE_OP_QMV_MULTIROW, &gpu, &g, batches, 4, contexts, 2,
                                        pts, 32, &n, &err), 0);

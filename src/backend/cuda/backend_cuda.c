@@ -331,6 +331,8 @@ static void be_describe(char *buf, size_t len) {
     char splits[48];
     if (g_cu.forced_splits) snprintf(splits, sizeof splits, "%d (forced)", g_cu.forced_splits);
     else if (g_cu.deterministic) snprintf(splits, sizeof splits, "%d (deterministic)", CUDA_ATTN_DET_SPLITS);
+    else if (mx_env()->autotune == MX_AUTOTUNE_CACHE) snprintf(splits, sizeof splits, "auto + autotune cache");
+    else if (mx_env()->autotune == MX_AUTOTUNE_ON) snprintf(splits, sizeof splits, "auto + autotune 1");
     else snprintf(splits, sizeof splits, "auto");
     snprintf(buf, len,
              "%s, compute capability %d.%d, %d SMs, %.1f GiB (%.1f GiB free) | GEMV rows <= %d "

@@ -16,6 +16,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_info.h"
 #include "backend/cuda/cuda_ops.h"
+#include "tune/tune_ops.h"
 
 #define CU_PIN_BUFS 4
 #define CU_PIN_BYTES ((size_t)64 << 20)   /* 4 x 64 MiB reused pinned staging buffers */
@@ -56,6 +57,11 @@ typedef struct cu_lt_plan {
 } cu_lt_plan;
 
 #define CU_LT_PLANS 64
+#define CU_SPLIT_MEMO 256
+
+typedef struct cu_split_memo {  /* one resolved decode split count (cu_decode_splits) */
+    int B, Hq, Hkv, D, bs, cap, S;
+} cu_split_memo;
 
 typedef struct cu_state {
     bool ready;
@@ -161,6 +167,12 @@ typedef struct cu_state {
         long os, gs, us;
         bool on;
     } pend_glu;
+    /* ---- decode split counts resolved through the autotune policy ---- */
+    tune_device tune_dev;     /* this GPU as the autotune records name it */
+    bool tune_dev_ok;
+    cu_split_memo split_memo[CU_SPLIT_MEMO];
+    int n_split_memo;
+    bool warned_capture_tune;
     /* ---- graphs ---- */
     cu_graph *graphs;
     int n_graphs;
@@ -195,7 +207,13 @@ void cu_kv_write(mx_tensor *k_pool, mx_tensor *v_pool, const mx_tensor *k, const
                  const mx_attn_batch *b);
 void cu_attention(mx_tensor *out, const mx_tensor *q, const mx_tensor *k_pool,
                   const mx_tensor *v_pool, const mx_attn_batch *b, const mx_attn_params *p);
-int cu_decode_splits(int B, int n_kv_heads, int capacity_tokens);
+/* Split count of the paged decode kernel for a pure decode step of B rows at table capacity
+ * capacity_tokens: MLXCEL_PAGED_DECODE_SPLITS > MLXCEL_SDPA_DETERMINISTIC > autotune winner
+ * (MLXCEL_AUTOTUNE cache|1) > built-in policy. Fixed for its arguments within a process (the
+ * graph key holds B and the capacity; the geometry is the model's), so a captured step
+ * replays with the count its eager run used. */
+int cu_decode_splits(int B, int n_q_heads, int n_kv_heads, int head_dim, int block_size,
+                     int capacity_tokens);
 
 /* ==== Matmul and MoE (cuda_matmul.c) ==== */
 void cu_matmul_raw(float *y, long ldy, const float *x, long ldx, int rows, const mx_tensor *w,

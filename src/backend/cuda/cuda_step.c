@@ -29,7 +29,9 @@
 #include "backend/cuda/cuda_elem.h"
 #include "backend/cuda/cuda_ops.h"
 #include "base/clock.h"
+#include "base/env.h"
 #include "base/log.h"
+#include "tune/tune_policy.h"
 
 static size_t al256(size_t n) { return (n + 255) & ~(size_t)255; }
 
@@ -281,17 +283,53 @@ void cu_kv_write(mx_tensor *k_pool, mx_tensor *v_pool, const mx_tensor *k, const
 }
 
 /* ==== Attention ==== */
-int cu_decode_splits(int B, int n_kv_heads, int capacity_tokens) {
+int cu_decode_splits(int B, int n_q_heads, int n_kv_heads, int head_dim, int block_size,
+                     int capacity_tokens) {
     if (g_cu.forced_splits > 0) return g_cu.forced_splits;
     if (g_cu.deterministic) return CUDA_ATTN_DET_SPLITS;
-    /* about two CTAs per SM, at least one 16-token chunk per warp in each split */
-    const long ctas = (long)B * n_kv_heads;
-    const int sms = g_cu.facts.sm_count > 0 ? g_cu.facts.sm_count : 132;
-    int S = (int)((2L * sms + ctas - 1) / ctas);
-    const int max_chunks = (capacity_tokens + 15) / 16;
-    if (S > max_chunks / 4) S = max_chunks / 4;
-    if (S < 1) S = 1;
-    return S > CUDA_ATTN_MAX_SPLITS ? CUDA_ATTN_MAX_SPLITS : S;
+    if (mx_env()->autotune == MX_AUTOTUNE_OFF) /* no file access, no device query */
+        return tune_cuda_default_splits(B, n_kv_heads, capacity_tokens, g_cu.facts.sm_count);
+    for (int i = 0; i < g_cu.n_split_memo; i++) {
+        const cu_split_memo *m = &g_cu.split_memo[i];
+        if (m->B == B && m->Hq == n_q_heads && m->Hkv == n_kv_heads && m->D == head_dim &&
+            m->bs == block_size && m->cap == capacity_tokens)
+            return m->S;
+    }
+    if (!g_cu.tune_dev_ok) {
+        mx_error err;
+        if (tune_device_cuda(&g_cu.tune_dev, &err)) LOG_WARN("autotune: %s", err.msg);
+        g_cu.tune_dev.threads = g_cu.facts.sm_count; /* the default's SM count either way */
+        g_cu.tune_dev_ok = true;
+    }
+    int S;
+    tune_source src = TUNE_SRC_DEFAULT;
+    if (g_cu.capturing) {
+        /* Cannot happen: a graph key's first step runs eagerly and resolves every shape it
+         * uses. Tuning here would launch and synchronise inside the capture, so take the
+         * built-in count (unmemoised: an eager step resolves it properly later). */
+        if (!g_cu.warned_capture_tune) {
+            g_cu.warned_capture_tune = true;
+            LOG_WARN("autotune: decode split count first needed inside a graph capture (B %d, "
+                     "capacity %d); using the built-in count", B, capacity_tokens);
+        }
+        return tune_cuda_default_splits(B, n_kv_heads, capacity_tokens, g_cu.facts.sm_count);
+    }
+    if (mx_env()->autotune == MX_AUTOTUNE_ON) {
+        /* tuning on first use may run now: let the step's queued work finish so the timings
+         * see a quiet device (this is an eager step; replays never get here) */
+        cudaStreamSynchronize(g_cu.st);
+    }
+    S = tune_cuda_paged_decode_splits(B, n_q_heads, n_kv_heads, head_dim, block_size,
+                                      capacity_tokens, &g_cu.tune_dev, &src);
+    if (g_cu.n_split_memo == CU_SPLIT_MEMO) { /* many shapes: forget the oldest */
+        memmove(g_cu.split_memo, g_cu.split_memo + 1, (CU_SPLIT_MEMO - 1) * sizeof g_cu.split_memo[0]);
+        g_cu.n_split_memo--;
+    }
+    g_cu.split_memo[g_cu.n_split_memo++] =
+        (cu_split_memo){B, n_q_heads, n_kv_heads, head_dim, block_size, capacity_tokens, S};
+    LOG_DEBUG("decode splits: B %d capacity %d -> %d (%s)", B, capacity_tokens, S,
+              tune_source_name(src));
+    return S;
 }
 
 void cu_attention(mx_tensor *out, const mx_tensor *q, const mx_tensor *k_pool,
@@ -309,7 +347,8 @@ void cu_attention(mx_tensor *out, const mx_tensor *q, const mx_tensor *k_pool,
                       (G == 1 || G == 2 || G == 4 || G == 8) && b->block_size % 16 == 0;
     if (fast) {
         const int cap_tokens = g_cu.table_cap * b->block_size;
-        const int S = cu_decode_splits(b->n_rows, p->n_kv_heads, cap_tokens);
+        const int S = cu_decode_splits(b->n_rows, p->n_heads, p->n_kv_heads, D, b->block_size,
+                                       cap_tokens);
         const size_t ws = cuda_paged_attn_workspace_bytes(b->n_rows, p->n_heads, D, S);
         if (S > 1 && cu_ensure(&g_cu.attn_ws, &g_cu.attn_ws_cap, ws)) return;
         cuda_paged_attn_args a = {0};

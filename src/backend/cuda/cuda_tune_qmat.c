@@ -1,0 +1,260 @@
+/* qmv-multirow / qmm-tile tuning through the quantized kernels' provider
+ * (cuda_tune_qmat.h), and the consumption hooks their dispatch calls. */
+#include "backend/cuda/cuda_tune_qmat.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_tune.h"
+#include "base/dtype.h"
+#include "base/env.h"
+
+/* ==== The provider ====
+ * NULL until the CUDA quantized kernels exist in the build: see docs/tuning.md, "Connecting
+ * the quantized kernels", for the adapter that replaces it. */
+static const cuda_tune_qmat_provider *const g_provider = NULL;
+
+const cuda_tune_qmat_provider *cuda_tune_qmat(void) { return g_provider; }
+
+/* ==== Consumption hooks ==== */
+static pthread_once_t g_dev_once = PTHREAD_ONCE_INIT;
+static tune_device g_dev;
+
+static void dev_init(void) {
+    mx_error err;
+    tune_device_cuda(&g_dev, &err); /* on failure the id names no real device: no record */
+}
+
+static int knob(tune_op op, int rows, int N, int K, int bits, int group) {
+    const cuda_tune_qmat_provider *pv = cuda_tune_qmat();
+    const tune_qmat_shape s = {rows, N, K, bits, group};
+    if (mx_env()->autotune != MX_AUTOTUNE_OFF) pthread_once(&g_dev_once, dev_init);
+    /* off mode reads no file and needs no device id: resolve() never looks at it */
+    const tune_device *dev = &g_dev;
+    tune_device off_dev;
+    if (mx_env()->autotune == MX_AUTOTUNE_OFF) {
+        memset(&off_dev, 0, sizeof off_dev);
+        off_dev.kind = TUNE_DEV_CUDA;
+        dev = &off_dev;
+    }
+    return op == TUNE_OP_QMV_MULTIROW ? tune_qmv_multirow(&s, dev, pv ? &pv->rules : NULL, NULL)
+                                      : tune_qmm_tile_m(&s, dev, pv ? &pv->rules : NULL, NULL);
+}
+
+int cuda_tune_qmv_multirow(int rows, int N, int K, int bits, int group_size) {
+    return knob(TUNE_OP_QMV_MULTIROW, rows, N, K, bits, group_size);
+}
+
+int cuda_tune_qmm_tile_m(int rows, int N, int K, int bits, int group_size) {
+    return knob(TUNE_OP_QMM_TILE, rows, N, K, bits, group_size);
+}
+
+/* ==== Bench ==== */
+#define QMAT_REPLICAS_MAX 64
+
+typedef struct qmat_bench {
+    const cuda_tune_qmat_provider *pv;
+    tune_op op;
+    tune_qmat_shape shape;
+    cudaStream_t st;
+    cudaEvent_t ev0, ev1;
+    bool st_ok, ev0_ok, ev1_ok;
+    cuda_tune_qmat_bufs r[QMAT_REPLICAS_MAX]; /* weights per replica; x and y shared */
+    float *d_x;
+    uint16_t *d_xb;
+    void *d_y;
+    float *h_y, *h_ref;
+    uint16_t *h_yb;
+    size_t n_y;
+    int L, R, def_value;
+    double gpu_s;
+} qmat_bench;
+
+static int ck(cudaError_t e, const char *what, mx_error *err) {
+    if (e == cudaSuccess) return 0;
+    cudaGetLastError();
+    return mx_fail(err, "CUDA tuner: %s: %s", what, cudaGetErrorString(e));
+}
+
+static void qb_free(qmat_bench *b) {
+    if (b->st_ok) cudaStreamSynchronize(b->st);
+    for (int i = 0; i < b->R; i++) {
+        cudaFree((void *)b->r[i].w);
+        cudaFree((void *)b->r[i].scales);
+        cudaFree((void *)b->r[i].biases);
+    }
+    cudaFree(b->d_x), cudaFree(b->d_xb), cudaFree(b->d_y);
+    free(b->h_y), free(b->h_ref), free(b->h_yb);
+    if (b->ev0_ok) cudaEventDestroy(b->ev0);
+    if (b->ev1_ok) cudaEventDestroy(b->ev1);
+    if (b->st_ok) cudaStreamDestroy(b->st);
+    cudaGetLastError();
+    memset(b, 0, sizeof *b);
+}
+
+static int qb_run(void *ctx, int value, mx_error *err) {
+    qmat_bench *b = ctx;
+    const int v = value > 0 ? value : b->def_value; /* 0: the kernels' own default */
+    if (ck(cudaEventRecord(b->ev0, b->st), "event record", err)) return -1;
+    for (int i = 0; i < b->L; i++) {
+        const int rc = b->pv->launch(b->op, &b->r[i % b->R], v, b->st);
+        if (rc) return mx_fail(err, "CUDA tuner: %s launch with %d: %s", tune_op_name(b->op), v,
+                               cudaGetErrorString((cudaError_t)rc));
+    }
+    return ck(cudaEventRecord(b->ev1, b->st), "event record", err);
+}
+
+static int qb_sync(void *ctx, mx_error *err) {
+    qmat_bench *b = ctx;
+    if (ck(cudaEventSynchronize(b->ev1), "synchronize", err)) return -1;
+    float ms = 0.f;
+    if (ck(cudaEventElapsedTime(&ms, b->ev0, b->ev1), "event time", err)) return -1;
+    b->gpu_s += ms * 1e-3;
+    return 0;
+}
+
+static double qb_clock(void *ctx) { return ((qmat_bench *)ctx)->gpu_s; }
+
+static int qb_check(void *ctx, int value, int is_default, double *rel_err, mx_error *err) {
+    (void)value;
+    qmat_bench *b = ctx;
+    float *dst = is_default ? b->h_ref : b->h_y;
+    if (b->pv->y_bf16) {
+        if (ck(cudaMemcpy(b->h_yb, b->d_y, b->n_y * 2, cudaMemcpyDeviceToHost), "y download", err))
+            return -1;
+        for (size_t i = 0; i < b->n_y; i++) dst[i] = mx_bf16_to_f32(b->h_yb[i]);
+    } else if (ck(cudaMemcpy(dst, b->d_y, b->n_y * 4, cudaMemcpyDeviceToHost), "y download", err)) {
+        return -1;
+    }
+    if (is_default) {
+        *rel_err = 0.0;
+        return TUNE_CHECK_OK;
+    }
+    /* fp32 sums in another order: ~1e-6; bf16 output rounding: up to 2^-9 per element */
+    const double tol = b->pv->y_bf16 ? 1e-2 : 1e-3;
+    *rel_err = cuda_tune_rel_err(b->h_y, b->h_ref, b->n_y);
+    return *rel_err <= tol ? TUNE_CHECK_OK : TUNE_CHECK_MISMATCH;
+}
+
+static int qb_init(qmat_bench *b, const tune_point *p, const tune_geom *g, mx_error *err) {
+    memset(b, 0, sizeof *b);
+    b->pv = cuda_tune_qmat();
+    b->op = p->op;
+    const int rows = p->op == TUNE_OP_QMV_MULTIROW ? p->batch : p->context;
+    const int N = g->intermediate, K = g->hidden, bits = g->q_bits, gs = g->q_group;
+    b->shape = (tune_qmat_shape){rows, N, K, bits, gs};
+    if (K % gs || ((long)K * bits) % 32)
+        return mx_fail(err, "weight [%d, %d] with %d-bit groups of %d: K must be a multiple of "
+                            "the group and of 32 / bits", N, K, bits, gs);
+    b->def_value = b->pv->rules.default_value ? b->pv->rules.default_value(p->op, &b->shape) : 0;
+    if (b->def_value <= 0)
+        return mx_fail(err, "the %s kernel reports no default for m%d.n%d.k%d", tune_op_name(p->op),
+                       rows, N, K);
+    const size_t w_words = (size_t)N * K * bits / 32, n_groups = (size_t)N * (K / gs);
+    const double w_bytes = w_words * 4.0 + n_groups * 4.0;
+    const size_t n_x = (size_t)rows * K;
+    b->n_y = (size_t)rows * N;
+    size_t free_b = 0, total_b = 0;
+    if (ck(cudaMemGetInfo(&free_b, &total_b), "memory info", err)) return -1;
+    const double fixed = n_x * 6.0 + b->n_y * 4.0;
+    if (w_bytes + fixed > free_b / 2.0)
+        return mx_fail(err, "m%d.n%d.k%d needs %.2f GiB, more than half of the %.2f GiB free", rows,
+                       N, K, (w_bytes + fixed) / 1073741824.0, free_b / 1073741824.0);
+    b->R = cuda_tune_replicas(w_bytes, QMAT_REPLICAS_MAX, free_b - fixed);
+    if (ck(cudaStreamCreateWithFlags(&b->st, cudaStreamNonBlocking), "stream", err)) return -1;
+    b->st_ok = true;
+    if (ck(cudaEventCreate(&b->ev0), "event", err)) return -1;
+    b->ev0_ok = true;
+    if (ck(cudaEventCreate(&b->ev1), "event", err)) return -1;
+    b->ev1_ok = true;
+    if (ck(cudaMalloc((void **)&b->d_x, n_x * 4), "alloc x", err) ||
+        ck(cudaMalloc((void **)&b->d_xb, n_x * 2), "alloc x", err) ||
+        ck(cudaMalloc(&b->d_y, b->n_y * 4), "alloc y", err))
+        return -1;
+    b->h_y = malloc(b->n_y * 4), b->h_ref = malloc(b->n_y * 4), b->h_yb = malloc(b->n_y * 2);
+    uint32_t *hw = malloc(w_words * 4);
+    uint16_t *hs = malloc(n_groups * 2), *hb = malloc(n_groups * 2), *hxb = malloc(n_x * 2);
+    float *hx = malloc(n_x * 4);
+    int rc = -1;
+    if (!b->h_y || !b->h_ref || !b->h_yb || !hw || !hs || !hb || !hxb || !hx) {
+        mx_fail(err, "CUDA tuner: out of host memory");
+        goto out;
+    }
+    uint64_t s = 0x9e3779b97f4a7c15ull;
+    for (size_t i = 0; i < w_words; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        hw[i] = (uint32_t)(s >> 16);
+    }
+    /* deq values ~ U(-1, 1) / sqrt(K) scale: the sums stay O(1) */
+    const float levels = (float)((1 << bits) - 1), amp = 2.0f / sqrtf((float)K);
+    for (size_t i = 0; i < n_groups; i++) {
+        hs[i] = mx_f32_to_bf16(amp / levels);
+        hb[i] = mx_f32_to_bf16(-amp / 2);
+    }
+    cuda_tune_fill_f32(hx, n_x, 1.0f, 0x2545f4914f6cdd1dull);
+    for (size_t i = 0; i < n_x; i++) hxb[i] = mx_f32_to_bf16(hx[i]);
+    if (ck(cudaMemcpy(b->d_x, hx, n_x * 4, cudaMemcpyHostToDevice), "x upload", err) ||
+        ck(cudaMemcpy(b->d_xb, hxb, n_x * 2, cudaMemcpyHostToDevice), "x upload", err))
+        goto out;
+    for (int r = 0; r < b->R; r++) {
+        void *w = NULL, *sc = NULL, *bi = NULL;
+        cuda_tune_qmat_bufs *q = &b->r[r];
+        const cudaError_t e1 = cudaMalloc(&w, w_words * 4), e2 = cudaMalloc(&sc, n_groups * 2),
+                          e3 = cudaMalloc(&bi, n_groups * 2);
+        q->w = w, q->scales = sc, q->biases = bi; /* freed by qb_free even on failure */
+        if (ck(e1 != cudaSuccess ? e1 : e2 != cudaSuccess ? e2 : e3, "alloc weights", err) ||
+            ck(cudaMemcpy(w, hw, w_words * 4, cudaMemcpyHostToDevice), "weight upload", err) ||
+            ck(cudaMemcpy(sc, hs, n_groups * 2, cudaMemcpyHostToDevice), "scale upload", err) ||
+            ck(cudaMemcpy(bi, hb, n_groups * 2, cudaMemcpyHostToDevice), "bias upload", err)) {
+            b->R = r + 1;
+            goto out;
+        }
+        q->x_f32 = b->d_x, q->x_bf16 = b->d_xb, q->y = b->d_y;
+        q->rows = rows, q->N = N, q->K = K, q->bits = bits, q->group_size = gs;
+    }
+    b->L = 1;
+    for (int k = 0; k < 2; k++)
+        if (qb_run(b, 0, err) || qb_sync(b, err)) goto out;
+    const double t0 = b->gpu_s;
+    if (qb_run(b, 0, err) || qb_sync(b, err)) goto out;
+    b->L = cuda_tune_batch_launches(b->gpu_s - t0);
+    if (b->L < b->R) b->L = b->R;
+    rc = 0;
+out:
+    free(hw), free(hs), free(hb), free(hxb), free(hx);
+    return rc;
+}
+
+int cuda_tune_qmat_point(const tune_point *p, const tune_geom *g, const tune_profile_opts *o,
+                         tune_profile_result *res, mx_error *err) {
+    qmat_bench b;
+    if (!cuda_tune_qmat()) return mx_fail(err, "%s: no quantized CUDA kernel connected", tune_op_name(p->op));
+    if (qb_init(&b, p, g, err)) {
+        qb_free(&b);
+        return mx_wrap(err, "%s %s", tune_op_name(p->op), p->bucket);
+    }
+    /* candidates the kernel can launch for this shape; 0 ("auto", the default) always */
+    tune_candidate c[TUNE_MAX_CANDIDATES];
+    int n = 0, def = -1;
+    for (int i = 0; i < p->n_cand; i++) {
+        const int v = p->cand[i];
+        if (v > 0 && b.pv->rules.valid && !b.pv->rules.valid(p->op, &b.shape, v)) continue;
+        if (v == p->default_value) def = n;
+        c[n++] = (tune_candidate){v, &b, qb_run, qb_sync, qb_check};
+    }
+    if (def < 0) {
+        qb_free(&b);
+        return mx_fail(err, "default %d missing from the candidates", p->default_value);
+    }
+    tune_profile_opts oo = *o;
+    oo.clock = qb_clock;
+    oo.clock_ctx = &b;
+    const int rc = tune_profile(c, n, def, &oo, res, err);
+    const int L = b.L;
+    qb_free(&b);
+    if (rc) return mx_wrap(err, "%s %s", tune_op_name(p->op), p->bucket);
+    cuda_tune_per_launch(res, L);
+    return 0;
+}

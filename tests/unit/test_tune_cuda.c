@@ -1,0 +1,401 @@
+/* The CUDA autotune logic that needs no GPU: the built-in split count, capacity -> bucket,
+ * the candidate lists and the Llama-3.1-8B matrix, the precedence of cu_decode_splits
+ * (MLXCEL_PAGED_DECODE_SPLITS > MLXCEL_SDPA_DETERMINISTIC > cache > default), the quantized
+ * knob hooks with a kernel's rules, and `mlxcel tune --device cuda` without a GPU. */
+#include <jansson.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <cmocka.h>
+
+#include "base/env.h"
+#include "tune/tune_ops.h"
+#include "tune/tune_policy.h"
+#include "tune/tune_runner.h"
+#include "tune/tune_store.h"
+
+static char g_root[256], g_cache[300], g_dir[400];
+
+static void set_env(const char *k, const char *v) {
+    if (v) setenv(k, v, 1);
+    else unsetenv(k);
+}
+
+static void apply_env(void) {
+    mx_env_reload();
+    tune_policy_reset();
+}
+
+static int setup(void **st) {
+    (void)st;
+    snprintf(g_root, sizeof g_root, "/tmp/mlxcel_tune_cuda_XXXXXX");
+    if (!mkdtemp(g_root)) return -1;
+    snprintf(g_cache, sizeof g_cache, "%s/cache", g_root);
+    snprintf(g_dir, sizeof g_dir, "%s/autotune", g_cache);
+    set_env("MLXCEL_CACHE_DIR", g_cache);
+    static const char *clear[] = {"MLXCEL_AUTOTUNE", "MLXCEL_PAGED_DECODE_SPLITS",
+                                  "MLXCEL_QMV_MULTIROW", "MLXCEL_QMM_TILE_M",
+                                  "MLXCEL_SDPA_DETERMINISTIC"};
+    for (size_t i = 0; i < sizeof clear / sizeof clear[0]; i++) set_env(clear[i], NULL);
+    set_env("MLXCEL_LOG_LEVEL", "error");
+    apply_env();
+    return 0;
+}
+
+static int teardown(void **st) {
+    (void)st;
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_root);
+    return system(cmd) ? -1 : 0;
+}
+
+static tune_device gpu(void) {
+    tune_device d;
+    memset(&d, 0, sizeof d);
+    d.kind = TUNE_DEV_CUDA;
+    snprintf(d.name, sizeof d.name, "Test H200");
+    d.cc_major = 9, d.threads = 132, d.mem_bytes = 141ull << 30;
+    tune_device_make_id(&d);
+    return d;
+}
+
+static tune_geom llama8b(void) { return tune_geom_defaults(); }
+
+/* ==== Built-in count, capacity, candidates ==== */
+static void test_default_splits(void **st) {
+    (void)st;
+    /* 2 CTAs per SM: B x 8 kv heads on 132 SMs -> ceil(264 / (8 B)) */
+    assert_int_equal(tune_cuda_default_splits(1, 8, 16384, 132), 33);
+    assert_int_equal(tune_cuda_default_splits(2, 8, 16384, 132), 17);
+    assert_int_equal(tune_cuda_default_splits(8, 8, 16384, 132), 5);
+    assert_int_equal(tune_cuda_default_splits(64, 8, 16384, 132), 1);
+    /* capped at one 16-token chunk per warp (4 warps): 1024 tokens = 64 chunks -> 16 */
+    assert_int_equal(tune_cuda_default_splits(1, 8, 1024, 132), 16);
+    assert_int_equal(tune_cuda_default_splits(1, 1, 16, 132), 1);
+    /* and at CUDA_ATTN_MAX_SPLITS */
+    assert_int_equal(tune_cuda_default_splits(1, 1, 1 << 20, 132), 128);
+    /* unknown SM count: an H100/H200's 132 */
+    assert_int_equal(tune_cuda_default_splits(1, 8, 16384, 0), 33);
+    assert_int_equal(tune_cuda_default_splits(1, 8, 16384, 66), 17);
+}
+
+static void test_capacity_buckets(void **st) {
+    (void)st;
+    /* the page-table stride grows in powers of two of blocks */
+    assert_int_equal(tune_cuda_capacity_tokens(1024, 16), 1024);
+    assert_int_equal(tune_cuda_capacity_tokens(1025, 16), 2048);
+    assert_int_equal(tune_cuda_capacity_tokens(16416, 16), 32768);
+    assert_int_equal(tune_cuda_capacity_tokens(100, 32), 128);
+    /* bench at 16384 prompt + 32 generated tokens: capacity 32768 keys the 16384 bucket */
+    const int c = tune_cuda_context_of_capacity(32768);
+    assert_int_equal(c, 24576);
+    assert_int_equal(tune_bucket_context(c), 16384);
+    /* each matrix context is found again from the capacity a step of that length has */
+    const int ctx[] = {1024, 4096, 16384};
+    for (int i = 0; i < 3; i++) {
+        const int cap = tune_cuda_capacity_tokens(ctx[i], 16);
+        assert_int_equal(tune_bucket_context(tune_cuda_context_of_capacity(cap)), ctx[i]);
+        /* ... and one token more (the stride doubles) still lands there */
+        const int cap2 = tune_cuda_capacity_tokens(ctx[i] + 1, 16);
+        assert_int_equal(cap2, 2 * cap);
+        assert_int_equal(tune_bucket_context(tune_cuda_context_of_capacity(cap2)), ctx[i]);
+    }
+    assert_int_equal(tune_cuda_max_splits(1024), 16);
+    assert_int_equal(tune_cuda_max_splits(4096), 64);
+    assert_int_equal(tune_cuda_max_splits(16384), 128);
+    assert_int_equal(tune_cuda_max_splits(32), 1);
+}
+
+/* The dry-run matrix for Llama-3.1-8B (head_dim 128, 32 q heads, 8 kv heads, block 16). */
+static void test_llama8b_matrix(void **st) {
+    (void)st;
+    const tune_device d = gpu();
+    const tune_geom g = llama8b();
+    const int batches[] = {1, 2, 4, 8}, contexts[] = {1024, 4096, 16384};
+    tune_point pts[32];
+    int n = 0;
+    mx_error err;
+    assert_int_equal(tune_matrix_build(TUNE_OP_PAGED_DECODE_SPLITS, &d, &g, batches, 4, contexts,
+                                       3, pts, 32, &n, &err), 0);
+    assert_int_equal(n, 12);
+    for (int i = 0; i < n; i++) {
+        const tune_point *p = &pts[i];
+        assert_int_equal(p->batch, batches[i / 3]);
+        assert_int_equal(p->context, contexts[i % 3]);
+        char want[128];
+        snprintf(want, sizeof want, "b%d.c%d.d128.q32.kv8.bs16", p->batch, p->context);
+        assert_string_equal(p->bucket, want);
+        assert_int_equal(p->default_value,
+                         tune_cuda_default_splits(p->batch, 8, p->context, 132));
+        /* sorted, unique, within [1, min(128, context / 64)] except the default, which is
+         * in the list; every power of two up to that bound is */
+        bool has_def = false;
+        int pow2 = 0;
+        for (int j = 0; j < p->n_cand; j++) {
+            const int v = p->cand[j];
+            if (j) assert_true(v > p->cand[j - 1]);
+            has_def |= v == p->default_value;
+            if ((v & (v - 1)) == 0) pow2++;
+            assert_true(v >= 1 && v <= 128);
+            if (v != p->default_value) assert_true(v <= p->context / 64);
+        }
+        assert_true(has_def);
+        int want_pow2 = 0;
+        for (int v = 1; v <= tune_cuda_max_splits(p->context); v *= 2) want_pow2++;
+        assert_int_equal(pow2, want_pow2);
+    }
+    /* b1.c1024: 1,2,4,8,16 (16 is also the default); b8.c16384: 1..128 plus the default 5 */
+    assert_int_equal(pts[0].n_cand, 5);
+    assert_int_equal(pts[0].default_value, 16);
+    assert_int_equal(pts[11].n_cand, 9);
+    assert_int_equal(pts[11].default_value, 5);
+    assert_int_equal(pts[11].cand[3], 5);
+    /* shapes the split-K kernel does not take are refused with the reason */
+    tune_geom bad = g;
+    bad.head_dim = 256;
+    assert_int_equal(tune_matrix_build(TUNE_OP_PAGED_DECODE_SPLITS, &d, &bad, batches, 4,
+                                       contexts, 3, pts, 32, &n, &err), -1);
+    assert_non_null(strstr(err.msg, "head_dim 64 or 128"));
+}
+
+/* ==== Precedence of the CUDA decode split count ==== */
+static void plant_split(const tune_device *d, int batch, int context, int value) {
+    const tune_geom g = llama8b();
+    tune_point p;
+    mx_error err;
+    assert_int_equal(tune_point_make(TUNE_OP_PAGED_DECODE_SPLITS, d, &g, batch, context, &p, &err), 0);
+    tune_record r;
+    memset(&r, 0, sizeof r);
+    tune_point_key(&p, d, &r.key);
+    r.value = value;
+    r.default_value = p.default_value;
+    assert_int_equal(tune_store_write(g_dir, &r, &err), 0);
+}
+
+static int cuda_splits(int B, int cap, const tune_device *d, tune_source *s) {
+    return tune_cuda_paged_decode_splits(B, 32, 8, 128, 16, cap, d, s);
+}
+
+static void test_split_precedence(void **st) {
+    (void)st;
+    const tune_device d = gpu();
+    tune_source s;
+    /* unset: the built-in count, and no file access even with a record on disk */
+    plant_split(&d, 8, 16384, 16);
+    long before = tune_store_fs_calls();
+    assert_int_equal(cuda_splits(8, 32768, &d, &s), tune_cuda_default_splits(8, 8, 32768, 132));
+    assert_int_equal(s, TUNE_SRC_DEFAULT);
+    assert_int_equal(tune_store_fs_calls(), before);
+    /* cache: the winner of the bucket the capacity maps to (32768 -> 24576 -> c16384) */
+    set_env("MLXCEL_AUTOTUNE", "cache");
+    apply_env();
+    assert_int_equal(cuda_splits(8, 32768, &d, &s), 16);
+    assert_int_equal(s, TUNE_SRC_CACHE);
+    assert_int_equal(cuda_splits(8, 16384, &d, &s), 16); /* same bucket */
+    /* memoised: the same answer again without a file access (graph replay stays valid) */
+    before = tune_store_fs_calls();
+    for (int i = 0; i < 3; i++) assert_int_equal(cuda_splits(8, 32768, &d, &s), 16);
+    assert_int_equal(tune_store_fs_calls(), before);
+    /* another batch bucket has no record: default */
+    assert_int_equal(cuda_splits(1, 32768, &d, &s), tune_cuda_default_splits(1, 8, 32768, 132));
+    assert_int_equal(s, TUNE_SRC_DEFAULT);
+    /* MLXCEL_SDPA_DETERMINISTIC=1 keeps its fixed count over the cache */
+    set_env("MLXCEL_SDPA_DETERMINISTIC", "1");
+    apply_env();
+    assert_int_equal(cuda_splits(8, 32768, &d, &s), TUNE_CUDA_DET_SPLITS);
+    assert_int_equal(s, TUNE_SRC_DEFAULT);
+    /* MLXCEL_PAGED_DECODE_SPLITS wins over both, clamped to the kernel's limit */
+    set_env("MLXCEL_PAGED_DECODE_SPLITS", "3");
+    apply_env();
+    assert_int_equal(cuda_splits(8, 32768, &d, &s), 3);
+    assert_int_equal(s, TUNE_SRC_OVERRIDE);
+    set_env("MLXCEL_PAGED_DECODE_SPLITS", "500");
+    apply_env();
+    assert_int_equal(cuda_splits(8, 32768, &d, &s), 128);
+    set_env("MLXCEL_PAGED_DECODE_SPLITS", NULL);
+    set_env("MLXCEL_SDPA_DETERMINISTIC", NULL);
+    /* a stored 0 means the built-in policy; a stored 300 is clamped */
+    plant_split(&d, 2, 4096, 0);
+    plant_split(&d, 4, 4096, 300);
+    apply_env();
+    assert_int_equal(cuda_splits(2, 4096, &d, &s), tune_cuda_default_splits(2, 8, 4096, 132));
+    assert_int_equal(cuda_splits(4, 4096, &d, &s), 128);
+    /* a record that kept the default means the built-in policy for every shape of its
+     * bucket: capacity 2048 (1025..2048 tokens) maps to c1024, where tuning kept 16, but the
+     * built-in count at capacity 2048 is 32 */
+    plant_split(&d, 1, 1024, tune_cuda_default_splits(1, 8, 1024, 132));
+    apply_env();
+    assert_int_equal(cuda_splits(1, 2048, &d, &s), 32);
+    assert_int_equal(s, TUNE_SRC_CACHE);
+    assert_int_equal(cuda_splits(1, 1024, &d, &s), 16);
+    /* another device (other memory size) never sees these records */
+    tune_device other = d;
+    other.mem_bytes = 80ull << 30;
+    tune_device_make_id(&other);
+    assert_int_equal(cuda_splits(8, 32768, &other, &s), tune_cuda_default_splits(8, 8, 32768, 132));
+    assert_int_equal(s, TUNE_SRC_DEFAULT);
+}
+
+/* ==== Quantized knobs: env > cache > the kernel's default; invalid values refused ==== */
+static int fake_default(tune_op op, const tune_qmat_shape *s) {
+    return op == TUNE_OP_QMV_MULTIROW ? (s->rows >= 4 ? 4 : 2) : 64;
+}
+static bool fake_valid(tune_op op, const tune_qmat_shape *s, int v) {
+    (void)s;
+    return op == TUNE_OP_QMV_MULTIROW ? v == 1 || v == 2 || v == 4 : v == 32 || v == 64;
+}
+
+static void test_qmat_hooks(void **st) {
+    (void)st;
+    const tune_device d = gpu();
+    const tune_knob_rules rules = {fake_default, fake_valid};
+    const tune_qmat_shape qv = {4, 14336, 4096, 4, 64}, qm = {4096, 14336, 4096, 4, 64};
+    tune_source s;
+    /* off: the kernel's default, no file access */
+    long before = tune_store_fs_calls();
+    assert_int_equal(tune_qmv_multirow(&qv, &d, &rules, &s), 4);
+    assert_int_equal(s, TUNE_SRC_DEFAULT);
+    assert_int_equal(tune_qmm_tile_m(&qm, &d, &rules, &s), 64);
+    assert_int_equal(tune_store_fs_calls(), before);
+    /* cache: stored winners (keys carry rows bucket, N, K, bits, group) */
+    const tune_geom g = llama8b();
+    tune_point p;
+    mx_error err;
+    tune_record r;
+    assert_int_equal(tune_point_make(TUNE_OP_QMV_MULTIROW, &d, &g, 4, 0, &p, &err), 0);
+    memset(&r, 0, sizeof r);
+    tune_point_key(&p, &d, &r.key);
+    assert_string_equal(r.key.bucket, "m4.n14336.k4096.q4g64");
+    r.value = 2;
+    assert_int_equal(tune_store_write(g_dir, &r, &err), 0);
+    assert_int_equal(tune_point_make(TUNE_OP_QMM_TILE, &d, &g, 1, 4096, &p, &err), 0);
+    memset(&r, 0, sizeof r);
+    tune_point_key(&p, &d, &r.key);
+    r.value = 16; /* a value this kernel cannot launch */
+    assert_int_equal(tune_store_write(g_dir, &r, &err), 0);
+    set_env("MLXCEL_AUTOTUNE", "cache");
+    apply_env();
+    assert_int_equal(tune_qmv_multirow(&qv, &d, &rules, &s), 2);
+    assert_int_equal(s, TUNE_SRC_CACHE);
+    assert_int_equal(tune_qmm_tile_m(&qm, &d, &rules, &s), 64); /* 16 refused -> default */
+    assert_int_equal(s, TUNE_SRC_DEFAULT);
+    /* other bits: another key, no record */
+    const tune_qmat_shape qv8 = {4, 14336, 4096, 8, 64};
+    assert_int_equal(tune_qmv_multirow(&qv8, &d, &rules, &s), 4);
+    assert_int_equal(s, TUNE_SRC_DEFAULT);
+    /* the override variables win when the kernel can launch them */
+    set_env("MLXCEL_QMV_MULTIROW", "1");
+    set_env("MLXCEL_QMM_TILE_M", "32");
+    apply_env();
+    assert_int_equal(tune_qmv_multirow(&qv, &d, &rules, &s), 1);
+    assert_int_equal(s, TUNE_SRC_OVERRIDE);
+    assert_int_equal(tune_qmm_tile_m(&qm, &d, &rules, &s), 32);
+    assert_int_equal(s, TUNE_SRC_OVERRIDE);
+    set_env("MLXCEL_QMV_MULTIROW", "8"); /* not launchable: the default */
+    apply_env();
+    assert_int_equal(tune_qmv_multirow(&qv, &d, &rules, &s), 4);
+    assert_int_equal(s, TUNE_SRC_DEFAULT);
+    /* without rules (no kernel connected): 0 = auto passes through */
+    set_env("MLXCEL_QMV_MULTIROW", NULL);
+    set_env("MLXCEL_QMM_TILE_M", NULL);
+    set_env("MLXCEL_AUTOTUNE", NULL);
+    apply_env();
+    assert_int_equal(tune_qmv_multirow(&qv, &d, NULL, &s), 0);
+}
+
+/* ==== The CLI on a machine without a GPU ==== */
+static int run(const char *args, char **out, char **errs) {
+    const char *bin = getenv("MLXCEL_BIN");
+    assert_non_null(bin);
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "'%s' tune %s 2>%s/stderr", bin, args, g_root);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t cap = 1 << 16, n = 0, r;
+    char *buf = malloc(cap);
+    while ((r = fread(buf + n, 1, cap - n - 1, p)) > 0)
+        if ((n += r) + 1 >= cap) buf = realloc(buf, cap *= 2);
+    buf[n] = 0;
+    const int st = pclose(p);
+    *out = buf;
+    char path[400];
+    snprintf(path, sizeof path, "%s/stderr", g_root);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    *errs = calloc(1, 1 << 16);
+    const size_t m = fread(*errs, 1, (1 << 16) - 1, f);
+    (*errs)[m] = 0;
+    fclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void test_cli_cuda(void **st) {
+    (void)st;
+    char *out, *errs;
+    /* dry run, Llama-3.1-8B geometry (the default), JSON: 12 split points, every default in
+     * its candidate list, the matrix the library builds */
+    assert_int_equal(run("--dry-run --json --device cuda --op paged-decode-splits", &out, &errs), 0);
+    json_t *o = json_loads(out, 0, NULL);
+    assert_non_null(o);
+    json_t *m = json_object_get(o, "matrix");
+    assert_int_equal(json_array_size(m), 12);
+    json_t *last = json_array_get(m, 11);
+    assert_string_equal(json_string_value(json_object_get(last, "bucket")),
+                        "b8.c16384.d128.q32.kv8.bs16");
+    assert_string_equal(json_string_value(json_object_get(last, "dtype")), "bf16");
+    assert_int_equal(json_integer_value(json_object_get(last, "default")), 5);
+    assert_int_equal(json_array_size(json_object_get(last, "candidates")), 9);
+    json_decref(o);
+    free(out), free(errs);
+    /* -m: geometry from config.json (Qwen3-8B-like: 32 q heads, 8 kv heads, head_dim 128) */
+    char dir[400], path[500], args[700];
+    snprintf(dir, sizeof dir, "%s/model", g_root);
+    mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    fputs("{\"hidden_size\": 4096, \"num_attention_heads\": 32, \"num_key_value_heads\": 4, "
+          "\"head_dim\": 64, \"intermediate_size\": 12288}", f);
+    fclose(f);
+    snprintf(args, sizeof args, "--dry-run --json --device cuda -m %s --batch-sizes 2 "
+                                "--context-lengths 4096", dir);
+    assert_int_equal(run(args, &out, &errs), 0);
+    o = json_loads(out, 0, NULL);
+    assert_non_null(o);
+    m = json_object_get(o, "matrix");
+    assert_int_equal(json_array_size(m), 3); /* one point per op */
+    assert_string_equal(json_string_value(json_object_get(json_array_get(m, 0), "bucket")),
+                        "b2.c4096.d64.q32.kv4.bs16");
+    json_decref(o);
+    free(out), free(errs);
+    /* qmv-multirow cannot be profiled by this build: a clear refusal, nothing written */
+    assert_int_equal(run("--device cuda --op qmv-multirow", &out, &errs), 2);
+    /* (a CPU-only build refuses --device cuda first) */
+    assert_true(strstr(errs, "qmv-multirow") || strstr(errs, "no CUDA backend"));
+    if (tune_can_profile(TUNE_DEV_CUDA)) assert_non_null(strstr(errs, "cuda_qmv"));
+    free(out), free(errs);
+    /* no GPU here: refused, not pretended */
+    assert_int_equal(run("--device cuda --op paged-decode-splits", &out, &errs), 2);
+    assert_non_null(strstr(errs, "CUDA tuner is not available"));
+    free(out), free(errs);
+    struct stat sb;
+    assert_int_not_equal(stat(g_cache, &sb), 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_default_splits),
+        cmocka_unit_test(test_capacity_buckets),
+        cmocka_unit_test(test_llama8b_matrix),
+        cmocka_unit_test_setup_teardown(test_split_precedence, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_qmat_hooks, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cli_cuda, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
