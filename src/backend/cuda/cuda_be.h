@@ -30,6 +30,7 @@ typedef struct cu_pending {   /* lazy weight: device memory reserved, copied on 
     const void *host;
     mx_dtype src_dtype;
     int64_t numel;
+    bool raw;                 /* host dtype kept (quantized parts) */
     bool done;
 } cu_pending;
 
@@ -174,6 +175,8 @@ void cu_graphs_clear(void);
 
 /* ==== Weights (cuda_load.c) ==== */
 int cu_weight_upload(mx_tensor *dst, const mx_tensor *host, mx_error *err);
+/* Same, keeping the host dtype (U32 packed codes, f16/f32 scales and biases). */
+int cu_weight_upload_raw(mx_tensor *dst, const mx_tensor *host, mx_error *err);
 int cu_finish_load(mx_error *err);
 void cu_resident(const void *dptr);   /* lazy policy: makes the weight holding dptr resident */
 void cu_resident_all(void);
