@@ -234,6 +234,9 @@ static void test_qmm_tiles(int rows, int N, int K, int bits, int group, mx_dtype
         a.rows = rows, a.N = N, a.K = K, a.bits = bits, a.group = group, a.sb_dtype = sb_code(sbt);
         a.lt = g_cu.lt, a.lt_ws = g_cu.lt_ws, a.lt_ws_bytes = g_cu.lt_ws_size;
         a.scratch = scratch, a.scratch_bytes = sb;
+        if (i == 0) /* valid arguments, a tile outside CUDA_QMM_TILE_VALUES: refused, no launch */
+            gt_report("cuda_qmm refuses tile 64 (else valid arguments)",
+                      cuda_qmm(&a, 64, g_cu.st) == (int)cudaErrorInvalidValue ? 0 : 1, 0, 0);
         const int rc = cuda_qmm(&a, tiles[i], g_cu.st);
         char what[160];
         snprintf(what, sizeof what, "cuda_qmm tile %d: %d rows [%d x %d] %d-bit g%d %s", tiles[i],
@@ -251,10 +254,6 @@ static void test_qmm_tiles(int rows, int N, int K, int bits, int group, mx_dtype
         g_gpu->free(scratch);
         gt_dev_free(&dout);
     }
-    /* invalid tile values are refused before any launch */
-    cuda_qmm_args z;
-    memset(&z, 0, sizeof z);
-    gt_report("cuda_qmm refuses tile 64", cuda_qmm(&z, 64, g_cu.st) == (int)cudaErrorInvalidValue ? 0 : 1, 0, 0);
     gt_dev_free(&dx);
     free(x), free(ref);
     qmat_free(&m);
