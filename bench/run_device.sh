@@ -14,6 +14,9 @@
 #   PROFILE=0 (1: ncu kernel times of a decode step at B=1 and B=32 and of a long prefill)
 #    KEEP=0 (1: keep the checkpoints in $WORK)  BUDGET=540 (seconds;
 #   stages that would start later are skipped and say so)  WORK=/tmp/mlxcel-dev
+#   QUANT="4:64 8:64" (bits:group, default for llama-3.1-8b only; QUANT="" skips): each shape
+#   is also converted with `mlxcel convert -q`, benched (BATCH, prefill PREFILL_LONG) and
+#   compared with its bf16 reference (`mlxcel compare`, 256 tokens: top-1 agreement, KL)
 # Output ($OUT, at most 3 files come back): <date>-<commit>-<tag>.json, the same .md, and
 # logs-<tag>.tgz with every log. Copy the first two into bench/results/.
 set -uo pipefail
@@ -31,6 +34,7 @@ PREFILL_LONG=${PREFILL_LONG:-2048}
 BUDGET=${BUDGET:-540}
 PY=${PYTHON:-python3}
 mkdir -p "$OUT" "$WORK/logs" "$WORK/res"
+rm -f "$WORK/res/quant.list"
 LOG=$WORK/logs
 RES=$WORK/res
 TAG=$(echo "$SHAPES" | tr ' ' '_')
@@ -102,9 +106,9 @@ echo "mlxcel: $MLX, cuBLASLt from ${LTDIR:-the default path}"
 TESTS="skipped"
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   stage "GPU tests (ops vs CPU, end to end), 3 configurations"
-  timeout 150 "$TESTBIN" "$ROOT" > "$LOG/tests.log" 2>&1; rc1=$?
-  MLXCEL_SDPA_DETERMINISTIC=1 timeout 100 "$TESTBIN" "$ROOT" > "$LOG/tests_det.log" 2>&1; rc2=$?
-  MLX_CUDA_GRAPH_CACHE_SIZE=0 timeout 100 "$TESTBIN" "$ROOT" > "$LOG/tests_nograph.log" 2>&1; rc3=$?
+  timeout 240 "$TESTBIN" "$ROOT" > "$LOG/tests.log" 2>&1; rc1=$?
+  MLXCEL_SDPA_DETERMINISTIC=1 timeout 150 "$TESTBIN" "$ROOT" > "$LOG/tests_det.log" 2>&1; rc2=$?
+  MLX_CUDA_GRAPH_CACHE_SIZE=0 timeout 150 "$TESTBIN" "$ROOT" > "$LOG/tests_nograph.log" 2>&1; rc3=$?
   grep -E "^(FAIL|device)" "$LOG/tests.log" | head -40
   tail -1 "$LOG/tests.log"
   same=yes
@@ -138,6 +142,29 @@ for shape in $SHAPES; do
   ids=$("$PY" -c "import random; r=random.Random(7); print(','.join(str(r.randrange(1000, 100000)) for _ in range(32)))")
   timeout "$(tl)" "$MLX" generate -m "$dir" --device cuda --prompt-ids "$ids" -n 256 --temp 0 --ignore-eos \
     --json > "$RES/$shape.generate.json" 2> "$LOG/$shape.generate.log"
+  # ---- MLX affine quantized variants of the same weights ----
+  quant=${QUANT-DEFAULT}
+  [ "$quant" = DEFAULT ] && { [ "$shape" = llama-3.1-8b ] && quant="4:64 8:64" || quant=""; }
+  for q in $quant; do
+    qb=${q%%:*}; qg=${q##*:}; qt="q${qb}g${qg}"; qdir=$WORK/$shape-$qt
+    if [ "$(left)" -lt 90 ]; then stage "SKIP $shape $qt: budget left $(left) s"; continue; fi
+    stage "$shape $qt: mlxcel convert -q --q-bits $qb --q-group-size $qg"
+    rm -rf "$qdir"
+    timeout "$(tl)" "$MLX" convert --hf-path "$dir" --mlx-path "$qdir" -q --q-bits "$qb" \
+      --q-group-size "$qg" > "$LOG/$shape.$qt.convert.log" 2>&1 || { tail -3 "$LOG/$shape.$qt.convert.log"; continue; }
+    stage "$shape $qt: mlxcel bench (batch $BATCH) + prefill $PREFILL_LONG"
+    timeout "$(tl)" "$MLX" bench -m "$qdir" --device cuda --prompt-tokens "$PROMPT" --gen-tokens "$GEN" \
+      --batch "$BATCH" --repeat "$REPEAT" --json > "$RES/$shape.$qt.mlxcel.json" 2> "$LOG/$shape.$qt.bench.log"
+    tail -3 "$LOG/$shape.$qt.bench.log"
+    timeout "$(tl)" "$MLX" bench -m "$qdir" --device cuda --prompt-tokens "$PREFILL_LONG" --gen-tokens 2 \
+      --batch 1 --repeat "$REPEAT" --json > "$RES/$shape.$qt.mlxcel_long.json" 2> "$LOG/$shape.$qt.bench_long.log"
+    stage "$shape $qt: mlxcel compare vs bf16 (256 tokens)"
+    timeout "$(tl)" "$MLX" compare -m "$qdir" --ref "$dir" --prompt-ids "$ids" -n 256 --device cuda \
+      --json > "$RES/$shape.$qt.compare.json" 2> "$LOG/$shape.$qt.compare.log"
+    cat "$RES/$shape.$qt.compare.json"
+    [ "${KEEP:-0}" = 1 ] || rm -rf "$qdir"
+    echo "$shape $qt" >> "$RES/quant.list"
+  done
   if [ "${SKIP_HF:-0}" != 1 ] && [ "$(left)" -gt 60 ]; then
     stage "$shape: transformers generate() + agreement"
     hf_timing=""; [ "${HF_TIMING:-1}" = 0 ] && hf_timing="--no-timing"

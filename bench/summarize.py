@@ -52,5 +52,28 @@ for s, d in doc["shapes"].items():
                      f"(median margin {a.get('median_margin', 0):.2f}) | | | | | | | |")
     if isinstance(m, dict) and "copy_gb_s" in m:
         lines.append(f"| {s} | copy bandwidth | {m['copy_gb_s']:.0f} GB/s | load {m.get('load_s', 0):.1f} s | | | | | | |")
+# MLX affine quantized variants (run_device.sh QUANT): decode GB/s counts packed codes +
+# scales + biases (model weight bytes), % of measured copy bandwidth; prefill vs bf16's rate.
+qlist = os.path.join(res, "quant.list")
+if os.path.exists(qlist):
+    lines += ["", "| quantized | B | prefill tok/s | decode tok/s | decode GB/s (packed+scales+biases) | "
+              "% copy | weights GB | prefill 2048 tok/s (% of bf16) | top-1 vs bf16 | KL mean / max |",
+              "|" + "---|" * 10]
+    doc["quant"] = {}
+    for line in open(qlist).read().split("\n"):
+        if not line.strip(): continue
+        s, qt = line.split()
+        m, ml, c = (load(os.path.join(res, f"{s}.{qt}.{k}.json")) for k in ("mlxcel", "mlxcel_long", "compare"))
+        doc["quant"][f"{s}.{qt}"] = {"mlxcel": m, "mlxcel_long": ml, "compare": c}
+        base_long = get(doc["shapes"].get(s, {}).get("mlxcel_long", {}), 1, "prefill_tok_s")
+        ql = get(ml, 1, "prefill_tok_s")
+        pct = f" ({100 * ql / base_long:.0f}%)" if ql and base_long else ""
+        wgb = m.get("weight_bytes", 0) / 1e9 if isinstance(m, dict) else 0
+        for r in m.get("results", []) if isinstance(m, dict) else []:
+            lines.append(f"| {s} {qt} | {r['batch']} | {fmt(r['prefill_tok_s'])} | {fmt(r['decode_tok_s'], 1)} | "
+                         f"{fmt(r['decode_gb_s'])} | {fmt(r['decode_pct_of_copy'], 1)} | {wgb:.2f} | "
+                         f"{fmt(ql)}{pct} | {fmt(c.get('top1_agreement_pct'), 2)}% | "
+                         f"{fmt(c.get('kl_mean'), 4)} / {fmt(c.get('kl_max'), 4)} |")
+    with open(base + ".json", "w") as f: json.dump(doc, f, indent=1)
 with open(base + ".md", "w") as f: f.write("\n".join(lines) + "\n")
 print("\n".join(lines[6:]))

@@ -17,6 +17,7 @@ static const command k_commands[] = {
     {"run", cmd_run, "interactive chat with the model's chat template (/bye, /clear, \"\"\")"},
     {"serve", cmd_serve, "HTTP server: OpenAI and llama-server APIs, continuous batching (also mlxcel-server)"},
     {"bench", cmd_bench, "engine throughput per batch size: prefill/decode tok/s, TTFT, ITL, GB/s"},
+    {"compare", cmd_compare, "model vs reference on the reference's greedy text: top-1 agreement, KL, margin"},
     {"inspect", cmd_inspect, "memory estimate for a checkpoint: weights, KV cache, fits or not"},
     {"convert", cmd_convert, "Hugging Face checkpoint -> MLX checkpoint (cast, 2..8-bit affine quantization)"},
     {"tune", cmd_tune, "kernel autotuning: profile launch candidates, store the winners"},

@@ -123,6 +123,9 @@ typedef struct backend_ops {
     void (*free)(void *p);
     /* Makes a weight usable on the device: CPU returns the host view as is. */
     int (*upload)(mx_tensor *dst, const mx_tensor *host, mx_error *err);
+    /* Same, keeping the host dtype byte for byte (quantized weights: U32 packed codes and
+     * their f16/bf16/f32 scales and biases). NULL: upload (which keeps dtypes on the CPU). */
+    int (*upload_raw)(mx_tensor *dst, const mx_tensor *host, mx_error *err);
     void (*copy_to_host)(void *dst, const mx_tensor *src);
     void (*copy_from_host)(mx_tensor *dst, const void *src);
 

@@ -49,6 +49,25 @@ static int env_int(const char *name, int def, int lo, int hi) {
     return (int)v;
 }
 
+/* An integer that must be one of vals[n] (or 0 = unset / policy). */
+static int env_choice(const char *name, const int *vals, int n) {
+    const char *s = getenv(name);
+    if (!s || !*s) return 0;
+    char *end = NULL;
+    long v = strtol(s, &end, 10);
+    for (int i = 0; !*end && i < n; i++)
+        if (v == vals[i]) return (int)v;
+    if (!*end && v == 0) return 0;
+    char list[160] = "";
+    for (int i = 0; i < n; i++) {
+        size_t l = strlen(list);
+        snprintf(list + l, sizeof list - l, "%s%d", i ? ", " : "", vals[i]);
+    }
+    fprintf(stderr, "mlxcel warn: %s=%s is not one of %s (or 0 = policy); ignored\n", name, s,
+            list);
+    return 0;
+}
+
 static bool env_bool(const char *name, bool def) {
     const char *s = getenv(name);
     if (!s || !*s) return def;
@@ -107,8 +126,11 @@ static void env_load(void) {
     g_env.cuda_graph_cache_size = env_int("MLX_CUDA_GRAPH_CACHE_SIZE", 2000, 0, 1 << 30);
     g_env.cuda_sdpa_cache_size = env_int("MLX_CUDA_SDPA_CACHE_SIZE", 2000, 0, 1 << 30);
     g_env.paged_decode_splits = env_int("MLXCEL_PAGED_DECODE_SPLITS", 0, 0, 1024);
-    g_env.qmv_multirow = env_int("MLXCEL_QMV_MULTIROW", 0, 0, 64);
-    g_env.qmm_tile_m = env_int("MLXCEL_QMM_TILE_M", 0, 0, 1024);
+    /* the valid values of the CUDA kernels (src/backend/cuda/cuda_ops.h) */
+    static const int k_multirow[] = {1, 2, 4, 8};
+    static const int k_tile_m[] = {256, 512, 1024, 2048, 4096, 8192, 16384};
+    g_env.qmv_multirow = env_choice("MLXCEL_QMV_MULTIROW", k_multirow, 4);
+    g_env.qmm_tile_m = env_choice("MLXCEL_QMM_TILE_M", k_tile_m, 7);
 }
 
 const mx_env_t *mx_env(void) {

@@ -14,5 +14,6 @@ int cmd_loadtest(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 int cmd_tune(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_compare(int argc, char **argv);
 
 #endif

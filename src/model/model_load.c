@@ -126,8 +126,9 @@ static int bind_any(binder *b, const char *full, const mx_tensor *t, int ndim, c
     if (sb[0].dtype != sb[1].dtype)
         return mx_fail(b->err, "tensor %s: scales are %s but biases %s", full,
                        mx_dtype_name(sb[0].dtype), mx_dtype_name(sb[1].dtype));
-    if (m->be->upload(&q->w, t, b->err) || m->be->upload(&q->scales, &sb[0], b->err) ||
-        m->be->upload(&q->biases, &sb[1], b->err))
+    int (*up)(mx_tensor *, const mx_tensor *, mx_error *) =
+        m->be->upload_raw ? m->be->upload_raw : m->be->upload;
+    if (up(&q->w, t, b->err) || up(&q->scales, &sb[0], b->err) || up(&q->biases, &sb[1], b->err))
         return mx_wrap(b->err, "tensor %s", full);
     q->bits = qc.bits;
     q->group_size = qc.group_size;

@@ -105,7 +105,7 @@ out:
     return rc;
 }
 
-static void e2e_fixture(const char *dir, const char *name) {
+void gt_e2e_fixture(const char *dir, const char *name) {
     int32_t prompts[E2E_MAX_PROMPTS][64];
     int np[E2E_MAX_PROMPTS], n_prompts = 0;
     char p[1024];
@@ -195,7 +195,7 @@ int gt_run_e2e_tests(const char *src) {
                 }
             char p[1400 + 256];
             snprintf(p, sizeof p, "%.1023s/%.199s", dir, names[i]);
-            e2e_fixture(p, names[i]);
+            gt_e2e_fixture(p, names[i]);
         }
     } else {
         printf("note: %s missing (golden fixtures not merged yet)\n", dir);
@@ -203,7 +203,7 @@ int gt_run_e2e_tests(const char *src) {
     static const char *extra[] = {"llama_tiny", "gemma3_sliding"};
     for (size_t i = 0; i < 2; i++) {
         snprintf(dir, sizeof dir, "%s/tests/fixtures/ckpt/%s", src, extra[i]);
-        e2e_fixture(dir, extra[i]);
+        gt_e2e_fixture(dir, extra[i]);
     }
     return 0;
 }

@@ -459,6 +459,7 @@ int main(int argc, char **argv) {
     gt_run_op_tests();
     gt_run_attn_tests();
     gt_run_tune_tests();
+    gt_run_quant_tests(src);
     if (src) gt_run_e2e_tests(src);
     else printf("skip e2e: give the source dir (argv[1] or MLXCEL_SOURCE_DIR)\n");
     if (g_gpu->check(&err)) {

@@ -37,5 +37,10 @@ int gt_run_op_tests(void);        /* gpu_ops.c, gpu_attn.c */
 int gt_run_attn_tests(void);
 int gt_run_e2e_tests(const char *src_dir); /* gpu_e2e.c */
 int gt_run_tune_tests(void);      /* gpu_tune.c */
+/* One checkpoint directory end to end: CUDA greedy tokens vs CPU greedy tokens. */
+void gt_e2e_fixture(const char *dir, const char *name);
+/* gpu_quant.c: quantized kernels vs the CPU reference; quantized fixtures end to end when
+ * src_dir is given. */
+int gt_run_quant_tests(const char *src_dir);
 
 #endif

@@ -192,11 +192,11 @@ static void test_precedence(void **st) {
     assert_int_equal(tune_get_qmm_tile_m(&qs, &gpu, &s), 16);
     assert_int_equal(s, TUNE_SRC_CACHE);
     set_env("MLXCEL_QMV_MULTIROW", "8");
-    set_env("MLXCEL_QMM_TILE_M", "64");
+    set_env("MLXCEL_QMM_TILE_M", "1024"); /* one of CUDA_QMM_TILE_VALUES */
     apply_env();
     assert_int_equal(tune_get_qmv_multirow(&qs, &gpu, &s), 8);
     assert_int_equal(s, TUNE_SRC_OVERRIDE);
-    assert_int_equal(tune_get_qmm_tile_m(&qs, &gpu, &s), 64);
+    assert_int_equal(tune_get_qmm_tile_m(&qs, &gpu, &s), 1024);
     assert_int_equal(s, TUNE_SRC_OVERRIDE);
     set_env("MLXCEL_QMV_MULTIROW", NULL);
     set_env("MLXCEL_QMM_TILE_M", NULL);

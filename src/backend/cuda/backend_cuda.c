@@ -185,21 +185,47 @@ static int el_dtype(mx_dtype t) {
     return t == MX_BF16 ? CUDA_EL_BF16 : t == MX_F16 ? CUDA_EL_F16 : CUDA_EL_F32;
 }
 
-static void be_embed(mx_tensor *out, const mx_tensor *table, const int32_t *ids, int n,
-                     float scale, bool round_scale) {
-    cu_flush();
-    cu_resident(table->data);
+/* The ids on the device: this step's tokens (uploaded by step_begin), else a scratch copy. */
+static const int32_t *embed_ids(const int32_t *ids, int n) {
     const int32_t *d_ids = g_cu.in_step && ids == g_cu.h_tokens && n == g_cu.n_rows
                                ? g_cu.d_tokens
                                : NULL;
     if (!d_ids) { /* not this step's tokens: upload them into scratch */
-        if (cu_ensure(&g_cu.ids_buf, &g_cu.ids_cap, (size_t)n * 4)) return;
+        if (cu_ensure(&g_cu.ids_buf, &g_cu.ids_cap, (size_t)n * 4)) return NULL;
         d_ids = cu_upload_small(g_cu.ids_buf, ids, (size_t)n * 4);
-        if (!d_ids) return;
     }
+    return d_ids;
+}
+
+static void be_embed(mx_tensor *out, const mx_tensor *table, const int32_t *ids, int n,
+                     float scale, bool round_scale) {
+    cu_flush();
+    cu_resident(table->data);
+    const int32_t *d_ids = embed_ids(ids, n);
+    if (!d_ids) return;
     cu_ck(cuda_embed(out->data, table->data, d_ids, n, (int)table->shape[1], (int)table->shape[0],
                      scale, round_scale, g_cu.st),
           "embed");
+}
+
+static void be_embed_q(mx_tensor *out, const mx_qweight *table, const int32_t *ids, int n,
+                       float scale, bool round_scale) {
+    cu_flush();
+    int V, H;
+    if (cu_q_shape(table, &V, &H)) return;
+    if (out->dtype != MX_F32 || out->shape[out->ndim - 1] != H || out->stride[0] != H) {
+        cu_fail("quantized embedding: expected contiguous fp32 out [%d, %d]", n, H);
+        return;
+    }
+    cu_resident(table->w.data);
+    cu_resident(table->scales.data);
+    cu_resident(table->biases.data);
+    const int32_t *d_ids = embed_ids(ids, n);
+    if (!d_ids) return;
+    cu_ck(cuda_qembed(out->data, table->w.data, table->scales.data, table->biases.data,
+                      cu_q_sb(table->scales.dtype), d_ids, n, V, H, table->bits,
+                      table->group_size, scale, round_scale, g_cu.st),
+          "quantized embed");
 }
 
 static void be_rms_norm(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, float eps,
@@ -412,6 +438,7 @@ static const backend_ops k_cuda_ops = {
     .alloc = be_alloc,
     .free = be_free,
     .upload = cu_weight_upload,
+    .upload_raw = cu_weight_upload_raw,
     .copy_to_host = be_copy_to_host,
     .copy_from_host = be_copy_from_host,
     .embed = be_embed,
@@ -422,7 +449,8 @@ static const backend_ops k_cuda_ops = {
     .softcap = be_softcap,
     .gather_rows = be_gather_rows,
     .matmul = cu_matmul,
-    .matmul_q = NULL,
+    .matmul_q = cu_matmul_q,
+    .embed_q = be_embed_q,
     .moe = cu_moe,
     .kv_write = cu_kv_write,
     .attention = cu_attention,
@@ -449,6 +477,8 @@ static int cu_init(mx_error *err) {
     const mx_env_t *env = mx_env();
     g_cu.gemv_rows = env->dense_gemv_rows > CU_GEMV_MAX_ROWS ? CU_GEMV_MAX_ROWS : env->dense_gemv_rows;
     g_cu.graph_cache = env->cuda_graph_cache_size;
+    g_cu.qmv_multirow = env->qmv_multirow; /* validated by env.c against the kernels' values */
+    g_cu.qmm_tile = env->qmm_tile_m;
     g_cu.deterministic = env->sdpa_deterministic;
     g_cu.forced_splits = env->paged_decode_splits > CUDA_ATTN_MAX_SPLITS ? CUDA_ATTN_MAX_SPLITS
                                                                          : env->paged_decode_splits;

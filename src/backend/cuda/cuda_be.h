@@ -31,6 +31,7 @@ typedef struct cu_pending {   /* lazy weight: device memory reserved, copied on 
     const void *host;
     mx_dtype src_dtype;
     int64_t numel;
+    bool raw;                 /* host dtype kept (quantized parts) */
     bool done;
 } cu_pending;
 
@@ -41,8 +42,12 @@ typedef struct cu_graph {
 } cu_graph;
 
 typedef struct cu_moe_table {  /* device arrays of expert weight pointers, per layer */
-    const void *host_key;      /* the layer's exp_gate array (stable for the model's life) */
-    const uint16_t **d_ptrs;   /* [3][E] gate, up, down */
+    const void *host_key;      /* the layer's exp_gate (or exp_qgate) array (stable) */
+    const uint16_t **d_ptrs;   /* [3][E] gate, up, down (dense bf16 or packed codes) */
+    const void **d_sptrs;      /* [3][E] scales of quantized projections (NULL: all dense) */
+    const void **d_bptrs;      /* [3][E] biases */
+    int bits[3], group[3], sbt[3]; /* per projection; bits 0 = dense */
+    bool quant;                /* some projection is quantized */
     int E;
 } cu_moe_table;
 
@@ -69,6 +74,8 @@ typedef struct cu_state {
     cuda_device_facts facts;
     /* ---- settings (from mx_env, resolved once) ---- */
     int gemv_rows;            /* rows <= this use the GEMV kernels */
+    int qmv_multirow;         /* MLXCEL_QMV_MULTIROW (0: the kernel's default) */
+    int qmm_tile;             /* MLXCEL_QMM_TILE_M (0: the kernel's default) */
     int graph_cache;          /* 0 = no graphs */
     bool deterministic;
     int forced_splits;
@@ -113,6 +120,10 @@ typedef struct cu_state {
     cu_moe_table *moe_tab;
     int n_moe_tab;
     bool warned_lt;
+    void *qmv_ws;             /* qmv: x' and chunk sums (cuda_qmv_workspace_bytes) */
+    size_t qmv_ws_cap;
+    void *qmm_buf;            /* qmm: bf16 x + dequantized slab */
+    size_t qmm_cap;
     void *greedy_buf;         /* [ids n][logprobs n] on the device */
     size_t greedy_cap;
     /* ---- step arena: this forward's host arrays, on the device ---- */
@@ -142,6 +153,11 @@ typedef struct cu_state {
         const uint16_t *bias[3];
         cuda_gemv_segs segs;
     } pend_mm;
+    /* deferred quantized GEMVs (same rules; at most one of pend_mm / pend_q is held) */
+    struct {
+        cuda_qmv_args a;
+        const uint16_t *bias[CUDA_QMV_MAX_SEGS];
+    } pend_q;
     /* a residual add waiting for the RMSNorm that reads its result (fused launch) */
     struct {
         float *x;
@@ -196,6 +212,8 @@ void cu_graphs_clear(void);
 
 /* ==== Weights (cuda_load.c) ==== */
 int cu_weight_upload(mx_tensor *dst, const mx_tensor *host, mx_error *err);
+/* Same, keeping the host dtype (U32 packed codes, f16/f32 scales and biases). */
+int cu_weight_upload_raw(mx_tensor *dst, const mx_tensor *host, mx_error *err);
 int cu_finish_load(mx_error *err);
 void cu_resident(const void *dptr);   /* lazy policy: makes the weight holding dptr resident */
 void cu_resident_all(void);
@@ -229,5 +247,13 @@ void cu_flush(void);
 void cu_flush_mm(void);
 void cu_flush_rope(void);
 void cu_flush_glu(void);
+
+/* ==== Quantized matmul (cuda_qmatmul.c) ==== */
+int cu_q_sb(mx_dtype t);                          /* CUDA_QSB_* or -1 */
+int cu_q_shape(const mx_qweight *w, int *N, int *K); /* -1 (recorded) when unusable */
+void cu_matmul_q(mx_tensor *out, const mx_tensor *x, const mx_qweight *w, const mx_tensor *bias);
+void cu_matmul_q_raw(float *y, long ldy, const float *x, long ldx, int rows, const mx_qweight *w,
+                     const mx_tensor *bias);
+void cu_flush_qmv(void);                          /* part of cu_flush_mm */
 
 #endif

@@ -11,7 +11,10 @@
  *   out-of-memory shows up at load, not mid-request) and each tensor is copied the first time
  *   an op reads it; a graph capture materialises whatever is still pending first.
  * Weights in fp16/fp32 are converted to bf16 on the host while staging (the kernels read
- * bf16). MLXCEL_PROFILE_TTFT=1 prints the [TTFT] upload counters. */
+ * bf16). Quantized weights (U32 packed codes) and their scales / biases go through
+ * upload_raw, which keeps the host dtype byte for byte (the qmv/qmm kernels read f16 and f32
+ * scales as they are, so CUDA dequantizes to the same values as the CPU).
+ * MLXCEL_PROFILE_TTFT=1 prints the [TTFT] upload counters. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,8 +24,14 @@
 #include "base/log.h"
 
 /* ==== Host conversion into a staging buffer ==== */
-static void to_bf16(uint16_t *dst, const void *src, mx_dtype t, int64_t i0, int64_t n) {
-    if (t == MX_BF16) {
+/* Element size on the device: bf16 unless raw (host dtype kept). */
+static size_t dev_esize(mx_dtype t, bool raw) { return raw ? mx_dtype_size(t) : 2; }
+
+static void to_bf16(uint16_t *dst, const void *src, mx_dtype t, int64_t i0, int64_t n, bool raw) {
+    if (raw) {
+        const size_t es = mx_dtype_size(t);
+        memcpy(dst, (const char *)src + (size_t)i0 * es, (size_t)n * es);
+    } else if (t == MX_BF16) {
         memcpy(dst, (const uint16_t *)src + i0, (size_t)n * 2);
     } else if (t == MX_F32) {
         const float *s = (const float *)src + i0;
@@ -44,9 +53,10 @@ static int pin_init(void) {
     return 0;
 }
 
-/* numel elements of host (dtype t) -> dptr as bf16, through the pinned ring. */
-static int stage_copy(char *dptr, const void *host, mx_dtype t, int64_t numel) {
-    const int64_t per = (int64_t)(CU_PIN_BYTES / 2);
+/* numel elements of host (dtype t) -> dptr as bf16 (raw: as is), through the pinned ring. */
+static int stage_copy(char *dptr, const void *host, mx_dtype t, int64_t numel, bool raw) {
+    const size_t es = dev_esize(t, raw);
+    const int64_t per = (int64_t)(CU_PIN_BYTES / es);
     for (int64_t i0 = 0; i0 < numel; i0 += per) {
         const int64_t n = numel - i0 < per ? numel - i0 : per;
         const int b = g_cu.pin_next;
@@ -54,8 +64,8 @@ static int stage_copy(char *dptr, const void *host, mx_dtype t, int64_t numel) {
         /* buffer b's previous copy must have left before it is refilled */
         if (g_cu.pin_busy[b] && cu_ck(cudaEventSynchronize(g_cu.pin_ev[b]), "upload: event wait"))
             return -1;
-        to_bf16(g_cu.pin[b], host, t, i0, n);
-        if (cu_ck(cudaMemcpyAsync(dptr + i0 * 2, g_cu.pin[b], (size_t)n * 2,
+        to_bf16(g_cu.pin[b], host, t, i0, n, raw);
+        if (cu_ck(cudaMemcpyAsync(dptr + (size_t)i0 * es, g_cu.pin[b], (size_t)n * es,
                                   cudaMemcpyHostToDevice, g_cu.st),
                   "upload: cudaMemcpyAsync") ||
             cu_ck(cudaEventRecord(g_cu.pin_ev[b], g_cu.st), "upload: event record"))
@@ -66,11 +76,12 @@ static int stage_copy(char *dptr, const void *host, mx_dtype t, int64_t numel) {
 }
 
 /* Pageable path: straight from the mapping when already bf16, else via a converted copy. */
-static int pageable_copy(char *dptr, const void *host, mx_dtype t, int64_t numel) {
+static int pageable_copy(char *dptr, const void *host, mx_dtype t, int64_t numel, bool raw) {
     /* cudaMemcpy is on the legacy stream: ours must not still be using dptr's neighbours */
     if (cu_ck(cudaStreamSynchronize(g_cu.st), "upload: stream synchronize")) return -1;
-    if (t == MX_BF16)
-        return cu_ck(cudaMemcpy(dptr, host, (size_t)numel * 2, cudaMemcpyHostToDevice),
+    if (t == MX_BF16 || raw)
+        return cu_ck(cudaMemcpy(dptr, host, (size_t)numel * dev_esize(t, raw),
+                                cudaMemcpyHostToDevice),
                      "upload: cudaMemcpy");
     const int64_t per = 1 << 24;
     uint16_t *tmp = malloc((size_t)(numel < per ? numel : per) * 2);
@@ -81,7 +92,7 @@ static int pageable_copy(char *dptr, const void *host, mx_dtype t, int64_t numel
     int rc = 0;
     for (int64_t i0 = 0; i0 < numel && !rc; i0 += per) {
         const int64_t n = numel - i0 < per ? numel - i0 : per;
-        to_bf16(tmp, host, t, i0, n);
+        to_bf16(tmp, host, t, i0, n, false);
         rc = cu_ck(cudaMemcpy(dptr + i0 * 2, tmp, (size_t)n * 2, cudaMemcpyHostToDevice),
                    "upload: cudaMemcpy");
     }
@@ -89,22 +100,26 @@ static int pageable_copy(char *dptr, const void *host, mx_dtype t, int64_t numel
     return rc;
 }
 
-static int copy_weight(char *dptr, const void *host, mx_dtype t, int64_t numel) {
-    if (g_cu.pinned && pin_init() == 0) return stage_copy(dptr, host, t, numel);
-    return pageable_copy(dptr, host, t, numel);
+static int copy_weight(char *dptr, const void *host, mx_dtype t, int64_t numel, bool raw) {
+    if (g_cu.pinned && pin_init() == 0) return stage_copy(dptr, host, t, numel, raw);
+    return pageable_copy(dptr, host, t, numel, raw);
 }
 
 /* ==== Upload op ==== */
-int cu_weight_upload(mx_tensor *dst, const mx_tensor *host, mx_error *err) {
-    if (host->dtype != MX_BF16 && host->dtype != MX_F16 && host->dtype != MX_F32)
-        return mx_fail(err, "dtype %s cannot be uploaded (bf16, f16, f32)", mx_dtype_name(host->dtype));
+/* raw: keep the host dtype (U32 packed codes, f16/f32 scales); else convert to bf16. */
+static int upload(mx_tensor *dst, const mx_tensor *host, bool raw, mx_error *err) {
+    if (raw ? host->dtype != MX_BF16 && host->dtype != MX_F16 && host->dtype != MX_F32 &&
+                  host->dtype != MX_U32
+            : host->dtype != MX_BF16 && host->dtype != MX_F16 && host->dtype != MX_F32)
+        return mx_fail(err, "dtype %s cannot be uploaded (bf16, f16, f32%s)",
+                       mx_dtype_name(host->dtype), raw ? ", u32" : "");
     int64_t expect = 1;
     for (int d = host->ndim - 1; d >= 0; d--) {
         if (host->stride[d] != expect) return mx_fail(err, "non-contiguous host tensor");
         expect *= host->shape[d];
     }
     const int64_t numel = mx_tensor_numel(host);
-    const size_t nbytes = (size_t)numel * 2;
+    const size_t nbytes = (size_t)numel * dev_esize(host->dtype, raw);
     const double t0 = mx_now();
     char *d = cu_dev_alloc(nbytes);
     if (!d)
@@ -112,9 +127,9 @@ int cu_weight_upload(mx_tensor *dst, const mx_tensor *host, mx_error *err) {
                        nbytes / 1048576.0, g_cu.cur_bytes / 1073741824.0);
     *dst = *host;
     dst->data = d;
-    dst->dtype = MX_BF16;
+    dst->dtype = raw ? host->dtype : MX_BF16;
     dst->device = MX_DEV_CUDA;
-    if (host->ndim >= 1 && host->shape[host->ndim - 1] > g_cu.max_k)
+    if (!raw && host->ndim >= 1 && host->shape[host->ndim - 1] > g_cu.max_k)
         g_cu.max_k = (int)host->shape[host->ndim - 1];
     g_cu.up_tensors++;
     if (g_cu.lazy) {
@@ -126,18 +141,27 @@ int cu_weight_upload(mx_tensor *dst, const mx_tensor *host, mx_error *err) {
             g_cu.cap_pend = cap;
         }
         g_cu.pend[g_cu.n_pend++] = (cu_pending){.dptr = d, .nbytes = nbytes, .host = host->data,
-                                                .src_dtype = host->dtype, .numel = numel};
+                                                .src_dtype = host->dtype, .numel = numel,
+                                                .raw = raw};
         g_cu.n_pend_left++;
         g_cu.pend_sorted = false;
         return 0;
     }
-    if (copy_weight(d, host->data, host->dtype, numel)) {
+    if (copy_weight(d, host->data, host->dtype, numel, raw)) {
         g_cu.has_err = false;
         return mx_fail(err, "%s", g_cu.err);
     }
     g_cu.up_bytes += nbytes;
     g_cu.up_seconds += mx_now() - t0;
     return 0;
+}
+
+int cu_weight_upload(mx_tensor *dst, const mx_tensor *host, mx_error *err) {
+    return upload(dst, host, false, err);
+}
+
+int cu_weight_upload_raw(mx_tensor *dst, const mx_tensor *host, mx_error *err) {
+    return upload(dst, host, true, err);
 }
 
 int cu_finish_load(mx_error *err) {
@@ -177,7 +201,7 @@ static void materialise(cu_pending *p) {
         return;
     }
     const double t0 = mx_now();
-    if (copy_weight(p->dptr, p->host, p->src_dtype, p->numel)) return;
+    if (copy_weight(p->dptr, p->host, p->src_dtype, p->numel, p->raw)) return;
     p->done = true;
     g_cu.n_pend_left--;
     g_cu.lazy_bytes_done += p->nbytes;

@@ -30,6 +30,7 @@ static void plan_destroy(cu_lt_plan *p) {
 
 void cu_lt_destroy(void) {
     for (int i = 0; i < CU_LT_PLANS; i++) plan_destroy(&g_cu.plans[i]);
+    cuda_qmm_release();
 }
 
 static cu_lt_plan *lt_plan(int N, int K, int rows, long ldw, long ldo) {
@@ -125,6 +126,7 @@ void cu_matmul_raw(float *y, long ldy, const float *x, long ldx, int rows, const
  * matmul is held back; the next matmul on the same x joins it; anything else (another op, a
  * matmul reading a held output, a fourth weight) launches the group first as ONE kernel. */
 void cu_flush_mm(void) {
+    cu_flush_qmv();
     if (!g_cu.pend_mm.segs.n) return;
     cuda_gemv_segs segs = g_cu.pend_mm.segs;
     g_cu.pend_mm.segs.n = 0;
@@ -187,34 +189,67 @@ void cu_matmul(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, const mx_
 }
 
 /* ==== MoE ==== */
+/* Device arrays of per-expert pointers of one layer: weights (dense bf16 or packed codes)
+ * and, for quantized projections, scales and biases. Built once per layer. */
 static const cu_moe_table *moe_table(const mx_moe_experts *ex, int E) {
+    const void *key = ex->gate ? (const void *)ex->gate : (const void *)ex->qgate;
     for (int i = 0; i < g_cu.n_moe_tab; i++)
-        if (g_cu.moe_tab[i].host_key == ex->gate && g_cu.moe_tab[i].E == E) return &g_cu.moe_tab[i];
+        if (g_cu.moe_tab[i].host_key == key && g_cu.moe_tab[i].E == E) return &g_cu.moe_tab[i];
     cu_moe_table *t = realloc(g_cu.moe_tab, (size_t)(g_cu.n_moe_tab + 1) * sizeof *t);
     if (!t) return NULL;
     g_cu.moe_tab = t;
-    const uint16_t **h = malloc((size_t)3 * E * sizeof *h);
-    const uint16_t **d = cu_dev_alloc((size_t)3 * E * sizeof *h);
+    const mx_tensor *dv[3] = {ex->gate, ex->up, ex->down};
+    const mx_qweight *qv[3] = {ex->qgate, ex->qup, ex->qdown};
+    bool quant = false;
+    for (int j = 0; j < 3; j++) quant |= !dv[j];
+    const size_t n = (size_t)(quant ? 9 : 3) * E;
+    const void **h = malloc(n * sizeof *h);
+    const void **d = cu_dev_alloc(n * sizeof *h);
     if (!h || !d) {
         free(h);
         cu_dev_free(d);
         return NULL;
     }
-    for (int e = 0; e < E; e++) {
-        const mx_tensor *w[3] = {&ex->gate[e], &ex->up[e], &ex->down[e]};
-        for (int j = 0; j < 3; j++) {
-            cu_resident(w[j]->data);
-            h[j * E + e] = w[j]->data;
+    memset(h, 0, n * sizeof *h);
+    cu_moe_table m;
+    memset(&m, 0, sizeof m);
+    for (int j = 0; j < 3; j++)
+        for (int e = 0; e < E; e++) {
+            if (dv[j]) {
+                cu_resident(dv[j][e].data);
+                h[j * E + e] = dv[j][e].data;
+            } else {
+                const mx_qweight *q = &qv[j][e];
+                cu_resident(q->w.data);
+                cu_resident(q->scales.data);
+                cu_resident(q->biases.data);
+                h[j * E + e] = q->w.data;
+                h[(3 + j) * E + e] = q->scales.data;
+                h[(6 + j) * E + e] = q->biases.data;
+                m.bits[j] = q->bits;
+                m.group[j] = q->group_size;
+                m.sbt[j] = cu_q_sb(q->scales.dtype);
+            }
         }
-    }
-    const bool ok = cu_upload_small(d, h, (size_t)3 * E * sizeof *h) != NULL;
+    const bool ok = cu_upload_small(d, h, n * sizeof *h) != NULL;
     free(h);
     if (!ok) return NULL;
-    cu_moe_table *m = &g_cu.moe_tab[g_cu.n_moe_tab++];
-    m->host_key = ex->gate;
-    m->d_ptrs = d;
-    m->E = E;
-    return m;
+    m.host_key = key;
+    m.d_ptrs = (const uint16_t **)d;
+    m.d_sptrs = quant ? d + 3 * E : NULL;
+    m.d_bptrs = quant ? d + 6 * E : NULL;
+    m.quant = quant;
+    m.E = E;
+    g_cu.moe_tab[g_cu.n_moe_tab] = m;
+    return &g_cu.moe_tab[g_cu.n_moe_tab++];
+}
+
+static cuda_moe_proj moe_proj(const cu_moe_table *t, int j) {
+    const int E = t->E;
+    cuda_moe_proj p = {(const void *const *)(t->d_ptrs + j * E),
+                       t->bits[j] ? t->d_sptrs + j * E : NULL,
+                       t->bits[j] ? t->d_bptrs + j * E : NULL, t->bits[j], t->group[j], t->sbt[j]};
+    return p;
 }
 
 /* Per-(row, expert) GEMVs: few rows, no host round trip. */
@@ -230,14 +265,31 @@ static int moe_pairs(mx_tensor *out, const mx_tensor *x, const mx_tensor *rl,
     float *wsel = (float *)(b + o_w), *hb = (float *)(b + o_h), *yb = (float *)(b + o_y);
     const uint16_t *const *gp = t->d_ptrs, *const *up = t->d_ptrs + t->E, *const *dp = t->d_ptrs + 2 * t->E;
     if (cu_ck(cuda_moe_route(rl->data, (long)rl->stride[0], n, p->n_experts, k, p->norm_topk, sel,
-                             wsel, g_cu.st), "moe route") ||
-        cu_ck(cuda_moe_gate_up(hb, x->data, (long)x->stride[0], sel, np, k, gp, up, I, H,
-                               p->activation, g_cu.st), "moe gate/up") ||
-        cu_ck(cuda_moe_down(yb, hb, sel, np, dp, H, I, g_cu.st), "moe down") ||
-        cu_ck(cuda_moe_combine(out->data, (long)out->stride[0], yb, wsel, n, k, H, g_cu.st),
+                             wsel, g_cu.st), "moe route"))
+        return -1;
+    if (t->quant) {
+        if (cu_ck(cuda_moe_gate_up_q(hb, x->data, (long)x->stride[0], sel, np, k, moe_proj(t, 0),
+                                     moe_proj(t, 1), I, H, p->activation, g_cu.st), "moe gate/up (q)") ||
+            cu_ck(cuda_moe_down_q(yb, hb, sel, np, moe_proj(t, 2), H, I, g_cu.st), "moe down (q)"))
+            return -1;
+    } else if (cu_ck(cuda_moe_gate_up(hb, x->data, (long)x->stride[0], sel, np, k, gp, up, I, H,
+                                      p->activation, g_cu.st), "moe gate/up") ||
+               cu_ck(cuda_moe_down(yb, hb, sel, np, dp, H, I, g_cu.st), "moe down")) {
+        return -1;
+    }
+    if (cu_ck(cuda_moe_combine(out->data, (long)out->stride[0], yb, wsel, n, k, H, g_cu.st),
               "moe combine"))
         return -1;
     return 0;
+}
+
+/* Expert e's projection j (0 gate, 1 up, 2 down) on m gathered rows, dense or quantized. */
+static void moe_mm(float *y, long ldy, const float *x, long ldx, int m, const mx_moe_experts *ex,
+                   int j, int e) {
+    const mx_tensor *d = j == 0 ? ex->gate : j == 1 ? ex->up : ex->down;
+    const mx_qweight *q = j == 0 ? ex->qgate : j == 1 ? ex->qup : ex->qdown;
+    if (d) cu_matmul_raw(y, ldy, x, ldx, m, &d[e], NULL);
+    else cu_matmul_q_raw(y, ldy, x, ldx, m, &q[e], NULL);
 }
 
 /* Grouped: routing to the host once, then one matmul per used expert over its rows. */
@@ -283,10 +335,10 @@ static int moe_grouped(mx_tensor *out, const mx_tensor *x, const mx_tensor *rl,
             cu_ck(cuda_gather_rows_f32(xe, H, x->data, (long)x->stride[0], d_idx, m, H, g_cu.st),
                   "moe gather"))
             goto done;
-        cu_matmul_raw(g, I, xe, H, m, &ex->gate[e], NULL);
-        cu_matmul_raw(u, I, xe, H, m, &ex->up[e], NULL);
+        moe_mm(g, I, xe, H, m, ex, 0, e);
+        moe_mm(u, I, xe, H, m, ex, 1, e);
         if (cu_ck(cuda_glu_f32(g, I, g, I, u, I, m, I, p->activation, g_cu.st), "moe glu")) goto done;
-        cu_matmul_raw(y, H, g, I, m, &ex->down[e], NULL);
+        moe_mm(y, H, g, I, m, ex, 2, e);
         if (cu_ck(cuda_scatter_add_rows(out->data, (long)out->stride[0], y, d_idx, d_rw, m, H,
                                         g_cu.st), "moe scatter"))
             goto done;
@@ -304,7 +356,10 @@ int cu_moe(mx_tensor *out, const mx_tensor *x, const mx_tensor *router_logits,
            const mx_moe_experts *ex, const mx_moe_params *p, mx_error *err) {
     cu_flush();
     g_cu.hint_moe = true;
-    const int n = (int)x->shape[0], I = (int)ex->gate[0].shape[0];
+    const int n = (int)x->shape[0];
+    if ((!ex->gate && !ex->qgate) || (!ex->up && !ex->qup) || (!ex->down && !ex->qdown))
+        return mx_fail(err, "MoE: an expert projection has neither dense nor quantized weights");
+    const int I = ex->gate ? (int)ex->gate[0].shape[0] : (int)ex->qgate[0].w.shape[0];
     if (p->top_k < 1 || p->top_k > 32 || p->n_experts > 1024 || p->top_k > p->n_experts)
         return mx_fail(err, "MoE: top-k %d of %d experts is not supported on CUDA (k <= 32, "
                        "E <= 1024)", p->top_k, p->n_experts);

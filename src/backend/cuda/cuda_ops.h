@@ -139,6 +139,106 @@ int cuda_argmax_f32(const float *logits, int rows, int V, int32_t *out, void *wo
 int cuda_greedy_f32(const float *logits, int rows, int V, int32_t *ids, float *lps,
                     cudaStream_t stream);
 
+/* ==== MLX affine-quantized matmul (qgemv.cu, qmm.cu) ====
+ * y[r, n] = sum_k x[r, k] * Wq[n, k] with Wq[n, k] = scale[n, k / group] * q[n, k] +
+ * bias[n, k / group] (src/quant/quant.h: codes packed as one little-endian bit stream per row
+ * in u32 words). x fp32 [rows, K] (row stride ldx), y fp32 [rows, N] (row stride ldy).
+ * bits in {2, 3, 4, 5, 6, 8}, group in {32, 64, 128}, K % group == 0, scales and biases in
+ * one dtype (CUDA_QSB_*). Weight, scales and biases of a row are contiguous; the packed
+ * weight must be 16-byte aligned.
+ *
+ * Tunables (the autotuner calls these launchers with explicit values; the backend passes
+ * the defaults, or MLXCEL_QMV_MULTIROW / MLXCEL_QMM_TILE_M when set):
+ *   qmv-multirow (cuda_qmv): the row window, i.e. how many activation rows one pass of the
+ *     kernel handles; rows are cut into ceil(rows / multirow) passes (grid.y), each pass
+ *     reading the whole weight once. Valid: CUDA_QMV_MULTIROW_VALUES.
+ *   qmm-tile (cuda_qmm): M of the GEMM in cuBLAS terms = weight rows per slab. qmm
+ *     dequantizes the weight slab by slab (tile_m rows of W -> bf16 scratch) and runs a
+ *     cuBLASLt bf16 GEMM (fp32 accumulate) per slab; small slabs stay in L2 (the dequantized
+ *     bytes never reach HBM), large slabs give cuBLASLt bigger GEMMs. Valid:
+ *     CUDA_QMM_TILE_VALUES. */
+enum { CUDA_QSB_BF16 = 0, CUDA_QSB_F16 = 1, CUDA_QSB_F32 = 2 };
+#define CUDA_QMV_MAX_ROWS 8
+#define CUDA_QMV_MAX_SEGS 3
+#define CUDA_QMV_MULTIROW_VALUES {1, 2, 4, 8}
+#define CUDA_QMV_MULTIROW_COUNT 4
+#define CUDA_QMM_TILE_VALUES {256, 512, 1024, 2048, 4096, 8192, 16384}
+#define CUDA_QMM_TILE_COUNT 7
+
+/* Segments share x, K, bits, group and the scales dtype (Q/K/V or gate/up in one launch). */
+typedef struct cuda_qmv_args {
+    const uint32_t *w[CUDA_QMV_MAX_SEGS];  /* [N_i, K * bits / 32] */
+    const void *scales[CUDA_QMV_MAX_SEGS]; /* [N_i, K / group] */
+    const void *biases[CUDA_QMV_MAX_SEGS];
+    float *y[CUDA_QMV_MAX_SEGS];           /* [rows, ldy_i] */
+    long ldy[CUDA_QMV_MAX_SEGS];
+    int N[CUDA_QMV_MAX_SEGS];
+    int n_segs;
+    const float *x;                        /* [rows, ldx] */
+    long ldx;
+    int rows, K, bits, group, sb_dtype;    /* 1 <= rows <= CUDA_QMV_MAX_ROWS */
+    void *ws;                              /* cuda_qmv_workspace_bytes(K), 16-byte aligned */
+    size_t ws_bytes;
+} cuda_qmv_args;
+size_t cuda_qmv_workspace_bytes(int K);
+/* multirow: one of CUDA_QMV_MULTIROW_VALUES (else cudaErrorInvalidValue). */
+int cuda_qmv(const cuda_qmv_args *a, int multirow, cudaStream_t st);
+int cuda_qmv_default_multirow(int rows, int N, int K, int bits);
+/* 1 when multirow is one of CUDA_QMV_MULTIROW_VALUES. */
+int cuda_qmv_valid_multirow(int multirow);
+
+typedef struct cuda_qmm_args {
+    const uint32_t *w;                     /* [N, K * bits / 32] */
+    const void *scales, *biases;           /* [N, K / group] */
+    const float *x;                        /* [rows, ldx] */
+    long ldx;
+    float *y;                              /* [rows, ldy] */
+    long ldy;
+    int rows, N, K, bits, group, sb_dtype;
+    void *lt;                              /* cublasLtHandle_t */
+    void *lt_ws;                           /* cuBLASLt workspace */
+    size_t lt_ws_bytes;
+    void *scratch;                         /* cuda_qmm_scratch_bytes(rows, N, K, tile_m) */
+    size_t scratch_bytes;
+} cuda_qmm_args;
+size_t cuda_qmm_scratch_bytes(int rows, int N, int K, int tile_m);
+/* tile_m: one of CUDA_QMM_TILE_VALUES (else cudaErrorInvalidValue). A cuBLASLt failure
+ * returns cudaErrorNotSupported. */
+int cuda_qmm(const cuda_qmm_args *a, int tile_m, cudaStream_t st);
+int cuda_qmm_default_tile_m(int rows, int N, int K, int bits);
+int cuda_qmm_valid_tile_m(int tile_m);
+/* Frees the plans cached by cuda_qmm (before destroying the cuBLASLt handle). */
+void cuda_qmm_release(void);
+
+/* out[rows, ldo] bf16 = dequantized rows [n0, n0 + n) (the CPU reference's values, rounded
+ * from the scales dtype to bf16). */
+int cuda_qdequant_bf16(uint16_t *out, long ldo, const uint32_t *w, const void *scales,
+                       const void *biases, int sb_dtype, int n0, int n, int K, int bits,
+                       int group, cudaStream_t st);
+/* Quantized embedding gather: out[i, :] = dequantized row ids[i] (CPU reference values) *
+ * scale; with round_scale the scale and product are rounded to the scales dtype. ids on the
+ * device, clamped to [0, V). */
+int cuda_qembed(float *out, const uint32_t *w, const void *scales, const void *biases,
+                int sb_dtype, const int32_t *ids, int n, int V, int H, int bits, int group,
+                float scale, int round_scale, cudaStream_t st);
+
+/* ==== Quantized / mixed MoE experts, per (row, expert) pair (moe_q.cu) ====
+ * A projection is dense (bits 0: w[e] bf16 [out, in]) or quantized (w, scales, biases [e]);
+ * the pointer arrays live on the device. */
+typedef struct cuda_moe_proj {
+    const void *const *w;
+    const void *const *scales;
+    const void *const *biases;
+    int bits, group, sb_dtype;
+} cuda_moe_proj;
+/* h[p, i] = act(gate_e(x[p / k]))_i * up_e(x[p / k])_i, e = sel[p]. */
+int cuda_moe_gate_up_q(float *h, const float *x, long x_stride, const int32_t *sel, int n_pairs,
+                       int k, cuda_moe_proj gate, cuda_moe_proj up, int I, int H, int act,
+                       cudaStream_t st);
+/* y[p, j] = down_e(h[p])_j */
+int cuda_moe_down_q(float *y, const float *h, const int32_t *sel, int n_pairs,
+                    cuda_moe_proj down, int H, int I, cudaStream_t st);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,148 @@
+/* Quantized matmul dispatch of the CUDA backend (backend_ops.matmul_q).
+ *
+ * rows <= CUDA_QMV_MAX_ROWS: the qmv kernel (qgemv.cu); several consecutive matmul_q on the
+ * same x with the same quantization (Q/K/V, gate/up) are held back and launched as one
+ * multi-segment qmv, as cu_matmul does for bf16. More rows: qmm (qmm.cu: dequantized slabs +
+ * cuBLASLt). Row window and slab size: MLXCEL_QMV_MULTIROW / MLXCEL_QMM_TILE_M, else the
+ * kernels' defaults. */
+#include <string.h>
+
+#include "backend/cuda/cuda_be.h"
+#include "backend/cuda/cuda_elem.h"
+#include "backend/cuda/cuda_ops.h"
+
+/* ==== Descriptors ==== */
+int cu_q_sb(mx_dtype t) {
+    return t == MX_BF16 ? CUDA_QSB_BF16 : t == MX_F16 ? CUDA_QSB_F16 : t == MX_F32 ? CUDA_QSB_F32 : -1;
+}
+
+/* Logical N, K of a quantized weight; -1 (recorded) when the descriptor is not usable. */
+int cu_q_shape(const mx_qweight *w, int *N, int *K) {
+    if (w->w.dtype != MX_U32 || w->w.ndim != 2 || w->bits < 2 || w->bits > 8 || w->bits == 7 ||
+        cu_q_sb(w->scales.dtype) < 0 || w->scales.dtype != w->biases.dtype ||
+        w->w.stride[0] != w->w.shape[1] || w->scales.stride[0] != w->scales.shape[1] ||
+        w->biases.stride[0] != w->biases.shape[1] || w->w.device != MX_DEV_CUDA) {
+        cu_fail("quantized matmul: weight descriptor is not a contiguous U32 [N, K*bits/32] "
+                "with f32/bf16/f16 scales on the device");
+        return -1;
+    }
+    *N = (int)w->w.shape[0];
+    *K = (int)(w->w.shape[1] * 32 / w->bits);
+    return 0;
+}
+
+static int qmv_window(int rows, int N, int K, int bits) {
+    return g_cu.qmv_multirow ? g_cu.qmv_multirow : cuda_qmv_default_multirow(rows, N, K, bits);
+}
+
+static void resident_q(const mx_qweight *w) {
+    cu_resident(w->w.data);
+    cu_resident(w->scales.data);
+    cu_resident(w->biases.data);
+}
+
+/* ==== Deferred multi-segment qmv ==== */
+void cu_flush_qmv(void) {
+    if (!g_cu.pend_q.a.n_segs) return;
+    cuda_qmv_args a = g_cu.pend_q.a;
+    g_cu.pend_q.a.n_segs = 0;
+    if (cu_ensure(&g_cu.qmv_ws, &g_cu.qmv_ws_cap, cuda_qmv_workspace_bytes(a.K))) return;
+    a.ws = g_cu.qmv_ws;
+    a.ws_bytes = g_cu.qmv_ws_cap;
+    int n_total = 0;
+    for (int i = 0; i < a.n_segs; i++) n_total += a.N[i];
+    if (cu_ck(cuda_qmv(&a, qmv_window(a.rows, n_total, a.K, a.bits), g_cu.st), "qmv")) return;
+    for (int i = 0; i < a.n_segs; i++)
+        if (g_cu.pend_q.bias[i])
+            cu_ck(cuda_bias_add_f32(a.y[i], a.ldy[i], g_cu.pend_q.bias[i], a.rows, a.N[i], g_cu.st),
+                  "bias");
+}
+
+/* ==== Raw entry (MoE grouped path, non-deferred) ==== */
+void cu_matmul_q_raw(float *y, long ldy, const float *x, long ldx, int rows, const mx_qweight *w,
+                     const mx_tensor *bias) {
+    int N, K;
+    if (rows <= 0) return;
+    cu_flush();
+    if (cu_q_shape(w, &N, &K)) return;
+    resident_q(w);
+    const uint16_t *B = mx_tensor_present(bias) ? bias->data : NULL;
+    if (B) cu_resident(B);
+    const int sbt = cu_q_sb(w->scales.dtype);
+    if (rows <= CUDA_QMV_MAX_ROWS) {
+        if (cu_ensure(&g_cu.qmv_ws, &g_cu.qmv_ws_cap, cuda_qmv_workspace_bytes(K))) return;
+        cuda_qmv_args a;
+        memset(&a, 0, sizeof a);
+        a.w[0] = w->w.data;
+        a.scales[0] = w->scales.data;
+        a.biases[0] = w->biases.data;
+        a.y[0] = y;
+        a.ldy[0] = ldy;
+        a.N[0] = N;
+        a.n_segs = 1;
+        a.x = x;
+        a.ldx = ldx;
+        a.rows = rows, a.K = K, a.bits = w->bits, a.group = w->group_size, a.sb_dtype = sbt;
+        a.ws = g_cu.qmv_ws;
+        a.ws_bytes = g_cu.qmv_ws_cap;
+        if (cu_ck(cuda_qmv(&a, qmv_window(rows, N, K, w->bits), g_cu.st), "qmv")) return;
+    } else {
+        const int tile = g_cu.qmm_tile ? g_cu.qmm_tile
+                                       : cuda_qmm_default_tile_m(rows, N, K, w->bits);
+        const size_t need = cuda_qmm_scratch_bytes(rows, N, K, tile);
+        if (cu_ensure(&g_cu.qmm_buf, &g_cu.qmm_cap, need)) return;
+        cuda_qmm_args a;
+        memset(&a, 0, sizeof a);
+        a.w = w->w.data;
+        a.scales = w->scales.data;
+        a.biases = w->biases.data;
+        a.x = x, a.ldx = ldx, a.y = y, a.ldy = ldy;
+        a.rows = rows, a.N = N, a.K = K, a.bits = w->bits, a.group = w->group_size;
+        a.sb_dtype = sbt;
+        a.lt = g_cu.lt, a.lt_ws = g_cu.lt_ws, a.lt_ws_bytes = g_cu.lt_ws_size;
+        a.scratch = g_cu.qmm_buf, a.scratch_bytes = g_cu.qmm_cap;
+        const int rc = cuda_qmm(&a, tile, g_cu.st);
+        if (rc == (int)cudaErrorNotSupported) {
+            cu_fail("cuBLASLt has no algorithm for the quantized matmul [%d x %d] x [%d x %d]^T",
+                    rows, K, N, K);
+            return;
+        }
+        if (cu_ck(rc, "qmm")) return;
+    }
+    if (B) cu_ck(cuda_bias_add_f32(y, ldy, B, rows, N, g_cu.st), "bias");
+}
+
+/* ==== Ops table entry ==== */
+void cu_matmul_q(mx_tensor *out, const mx_tensor *x, const mx_qweight *w, const mx_tensor *bias) {
+    const int rows = (int)x->shape[0];
+    int N, K;
+    cu_flush_rope();
+    if (g_cu.pend_add.on) cu_flush();
+    if (cu_q_shape(w, &N, &K)) return;
+    if (rows < 1 || rows > CUDA_QMV_MAX_ROWS || x->dtype != MX_F32 || x->shape[x->ndim - 1] != K) {
+        cu_flush();
+        cu_matmul_q_raw(out->data, (long)out->stride[0], x->data, (long)x->stride[0], rows, w, bias);
+        return;
+    }
+    resident_q(w);
+    if (mx_tensor_present(bias)) cu_resident(bias->data);
+    const int sbt = cu_q_sb(w->scales.dtype);
+    cuda_qmv_args *a = &g_cu.pend_q.a;
+    bool join = a->n_segs > 0 && a->x == x->data && a->ldx == (long)x->stride[0] &&
+                a->rows == rows && a->K == K && a->bits == w->bits && a->group == w->group_size &&
+                a->sb_dtype == sbt && a->n_segs < CUDA_QMV_MAX_SEGS;
+    for (int i = 0; join && i < a->n_segs; i++) /* x must not be a held output */
+        if ((const void *)a->y[i] == x->data || (void *)a->y[i] == out->data) join = false;
+    if (!join) cu_flush_mm(); /* the held bf16 GEMVs or qmv group launch first */
+    const int i = a->n_segs++;
+    a->x = x->data;
+    a->ldx = (long)x->stride[0];
+    a->rows = rows, a->K = K, a->bits = w->bits, a->group = w->group_size, a->sb_dtype = sbt;
+    a->w[i] = w->w.data;
+    a->scales[i] = w->scales.data;
+    a->biases[i] = w->biases.data;
+    a->y[i] = out->data;
+    a->ldy[i] = (long)out->stride[0];
+    a->N[i] = N;
+    g_cu.pend_q.bias[i] = mx_tensor_present(bias) ? bias->data : NULL;
+}

@@ -1,0 +1,229 @@
+/* Quantized matmul for prefill-sized row counts (qmm), the dequantize kernel, and the
+ * quantized embedding gather.
+ *
+ * qmm: y[rows, N] = x[rows, K] @ Wq^T. The weight is dequantized slab by slab (tile_m rows
+ * of W, the GEMM's M in cuBLAS terms) into a bf16 scratch, and each slab runs one cuBLASLt
+ * bf16 GEMM (fp32 accumulate, fp32 out written straight into y's columns [n0, n0 + tile)).
+ * x is converted to bf16 once per call. Dequantized values are the CPU reference's (scales
+ * dtype rounding) then rounded to bf16 (exact for bf16 scales, the common case). A slab of
+ * <= ~16 MiB stays in L2 between its dequantize and its GEMM, so for modest row counts the
+ * dequantized bytes never travel to HBM; big slabs give cuBLASLt bigger problems for long
+ * prefills. This is the "dequantize + cuBLASLt" design, not a fused tensor-core kernel: the
+ * extra cost is one write + read of the bf16 slab per call, small next to the GEMM at 2048
+ * rows (about 2 * rows flops per weight byte). */
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_elem.h"
+#include "backend/cuda/qkern.cuh"
+
+/* ==== Dequantize to bf16 ==== */
+/* Thread per 8 consecutive codes (one group: 8 | group). grid (ceil(K / 8 / 128), n). */
+__global__ void qdequant_kernel(uint16_t *out, long ldo, const uint32_t *w, const void *s,
+                                const void *b, int sbt, int n0, int K, int bits, int group) {
+    const int r = blockIdx.y, k0 = (blockIdx.x * blockDim.x + threadIdx.x) * 8;
+    if (k0 >= K) return;
+    const int n = n0 + r;
+    const uint32_t *row = w + (size_t)n * K * bits / 32;
+    const size_t gi = (size_t)n * (K / group) + k0 / group;
+    const float sc = q_sb_load_rt(s, sbt, gi), bi = q_sb_load_rt(b, sbt, gi);
+    float f[8];
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+        const float q = (float)q_code(row, k0 + e, bits);
+        f[e] = q_round_sb(__fadd_rn(__fmul_rn(sc, q), bi), sbt);
+    }
+    uint16_t *o = out + (size_t)r * ldo + k0;
+    if ((((uintptr_t)o) & 15) == 0) {
+        *(uint4 *)o = f32x8_to_bf16x8(f);
+    } else {
+#pragma unroll
+        for (int e = 0; e < 8; e++) o[e] = (uint16_t)f32_to_bf16_bits(f[e]);
+    }
+}
+
+static bool q_shape_ok(int K, int bits, int group) {
+    return (group == 32 || group == 64 || group == 128) && K >= group && K % group == 0 &&
+           bits >= 2 && bits <= 8 && bits != 7;
+}
+
+extern "C" int cuda_qdequant_bf16(uint16_t *out, long ldo, const uint32_t *w, const void *scales,
+                                  const void *biases, int sb_dtype, int n0, int n, int K, int bits,
+                                  int group, cudaStream_t st) {
+    if (!out || !w || !scales || !biases || n < 1 || n0 < 0 || n > 65535 || ldo < K ||
+        !q_shape_ok(K, bits, group) || sb_dtype < CUDA_QSB_BF16 || sb_dtype > CUDA_QSB_F32)
+        return (int)cudaErrorInvalidValue;
+    const dim3 g((K / 8 + 127) / 128, n);
+    qdequant_kernel<<<g, 128, 0, st>>>(out, ldo, w, scales, biases, sb_dtype, n0, K, bits, group);
+    return (int)cudaGetLastError();
+}
+
+/* ==== Quantized embedding gather ==== */
+__global__ void qembed_kernel(float *out, const uint32_t *w, const void *s, const void *b,
+                              int sbt, const int32_t *ids, int V, int H, int bits, int group,
+                              float scale, int round) {
+    const int i = blockIdx.x;
+    int id = ids[i];
+    id = id < 0 ? 0 : id >= V ? V - 1 : id; /* ids are validated at submit; never read out of range */
+    const uint32_t *row = w + (size_t)id * H * bits / 32;
+    const size_t g0 = (size_t)id * (H / group);
+    const float sc = round ? q_round_sb(scale, sbt) : scale;
+    float *dst = out + (size_t)i * H;
+    for (int j = threadIdx.x; j < H; j += blockDim.x) {
+        float v = q_value(row, s, b, sbt, g0 + j / group, j, bits);
+        if (sc != 1.0f) {
+            v = __fmul_rn(v, sc);
+            if (round) v = q_round_sb(v, sbt);
+        }
+        dst[j] = v;
+    }
+}
+
+extern "C" int cuda_qembed(float *out, const uint32_t *w, const void *scales, const void *biases,
+                           int sb_dtype, const int32_t *ids, int n, int V, int H, int bits,
+                           int group, float scale, int round_scale, cudaStream_t st) {
+    if (!out || !w || !scales || !biases || !ids || n < 1 || V < 1 || !q_shape_ok(H, bits, group) ||
+        sb_dtype < CUDA_QSB_BF16 || sb_dtype > CUDA_QSB_F32)
+        return (int)cudaErrorInvalidValue;
+    qembed_kernel<<<n, 256, 0, st>>>(out, w, scales, biases, sb_dtype, ids, V, H, bits, group,
+                                     scale, round_scale);
+    return (int)cudaGetLastError();
+}
+
+/* ==== qmm: cuBLASLt plans (per shape, LRU) ==== */
+#define QMM_PLANS 32
+typedef struct qmm_plan {
+    void *lt;
+    int N, K, rows;
+    long ldo;
+    uint32_t align_c;                     /* byte alignment of the output pointer */
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t a, b, c;
+    cublasLtMatmulAlgo_t algo;
+    bool ok;
+    unsigned long long last_use;
+} qmm_plan;
+static qmm_plan s_plans[QMM_PLANS];
+static unsigned long long s_clock;
+
+static void plan_destroy(qmm_plan *p) {
+    if (p->op) cublasLtMatmulDescDestroy(p->op);
+    if (p->a) cublasLtMatrixLayoutDestroy(p->a);
+    if (p->b) cublasLtMatrixLayoutDestroy(p->b);
+    if (p->c) cublasLtMatrixLayoutDestroy(p->c);
+    memset(p, 0, sizeof *p);
+}
+
+extern "C" void cuda_qmm_release(void) {
+    for (int i = 0; i < QMM_PLANS; i++) plan_destroy(&s_plans[i]);
+}
+
+/* Column-major view: D[N, rows] (ld ldo) = A^T B with A = the bf16 slab as K x N (ld K),
+ * B = bf16 x as K x rows (ld K), as the dense path's cuBLASLt call. */
+static qmm_plan *plan_get(void *lt, int N, int K, int rows, long ldo, uint32_t align_c,
+                          size_t ws_bytes) {
+    qmm_plan *lru = &s_plans[0];
+    for (int i = 0; i < QMM_PLANS; i++) {
+        qmm_plan *p = &s_plans[i];
+        if (p->op && p->lt == lt && p->N == N && p->K == K && p->rows == rows && p->ldo == ldo &&
+            p->align_c == align_c) {
+            p->last_use = ++s_clock;
+            return p;
+        }
+        if (!p->op || p->last_use < lru->last_use) lru = p;
+    }
+    plan_destroy(lru);
+    qmm_plan *p = lru;
+    p->lt = lt, p->N = N, p->K = K, p->rows = rows, p->ldo = ldo, p->align_c = align_c;
+    p->last_use = ++s_clock;
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    cublasLtMatmulPreference_t pref = NULL;
+    int nres = 0;
+    cublasLtMatmulHeuristicResult_t res;
+    memset(&res, 0, sizeof res);
+    if (cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F) ||
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) ||
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) ||
+        cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, (uint64_t)K, (uint64_t)N, K) ||
+        cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, (uint64_t)K, (uint64_t)rows, K) ||
+        cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, (uint64_t)N, (uint64_t)rows, ldo) ||
+        cublasLtMatmulPreferenceCreate(&pref) ||
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                             &ws_bytes, sizeof ws_bytes) ||
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                             &align_c, sizeof align_c) ||
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                             &align_c, sizeof align_c) ||
+        cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)lt, p->op, p->a, p->b, p->c, p->c, pref,
+                                       1, &res, &nres) ||
+        nres < 1) {
+        p->ok = false;
+    } else {
+        p->algo = res.algo;
+        p->ok = true;
+    }
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    return p;
+}
+
+/* ==== qmm ==== */
+static const int k_tiles[CUDA_QMM_TILE_COUNT] = CUDA_QMM_TILE_VALUES;
+
+extern "C" int cuda_qmm_valid_tile_m(int tile_m) {
+    for (int i = 0; i < CUDA_QMM_TILE_COUNT; i++)
+        if (k_tiles[i] == tile_m) return 1;
+    return 0;
+}
+
+extern "C" int cuda_qmm_default_tile_m(int rows, int N, int K, int bits) {
+    (void)bits;
+    /* few rows: slabs of <= 16 MiB that stay in L2 (the GEMM is short, the dequantized
+     * bytes would dominate); long prefills: <= 128 MiB slabs for big GEMMs */
+    const size_t budget = rows <= 256 ? ((size_t)16 << 20) : ((size_t)128 << 20);
+    int best = k_tiles[0];
+    for (int i = 0; i < CUDA_QMM_TILE_COUNT; i++) {
+        if ((size_t)k_tiles[i] * K * 2 > budget) break;
+        best = k_tiles[i];
+        if (k_tiles[i] >= N) break; /* one slab covers the weight */
+    }
+    return best;
+}
+
+static size_t al256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+extern "C" size_t cuda_qmm_scratch_bytes(int rows, int N, int K, int tile_m) {
+    const int slab = tile_m < N ? tile_m : N;
+    return al256((size_t)rows * K * 2) + al256((size_t)slab * K * 2);
+}
+
+extern "C" int cuda_qmm(const cuda_qmm_args *a, int tile_m, cudaStream_t st) {
+    if (!a || !a->w || !a->scales || !a->biases || !a->x || !a->y || !a->lt || a->rows < 1 ||
+        a->N < 1 || a->ldx < a->K || a->ldy < a->N || !q_shape_ok(a->K, a->bits, a->group) ||
+        a->K % 8 || a->sb_dtype < CUDA_QSB_BF16 || a->sb_dtype > CUDA_QSB_F32 ||
+        !cuda_qmm_valid_tile_m(tile_m) || !a->scratch ||
+        a->scratch_bytes < cuda_qmm_scratch_bytes(a->rows, a->N, a->K, tile_m))
+        return (int)cudaErrorInvalidValue;
+    uint16_t *xbf = (uint16_t *)a->scratch;
+    uint16_t *slab = (uint16_t *)((char *)a->scratch + al256((size_t)a->rows * a->K * 2));
+    int rc = cuda_f32_to_bf16_rows(xbf, a->x, a->ldx, a->rows, a->K, st);
+    if (rc) return rc;
+    const float alpha = 1.0f, beta = 0.0f;
+    for (int n0 = 0; n0 < a->N; n0 += tile_m) {
+        const int n = a->N - n0 < tile_m ? a->N - n0 : tile_m;
+        rc = cuda_qdequant_bf16(slab, a->K, a->w, a->scales, a->biases, a->sb_dtype, n0, n, a->K,
+                                a->bits, a->group, st);
+        if (rc) return rc;
+        float *y = a->y + n0;
+        /* the output columns start inside y's rows: tell the heuristic their alignment */
+        uint32_t align_c = 256;
+        while (align_c > 4 && ((uintptr_t)y % align_c || (a->ldy * 4) % align_c)) align_c >>= 1;
+        qmm_plan *p = plan_get(a->lt, n, a->K, a->rows, a->ldy, align_c, a->lt_ws_bytes);
+        if (!p->ok) return (int)cudaErrorNotSupported;
+        if (cublasLtMatmul((cublasLtHandle_t)a->lt, p->op, &alpha, slab, p->a, xbf, p->b, &beta,
+                           y, p->c, y, p->c, &p->algo, a->lt_ws, a->lt_ws_bytes, st))
+            return (int)cudaErrorNotSupported;
+    }
+    return 0;
+}

@@ -1,0 +1,398 @@
+/* CUDA quantized kernels vs the CPU reference (src/quant) on fresh random inputs.
+ *
+ * Weights: random fp32 quantized by mlx_quantize (bit-exact MLX) into packed codes + scales /
+ * biases in bf16, f16 or f32; the same host arrays go to the CPU ops and (upload_raw) to the
+ * device. Every CUDA output buffer is NaN-poisoned first.
+ *
+ * Tolerance of a matmul element (rigorous, per element): the CPU multiplies x by the
+ * dequantized value rounded to the scales dtype; qmv uses s*q + b unrounded (bias hoisted),
+ * qmm rounds the weight and x to bf16. So |cuda - cpu| <= eps * sum_k |w_k x_k| with eps =
+ * 2^-8 (bf16 scales), 2^-10 (f16), 2^-12 (f32) for qmv and 2^-7 / 2^-8 / 2^-8 for qmm,
+ * where the fp32 reduction-order error is far below. The reported value is the largest
+ * |cuda - cpu| / (eps * sum|w x| + 1e-6) over all elements: a wrong code, group, row or
+ * missing bias term gives errors of the order of sum|w x| itself (ratio >> 1). The embedding
+ * gather is bit-exact (tolerance 0). */
+#include "gpu_test.h"
+
+#include "backend/cuda/cuda_be.h"
+#include "backend/cuda/cuda_ops.h"
+#include "model/model_spec.h"
+#include "quant/quant.h"
+
+/* ==== A random quantized matrix on both sides ==== */
+typedef struct qmat {
+    int N, K, bits, group;
+    mx_dtype sbt;
+    uint32_t *wq;
+    void *s, *b;
+    float *deq;          /* [N, K] dequantized (CPU reference values) */
+    mx_qweight host, dev;
+} qmat;
+
+static size_t sb_size(mx_dtype t) { return t == MX_F32 ? 4 : 2; }
+
+static void qmat_make(qmat *m, int N, int K, int bits, int group, mx_dtype sbt) {
+    memset(m, 0, sizeof *m);
+    m->N = N, m->K = K, m->bits = bits, m->group = group, m->sbt = sbt;
+    float *w = malloc((size_t)N * K * 4);
+    gt_fill(w, (size_t)N * K, 1.0f / sqrtf((float)K));
+    const int64_t G = K / group, nw = (int64_t)K * bits / 32;
+    m->wq = malloc((size_t)N * nw * 4);
+    m->s = malloc((size_t)N * G * sb_size(sbt));
+    m->b = malloc((size_t)N * G * sb_size(sbt));
+    m->deq = malloc((size_t)N * K * 4);
+    mx_error err;
+    /* the source in the scales dtype, as a checkpoint would hold it */
+    void *src = w;
+    if (sbt != MX_F32) {
+        src = malloc((size_t)N * K * 2);
+        for (size_t i = 0; i < (size_t)N * K; i++)
+            ((uint16_t *)src)[i] = sbt == MX_BF16 ? mx_f32_to_bf16(w[i]) : mx_f32_to_f16(w[i]);
+    }
+    if (mlx_quantize(m->wq, m->s, m->b, src, sbt, N, K, bits, group, &err)) {
+        fprintf(stderr, "quantize: %s\n", err.msg);
+        exit(2);
+    }
+    if (src != w) free(src);
+    if (mlx_dequantize(m->deq, MX_F32, m->wq, m->s, m->b, sbt, N, K, bits, group, &err)) {
+        fprintf(stderr, "dequantize: %s\n", err.msg);
+        exit(2);
+    }
+    free(w);
+    m->host.w = mx_tensor_2d(m->wq, MX_U32, N, nw, MX_DEV_CPU);
+    m->host.scales = mx_tensor_2d(m->s, sbt, N, G, MX_DEV_CPU);
+    m->host.biases = mx_tensor_2d(m->b, sbt, N, G, MX_DEV_CPU);
+    m->host.bits = bits, m->host.group_size = group;
+    m->dev = m->host;
+    if (g_gpu->upload_raw(&m->dev.w, &m->host.w, &err) ||
+        g_gpu->upload_raw(&m->dev.scales, &m->host.scales, &err) ||
+        g_gpu->upload_raw(&m->dev.biases, &m->host.biases, &err)) {
+        fprintf(stderr, "upload_raw: %s\n", err.msg);
+        exit(2);
+    }
+}
+
+static void qmat_free(qmat *m) {
+    gt_dev_free(&m->dev.w), gt_dev_free(&m->dev.scales), gt_dev_free(&m->dev.biases);
+    free(m->wq), free(m->s), free(m->b), free(m->deq);
+}
+
+static int sb_code(mx_dtype t) { return t == MX_BF16 ? CUDA_QSB_BF16 : t == MX_F16 ? CUDA_QSB_F16 : CUDA_QSB_F32; }
+static const char *sb_name(mx_dtype t) { return t == MX_BF16 ? "bf16" : t == MX_F16 ? "f16" : "f32"; }
+
+static double eps_for(mx_dtype t, bool qmm) {
+    if (qmm) return t == MX_BF16 ? 1.0 / 128 : 1.0 / 256;
+    return t == MX_BF16 ? 1.0 / 256 : t == MX_F16 ? 1.0 / 1024 : 1.0 / 4096;
+}
+
+/* Largest |out - ref| / (eps * sum|w x| + 1e-6); non-finite outputs counted in *bad. */
+static double bound_ratio(const float *out, long ldo, const float *ref, const float *x, int rows,
+                          const qmat *m, int n_off, double eps, long *bad) {
+    double worst = 0;
+    *bad = 0;
+    for (int r = 0; r < rows; r++)
+        for (int n = 0; n < m->N; n++) {
+            const float o = out[(size_t)r * ldo + n_off + n];
+            if (!isfinite(o)) {
+                (*bad)++;
+                continue;
+            }
+            double s = 0;
+            for (int k = 0; k < m->K; k++) s += fabs((double)m->deq[(size_t)n * m->K + k] * x[(size_t)r * m->K + k]);
+            const double q = fabs((double)o - ref[(size_t)r * m->N + n]) / (eps * s + 1e-6);
+            if (q > worst) worst = q;
+        }
+    return worst;
+}
+
+/* CPU reference y [rows, N] = x @ W^T (+ bias). */
+static float *cpu_ref(const float *x, int rows, const qmat *m, const float *bias_f, uint16_t *bias_b) {
+    float *ref = malloc((size_t)rows * m->N * 4);
+    mx_tensor hx = mx_tensor_2d((void *)x, MX_F32, rows, m->K, MX_DEV_CPU);
+    mx_tensor ho = mx_tensor_2d(ref, MX_F32, rows, m->N, MX_DEV_CPU);
+    mx_tensor hb = bias_b ? mx_tensor_1d(bias_b, MX_BF16, m->N, MX_DEV_CPU) : (mx_tensor){0};
+    (void)bias_f;
+    g_cpu->matmul_q(&ho, &hx, &m->host, &hb);
+    return ref;
+}
+
+/* ==== matmul_q through the backend (dispatch, deferral, bias) ==== */
+static void test_matmul_q(int rows, int N, int K, int bits, int group, mx_dtype sbt, bool bias) {
+    qmat m;
+    qmat_make(&m, N, K, bits, group, sbt);
+    float *x = malloc((size_t)rows * K * 4), *bf = malloc((size_t)N * 4);
+    gt_fill(x, (size_t)rows * K, 1.0f);
+    gt_fill(bf, (size_t)N, 0.5f);
+    uint16_t *bb = bias ? gt_bf16(bf, (size_t)N) : NULL;
+    float *ref = cpu_ref(x, rows, &m, bf, bb);
+    const int64_t sx[2] = {rows, K}, so[2] = {rows, N};
+    mx_tensor dx = gt_dev_f32(x, 2, sx), dout = gt_dev_poison(2, so), db = {0};
+    if (bb) db = gt_dev_weight(bb, 1, (const int64_t[]){N});
+    g_gpu->matmul_q(&dout, &dx, &m.dev, &db);
+    float *o = malloc((size_t)rows * N * 4);
+    gt_to_host(o, &dout);
+    long bad = 0;
+    const bool qmm = rows > CUDA_QMV_MAX_ROWS;
+    const double q = bound_ratio(o, N, ref, x, rows, &m, 0, eps_for(sbt, qmm), &bad);
+    char what[160];
+    snprintf(what, sizeof what, "matmul_q %s %d rows [%d x %d] %d-bit g%d %s%s", qmm ? "qmm" : "qmv",
+             rows, N, K, bits, group, sb_name(sbt), bias ? " +bias" : "");
+    gt_report(what, q, 1.0, bad);
+    gt_dev_free(&dx), gt_dev_free(&dout), gt_dev_free(&db);
+    free(x), free(bf), free(bb), free(ref), free(o);
+    qmat_free(&m);
+}
+
+/* Q/K/V-like: three matmul_q on one x are held and launched as one multi-segment qmv. */
+static void test_qkv(int rows, int H, int NQ, int NKV, int bits) {
+    qmat m[3];
+    const int Ns[3] = {NQ, NKV, NKV};
+    float *x = malloc((size_t)rows * H * 4);
+    gt_fill(x, (size_t)rows * H, 1.0f);
+    const int64_t sx[2] = {rows, H};
+    mx_tensor dx = gt_dev_f32(x, 2, sx), dout[3], none = {0};
+    float *ref[3];
+    for (int i = 0; i < 3; i++) {
+        qmat_make(&m[i], Ns[i], H, bits, 64, MX_BF16);
+        ref[i] = cpu_ref(x, rows, &m[i], NULL, NULL);
+        dout[i] = gt_dev_poison(2, (const int64_t[]){rows, Ns[i]});
+    }
+    for (int i = 0; i < 3; i++) g_gpu->matmul_q(&dout[i], &dx, &m[i].dev, &none);
+    for (int i = 0; i < 3; i++) {
+        float *o = malloc((size_t)rows * Ns[i] * 4);
+        gt_to_host(o, &dout[i]);
+        long bad;
+        const double q = bound_ratio(o, Ns[i], ref[i], x, rows, &m[i], 0, eps_for(MX_BF16, false), &bad);
+        char what[160];
+        snprintf(what, sizeof what, "qmv 3 segments, seg %d: %d rows [%d x %d] %d-bit", i, rows, Ns[i], H, bits);
+        gt_report(what, q, 1.0, bad);
+        free(o), free(ref[i]), gt_dev_free(&dout[i]), qmat_free(&m[i]);
+    }
+    gt_dev_free(&dx);
+    free(x);
+}
+
+/* ==== The launchers with every tunable value ==== */
+static void test_qmv_multirow(int rows, int N, int K, int bits, int group, mx_dtype sbt) {
+    qmat m;
+    qmat_make(&m, N, K, bits, group, sbt);
+    float *x = malloc((size_t)rows * K * 4);
+    gt_fill(x, (size_t)rows * K, 1.0f);
+    float *ref = cpu_ref(x, rows, &m, NULL, NULL);
+    const int64_t sx[2] = {rows, K}, so[2] = {rows, N};
+    mx_tensor dx = gt_dev_f32(x, 2, sx);
+    const size_t wsb = cuda_qmv_workspace_bytes(K);
+    void *ws = g_gpu->alloc(wsb);
+    static const int mrs[CUDA_QMV_MULTIROW_COUNT] = CUDA_QMV_MULTIROW_VALUES;
+    for (int i = 0; i < CUDA_QMV_MULTIROW_COUNT; i++) {
+        mx_tensor dout = gt_dev_poison(2, so);
+        cuda_qmv_args a;
+        memset(&a, 0, sizeof a);
+        a.w[0] = m.dev.w.data, a.scales[0] = m.dev.scales.data, a.biases[0] = m.dev.biases.data;
+        a.y[0] = dout.data, a.ldy[0] = N, a.N[0] = N, a.n_segs = 1;
+        a.x = dx.data, a.ldx = K, a.rows = rows, a.K = K, a.bits = bits, a.group = group;
+        a.sb_dtype = sb_code(sbt), a.ws = ws, a.ws_bytes = wsb;
+        const int rc = cuda_qmv(&a, mrs[i], g_cu.st);
+        char what[160];
+        snprintf(what, sizeof what, "cuda_qmv multirow %d: %d rows [%d x %d] %d-bit g%d %s", mrs[i],
+                 rows, N, K, bits, group, sb_name(sbt));
+        if (rc) {
+            printf("FAIL %s: launch error %d\n", what, rc);
+            g_failures++, g_checks++;
+        } else {
+            float *o = malloc((size_t)rows * N * 4);
+            gt_to_host(o, &dout);
+            long bad = 0;
+            gt_report(what, bound_ratio(o, N, ref, x, rows, &m, 0, eps_for(sbt, false), &bad), 1.0, bad);
+            free(o);
+        }
+        gt_dev_free(&dout);
+    }
+    g_gpu->free(ws);
+    gt_dev_free(&dx);
+    free(x), free(ref);
+    qmat_free(&m);
+}
+
+static void test_qmm_tiles(int rows, int N, int K, int bits, int group, mx_dtype sbt) {
+    qmat m;
+    qmat_make(&m, N, K, bits, group, sbt);
+    float *x = malloc((size_t)rows * K * 4);
+    gt_fill(x, (size_t)rows * K, 1.0f);
+    float *ref = cpu_ref(x, rows, &m, NULL, NULL);
+    const int64_t sx[2] = {rows, K}, so[2] = {rows, N};
+    mx_tensor dx = gt_dev_f32(x, 2, sx);
+    static const int tiles[CUDA_QMM_TILE_COUNT] = CUDA_QMM_TILE_VALUES;
+    for (int i = 0; i < CUDA_QMM_TILE_COUNT; i++) {
+        mx_tensor dout = gt_dev_poison(2, so);
+        const size_t sb = cuda_qmm_scratch_bytes(rows, N, K, tiles[i]);
+        void *scratch = g_gpu->alloc(sb);
+        cuda_qmm_args a;
+        memset(&a, 0, sizeof a);
+        a.w = m.dev.w.data, a.scales = m.dev.scales.data, a.biases = m.dev.biases.data;
+        a.x = dx.data, a.ldx = K, a.y = dout.data, a.ldy = N;
+        a.rows = rows, a.N = N, a.K = K, a.bits = bits, a.group = group, a.sb_dtype = sb_code(sbt);
+        a.lt = g_cu.lt, a.lt_ws = g_cu.lt_ws, a.lt_ws_bytes = g_cu.lt_ws_size;
+        a.scratch = scratch, a.scratch_bytes = sb;
+        if (i == 0) /* valid arguments, a tile outside CUDA_QMM_TILE_VALUES: refused, no launch */
+            gt_report("cuda_qmm refuses tile 64 (else valid arguments)",
+                      cuda_qmm(&a, 64, g_cu.st) == (int)cudaErrorInvalidValue ? 0 : 1, 0, 0);
+        const int rc = cuda_qmm(&a, tiles[i], g_cu.st);
+        char what[160];
+        snprintf(what, sizeof what, "cuda_qmm tile %d: %d rows [%d x %d] %d-bit g%d %s", tiles[i],
+                 rows, N, K, bits, group, sb_name(sbt));
+        if (rc) {
+            printf("FAIL %s: launch error %d\n", what, rc);
+            g_failures++, g_checks++;
+        } else {
+            float *o = malloc((size_t)rows * N * 4);
+            gt_to_host(o, &dout);
+            long bad = 0;
+            gt_report(what, bound_ratio(o, N, ref, x, rows, &m, 0, eps_for(sbt, true), &bad), 1.0, bad);
+            free(o);
+        }
+        g_gpu->free(scratch);
+        gt_dev_free(&dout);
+    }
+    gt_dev_free(&dx);
+    free(x), free(ref);
+    qmat_free(&m);
+}
+
+/* ==== Quantized embedding: bit-exact ==== */
+static void test_embed_q(int V, int H, int bits, int group, mx_dtype sbt, float scale, bool round) {
+    qmat m;
+    qmat_make(&m, V, H, bits, group, sbt);
+    const int n = 7;
+    const int32_t ids[7] = {0, V - 1, 3 % V, 5 % V, V / 2, 1 % V, V - 1};
+    float *ref = malloc((size_t)n * H * 4), *o = malloc((size_t)n * H * 4);
+    mx_tensor ho = mx_tensor_2d(ref, MX_F32, n, H, MX_DEV_CPU);
+    g_cpu->embed_q(&ho, &m.host, ids, n, scale, round);
+    const int64_t so[2] = {n, H};
+    mx_tensor dout = gt_dev_poison(2, so);
+    g_gpu->embed_q(&dout, &m.dev, ids, n, scale, round);
+    gt_to_host(o, &dout);
+    long bad = 0;
+    char what[160];
+    snprintf(what, sizeof what, "embed_q V %d H %d %d-bit g%d %s scale %g%s (bit-exact)", V, H, bits,
+             group, sb_name(sbt), scale, round ? " rounded" : "");
+    gt_report(what, memcmp(o, ref, (size_t)n * H * 4) ? fmax(gt_rel_err(o, ref, (size_t)n * H, &bad), 1e-30) : 0.0,
+              0, 0);
+    gt_dev_free(&dout);
+    free(ref), free(o);
+    qmat_free(&m);
+}
+
+/* ==== Quantized MoE ==== */
+static void test_moe_q(int n, int E, int k, int H, int I, int bits, bool dense_down) {
+    float *x = malloc((size_t)n * H * 4), *rl = malloc((size_t)n * E * 4), *ref = malloc((size_t)n * H * 4);
+    gt_fill(x, (size_t)n * H, 1.0f);
+    gt_fill(rl, (size_t)n * E, 2.0f);
+    qmat *qg = calloc((size_t)E, sizeof *qg), *qu = calloc((size_t)E, sizeof *qu), *qd = calloc((size_t)E, sizeof *qd);
+    mx_qweight *hg = calloc((size_t)E, sizeof *hg), *hu = calloc((size_t)E, sizeof *hu), *hd = calloc((size_t)E, sizeof *hd);
+    mx_qweight *dg = calloc((size_t)E, sizeof *dg), *du = calloc((size_t)E, sizeof *du), *dd = calloc((size_t)E, sizeof *dd);
+    mx_tensor *hdd = calloc((size_t)E, sizeof *hdd), *ddd = calloc((size_t)E, sizeof *ddd);
+    uint16_t **dbf = calloc((size_t)E, sizeof *dbf);
+    for (int e = 0; e < E; e++) {
+        qmat_make(&qg[e], I, H, bits, 64, MX_BF16);
+        qmat_make(&qu[e], I, H, bits, 64, MX_BF16);
+        hg[e] = qg[e].host, dg[e] = qg[e].dev, hu[e] = qu[e].host, du[e] = qu[e].dev;
+        if (dense_down) { /* a dense bf16 down projection next to quantized gate/up */
+            float *w = malloc((size_t)H * I * 4);
+            gt_fill(w, (size_t)H * I, 1.0f / sqrtf((float)I));
+            dbf[e] = gt_bf16(w, (size_t)H * I);
+            free(w);
+            hdd[e] = mx_tensor_2d(dbf[e], MX_BF16, H, I, MX_DEV_CPU);
+            ddd[e] = gt_dev_weight(dbf[e], 2, (const int64_t[]){H, I});
+        } else {
+            qmat_make(&qd[e], H, I, bits, 64, MX_BF16);
+            hd[e] = qd[e].host, dd[e] = qd[e].dev;
+        }
+    }
+    mx_moe_params p = {.n_experts = E, .top_k = k, .norm_topk = true, .activation = ACT_SILU};
+    mx_moe_experts hex = {.qgate = hg, .qup = hu}, dex = {.qgate = dg, .qup = du};
+    if (dense_down) hex.down = hdd, dex.down = ddd;
+    else hex.qdown = hd, dex.qdown = dd;
+    mx_tensor hx = mx_tensor_2d(x, MX_F32, n, H, MX_DEV_CPU), hr = mx_tensor_2d(rl, MX_F32, n, E, MX_DEV_CPU);
+    mx_tensor ho = mx_tensor_2d(ref, MX_F32, n, H, MX_DEV_CPU);
+    mx_error err;
+    const int64_t sx[2] = {n, H}, sr[2] = {n, E};
+    char what[160];
+    snprintf(what, sizeof what, "moe_q %d rows, %d experts top %d, H %d I %d %d-bit%s (%s)", n, E, k, H,
+             I, bits, dense_down ? " + dense down" : "", n <= CU_MOE_PAIR_MAX_ROWS ? "pairs" : "grouped");
+    if (g_cpu->moe(&ho, &hx, &hr, &hex, &p, &err)) {
+        printf("FAIL %s: CPU: %s\n", what, err.msg);
+        g_failures++, g_checks++;
+    } else {
+        mx_tensor dx = gt_dev_f32(x, 2, sx), dr = gt_dev_f32(rl, 2, sr), dout = gt_dev_poison(2, sx);
+        if (g_gpu->moe(&dout, &dx, &dr, &dex, &p, &err)) {
+            printf("FAIL %s: %s\n", what, err.msg);
+            g_failures++, g_checks++;
+        } else {
+            float *o = malloc((size_t)n * H * 4);
+            gt_to_host(o, &dout);
+            long bad = 0;
+            /* a composition of matmuls: relative L2 error (qmm rounds to bf16 above 8 rows) */
+            gt_report(what, gt_rel_err(o, ref, (size_t)n * H, &bad), n <= CU_MOE_PAIR_MAX_ROWS ? 1e-2 : 2e-2, bad);
+            free(o);
+        }
+        gt_dev_free(&dx), gt_dev_free(&dr), gt_dev_free(&dout);
+    }
+    for (int e = 0; e < E; e++) {
+        qmat_free(&qg[e]), qmat_free(&qu[e]);
+        if (dense_down) gt_dev_free(&ddd[e]), free(dbf[e]);
+        else qmat_free(&qd[e]);
+    }
+    free(qg), free(qu), free(qd), free(hg), free(hu), free(hd), free(dg), free(du), free(dd);
+    free(hdd), free(ddd), free(dbf), free(x), free(rl), free(ref);
+}
+
+/* ==== Entry ==== */
+int gt_run_quant_tests(const char *src_dir) {
+    static const int bits[] = {2, 3, 4, 5, 6, 8}, groups[] = {32, 64, 128};
+    static const int rows[] = {1, 2, 3, 5, 8, 17, 100};
+    static const mx_dtype sbts[] = {MX_BF16, MX_F16, MX_F32};
+    int c = 0;
+    /* N odd, K = 640 (not a multiple of 512: a partial warp step in the 4-bit kernel) */
+    for (size_t b = 0; b < 6; b++)
+        for (size_t g = 0; g < 3; g++)
+            for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++, c++)
+                test_matmul_q(rows[r], 131, 640, bits[b], groups[g], sbts[c % 3], c % 4 == 0);
+    /* decode shapes: split-K CTAs (few rows of W) and one warp per row group */
+    test_matmul_q(1, 4096, 4096, 4, 64, MX_BF16, false);
+    test_matmul_q(1, 14336, 4096, 4, 64, MX_BF16, false);
+    test_matmul_q(1, 4096, 14336, 4, 64, MX_BF16, false);
+    test_matmul_q(8, 4096, 4096, 8, 64, MX_BF16, true);
+    test_matmul_q(4, 1024, 4096, 8, 32, MX_F16, false);
+    test_qkv(1, 4096, 4096, 1024, 4);
+    test_qkv(5, 2048, 2048, 256, 8);
+    for (size_t b = 0; b < 6; b++) {
+        test_qmv_multirow(8, 257, 1152, bits[b], 64, MX_BF16);
+        test_qmv_multirow(5, 33, 512, bits[b], 128, MX_F32);
+        test_qmv_multirow(3, 65, 3072, bits[b], 32, MX_F16);
+    }
+    test_qmm_tiles(17, 1000, 256, 4, 64, MX_BF16);
+    test_qmm_tiles(100, 2100, 384, 8, 128, MX_F16);
+    test_qmm_tiles(300, 600, 512, 3, 32, MX_F32);
+    for (size_t b = 0; b < 6; b++) {
+        test_embed_q(97, 256, bits[b], 64, sbts[b % 3], 1.0f, false);
+        test_embed_q(50, 384, bits[b], 128, sbts[(b + 1) % 3], 2.5f, b % 2 == 0);
+    }
+    test_moe_q(1, 8, 2, 256, 128, 4, false);
+    test_moe_q(5, 8, 2, 256, 128, 8, false);
+    test_moe_q(3, 8, 2, 256, 128, 4, true);
+    test_moe_q(100, 8, 2, 256, 128, 4, false);
+    test_moe_q(100, 8, 2, 256, 128, 4, true);
+    /* end to end: the quantized parity fixtures, CUDA tokens vs CPU tokens */
+    if (src_dir) {
+        static const char *k_fix[] = {"llama_q4g32", "qwen2_q4g32", "qwen3_moe_q4g32",
+                                      "mixtral_mlx_q4g32", "gemma3_text_q4g32"};
+        for (size_t i = 0; i < sizeof k_fix / sizeof k_fix[0]; i++) {
+            char dir[1200], name[96];
+            snprintf(dir, sizeof dir, "%s/tests/fixtures/quant_parity/%s/q", src_dir, k_fix[i]);
+            snprintf(name, sizeof name, "quant %s", k_fix[i]);
+            gt_e2e_fixture(dir, name);
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,34 @@
+#!/bin/sh
+# mlxcel compare on the CPU: a model against itself agrees 100% with KL exactly 0; a 2-bit
+# conversion of it disagrees somewhere (< 100%) with KL > 0; a quantized fixture against its
+# dequantized twin (bit-identical weights on the CPU) is again 100% / 0; bad flags fail.
+# usage: compare_cli.sh MLXCEL_BIN SOURCE_DIR
+set -eu
+BIN=$1
+SRC=$2
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+M=$SRC/tests/fixtures/ckpt/llama_tiny   # random weights: small margins, so 2-bit disagrees
+IDS=2,10,20,30,40
+
+field() { # field NAME FILE -> value of "NAME": in a one-line JSON object
+    sed -n "s/.*\"$1\": \([^,}]*\).*/\1/p" "$2"
+}
+
+"$BIN" compare -m "$M" --ref "$M" --prompt-ids $IDS -n 48 --json > "$TMP/self.json"
+[ "$(field top1_agreement_pct "$TMP/self.json")" = "100.000" ] || { echo "self: not 100%"; cat "$TMP/self.json"; exit 1; }
+[ "$(field kl_max "$TMP/self.json")" = "0" ] || { echo "self: KL not 0"; cat "$TMP/self.json"; exit 1; }
+
+"$BIN" convert --hf-path "$M" --mlx-path "$TMP/q2" -q --q-bits 2 --q-group-size 32 > /dev/null 2>&1
+"$BIN" compare -m "$TMP/q2" --ref "$M" --prompt-ids $IDS -n 48 --json > "$TMP/q2.json"
+awk -v t="$(field top1_agreement_pct "$TMP/q2.json")" -v k="$(field kl_mean "$TMP/q2.json")" \
+    'BEGIN { exit !(t < 100 && k > 0) }' || { echo "2-bit: expected < 100% and KL > 0"; cat "$TMP/q2.json"; exit 1; }
+
+Q=$SRC/tests/fixtures/quant_parity/llama_q4g32
+"$BIN" compare -m "$Q/q" --ref "$Q/deq" --prompt-ids 1,5,9 -n 24 --json > "$TMP/twin.json"
+[ "$(field top1_agreement_pct "$TMP/twin.json")" = "100.000" ] && [ "$(field kl_max "$TMP/twin.json")" = "0" ] ||
+    { echo "twin: expected 100% and KL 0"; cat "$TMP/twin.json"; exit 1; }
+
+if "$BIN" compare -m "$M" --ref "$M" -n 4 > /dev/null 2>&1; then echo "no prompt accepted"; exit 1; fi
+if "$BIN" compare -m "$M" --ref "$M" --prompt-ids 1 -n 0 > /dev/null 2>&1; then echo "-n 0 accepted"; exit 1; fi
+echo "compare_cli: ok"
