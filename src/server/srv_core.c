@@ -242,6 +242,7 @@ static void *engine_main(void *arg) {
             if (ts.tv_nsec >= 1000000000) { ts.tv_sec++; ts.tv_nsec -= 1000000000; }
             pthread_cond_timedwait(&s->cv, &s->mu, &ts);
         }
+        const double t_iter = mx_now(); /* work to do from here (or stopping) */
         bool stopping = s->stopping;
         srv_job *in = s->inbox;
         s->inbox = NULL;
@@ -276,8 +277,10 @@ static void *engine_main(void *arg) {
             break;
         }
         process_cancels(s);
+        bool stepped = false;
         if (eo->has_work(s->be->eng)) {
             mx_error err = {{0}};
+            stepped = true;
             if (eo->step(s->be->eng, &err)) {
                 LOG_ERR("server: engine step failed: %s", err.msg);
             }
@@ -295,6 +298,9 @@ static void *engine_main(void *arg) {
         srv_metrics_set(s->metrics, SM_REQUESTS_RUNNING, NULL, running);
         srv_metrics_set(s->metrics, SM_REQUESTS_DEFERRED, NULL, out - running);
         srv_metrics_set(s->metrics, SM_QUEUE_DEPTH, NULL, out - running);
+        /* Busy time minus forward time = host time between forward passes (the device idles
+         * then): what HTTP, tokenization and scheduling cost the engine. */
+        if (stepped) srv_metrics_add(s->metrics, SM_ENGINE_BUSY_SECONDS_TOTAL, NULL, mx_now() - t_iter);
     }
     return NULL;
 }

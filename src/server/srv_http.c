@@ -374,6 +374,7 @@ static void log_startup(const srv_server *s, int port) {
     const srv_model_info *m = &s->be->info;
     const srv_config *c = &s->cfg;
     LOG_INFO("model: %s (%s)", m->name, m->path);
+    if (m->device[0]) LOG_INFO("device: %s", m->device);
     LOG_INFO("family: %s, parameters: %.3fB (%llu), dtype: %s", m->family, (double)m->n_params / 1e9,
              (unsigned long long)m->n_params, m->dtype);
     double kv = (double)m->kv_bytes_per_token * c->ctx_size * c->n_parallel;
