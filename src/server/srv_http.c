@@ -447,6 +447,8 @@ out:
     if (s->thread_started == false) {
         pthread_mutex_destroy(&s->mu);
         pthread_cond_destroy(&s->cv);
+        pthread_mutex_destroy(&s->omu);
+        pthread_cond_destroy(&s->ocv);
     }
     free(s);
     return rc;

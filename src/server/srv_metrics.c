@@ -57,8 +57,8 @@ static const metric_def k_defs[SM_COUNT] = {
     [SM_PREFIX_MISSES_TOTAL] = {"mlxcel_prefix_cache_misses_total", "Admitted sequences that reused no cached block.", MT_COUNTER, NULL, {0}, {0}},
     [SM_PREFIX_REUSED_TOKENS_TOTAL] = {"mlxcel_prefix_cache_reused_tokens_total", "Prompt tokens served from the prefix cache.", MT_COUNTER, NULL, {0}, {0}},
     [SM_ENGINE_BUSY_SECONDS_TOTAL] = {"mlxcel_engine_busy_seconds_total", "Engine-thread time of loop iterations that ran a step: "
-                                      "forward passes (llamacpp:prompt_seconds_total + llamacpp:tokens_predicted_seconds_total) plus "
-                                      "scheduling, token callbacks, submissions and hang-up polling between them.", MT_COUNTER, NULL, {0}, {0}},
+                                      "the forward passes (prompt + predict process time) plus scheduling, submissions and "
+                                      "hang-up polling between them, when the device idles.", MT_COUNTER, NULL, {0}, {0}},
     [SM_TTFT_SECONDS] = {"mlxcel_time_to_first_token_seconds", "Time from request arrival to its first generated token.", MT_HISTOGRAM, NULL, {0},
                          {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 0}},
     [SM_DECODE_TOKENS_PER_SECOND] = {"mlxcel_decode_tokens_per_second", "Per-request decode rate after the first token.", MT_HISTOGRAM, NULL, {0},
