@@ -12,6 +12,9 @@
 #   BATCH=1,8,32  REPEAT=3  PROMPT=512  GEN=128  PREFILL_LONG=2048
 #   SKIP_TESTS=0  SKIP_HF=0  KEEP=0 (1: keep the checkpoints in $WORK)  BUDGET=540 (seconds;
 #   stages that would start later are skipped and say so)  WORK=/tmp/mlxcel-dev
+#   SERVE=1: for llama-3.1-8b, `mlxcel serve --device cuda` + `mlxcel loadtest` at SERVE_CONC
+#   (default 1,8,32,64,128,256), PROMPT/GEN tokens, within SERVE_BUDGET=150 s
+#   (bench/serve_loadtest.sh; needs the Llama 3 tokenizer that pack_device.sh packs); 0 skips
 # Output ($OUT, at most 3 files come back): <date>-<commit>-<tag>.json, the same .md, and
 # logs-<tag>.tgz with every log. Copy the first two into bench/results/.
 set -uo pipefail
@@ -131,6 +134,18 @@ for shape in $SHAPES; do
   ids=$("$PY" -c "import random; r=random.Random(7); print(','.join(str(r.randrange(1000, 100000)) for _ in range(32)))")
   timeout "$(tl)" "$MLX" generate -m "$dir" --device cuda --prompt-ids "$ids" -n 256 --temp 0 --ignore-eos \
     --json > "$RES/$shape.generate.json" 2> "$LOG/$shape.generate.log"
+  # the server under load on the same checkpoint (before transformers: the budget favours it)
+  if [ "$shape" = llama-3.1-8b ] && [ "${SERVE:-1}" != 0 ]; then
+    sb=$(( $(left) - 10 ))
+    [ "$sb" -gt "${SERVE_BUDGET:-150}" ] && sb=${SERVE_BUDGET:-150}
+    if [ "$sb" -lt 90 ]; then stage "SKIP $shape: serve + loadtest: budget left $(left) s"
+    else
+      stage "$shape: mlxcel serve --device cuda + mlxcel loadtest (concurrency ${SERVE_CONC:-1,8,32,64,128,256}, $sb s)"
+      PROMPT=$PROMPT GEN=$GEN PYTHON=$PY timeout $((sb + 30)) bash bench/serve_loadtest.sh "$MLX" "$dir" "$shape" \
+        "$RES" "$LOG" "$sb"
+      echo "serve + loadtest exit status $? (0: no failed request, every KV block free at the end)"
+    fi
+  fi
   if [ "${SKIP_HF:-0}" != 1 ] && [ "$(left)" -gt 60 ]; then
     stage "$shape: transformers generate() + agreement"
     timeout "$(tl)" "$PY" tools/reference/transformers_bench.py "$dir" --prompt-tokens "$PROMPT" \
