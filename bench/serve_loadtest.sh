@@ -87,6 +87,18 @@ timeout $((TL + 60)) "$MLX" loadtest --url "$URL" --concurrency "$CONC" --prompt
   --stream --json --seed 7 --time-limit "$TL" > "$RES/$TAG.loadtest.json" 2> "$LOG/$TAG.loadtest.log"
 lrc=$?
 say "loadtest exit status $lrc"
+"$PY" - "$RES/$TAG.loadtest.json" <<'PY' || tail -5 "$LOG/$TAG.loadtest.log"
+import json, sys
+d = json.load(open(sys.argv[1]))
+for r in d["results"]:
+    print(f"      c={r['concurrency']:<4} {r['requests']:>4} req  {r['output_tokens_per_s']:9.1f} tok/s  "
+          f"TTFT p50/p99 {r['ttft_ms']['p50']:8.1f}/{r['ttft_ms']['p99']:8.1f} ms  "
+          f"ITL p50/p99 {r['itl_ms']['p50']:6.2f}/{r['itl_ms']['p99']:7.2f} ms  "
+          f"prompt {r['prompt_tokens']['min']}..{r['prompt_tokens']['max']}  "
+          f"out {r['completion_tokens']['min']}..{r['completion_tokens']['max']}  failures {r['failures']}"
+          + ("  TRUNCATED" if r.get("truncated") else "") + (f"  first error: {r['first_error']}" if r.get("first_error") else ""))
+if d.get("skipped_levels"): print(f"      skipped (time limit): {d['skipped_levels']}")
+PY
 
 # ==== /metrics once at the end: every KV block free, no prefix-cache hit, host time ====
 get "$URL/metrics" > "$RES/$TAG.metrics.txt" || say "/metrics failed"
