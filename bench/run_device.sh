@@ -17,6 +17,9 @@
 #   QUANT="4:64 8:64" (bits:group, default for llama-3.1-8b only; QUANT="" skips): each shape
 #   is also converted with `mlxcel convert -q`, benched (BATCH, prefill PREFILL_LONG) and
 #   compared with its bf16 reference (`mlxcel compare`, 256 tokens: top-1 agreement, KL)
+#   SERVE=1: for llama-3.1-8b, `mlxcel serve --device cuda` + `mlxcel loadtest` at SERVE_CONC
+#   (default 1,8,32,64,128,256), PROMPT/GEN tokens, within SERVE_BUDGET=150 s
+#   (bench/serve_loadtest.sh; needs the Llama 3 tokenizer that pack_device.sh packs); 0 skips
 # Output ($OUT, at most 3 files come back): <date>-<commit>-<tag>.json, the same .md, and
 # logs-<tag>.tgz with every log. Copy the first two into bench/results/.
 set -uo pipefail
@@ -165,6 +168,18 @@ for shape in $SHAPES; do
     [ "${KEEP:-0}" = 1 ] || rm -rf "$qdir"
     echo "$shape $qt" >> "$RES/quant.list"
   done
+  # the server under load on the same checkpoint (before transformers: the budget favours it)
+  if [ "$shape" = llama-3.1-8b ] && [ "${SERVE:-1}" != 0 ]; then
+    sb=$(( $(left) - 10 ))
+    [ "$sb" -gt "${SERVE_BUDGET:-150}" ] && sb=${SERVE_BUDGET:-150}
+    if [ "$sb" -lt 90 ]; then stage "SKIP $shape: serve + loadtest: budget left $(left) s"
+    else
+      stage "$shape: mlxcel serve --device cuda + mlxcel loadtest (concurrency ${SERVE_CONC:-1,8,32,64,128,256}, $sb s)"
+      PROMPT=$PROMPT GEN=$GEN PYTHON=$PY timeout $((sb + 30)) bash bench/serve_loadtest.sh "$MLX" "$dir" "$shape" \
+        "$RES" "$LOG" "$sb"
+      echo "serve + loadtest exit status $? (0: no failed request, every KV block free at the end)"
+    fi
+  fi
   if [ "${SKIP_HF:-0}" != 1 ] && [ "$(left)" -gt 60 ]; then
     stage "$shape: transformers generate() + agreement"
     hf_timing=""; [ "${HF_TIMING:-1}" = 0 ] && hf_timing="--no-timing"

@@ -138,9 +138,14 @@ static int be_submit(void *p, const srv_gen *g, uint64_t *id, mx_error *err) {
     q->user = g->user;
     q->top_n = s->top_logprobs < SRV_MAX_TOP_LOGPROBS ? s->top_logprobs : SRV_MAX_TOP_LOGPROBS;
     q->ignore_eos = s->ignore_eos;
+    /* Device sampling (CUDA: argmax + its logprob on the device, 8 bytes per row to the host
+     * instead of a row of logits) is allowed unless the request wants top_logprobs, which
+     * need the host sampler's distribution (engine_top_logprobs). The engine itself keeps
+     * the host path for anything but plain greedy (temperature, penalties, logit bias). */
     engine_request r = {.prompt = g->prompt, .n_prompt = g->n_prompt, .sampling = sp,
                         .max_tokens = g->max_tokens, .ignore_eos = s->ignore_eos,
-                        .on_token = eng_on_token, .on_finish = eng_on_finish, .user = q};
+                        .on_token = eng_on_token, .on_finish = eng_on_finish, .user = q,
+                        .allow_device_sampling = q->top_n == 0};
     const int64_t sid = engine_submit(b->e, &r, err);
     free(lb);
     if (sid < 0) {
@@ -291,8 +296,12 @@ static void template_source(const char *dir, const char *override_file, char *sr
     json_decref(cfg);
 }
 
-static void fill_info(sbe *b, srv_model_info *m, const srv_config *cfg, const char *tpl_src) {
+static void fill_info(sbe *b, srv_model_info *m, const srv_config *cfg, const char *tpl_src,
+                      const backend_ops *ops) {
     const model_spec *s = b->spec;
+    /* the line `generate` and `bench` print: device, compute capability, memory, settings */
+    if (ops->describe) ops->describe(m->device, sizeof m->device);
+    else snprintf(m->device, sizeof m->device, "%s", ops->name);
     if (cfg->n_aliases) {
         snprintf(m->name, sizeof m->name, "%.255s", cfg->aliases[0]);
     } else {
@@ -383,7 +392,7 @@ int srv_backend_engine_open(srv_backend *be, srv_config *cfg, mx_error *err) {
     }
     ep.n_kv_blocks = cfg->n_parallel * ((cfg->ctx_size + ep.block_size - 1) / ep.block_size);
     if (engine_new(&b->e, b->m, &ep, err)) goto fail;
-    fill_info(b, &be->info, cfg, tpl_src);
+    fill_info(b, &be->info, cfg, tpl_src, ops);
     LOG_INFO("model loaded in %.2f s (%s backend)", mx_now() - t0, backend_device_name(dev));
     return 0;
 fail:

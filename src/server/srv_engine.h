@@ -151,6 +151,7 @@ typedef struct srv_model_info {
     char storage[16];     /* "dense" | "paged" */
     char storage_reason[256];
     char chat_template[64]; /* source of the template, for /props */
+    char device[512];     /* backend line: "cpu", or the CUDA device, capability and settings */
 } srv_model_info;
 
 typedef struct srv_backend {

@@ -374,6 +374,7 @@ static void log_startup(const srv_server *s, int port) {
     const srv_model_info *m = &s->be->info;
     const srv_config *c = &s->cfg;
     LOG_INFO("model: %s (%s)", m->name, m->path);
+    if (m->device[0]) LOG_INFO("device: %s", m->device);
     LOG_INFO("family: %s, parameters: %.3fB (%llu), dtype: %s", m->family, (double)m->n_params / 1e9,
              (unsigned long long)m->n_params, m->dtype);
     double kv = (double)m->kv_bytes_per_token * c->ctx_size * c->n_parallel;
@@ -446,6 +447,8 @@ out:
     if (s->thread_started == false) {
         pthread_mutex_destroy(&s->mu);
         pthread_cond_destroy(&s->cv);
+        pthread_mutex_destroy(&s->omu);
+        pthread_cond_destroy(&s->ocv);
     }
     free(s);
     return rc;

@@ -35,7 +35,11 @@ typedef struct srv_job {
     uint64_t eng_id;
     bool submitted;
     bool cancel_sent;
-    srv_text_stream *ts;
+    bool finish_staged;       /* its finish is staged: never finish it again */
+    srv_finish fin_why;       /* the staged finish (no allocation: the job links itself) */
+    int fin_cached;
+    struct srv_job *fin_next;
+    srv_text_stream *ts;      /* created by the engine thread, then used by the output thread */
 
     /* output (mu) */
     char *text;               /* all final text so far */
@@ -54,6 +58,12 @@ typedef struct srv_job {
     int fd;                   /* client socket for hang-up polling; -1 when detached */
 } srv_job;
 
+/* A token from an engine callback, replayed by the output thread in order (srv_core.c). */
+typedef struct srv_event {
+    srv_job *job;
+    srv_token tok;
+} srv_event;
+
 struct srv_server {
     srv_config cfg;
     srv_backend *be;
@@ -71,6 +81,21 @@ struct srv_server {
     bool engine_failed;
     pthread_t thread;
     bool thread_started;
+
+    /* Engine thread -> output thread. Engine callbacks only stage events (no lock, no wake-up);
+     * after each step the batch is handed over, and the output thread does the per-token work
+     * (detokenize, stop strings, append, wake the connection) while the next step runs. */
+    srv_event *stage;         /* engine thread only: tokens of this step */
+    int n_stage, cap_stage;
+    srv_job *fin_head, **fin_tail; /* engine thread only: finishes of this step */
+    pthread_mutex_t omu;
+    pthread_cond_t ocv;
+    srv_event *outq;          /* handed over, not yet delivered (omu) */
+    int n_outq, cap_outq;
+    srv_job *ofin_head, **ofin_tail; /* (omu) delivered after the tokens handed over with them */
+    bool out_stop;            /* omu: drain, then exit */
+    pthread_t out_thread;
+    bool out_started;
     uint64_t id_counter;
 };
 

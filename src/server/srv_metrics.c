@@ -51,11 +51,14 @@ static const metric_def k_defs[SM_COUNT] = {
     [SM_PREFILL_CHUNKS_TOTAL] = {"mlxcel_prefill_chunks_total", "Prefill chunks computed.", MT_COUNTER, NULL, {0}, {0}},
     [SM_PREFILL_GRANTS_TOTAL] = {"mlxcel_prefill_grants_total", "Prefill chunks granted to waiting prompts during decode.", MT_COUNTER, NULL, {0}, {0}},
     [SM_KV_BLOCKS_CAPACITY] = {"mlxcel_kv_blocks_capacity", "KV blocks in the pool (total).", MT_GAUGE, NULL, {0}, {0}},
-    [SM_KV_BLOCKS_USED] = {"mlxcel_kv_blocks_used", "KV blocks held by sequences or the prefix cache.", MT_GAUGE, NULL, {0}, {0}},
+    [SM_KV_BLOCKS_USED] = {"mlxcel_kv_blocks_used", "KV blocks held by sequences (cached prefix blocks nobody holds are evictable: they count as free).", MT_GAUGE, NULL, {0}, {0}},
     [SM_KV_BLOCKS_FREE] = {"mlxcel_kv_blocks_free", "KV blocks free.", MT_GAUGE, NULL, {0}, {0}},
     [SM_PREFIX_HITS_TOTAL] = {"mlxcel_prefix_cache_hits_total", "Admitted sequences that reused cached prefix blocks.", MT_COUNTER, NULL, {0}, {0}},
     [SM_PREFIX_MISSES_TOTAL] = {"mlxcel_prefix_cache_misses_total", "Admitted sequences that reused no cached block.", MT_COUNTER, NULL, {0}, {0}},
     [SM_PREFIX_REUSED_TOKENS_TOTAL] = {"mlxcel_prefix_cache_reused_tokens_total", "Prompt tokens served from the prefix cache.", MT_COUNTER, NULL, {0}, {0}},
+    [SM_ENGINE_BUSY_SECONDS_TOTAL] = {"mlxcel_engine_busy_seconds_total", "Engine-thread time of loop iterations that ran a step: "
+                                      "the forward passes (prompt + predict process time) plus scheduling, submissions and "
+                                      "hang-up polling between them, when the device idles.", MT_COUNTER, NULL, {0}, {0}},
     [SM_TTFT_SECONDS] = {"mlxcel_time_to_first_token_seconds", "Time from request arrival to its first generated token.", MT_HISTOGRAM, NULL, {0},
                          {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 0}},
     [SM_DECODE_TOKENS_PER_SECOND] = {"mlxcel_decode_tokens_per_second", "Per-request decode rate after the first token.", MT_HISTOGRAM, NULL, {0},

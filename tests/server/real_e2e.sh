@@ -70,7 +70,7 @@ if [ ! -s "$TMP/port" ]; then echo "server did not start:"; cat "$TMP/log"; exit
 PORT=$(cat "$TMP/port")
 
 # start-up log: model, family, parameters, dtype, memory estimate, storage + reason, decode path
-for pat in "model: tiny ($M)" "family: " "parameters: " "dtype: BF16" "memory estimate: weights" \
+for pat in "model: tiny ($M)" "device: cpu" "family: " "parameters: " "dtype: BF16" "memory estimate: weights" \
            "decode storage backend: paged (auto: " "decode path: native batched forward" \
            "slots: 16, max batch 16 sequences, batch 256 / ubatch 64 tokens, prefill chunk 16, grant interval 2, ctx 128"; do
     grep -qF -- "$pat" "$TMP/log" && ok || bad "start-up log lacks '$pat'"
@@ -122,6 +122,40 @@ H2=$(metric mlxcel_prefix_cache_hits_total); R2=$(metric mlxcel_prefix_cache_reu
 
 # ==== openai npm client ====
 if timeout 240 node "$HERE/openai_e2e.mjs" "http://127.0.0.1:$PORT" tiny; then ok; else bad "openai npm e2e (real model)"; fi
+
+# ==== mlxcel loadtest against the real engine ====
+# Token-id prompts of exactly P tokens: the server's usage must say so for every request, every
+# request must generate exactly G tokens, nothing may fail; random prompts share no prefix, so
+# the prefix cache is never hit (a prompt of 40 tokens has two full 16-token blocks to hit).
+lt_check() { # lt_check JSON LEVELS P G -> "ok" or what is wrong
+    jq_ "(()=>{const w=[];if(o.results.length!==$2)w.push('levels '+o.results.length);
+      for(const r of o.results){if(r.failures!==0)w.push('c='+r.concurrency+' failures '+r.failures+' '+r.first_error);
+        if(r.requests<8||r.warmup_requests!==r.concurrency)w.push('c='+r.concurrency+' requests '+r.requests+'+'+r.warmup_requests);
+        for(const k of ['min','max'])if(r.prompt_tokens[k]!==$3||r.completion_tokens[k]!==$4)
+          w.push('c='+r.concurrency+' '+k+' prompt '+r.prompt_tokens[k]+' completion '+r.completion_tokens[k]);
+        if(!(r.output_tokens_per_s>0&&r.requests_per_s>0&&r.window_s>0&&r.ttft_ms.p99>=r.ttft_ms.p50))
+          w.push('c='+r.concurrency+' figures '+JSON.stringify(r))}
+      return w.length?w.join('; '):'ok'})()" <"$1"
+}
+if timeout 120 "$MLXCEL" loadtest --url "http://127.0.0.1:$PORT" --concurrency 1,4 --prompt-tokens 16 --gen-tokens 8 \
+        --json >"$TMP/lt.json" 2>"$TMP/lt.err"; then
+    R=$(lt_check "$TMP/lt.json" 2 16 8); [ "$R" = ok ] && ok || bad "loadtest (non-stream): $R"
+else
+    bad "loadtest (non-stream) failed: $(cat "$TMP/lt.err") $(head -c 2000 "$TMP/lt.json")"
+fi
+H0=$(metric mlxcel_prefix_cache_hits_total)
+if timeout 120 "$MLXCEL" loadtest --url "http://127.0.0.1:$PORT" --concurrency 1,4 --prompt-tokens 40 --gen-tokens 8 \
+        --stream --json >"$TMP/lt2.json" 2>"$TMP/lt2.err"; then
+    R=$(lt_check "$TMP/lt2.json" 2 40 8); [ "$R" = ok ] && ok || bad "loadtest (stream): $R"
+    [ "$(jq_ 'o.results.every(r=>r.itl_ms.p99>=r.itl_ms.p50&&r.token_events_per_request>0)' <"$TMP/lt2.json")" = true ] &&
+        ok || bad "loadtest (stream) ITL/events: $(cat "$TMP/lt2.json")"
+else
+    bad "loadtest (stream) failed: $(cat "$TMP/lt2.err") $(head -c 2000 "$TMP/lt2.json")"
+fi
+[ "$(metric mlxcel_prefix_cache_hits_total)" = "$H0" ] && ok || bad "loadtest prompts hit the prefix cache: $H0 -> $(metric mlxcel_prefix_cache_hits_total)"
+# a run that cannot fit the context is refused before any request
+"$MLXCEL" loadtest --url "http://127.0.0.1:$PORT" --concurrency 1 --prompt-tokens 120 --gen-tokens 9 >/dev/null 2>"$TMP/lt3.err"
+[ $? = 2 ] && grep -q "exceed the server's context of 128" "$TMP/lt3.err" && ok || bad "loadtest P+G > n_ctx: $(cat "$TMP/lt3.err")"
 
 # ==== /metrics after all of it ====
 req GET /metrics
