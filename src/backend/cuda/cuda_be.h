@@ -158,6 +158,15 @@ typedef struct cu_state {
         cuda_qmv_args a;
         const uint16_t *bias[CUDA_QMV_MAX_SEGS];
     } pend_q;
+    /* cuBLASLt matmuls on the same x (rows past the GEMV's), one bf16 conversion for all;
+     * up != NULL: x is a GLU's gate, converted as act(x) * up */
+    struct {
+        const float *x, *up;
+        int act, rows, K, n;
+        const uint16_t *W[3], *bias[3];
+        float *y[3];
+        int N[3];
+    } pend_lt;
     /* a residual add waiting for the RMSNorm that reads its result (fused launch) */
     struct {
         float *x;

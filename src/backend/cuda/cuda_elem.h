@@ -50,6 +50,10 @@ int cuda_convert(void *dst, int dst_dtype, const void *src, int src_dtype, size_
 /* Row-strided fp32 -> bf16 [rows, cols] (dense output), for cuBLASLt inputs. */
 int cuda_f32_to_bf16_rows(uint16_t *dst, const float *src, long src_stride, int rows, int cols,
                           cudaStream_t st);
+/* dst[r, :] = bf16(act(gate[r, :]) * up[r, :]) (contiguous rows of cols): a GLU feeding a
+ * cuBLASLt matmul, computed by the input conversion itself. */
+int cuda_glu_to_bf16_rows(uint16_t *dst, const float *gate, const float *up, int rows, int cols,
+                          int act, cudaStream_t st);
 /* pools [*, width] (bf16 or fp32, pool_bf16): pool[rows[i], :] = k[i, :] for rows[i] >= 0. */
 int cuda_kv_write(void *k_pool, void *v_pool, int pool_bf16, const float *k, long k_stride,
                   const float *v, long v_stride, const int64_t *rows, int n, int width,

@@ -76,6 +76,18 @@ static cu_lt_plan *lt_plan(int N, int K, int rows, long ldw, long ldo) {
 }
 
 /* ==== Matmul ==== */
+/* y = xbf @ W^T (+ bias) with the plan p; xbf = g_cu.xbf, already converted. */
+static void lt_run(cu_lt_plan *p, float *y, long ldy, int rows, const uint16_t *W, int N, int K,
+                   const uint16_t *B) {
+    const float alpha = 1.0f, beta = 0.0f;
+    if (cublasLtMatmul(g_cu.lt, p->op, &alpha, W, p->a, g_cu.xbf, p->b, &beta, y, p->c, y, p->c,
+                       &p->algo, g_cu.lt_ws, g_cu.lt_ws_size, g_cu.st)) {
+        cu_fail("cuBLASLt matmul [%d x %d] x [%d x %d]^T failed", rows, K, N, K);
+        return;
+    }
+    if (B) cu_ck(cuda_bias_add_f32(y, ldy, B, rows, N, g_cu.st), "bias");
+}
+
 void cu_matmul_raw(float *y, long ldy, const float *x, long ldx, int rows, const mx_tensor *w,
                    const mx_tensor *bias) {
     if (rows <= 0) return;
@@ -103,13 +115,7 @@ void cu_matmul_raw(float *y, long ldy, const float *x, long ldx, int rows, const
             if (cu_ensure(&g_cu.xbf, &g_cu.xbf_cap, (size_t)rows * K * 2) ||
                 cu_ck(cuda_f32_to_bf16_rows((uint16_t *)g_cu.xbf, x, ldx, rows, K, g_cu.st), "bf16 input"))
                 return;
-            const float alpha = 1.0f, beta = 0.0f;
-            if (cublasLtMatmul(g_cu.lt, p->op, &alpha, W, p->a, g_cu.xbf, p->b, &beta, y, p->c, y,
-                               p->c, &p->algo, g_cu.lt_ws, g_cu.lt_ws_size, g_cu.st)) {
-                cu_fail("cuBLASLt matmul [%d x %d] x [%d x %d]^T failed", rows, K, N, K);
-                return;
-            }
-            if (B) cu_ck(cuda_bias_add_f32(y, ldy, B, rows, N, g_cu.st), "bias");
+            lt_run(p, y, ldy, rows, W, N, K, B);
             return;
         }
         if (!g_cu.warned_lt) {
@@ -125,8 +131,9 @@ void cu_matmul_raw(float *y, long ldy, const float *x, long ldx, int rows, const
  * The forward issues Q, K, V (and gate, up) as separate matmuls on the same input. A GEMV-sized
  * matmul is held back; the next matmul on the same x joins it; anything else (another op, a
  * matmul reading a held output, a fourth weight) launches the group first as ONE kernel. */
-void cu_flush_mm(void) {
-    cu_flush_qmv();
+static void flush_lt(void);
+
+static void flush_gemv(void) {
     if (!g_cu.pend_mm.segs.n) return;
     cuda_gemv_segs segs = g_cu.pend_mm.segs;
     g_cu.pend_mm.segs.n = 0;
@@ -138,6 +145,77 @@ void cu_flush_mm(void) {
         if (g_cu.pend_mm.bias[i])
             cu_ck(cuda_bias_add_f32(segs.y[i], segs.N[i], g_cu.pend_mm.bias[i], rows, segs.N[i],
                                     g_cu.st), "bias");
+}
+
+void cu_flush_mm(void) {
+    cu_flush_qmv();
+    flush_lt();
+    flush_gemv();
+}
+
+/* ==== Deferred cuBLASLt matmuls ====
+ * Past the GEMV row counts the same grouping saves conversions: Q/K/V (gate/up) share one
+ * fp32 -> bf16 conversion of x, and a GLU waiting for the down projection is computed by the
+ * conversion itself (act(gate) * up -> bf16), so neither the GLU kernel nor its fp32 output
+ * pass exist. */
+static void flush_lt(void) {
+    if (!g_cu.pend_lt.n) return;
+    const int n = g_cu.pend_lt.n, rows = g_cu.pend_lt.rows, K = g_cu.pend_lt.K;
+    g_cu.pend_lt.n = 0;
+    cu_lt_plan *plans[CUDA_GEMV_MAX_SEGS];
+    for (int i = 0; i < n; i++) {
+        plans[i] = lt_plan(g_cu.pend_lt.N[i], K, rows, K, g_cu.pend_lt.N[i]);
+        if (!plans[i]->ok) { /* cannot happen after the join check; stay correct anyway */
+            for (int j = 0; j < n; j++)
+                cu_ck(cuda_gemv_generic(g_cu.pend_lt.y[j], g_cu.pend_lt.N[j], g_cu.pend_lt.x, K,
+                                        g_cu.pend_lt.W[j], K, g_cu.pend_lt.bias[j], rows,
+                                        g_cu.pend_lt.N[j], K, g_cu.st),
+                      "generic gemv");
+            return;
+        }
+    }
+    if (cu_ensure(&g_cu.xbf, &g_cu.xbf_cap, (size_t)rows * K * 2)) return;
+    if (g_cu.pend_lt.up) {
+        if (cu_ck(cuda_glu_to_bf16_rows((uint16_t *)g_cu.xbf, g_cu.pend_lt.x, g_cu.pend_lt.up, rows,
+                                        K, g_cu.pend_lt.act, g_cu.st), "glu -> bf16 input"))
+            return;
+    } else if (cu_ck(cuda_f32_to_bf16_rows((uint16_t *)g_cu.xbf, g_cu.pend_lt.x, K, rows, K, g_cu.st),
+                     "bf16 input")) {
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        lt_run(plans[i], g_cu.pend_lt.y[i], g_cu.pend_lt.N[i], rows, g_cu.pend_lt.W[i],
+               g_cu.pend_lt.N[i], K, g_cu.pend_lt.bias[i]);
+}
+
+/* Joins (or starts) the pending cuBLASLt group; false when the shape does not qualify. */
+static bool defer_lt(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, const mx_tensor *bias,
+                     const float *up, int act) {
+    const int rows = (int)x->shape[0], N = (int)w->shape[0], K = (int)w->shape[1];
+    if (rows <= g_cu.gemv_rows || K % 8 || w->stride[0] != K || x->stride[0] != K ||
+        out->stride[0] != N || ((uintptr_t)w->data & 15) || ((uintptr_t)x->data & 15))
+        return false;
+    if (!lt_plan(N, K, rows, K, N)->ok) return false;
+    cu_flush_qmv(); /* other kinds first: at most one kind is pending */
+    flush_gemv();
+    bool join = g_cu.pend_lt.n > 0 && !up && !g_cu.pend_lt.up && g_cu.pend_lt.x == x->data &&
+                g_cu.pend_lt.rows == rows && g_cu.pend_lt.K == K && g_cu.pend_lt.n < CUDA_GEMV_MAX_SEGS;
+    for (int i = 0; join && i < g_cu.pend_lt.n; i++)
+        if (g_cu.pend_lt.y[i] == x->data || g_cu.pend_lt.y[i] == out->data) join = false;
+    if (!join) flush_lt();
+    cu_resident(w->data);
+    if (mx_tensor_present(bias)) cu_resident(bias->data);
+    const int i = g_cu.pend_lt.n++;
+    g_cu.pend_lt.x = x->data;
+    g_cu.pend_lt.up = up;
+    g_cu.pend_lt.act = act;
+    g_cu.pend_lt.rows = rows;
+    g_cu.pend_lt.K = K;
+    g_cu.pend_lt.W[i] = w->data;
+    g_cu.pend_lt.y[i] = out->data;
+    g_cu.pend_lt.N[i] = N;
+    g_cu.pend_lt.bias[i] = mx_tensor_present(bias) ? bias->data : NULL;
+    return true;
 }
 
 void cu_matmul(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, const mx_tensor *bias) {
@@ -162,11 +240,23 @@ void cu_matmul(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, const mx_
                 cu_ck(cuda_bias_add_f32(out->data, N, bias->data, rows, N, g_cu.st), "bias");
             return;
         }
+        if (!fast && x->data == g_cu.pend_glu.out && g_cu.pend_glu.rows == rows &&
+            g_cu.pend_glu.cols == K && g_cu.pend_glu.gs == K && g_cu.pend_glu.us == K &&
+            g_cu.pend_glu.gate == x->data) {
+            /* in place (out == gate, as the forward does): the group's x is the gate */
+            g_cu.pend_glu.on = false;
+            if (defer_lt(out, x, w, bias, g_cu.pend_glu.up, g_cu.pend_glu.act)) {
+                flush_lt(); /* nothing can join a GLU group */
+                return;
+            }
+            g_cu.pend_glu.on = true;
+        }
         cu_flush_glu();
     }
     cu_flush_rope(); /* other kinds first: at most one kind is pending */
     if (g_cu.pend_add.on) cu_flush();
     if (!fast) {
+        if (defer_lt(out, x, w, bias, NULL, 0)) return;
         cu_flush();
         cu_matmul_raw(out->data, (long)out->stride[0], x->data, (long)x->stride[0], rows, w, bias);
         return;

@@ -116,6 +116,7 @@ void cu_matmul_q_raw(float *y, long ldy, const float *x, long ldx, int rows, con
 void cu_matmul_q(mx_tensor *out, const mx_tensor *x, const mx_qweight *w, const mx_tensor *bias) {
     const int rows = (int)x->shape[0];
     int N, K;
+    cu_flush_glu(); /* a GLU feeding this matmul runs first (only bf16 GEMVs fuse it) */
     cu_flush_rope();
     if (g_cu.pend_add.on) cu_flush();
     if (cu_q_shape(w, &N, &K)) return;

@@ -1,4 +1,5 @@
-/* bf16 GEMV for decode on tensor cores: y[r, n] = sum_k x[r, k] * W[n, k] for 1..8 rows.
+/* bf16 GEMV for decode: y[r, n] = sum_k x[r, k] * W[n, k] for 1..8 rows. One or two rows run
+ * on the CUDA cores (below, "CUDA-core kernel"); 3..8 rows on the tensor cores: 
  *
  * Decode at small batch is a weight stream: every weight byte is read exactly once per call
  * for all rows, so the time floor is N*K*2 bytes over memory bandwidth. The arithmetic goes to
@@ -16,9 +17,10 @@
  * Work split: a CTA owns 16 weight rows; its 8 warps take the k-tiles round-robin, each with
  * GEMV_KB k-tiles (2 x GEMV_KB 16-byte weight loads per lane) in flight; the 8 partial
  * 16 x 8 tiles are summed in shared memory in a fixed order (reproducible, no atomics).
- * x is read straight from global memory (L1/L2 resident; fp32 or bf16) and rounded to bf16,
- * like transformers' bf16 Linear input. A result depends only on its own x row and W, so it
- * is the same whatever the other rows are (batch invariance for 1..8 rows).
+ * x is read straight from global memory (L1/L2 resident). fp32 x is split into bf16 hi + lo
+ * parts fed to two MMAs each, so the product keeps ~16 bits of x (as exact as the fp32 CUDA-core
+ * kernel to ~1e-5 relative). A result depends only on its own x row and W, whatever the other
+ * rows are.
  *
  * GLU input: with x_up set, x is act(x) * x_up (fp32 both), computed while loading: the
  * down projection reads the gate/up outputs directly and the GLU kernel disappears.
@@ -38,6 +40,177 @@
 #define GEMV_KB 4     /* k-tiles (32 k each) per load batch per warp */
 #define GEMV_KT 32    /* k per tile: 4 lanes x 8 */
 
+#define GEMV_RPW 4                  /* weight rows per warp (CUDA-core kernel) */
+#define GEMV_U 4                    /* 256-element K steps per load batch (CUDA-core kernel) */
+#define GEMV_STEP 256               /* elements per warp step: 32 lanes x 8 */
+#define GEMV_SMEM_BUDGET (64 * 1024) /* x staging per CTA: 3 CTAs fit one SM */
+
+/* ==== x staging (cp.async, 16 bytes per copy) ==== */
+
+/* ==== CUDA-core kernel: 1..2 rows ====
+ * A warp owns GEMV_RPW consecutive weight rows and walks the whole K; each lane loads 16
+ * bytes (8 bf16) per row per 256-element step, GEMV_U steps at a time, so RPW*U = 16
+ * independent 16-byte loads are in flight per lane before the first use. x lives in shared
+ * memory (staged by cp.async in its own dtype; the GLU input computed while staging) and is
+ * shared by all warps of the CTA; when R*K elements do not fit the budget, K is cut into
+ * double-buffered chunks. Measured on the H200: ~80% of copy bandwidth on the 8B shapes at
+ * one row, where the tensor-core kernel below reached ~50% (fewer bytes in flight per SM). */
+
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, int src_bytes) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem),
+                 "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit(void) { asm volatile("cp.async.commit_group;"); }
+__device__ __forceinline__ void cp_async_wait_all(void) {
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+}
+
+/* Copy x[:, k0 : k0 + len] into xs [R, KC]; rows >= rows are zero-filled (src-size 0). */
+template <int R, typename XT>
+__device__ __forceinline__ void gemv_stage_x(XT *xs, const XT *x, int rows, int K, int KC,
+                                             int k0, int len) {
+    constexpr int EPC = 16 / sizeof(XT); /* elements per 16-byte copy */
+    const int per_row = len / EPC;
+    for (int p = threadIdx.x; p < R * per_row; p += blockDim.x) {
+        int r = p / per_row, j = p - r * per_row;
+        const XT *src = r < rows ? x + (size_t)r * K + k0 + j * EPC : x;
+        cp_async16(xs + (size_t)r * KC + j * EPC, src, r < rows ? 16 : 0);
+    }
+}
+
+/* GLU input: xs[r, j] = act(x[r, k0 + j]) * up[r, k0 + j] for fp32 x (plain loads). */
+__device__ __forceinline__ void gemv_stage_glu(float *xs, const float *x, const float *up, int act,
+                                               int R, int rows, int K, int KC, int k0, int len) {
+    for (int p = threadIdx.x; p < R * len; p += blockDim.x) {
+        const int r = p / len, j = p - r * len;
+        xs[(size_t)r * KC + j] =
+            r < rows ? act_apply(x[(size_t)r * K + k0 + j], act) * up[(size_t)r * K + k0 + j] : 0.f;
+    }
+}
+
+/* 8 x values of row r at chunk offset kk, as fp32. */
+__device__ __forceinline__ void gemv_core_x8(const float *xs, float f[8]) {
+    float4 a = *(const float4 *)xs, b = *(const float4 *)(xs + 4);
+    f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w;
+    f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
+}
+__device__ __forceinline__ void gemv_core_x8(const uint16_t *xs, float f[8]) {
+    bf16x8_to_f32(*(const uint4 *)xs, f);
+}
+
+/* ==== Kernel ==== */
+
+template <int R, typename XT>
+__global__ void __launch_bounds__(256, 1)
+gemv_bf16_kernel(cuda_gemv_segs segs,           /* W [N, K] -> y [rows, N] per segment */
+                 const XT *__restrict__ x,       /* [rows, K] */
+                 const float *__restrict__ x_up, int act, /* GLU: x = act(x) * x_up (fp32 x) */
+                 int y_bf16, int rows, int K, int KC) {
+    extern __shared__ uint4 gemv_smem[]; /* [2][R][KC] XT, or [R][KC] with one chunk */
+    XT *xbuf = (XT *)gemv_smem;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    /* this CTA's segment: CTAs [cta0[s], cta0[s + 1]) belong to segment s */
+    /* (compile-time indices only: a run-time index into the parameter struct would copy it
+     * to local memory) */
+    const uint16_t *W = segs.W[0];
+    void *y = segs.y[0];
+    int N = segs.N[0], c0 = 0;
+#pragma unroll
+    for (int i = 1; i < CUDA_GEMV_MAX_SEGS; i++)
+        if (i < segs.n && (int)blockIdx.x >= segs.cta0[i]) {
+            W = segs.W[i];
+            y = segs.y[i];
+            N = segs.N[i];
+            c0 = segs.cta0[i];
+        }
+    const int n0 = (((int)blockIdx.x - c0) * (blockDim.x >> 5) + warp) * GEMV_RPW;
+    const int nchunks = (K + KC - 1) / KC;
+
+    float acc[GEMV_RPW][R];
+#pragma unroll
+    for (int p = 0; p < GEMV_RPW; p++)
+#pragma unroll
+        for (int r = 0; r < R; r++) acc[p][r] = 0.f;
+
+    /* Row pointers; rows past N are clamped (loads skipped below, never written). */
+    const uint16_t *wrow[GEMV_RPW];
+#pragma unroll
+    for (int p = 0; p < GEMV_RPW; p++) wrow[p] = W + (size_t)min(n0 + p, N - 1) * K;
+
+    pdl_wait(); /* x is the previous kernel's output */
+    pdl_trigger();
+    if (x_up) gemv_stage_glu((float *)xbuf, (const float *)x, x_up, act, R, rows, K, KC, 0, min(KC, K));
+    else gemv_stage_x<R, XT>(xbuf, x, rows, K, KC, 0, min(KC, K));
+    cp_async_commit();
+
+    for (int c = 0; c < nchunks; c++) {
+        /* Chunk c has landed for this thread; the barrier makes it visible to all and also
+         * says every warp is done with chunk c-1, whose buffer chunk c+1 reuses. */
+        cp_async_wait_all();
+        __syncthreads();
+        const int k0 = c * KC, len = min(KC, K - k0);
+        if (c + 1 < nchunks) {
+            XT *nb = xbuf + (size_t)((c + 1) & 1) * R * KC;
+            if (x_up) gemv_stage_glu((float *)nb, (const float *)x, x_up, act, R, rows, K, KC, k0 + KC, min(KC, K - k0 - KC));
+            else gemv_stage_x<R, XT>(nb, x, rows, K, KC, k0 + KC, min(KC, K - k0 - KC));
+            cp_async_commit();
+        }
+        const XT *xs = xbuf + (size_t)(c & 1) * R * KC;
+
+        for (int base = 0; base < len; base += GEMV_STEP * GEMV_U) {
+            uint4 w[GEMV_U][GEMV_RPW];
+            /* All loads first: RPW*U independent 16-byte loads in flight per lane. */
+#pragma unroll
+            for (int u = 0; u < GEMV_U; u++) {
+                const int kk = base + u * GEMV_STEP + lane * 8;
+#pragma unroll
+                for (int p = 0; p < GEMV_RPW; p++)
+                    w[u][p] = (kk < len && n0 + p < N) ? ldg_stream16(wrow[p] + k0 + kk)
+                                                       : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int u = 0; u < GEMV_U; u++) {
+                const int kk = base + u * GEMV_STEP + lane * 8;
+                /* Skip, not multiply by zero: the stale tail of the buffer may hold NaN. */
+                if (kk < len) {
+                    float wf[GEMV_RPW][8];
+#pragma unroll
+                    for (int p = 0; p < GEMV_RPW; p++) bf16x8_to_f32(w[u][p], wf[p]);
+#pragma unroll
+                    for (int r = 0; r < R; r++) {
+                        float xf[8];
+                        gemv_core_x8(xs + (size_t)r * KC + kk, xf);
+#pragma unroll
+                        for (int p = 0; p < GEMV_RPW; p++)
+#pragma unroll
+                            for (int e = 0; e < 8; e++)
+                                acc[p][r] = fmaf(wf[p][e], xf[e], acc[p][r]);
+                    }
+                }
+            }
+        }
+    }
+
+    /* Butterfly sums leave every total in every lane; lane (p*R + r) % 32 writes it. The
+     * selects use compile-time indices so acc stays in registers. */
+#pragma unroll
+    for (int p = 0; p < GEMV_RPW; p++)
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            float v = warp_sum(acc[p][r]);
+            const int n = n0 + p;
+            if (lane == ((p * R + r) & 31) && r < rows && n < N) {
+                if (y_bf16)
+                    ((uint16_t *)y)[(size_t)r * N + n] = (uint16_t)f32_to_bf16_bits(v);
+                else
+                    ((float *)y)[(size_t)r * N + n] = v;
+            }
+        }
+}
+
+/* ==== Tensor-core kernel: 3..8 rows ==== */
+
 /* ==== Device helpers ==== */
 
 __device__ __forceinline__ void mma_bf16_16816(float c[4], uint32_t a0, uint32_t a1, uint32_t a2,
@@ -49,13 +222,16 @@ __device__ __forceinline__ void mma_bf16_16816(float c[4], uint32_t a0, uint32_t
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-/* 8 consecutive x values of one row as bf16 (x fp32 or bf16; with up: act(x) * up). */
+/* 8 consecutive x values of one row as bf16 pairs: hi = bf16(x), lo = bf16(x - hi) for fp32
+ * x (hi + lo carries ~16 mantissa bits: the product is as exact as an fp32-input GEMV to
+ * ~1e-5), lo = 0 for bf16 x. With up: x = act(x) * up first. */
 template <typename XT>
-__device__ __forceinline__ uint4 gemv_x8(const XT *x, const float *up, int act, size_t i);
+__device__ __forceinline__ uint4 gemv_x8(const XT *x, const float *up, int act, size_t i, uint4 &lo);
 
 template <>
-__device__ __forceinline__ uint4 gemv_x8<float>(const float *x, const float *up, int act, size_t i) {
-    float f[8];
+__device__ __forceinline__ uint4 gemv_x8<float>(const float *x, const float *up, int act, size_t i,
+                                                uint4 &lo) {
+    float f[8], r[8];
     const float4 a = __ldg((const float4 *)(x + i)), b = __ldg((const float4 *)(x + i + 4));
     f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w;
     f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
@@ -65,11 +241,19 @@ __device__ __forceinline__ uint4 gemv_x8<float>(const float *x, const float *up,
 #pragma unroll
         for (int e = 0; e < 8; e++) f[e] = act_apply(f[e], act) * u[e];
     }
-    return f32x8_to_bf16x8(f);
+    const uint4 hi = f32x8_to_bf16x8(f);
+    float h[8];
+    bf16x8_to_f32(hi, h);
+#pragma unroll
+    for (int e = 0; e < 8; e++) r[e] = f[e] - h[e];
+    lo = f32x8_to_bf16x8(r);
+    return hi;
 }
 
 template <>
-__device__ __forceinline__ uint4 gemv_x8<uint16_t>(const uint16_t *x, const float *, int, size_t i) {
+__device__ __forceinline__ uint4 gemv_x8<uint16_t>(const uint16_t *x, const float *, int, size_t i,
+                                                   uint4 &lo) {
+    lo = make_uint4(0, 0, 0, 0);
     return __ldg((const uint4 *)(x + i));
 }
 
@@ -107,38 +291,50 @@ gemv_tc_kernel(cuda_gemv_segs segs,        /* W [N, K] -> y [rows, N] per segmen
 
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
     uint4 wa[GEMV_KB], wb[GEMV_KB];
-    /* k-tiles of this warp: kt = warp + GEMV_WARPS * j */
-    int kt0 = warp;
+    constexpr bool split = sizeof(XT) == 4; /* fp32 x: hi and lo parts */
+    /* k-tiles of this warp: a contiguous slice [kt_lo, kt_hi), GEMV_KB at a time (a row's
+     * loads of one batch are 32 * GEMV_KB * 2 contiguous bytes) */
+    const int per = (n_kt + GEMV_WARPS - 1) / GEMV_WARPS;
+    const int kt_lo = min(warp * per, n_kt), kt_hi = min(kt_lo + per, n_kt);
     auto load_batch = [&](int kt_first) {
 #pragma unroll
         for (int j = 0; j < GEMV_KB; j++) {
-            const int k = (kt_first + GEMV_WARPS * j) * GEMV_KT + 8 * t;
-            const bool in = k < K; /* K % 8 == 0: a lane's 8 k are all in or all out */
-            const size_t off = (size_t)(kt_first + GEMV_WARPS * j) * GEMV_KT;
+            const int kt = kt_first + j;
+            const int k = kt * GEMV_KT + 8 * t;
+            const bool in = kt < kt_hi && k < K; /* K % 8 == 0: a lane's 8 k are all in or out */
+            const size_t off = (size_t)kt * GEMV_KT;
             wa[j] = in && ok0 ? ldg_stream16(w0 + off) : make_uint4(0, 0, 0, 0);
             wb[j] = in && ok8 ? ldg_stream16(w8 + off) : make_uint4(0, 0, 0, 0);
         }
     };
-    if (kt0 < n_kt) load_batch(kt0); /* weights only: safe before the dependency wait */
+    if (kt_lo < kt_hi) load_batch(kt_lo); /* weights only: safe before the dependency wait */
     pdl_wait();
     pdl_trigger();
-    for (; kt0 < n_kt; kt0 += GEMV_WARPS * GEMV_KB) {
-        uint4 xv[GEMV_KB];
+    for (int kt0 = kt_lo; kt0 < kt_hi; kt0 += GEMV_KB) {
+        uint4 xv[GEMV_KB], xl[GEMV_KB];
 #pragma unroll
         for (int j = 0; j < GEMV_KB; j++) {
-            const int k = (kt0 + GEMV_WARPS * j) * GEMV_KT + 8 * t;
-            xv[j] = xrow && k < K ? gemv_x8<XT>(x, x_up, act, xoff + (size_t)(kt0 + GEMV_WARPS * j) * GEMV_KT)
-                                  : make_uint4(0, 0, 0, 0);
+            const int kt = kt0 + j, k = kt * GEMV_KT + 8 * t;
+            if (xrow && kt < kt_hi && k < K) {
+                xv[j] = gemv_x8<XT>(x, x_up, act, xoff + (size_t)kt * GEMV_KT, xl[j]);
+            } else {
+                xv[j] = make_uint4(0, 0, 0, 0);
+                xl[j] = xv[j];
+            }
         }
         uint4 ca[GEMV_KB], cb[GEMV_KB];
 #pragma unroll
         for (int j = 0; j < GEMV_KB; j++) ca[j] = wa[j], cb[j] = wb[j];
         /* the next batch's weights go out before this batch's MMAs */
-        if (kt0 + GEMV_WARPS * GEMV_KB < n_kt) load_batch(kt0 + GEMV_WARPS * GEMV_KB);
+        if (kt0 + GEMV_KB < kt_hi) load_batch(kt0 + GEMV_KB);
 #pragma unroll
         for (int j = 0; j < GEMV_KB; j++) {
             mma_bf16_16816(acc, ca[j].x, cb[j].x, ca[j].y, cb[j].y, xv[j].x, xv[j].y);
             mma_bf16_16816(acc, ca[j].z, cb[j].z, ca[j].w, cb[j].w, xv[j].z, xv[j].w);
+            if (split) {
+                mma_bf16_16816(acc, ca[j].x, cb[j].x, ca[j].y, cb[j].y, xl[j].x, xl[j].y);
+                mma_bf16_16816(acc, ca[j].z, cb[j].z, ca[j].w, cb[j].w, xl[j].z, xl[j].w);
+            }
         }
     }
     /* acc: [0], [1] = W row g, x rows 2t, 2t + 1; [2], [3] = W row g + 8, same x rows */
@@ -158,7 +354,56 @@ gemv_tc_kernel(cuda_gemv_segs segs,        /* W [N, K] -> y [rows, N] per segmen
     }
 }
 
-/* ==== Launcher ==== */
+/* ==== Launchers ==== */
+
+template <int R, typename XT>
+static int gemv_core_launch(cuda_gemv_segs segs, const XT *x, const float *x_up, int act,
+                            int y_bf16, int rows, int K, cudaStream_t stream) {
+    static int s_sm_count = 0, s_smem_set = 0;
+    if (!s_sm_count) {
+        int dev = 0, sms = 0;
+        cudaError_t e = cudaGetDevice(&dev);
+        if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+        if (e != cudaSuccess) return (int)e;
+        s_sm_count = sms;
+    }
+    /* One chunk when all of x fits the budget, else double-buffered chunks. */
+    const size_t xs = sizeof(XT);
+    const int k_round = (K + GEMV_STEP - 1) / GEMV_STEP * GEMV_STEP;
+    int KC;
+    size_t smem;
+    if ((size_t)R * k_round * xs <= GEMV_SMEM_BUDGET) {
+        KC = k_round;
+        smem = (size_t)R * KC * xs;
+    } else {
+        KC = (int)(GEMV_SMEM_BUDGET / (2 * R * xs)) / GEMV_STEP * GEMV_STEP;
+        smem = 2 * (size_t)R * KC * xs;
+    }
+    if (!s_smem_set) {
+        cudaError_t e = cudaFuncSetAttribute(gemv_bf16_kernel<R, XT>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             GEMV_SMEM_BUDGET);
+        if (e != cudaSuccess) return (int)e;
+        s_smem_set = 1;
+    }
+    /* 8 warps per CTA unless that leaves fewer than two CTAs per SM (N = 4096: 4 warps,
+     * 256 CTAs): x staging is per CTA, so smaller CTAs cost L2 reads, not HBM bytes. */
+    int n_total = 0;
+    for (int i = 0; i < segs.n; i++) n_total += segs.N[i];
+    int warps = 8;
+    if ((n_total + 8 * GEMV_RPW - 1) / (8 * GEMV_RPW) < 2 * s_sm_count) warps = 4;
+    const int rows_per_cta = warps * GEMV_RPW;
+    int grid = 0;
+    for (int i = 0; i < segs.n; i++) {
+        segs.cta0[i] = grid;
+        grid += (segs.N[i] + rows_per_cta - 1) / rows_per_cta;
+    }
+    pdl_launch l;
+    pdl_launch_config(&l, dim3(grid), dim3(warps * 32), smem, stream);
+    return (int)cudaLaunchKernelEx(&l.cfg, gemv_bf16_kernel<R, XT>, segs, x, x_up, act, y_bf16,
+                                   rows, K, KC);
+}
+
 
 template <typename XT>
 static int gemv_launch(cuda_gemv_segs segs, const XT *x, const float *x_up, int act, int y_bf16,
@@ -186,6 +431,13 @@ extern "C" int cuda_gemv_bf16_glu(const cuda_gemv_segs *segs, const void *x, int
         if (!segs->W[i] || !segs->y[i] || segs->N[i] < 1 || ((uintptr_t)segs->W[i] & 15))
             return (int)cudaErrorInvalidValue;
     const int y_bf16 = y_dtype == CUDA_OPS_BF16;
+    if (rows <= 2) {
+        if (x_dtype == CUDA_OPS_BF16)
+            return rows == 1 ? gemv_core_launch<1, uint16_t>(*segs, (const uint16_t *)x, NULL, 0, y_bf16, rows, K, stream)
+                             : gemv_core_launch<2, uint16_t>(*segs, (const uint16_t *)x, NULL, 0, y_bf16, rows, K, stream);
+        return rows == 1 ? gemv_core_launch<1, float>(*segs, (const float *)x, x_up, act, y_bf16, rows, K, stream)
+                         : gemv_core_launch<2, float>(*segs, (const float *)x, x_up, act, y_bf16, rows, K, stream);
+    }
     if (x_dtype == CUDA_OPS_BF16)
         return gemv_launch<uint16_t>(*segs, (const uint16_t *)x, NULL, 0, y_bf16, rows, K, stream);
     return gemv_launch<float>(*segs, (const float *)x, x_up, act, y_bf16, rows, K, stream);

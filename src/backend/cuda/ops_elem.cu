@@ -348,6 +348,22 @@ extern "C" int cuda_f32_to_bf16_rows(uint16_t *dst, const float *src, long src_s
     LAUNCH_CHECK();
 }
 
+__global__ void glu_to_bf16_kernel(uint16_t *__restrict__ dst, const float *__restrict__ g,
+                                   const float *__restrict__ u, size_t n, int act) {
+    for (size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x; t < n;
+         t += (size_t)gridDim.x * blockDim.x)
+        dst[t] = (uint16_t)f32_to_bf16_bits(act_apply(g[t], act) * u[t]);
+}
+
+extern "C" int cuda_glu_to_bf16_rows(uint16_t *dst, const float *gate, const float *up, int rows,
+                                     int cols, int act, cudaStream_t st) {
+    if (rows < 1 || cols < 1 || !dst || !gate || !up || act < 0 || act > 2)
+        return (int)cudaErrorInvalidValue;
+    const size_t n = (size_t)rows * cols;
+    glu_to_bf16_kernel<<<grid_for(n), EL_THREADS, 0, st>>>(dst, gate, up, n, act);
+    LAUNCH_CHECK();
+}
+
 /* ==== KV write ==== */
 __global__ void kv_write_kernel(void *kp, void *vp, int bf16, const float *k, long ks,
                                 const float *v, long vs, const int64_t *rows, int width) {
