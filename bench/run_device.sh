@@ -147,6 +147,18 @@ for shape in $SHAPES; do
   ids=$("$PY" -c "import random; r=random.Random(7); print(','.join(str(r.randrange(1000, 100000)) for _ in range(32)))")
   timeout "$(tl)" "$MLX" generate -m "$dir" --device cuda --prompt-ids "$ids" -n 256 --temp 0 --ignore-eos \
     --json > "$RES/$shape.generate.json" 2> "$LOG/$shape.generate.log"
+  # the server under load on the same checkpoint (before transformers: the budget favours it)
+  if [ "$shape" = llama-3.1-8b ] && [ "${SERVE:-1}" != 0 ]; then
+    sb=$(( $(left) - 10 ))
+    [ "$sb" -gt "${SERVE_BUDGET:-150}" ] && sb=${SERVE_BUDGET:-150}
+    if [ "$sb" -lt 90 ]; then stage "SKIP $shape: serve + loadtest: budget left $(left) s"
+    else
+      stage "$shape: mlxcel serve --device cuda + mlxcel loadtest (concurrency ${SERVE_CONC:-1,8,32,64,128,256}, $sb s)"
+      PROMPT=$PROMPT GEN=$GEN PYTHON=$PY timeout $((sb + 30)) bash bench/serve_loadtest.sh "$MLX" "$dir" "$shape" \
+        "$RES" "$LOG" "$sb"
+      echo "serve + loadtest exit status $? (0: no failed request, every KV block free at the end)"
+    fi
+  fi
   # ---- MLX affine quantized variants of the same weights ----
   quant=${QUANT-DEFAULT}
   [ "$quant" = DEFAULT ] && { [ "$shape" = llama-3.1-8b ] && quant="4:64 8:64" || quant=""; }
@@ -170,18 +182,6 @@ for shape in $SHAPES; do
     [ "${KEEP:-0}" = 1 ] || rm -rf "$qdir"
     echo "$shape $qt" >> "$RES/quant.list"
   done
-  # the server under load on the same checkpoint (before transformers: the budget favours it)
-  if [ "$shape" = llama-3.1-8b ] && [ "${SERVE:-1}" != 0 ]; then
-    sb=$(( $(left) - 10 ))
-    [ "$sb" -gt "${SERVE_BUDGET:-150}" ] && sb=${SERVE_BUDGET:-150}
-    if [ "$sb" -lt 90 ]; then stage "SKIP $shape: serve + loadtest: budget left $(left) s"
-    else
-      stage "$shape: mlxcel serve --device cuda + mlxcel loadtest (concurrency ${SERVE_CONC:-1,8,32,64,128,256}, $sb s)"
-      PROMPT=$PROMPT GEN=$GEN PYTHON=$PY timeout $((sb + 30)) bash bench/serve_loadtest.sh "$MLX" "$dir" "$shape" \
-        "$RES" "$LOG" "$sb"
-      echo "serve + loadtest exit status $? (0: no failed request, every KV block free at the end)"
-    fi
-  fi
   if [ "${SKIP_HF:-0}" != 1 ] && [ "$(left)" -gt 60 ]; then
     stage "$shape: transformers generate() + agreement"
     hf_timing=""; [ "${HF_TIMING:-1}" = 0 ] && hf_timing="--no-timing"
