@@ -42,7 +42,8 @@ typedef struct cu_graph {
 } cu_graph;
 
 typedef struct cu_moe_table {  /* device arrays of expert weight pointers, per layer */
-    const void *host_key;      /* the layer's exp_gate (or exp_qgate) array (stable) */
+    const void **h_ptrs;       /* host copy of the pointer list: the lookup key */
+    size_t n_ptrs;
     const uint16_t **d_ptrs;   /* [3][E] gate, up, down (dense bf16 or packed codes) */
     const void **d_sptrs;      /* [3][E] scales of quantized projections (NULL: all dense) */
     const void **d_bptrs;      /* [3][E] biases */

@@ -18,7 +18,7 @@ typedef struct cuda_device_facts {
 int cuda_device_info(cuda_device_facts *out);
 
 /* Programmatic dependent launch (compute capability >= 9.0): decode kernels may start while
- * their predecessor finishes (see cuda_kernels.cuh). Off unless MLXCEL_CUDA_PDL=1. */
+ * their predecessor finishes (see cuda_kernels.cuh). On unless MLXCEL_CUDA_PDL=0 (set by the backend at start). */
 void cuda_set_pdl(int on);
 int cuda_pdl_enabled(void);
 

@@ -224,22 +224,9 @@ void cu_matmul(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, const mx_
                       x->stride[0] == K && out->stride[0] == N && ((uintptr_t)w->data & 15) == 0 &&
                       ((uintptr_t)x->data & 15) == 0;
     if (g_cu.pend_glu.on) {
-        /* the down projection of a GLU MLP: one GEMV computing act(gate) * up as its input */
-        if (fast && x->data == g_cu.pend_glu.out && g_cu.pend_glu.rows == rows &&
-            g_cu.pend_glu.cols == K && g_cu.pend_glu.gs == K && g_cu.pend_glu.us == K &&
-            ((uintptr_t)g_cu.pend_glu.gate & 15) == 0 && ((uintptr_t)g_cu.pend_glu.up & 15) == 0) {
-            g_cu.pend_glu.on = false;
-            cu_resident(w->data);
-            const bool has_bias = mx_tensor_present(bias);
-            if (has_bias) cu_resident(bias->data);
-            cuda_gemv_segs segs = {.n = 1, .W = {w->data}, .y = {out->data}, .N = {N}};
-            if (!cu_ck(cuda_gemv_bf16_glu(&segs, g_cu.pend_glu.gate, CUDA_OPS_F32, g_cu.pend_glu.up,
-                                          g_cu.pend_glu.act, CUDA_OPS_F32, rows, K, g_cu.st),
-                       "gemv (glu input)") &&
-                has_bias)
-                cu_ck(cuda_bias_add_f32(out->data, N, bias->data, rows, N, g_cu.st), "bias");
-            return;
-        }
+        /* Past the GEMV rows the GLU becomes the cuBLASLt input conversion (computed once).
+         * A GEMV does not take it: every CTA would recompute act(gate) * up for all of x
+         * (measured on the 8B shape: the B=1 step 18% slower), so the GLU kernel runs. */
         if (!fast && x->data == g_cu.pend_glu.out && g_cu.pend_glu.rows == rows &&
             g_cu.pend_glu.cols == K && g_cu.pend_glu.gs == K && g_cu.pend_glu.us == K &&
             g_cu.pend_glu.gate == x->data) {
@@ -282,37 +269,21 @@ void cu_matmul(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, const mx_
 /* Device arrays of per-expert pointers of one layer: weights (dense bf16 or packed codes)
  * and, for quantized projections, scales and biases. Built once per layer. */
 static const cu_moe_table *moe_table(const mx_moe_experts *ex, int E) {
-    const void *key = ex->gate ? (const void *)ex->gate : (const void *)ex->qgate;
-    for (int i = 0; i < g_cu.n_moe_tab; i++)
-        if (g_cu.moe_tab[i].host_key == key && g_cu.moe_tab[i].E == E) return &g_cu.moe_tab[i];
-    cu_moe_table *t = realloc(g_cu.moe_tab, (size_t)(g_cu.n_moe_tab + 1) * sizeof *t);
-    if (!t) return NULL;
-    g_cu.moe_tab = t;
     const mx_tensor *dv[3] = {ex->gate, ex->up, ex->down};
     const mx_qweight *qv[3] = {ex->qgate, ex->qup, ex->qdown};
     bool quant = false;
     for (int j = 0; j < 3; j++) quant |= !dv[j];
     const size_t n = (size_t)(quant ? 9 : 3) * E;
-    const void **h = malloc(n * sizeof *h);
-    const void **d = cu_dev_alloc(n * sizeof *h);
-    if (!h || !d) {
-        free(h);
-        cu_dev_free(d);
-        return NULL;
-    }
-    memset(h, 0, n * sizeof *h);
+    const void **h = calloc(n, sizeof *h);
+    if (!h) return NULL;
     cu_moe_table m;
     memset(&m, 0, sizeof m);
     for (int j = 0; j < 3; j++)
         for (int e = 0; e < E; e++) {
             if (dv[j]) {
-                cu_resident(dv[j][e].data);
                 h[j * E + e] = dv[j][e].data;
             } else {
                 const mx_qweight *q = &qv[j][e];
-                cu_resident(q->w.data);
-                cu_resident(q->scales.data);
-                cu_resident(q->biases.data);
                 h[j * E + e] = q->w.data;
                 h[(3 + j) * E + e] = q->scales.data;
                 h[(6 + j) * E + e] = q->biases.data;
@@ -321,10 +292,30 @@ static const cu_moe_table *moe_table(const mx_moe_experts *ex, int E) {
                 m.sbt[j] = cu_q_sb(q->scales.dtype);
             }
         }
-    const bool ok = cu_upload_small(d, h, n * sizeof *h) != NULL;
-    free(h);
-    if (!ok) return NULL;
-    m.host_key = key;
+    /* The key is the pointer list itself: a layer array of a later model may sit at a freed
+     * one's host address, so an address key could hand back another model's experts. */
+    for (int i = 0; i < g_cu.n_moe_tab; i++)
+        if (g_cu.moe_tab[i].n_ptrs == n && !memcmp(g_cu.moe_tab[i].h_ptrs, h, n * sizeof *h) &&
+            !memcmp(g_cu.moe_tab[i].bits, m.bits, sizeof m.bits)) {
+            free(h);
+            return &g_cu.moe_tab[i];
+        }
+    cu_moe_table *t = realloc(g_cu.moe_tab, (size_t)(g_cu.n_moe_tab + 1) * sizeof *t);
+    const void **d = t ? cu_dev_alloc(n * sizeof *h) : NULL;
+    if (t) g_cu.moe_tab = t;
+    if (!d) {
+        free(h);
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (h[i]) cu_resident(h[i]);
+    if (!cu_upload_small(d, h, n * sizeof *h)) {
+        free(h);
+        cu_dev_free(d);
+        return NULL;
+    }
+    m.h_ptrs = h;
+    m.n_ptrs = n;
     m.d_ptrs = (const uint16_t **)d;
     m.d_sptrs = quant ? d + 3 * E : NULL;
     m.d_bptrs = quant ? d + 6 * E : NULL;

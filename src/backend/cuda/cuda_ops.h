@@ -40,11 +40,6 @@ typedef struct cuda_gemv_segs {
 } cuda_gemv_segs;
 int cuda_gemv_bf16_multi(const cuda_gemv_segs *segs, const void *x, int x_dtype, int y_dtype,
                          int rows, int K, cudaStream_t stream);
-/* Same with a GLU input: x_up != NULL makes the input act(x) * x_up (x_dtype fp32; act 0
- * silu, 1 gelu tanh, 2 gelu erf), computed while loading. x is rounded to bf16 for the tensor
- * cores in every variant (like a bf16 Linear's input). */
-int cuda_gemv_bf16_glu(const cuda_gemv_segs *segs, const void *x, int x_dtype, const float *x_up,
-                       int act, int y_dtype, int rows, int K, cudaStream_t stream);
 
 /* ==== RMSNorm: y[r, :] = x[r, :] * rsqrt(mean(x[r, :]^2) + eps) * (w + offset) ====
  * x: [rows, H] (x_dtype), w: [H] bf16, y: [rows, H] (y_dtype), fp32 accumulation.

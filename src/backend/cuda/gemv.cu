@@ -22,9 +22,6 @@
  * kernel to ~1e-5 relative). A result depends only on its own x row and W, whatever the other
  * rows are.
  *
- * GLU input: with x_up set, x is act(x) * x_up (fp32 both), computed while loading: the
- * down projection reads the gate/up outputs directly and the GLU kernel disappears.
- *
  * PDL: the first batch of weight loads is issued before pdl_wait() (weights are constant),
  * so the stream of the next matrix starts while the previous small kernel finishes.
  *
@@ -51,7 +48,7 @@
  * A warp owns GEMV_RPW consecutive weight rows and walks the whole K; each lane loads 16
  * bytes (8 bf16) per row per 256-element step, GEMV_U steps at a time, so RPW*U = 16
  * independent 16-byte loads are in flight per lane before the first use. x lives in shared
- * memory (staged by cp.async in its own dtype; the GLU input computed while staging) and is
+ * memory (staged by cp.async in its own dtype) and is
  * shared by all warps of the CTA; when R*K elements do not fit the budget, K is cut into
  * double-buffered chunks. Measured on the H200: ~80% of copy bandwidth on the 8B shapes at
  * one row, where the tensor-core kernel below reached ~50% (fewer bytes in flight per SM). */
@@ -79,16 +76,6 @@ __device__ __forceinline__ void gemv_stage_x(XT *xs, const XT *x, int rows, int 
     }
 }
 
-/* GLU input: xs[r, j] = act(x[r, k0 + j]) * up[r, k0 + j] for fp32 x (plain loads). */
-__device__ __forceinline__ void gemv_stage_glu(float *xs, const float *x, const float *up, int act,
-                                               int R, int rows, int K, int KC, int k0, int len) {
-    for (int p = threadIdx.x; p < R * len; p += blockDim.x) {
-        const int r = p / len, j = p - r * len;
-        xs[(size_t)r * KC + j] =
-            r < rows ? act_apply(x[(size_t)r * K + k0 + j], act) * up[(size_t)r * K + k0 + j] : 0.f;
-    }
-}
-
 /* 8 x values of row r at chunk offset kk, as fp32. */
 __device__ __forceinline__ void gemv_core_x8(const float *xs, float f[8]) {
     float4 a = *(const float4 *)xs, b = *(const float4 *)(xs + 4);
@@ -105,7 +92,6 @@ template <int R, typename XT>
 __global__ void __launch_bounds__(256, 1)
 gemv_bf16_kernel(cuda_gemv_segs segs,           /* W [N, K] -> y [rows, N] per segment */
                  const XT *__restrict__ x,       /* [rows, K] */
-                 const float *__restrict__ x_up, int act, /* GLU: x = act(x) * x_up (fp32 x) */
                  int y_bf16, int rows, int K, int KC) {
     extern __shared__ uint4 gemv_smem[]; /* [2][R][KC] XT, or [R][KC] with one chunk */
     XT *xbuf = (XT *)gemv_smem;
@@ -140,8 +126,7 @@ gemv_bf16_kernel(cuda_gemv_segs segs,           /* W [N, K] -> y [rows, N] per s
 
     pdl_wait(); /* x is the previous kernel's output */
     pdl_trigger();
-    if (x_up) gemv_stage_glu((float *)xbuf, (const float *)x, x_up, act, R, rows, K, KC, 0, min(KC, K));
-    else gemv_stage_x<R, XT>(xbuf, x, rows, K, KC, 0, min(KC, K));
+    gemv_stage_x<R, XT>(xbuf, x, rows, K, KC, 0, min(KC, K));
     cp_async_commit();
 
     for (int c = 0; c < nchunks; c++) {
@@ -151,9 +136,8 @@ gemv_bf16_kernel(cuda_gemv_segs segs,           /* W [N, K] -> y [rows, N] per s
         __syncthreads();
         const int k0 = c * KC, len = min(KC, K - k0);
         if (c + 1 < nchunks) {
-            XT *nb = xbuf + (size_t)((c + 1) & 1) * R * KC;
-            if (x_up) gemv_stage_glu((float *)nb, (const float *)x, x_up, act, R, rows, K, KC, k0 + KC, min(KC, K - k0 - KC));
-            else gemv_stage_x<R, XT>(nb, x, rows, K, KC, k0 + KC, min(KC, K - k0 - KC));
+            gemv_stage_x<R, XT>(xbuf + (size_t)((c + 1) & 1) * R * KC, x, rows, K, KC, k0 + KC,
+                                min(KC, K - k0 - KC));
             cp_async_commit();
         }
         const XT *xs = xbuf + (size_t)(c & 1) * R * KC;
@@ -224,25 +208,17 @@ __device__ __forceinline__ void mma_bf16_16816(float c[4], uint32_t a0, uint32_t
 
 /* 8 consecutive x values of one row as bf16 pairs: hi = bf16(x), lo = bf16(x - hi) for fp32
  * x (hi + lo carries ~16 mantissa bits: the product is as exact as an fp32-input GEMV to
- * ~1e-5), lo = 0 for bf16 x. With up: x = act(x) * up first. */
+ * ~1e-5), lo = 0 for bf16 x. */
 template <typename XT>
-__device__ __forceinline__ uint4 gemv_x8(const XT *x, const float *up, int act, size_t i, uint4 &lo);
+__device__ __forceinline__ uint4 gemv_x8(const XT *x, size_t i, uint4 &lo);
 
 template <>
-__device__ __forceinline__ uint4 gemv_x8<float>(const float *x, const float *up, int act, size_t i,
-                                                uint4 &lo) {
-    float f[8], r[8];
+__device__ __forceinline__ uint4 gemv_x8<float>(const float *x, size_t i, uint4 &lo) {
+    float f[8], h[8], r[8];
     const float4 a = __ldg((const float4 *)(x + i)), b = __ldg((const float4 *)(x + i + 4));
     f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w;
     f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
-    if (up) {
-        const float4 c = __ldg((const float4 *)(up + i)), d = __ldg((const float4 *)(up + i + 4));
-        const float u[8] = {c.x, c.y, c.z, c.w, d.x, d.y, d.z, d.w};
-#pragma unroll
-        for (int e = 0; e < 8; e++) f[e] = act_apply(f[e], act) * u[e];
-    }
     const uint4 hi = f32x8_to_bf16x8(f);
-    float h[8];
     bf16x8_to_f32(hi, h);
 #pragma unroll
     for (int e = 0; e < 8; e++) r[e] = f[e] - h[e];
@@ -251,8 +227,7 @@ __device__ __forceinline__ uint4 gemv_x8<float>(const float *x, const float *up,
 }
 
 template <>
-__device__ __forceinline__ uint4 gemv_x8<uint16_t>(const uint16_t *x, const float *, int, size_t i,
-                                                   uint4 &lo) {
+__device__ __forceinline__ uint4 gemv_x8<uint16_t>(const uint16_t *x, size_t i, uint4 &lo) {
     lo = make_uint4(0, 0, 0, 0);
     return __ldg((const uint4 *)(x + i));
 }
@@ -263,7 +238,6 @@ template <typename XT>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
 gemv_tc_kernel(cuda_gemv_segs segs,        /* W [N, K] -> y [rows, N] per segment */
                const XT *__restrict__ x,   /* [rows, K] */
-               const float *__restrict__ x_up, int act, /* GLU: x = act(x) * x_up */
                int y_bf16, int rows, int K) {
     __shared__ float red[GEMV_WARPS][32][4];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -316,7 +290,7 @@ gemv_tc_kernel(cuda_gemv_segs segs,        /* W [N, K] -> y [rows, N] per segmen
         for (int j = 0; j < GEMV_KB; j++) {
             const int kt = kt0 + j, k = kt * GEMV_KT + 8 * t;
             if (xrow && kt < kt_hi && k < K) {
-                xv[j] = gemv_x8<XT>(x, x_up, act, xoff + (size_t)kt * GEMV_KT, xl[j]);
+                xv[j] = gemv_x8<XT>(x, xoff + (size_t)kt * GEMV_KT, xl[j]);
             } else {
                 xv[j] = make_uint4(0, 0, 0, 0);
                 xl[j] = xv[j];
@@ -357,8 +331,8 @@ gemv_tc_kernel(cuda_gemv_segs segs,        /* W [N, K] -> y [rows, N] per segmen
 /* ==== Launchers ==== */
 
 template <int R, typename XT>
-static int gemv_core_launch(cuda_gemv_segs segs, const XT *x, const float *x_up, int act,
-                            int y_bf16, int rows, int K, cudaStream_t stream) {
+static int gemv_core_launch(cuda_gemv_segs segs, const XT *x, int y_bf16, int rows, int K,
+                            cudaStream_t stream) {
     static int s_sm_count = 0, s_smem_set = 0;
     if (!s_sm_count) {
         int dev = 0, sms = 0;
@@ -400,14 +374,13 @@ static int gemv_core_launch(cuda_gemv_segs segs, const XT *x, const float *x_up,
     }
     pdl_launch l;
     pdl_launch_config(&l, dim3(grid), dim3(warps * 32), smem, stream);
-    return (int)cudaLaunchKernelEx(&l.cfg, gemv_bf16_kernel<R, XT>, segs, x, x_up, act, y_bf16,
-                                   rows, K, KC);
+    return (int)cudaLaunchKernelEx(&l.cfg, gemv_bf16_kernel<R, XT>, segs, x, y_bf16, rows, K, KC);
 }
 
 
 template <typename XT>
-static int gemv_launch(cuda_gemv_segs segs, const XT *x, const float *x_up, int act, int y_bf16,
-                       int rows, int K, cudaStream_t stream) {
+static int gemv_launch(cuda_gemv_segs segs, const XT *x, int y_bf16, int rows, int K,
+                       cudaStream_t stream) {
     int grid = 0;
     for (int i = 0; i < segs.n; i++) {
         segs.cta0[i] = grid;
@@ -415,37 +388,31 @@ static int gemv_launch(cuda_gemv_segs segs, const XT *x, const float *x_up, int 
     }
     pdl_launch l;
     pdl_launch_config(&l, dim3(grid), dim3(GEMV_WARPS * 32), 0, stream);
-    return (int)cudaLaunchKernelEx(&l.cfg, gemv_tc_kernel<XT>, segs, x, x_up, act, y_bf16, rows, K);
+    return (int)cudaLaunchKernelEx(&l.cfg, gemv_tc_kernel<XT>, segs, x, y_bf16, rows, K);
 }
 
-extern "C" int cuda_gemv_bf16_glu(const cuda_gemv_segs *segs, const void *x, int x_dtype,
-                                  const float *x_up, int act, int y_dtype, int rows, int K,
-                                  cudaStream_t stream) {
+extern "C" int cuda_gemv_bf16_multi(const cuda_gemv_segs *segs, const void *x, int x_dtype,
+                                    int y_dtype, int rows, int K, cudaStream_t stream) {
     if (!segs || segs->n < 1 || segs->n > CUDA_GEMV_MAX_SEGS || rows < 1 || rows > 8 || K < 8 ||
-        K % 8 != 0 || !x || ((uintptr_t)x & 15) || ((uintptr_t)x_up & 15) ||
+        K % 8 != 0 || !x || ((uintptr_t)x & 15) ||
         (x_dtype != CUDA_OPS_F32 && x_dtype != CUDA_OPS_BF16) ||
-        (y_dtype != CUDA_OPS_F32 && y_dtype != CUDA_OPS_BF16) ||
-        (x_up && (x_dtype != CUDA_OPS_F32 || act < 0 || act > 2)))
+        (y_dtype != CUDA_OPS_F32 && y_dtype != CUDA_OPS_BF16))
         return (int)cudaErrorInvalidValue;
     for (int i = 0; i < segs->n; i++)
         if (!segs->W[i] || !segs->y[i] || segs->N[i] < 1 || ((uintptr_t)segs->W[i] & 15))
             return (int)cudaErrorInvalidValue;
     const int y_bf16 = y_dtype == CUDA_OPS_BF16;
-    if (rows <= 2) {
-        if (x_dtype == CUDA_OPS_BF16)
-            return rows == 1 ? gemv_core_launch<1, uint16_t>(*segs, (const uint16_t *)x, NULL, 0, y_bf16, rows, K, stream)
-                             : gemv_core_launch<2, uint16_t>(*segs, (const uint16_t *)x, NULL, 0, y_bf16, rows, K, stream);
-        return rows == 1 ? gemv_core_launch<1, float>(*segs, (const float *)x, x_up, act, y_bf16, rows, K, stream)
-                         : gemv_core_launch<2, float>(*segs, (const float *)x, x_up, act, y_bf16, rows, K, stream);
-    }
-    if (x_dtype == CUDA_OPS_BF16)
-        return gemv_launch<uint16_t>(*segs, (const uint16_t *)x, NULL, 0, y_bf16, rows, K, stream);
-    return gemv_launch<float>(*segs, (const float *)x, x_up, act, y_bf16, rows, K, stream);
-}
-
-extern "C" int cuda_gemv_bf16_multi(const cuda_gemv_segs *segs, const void *x, int x_dtype,
-                                    int y_dtype, int rows, int K, cudaStream_t stream) {
-    return cuda_gemv_bf16_glu(segs, x, x_dtype, NULL, 0, y_dtype, rows, K, stream);
+    const uint16_t *xb = (const uint16_t *)x;
+    const float *xf = (const float *)x;
+    const bool bf = x_dtype == CUDA_OPS_BF16;
+    if (rows == 1)
+        return bf ? gemv_core_launch<1, uint16_t>(*segs, xb, y_bf16, rows, K, stream)
+                  : gemv_core_launch<1, float>(*segs, xf, y_bf16, rows, K, stream);
+    if (rows == 2)
+        return bf ? gemv_core_launch<2, uint16_t>(*segs, xb, y_bf16, rows, K, stream)
+                  : gemv_core_launch<2, float>(*segs, xf, y_bf16, rows, K, stream);
+    return bf ? gemv_launch<uint16_t>(*segs, xb, y_bf16, rows, K, stream)
+              : gemv_launch<float>(*segs, xf, y_bf16, rows, K, stream);
 }
 
 extern "C" int cuda_gemv_bf16(const uint16_t *W, const void *x, int x_dtype, void *y, int y_dtype,
