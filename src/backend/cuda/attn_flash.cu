@@ -37,14 +37,6 @@ __device__ __forceinline__ void fa_ldsm_x4_t(uint32_t &r0, uint32_t &r1, uint32_
                  : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(a));
 }
 
-__device__ __forceinline__ void fa_mma(float d[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                       uint32_t a3, uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 __device__ __forceinline__ void fa_cp16(void *smem, const void *gmem, bool ok) {
     const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
@@ -142,8 +134,8 @@ __global__ void __launch_bounds__(FA_WARPS * 32) attn_flash_kernel(cuda_attn_row
             for (int ks = 0; ks < KS; ks += 2) {
                 uint32_t b0, b1, b2, b3;
                 fa_ldsm_x4(b0, b1, b2, b3, &sK[(j * 8 + (lane & 7)) * LD + ks * 16 + (lane >> 3) * 8]);
-                fa_mma(s[j], qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3], b0, b1);
-                fa_mma(s[j], qa[ks + 1][0], qa[ks + 1][1], qa[ks + 1][2], qa[ks + 1][3], b2, b3);
+                mma_bf16_16816(s[j], qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3], b0, b1);
+                mma_bf16_16816(s[j], qa[ks + 1][0], qa[ks + 1][1], qa[ks + 1][2], qa[ks + 1][3], b2, b3);
             }
         }
         /* ---- mask, soft-cap, tile max per row (the 4 lanes of a quad share a row) ---- */
@@ -206,8 +198,8 @@ __global__ void __launch_bounds__(FA_WARPS * 32) attn_flash_kernel(cuda_attn_row
                 uint32_t b0, b1, b2, b3;
                 const int key = kt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
                 fa_ldsm_x4_t(b0, b1, b2, b3, &sV[key * LD + dn * 8 + (lane >> 4) * 8]);
-                fa_mma(o[dn], a0, a1, a2, a3, b0, b1);
-                fa_mma(o[dn + 1], a0, a1, a2, a3, b2, b3);
+                mma_bf16_16816(o[dn], a0, a1, a2, a3, b0, b1);
+                mma_bf16_16816(o[dn + 1], a0, a1, a2, a3, b2, b3);
             }
         }
         __syncthreads(); /* the next tile overwrites sK / sV */

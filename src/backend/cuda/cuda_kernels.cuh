@@ -119,6 +119,18 @@ static inline void pdl_launch_config(pdl_launch *l, dim3 grid, dim3 block, size_
     l->cfg.numAttrs = cuda_pdl_enabled() ? 1 : 0;
 }
 
+/* ==== Tensor cores ==== */
+
+/* d += a (16 x 16, row) * b (16 x 8, col), bf16 in, fp32 accumulate (fragments per PTX). */
+__device__ __forceinline__ void mma_bf16_16816(float d[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                               uint32_t a3, uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
 /* ==== Reductions ==== */
 
 __device__ __forceinline__ float warp_sum(float v) {

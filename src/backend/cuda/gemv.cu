@@ -42,6 +42,24 @@
 #define GEMV_STEP 256               /* elements per warp step: 32 lanes x 8 */
 #define GEMV_SMEM_BUDGET (64 * 1024) /* x staging per CTA: 3 CTAs fit one SM */
 
+/* This CTA's segment: CTAs [cta0[s], cta0[s + 1]) belong to segment s. Compile-time indices
+ * only: a run-time index into the parameter struct would copy it to local memory. */
+__device__ __forceinline__ void gemv_segment(const cuda_gemv_segs &segs, const uint16_t *&W,
+                                             void *&y, int &N, int &c0) {
+    W = segs.W[0];
+    y = segs.y[0];
+    N = segs.N[0];
+    c0 = 0;
+#pragma unroll
+    for (int i = 1; i < CUDA_GEMV_MAX_SEGS; i++)
+        if (i < segs.n && (int)blockIdx.x >= segs.cta0[i]) {
+            W = segs.W[i];
+            y = segs.y[i];
+            N = segs.N[i];
+            c0 = segs.cta0[i];
+        }
+}
+
 /* ==== x staging (cp.async, 16 bytes per copy) ==== */
 
 /* ==== CUDA-core kernel: 1..2 rows ====
@@ -96,20 +114,10 @@ gemv_bf16_kernel(cuda_gemv_segs segs,           /* W [N, K] -> y [rows, N] per s
     extern __shared__ uint4 gemv_smem[]; /* [2][R][KC] XT, or [R][KC] with one chunk */
     XT *xbuf = (XT *)gemv_smem;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    /* this CTA's segment: CTAs [cta0[s], cta0[s + 1]) belong to segment s */
-    /* (compile-time indices only: a run-time index into the parameter struct would copy it
-     * to local memory) */
-    const uint16_t *W = segs.W[0];
-    void *y = segs.y[0];
-    int N = segs.N[0], c0 = 0;
-#pragma unroll
-    for (int i = 1; i < CUDA_GEMV_MAX_SEGS; i++)
-        if (i < segs.n && (int)blockIdx.x >= segs.cta0[i]) {
-            W = segs.W[i];
-            y = segs.y[i];
-            N = segs.N[i];
-            c0 = segs.cta0[i];
-        }
+    const uint16_t *W;
+    void *y;
+    int N, c0;
+    gemv_segment(segs, W, y, N, c0);
     const int n0 = (((int)blockIdx.x - c0) * (blockDim.x >> 5) + warp) * GEMV_RPW;
     const int nchunks = (K + KC - 1) / KC;
 
@@ -195,17 +203,6 @@ gemv_bf16_kernel(cuda_gemv_segs segs,           /* W [N, K] -> y [rows, N] per s
 
 /* ==== Tensor-core kernel: 3..8 rows ==== */
 
-/* ==== Device helpers ==== */
-
-__device__ __forceinline__ void mma_bf16_16816(float c[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                               uint32_t a3, uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%0, %1, %2, %3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 /* 8 consecutive x values of one row as bf16 pairs: hi = bf16(x), lo = bf16(x - hi) for fp32
  * x (hi + lo carries ~16 mantissa bits: the product is as exact as an fp32-input GEMV to
  * ~1e-5), lo = 0 for bf16 x. */
@@ -242,19 +239,10 @@ gemv_tc_kernel(cuda_gemv_segs segs,        /* W [N, K] -> y [rows, N] per segmen
     __shared__ float red[GEMV_WARPS][32][4];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
-    /* this CTA's segment (compile-time indices only: a run-time index into the parameter
-     * struct would copy it to local memory) */
-    const uint16_t *W = segs.W[0];
-    void *y = segs.y[0];
-    int N = segs.N[0], c0 = 0;
-#pragma unroll
-    for (int i = 1; i < CUDA_GEMV_MAX_SEGS; i++)
-        if (i < segs.n && (int)blockIdx.x >= segs.cta0[i]) {
-            W = segs.W[i];
-            y = segs.y[i];
-            N = segs.N[i];
-            c0 = segs.cta0[i];
-        }
+    const uint16_t *W;
+    void *y;
+    int N, c0;
+    gemv_segment(segs, W, y, N, c0);
     const int n0 = ((int)blockIdx.x - c0) * 16;
     const bool ok0 = n0 + g < N, ok8 = n0 + g + 8 < N;
     const uint16_t *w0 = W + (size_t)(ok0 ? n0 + g : 0) * K + 8 * t;
