@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cuda/cuda_qknobs.h" /* plain C: the candidate values in every build */
 #ifdef MLXCEL_HAVE_CUDA
 #include "backend/cuda/cuda_info.h"
-#include "backend/cuda/cuda_qknobs.h"
 #endif
 
 /* ==== Ops ==== */
