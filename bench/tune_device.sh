@@ -17,7 +17,12 @@
 #   pays the model load and a warm-up run with the full prompt (B=8: 2 x 131k prefill tokens),
 #   so the stage is ~4 calls x (load + 2 prefills); the printed times say what it took.
 #   SKIP_BENCH=0  KEEP=0 (1: keep the checkpoint in $WORK for the next call)
-# Output ($OUT): tune-<date>-<commit>.md (both tables), tune.json, bench-*.json, logs.tgz.
+#   QTUNE=0 (1: also `mlxcel tune --op qmv-multirow --op qmm-tile` on the 4-bit Llama-3.1-8B
+#   MLP up projection [14336, 4096], group 64: qmv at batch 1,2,4,8, qmm at QCTX=1024,4096
+#   prefill rows, QSAMPLE_MS=100 per candidate sample; about half a minute. The bench model is
+#   bf16, so these winners do not change step 2: the table shows default vs selected us.)
+# Output ($OUT): tune-<date>-<commit>.md (all tables), tune.json, tune-q.json, bench-*.json,
+#   logs.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -80,6 +85,20 @@ echo "tune rc=$? in $((SECONDS - t)) s; $(ls "$MLXCEL_CACHE_DIR/autotune" 2>/dev
 grep -iE "warn|error|rejected" "$LOG/tune.log" | head -10
 cp "$WORK/tune.json" "$OUT/tune.json" 2>/dev/null
 
+# ==== 1b. Optional: the quantized kernels (4-bit Llama-3.1-8B up projection) ====
+QJSON=""
+if [ "${QTUNE:-0}" = 1 ] && [ "$(left)" -gt 60 ]; then
+  unset MLXCEL_QMV_MULTIROW MLXCEL_QMM_TILE_M
+  stage "mlxcel tune --device cuda --op qmv-multirow --op qmm-tile (n14336.k4096.q4g64)"
+  t=$SECONDS
+  timeout "$(tl)" "$MLX" tune --device cuda --op qmv-multirow --op qmm-tile \
+    --batch-sizes 1,2,4,8 --context-lengths "${QCTX:-1024,4096}" \
+    --sample-ms "${QSAMPLE_MS:-100}" --json > "$WORK/tune-q.json" 2> "$LOG/tune-q.log"
+  echo "tune (quantized) rc=$? in $((SECONDS - t)) s"
+  grep -iE "warn|error|rejected|mismatch" "$LOG/tune-q.log" | head -10
+  cp "$WORK/tune-q.json" "$OUT/tune-q.json" 2>/dev/null && QJSON=$WORK/tune-q.json
+fi
+
 # ==== 2. End to end: bench with MLXCEL_AUTOTUNE unset vs cache, same run ====
 MODEL=$WORK/llama-3.1-8b
 BENCH_RUNS=""
@@ -121,7 +140,7 @@ fi
 # ==== Tables ====
 stage "results"
 MD="$OUT/tune-$DATE-$COMMIT.md"
-"$PY" - "$WORK/tune.json" "$MD" "$DATE" "$COMMIT" $BENCH_RUNS <<'PY'
+QJSON=$QJSON "$PY" - "$WORK/tune.json" "$MD" "$DATE" "$COMMIT" $BENCH_RUNS <<'PY'
 import json, os, sys
 tune_path, md_path, date, commit, runs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
 lines = [f"# mlxcel tune on CUDA, {date}, commit {commit}", ""]
@@ -146,6 +165,30 @@ if t:
                      f"+-{d['spread_us']:.1f} | {r['selected']} | {s['median_us']:.1f} "
                      f"+-{s['spread_us']:.1f} | {r['speedup']:.3f}x | {cs}"
                      + (f" (output mismatch: {','.join(bad)})" if bad else "") + " |")
+qpath = os.environ.get("QJSON")
+if qpath:
+    try:
+        q = json.load(open(qpath))
+    except Exception as e:
+        q = None
+        lines += ["", f"tune (quantized): no JSON ({e})"]
+    if q:
+        g = q["geometry"]
+        lines += ["", f"Quantized kernels, weight [{g['intermediate']}, {g['hidden']}] "
+                  f"{g['q_bits']}-bit group {g['q_group']} (0 = the kernel's own default); "
+                  f"failed points: {q.get('failed')}", "",
+                  "| op | bucket | default us | selected | selected us | speedup | candidates (us) |",
+                  "|---|---|---|---|---|---|---|"]
+        for r in q.get("results", []):
+            cands = r["candidates_measured"]
+            d = next(c for c in cands if c["value"] == r["default"])
+            s = next(c for c in cands if c["value"] == r["selected"])
+            bad = [str(c["value"]) for c in cands if not c["checked"]]
+            cs = " ".join(f"{c['value']}:{c['median_us']:.1f}" for c in cands)
+            lines.append(f"| {r['op']} | {r['bucket']} | {d['median_us']:.1f} +-{d['spread_us']:.1f} "
+                         f"| {r['selected']} | {s['median_us']:.1f} +-{s['spread_us']:.1f} | "
+                         f"{r['speedup']:.3f}x | {cs}"
+                         + (f" (output mismatch: {','.join(bad)})" if bad else "") + " |")
 bench = {}
 for p in runs:
     mode = os.path.basename(p).split("-", 2)[2].rsplit(".", 1)[0]

@@ -9,6 +9,8 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "backend/cuda/cuda_qknobs.h"
+
 static mx_env_t g_env;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
@@ -126,11 +128,11 @@ static void env_load(void) {
     g_env.cuda_graph_cache_size = env_int("MLX_CUDA_GRAPH_CACHE_SIZE", 2000, 0, 1 << 30);
     g_env.cuda_sdpa_cache_size = env_int("MLX_CUDA_SDPA_CACHE_SIZE", 2000, 0, 1 << 30);
     g_env.paged_decode_splits = env_int("MLXCEL_PAGED_DECODE_SPLITS", 0, 0, 1024);
-    /* the valid values of the CUDA kernels (src/backend/cuda/cuda_ops.h) */
-    static const int k_multirow[] = {1, 2, 4, 8};
-    static const int k_tile_m[] = {256, 512, 1024, 2048, 4096, 8192, 16384};
-    g_env.qmv_multirow = env_choice("MLXCEL_QMV_MULTIROW", k_multirow, 4);
-    g_env.qmm_tile_m = env_choice("MLXCEL_QMM_TILE_M", k_tile_m, 7);
+    /* the valid values of the CUDA kernels (one list: src/backend/cuda/cuda_qknobs.h) */
+    static const int k_multirow[CUDA_QMV_MULTIROW_COUNT] = CUDA_QMV_MULTIROW_VALUES;
+    static const int k_tile_m[CUDA_QMM_TILE_COUNT] = CUDA_QMM_TILE_VALUES;
+    g_env.qmv_multirow = env_choice("MLXCEL_QMV_MULTIROW", k_multirow, CUDA_QMV_MULTIROW_COUNT);
+    g_env.qmm_tile_m = env_choice("MLXCEL_QMM_TILE_M", k_tile_m, CUDA_QMM_TILE_COUNT);
 }
 
 const mx_env_t *mx_env(void) {

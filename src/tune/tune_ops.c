@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cuda/cuda_qknobs.h" /* plain C: the candidate values in every build */
 #ifdef MLXCEL_HAVE_CUDA
 #include "backend/cuda/cuda_info.h"
 #endif
@@ -266,6 +267,10 @@ int tune_cuda_max_splits(int context) {
     return m < 1 ? 1 : m > TUNE_CUDA_MAX_SPLITS ? TUNE_CUDA_MAX_SPLITS : m;
 }
 
+_Static_assert(CUDA_QMV_MULTIROW_COUNT + 1 <= TUNE_MAX_CANDIDATES &&
+                   CUDA_QMM_TILE_COUNT + 1 <= TUNE_MAX_CANDIDATES,
+               "the quantized knobs' candidates (auto + every value) fit a tune_point");
+
 static void add_unique(tune_point *p, int v) {
     for (int i = 0; i < p->n_cand; i++)
         if (p->cand[i] == v) return;
@@ -315,9 +320,15 @@ int tune_point_make(tune_op op, const tune_device *dev, const tune_geom *g, int 
     case TUNE_OP_QMV_MULTIROW: {
         p->batch = tune_bucket_batch(batch);
         tune_bucket_qmat(p->bucket, sizeof p->bucket, p->batch, g);
+        /* 0 = the kernel's own policy; then its row windows up to the first that holds all
+         * rows in one pass (a wider window only adds padded rows) */
         p->default_value = 0;
-        static const int k[] = {0, 1, 2, 4, 8};
-        for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) add_unique(p, k[i]);
+        add_unique(p, 0);
+        static const int k_mr[CUDA_QMV_MULTIROW_COUNT] = CUDA_QMV_MULTIROW_VALUES;
+        for (int i = 0; i < CUDA_QMV_MULTIROW_COUNT; i++) {
+            add_unique(p, k_mr[i]);
+            if (k_mr[i] >= p->batch) break;
+        }
         break;
     }
     case TUNE_OP_QMM_TILE: {
@@ -325,9 +336,15 @@ int tune_point_make(tune_op op, const tune_device *dev, const tune_geom *g, int 
         if (context < 1) return mx_fail(err, "context length %d must be positive", context);
         p->context = tune_bucket_context(context);
         tune_bucket_qmat(p->bucket, sizeof p->bucket, p->context, g);
+        /* 0 = the kernel's own policy; then its slab sizes up to the first that covers the
+         * whole weight (N rows) in one slab: larger ones launch the same work */
         p->default_value = 0;
-        static const int k[] = {0, 16, 32, 64, 128};
-        for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) add_unique(p, k[i]);
+        add_unique(p, 0);
+        static const int k_tile[CUDA_QMM_TILE_COUNT] = CUDA_QMM_TILE_VALUES;
+        for (int i = 0; i < CUDA_QMM_TILE_COUNT; i++) {
+            add_unique(p, k_tile[i]);
+            if (k_tile[i] >= g->intermediate) break;
+        }
         break;
     }
     default:

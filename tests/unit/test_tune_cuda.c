@@ -1,7 +1,8 @@
 /* The CUDA autotune logic that needs no GPU: the built-in split count, capacity -> bucket,
  * the candidate lists and the Llama-3.1-8B matrix, the precedence of cu_decode_splits
  * (MLXCEL_PAGED_DECODE_SPLITS > MLXCEL_SDPA_DETERMINISTIC > cache > default), the quantized
- * knob hooks with a kernel's rules, and `mlxcel tune --device cuda` without a GPU. */
+ * knobs' candidates (the kernels' values) and hooks (with the real kernels' rules in a CUDA
+ * build), and `mlxcel tune --device cuda` without a GPU. */
 #include <jansson.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,11 +16,16 @@
 #include <sys/wait.h>
 #include <cmocka.h>
 
+#include "backend/cuda/cuda_qknobs.h"
 #include "base/env.h"
 #include "tune/tune_ops.h"
 #include "tune/tune_policy.h"
 #include "tune/tune_runner.h"
 #include "tune/tune_store.h"
+#ifdef MLXCEL_HAVE_CUDA
+#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/cuda_tune_qmat.h"
+#endif
 
 static char g_root[256], g_cache[300], g_dir[400];
 
@@ -243,13 +249,86 @@ static void test_split_precedence(void **st) {
     assert_int_equal(s, TUNE_SRC_DEFAULT);
 }
 
-/* ==== Quantized knobs: env > cache > the kernel's default; invalid values refused ==== */
+/* ==== Quantized knobs: candidates, env > cache > the kernel's default ==== */
+static const int k_mr[CUDA_QMV_MULTIROW_COUNT] = CUDA_QMV_MULTIROW_VALUES;
+static const int k_tiles[CUDA_QMM_TILE_COUNT] = CUDA_QMM_TILE_VALUES;
+
+/* qmv: auto + the kernel's windows up to the first >= the rows; qmm: auto + its slabs up to
+ * the first >= N. */
+static void test_qmat_candidates(void **st) {
+    (void)st;
+    const tune_device d = gpu();
+    tune_geom g = llama8b();
+    const int batches[] = {1, 2, 3, 4, 8}, contexts[] = {1024, 4096, 16384};
+    tune_point pts[16];
+    int n = 0;
+    mx_error err;
+    assert_int_equal(tune_matrix_build(TUNE_OP_QMV_MULTIROW, &d, &g, batches, 5, contexts, 3, pts,
+                                       16, &n, &err), 0);
+    assert_int_equal(n, 4); /* 3 and 4 share the m4 bucket; no context axis */
+    for (int i = 0; i < n; i++) {
+        const tune_point *p = &pts[i];
+        char want[64];
+        snprintf(want, sizeof want, "m%d.n14336.k4096.q4g64", p->batch);
+        assert_string_equal(p->bucket, want);
+        assert_int_equal(p->default_value, 0);
+        assert_int_equal(p->cand[0], 0);
+        int m = 0; /* the kernel's windows <= the rows (powers of two: the last is == rows) */
+        while (m < CUDA_QMV_MULTIROW_COUNT && k_mr[m] <= p->batch) m++;
+        assert_int_equal(p->n_cand, 1 + m);
+        for (int j = 0; j < m; j++) assert_int_equal(p->cand[1 + j], k_mr[j]);
+        assert_int_equal(p->cand[p->n_cand - 1], p->batch);
+    }
+    assert_int_equal(tune_matrix_build(TUNE_OP_QMM_TILE, &d, &g, batches, 5, contexts, 3, pts, 16,
+                                       &n, &err), 0);
+    assert_int_equal(n, 3); /* rows = the prefill length (context axis); no batch axis */
+    for (int i = 0; i < n; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "m%d.n14336.k4096.q4g64", contexts[i]);
+        assert_string_equal(pts[i].bucket, want);
+        /* N = 14336: every slab up to 16384 (the first that covers the weight) */
+        assert_int_equal(pts[i].n_cand, 1 + CUDA_QMM_TILE_COUNT);
+        assert_int_equal(pts[i].cand[0], 0);
+        for (int j = 0; j < CUDA_QMM_TILE_COUNT; j++) assert_int_equal(pts[i].cand[1 + j], k_tiles[j]);
+    }
+    /* a 4096-row weight: slabs beyond 4096 would repeat the one-slab launch */
+    g.intermediate = 4096;
+    tune_point p;
+    assert_int_equal(tune_point_make(TUNE_OP_QMM_TILE, &d, &g, 1, 4096, &p, &err), 0);
+    assert_int_equal(p.cand[p.n_cand - 1], 4096);
+    for (int j = 1; j < p.n_cand; j++) assert_true(p.cand[j] > p.cand[j - 1]);
+    int want = 1;
+    for (int j = 0; j < CUDA_QMM_TILE_COUNT && k_tiles[j] <= 4096; j++) want++;
+    assert_int_equal(p.n_cand, want);
+    g.intermediate = 5000; /* not a slab size: the first slab above it ends the list */
+    assert_int_equal(tune_point_make(TUNE_OP_QMM_TILE, &d, &g, 1, 4096, &p, &err), 0);
+    assert_int_equal(p.cand[p.n_cand - 1], 8192);
+    assert_int_equal(p.cand[p.n_cand - 2], 4096);
+}
+
+/* Rules of a kernel (the CUDA build checks the real ones below): qmv windows 1, 2, 4 (8 is
+ * in the environment's list but this kernel cannot launch it); qmm slabs up to 8192. */
 static int fake_default(tune_op op, const tune_qmat_shape *s) {
-    return op == TUNE_OP_QMV_MULTIROW ? (s->rows >= 4 ? 4 : 2) : 64;
+    return op == TUNE_OP_QMV_MULTIROW ? (s->rows >= 4 ? 4 : 2) : 2048;
 }
 static bool fake_valid(tune_op op, const tune_qmat_shape *s, int v) {
     (void)s;
-    return op == TUNE_OP_QMV_MULTIROW ? v == 1 || v == 2 || v == 4 : v == 32 || v == 64;
+    return op == TUNE_OP_QMV_MULTIROW ? v == 1 || v == 2 || v == 4 : v >= 256 && v <= 8192;
+}
+
+static void plant_qmat(const tune_device *d, tune_op op, int rows, int value, const char *bucket) {
+    const tune_geom g = llama8b();
+    tune_point p;
+    mx_error err;
+    tune_record r;
+    assert_int_equal(tune_point_make(op, d, &g, op == TUNE_OP_QMV_MULTIROW ? rows : 1,
+                                     op == TUNE_OP_QMM_TILE ? rows : 0, &p, &err), 0);
+    memset(&r, 0, sizeof r);
+    tune_point_key(&p, d, &r.key);
+    assert_string_equal(r.key.bucket, bucket);
+    r.value = value;
+    r.default_value = p.default_value;
+    assert_int_equal(tune_store_write(g_dir, &r, &err), 0);
 }
 
 static void test_qmat_hooks(void **st) {
@@ -258,56 +337,101 @@ static void test_qmat_hooks(void **st) {
     const tune_knob_rules rules = {fake_default, fake_valid};
     const tune_qmat_shape qv = {4, 14336, 4096, 4, 64}, qm = {4096, 14336, 4096, 4, 64};
     tune_source s;
-    /* off: the kernel's default, no file access */
+    /* off: the kernel's default, no file access even with records on disk */
+    plant_qmat(&d, TUNE_OP_QMV_MULTIROW, 4, 2, "m4.n14336.k4096.q4g64");
+    plant_qmat(&d, TUNE_OP_QMM_TILE, 4096, 16384, "m4096.n14336.k4096.q4g64");
+    plant_qmat(&d, TUNE_OP_QMM_TILE, 1024, 512, "m1024.n14336.k4096.q4g64");
     long before = tune_store_fs_calls();
     assert_int_equal(tune_qmv_multirow(&qv, &d, &rules, &s), 4);
     assert_int_equal(s, TUNE_SRC_DEFAULT);
-    assert_int_equal(tune_qmm_tile_m(&qm, &d, &rules, &s), 64);
+    assert_int_equal(tune_qmm_tile_m(&qm, &d, &rules, &s), 2048);
+    assert_int_equal(s, TUNE_SRC_DEFAULT);
     assert_int_equal(tune_store_fs_calls(), before);
-    /* cache: stored winners (keys carry rows bucket, N, K, bits, group) */
-    const tune_geom g = llama8b();
-    tune_point p;
-    mx_error err;
-    tune_record r;
-    assert_int_equal(tune_point_make(TUNE_OP_QMV_MULTIROW, &d, &g, 4, 0, &p, &err), 0);
-    memset(&r, 0, sizeof r);
-    tune_point_key(&p, &d, &r.key);
-    assert_string_equal(r.key.bucket, "m4.n14336.k4096.q4g64");
-    r.value = 2;
-    assert_int_equal(tune_store_write(g_dir, &r, &err), 0);
-    assert_int_equal(tune_point_make(TUNE_OP_QMM_TILE, &d, &g, 1, 4096, &p, &err), 0);
-    memset(&r, 0, sizeof r);
-    tune_point_key(&p, &d, &r.key);
-    r.value = 16; /* a value this kernel cannot launch */
-    assert_int_equal(tune_store_write(g_dir, &r, &err), 0);
+    /* cache: stored winners (keys carry the rows bucket, N, K, bits, group) */
     set_env("MLXCEL_AUTOTUNE", "cache");
     apply_env();
     assert_int_equal(tune_qmv_multirow(&qv, &d, &rules, &s), 2);
     assert_int_equal(s, TUNE_SRC_CACHE);
-    assert_int_equal(tune_qmm_tile_m(&qm, &d, &rules, &s), 64); /* 16 refused -> default */
+    const tune_qmat_shape qv3 = {3, 14336, 4096, 4, 64}; /* 3 rows: the m4 bucket */
+    assert_int_equal(tune_qmv_multirow(&qv3, &d, &rules, &s), 2);
+    const tune_qmat_shape qm1k = {1000, 14336, 4096, 4, 64}; /* 1000 rows: m1024 */
+    assert_int_equal(tune_qmm_tile_m(&qm1k, &d, &rules, &s), 512);
+    assert_int_equal(s, TUNE_SRC_CACHE);
+    /* a stored value this kernel cannot launch: the default */
+    assert_int_equal(tune_qmm_tile_m(&qm, &d, &rules, &s), 2048);
     assert_int_equal(s, TUNE_SRC_DEFAULT);
-    /* other bits: another key, no record */
-    const tune_qmat_shape qv8 = {4, 14336, 4096, 8, 64};
+    /* memoised: no further file access */
+    before = tune_store_fs_calls();
+    for (int i = 0; i < 3; i++) assert_int_equal(tune_qmv_multirow(&qv, &d, &rules, &s), 2);
+    assert_int_equal(tune_store_fs_calls(), before);
+    /* other bits / another N: another key, no record */
+    const tune_qmat_shape qv8 = {4, 14336, 4096, 8, 64}, qvn = {4, 4096, 4096, 4, 64};
     assert_int_equal(tune_qmv_multirow(&qv8, &d, &rules, &s), 4);
+    assert_int_equal(s, TUNE_SRC_DEFAULT);
+    assert_int_equal(tune_qmv_multirow(&qvn, &d, &rules, &s), 4);
     assert_int_equal(s, TUNE_SRC_DEFAULT);
     /* the override variables win when the kernel can launch them */
     set_env("MLXCEL_QMV_MULTIROW", "1");
-    set_env("MLXCEL_QMM_TILE_M", "32");
+    set_env("MLXCEL_QMM_TILE_M", "8192");
     apply_env();
     assert_int_equal(tune_qmv_multirow(&qv, &d, &rules, &s), 1);
     assert_int_equal(s, TUNE_SRC_OVERRIDE);
-    assert_int_equal(tune_qmm_tile_m(&qm, &d, &rules, &s), 32);
+    assert_int_equal(tune_qmm_tile_m(&qm1k, &d, &rules, &s), 8192);
     assert_int_equal(s, TUNE_SRC_OVERRIDE);
-    set_env("MLXCEL_QMV_MULTIROW", "8"); /* not launchable: the default */
+    set_env("MLXCEL_QMV_MULTIROW", "8"); /* accepted by the environment, not this kernel */
+    set_env("MLXCEL_QMM_TILE_M", "32");  /* not a slab size at all: ignored by env.c */
     apply_env();
+    assert_int_equal(mx_env()->qmm_tile_m, 0);
     assert_int_equal(tune_qmv_multirow(&qv, &d, &rules, &s), 4);
     assert_int_equal(s, TUNE_SRC_DEFAULT);
-    /* without rules (no kernel connected): 0 = auto passes through */
+    assert_int_equal(tune_qmm_tile_m(&qm1k, &d, &rules, &s), 512); /* the cache again */
+    assert_int_equal(s, TUNE_SRC_CACHE);
     set_env("MLXCEL_QMV_MULTIROW", NULL);
     set_env("MLXCEL_QMM_TILE_M", NULL);
     set_env("MLXCEL_AUTOTUNE", NULL);
     apply_env();
-    assert_int_equal(tune_qmv_multirow(&qv, &d, NULL, &s), 0);
+#ifdef MLXCEL_HAVE_CUDA
+    /* the connected provider: the kernels' own rules (cuda_ops.h) */
+    const cuda_tune_qmat_provider *pv = cuda_tune_qmat();
+    assert_non_null(pv);
+    assert_non_null(pv->launch);
+    assert_int_equal(pv->y_bf16, 0);
+    for (int rows = 1; rows <= CUDA_QMV_MAX_ROWS; rows++) {
+        const tune_qmat_shape q = {rows, 14336, 4096, 4, 64};
+        assert_int_equal(pv->rules.default_value(TUNE_OP_QMV_MULTIROW, &q),
+                         cuda_qmv_default_multirow(rows, 14336, 4096, 4));
+    }
+    const int ms[] = {16, 256, 257, 4096, 16384};
+    for (int i = 0; i < 5; i++) {
+        const tune_qmat_shape q = {ms[i], 14336, 4096, 4, 64};
+        assert_int_equal(pv->rules.default_value(TUNE_OP_QMM_TILE, &q),
+                         cuda_qmm_default_tile_m(ms[i], 14336, 4096, 4));
+        /* scratch for the largest slab covers every candidate */
+        for (int j = 0; j < CUDA_QMM_TILE_COUNT; j++)
+            assert_true(pv->scratch_bytes(TUNE_OP_QMM_TILE, &q) >=
+                        cuda_qmm_scratch_bytes(ms[i], 14336, 4096, k_tiles[j]));
+    }
+    assert_true(pv->scratch_bytes(TUNE_OP_QMV_MULTIROW, &qv) >= cuda_qmv_workspace_bytes(4096));
+    for (int j = 0; j < CUDA_QMV_MULTIROW_COUNT; j++)
+        assert_true(pv->rules.valid(TUNE_OP_QMV_MULTIROW, &qv, k_mr[j]));
+    for (int j = 0; j < CUDA_QMM_TILE_COUNT; j++)
+        assert_true(pv->rules.valid(TUNE_OP_QMM_TILE, &qm, k_tiles[j]));
+    assert_false(pv->rules.valid(TUNE_OP_QMV_MULTIROW, &qv, 3));
+    assert_false(pv->rules.valid(TUNE_OP_QMM_TILE, &qm, 32));
+    /* the dispatch hooks: off -> the kernel's default; the override wins */
+    assert_int_equal(cuda_tune_qmm_tile_m(4096, 14336, 4096, 4, 64),
+                     cuda_qmm_default_tile_m(4096, 14336, 4096, 4));
+    assert_int_equal(cuda_tune_qmv_multirow(3, 14336, 4096, 4, 64),
+                     cuda_qmv_default_multirow(3, 14336, 4096, 4));
+    set_env("MLXCEL_QMM_TILE_M", "512");
+    set_env("MLXCEL_QMV_MULTIROW", "2");
+    apply_env();
+    assert_int_equal(cuda_tune_qmm_tile_m(4096, 14336, 4096, 4, 64), 512);
+    assert_int_equal(cuda_tune_qmv_multirow(3, 14336, 4096, 4, 64), 2);
+    set_env("MLXCEL_QMM_TILE_M", NULL);
+    set_env("MLXCEL_QMV_MULTIROW", NULL);
+    apply_env();
+#endif
 }
 
 /* ==== The CLI on a machine without a GPU ==== */
@@ -374,16 +498,50 @@ static void test_cli_cuda(void **st) {
                         "b2.c4096.d64.q32.kv4.bs16");
     json_decref(o);
     free(out), free(errs);
-    /* qmv-multirow cannot be profiled by this build: a clear refusal, nothing written */
-    assert_int_equal(run("--device cuda --op qmv-multirow", &out, &errs), 2);
-    /* (a CPU-only build refuses --device cuda first) */
-    assert_true(strstr(errs, "qmv-multirow") || strstr(errs, "no CUDA backend"));
-    if (tune_can_profile(TUNE_DEV_CUDA)) assert_non_null(strstr(errs, "cuda_qmv"));
+    /* the quantized ops' dry-run matrix: rows buckets, the kernels' values as candidates */
+    assert_int_equal(run("--dry-run --json --device cuda --op qmv-multirow --op qmm-tile "
+                         "--batch-sizes 1,8 --context-lengths 4096", &out, &errs), 0);
+    o = json_loads(out, 0, NULL);
+    assert_non_null(o);
+    m = json_object_get(o, "matrix");
+    assert_int_equal(json_array_size(m), 3); /* qmv m1, m8; qmm m4096 */
+    int n_qmv = 0, n_qmm = 0;
+    for (size_t i = 0; i < json_array_size(m); i++) {
+        json_t *pt = json_array_get(m, i);
+        const char *op = json_string_value(json_object_get(pt, "op"));
+        const char *bucket = json_string_value(json_object_get(pt, "bucket"));
+        json_t *cand = json_object_get(pt, "candidates");
+        assert_non_null(op);
+        assert_non_null(bucket);
+        if (!strcmp(op, "qmv-multirow")) {
+            n_qmv++;
+            /* m1: auto, 1; m8: auto, 1, 2, 4, 8 */
+            assert_int_equal(json_array_size(cand), !strcmp(bucket, "m1.n14336.k4096.q4g64")
+                                                        ? 2 : 1 + CUDA_QMV_MULTIROW_COUNT);
+        } else {
+            assert_string_equal(op, "qmm-tile");
+            assert_string_equal(bucket, "m4096.n14336.k4096.q4g64");
+            n_qmm++;
+            assert_int_equal(json_array_size(cand), 1 + CUDA_QMM_TILE_COUNT);
+            assert_int_equal(json_integer_value(json_array_get(cand, CUDA_QMM_TILE_COUNT)),
+                             k_tiles[CUDA_QMM_TILE_COUNT - 1]);
+        }
+    }
+    assert_int_equal(n_qmv, 2);
+    assert_int_equal(n_qmm, 1);
+    json_decref(o);
     free(out), free(errs);
-    /* no GPU here: refused, not pretended */
-    assert_int_equal(run("--device cuda --op paged-decode-splits", &out, &errs), 2);
-    assert_non_null(strstr(errs, "CUDA tuner is not available"));
-    free(out), free(errs);
+    /* no GPU here: every op is refused, not pretended (a CPU-only build refuses --device
+     * cuda itself), and nothing is written */
+    static const char *const ops[] = {"paged-decode-splits", "qmv-multirow", "qmm-tile"};
+    for (int i = 0; i < 3; i++) {
+        char a[128];
+        snprintf(a, sizeof a, "--device cuda --op %s", ops[i]);
+        assert_int_equal(run(a, &out, &errs), 2);
+        assert_non_null(strstr(errs, "CUDA tuner is not available"));
+        if (tune_can_profile(TUNE_DEV_CUDA)) assert_null(strstr(errs, "no CUDA backend"));
+        free(out), free(errs);
+    }
     struct stat sb;
     assert_int_not_equal(stat(g_cache, &sb), 0);
 }
@@ -394,6 +552,7 @@ int main(void) {
         cmocka_unit_test(test_capacity_buckets),
         cmocka_unit_test(test_llama8b_matrix),
         cmocka_unit_test_setup_teardown(test_split_precedence, setup, teardown),
+        cmocka_unit_test(test_qmat_candidates),
         cmocka_unit_test_setup_teardown(test_qmat_hooks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cli_cuda, setup, teardown),
     };

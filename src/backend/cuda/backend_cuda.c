@@ -360,13 +360,23 @@ static void be_describe(char *buf, size_t len) {
     else if (mx_env()->autotune == MX_AUTOTUNE_CACHE) snprintf(splits, sizeof splits, "auto + autotune cache");
     else if (mx_env()->autotune == MX_AUTOTUNE_ON) snprintf(splits, sizeof splits, "auto + autotune 1");
     else snprintf(splits, sizeof splits, "auto");
+    /* quantized matmul: qmv row window / qmm slab (cuda_qmatmul.c q_knob) */
+    const char *at = mx_env()->autotune == MX_AUTOTUNE_CACHE ? " + autotune cache"
+                     : mx_env()->autotune == MX_AUTOTUNE_ON  ? " + autotune 1"
+                                                             : "";
+    char mr[40], tm[40];
+    if (g_cu.qmv_multirow) snprintf(mr, sizeof mr, "%d (forced)", g_cu.qmv_multirow);
+    else snprintf(mr, sizeof mr, "auto%s", at);
+    if (g_cu.qmm_tile) snprintf(tm, sizeof tm, "%d (forced)", g_cu.qmm_tile);
+    else snprintf(tm, sizeof tm, "auto%s", at);
     snprintf(buf, len,
              "%s, compute capability %d.%d, %d SMs, %.1f GiB (%.1f GiB free) | GEMV rows <= %d "
              "(cuBLASLt above) | CUDA graphs %s (cache %d) | PDL %s | decode splits %s | "
-             "weights %s%s | KV bf16",
+             "qmv window %s, qmm slab %s | weights %s%s | KV bf16",
              f->name, f->cc_major, f->cc_minor, f->sm_count, f->total_bytes / 1073741824.0,
              f->free_bytes / 1073741824.0, g_cu.gemv_rows, g_cu.graph_cache ? "on" : "off",
-             g_cu.graph_cache, cuda_pdl_enabled() ? "on" : "off", splits, g_cu.lazy ? "lazy" : "eager",
+             g_cu.graph_cache, cuda_pdl_enabled() ? "on" : "off", splits, mr, tm,
+             g_cu.lazy ? "lazy" : "eager",
              g_cu.lazy ? "" : g_cu.pinned ? " (pinned 4 x 64 MiB)" : " (pageable)");
 }
 
@@ -495,7 +505,7 @@ static int cu_init(mx_error *err) {
             return mx_fail(err, "--device cuda: cannot create events");
     if (cublasLtCreate(&g_cu.lt) != CUBLAS_STATUS_SUCCESS)
         return mx_fail(err, "--device cuda: cuBLASLt initialisation failed");
-    g_cu.lt_ws_size = (size_t)32 << 20;
+    g_cu.lt_ws_size = CU_LT_WS_BYTES;
     g_cu.lt_ws = cu_dev_alloc(g_cu.lt_ws_size);
     if (!g_cu.lt_ws) return mx_fail(err, "--device cuda: out of GPU memory for the cuBLASLt workspace");
     g_cu.hint_tile_rows = CUDA_ATTN_ROWS_QV;

@@ -63,7 +63,14 @@ typedef struct cu_lt_plan {
 } cu_lt_plan;
 
 #define CU_LT_PLANS 64
+#define CU_LT_WS_BYTES ((size_t)32 << 20) /* cuBLASLt workspace (the tuner's qmm bench too) */
 #define CU_SPLIT_MEMO 256
+
+#define CU_QKNOB_MEMO 1024
+
+typedef struct cu_qknob_memo {  /* one resolved qmv multirow / qmm tile_m (cuda_qmatmul.c) */
+    int op, rows, N, K, bits, group, value;
+} cu_qknob_memo;
 
 typedef struct cu_split_memo {  /* one resolved decode split count (cu_decode_splits) */
     int B, Hq, Hkv, D, bs, cap, S;
@@ -199,6 +206,10 @@ typedef struct cu_state {
     cu_split_memo split_memo[CU_SPLIT_MEMO];
     int n_split_memo;
     bool warned_capture_tune;
+    /* ---- quantized-matmul launch parameters resolved through the autotune policy ---- */
+    cu_qknob_memo qknob_memo[CU_QKNOB_MEMO];
+    int n_qknob_memo;
+    bool warned_capture_qknob;
     /* ---- graphs ---- */
     cu_graph *graphs;
     int n_graphs;

@@ -15,6 +15,8 @@
 #include <stdint.h>
 #include <cuda_runtime_api.h>
 
+#include "backend/cuda/cuda_qknobs.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -155,10 +157,7 @@ int cuda_greedy_f32(const float *logits, int rows, int V, int32_t *ids, float *l
 enum { CUDA_QSB_BF16 = 0, CUDA_QSB_F16 = 1, CUDA_QSB_F32 = 2 };
 #define CUDA_QMV_MAX_ROWS 8
 #define CUDA_QMV_MAX_SEGS 3
-#define CUDA_QMV_MULTIROW_VALUES {1, 2, 4, 8}
-#define CUDA_QMV_MULTIROW_COUNT 4
-#define CUDA_QMM_TILE_VALUES {256, 512, 1024, 2048, 4096, 8192, 16384}
-#define CUDA_QMM_TILE_COUNT 7
+/* CUDA_QMV_MULTIROW_VALUES / CUDA_QMM_TILE_VALUES (+ _COUNT): cuda_qknobs.h */
 
 /* Segments share x, K, bits, group and the scales dtype (Q/K/V or gate/up in one launch). */
 typedef struct cuda_qmv_args {

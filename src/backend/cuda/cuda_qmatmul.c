@@ -3,13 +3,16 @@
  * rows <= CUDA_QMV_MAX_ROWS: the qmv kernel (qgemv.cu); several consecutive matmul_q on the
  * same x with the same quantization (Q/K/V, gate/up) are held back and launched as one
  * multi-segment qmv, as cu_matmul does for bf16. More rows: qmm (qmm.cu: dequantized slabs +
- * cuBLASLt). Row window and slab size: MLXCEL_QMV_MULTIROW / MLXCEL_QMM_TILE_M, else the
- * kernels' defaults. */
+ * cuBLASLt). Row window and slab size: MLXCEL_QMV_MULTIROW / MLXCEL_QMM_TILE_M > the
+ * autotuner's stored winner (MLXCEL_AUTOTUNE cache or 1) > the kernels' defaults. */
 #include <string.h>
 
 #include "backend/cuda/cuda_be.h"
 #include "backend/cuda/cuda_elem.h"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/cuda_tune_qmat.h"
+#include "base/env.h"
+#include "base/log.h"
 
 /* ==== Descriptors ==== */
 int cu_q_sb(mx_dtype t) {
@@ -31,8 +34,54 @@ int cu_q_shape(const mx_qweight *w, int *N, int *K) {
     return 0;
 }
 
-static int qmv_window(int rows, int N, int K, int bits) {
-    return g_cu.qmv_multirow ? g_cu.qmv_multirow : cuda_qmv_default_multirow(rows, N, K, bits);
+/* ==== Launch parameters: override > tuned > default ====
+ * The value is a function of the shape within a process (the override is fixed at init, the
+ * policy's answer per bucket is memoised there, the default is pure), and it is memoised here
+ * per exact shape, so a CUDA graph captured for a decode step replays the window / slab its
+ * eager run used, and the qmm scratch that run sized fits the replay. The first lookup of a
+ * process (device id, record files) happens in an eager step: the first step of any graph key
+ * runs eagerly and makes every quantized matmul the captured step makes. */
+static int q_knob(tune_op op, int rows, int N, int K, int bits, int group) {
+    const bool qmv = op == TUNE_OP_QMV_MULTIROW;
+    const int forced = qmv ? g_cu.qmv_multirow : g_cu.qmm_tile; /* validated by env.c */
+    if (forced) return forced;
+    if (mx_env()->autotune == MX_AUTOTUNE_OFF) /* no file access, no device query */
+        return qmv ? cuda_qmv_default_multirow(rows, N, K, bits)
+                   : cuda_qmm_default_tile_m(rows, N, K, bits);
+    for (int i = g_cu.n_qknob_memo - 1; i >= 0; i--) {
+        const cu_qknob_memo *m = &g_cu.qknob_memo[i];
+        if (m->op == (int)op && m->rows == rows && m->N == N && m->K == K && m->bits == bits &&
+            m->group == group)
+            return m->value;
+    }
+    if (g_cu.capturing && !g_cu.warned_capture_qknob) {
+        /* not expected (see above); the policy's answer for a bucket an eager step already
+         * resolved is host-only and the same, so resolving here is still consistent */
+        g_cu.warned_capture_qknob = true;
+        LOG_WARN("autotune: %s for [%d x %d] x [%d x %d]^T first needed inside a graph capture",
+                 tune_op_name(op), rows, K, N, K);
+    }
+    const int v = qmv ? cuda_tune_qmv_multirow(rows, N, K, bits, group)
+                      : cuda_tune_qmm_tile_m(rows, N, K, bits, group);
+    if (g_cu.n_qknob_memo == CU_QKNOB_MEMO) { /* many shapes (prefill lengths): drop the oldest */
+        memmove(g_cu.qknob_memo, g_cu.qknob_memo + 1,
+                (CU_QKNOB_MEMO - 1) * sizeof g_cu.qknob_memo[0]);
+        g_cu.n_qknob_memo--;
+    }
+    g_cu.qknob_memo[g_cu.n_qknob_memo++] = (cu_qknob_memo){(int)op, rows, N, K, bits, group, v};
+    LOG_DEBUG("%s: rows %d, weight [%d, %d] q%dg%d -> %d", tune_op_name(op), rows, N, K, bits,
+              group, v);
+    return v;
+}
+
+/* The autotuner profiles one [N, K] weight (the MLP up projection): a multi-segment launch of
+ * equal segments (gate/up) is looked up by the segment's N, others by the total. */
+static int qmv_window(const cuda_qmv_args *a) {
+    int n_total = 0;
+    bool same = true;
+    for (int i = 0; i < a->n_segs; i++) n_total += a->N[i], same &= a->N[i] == a->N[0];
+    return q_knob(TUNE_OP_QMV_MULTIROW, a->rows, same ? a->N[0] : n_total, a->K, a->bits,
+                  a->group);
 }
 
 static void resident_q(const mx_qweight *w) {
@@ -49,9 +98,7 @@ void cu_flush_qmv(void) {
     if (cu_ensure(&g_cu.qmv_ws, &g_cu.qmv_ws_cap, cuda_qmv_workspace_bytes(a.K))) return;
     a.ws = g_cu.qmv_ws;
     a.ws_bytes = g_cu.qmv_ws_cap;
-    int n_total = 0;
-    for (int i = 0; i < a.n_segs; i++) n_total += a.N[i];
-    if (cu_ck(cuda_qmv(&a, qmv_window(a.rows, n_total, a.K, a.bits), g_cu.st), "qmv")) return;
+    if (cu_ck(cuda_qmv(&a, qmv_window(&a), g_cu.st), "qmv")) return;
     for (int i = 0; i < a.n_segs; i++)
         if (g_cu.pend_q.bias[i])
             cu_ck(cuda_bias_add_f32(a.y[i], a.ldy[i], g_cu.pend_q.bias[i], a.rows, a.N[i], g_cu.st),
@@ -85,10 +132,9 @@ void cu_matmul_q_raw(float *y, long ldy, const float *x, long ldx, int rows, con
         a.rows = rows, a.K = K, a.bits = w->bits, a.group = w->group_size, a.sb_dtype = sbt;
         a.ws = g_cu.qmv_ws;
         a.ws_bytes = g_cu.qmv_ws_cap;
-        if (cu_ck(cuda_qmv(&a, qmv_window(rows, N, K, w->bits), g_cu.st), "qmv")) return;
+        if (cu_ck(cuda_qmv(&a, qmv_window(&a), g_cu.st), "qmv")) return;
     } else {
-        const int tile = g_cu.qmm_tile ? g_cu.qmm_tile
-                                       : cuda_qmm_default_tile_m(rows, N, K, w->bits);
+        const int tile = q_knob(TUNE_OP_QMM_TILE, rows, N, K, w->bits, w->group_size);
         const size_t need = cuda_qmm_scratch_bytes(rows, N, K, tile);
         if (cu_ensure(&g_cu.qmm_buf, &g_cu.qmm_cap, need)) return;
         cuda_qmm_args a;

@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_ops.h"
-#include "backend/cuda/cuda_tune_qmat.h"
 #include "base/dtype.h"
 
 _Static_assert(TUNE_CUDA_MAX_SPLITS == CUDA_ATTN_MAX_SPLITS, "tune_ops.h split limit");
@@ -13,14 +12,9 @@ _Static_assert(TUNE_CUDA_DET_SPLITS == CUDA_ATTN_DET_SPLITS, "tune_ops.h determi
 
 /* ==== Availability ==== */
 bool cuda_tune_op_available(tune_op op, const char **why) {
-    if (op == TUNE_OP_PAGED_DECODE_SPLITS) return true;
-    if ((op == TUNE_OP_QMV_MULTIROW || op == TUNE_OP_QMM_TILE) && cuda_tune_qmat()) return true;
-    if (why)
-        *why = op == TUNE_OP_QMV_MULTIROW
-                   ? "this build has no CUDA quantized GEMV kernel (cuda_qmv) connected to the "
-                     "tuner, so there is no multirow launch parameter to profile"
-                   : "this build has no CUDA quantized GEMM kernel (cuda_qmm) connected to the "
-                     "tuner, so there is no tile_m launch parameter to profile";
+    if (op == TUNE_OP_PAGED_DECODE_SPLITS || op == TUNE_OP_QMV_MULTIROW || op == TUNE_OP_QMM_TILE)
+        return true;
+    if (why) *why = "no CUDA kernel has this launch parameter";
     return false;
 }
 

@@ -19,9 +19,9 @@
 #include "tune/tune_ops.h"
 #include "tune/tune_profile.h"
 
-/* Whether this build can profile `op` on CUDA: paged-decode-splits always; qmm-tile and
- * qmv-multirow only once the quantized kernels are connected (cuda_tune_qmat.h). why (may be
- * NULL) receives the reason when not. */
+/* Whether this build can profile `op` on CUDA: paged-decode-splits (attn_decode.cu), qmm-tile
+ * and qmv-multirow (qmm.cu / qgemv.cu through cuda_tune_qmat.h). why (may be NULL) receives
+ * the reason when not (an op this file does not know). */
 bool cuda_tune_op_available(tune_op op, const char **why);
 
 /* Profiles p on device 0, which must be the device dev names (a record is only valid for the

@@ -2,21 +2,72 @@
  * (cuda_tune_qmat.h), and the consumption hooks their dispatch calls. */
 #include "backend/cuda/cuda_tune_qmat.h"
 
+#include <cublasLt.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cuda/cuda_be.h"
+#include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/cuda_tune.h"
 #include "base/dtype.h"
 #include "base/env.h"
 
-/* ==== The provider ====
- * NULL until the CUDA quantized kernels exist in the build: see docs/tuning.md, "Connecting
- * the quantized kernels", for the adapter that replaces it. */
-static const cuda_tune_qmat_provider *const g_provider = NULL;
+/* ==== The provider: cuda_qmv / cuda_qmm ====
+ * The synthetic inputs are what the backend passes for an MLX checkpoint: fp32 x and y, bf16
+ * scales and biases, one weight (one qmv segment). */
+static int qmat_launch(tune_op op, const cuda_tune_qmat_bufs *b, int v, cudaStream_t st) {
+    if (op == TUNE_OP_QMV_MULTIROW) {
+        cuda_qmv_args a;
+        memset(&a, 0, sizeof a);
+        a.w[0] = b->w;
+        a.scales[0] = b->scales;
+        a.biases[0] = b->biases;
+        a.y[0] = b->y;
+        a.ldy[0] = b->N;
+        a.N[0] = b->N;
+        a.n_segs = 1;
+        a.x = b->x_f32;
+        a.ldx = b->K;
+        a.rows = b->rows, a.K = b->K, a.bits = b->bits, a.group = b->group_size;
+        a.sb_dtype = CUDA_QSB_BF16;
+        a.ws = b->scratch, a.ws_bytes = b->scratch_bytes;
+        return cuda_qmv(&a, v, st);
+    }
+    cuda_qmm_args a;
+    memset(&a, 0, sizeof a);
+    a.w = b->w, a.scales = b->scales, a.biases = b->biases;
+    a.x = b->x_f32, a.ldx = b->K, a.y = b->y, a.ldy = b->N;
+    a.rows = b->rows, a.N = b->N, a.K = b->K, a.bits = b->bits, a.group = b->group_size;
+    a.sb_dtype = CUDA_QSB_BF16;
+    a.lt = b->lt, a.lt_ws = b->lt_ws, a.lt_ws_bytes = b->lt_ws_bytes;
+    a.scratch = b->scratch, a.scratch_bytes = b->scratch_bytes;
+    return cuda_qmm(&a, v, st);
+}
 
-const cuda_tune_qmat_provider *cuda_tune_qmat(void) { return g_provider; }
+static int qmat_default(tune_op op, const tune_qmat_shape *s) {
+    return op == TUNE_OP_QMV_MULTIROW ? cuda_qmv_default_multirow(s->rows, s->n, s->k, s->bits)
+                                      : cuda_qmm_default_tile_m(s->rows, s->n, s->k, s->bits);
+}
+
+static bool qmat_valid(tune_op op, const tune_qmat_shape *s, int v) {
+    (void)s; /* every listed value launches for every shape the kernels take */
+    return op == TUNE_OP_QMV_MULTIROW ? cuda_qmv_valid_multirow(v) != 0
+                                      : cuda_qmm_valid_tile_m(v) != 0;
+}
+
+static size_t qmat_scratch(tune_op op, const tune_qmat_shape *s) {
+    if (op == TUNE_OP_QMV_MULTIROW) return cuda_qmv_workspace_bytes(s->k);
+    /* the slab grows with tile_m (up to N): the largest value bounds them all */
+    static const int k_tile[CUDA_QMM_TILE_COUNT] = CUDA_QMM_TILE_VALUES;
+    return cuda_qmm_scratch_bytes(s->rows, s->n, s->k, k_tile[CUDA_QMM_TILE_COUNT - 1]);
+}
+
+static const cuda_tune_qmat_provider k_provider = {
+    qmat_launch, {qmat_default, qmat_valid}, qmat_scratch, /* y_bf16 */ 0};
+
+const cuda_tune_qmat_provider *cuda_tune_qmat(void) { return &k_provider; }
 
 /* ==== Consumption hooks ==== */
 static pthread_once_t g_dev_once = PTHREAD_ONCE_INIT;
@@ -39,8 +90,8 @@ static int knob(tune_op op, int rows, int N, int K, int bits, int group) {
         off_dev.kind = TUNE_DEV_CUDA;
         dev = &off_dev;
     }
-    return op == TUNE_OP_QMV_MULTIROW ? tune_qmv_multirow(&s, dev, pv ? &pv->rules : NULL, NULL)
-                                      : tune_qmm_tile_m(&s, dev, pv ? &pv->rules : NULL, NULL);
+    return op == TUNE_OP_QMV_MULTIROW ? tune_qmv_multirow(&s, dev, &pv->rules, NULL)
+                                      : tune_qmm_tile_m(&s, dev, &pv->rules, NULL);
 }
 
 int cuda_tune_qmv_multirow(int rows, int N, int K, int bits, int group_size) {
@@ -65,6 +116,8 @@ typedef struct qmat_bench {
     float *d_x;
     uint16_t *d_xb;
     void *d_y;
+    void *d_scratch, *d_lt_ws;        /* the kernels' scratch; cuBLASLt workspace (qmm) */
+    cublasLtHandle_t lt;
     float *h_y, *h_ref;
     uint16_t *h_yb;
     size_t n_y;
@@ -86,6 +139,9 @@ static void qb_free(qmat_bench *b) {
         cudaFree((void *)b->r[i].biases);
     }
     cudaFree(b->d_x), cudaFree(b->d_xb), cudaFree(b->d_y);
+    cudaFree(b->d_scratch), cudaFree(b->d_lt_ws);
+    /* qmm.cu's plans keep descriptors and an algorithm, not the handle: nothing to release */
+    if (b->lt) cublasLtDestroy(b->lt);
     free(b->h_y), free(b->h_ref), free(b->h_yb);
     if (b->ev0_ok) cudaEventDestroy(b->ev0);
     if (b->ev1_ok) cudaEventDestroy(b->ev1);
@@ -158,7 +214,9 @@ static int qb_init(qmat_bench *b, const tune_point *p, const tune_geom *g, mx_er
     b->n_y = (size_t)rows * N;
     size_t free_b = 0, total_b = 0;
     if (ck(cudaMemGetInfo(&free_b, &total_b), "memory info", err)) return -1;
-    const double fixed = n_x * 6.0 + b->n_y * 4.0;
+    const size_t scratch = b->pv->scratch_bytes(p->op, &b->shape);
+    const size_t lt_ws = p->op == TUNE_OP_QMM_TILE ? CU_LT_WS_BYTES : 0;
+    const double fixed = n_x * 6.0 + b->n_y * 4.0 + (double)scratch + (double)lt_ws;
     if (w_bytes + fixed > free_b / 2.0)
         return mx_fail(err, "m%d.n%d.k%d needs %.2f GiB, more than half of the %.2f GiB free", rows,
                        N, K, (w_bytes + fixed) / 1073741824.0, free_b / 1073741824.0);
@@ -171,14 +229,23 @@ static int qb_init(qmat_bench *b, const tune_point *p, const tune_geom *g, mx_er
     b->ev1_ok = true;
     if (ck(cudaMalloc((void **)&b->d_x, n_x * 4), "alloc x", err) ||
         ck(cudaMalloc((void **)&b->d_xb, n_x * 2), "alloc x", err) ||
-        ck(cudaMalloc(&b->d_y, b->n_y * 4), "alloc y", err))
+        ck(cudaMalloc(&b->d_y, b->n_y * 4), "alloc y", err) ||
+        ck(cudaMalloc(&b->d_scratch, scratch), "alloc kernel scratch", err))
         return -1;
-    b->h_y = malloc(b->n_y * 4), b->h_ref = malloc(b->n_y * 4), b->h_yb = malloc(b->n_y * 2);
+    if (lt_ws) {
+        if (cublasLtCreate(&b->lt) != CUBLAS_STATUS_SUCCESS) {
+            b->lt = NULL;
+            return mx_fail(err, "CUDA tuner: cuBLASLt initialisation failed");
+        }
+        if (ck(cudaMalloc(&b->d_lt_ws, lt_ws), "alloc cuBLASLt workspace", err)) return -1;
+    }
+    b->h_y = malloc(b->n_y * 4), b->h_ref = malloc(b->n_y * 4);
+    b->h_yb = b->pv->y_bf16 ? malloc(b->n_y * 2) : NULL;
     uint32_t *hw = malloc(w_words * 4);
     uint16_t *hs = malloc(n_groups * 2), *hb = malloc(n_groups * 2), *hxb = malloc(n_x * 2);
     float *hx = malloc(n_x * 4);
     int rc = -1;
-    if (!b->h_y || !b->h_ref || !b->h_yb || !hw || !hs || !hb || !hxb || !hx) {
+    if (!b->h_y || !b->h_ref || (b->pv->y_bf16 && !b->h_yb) || !hw || !hs || !hb || !hxb || !hx) {
         mx_fail(err, "CUDA tuner: out of host memory");
         goto out;
     }
@@ -213,6 +280,8 @@ static int qb_init(qmat_bench *b, const tune_point *p, const tune_geom *g, mx_er
         }
         q->x_f32 = b->d_x, q->x_bf16 = b->d_xb, q->y = b->d_y;
         q->rows = rows, q->N = N, q->K = K, q->bits = bits, q->group_size = gs;
+        q->scratch = b->d_scratch, q->scratch_bytes = scratch;
+        q->lt = b->lt, q->lt_ws = b->d_lt_ws, q->lt_ws_bytes = lt_ws;
     }
     b->L = 1;
     for (int k = 0; k < 2; k++)
@@ -230,17 +299,18 @@ out:
 int cuda_tune_qmat_point(const tune_point *p, const tune_geom *g, const tune_profile_opts *o,
                          tune_profile_result *res, mx_error *err) {
     qmat_bench b;
-    if (!cuda_tune_qmat()) return mx_fail(err, "%s: no quantized CUDA kernel connected", tune_op_name(p->op));
     if (qb_init(&b, p, g, err)) {
         qb_free(&b);
         return mx_wrap(err, "%s %s", tune_op_name(p->op), p->bucket);
     }
-    /* candidates the kernel can launch for this shape; 0 ("auto", the default) always */
+    /* candidates the kernel can launch for this shape; 0 ("auto", the default) always, and
+     * not its explicit twin (the value the default resolves to: the same launch again) */
     tune_candidate c[TUNE_MAX_CANDIDATES];
     int n = 0, def = -1;
     for (int i = 0; i < p->n_cand; i++) {
         const int v = p->cand[i];
         if (v > 0 && b.pv->rules.valid && !b.pv->rules.valid(p->op, &b.shape, v)) continue;
+        if (v > 0 && v == b.def_value) continue;
         if (v == p->default_value) def = n;
         c[n++] = (tune_candidate){v, &b, qb_run, qb_sync, qb_check};
     }

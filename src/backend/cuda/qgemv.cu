@@ -338,7 +338,10 @@ static int qmv_generic_go(qmv_segs &segs, const cuda_qmv_args *a, int passes, cu
 }
 
 extern "C" int cuda_qmv_valid_multirow(int multirow) {
-    return multirow == 1 || multirow == 2 || multirow == 4 || multirow == 8;
+    static const int k_mr[CUDA_QMV_MULTIROW_COUNT] = CUDA_QMV_MULTIROW_VALUES;
+    for (int i = 0; i < CUDA_QMV_MULTIROW_COUNT; i++)
+        if (k_mr[i] == multirow) return 1;
+    return 0;
 }
 
 extern "C" int cuda_qmv_default_multirow(int rows, int N, int K, int bits) {
