@@ -40,35 +40,21 @@ mkdir -p "$OUT" "$WORK/logs"
 LOG=$WORK/logs
 COMMIT=${COMMIT:-$(cat .carry/dev/COMMIT 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 DATE=$(date -u +%Y-%m-%d)
-left() { echo $((BUDGET - (SECONDS - T0))); }
-stage() { echo "== [$((SECONDS - T0)) s] $*"; }
-tl() { local l=$(left); [ "$l" -lt 10 ] && l=10; echo "$l"; }
+. bench/device_env.sh # left stage tl, device_libs, runnable, device_build
 exec > >(tee -a "$LOG/run.log") 2>&1
 
 # ==== Binaries (as bench/run_device.sh) ====
 stage "tune_device.sh $DATE commit $COMMIT"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem,temperature.gpu \
   --format=csv 2>&1 | tee "$LOG/nvidia-smi.csv"
-LTDIR=""
-for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
-  [ -e "$d/libcublasLt.so.13" ] && { LTDIR=$d; break; }
-done
-[ -z "$LTDIR" ] && LTDIR=$("$PY" - <<'PY' 2>/dev/null
-import glob, os, site
-for p in site.getsitepackages():
-    for f in glob.glob(os.path.join(p, "nvidia", "**", "libcublasLt.so.13*"), recursive=True):
-        print(os.path.dirname(f)); raise SystemExit
-PY
-)
-export LD_LIBRARY_PATH="$ROOT/.carry/dev/lib${LTDIR:+:$LTDIR}:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+device_libs
 MLX=.carry/dev/mlxcel
-if ! { [ -x "$MLX" ] && ! ldd "$MLX" 2>/dev/null | grep -q "not found"; }; then
+if ! runnable "$MLX"; then
   stage "carried mlxcel missing or not loadable; building here"
-  if cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLXCEL_CUDA=ON > "$LOG/build.log" 2>&1 &&
-     cmake --build build-dev --target mlxcel -j "$(nproc)" >> "$LOG/build.log" 2>&1; then
+  if device_build mlxcel; then
     MLX=build-dev/mlxcel
   else
-    tail -20 "$LOG/build.log"; echo "FATAL: no runnable mlxcel"; exit 2
+    echo "FATAL: no runnable mlxcel"; exit 2
   fi
 fi
 
