@@ -130,6 +130,18 @@ QJSON=$QJSON "$PY" - "$WORK/tune.json" "$MD" "$DATE" "$COMMIT" $BENCH_RUNS <<'PY
 import json, os, sys
 tune_path, md_path, date, commit, runs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
 lines = [f"# mlxcel tune on CUDA, {date}, commit {commit}", ""]
+
+def measured(r):
+    """(default us, selected us, candidates (us)) cells of one tune result; the last one
+    names the candidates whose output did not match the default's."""
+    cands = r["candidates_measured"]
+    d = next(c for c in cands if c["value"] == r["default"])
+    s = next(c for c in cands if c["value"] == r["selected"])
+    bad = [str(c["value"]) for c in cands if not c["checked"]]
+    cs = " ".join(f"{c['value']}:{c['median_us']:.1f}" for c in cands)
+    return (f"{d['median_us']:.1f} +-{d['spread_us']:.1f}", f"{s['median_us']:.1f} +-{s['spread_us']:.1f}",
+            cs + (f" (output mismatch: {','.join(bad)})" if bad else ""))
+
 try:
     t = json.load(open(tune_path))
 except Exception as e:
@@ -142,15 +154,9 @@ if t:
               "| batch | context | default | default us | selected | selected us | speedup | candidates (us) |",
               "|---|---|---|---|---|---|---|---|"]
     for r in t.get("results", []):
-        cands = r["candidates_measured"]
-        d = next(c for c in cands if c["value"] == r["default"])
-        s = next(c for c in cands if c["value"] == r["selected"])
-        bad = [str(c["value"]) for c in cands if not c["checked"]]
-        cs = " ".join(f"{c['value']}:{c['median_us']:.1f}" for c in cands)
-        lines.append(f"| {r['batch']} | {r['context']} | {r['default']} | {d['median_us']:.1f} "
-                     f"+-{d['spread_us']:.1f} | {r['selected']} | {s['median_us']:.1f} "
-                     f"+-{s['spread_us']:.1f} | {r['speedup']:.3f}x | {cs}"
-                     + (f" (output mismatch: {','.join(bad)})" if bad else "") + " |")
+        du, su, cs = measured(r)
+        lines.append(f"| {r['batch']} | {r['context']} | {r['default']} | {du} | {r['selected']} | "
+                     f"{su} | {r['speedup']:.3f}x | {cs} |")
 qpath = os.environ.get("QJSON")
 if qpath:
     try:
@@ -166,15 +172,9 @@ if qpath:
                   "| op | bucket | default us | selected | selected us | speedup | candidates (us) |",
                   "|---|---|---|---|---|---|---|"]
         for r in q.get("results", []):
-            cands = r["candidates_measured"]
-            d = next(c for c in cands if c["value"] == r["default"])
-            s = next(c for c in cands if c["value"] == r["selected"])
-            bad = [str(c["value"]) for c in cands if not c["checked"]]
-            cs = " ".join(f"{c['value']}:{c['median_us']:.1f}" for c in cands)
-            lines.append(f"| {r['op']} | {r['bucket']} | {d['median_us']:.1f} +-{d['spread_us']:.1f} "
-                         f"| {r['selected']} | {s['median_us']:.1f} +-{s['spread_us']:.1f} | "
-                         f"{r['speedup']:.3f}x | {cs}"
-                         + (f" (output mismatch: {','.join(bad)})" if bad else "") + " |")
+            du, su, cs = measured(r)
+            lines.append(f"| {r['op']} | {r['bucket']} | {du} | {r['selected']} | {su} | "
+                         f"{r['speedup']:.3f}x | {cs} |")
 bench = {}
 for p in runs:
     mode = os.path.basename(p).split("-", 2)[2].rsplit(".", 1)[0]
