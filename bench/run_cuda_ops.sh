@@ -17,18 +17,7 @@ ROOT=$(pwd)
 BIN=${CUDA_OPS_BIN:-build-cuda/bench/cuda_ops_bench}
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 
-# cuBLASLt 13 may live in the CUDA tree or only in the Python wheels (nvidia-cublas).
-find_cublaslt() {
-  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
-    [ -e "$d/libcublasLt.so.13" ] && { echo "$d"; return; }
-  done
-  command -v python3 >/dev/null && python3 - <<'PY' 2>/dev/null
-import glob, os, site
-for p in site.getsitepackages():
-    for f in glob.glob(os.path.join(p, "nvidia", "**", "libcublasLt.so.13*"), recursive=True):
-        print(os.path.dirname(f)); raise SystemExit
-PY
-}
+. bench/device_env.sh # find_cublaslt, runnable
 LTDIR=$(find_cublaslt)
 export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64${LTDIR:+:$LTDIR}"
 
@@ -40,8 +29,6 @@ fi
 echo "== run_cuda_ops.sh $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.draw,temperature.gpu \
   --format=csv 2>/dev/null || echo "(nvidia-smi unavailable)"
-
-runnable() { [ -x "$1" ] && ! ldd "$1" 2>/dev/null | grep -q "not found"; }
 
 build_nvcc() {
   echo "== building with nvcc directly ($NVCC)"

@@ -43,10 +43,7 @@ RES=$WORK/res
 TAG=$(echo "$SHAPES" | tr ' ' '_')
 COMMIT=${COMMIT:-$(cat .carry/dev/COMMIT 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 DATE=$(date -u +%Y-%m-%d)
-left() { echo $((BUDGET - (SECONDS - T0))); }
-stage() { echo "== [$((SECONDS - T0)) s] $*"; }
-# a stage never gets less than 10 s (timeout 0 would mean no limit)
-tl() { local l=$(left); [ "$l" -lt 10 ] && l=10; echo "$l"; }
+. bench/device_env.sh # left stage tl, device_libs, runnable, device_build
 exec > >(tee -a "$LOG/run.log") 2>&1
 
 # ==== Device and libraries ====
@@ -54,30 +51,15 @@ stage "run_device.sh $DATE commit $COMMIT shapes: $SHAPES"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem,clocks.max.sm,power.draw,temperature.gpu \
   --format=csv > "$LOG/nvidia-smi.csv" 2>&1 || echo "(nvidia-smi unavailable)" > "$LOG/nvidia-smi.csv"
 cat "$LOG/nvidia-smi.csv"
-find_cublaslt() {
-  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
-    [ -e "$d/libcublasLt.so.13" ] && { echo "$d"; return; }
-  done
-  "$PY" - <<'PY' 2>/dev/null
-import glob, os, site
-for p in site.getsitepackages():
-    for f in glob.glob(os.path.join(p, "nvidia", "**", "libcublasLt.so.13*"), recursive=True):
-        print(os.path.dirname(f)); raise SystemExit
-PY
-}
-LTDIR=$(find_cublaslt)
-export LD_LIBRARY_PATH="$ROOT/.carry/dev/lib${LTDIR:+:$LTDIR}:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-runnable() { [ -x "$1" ] && ! ldd "$1" 2>/dev/null | grep -q "not found"; }
+device_libs
 MLX=.carry/dev/mlxcel
 TESTBIN=.carry/dev/test_cuda
 if ! runnable "$MLX"; then
   stage "carried binaries missing or not loadable; building here with CMake"
-  if cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLXCEL_CUDA=ON > "$LOG/build.log" 2>&1 &&
-     cmake --build build-dev --target mlxcel test_cuda -j "$(nproc)" >> "$LOG/build.log" 2>&1; then
+  if device_build mlxcel test_cuda; then
     MLX=build-dev/mlxcel
     TESTBIN=build-dev/tests/gpu/test_cuda
   else
-    tail -20 "$LOG/build.log"
     echo "FATAL: no runnable mlxcel (run bench/pack_device.sh on the build machine and carry .carry/dev)"
     exit 2
   fi

@@ -40,35 +40,21 @@ mkdir -p "$OUT" "$WORK/logs"
 LOG=$WORK/logs
 COMMIT=${COMMIT:-$(cat .carry/dev/COMMIT 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 DATE=$(date -u +%Y-%m-%d)
-left() { echo $((BUDGET - (SECONDS - T0))); }
-stage() { echo "== [$((SECONDS - T0)) s] $*"; }
-tl() { local l=$(left); [ "$l" -lt 10 ] && l=10; echo "$l"; }
+. bench/device_env.sh # left stage tl, device_libs, runnable, device_build
 exec > >(tee -a "$LOG/run.log") 2>&1
 
 # ==== Binaries (as bench/run_device.sh) ====
 stage "tune_device.sh $DATE commit $COMMIT"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem,temperature.gpu \
   --format=csv 2>&1 | tee "$LOG/nvidia-smi.csv"
-LTDIR=""
-for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
-  [ -e "$d/libcublasLt.so.13" ] && { LTDIR=$d; break; }
-done
-[ -z "$LTDIR" ] && LTDIR=$("$PY" - <<'PY' 2>/dev/null
-import glob, os, site
-for p in site.getsitepackages():
-    for f in glob.glob(os.path.join(p, "nvidia", "**", "libcublasLt.so.13*"), recursive=True):
-        print(os.path.dirname(f)); raise SystemExit
-PY
-)
-export LD_LIBRARY_PATH="$ROOT/.carry/dev/lib${LTDIR:+:$LTDIR}:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+device_libs
 MLX=.carry/dev/mlxcel
-if ! { [ -x "$MLX" ] && ! ldd "$MLX" 2>/dev/null | grep -q "not found"; }; then
+if ! runnable "$MLX"; then
   stage "carried mlxcel missing or not loadable; building here"
-  if cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLXCEL_CUDA=ON > "$LOG/build.log" 2>&1 &&
-     cmake --build build-dev --target mlxcel -j "$(nproc)" >> "$LOG/build.log" 2>&1; then
+  if device_build mlxcel; then
     MLX=build-dev/mlxcel
   else
-    tail -20 "$LOG/build.log"; echo "FATAL: no runnable mlxcel"; exit 2
+    echo "FATAL: no runnable mlxcel"; exit 2
   fi
 fi
 
@@ -144,6 +130,18 @@ QJSON=$QJSON "$PY" - "$WORK/tune.json" "$MD" "$DATE" "$COMMIT" $BENCH_RUNS <<'PY
 import json, os, sys
 tune_path, md_path, date, commit, runs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
 lines = [f"# mlxcel tune on CUDA, {date}, commit {commit}", ""]
+
+def measured(r):
+    """(default us, selected us, candidates (us)) cells of one tune result; the last one
+    names the candidates whose output did not match the default's."""
+    cands = r["candidates_measured"]
+    d = next(c for c in cands if c["value"] == r["default"])
+    s = next(c for c in cands if c["value"] == r["selected"])
+    bad = [str(c["value"]) for c in cands if not c["checked"]]
+    cs = " ".join(f"{c['value']}:{c['median_us']:.1f}" for c in cands)
+    return (f"{d['median_us']:.1f} +-{d['spread_us']:.1f}", f"{s['median_us']:.1f} +-{s['spread_us']:.1f}",
+            cs + (f" (output mismatch: {','.join(bad)})" if bad else ""))
+
 try:
     t = json.load(open(tune_path))
 except Exception as e:
@@ -156,15 +154,9 @@ if t:
               "| batch | context | default | default us | selected | selected us | speedup | candidates (us) |",
               "|---|---|---|---|---|---|---|---|"]
     for r in t.get("results", []):
-        cands = r["candidates_measured"]
-        d = next(c for c in cands if c["value"] == r["default"])
-        s = next(c for c in cands if c["value"] == r["selected"])
-        bad = [str(c["value"]) for c in cands if not c["checked"]]
-        cs = " ".join(f"{c['value']}:{c['median_us']:.1f}" for c in cands)
-        lines.append(f"| {r['batch']} | {r['context']} | {r['default']} | {d['median_us']:.1f} "
-                     f"+-{d['spread_us']:.1f} | {r['selected']} | {s['median_us']:.1f} "
-                     f"+-{s['spread_us']:.1f} | {r['speedup']:.3f}x | {cs}"
-                     + (f" (output mismatch: {','.join(bad)})" if bad else "") + " |")
+        du, su, cs = measured(r)
+        lines.append(f"| {r['batch']} | {r['context']} | {r['default']} | {du} | {r['selected']} | "
+                     f"{su} | {r['speedup']:.3f}x | {cs} |")
 qpath = os.environ.get("QJSON")
 if qpath:
     try:
@@ -180,15 +172,9 @@ if qpath:
                   "| op | bucket | default us | selected | selected us | speedup | candidates (us) |",
                   "|---|---|---|---|---|---|---|"]
         for r in q.get("results", []):
-            cands = r["candidates_measured"]
-            d = next(c for c in cands if c["value"] == r["default"])
-            s = next(c for c in cands if c["value"] == r["selected"])
-            bad = [str(c["value"]) for c in cands if not c["checked"]]
-            cs = " ".join(f"{c['value']}:{c['median_us']:.1f}" for c in cands)
-            lines.append(f"| {r['op']} | {r['bucket']} | {d['median_us']:.1f} +-{d['spread_us']:.1f} "
-                         f"| {r['selected']} | {s['median_us']:.1f} +-{s['spread_us']:.1f} | "
-                         f"{r['speedup']:.3f}x | {cs}"
-                         + (f" (output mismatch: {','.join(bad)})" if bad else "") + " |")
+            du, su, cs = measured(r)
+            lines.append(f"| {r['op']} | {r['bucket']} | {du} | {r['selected']} | {su} | "
+                         f"{r['speedup']:.3f}x | {cs} |")
 bench = {}
 for p in runs:
     mode = os.path.basename(p).split("-", 2)[2].rsplit(".", 1)[0]

@@ -82,20 +82,35 @@ static int jprepend(const json_t *o, tk_prepend_scheme *out, const char *where, 
     return 0;
 }
 
+/* ==== Stages ==== */
+
+typedef int (*stage_loader)(tokenizer *t, const json_t *o, mx_error *err);
+
+/* Opens one pipeline stage object o (`stage` names it in messages): *ty = its "type" (left
+ * NULL when o is absent / null). A "Sequence" is unwrapped here: each entry of its array
+ * `list` goes through `load`, in order. Returns 0 when *ty is a single stage for the caller
+ * to load, 1 when nothing is left to do (no stage, or the Sequence loaded), -1 on error. */
+static int stage_open(tokenizer *t, const json_t *o, const char *stage, const char *list,
+                      stage_loader load, const char **ty, mx_error *err) {
+    *ty = NULL;
+    if (!o || json_is_null(o)) return 1;
+    *ty = jstr(o, "type");
+    if (!*ty) return mx_fail(err, "%s: missing \"type\"", stage);
+    if (strcmp(*ty, "Sequence")) return 0;
+    const json_t *arr = json_object_get(o, list);
+    if (!json_is_array(arr)) return mx_fail(err, "%s.%s: expected an array", stage, list);
+    size_t i;
+    const json_t *v;
+    json_array_foreach(arr, i, v) if (load(t, v, err)) return -1;
+    return 1;
+}
+
 /* ==== Normalizers ==== */
 
 static int load_norm(tokenizer *t, const json_t *o, mx_error *err) {
-    if (!o || json_is_null(o)) return 0;
-    const char *ty = jstr(o, "type");
-    if (!ty) return mx_fail(err, "normalizer: missing \"type\"");
-    if (!strcmp(ty, "Sequence")) {
-        const json_t *arr = json_object_get(o, "normalizers");
-        if (!json_is_array(arr)) return mx_fail(err, "normalizer.normalizers: expected an array");
-        size_t i;
-        const json_t *v;
-        json_array_foreach(arr, i, v) if (load_norm(t, v, err)) return -1;
-        return 0;
-    }
+    const char *ty;
+    const int st = stage_open(t, o, "normalizer", "normalizers", load_norm, &ty, err);
+    if (st) return st < 0 ? -1 : 0;
     if (t->n_norms >= TK_MAX_STAGES) return mx_fail(err, "normalizer: more than %d steps", TK_MAX_STAGES);
     tk_norm n = {0};
     if (!strcmp(ty, "NFC")) n.kind = TK_NORM_NFC;
@@ -142,18 +157,10 @@ static int push_pre(tokenizer *t, const tk_pre *p, mx_error *err) {
 }
 
 static int load_pre(tokenizer *t, const json_t *o, mx_error *err) {
-    if (!o || json_is_null(o)) return 0;
-    const char *ty = jstr(o, "type");
-    if (!ty) return mx_fail(err, "pre_tokenizer: missing \"type\"");
+    const char *ty;
+    const int st = stage_open(t, o, "pre_tokenizer", "pretokenizers", load_pre, &ty, err);
+    if (st) return st < 0 ? -1 : 0;
     tk_pre p = {0};
-    if (!strcmp(ty, "Sequence")) {
-        const json_t *arr = json_object_get(o, "pretokenizers");
-        if (!json_is_array(arr)) return mx_fail(err, "pre_tokenizer.pretokenizers: expected an array");
-        size_t i;
-        const json_t *v;
-        json_array_foreach(arr, i, v) if (load_pre(t, v, err)) return -1;
-        return 0;
-    }
     if (!strcmp(ty, "ByteLevel")) {
         p.kind = TK_PRE_BYTELEVEL;
         p.add_prefix_space = jbool(o, "add_prefix_space", true);
@@ -211,19 +218,11 @@ static int push_dec(tokenizer *t, const tk_dec *d) {
 }
 
 static int load_dec(tokenizer *t, const json_t *o, mx_error *err) {
-    if (!o || json_is_null(o)) return 0;
-    const char *ty = jstr(o, "type");
-    if (!ty) return mx_fail(err, "decoder: missing \"type\"");
-    t->has_decoder = true;
+    const char *ty;
+    const int st = stage_open(t, o, "decoder", "decoders", load_dec, &ty, err);
+    if (ty) t->has_decoder = true; /* any typed decoder, an (even empty) Sequence too */
+    if (st) return st < 0 ? -1 : 0;
     tk_dec d = {0};
-    if (!strcmp(ty, "Sequence")) {
-        const json_t *arr = json_object_get(o, "decoders");
-        if (!json_is_array(arr)) return mx_fail(err, "decoder.decoders: expected an array");
-        size_t i;
-        const json_t *v;
-        json_array_foreach(arr, i, v) if (load_dec(t, v, err)) return -1;
-        return 0;
-    }
     if (!strcmp(ty, "ByteLevel")) d.kind = TK_DEC_BYTELEVEL;
     else if (!strcmp(ty, "ByteFallback")) d.kind = TK_DEC_BYTE_FALLBACK;
     else if (!strcmp(ty, "Fuse")) d.kind = TK_DEC_FUSE;
@@ -283,17 +282,9 @@ static int special_ids(tokenizer *t, const json_t *specials, const char *name, t
 }
 
 static int load_post(tokenizer *t, const json_t *o, mx_error *err) {
-    if (!o || json_is_null(o)) return 0;
-    const char *ty = jstr(o, "type");
-    if (!ty) return mx_fail(err, "post_processor: missing \"type\"");
-    if (!strcmp(ty, "Sequence")) {
-        const json_t *arr = json_object_get(o, "processors");
-        if (!json_is_array(arr)) return mx_fail(err, "post_processor.processors: expected an array");
-        size_t i;
-        const json_t *v;
-        json_array_foreach(arr, i, v) if (load_post(t, v, err)) return -1;
-        return 0;
-    }
+    const char *ty;
+    const int st = stage_open(t, o, "post_processor", "processors", load_post, &ty, err);
+    if (st) return st < 0 ? -1 : 0;
     if (!strcmp(ty, "ByteLevel")) return 0; /* offsets only */
     tk_ids pre = {0}, suf = {0};
     if (!strcmp(ty, "TemplateProcessing")) {

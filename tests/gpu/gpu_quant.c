@@ -173,14 +173,50 @@ static void test_qkv(int rows, int H, int NQ, int NKV, int bits) {
 }
 
 /* ==== The launchers with every tunable value ==== */
-static void test_qmv_multirow(int rows, int N, int K, int bits, int group, mx_dtype sbt) {
+/* One direct-launcher case: the weight, x [rows, K] on host and device, the CPU reference. */
+typedef struct launch_case {
     qmat m;
-    qmat_make(&m, N, K, bits, group, sbt);
-    float *x = malloc((size_t)rows * K * 4);
-    gt_fill(x, (size_t)rows * K, 1.0f);
-    float *ref = cpu_ref(x, rows, &m, NULL, NULL);
-    const int64_t sx[2] = {rows, K}, so[2] = {rows, N};
-    mx_tensor dx = gt_dev_f32(x, 2, sx);
+    int rows;
+    float *x, *ref; /* [rows, K], [rows, N] */
+    mx_tensor dx;
+} launch_case;
+
+static void launch_case_make(launch_case *c, int rows, int N, int K, int bits, int group,
+                             mx_dtype sbt) {
+    qmat_make(&c->m, N, K, bits, group, sbt);
+    c->rows = rows;
+    c->x = malloc((size_t)rows * K * 4);
+    gt_fill(c->x, (size_t)rows * K, 1.0f);
+    c->ref = cpu_ref(c->x, rows, &c->m, NULL, NULL);
+    const int64_t sx[2] = {rows, K};
+    c->dx = gt_dev_f32(c->x, 2, sx);
+}
+
+static void launch_case_free(launch_case *c) {
+    gt_dev_free(&c->dx);
+    free(c->x), free(c->ref);
+    qmat_free(&c->m);
+}
+
+/* Reports one launch: rc != 0 fails the check, else dout [rows, N] against the reference. */
+static void launch_check(const launch_case *c, const char *what, int rc, const mx_tensor *dout,
+                         double eps) {
+    if (rc) {
+        printf("FAIL %s: launch error %d\n", what, rc);
+        g_failures++, g_checks++;
+        return;
+    }
+    float *o = malloc((size_t)c->rows * c->m.N * 4);
+    gt_to_host(o, dout);
+    long bad = 0;
+    gt_report(what, bound_ratio(o, c->m.N, c->ref, c->x, c->rows, &c->m, 0, eps, &bad), 1.0, bad);
+    free(o);
+}
+
+static void test_qmv_multirow(int rows, int N, int K, int bits, int group, mx_dtype sbt) {
+    launch_case c;
+    launch_case_make(&c, rows, N, K, bits, group, sbt);
+    const int64_t so[2] = {rows, N};
     const size_t wsb = cuda_qmv_workspace_bytes(K);
     void *ws = g_gpu->alloc(wsb);
     static const int mrs[CUDA_QMV_MULTIROW_COUNT] = CUDA_QMV_MULTIROW_VALUES;
@@ -188,40 +224,26 @@ static void test_qmv_multirow(int rows, int N, int K, int bits, int group, mx_dt
         mx_tensor dout = gt_dev_poison(2, so);
         cuda_qmv_args a;
         memset(&a, 0, sizeof a);
-        a.w[0] = m.dev.w.data, a.scales[0] = m.dev.scales.data, a.biases[0] = m.dev.biases.data;
+        a.w[0] = c.m.dev.w.data, a.scales[0] = c.m.dev.scales.data;
+        a.biases[0] = c.m.dev.biases.data;
         a.y[0] = dout.data, a.ldy[0] = N, a.N[0] = N, a.n_segs = 1;
-        a.x = dx.data, a.ldx = K, a.rows = rows, a.K = K, a.bits = bits, a.group = group;
+        a.x = c.dx.data, a.ldx = K, a.rows = rows, a.K = K, a.bits = bits, a.group = group;
         a.sb_dtype = sb_code(sbt), a.ws = ws, a.ws_bytes = wsb;
         const int rc = cuda_qmv(&a, mrs[i], g_cu.st);
         char what[160];
         snprintf(what, sizeof what, "cuda_qmv multirow %d: %d rows [%d x %d] %d-bit g%d %s", mrs[i],
                  rows, N, K, bits, group, sb_name(sbt));
-        if (rc) {
-            printf("FAIL %s: launch error %d\n", what, rc);
-            g_failures++, g_checks++;
-        } else {
-            float *o = malloc((size_t)rows * N * 4);
-            gt_to_host(o, &dout);
-            long bad = 0;
-            gt_report(what, bound_ratio(o, N, ref, x, rows, &m, 0, eps_for(sbt, false), &bad), 1.0, bad);
-            free(o);
-        }
+        launch_check(&c, what, rc, &dout, eps_for(sbt, false));
         gt_dev_free(&dout);
     }
     g_gpu->free(ws);
-    gt_dev_free(&dx);
-    free(x), free(ref);
-    qmat_free(&m);
+    launch_case_free(&c);
 }
 
 static void test_qmm_tiles(int rows, int N, int K, int bits, int group, mx_dtype sbt) {
-    qmat m;
-    qmat_make(&m, N, K, bits, group, sbt);
-    float *x = malloc((size_t)rows * K * 4);
-    gt_fill(x, (size_t)rows * K, 1.0f);
-    float *ref = cpu_ref(x, rows, &m, NULL, NULL);
-    const int64_t sx[2] = {rows, K}, so[2] = {rows, N};
-    mx_tensor dx = gt_dev_f32(x, 2, sx);
+    launch_case c;
+    launch_case_make(&c, rows, N, K, bits, group, sbt);
+    const int64_t so[2] = {rows, N};
     static const int tiles[CUDA_QMM_TILE_COUNT] = CUDA_QMM_TILE_VALUES;
     for (int i = 0; i < CUDA_QMM_TILE_COUNT; i++) {
         mx_tensor dout = gt_dev_poison(2, so);
@@ -229,8 +251,8 @@ static void test_qmm_tiles(int rows, int N, int K, int bits, int group, mx_dtype
         void *scratch = g_gpu->alloc(sb);
         cuda_qmm_args a;
         memset(&a, 0, sizeof a);
-        a.w = m.dev.w.data, a.scales = m.dev.scales.data, a.biases = m.dev.biases.data;
-        a.x = dx.data, a.ldx = K, a.y = dout.data, a.ldy = N;
+        a.w = c.m.dev.w.data, a.scales = c.m.dev.scales.data, a.biases = c.m.dev.biases.data;
+        a.x = c.dx.data, a.ldx = K, a.y = dout.data, a.ldy = N;
         a.rows = rows, a.N = N, a.K = K, a.bits = bits, a.group = group, a.sb_dtype = sb_code(sbt);
         a.lt = g_cu.lt, a.lt_ws = g_cu.lt_ws, a.lt_ws_bytes = g_cu.lt_ws_size;
         a.scratch = scratch, a.scratch_bytes = sb;
@@ -241,22 +263,11 @@ static void test_qmm_tiles(int rows, int N, int K, int bits, int group, mx_dtype
         char what[160];
         snprintf(what, sizeof what, "cuda_qmm tile %d: %d rows [%d x %d] %d-bit g%d %s", tiles[i],
                  rows, N, K, bits, group, sb_name(sbt));
-        if (rc) {
-            printf("FAIL %s: launch error %d\n", what, rc);
-            g_failures++, g_checks++;
-        } else {
-            float *o = malloc((size_t)rows * N * 4);
-            gt_to_host(o, &dout);
-            long bad = 0;
-            gt_report(what, bound_ratio(o, N, ref, x, rows, &m, 0, eps_for(sbt, true), &bad), 1.0, bad);
-            free(o);
-        }
+        launch_check(&c, what, rc, &dout, eps_for(sbt, true));
         g_gpu->free(scratch);
         gt_dev_free(&dout);
     }
-    gt_dev_free(&dx);
-    free(x), free(ref);
-    qmat_free(&m);
+    launch_case_free(&c);
 }
 
 /* ==== Quantized embedding: bit-exact ==== */

@@ -13,65 +13,19 @@
 #include <sys/wait.h>
 #include <cmocka.h>
 
-static char g_root[256];
+#include "tune_test_util.h"
+
 static const char *g_bin;
 
 static int setup(void **st) {
     (void)st;
     g_bin = getenv("MLXCEL_BIN");
     if (!g_bin) return -1;
-    snprintf(g_root, sizeof g_root, "/tmp/mlxcel_tune_cli_XXXXXX");
-    if (!mkdtemp(g_root)) return -1;
-    char cache[300];
-    snprintf(cache, sizeof cache, "%s/cache", g_root);
-    setenv("MLXCEL_CACHE_DIR", cache, 1);
-    unsetenv("MLXCEL_AUTOTUNE");
-    setenv("MLXCEL_LOG_LEVEL", "warn", 1);
-    return 0;
-}
-
-static int teardown(void **st) {
-    (void)st;
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_root);
-    return system(cmd) ? -1 : 0;
+    return tt_setup("/tmp/mlxcel_tune_cli_XXXXXX", "warn");
 }
 
 /* Runs `mlxcel tune <args>`; stdout into *out (malloc'd), returns the exit status. */
-static int run(const char *args, char **out) {
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "'%s' tune %s 2>%s/stderr", g_bin, args, g_root);
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    size_t r;
-    while ((r = fread(buf + n, 1, cap - n - 1, p)) > 0) {
-        n += r;
-        if (n + 1 >= cap) buf = realloc(buf, cap *= 2);
-    }
-    buf[n] = 0;
-    const int st = pclose(p);
-    *out = buf;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static char *read_stderr(void) {
-    char path[300];
-    snprintf(path, sizeof path, "%s/stderr", g_root);
-    FILE *f = fopen(path, "r");
-    assert_non_null(f);
-    char *buf = calloc(1, 1 << 16);
-    size_t n = fread(buf, 1, (1 << 16) - 1, f);
-    buf[n] = 0;
-    fclose(f);
-    return buf;
-}
-
-static bool cache_exists(void) {
-    struct stat s;
-    return stat(getenv("MLXCEL_CACHE_DIR"), &s) == 0;
-}
+static int run(const char *args, char **out) { return tt_run_tune(g_bin, args, out); }
 
 static void test_dry_run_json(void **st) {
     (void)st;
@@ -93,7 +47,7 @@ static void test_dry_run_json(void **st) {
     assert_string_equal(json_string_value(json_object_get(p0, "dtype")), "f32");
     json_decref(o);
     free(out);
-    assert_false(cache_exists()); /* a dry run writes nothing */
+    assert_false(exists(g_cache)); /* a dry run writes nothing */
 }
 
 static void test_dry_run_cuda_text(void **st) {
@@ -115,7 +69,7 @@ static void test_dry_run_cuda_text(void **st) {
     /* without --dry-run the CUDA tuner is refused clearly */
     assert_int_not_equal(run("--device cuda", &out), 0);
     free(out);
-    char *err = read_stderr();
+    char *err = tt_read_stderr();
     assert_non_null(strstr(err, "CUDA tuner"));
     assert_non_null(strstr(err, "not available"));
     free(err);
@@ -154,7 +108,7 @@ static void test_model_config(void **st) {
     fclose(f);
     assert_int_equal(run(args, &out), 2);
     free(out);
-    char *err = read_stderr();
+    char *err = tt_read_stderr();
     assert_non_null(strstr(err, "config.json"));
     assert_non_null(strstr(err, "num_attention_heads"));
     free(err);

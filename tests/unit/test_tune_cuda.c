@@ -22,55 +22,18 @@
 #include "tune/tune_policy.h"
 #include "tune/tune_runner.h"
 #include "tune/tune_store.h"
+#include "tune_test_util.h"
 #ifdef MLXCEL_HAVE_CUDA
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/cuda_tune_qmat.h"
 #endif
 
-static char g_root[256], g_cache[300], g_dir[400];
-
-static void set_env(const char *k, const char *v) {
-    if (v) setenv(k, v, 1);
-    else unsetenv(k);
-}
-
-static void apply_env(void) {
-    mx_env_reload();
-    tune_policy_reset();
-}
-
 static int setup(void **st) {
     (void)st;
-    snprintf(g_root, sizeof g_root, "/tmp/mlxcel_tune_cuda_XXXXXX");
-    if (!mkdtemp(g_root)) return -1;
-    snprintf(g_cache, sizeof g_cache, "%s/cache", g_root);
-    snprintf(g_dir, sizeof g_dir, "%s/autotune", g_cache);
-    set_env("MLXCEL_CACHE_DIR", g_cache);
-    static const char *clear[] = {"MLXCEL_AUTOTUNE", "MLXCEL_PAGED_DECODE_SPLITS",
-                                  "MLXCEL_QMV_MULTIROW", "MLXCEL_QMM_TILE_M",
-                                  "MLXCEL_SDPA_DETERMINISTIC"};
-    for (size_t i = 0; i < sizeof clear / sizeof clear[0]; i++) set_env(clear[i], NULL);
-    set_env("MLXCEL_LOG_LEVEL", "error");
-    apply_env();
-    return 0;
+    return tt_setup("/tmp/mlxcel_tune_cuda_XXXXXX", "error");
 }
 
-static int teardown(void **st) {
-    (void)st;
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_root);
-    return system(cmd) ? -1 : 0;
-}
-
-static tune_device gpu(void) {
-    tune_device d;
-    memset(&d, 0, sizeof d);
-    d.kind = TUNE_DEV_CUDA;
-    snprintf(d.name, sizeof d.name, "Test H200");
-    d.cc_major = 9, d.threads = 132, d.mem_bytes = 141ull << 30;
-    tune_device_make_id(&d);
-    return d;
-}
+static tune_device gpu(void) { return tt_cuda_dev("Test H200"); }
 
 static tune_geom llama8b(void) { return tune_geom_defaults(); }
 
@@ -174,15 +137,7 @@ static void test_llama8b_matrix(void **st) {
 /* ==== Precedence of the CUDA decode split count ==== */
 static void plant_split(const tune_device *d, int batch, int context, int value) {
     const tune_geom g = llama8b();
-    tune_point p;
-    mx_error err;
-    assert_int_equal(tune_point_make(TUNE_OP_PAGED_DECODE_SPLITS, d, &g, batch, context, &p, &err), 0);
-    tune_record r;
-    memset(&r, 0, sizeof r);
-    tune_point_key(&p, d, &r.key);
-    r.value = value;
-    r.default_value = p.default_value;
-    assert_int_equal(tune_store_write(g_dir, &r, &err), 0);
+    tt_plant(TUNE_OP_PAGED_DECODE_SPLITS, d, &g, batch, context, value, NULL);
 }
 
 static int cuda_splits(int B, int cap, const tune_device *d, tune_source *s) {
@@ -318,17 +273,8 @@ static bool fake_valid(tune_op op, const tune_qmat_shape *s, int v) {
 
 static void plant_qmat(const tune_device *d, tune_op op, int rows, int value, const char *bucket) {
     const tune_geom g = llama8b();
-    tune_point p;
-    mx_error err;
-    tune_record r;
-    assert_int_equal(tune_point_make(op, d, &g, op == TUNE_OP_QMV_MULTIROW ? rows : 1,
-                                     op == TUNE_OP_QMM_TILE ? rows : 0, &p, &err), 0);
-    memset(&r, 0, sizeof r);
-    tune_point_key(&p, d, &r.key);
-    assert_string_equal(r.key.bucket, bucket);
-    r.value = value;
-    r.default_value = p.default_value;
-    assert_int_equal(tune_store_write(g_dir, &r, &err), 0);
+    tt_plant(op, d, &g, op == TUNE_OP_QMV_MULTIROW ? rows : 1, op == TUNE_OP_QMM_TILE ? rows : 0,
+             value, bucket);
 }
 
 static void test_qmat_hooks(void **st) {
@@ -438,26 +384,9 @@ static void test_qmat_hooks(void **st) {
 static int run(const char *args, char **out, char **errs) {
     const char *bin = getenv("MLXCEL_BIN");
     assert_non_null(bin);
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "'%s' tune %s 2>%s/stderr", bin, args, g_root);
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    size_t cap = 1 << 16, n = 0, r;
-    char *buf = malloc(cap);
-    while ((r = fread(buf + n, 1, cap - n - 1, p)) > 0)
-        if ((n += r) + 1 >= cap) buf = realloc(buf, cap *= 2);
-    buf[n] = 0;
-    const int st = pclose(p);
-    *out = buf;
-    char path[400];
-    snprintf(path, sizeof path, "%s/stderr", g_root);
-    FILE *f = fopen(path, "r");
-    assert_non_null(f);
-    *errs = calloc(1, 1 << 16);
-    const size_t m = fread(*errs, 1, (1 << 16) - 1, f);
-    (*errs)[m] = 0;
-    fclose(f);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    const int st = tt_run_tune(bin, args, out);
+    *errs = tt_read_stderr();
+    return st;
 }
 
 static void test_cli_cuda(void **st) {

@@ -15,46 +15,11 @@
 #include "tune/tune_policy.h"
 #include "tune/tune_runner.h"
 #include "tune/tune_store.h"
-
-static char g_root[256], g_cache[300], g_dir[400];
-
-static void set_env(const char *k, const char *v) {
-    if (v) setenv(k, v, 1);
-    else unsetenv(k);
-}
-
-/* Applies the environment: re-parse it and forget memoised lookups. */
-static void apply_env(void) {
-    mx_env_reload();
-    tune_policy_reset();
-}
+#include "tune_test_util.h"
 
 static int setup(void **st) {
     (void)st;
-    snprintf(g_root, sizeof g_root, "/tmp/mlxcel_tune_policy_XXXXXX");
-    if (!mkdtemp(g_root)) return -1;
-    snprintf(g_cache, sizeof g_cache, "%s/cache", g_root);
-    snprintf(g_dir, sizeof g_dir, "%s/autotune", g_cache);
-    set_env("MLXCEL_CACHE_DIR", g_cache);
-    set_env("MLXCEL_AUTOTUNE", NULL);
-    set_env("MLXCEL_PAGED_DECODE_SPLITS", NULL);
-    set_env("MLXCEL_QMV_MULTIROW", NULL);
-    set_env("MLXCEL_QMM_TILE_M", NULL);
-    set_env("MLXCEL_LOG_LEVEL", "warn");
-    apply_env();
-    return 0;
-}
-
-static int teardown(void **st) {
-    (void)st;
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_root);
-    return system(cmd) ? -1 : 0;
-}
-
-static bool exists(const char *p) {
-    struct stat s;
-    return stat(p, &s) == 0;
+    return tt_setup("/tmp/mlxcel_tune_policy_XXXXXX", "warn");
 }
 
 static tune_device cpu_dev(void) {
@@ -68,15 +33,7 @@ static tune_device cpu_dev(void) {
     return d;
 }
 
-static tune_device cuda_dev(void) {
-    tune_device d;
-    memset(&d, 0, sizeof d);
-    d.kind = TUNE_DEV_CUDA;
-    snprintf(d.name, sizeof d.name, "Test GPU");
-    d.cc_major = 9, d.threads = 132, d.mem_bytes = 141ull << 30;
-    tune_device_make_id(&d);
-    return d;
-}
+static tune_device cuda_dev(void) { return tt_cuda_dev("Test GPU"); }
 
 static const tune_attn_shape k_attn = {3, 3000, 128, 32, 8, 16}; /* bucket b4.c4096 */
 
@@ -87,18 +44,9 @@ static tune_geom attn_geom(const tune_attn_shape *s) {
     return g;
 }
 
-/* Stores `value` as the winner the lookup for (op, shape) will look for. */
 static void plant(tune_op op, const tune_device *dev, const tune_geom *g, int batch, int context,
                   int value) {
-    tune_point p;
-    mx_error err;
-    assert_int_equal(tune_point_make(op, dev, g, batch, context, &p, &err), 0);
-    tune_record r;
-    memset(&r, 0, sizeof r);
-    tune_point_key(&p, dev, &r.key);
-    r.value = value;
-    r.default_value = p.default_value;
-    assert_int_equal(tune_store_write(g_dir, &r, &err), 0);
+    tt_plant(op, dev, g, batch, context, value, NULL);
 }
 
 /* ==== MLXCEL_AUTOTUNE unset / 0: no file access at all ==== */

@@ -15,6 +15,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_info.h"
+#include "backend/cuda/cuda_lt.h"
 #include "backend/cuda/cuda_ops.h"
 #include "tune/tune_ops.h"
 
@@ -55,10 +56,7 @@ typedef struct cu_moe_table {  /* device arrays of expert weight pointers, per l
 typedef struct cu_lt_plan {
     int N, K, rows;
     long ldw, ldo;
-    cublasLtMatmulDesc_t op;
-    cublasLtMatrixLayout_t a, b, c;
-    cublasLtMatmulAlgo_t algo;
-    bool ok;
+    cu_lt_desc d; /* d.op != NULL: the slot is in use */
     uint64_t last_use;
 } cu_lt_plan;
 

@@ -21,10 +21,7 @@
 
 /* ==== cuBLASLt plans ==== */
 static void plan_destroy(cu_lt_plan *p) {
-    if (p->op) cublasLtMatmulDescDestroy(p->op);
-    if (p->a) cublasLtMatrixLayoutDestroy(p->a);
-    if (p->b) cublasLtMatrixLayoutDestroy(p->b);
-    if (p->c) cublasLtMatrixLayoutDestroy(p->c);
+    cu_lt_desc_destroy(&p->d);
     memset(p, 0, sizeof *p);
 }
 
@@ -37,41 +34,19 @@ static cu_lt_plan *lt_plan(int N, int K, int rows, long ldw, long ldo) {
     cu_lt_plan *lru = &g_cu.plans[0];
     for (int i = 0; i < CU_LT_PLANS; i++) {
         cu_lt_plan *p = &g_cu.plans[i];
-        if (p->op && p->N == N && p->K == K && p->rows == rows && p->ldw == ldw && p->ldo == ldo) {
+        if (p->d.op && p->N == N && p->K == K && p->rows == rows && p->ldw == ldw &&
+            p->ldo == ldo) {
             p->last_use = ++g_cu.use_clock;
             return p;
         }
-        if (!p->op || p->last_use < lru->last_use) lru = p;
+        if (!p->d.op || p->last_use < lru->last_use) lru = p;
     }
     plan_destroy(lru);
     cu_lt_plan *p = lru;
     p->N = N, p->K = K, p->rows = rows, p->ldw = ldw, p->ldo = ldo;
     p->last_use = ++g_cu.use_clock;
-    /* Column-major view: D[N, rows] (ld ldo) = op(A)[N, K] * B[K, rows], A = W stored as a
-     * K x N column-major matrix (ld ldw) taken transposed, B = bf16 x as K x rows (ld K). */
-    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    cublasLtMatmulPreference_t pref = NULL;
-    int nres = 0;
-    cublasLtMatmulHeuristicResult_t res;
-    memset(&res, 0, sizeof res);
-    if (cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F) ||
-        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) ||
-        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) ||
-        cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, (uint64_t)K, (uint64_t)N, ldw) ||
-        cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, (uint64_t)K, (uint64_t)rows, K) ||
-        cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, (uint64_t)N, (uint64_t)rows, ldo) ||
-        cublasLtMatmulPreferenceCreate(&pref) ||
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                             &g_cu.lt_ws_size, sizeof g_cu.lt_ws_size) ||
-        cublasLtMatmulAlgoGetHeuristic(g_cu.lt, p->op, p->a, p->b, p->c, p->c, pref, 1, &res,
-                                       &nres) ||
-        nres < 1) {
-        p->ok = false;
-    } else {
-        p->algo = res.algo;
-        p->ok = true;
-    }
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    /* A = W (ld ldw); the output's alignment left to cuBLASLt's assumption */
+    cu_lt_desc_make(&p->d, g_cu.lt, N, K, rows, ldw, ldo, g_cu.lt_ws_size, 0);
     return p;
 }
 
@@ -80,8 +55,9 @@ static cu_lt_plan *lt_plan(int N, int K, int rows, long ldw, long ldo) {
 static void lt_run(cu_lt_plan *p, float *y, long ldy, int rows, const uint16_t *W, int N, int K,
                    const uint16_t *B) {
     const float alpha = 1.0f, beta = 0.0f;
-    if (cublasLtMatmul(g_cu.lt, p->op, &alpha, W, p->a, g_cu.xbf, p->b, &beta, y, p->c, y, p->c,
-                       &p->algo, g_cu.lt_ws, g_cu.lt_ws_size, g_cu.st)) {
+    const cu_lt_desc *d = &p->d;
+    if (cublasLtMatmul(g_cu.lt, d->op, &alpha, W, d->a, g_cu.xbf, d->b, &beta, y, d->c, y, d->c,
+                       &d->algo, g_cu.lt_ws, g_cu.lt_ws_size, g_cu.st)) {
         cu_fail("cuBLASLt matmul [%d x %d] x [%d x %d]^T failed", rows, K, N, K);
         return;
     }
@@ -111,7 +87,7 @@ void cu_matmul_raw(float *y, long ldy, const float *x, long ldx, int rows, const
     }
     if (!generic) {
         cu_lt_plan *p = aligned && K % 8 == 0 ? lt_plan(N, K, rows, ldw, ldy) : NULL;
-        if (p && p->ok) {
+        if (p && p->d.ok) {
             if (cu_ensure(&g_cu.xbf, &g_cu.xbf_cap, (size_t)rows * K * 2) ||
                 cu_ck(cuda_f32_to_bf16_rows((uint16_t *)g_cu.xbf, x, ldx, rows, K, g_cu.st), "bf16 input"))
                 return;
@@ -165,7 +141,7 @@ static void flush_lt(void) {
     cu_lt_plan *plans[CUDA_GEMV_MAX_SEGS];
     for (int i = 0; i < n; i++) {
         plans[i] = lt_plan(g_cu.pend_lt.N[i], K, rows, K, g_cu.pend_lt.N[i]);
-        if (!plans[i]->ok) { /* cannot happen after the join check; stay correct anyway */
+        if (!plans[i]->d.ok) { /* cannot happen after the join check; stay correct anyway */
             for (int j = 0; j < n; j++)
                 cu_ck(cuda_gemv_generic(g_cu.pend_lt.y[j], g_cu.pend_lt.N[j], g_cu.pend_lt.x, K,
                                         g_cu.pend_lt.W[j], K, g_cu.pend_lt.bias[j], rows,
@@ -195,7 +171,7 @@ static bool defer_lt(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, con
     if (rows <= g_cu.gemv_rows || K % 8 || w->stride[0] != K || x->stride[0] != K ||
         out->stride[0] != N || ((uintptr_t)w->data & 15) || ((uintptr_t)x->data & 15))
         return false;
-    if (!lt_plan(N, K, rows, K, N)->ok) return false;
+    if (!lt_plan(N, K, rows, K, N)->d.ok) return false;
     cu_flush_qmv(); /* other kinds first: at most one kind is pending */
     flush_gemv();
     bool join = g_cu.pend_lt.n > 0 && !up && !g_cu.pend_lt.up && g_cu.pend_lt.x == x->data &&

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/cuda_tune_bench.h"
 #include "base/dtype.h"
 
 _Static_assert(TUNE_CUDA_MAX_SPLITS == CUDA_ATTN_MAX_SPLITS, "tune_ops.h split limit");
@@ -81,4 +82,58 @@ void cuda_tune_fill_bf16(uint16_t *dst, size_t n, float amp, uint64_t seed) {
 void cuda_tune_fill_f32(float *dst, size_t n, float amp, uint64_t seed) {
     uint64_t s = seed | 1;
     for (size_t i = 0; i < n; i++) dst[i] = amp * rnd(&s);
+}
+
+/* ==== Timed launch batches (cuda_tune_bench.h) ==== */
+int cuda_tune_ck(cudaError_t e, const char *what, mx_error *err) {
+    if (e == cudaSuccess) return 0;
+    cudaGetLastError();
+    return mx_fail(err, "CUDA tuner: %s: %s", what, cudaGetErrorString(e));
+}
+
+int cuda_tune_timer_init(cuda_tune_timer *t, mx_error *err) {
+    if (cuda_tune_ck(cudaStreamCreateWithFlags(&t->st, cudaStreamNonBlocking), "stream", err))
+        return -1;
+    t->st_ok = true;
+    if (cuda_tune_ck(cudaEventCreate(&t->ev0), "event", err)) return -1;
+    t->ev0_ok = true;
+    if (cuda_tune_ck(cudaEventCreate(&t->ev1), "event", err)) return -1;
+    t->ev1_ok = true;
+    return 0;
+}
+
+void cuda_tune_timer_free(cuda_tune_timer *t) {
+    if (t->st_ok) cudaStreamSynchronize(t->st);
+    if (t->ev0_ok) cudaEventDestroy(t->ev0);
+    if (t->ev1_ok) cudaEventDestroy(t->ev1);
+    if (t->st_ok) cudaStreamDestroy(t->st);
+    memset(t, 0, sizeof *t);
+}
+
+int cuda_tune_timer_begin(cuda_tune_timer *t, mx_error *err) {
+    return cuda_tune_ck(cudaEventRecord(t->ev0, t->st), "event record", err);
+}
+
+int cuda_tune_timer_end(cuda_tune_timer *t, mx_error *err) {
+    return cuda_tune_ck(cudaEventRecord(t->ev1, t->st), "event record", err);
+}
+
+int cuda_tune_timer_sync(cuda_tune_timer *t, mx_error *err) {
+    if (cuda_tune_ck(cudaEventSynchronize(t->ev1), "synchronize", err)) return -1;
+    float ms = 0.f;
+    if (cuda_tune_ck(cudaEventElapsedTime(&ms, t->ev0, t->ev1), "event time", err)) return -1;
+    t->gpu_s += ms * 1e-3;
+    return 0;
+}
+
+int cuda_tune_calibrate(const tune_candidate *c, cuda_tune_timer *t, int R, int *L,
+                        mx_error *err) {
+    *L = 1;
+    for (int k = 0; k < 2; k++)
+        if (c->run(c->ctx, c->value, err) || c->sync(c->ctx, err)) return -1;
+    const double t0 = t->gpu_s;
+    if (c->run(c->ctx, c->value, err) || c->sync(c->ctx, err)) return -1;
+    *L = cuda_tune_batch_launches(t->gpu_s - t0);
+    if (*L < R) *L = R;
+    return 0;
 }

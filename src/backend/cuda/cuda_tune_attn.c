@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_ops.h"
-#include "backend/cuda/cuda_tune.h"
+#include "backend/cuda/cuda_tune_bench.h"
 
 /* Another split count only reorders fp32 sums (and the log-sum-exp merge): ~1e-6 relative;
  * a wrong merge or a skipped block is off by O(1e-2) or more. */
@@ -17,9 +17,7 @@
 
 typedef struct attn_bench {
     cuda_paged_attn_args a;
-    cudaStream_t st;
-    cudaEvent_t ev0, ev1;
-    bool st_ok, ev0_ok, ev1_ok;
+    cuda_tune_timer tm;        /* stream, events, the profiler's clock */
     float *d_q, *d_o;          /* [B, Hq, D] fp32 */
     uint16_t *d_k, *d_v;       /* [R * B * nb, bs, Hkv, D] bf16 */
     int32_t *d_table;          /* [R, B, cap_blocks] */
@@ -28,23 +26,13 @@ typedef struct attn_bench {
     float *h_out, *h_ref;      /* [B, Hq, D] */
     size_t n_out, table_elems; /* B * Hq * D; B * cap_blocks */
     int L, R;                  /* launches per run; data replicas */
-    double gpu_s;              /* accumulated event time (the profiler's clock) */
 } attn_bench;
 
-static int ck(cudaError_t e, const char *what, mx_error *err) {
-    if (e == cudaSuccess) return 0;
-    cudaGetLastError();
-    return mx_fail(err, "CUDA tuner: %s: %s", what, cudaGetErrorString(e));
-}
-
 static void bench_free(attn_bench *b) {
-    if (b->st_ok) cudaStreamSynchronize(b->st);
+    cuda_tune_timer_free(&b->tm); /* waits for the stream first */
     cudaFree(b->d_q), cudaFree(b->d_o), cudaFree(b->d_k), cudaFree(b->d_v);
     cudaFree(b->d_table), cudaFree(b->d_pos), cudaFree(b->d_ws);
     free(b->h_out), free(b->h_ref);
-    if (b->ev0_ok) cudaEventDestroy(b->ev0);
-    if (b->ev1_ok) cudaEventDestroy(b->ev1);
-    if (b->st_ok) cudaStreamDestroy(b->st);
     cudaGetLastError();
     memset(b, 0, sizeof *b);
 }
@@ -53,7 +41,8 @@ static void bench_free(attn_bench *b) {
 static int fill_tiled(uint16_t *dst, size_t n, const uint16_t *pat, mx_error *err) {
     for (size_t off = 0; off < n; off += PATTERN_ELEMS) {
         const size_t m = n - off < PATTERN_ELEMS ? n - off : PATTERN_ELEMS;
-        if (ck(cudaMemcpy(dst + off, pat, m * 2, cudaMemcpyHostToDevice), "KV upload", err))
+        if (cuda_tune_ck(cudaMemcpy(dst + off, pat, m * 2, cudaMemcpyHostToDevice), "KV upload",
+                         err))
             return -1;
     }
     return 0;
@@ -63,33 +52,28 @@ static int fill_tiled(uint16_t *dst, size_t n, const uint16_t *pat, mx_error *er
 static int attn_run(void *ctx, int value, mx_error *err) {
     attn_bench *b = ctx;
     b->a.num_splits = value;
-    if (ck(cudaEventRecord(b->ev0, b->st), "event record", err)) return -1;
+    if (cuda_tune_timer_begin(&b->tm, err)) return -1;
     for (int i = 0; i < b->L; i++) {
         b->a.page_table = b->d_table + (size_t)(i % b->R) * b->table_elems;
-        const int rc = cuda_paged_decode_attn(&b->a, b->st);
+        const int rc = cuda_paged_decode_attn(&b->a, b->tm.st);
         if (rc) return mx_fail(err, "CUDA tuner: paged decode attention with %d splits: %s",
                                value, cudaGetErrorString((cudaError_t)rc));
     }
-    return ck(cudaEventRecord(b->ev1, b->st), "event record", err);
+    return cuda_tune_timer_end(&b->tm, err);
 }
 
 static int attn_sync(void *ctx, mx_error *err) {
-    attn_bench *b = ctx;
-    if (ck(cudaEventSynchronize(b->ev1), "synchronize", err)) return -1;
-    float ms = 0.f;
-    if (ck(cudaEventElapsedTime(&ms, b->ev0, b->ev1), "event time", err)) return -1;
-    b->gpu_s += ms * 1e-3;
-    return 0;
+    return cuda_tune_timer_sync(&((attn_bench *)ctx)->tm, err);
 }
 
-static double attn_clock(void *ctx) { return ((attn_bench *)ctx)->gpu_s; }
+static double attn_clock(void *ctx) { return ((attn_bench *)ctx)->tm.gpu_s; }
 
 /* After a synced run: the last launch's output (replica (L - 1) % R for every candidate). */
 static int attn_check(void *ctx, int value, int is_default, double *rel_err, mx_error *err) {
     (void)value;
     attn_bench *b = ctx;
     float *dst = is_default ? b->h_ref : b->h_out;
-    if (ck(cudaMemcpy(dst, b->d_o, b->n_out * sizeof(float), cudaMemcpyDeviceToHost),
+    if (cuda_tune_ck(cudaMemcpy(dst, b->d_o, b->n_out * sizeof(float), cudaMemcpyDeviceToHost),
            "output download", err))
         return -1;
     if (is_default) {
@@ -115,7 +99,7 @@ static int bench_init(attn_bench *b, const tune_point *p, const tune_geom *g, mx
         if (p->cand[i] > max_s) max_s = p->cand[i];
     const size_t ws = cuda_paged_attn_workspace_bytes(B, Hq, D, max_s);
     size_t free_b = 0, total_b = 0;
-    if (ck(cudaMemGetInfo(&free_b, &total_b), "memory info", err)) return -1;
+    if (cuda_tune_ck(cudaMemGetInfo(&free_b, &total_b), "memory info", err)) return -1;
     if (kv_one + ws > free_b / 2.0)
         return mx_fail(err, "batch %d x context %d needs %.2f GiB of synthetic KV, more than half "
                             "of the %.2f GiB free on the GPU", B, C, kv_one / 1073741824.0,
@@ -126,19 +110,14 @@ static int bench_init(attn_bench *b, const tune_point *p, const tune_geom *g, mx
     b->table_elems = (size_t)B * cap_blocks;
     const size_t table_all = (size_t)b->R * b->table_elems;
 
-    if (ck(cudaStreamCreateWithFlags(&b->st, cudaStreamNonBlocking), "stream", err)) return -1;
-    b->st_ok = true;
-    if (ck(cudaEventCreate(&b->ev0), "event", err)) return -1;
-    b->ev0_ok = true;
-    if (ck(cudaEventCreate(&b->ev1), "event", err)) return -1;
-    b->ev1_ok = true;
-    if (ck(cudaMalloc((void **)&b->d_q, b->n_out * 4), "alloc q", err) ||
-        ck(cudaMalloc((void **)&b->d_o, b->n_out * 4), "alloc o", err) ||
-        ck(cudaMalloc((void **)&b->d_k, pool_elems * 2), "alloc K pool", err) ||
-        ck(cudaMalloc((void **)&b->d_v, pool_elems * 2), "alloc V pool", err) ||
-        ck(cudaMalloc((void **)&b->d_table, table_all * 4), "alloc page table", err) ||
-        ck(cudaMalloc((void **)&b->d_pos, (size_t)B * 4), "alloc positions", err) ||
-        ck(cudaMalloc(&b->d_ws, ws), "alloc workspace", err))
+    if (cuda_tune_timer_init(&b->tm, err)) return -1;
+    if (cuda_tune_ck(cudaMalloc((void **)&b->d_q, b->n_out * 4), "alloc q", err) ||
+        cuda_tune_ck(cudaMalloc((void **)&b->d_o, b->n_out * 4), "alloc o", err) ||
+        cuda_tune_ck(cudaMalloc((void **)&b->d_k, pool_elems * 2), "alloc K pool", err) ||
+        cuda_tune_ck(cudaMalloc((void **)&b->d_v, pool_elems * 2), "alloc V pool", err) ||
+        cuda_tune_ck(cudaMalloc((void **)&b->d_table, table_all * 4), "alloc page table", err) ||
+        cuda_tune_ck(cudaMalloc((void **)&b->d_pos, (size_t)B * 4), "alloc positions", err) ||
+        cuda_tune_ck(cudaMalloc(&b->d_ws, ws), "alloc workspace", err))
         return -1;
     b->h_out = malloc(b->n_out * sizeof(float));
     b->h_ref = malloc(b->n_out * sizeof(float));
@@ -165,7 +144,8 @@ static int bench_init(attn_bench *b, const tune_point *p, const tune_geom *g, mx
         for (size_t i = blocks_one; i > 1; i--) { /* Fisher-Yates over the live entries */
             s = s * 6364136223846793005ull + 1442695040888963407ull;
             const size_t j = (size_t)(s >> 33) % i, x = i - 1;
-            int32_t *pi = &t[(x / nb) * cap_blocks + x % nb], *pj = &t[(j / nb) * cap_blocks + j % nb];
+            int32_t *pi = &t[(x / nb) * cap_blocks + x % nb],
+                    *pj = &t[(j / nb) * cap_blocks + j % nb];
             const int32_t tmp = *pi;
             *pi = *pj;
             *pj = tmp;
@@ -174,9 +154,12 @@ static int bench_init(attn_bench *b, const tune_point *p, const tune_geom *g, mx
     for (int bb = 0; bb < B; bb++) pos[bb] = C - 1;
     if (fill_tiled(b->d_k, pool_elems, pat, err) ||
         fill_tiled(b->d_v, pool_elems, pat + PATTERN_ELEMS, err) ||
-        ck(cudaMemcpy(b->d_table, tab, table_all * 4, cudaMemcpyHostToDevice), "table upload", err) ||
-        ck(cudaMemcpy(b->d_q, hq, b->n_out * 4, cudaMemcpyHostToDevice), "q upload", err) ||
-        ck(cudaMemcpy(b->d_pos, pos, (size_t)B * 4, cudaMemcpyHostToDevice), "pos upload", err))
+        cuda_tune_ck(cudaMemcpy(b->d_table, tab, table_all * 4, cudaMemcpyHostToDevice),
+                     "table upload", err) ||
+        cuda_tune_ck(cudaMemcpy(b->d_q, hq, b->n_out * 4, cudaMemcpyHostToDevice), "q upload",
+                     err) ||
+        cuda_tune_ck(cudaMemcpy(b->d_pos, pos, (size_t)B * 4, cudaMemcpyHostToDevice), "pos upload",
+                     err))
         goto out;
 
     cuda_paged_attn_args *a = &b->a;
@@ -196,14 +179,9 @@ static int bench_init(attn_bench *b, const tune_point *p, const tune_geom *g, mx
     a->max_seq_len = (int)(cap_blocks * bs);
     a->scale = 1.0f / sqrtf((float)D);
 
-    /* Launches per run: time one launch of the default after a warm one. */
-    b->L = 1;
-    for (int k = 0; k < 2; k++)
-        if (attn_run(b, p->default_value, err) || attn_sync(b, err)) goto out;
-    const double t0 = b->gpu_s;
-    if (attn_run(b, p->default_value, err) || attn_sync(b, err)) goto out;
-    b->L = cuda_tune_batch_launches(b->gpu_s - t0);
-    if (b->L < b->R) b->L = b->R; /* every replica in each run */
+    /* Launches per run: time one launch of the default after warm ones. */
+    const tune_candidate def = {p->default_value, b, attn_run, attn_sync, NULL};
+    if (cuda_tune_calibrate(&def, &b->tm, b->R, &b->L, err)) goto out;
     rc = 0;
 out:
     free(pat), free(tab), free(hq), free(pos);

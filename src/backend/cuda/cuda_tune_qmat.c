@@ -10,7 +10,7 @@
 
 #include "backend/cuda/cuda_be.h"
 #include "backend/cuda/cuda_ops.h"
-#include "backend/cuda/cuda_tune.h"
+#include "backend/cuda/cuda_tune_bench.h"
 #include "base/dtype.h"
 #include "base/env.h"
 
@@ -109,9 +109,7 @@ typedef struct qmat_bench {
     const cuda_tune_qmat_provider *pv;
     tune_op op;
     tune_qmat_shape shape;
-    cudaStream_t st;
-    cudaEvent_t ev0, ev1;
-    bool st_ok, ev0_ok, ev1_ok;
+    cuda_tune_timer tm; /* stream, events, the profiler's clock */
     cuda_tune_qmat_bufs r[QMAT_REPLICAS_MAX]; /* weights per replica; x and y shared */
     float *d_x;
     uint16_t *d_xb;
@@ -122,17 +120,10 @@ typedef struct qmat_bench {
     uint16_t *h_yb;
     size_t n_y;
     int L, R, def_value;
-    double gpu_s;
 } qmat_bench;
 
-static int ck(cudaError_t e, const char *what, mx_error *err) {
-    if (e == cudaSuccess) return 0;
-    cudaGetLastError();
-    return mx_fail(err, "CUDA tuner: %s: %s", what, cudaGetErrorString(e));
-}
-
 static void qb_free(qmat_bench *b) {
-    if (b->st_ok) cudaStreamSynchronize(b->st);
+    cuda_tune_timer_free(&b->tm); /* waits for the stream first */
     for (int i = 0; i < b->R; i++) {
         cudaFree((void *)b->r[i].w);
         cudaFree((void *)b->r[i].scales);
@@ -143,9 +134,6 @@ static void qb_free(qmat_bench *b) {
     /* qmm.cu's plans keep descriptors and an algorithm, not the handle: nothing to release */
     if (b->lt) cublasLtDestroy(b->lt);
     free(b->h_y), free(b->h_ref), free(b->h_yb);
-    if (b->ev0_ok) cudaEventDestroy(b->ev0);
-    if (b->ev1_ok) cudaEventDestroy(b->ev1);
-    if (b->st_ok) cudaStreamDestroy(b->st);
     cudaGetLastError();
     memset(b, 0, sizeof *b);
 }
@@ -153,35 +141,32 @@ static void qb_free(qmat_bench *b) {
 static int qb_run(void *ctx, int value, mx_error *err) {
     qmat_bench *b = ctx;
     const int v = value > 0 ? value : b->def_value; /* 0: the kernels' own default */
-    if (ck(cudaEventRecord(b->ev0, b->st), "event record", err)) return -1;
+    if (cuda_tune_timer_begin(&b->tm, err)) return -1;
     for (int i = 0; i < b->L; i++) {
-        const int rc = b->pv->launch(b->op, &b->r[i % b->R], v, b->st);
+        const int rc = b->pv->launch(b->op, &b->r[i % b->R], v, b->tm.st);
         if (rc) return mx_fail(err, "CUDA tuner: %s launch with %d: %s", tune_op_name(b->op), v,
                                cudaGetErrorString((cudaError_t)rc));
     }
-    return ck(cudaEventRecord(b->ev1, b->st), "event record", err);
+    return cuda_tune_timer_end(&b->tm, err);
 }
 
 static int qb_sync(void *ctx, mx_error *err) {
-    qmat_bench *b = ctx;
-    if (ck(cudaEventSynchronize(b->ev1), "synchronize", err)) return -1;
-    float ms = 0.f;
-    if (ck(cudaEventElapsedTime(&ms, b->ev0, b->ev1), "event time", err)) return -1;
-    b->gpu_s += ms * 1e-3;
-    return 0;
+    return cuda_tune_timer_sync(&((qmat_bench *)ctx)->tm, err);
 }
 
-static double qb_clock(void *ctx) { return ((qmat_bench *)ctx)->gpu_s; }
+static double qb_clock(void *ctx) { return ((qmat_bench *)ctx)->tm.gpu_s; }
 
 static int qb_check(void *ctx, int value, int is_default, double *rel_err, mx_error *err) {
     (void)value;
     qmat_bench *b = ctx;
     float *dst = is_default ? b->h_ref : b->h_y;
     if (b->pv->y_bf16) {
-        if (ck(cudaMemcpy(b->h_yb, b->d_y, b->n_y * 2, cudaMemcpyDeviceToHost), "y download", err))
+        if (cuda_tune_ck(cudaMemcpy(b->h_yb, b->d_y, b->n_y * 2, cudaMemcpyDeviceToHost),
+                         "y download", err))
             return -1;
         for (size_t i = 0; i < b->n_y; i++) dst[i] = mx_bf16_to_f32(b->h_yb[i]);
-    } else if (ck(cudaMemcpy(dst, b->d_y, b->n_y * 4, cudaMemcpyDeviceToHost), "y download", err)) {
+    } else if (cuda_tune_ck(cudaMemcpy(dst, b->d_y, b->n_y * 4, cudaMemcpyDeviceToHost),
+                            "y download", err)) {
         return -1;
     }
     if (is_default) {
@@ -213,7 +198,7 @@ static int qb_init(qmat_bench *b, const tune_point *p, const tune_geom *g, mx_er
     const size_t n_x = (size_t)rows * K;
     b->n_y = (size_t)rows * N;
     size_t free_b = 0, total_b = 0;
-    if (ck(cudaMemGetInfo(&free_b, &total_b), "memory info", err)) return -1;
+    if (cuda_tune_ck(cudaMemGetInfo(&free_b, &total_b), "memory info", err)) return -1;
     const size_t scratch = b->pv->scratch_bytes(p->op, &b->shape);
     const size_t lt_ws = p->op == TUNE_OP_QMM_TILE ? CU_LT_WS_BYTES : 0;
     const double fixed = n_x * 6.0 + b->n_y * 4.0 + (double)scratch + (double)lt_ws;
@@ -221,23 +206,19 @@ static int qb_init(qmat_bench *b, const tune_point *p, const tune_geom *g, mx_er
         return mx_fail(err, "m%d.n%d.k%d needs %.2f GiB, more than half of the %.2f GiB free", rows,
                        N, K, (w_bytes + fixed) / 1073741824.0, free_b / 1073741824.0);
     b->R = cuda_tune_replicas(w_bytes, QMAT_REPLICAS_MAX, free_b - fixed);
-    if (ck(cudaStreamCreateWithFlags(&b->st, cudaStreamNonBlocking), "stream", err)) return -1;
-    b->st_ok = true;
-    if (ck(cudaEventCreate(&b->ev0), "event", err)) return -1;
-    b->ev0_ok = true;
-    if (ck(cudaEventCreate(&b->ev1), "event", err)) return -1;
-    b->ev1_ok = true;
-    if (ck(cudaMalloc((void **)&b->d_x, n_x * 4), "alloc x", err) ||
-        ck(cudaMalloc((void **)&b->d_xb, n_x * 2), "alloc x", err) ||
-        ck(cudaMalloc(&b->d_y, b->n_y * 4), "alloc y", err) ||
-        ck(cudaMalloc(&b->d_scratch, scratch), "alloc kernel scratch", err))
+    if (cuda_tune_timer_init(&b->tm, err)) return -1;
+    if (cuda_tune_ck(cudaMalloc((void **)&b->d_x, n_x * 4), "alloc x", err) ||
+        cuda_tune_ck(cudaMalloc((void **)&b->d_xb, n_x * 2), "alloc x", err) ||
+        cuda_tune_ck(cudaMalloc(&b->d_y, b->n_y * 4), "alloc y", err) ||
+        cuda_tune_ck(cudaMalloc(&b->d_scratch, scratch), "alloc kernel scratch", err))
         return -1;
     if (lt_ws) {
         if (cublasLtCreate(&b->lt) != CUBLAS_STATUS_SUCCESS) {
             b->lt = NULL;
             return mx_fail(err, "CUDA tuner: cuBLASLt initialisation failed");
         }
-        if (ck(cudaMalloc(&b->d_lt_ws, lt_ws), "alloc cuBLASLt workspace", err)) return -1;
+        if (cuda_tune_ck(cudaMalloc(&b->d_lt_ws, lt_ws), "alloc cuBLASLt workspace", err))
+            return -1;
     }
     b->h_y = malloc(b->n_y * 4), b->h_ref = malloc(b->n_y * 4);
     b->h_yb = b->pv->y_bf16 ? malloc(b->n_y * 2) : NULL;
@@ -262,8 +243,8 @@ static int qb_init(qmat_bench *b, const tune_point *p, const tune_geom *g, mx_er
     }
     cuda_tune_fill_f32(hx, n_x, 1.0f, 0x2545f4914f6cdd1dull);
     for (size_t i = 0; i < n_x; i++) hxb[i] = mx_f32_to_bf16(hx[i]);
-    if (ck(cudaMemcpy(b->d_x, hx, n_x * 4, cudaMemcpyHostToDevice), "x upload", err) ||
-        ck(cudaMemcpy(b->d_xb, hxb, n_x * 2, cudaMemcpyHostToDevice), "x upload", err))
+    if (cuda_tune_ck(cudaMemcpy(b->d_x, hx, n_x * 4, cudaMemcpyHostToDevice), "x upload", err) ||
+        cuda_tune_ck(cudaMemcpy(b->d_xb, hxb, n_x * 2, cudaMemcpyHostToDevice), "x upload", err))
         goto out;
     for (int r = 0; r < b->R; r++) {
         void *w = NULL, *sc = NULL, *bi = NULL;
@@ -271,10 +252,16 @@ static int qb_init(qmat_bench *b, const tune_point *p, const tune_geom *g, mx_er
         const cudaError_t e1 = cudaMalloc(&w, w_words * 4), e2 = cudaMalloc(&sc, n_groups * 2),
                           e3 = cudaMalloc(&bi, n_groups * 2);
         q->w = w, q->scales = sc, q->biases = bi; /* freed by qb_free even on failure */
-        if (ck(e1 != cudaSuccess ? e1 : e2 != cudaSuccess ? e2 : e3, "alloc weights", err) ||
-            ck(cudaMemcpy(w, hw, w_words * 4, cudaMemcpyHostToDevice), "weight upload", err) ||
-            ck(cudaMemcpy(sc, hs, n_groups * 2, cudaMemcpyHostToDevice), "scale upload", err) ||
-            ck(cudaMemcpy(bi, hb, n_groups * 2, cudaMemcpyHostToDevice), "bias upload", err)) {
+        if (cuda_tune_ck(e1 != cudaSuccess   ? e1
+                         : e2 != cudaSuccess ? e2
+                                             : e3,
+                         "alloc weights", err) ||
+            cuda_tune_ck(cudaMemcpy(w, hw, w_words * 4, cudaMemcpyHostToDevice), "weight upload",
+                         err) ||
+            cuda_tune_ck(cudaMemcpy(sc, hs, n_groups * 2, cudaMemcpyHostToDevice), "scale upload",
+                         err) ||
+            cuda_tune_ck(cudaMemcpy(bi, hb, n_groups * 2, cudaMemcpyHostToDevice), "bias upload",
+                         err)) {
             b->R = r + 1;
             goto out;
         }
@@ -283,13 +270,8 @@ static int qb_init(qmat_bench *b, const tune_point *p, const tune_geom *g, mx_er
         q->scratch = b->d_scratch, q->scratch_bytes = scratch;
         q->lt = b->lt, q->lt_ws = b->d_lt_ws, q->lt_ws_bytes = lt_ws;
     }
-    b->L = 1;
-    for (int k = 0; k < 2; k++)
-        if (qb_run(b, 0, err) || qb_sync(b, err)) goto out;
-    const double t0 = b->gpu_s;
-    if (qb_run(b, 0, err) || qb_sync(b, err)) goto out;
-    b->L = cuda_tune_batch_launches(b->gpu_s - t0);
-    if (b->L < b->R) b->L = b->R;
+    const tune_candidate def = {0, b, qb_run, qb_sync, NULL}; /* 0: the kernels' default */
+    if (cuda_tune_calibrate(&def, &b->tm, b->R, &b->L, err)) goto out;
     rc = 0;
 out:
     free(hw), free(hs), free(hb), free(hxb), free(hx);

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_elem.h"
+#include "backend/cuda/cuda_lt.h"
 #include "backend/cuda/qkern.cuh"
 
 /* ==== Dequantize to bf16 ==== */
@@ -99,20 +100,14 @@ typedef struct qmm_plan {
     int N, K, rows;
     long ldo;
     uint32_t align_c;                     /* byte alignment of the output pointer */
-    cublasLtMatmulDesc_t op;
-    cublasLtMatrixLayout_t a, b, c;
-    cublasLtMatmulAlgo_t algo;
-    bool ok;
+    cu_lt_desc d;                         /* d.op != NULL: the slot is in use */
     unsigned long long last_use;
 } qmm_plan;
 static qmm_plan s_plans[QMM_PLANS];
 static unsigned long long s_clock;
 
 static void plan_destroy(qmm_plan *p) {
-    if (p->op) cublasLtMatmulDescDestroy(p->op);
-    if (p->a) cublasLtMatrixLayoutDestroy(p->a);
-    if (p->b) cublasLtMatrixLayoutDestroy(p->b);
-    if (p->c) cublasLtMatrixLayoutDestroy(p->c);
+    cu_lt_desc_destroy(&p->d);
     memset(p, 0, sizeof *p);
 }
 
@@ -127,44 +122,19 @@ static qmm_plan *plan_get(void *lt, int N, int K, int rows, long ldo, uint32_t a
     qmm_plan *lru = &s_plans[0];
     for (int i = 0; i < QMM_PLANS; i++) {
         qmm_plan *p = &s_plans[i];
-        if (p->op && p->lt == lt && p->N == N && p->K == K && p->rows == rows && p->ldo == ldo &&
+        if (p->d.op && p->lt == lt && p->N == N && p->K == K && p->rows == rows && p->ldo == ldo &&
             p->align_c == align_c) {
             p->last_use = ++s_clock;
             return p;
         }
-        if (!p->op || p->last_use < lru->last_use) lru = p;
+        if (!p->d.op || p->last_use < lru->last_use) lru = p;
     }
     plan_destroy(lru);
     qmm_plan *p = lru;
     p->lt = lt, p->N = N, p->K = K, p->rows = rows, p->ldo = ldo, p->align_c = align_c;
     p->last_use = ++s_clock;
-    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    cublasLtMatmulPreference_t pref = NULL;
-    int nres = 0;
-    cublasLtMatmulHeuristicResult_t res;
-    memset(&res, 0, sizeof res);
-    if (cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F) ||
-        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) ||
-        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) ||
-        cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, (uint64_t)K, (uint64_t)N, K) ||
-        cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, (uint64_t)K, (uint64_t)rows, K) ||
-        cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, (uint64_t)N, (uint64_t)rows, ldo) ||
-        cublasLtMatmulPreferenceCreate(&pref) ||
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                             &ws_bytes, sizeof ws_bytes) ||
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                             &align_c, sizeof align_c) ||
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-                                             &align_c, sizeof align_c) ||
-        cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)lt, p->op, p->a, p->b, p->c, p->c, pref,
-                                       1, &res, &nres) ||
-        nres < 1) {
-        p->ok = false;
-    } else {
-        p->algo = res.algo;
-        p->ok = true;
-    }
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    /* A = the slab (ld K); the output's alignment as measured */
+    cu_lt_desc_make(&p->d, (cublasLtHandle_t)lt, N, K, rows, K, ldo, ws_bytes, align_c);
     return p;
 }
 
@@ -219,10 +189,11 @@ extern "C" int cuda_qmm(const cuda_qmm_args *a, int tile_m, cudaStream_t st) {
         /* the output columns start inside y's rows: tell the heuristic their alignment */
         uint32_t align_c = 256;
         while (align_c > 4 && ((uintptr_t)y % align_c || (a->ldy * 4) % align_c)) align_c >>= 1;
-        qmm_plan *p = plan_get(a->lt, n, a->K, a->rows, a->ldy, align_c, a->lt_ws_bytes);
-        if (!p->ok) return (int)cudaErrorNotSupported;
-        if (cublasLtMatmul((cublasLtHandle_t)a->lt, p->op, &alpha, slab, p->a, xbf, p->b, &beta,
-                           y, p->c, y, p->c, &p->algo, a->lt_ws, a->lt_ws_bytes, st))
+        const cu_lt_desc *d = &plan_get(a->lt, n, a->K, a->rows, a->ldy, align_c,
+                                        a->lt_ws_bytes)->d;
+        if (!d->ok) return (int)cudaErrorNotSupported;
+        if (cublasLtMatmul((cublasLtHandle_t)a->lt, d->op, &alpha, slab, d->a, xbf, d->b, &beta,
+                           y, d->c, y, d->c, &d->algo, a->lt_ws, a->lt_ws_bytes, st))
             return (int)cudaErrorNotSupported;
     }
     return 0;

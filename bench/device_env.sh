@@ -1,0 +1,49 @@
+# Sourced (not run) by the GPU-machine scripts from the repository root: run_device.sh,
+# tune_device.sh (budget, libraries, binary) and run_cuda_ops.sh (find_cublaslt, runnable).
+#
+# The budget helpers read T0 (the script's start, in $SECONDS) and BUDGET (seconds);
+# device_libs reads ROOT (the repository root); device_build writes $LOG/build.log;
+# find_cublaslt runs ${PY:-python3}.
+
+# ==== Budget ====
+left() { echo $((BUDGET - (SECONDS - T0))); }
+stage() { echo "== [$((SECONDS - T0)) s] $*"; }
+# a stage never gets less than 10 s (timeout 0 would mean no limit)
+tl() { local l=$(left); [ "$l" -lt 10 ] && l=10; echo "$l"; }
+
+# ==== Libraries ====
+# cuBLASLt 13 may live in the CUDA tree or only in the Python wheels (nvidia-cublas); prints
+# its directory, or nothing.
+find_cublaslt() {
+  for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+    [ -e "$d/libcublasLt.so.13" ] && { echo "$d"; return; }
+  done
+  "${PY:-python3}" - <<'PY' 2>/dev/null
+import glob, os, site
+for p in site.getsitepackages():
+    for f in glob.glob(os.path.join(p, "nvidia", "**", "libcublasLt.so.13*"), recursive=True):
+        print(os.path.dirname(f)); raise SystemExit
+PY
+}
+
+# Sets LTDIR and puts the carried libraries (.carry/dev/lib, from pack_device.sh), cuBLASLt
+# and the CUDA tree ahead of what LD_LIBRARY_PATH held.
+device_libs() {
+  LTDIR=$(find_cublaslt)
+  export LD_LIBRARY_PATH="$ROOT/.carry/dev/lib${LTDIR:+:$LTDIR}:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+}
+
+# ==== Binaries ====
+# Whether $1 is an executable whose shared libraries all resolve here.
+runnable() { [ -x "$1" ] && ! ldd "$1" 2>/dev/null | grep -q "not found"; }
+
+# Builds the CMake targets $@ into build-dev (log: $LOG/build.log); on failure prints the
+# log's tail and returns 1.
+device_build() {
+  if cmake -S . -B build-dev -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLXCEL_CUDA=ON > "$LOG/build.log" 2>&1 &&
+     cmake --build build-dev --target "$@" -j "$(nproc)" >> "$LOG/build.log" 2>&1; then
+    return 0
+  fi
+  tail -20 "$LOG/build.log"
+  return 1
+}
