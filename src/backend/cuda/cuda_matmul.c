@@ -142,6 +142,10 @@ static void flush_lt(void) {
     for (int i = 0; i < n; i++) {
         plans[i] = lt_plan(g_cu.pend_lt.N[i], K, rows, K, g_cu.pend_lt.N[i]);
         if (!plans[i]->d.ok) { /* cannot happen after the join check; stay correct anyway */
+            if (g_cu.pend_lt.up && /* the GLU in place first: the generic GEMV reads plain x */
+                cu_ck(cuda_glu_f32((float *)g_cu.pend_lt.x, K, g_cu.pend_lt.x, K, g_cu.pend_lt.up, K,
+                                   rows, K, g_cu.pend_lt.act, g_cu.st), "glu"))
+                return;
             for (int j = 0; j < n; j++)
                 cu_ck(cuda_gemv_generic(g_cu.pend_lt.y[j], g_cu.pend_lt.N[j], g_cu.pend_lt.x, K,
                                         g_cu.pend_lt.W[j], K, g_cu.pend_lt.bias[j], rows,
