@@ -328,6 +328,49 @@ static void test_tp_tiny_gemma(void **st) {
     tiny_case(TINY_GEMMA, "tiny-gemma");
 }
 
+/* ==== KV: rank views and copy-on-write ====
+ * (The engine runs rarely reach a copy-on-write, so it is driven directly, as test_kv does.) */
+static void test_kv_rank_views(void **st) {
+    (void)st;
+    kv_cache_params p = {.storage = KV_STORAGE_PAGED, .n_layers = 1, .n_kv_heads = 4, .head_dim = 2,
+                         .ctx_size = 64, .block_size = 4, .n_blocks = 8, .prefix_cache = true,
+                         .tp_size = 2};
+    kv_cache *kv = NULL;
+    mx_error err;
+    assert_int_equal(kv_cache_new(&kv, &p, backend_cpu(), &err), 0);
+    /* rank r's pool: [32 rows, 2 heads, 2] at r * 32 * 4 floats of the layer's memory */
+    mx_tensor k0 = kv_cache_k_rank(kv, 0, 0), k1 = kv_cache_k_rank(kv, 0, 1);
+    assert_int_equal(k1.ndim, 3);
+    assert_int_equal(k1.shape[0], 32);
+    assert_int_equal(k1.shape[1], 2);
+    assert_ptr_equal(k1.data, (float *)kv_cache_k(kv, 0)->data + 32 * 4);
+    assert_ptr_equal(k0.data, kv_cache_k(kv, 0)->data);
+    int32_t toks[12];
+    for (int i = 0; i < 12; i++) toks[i] = 100 + i;
+    kv_seq a, b;
+    kv_seq_init(&a);
+    kv_seq_init(&b);
+    assert_int_equal(kv_seq_reserve(kv, &a, 10, &err), 0);
+    const int64_t row = kv_seq_row(kv, &a, 5);
+    ((float *)k0.data)[row * 4 + 3] = 11.0f;
+    ((float *)k1.data)[row * 4 + 3] = 22.0f;
+    ((float *)kv_cache_v_rank(kv, 0, 1).data)[row * 4] = 33.0f;
+    kv_seq_commit(kv, &a, toks, 10);
+    assert_int_equal(kv_seq_match_prefix(kv, &b, toks, 12), 8);
+    assert_int_equal(kv_seq_prepare_write(kv, &b, 5, 6), 0); /* shared block 1: copied */
+    const int64_t nrow = kv_seq_row(kv, &b, 5);
+    assert_true(nrow != row);
+    assert_true(((float *)k0.data)[nrow * 4 + 3] == 11.0f);
+    assert_true(((float *)k1.data)[nrow * 4 + 3] == 22.0f);
+    assert_true(((float *)kv_cache_v_rank(kv, 0, 1).data)[nrow * 4] == 33.0f);
+    kv_seq_release(kv, &a);
+    kv_seq_release(kv, &b);
+    kv_cache_free(kv);
+    /* KV heads that do not divide */
+    p.tp_size = 3;
+    assert_int_equal(kv_cache_new(&kv, &p, backend_cpu(), &err), -1);
+}
+
 /* ==== Refusals ==== */
 static void test_tp_refusals(void **st) {
     (void)st;
@@ -368,6 +411,7 @@ static void test_tp_refusals(void **st) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_collective_cpu),
+        cmocka_unit_test(test_kv_rank_views),
         cmocka_unit_test(test_tp_refusals),
         cmocka_unit_test(test_tp_tiny_llama),
         cmocka_unit_test(test_tp_tiny_gemma),
