@@ -118,10 +118,10 @@ int model_bind_tp(model **out, const model_spec *spec, model_weight_fn fn, void 
         tp_src src = {.fn = fn, .ctx = ctx, .rank = r, .n = tp_size};
         tp_vocab_range(spec->vocab_size, r, tp_size, &src.v0, &src.vn);
         int rc = model_bind_rank(&g->shards[r], spec, tp_weight, &src, be, r, tp_size, err);
-        if (rc == 0 && src.oom) {
-            model_free(g->shards[r]);
+        if (src.oom) { /* a failed copy shows up as a missing tensor: name the real cause */
+            if (rc == 0) model_free(g->shards[r]);
             g->shards[r] = NULL;
-            rc = mx_fail(err, "out of memory slicing weights for rank %d", r);
+            rc = mx_fail(err, "out of memory slicing the row-parallel weights");
         }
         if (rc) {
             for (int i = 0; i < src.n_owned; i++) free(src.owned[i]);
