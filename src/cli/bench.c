@@ -470,8 +470,10 @@ int cmd_bench(int argc, char **argv) {
         free(txt);
         json_decref(j);
     } else {
-        printf("model %s | %s | prompt %d | gen %d | copy %.1f GB/s | median of %d\n", o.model_dir,
-               dev_line, P, G, copy_gbs, o.repeat);
+        char tp[32] = ""; /* only with TP, so single-rank headers stay as they were */
+        if (o.tp_size > 1) snprintf(tp, sizeof tp, " | tp %d", o.tp_size);
+        printf("model %s | %s%s | prompt %d | gen %d | copy %.1f GB/s | median of %d\n", o.model_dir,
+               dev_line, tp, P, G, copy_gbs, o.repeat);
         printf("%6s %12s %10s %12s %12s %9s %9s %10s %9s %7s\n", "batch", "prefill t/s", "TTFT ms",
                "decode t/s", "per seq t/s", "ITL p50", "ITL p99", "mem MiB", "GB/s", "% copy");
         for (int bi = 0; bi < o.n_batches; bi++) {
