@@ -32,6 +32,7 @@ static const char *k_help =
     "\n"
     "  -m, --model DIR            checkpoint directory\n"
     "  --device cpu|cuda          compute device (default cpu)\n"
+    "  --tp-size N                tensor-parallel ranks (default 1; CPU threads only for now)\n"
     "  --prompt-tokens N          random prompt tokens per sequence (default 512)\n"
     "  --gen-tokens N             tokens generated per sequence (default 128)\n"
     "  --batch LIST               batch sizes, comma-separated (default 1,8,32)\n"
@@ -47,6 +48,7 @@ static const char *k_help =
 typedef struct bench_opts {
     const char *model_dir;
     const char *device;
+    int tp_size;
     const char *storage;
     int prompt_tokens, gen_tokens, repeat, prefill_chunk;
     int batches[BENCH_MAX_BATCHES], n_batches;
@@ -301,6 +303,7 @@ static int parse_batches(const char *s, bench_opts *o) {
 static int parse_opts(bench_opts *o, int argc, char **argv) {
     memset(o, 0, sizeof *o);
     o->device = "cpu";
+    o->tp_size = 1;
     o->storage = "auto";
     o->prompt_tokens = 512;
     o->gen_tokens = 128;
@@ -326,7 +329,8 @@ static int parse_opts(bench_opts *o, int argc, char **argv) {
         else if (!strcmp(a, "--device")) {
             bad = strcmp(v, "cpu") && strcmp(v, "cuda");
             o->device = v;
-        } else if (!strcmp(a, "--prompt-tokens")) bad = parse_pos_int(v, 1, 1 << 20, &o->prompt_tokens);
+        } else if (!strcmp(a, "--tp-size")) bad = parse_pos_int(v, 1, 64, &o->tp_size);
+        else if (!strcmp(a, "--prompt-tokens")) bad = parse_pos_int(v, 1, 1 << 20, &o->prompt_tokens);
         else if (!strcmp(a, "--gen-tokens")) bad = parse_pos_int(v, 1, 1 << 20, &o->gen_tokens);
         else if (!strcmp(a, "--repeat")) bad = parse_pos_int(v, 1, 1000, &o->repeat);
         else if (!strcmp(a, "--prefill-chunk-size")) bad = parse_pos_int(v, 1, 1 << 20, &o->prefill_chunk);
@@ -397,6 +401,11 @@ int cmd_bench(int argc, char **argv) {
     const int pr = parse_opts(&o, argc, argv);
     if (pr) return pr > 0 ? 0 : 2;
     mx_error err = {{0}};
+    if (!strcmp(o.device, "cuda") && o.tp_size > 1) {
+        fprintf(stderr, "mlxcel bench: --tp-size %d: tensor parallelism on CUDA needs NCCL across %d "
+                "GPUs: not built yet (docs/tensor-parallel.md)\n", o.tp_size, o.tp_size);
+        return 1;
+    }
     const backend_ops *be = backend_get(!strcmp(o.device, "cuda") ? MX_DEV_CUDA : MX_DEV_CPU, &err);
     if (!be) {
         fprintf(stderr, "mlxcel bench: %s\n", err.msg);
@@ -410,7 +419,7 @@ int cmd_bench(int argc, char **argv) {
     fprintf(stderr, "copy bandwidth: %.1f GB/s (read + write)\n", copy_gbs);
     model *m = NULL;
     const double tl = mx_now();
-    if (model_load(&m, o.model_dir, be, &err)) {
+    if (model_load_tp(&m, o.model_dir, be, o.tp_size, &err)) {
         fprintf(stderr, "mlxcel bench: %s\n", err.msg);
         return 1;
     }
@@ -448,6 +457,7 @@ int cmd_bench(int argc, char **argv) {
         json_object_set_new(j, "model", json_string(o.model_dir));
         json_object_set_new(j, "device", json_string(be->name));
         json_object_set_new(j, "device_info", json_string(dev_line));
+        json_object_set_new(j, "tp_size", json_integer(o.tp_size));
         json_object_set_new(j, "copy_gb_s", json_real(copy_gbs));
         json_object_set_new(j, "weight_bytes", json_integer((json_int_t)model_weight_bytes(m)));
         json_object_set_new(j, "load_s", json_real(load_s));
@@ -460,8 +470,10 @@ int cmd_bench(int argc, char **argv) {
         free(txt);
         json_decref(j);
     } else {
-        printf("model %s | %s | prompt %d | gen %d | copy %.1f GB/s | median of %d\n", o.model_dir,
-               dev_line, P, G, copy_gbs, o.repeat);
+        char tp[32] = ""; /* only with TP, so single-rank headers stay as they were */
+        if (o.tp_size > 1) snprintf(tp, sizeof tp, " | tp %d", o.tp_size);
+        printf("model %s | %s%s | prompt %d | gen %d | copy %.1f GB/s | median of %d\n", o.model_dir,
+               dev_line, tp, P, G, copy_gbs, o.repeat);
         printf("%6s %12s %10s %12s %12s %9s %9s %10s %9s %7s\n", "batch", "prefill t/s", "TTFT ms",
                "decode t/s", "per seq t/s", "ITL p50", "ITL p99", "mem MiB", "GB/s", "% copy");
         for (int bi = 0; bi < o.n_batches; bi++) {

@@ -28,6 +28,7 @@ const char *const k_gen_opts_help =
     "  --stop STR                 stop string (repeatable; needs tokenizer.json)\n"
     "  -c, --ctx-size N           tokens per sequence, prompt + output (default min(4096, model))\n"
     "  --device cpu|cuda          compute device (default cpu)\n"
+    "  --tp-size N                tensor-parallel ranks (default 1; CPU threads only for now)\n"
     "  --decode-storage-backend auto|dense|paged\n"
     "                             KV storage; auto = paged for llama, qwen3, gemma3 text\n"
     "  --prefill-chunk-size N     prompt tokens per step (default 512)\n"
@@ -43,6 +44,7 @@ void gen_opts_default(gen_opts *o) {
     o->seed = -1;
     o->repeat_last_n = 64;
     o->device = "cpu";
+    o->tp_size = 1;
     o->storage = "auto";
     o->prefill_chunk = 512;
     o->batch_size = 2048;
@@ -136,6 +138,8 @@ int gen_opts_parse(gen_opts *o, int argc, char **argv, int *i, const char *cmd) 
         NEED_VAL();
         if (strcmp(v, "cpu") && strcmp(v, "cuda")) BAD("cpu or cuda");
         o->device = v;
+    } else if (!strcmp(a, "--tp-size")) {
+        INT_OPT(o->tp_size, 1, 64, "an integer in 1..64");
     } else if (!strcmp(a, "--decode-storage-backend")) {
         NEED_VAL();
         kv_storage ks;
@@ -227,9 +231,12 @@ int gen_session_open(gen_session *s, const gen_opts *o, const char *cmd, mx_erro
     memset(s, 0, sizeof *s);
     if (!o->model_dir) return mx_fail(err, "no model: give -m DIR (see mlxcel %s --help)", cmd);
     const mx_device dev = !strcmp(o->device, "cuda") ? MX_DEV_CUDA : MX_DEV_CPU;
+    if (dev == MX_DEV_CUDA && o->tp_size > 1) /* before touching a GPU: nothing to try */
+        return mx_fail(err, "--tp-size %d: tensor parallelism on CUDA needs NCCL across %d GPUs: "
+                       "not built yet (docs/tensor-parallel.md)", o->tp_size, o->tp_size);
     s->be = backend_get(dev, err);
     if (!s->be) return -1;
-    if (model_load(&s->m, o->model_dir, s->be, err)) return -1;
+    if (model_load_tp(&s->m, o->model_dir, s->be, o->tp_size, err)) return -1;
     const model_spec *spec = model_spec_of(s->m);
     if (file_exists(o->model_dir, "tokenizer.json")) {
         if (tok_load_dir(&s->tok, o->model_dir, err)) {

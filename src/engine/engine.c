@@ -120,7 +120,8 @@ int engine_new(engine **out, model *m, const engine_params *p, mx_error *err) {
     kv_cache_params kp = {.storage = st, .n_layers = e->spec->n_layers,
                           .n_kv_heads = e->spec->n_kv_heads, .head_dim = e->spec->head_dim,
                           .ctx_size = p->ctx_size, .n_seqs = p->n_parallel,
-                          .block_size = p->block_size, .prefix_cache = p->prefix_cache};
+                          .block_size = p->block_size, .prefix_cache = p->prefix_cache,
+                          .tp_size = model_tp_size(m)};
     kp.n_blocks = p->n_kv_blocks > 0
                       ? p->n_kv_blocks
                       : p->n_parallel * ((p->ctx_size + p->block_size - 1) / p->block_size);

@@ -62,12 +62,16 @@ kv_storage kv_storage_resolve(kv_storage requested, const model_spec *spec, char
 
 /* ==== Lifecycle ==== */
 static bool paged(const kv_cache *kv) { return kv->p.storage == KV_STORAGE_PAGED; }
+static int kv_tp(const kv_cache *kv) { return kv->p.tp_size > 1 ? kv->p.tp_size : 1; }
 
 int kv_cache_new(kv_cache **out, const kv_cache_params *p, const backend_ops *be, mx_error *err) {
     if (p->storage != KV_STORAGE_DENSE && p->storage != KV_STORAGE_PAGED)
         return mx_fail(err, "kv cache: storage must be resolved to dense or paged");
     if (p->ctx_size <= 0 || p->n_layers <= 0 || p->n_kv_heads <= 0 || p->head_dim <= 0)
         return mx_fail(err, "kv cache: invalid geometry");
+    if (p->tp_size < 0 || (p->tp_size > 1 && p->n_kv_heads % p->tp_size))
+        return mx_fail(err, "kv cache: %d KV heads cannot be split across %d tensor-parallel ranks",
+                       p->n_kv_heads, p->tp_size);
     if (p->storage == KV_STORAGE_PAGED && (p->block_size <= 0 || p->n_blocks <= 0))
         return mx_fail(err, "kv cache: paged storage needs block_size > 0 and n_blocks > 0");
     if (p->storage == KV_STORAGE_DENSE && p->n_seqs <= 0)
@@ -139,6 +143,22 @@ void kv_cache_free(kv_cache *kv) {
 
 const kv_cache_params *kv_cache_params_of(const kv_cache *kv) { return &kv->p; }
 mx_tensor *kv_cache_k(kv_cache *kv, int layer) { return &kv->k[layer]; }
+
+/* ==== Tensor-parallel views ====
+ * With tp_size N the pool memory is rank-major: rank r's [n_rows, n_kv_heads / N, head_dim]
+ * block starts at r * n_rows * (n_kv_heads / N) * head_dim, so each rank's pool is contiguous
+ * for the attention op. N = 1 is the plain pool. */
+static mx_tensor rank_view(const kv_cache *kv, const mx_tensor *pool, int rank) {
+    const int n = kv_tp(kv);
+    if (n == 1) return *pool;
+    const int64_t hk = kv->p.n_kv_heads / n;
+    mx_tensor t = mx_tensor_3d((char *)pool->data + (size_t)(rank * kv->n_rows * hk * kv->p.head_dim) *
+                                                        mx_dtype_size(pool->dtype),
+                               pool->dtype, kv->n_rows, hk, kv->p.head_dim, pool->device);
+    return t;
+}
+mx_tensor kv_cache_k_rank(kv_cache *kv, int layer, int rank) { return rank_view(kv, &kv->k[layer], rank); }
+mx_tensor kv_cache_v_rank(kv_cache *kv, int layer, int rank) { return rank_view(kv, &kv->v[layer], rank); }
 mx_tensor *kv_cache_v(kv_cache *kv, int layer) { return &kv->v[layer]; }
 int kv_cache_table_block(const kv_cache *kv) { return paged(kv) ? kv->p.block_size : kv->p.ctx_size; }
 
@@ -289,10 +309,14 @@ int kv_seq_prepare_write(kv_cache *kv, kv_seq *s, int from, int to) {
         const int nb = unit_alloc(kv);
         if (nb < 0) return 1;
         for (int l = 0; l < kv->p.n_layers; l++) {
-            /* pools are shared per layer: copy rows old -> new block (same pool) */
+            /* pools are shared per layer: copy rows old -> new block (same pool), in each
+             * tensor-parallel rank's part of it */
             const int64_t src = (int64_t)old * bs, dst = (int64_t)nb * bs;
-            kv->be->kv_copy_rows(&kv->k[l], dst, src, bs);
-            kv->be->kv_copy_rows(&kv->v[l], dst, src, bs);
+            for (int r = 0; r < kv_tp(kv); r++) {
+                mx_tensor kr = kv_cache_k_rank(kv, l, r), vr = kv_cache_v_rank(kv, l, r);
+                kv->be->kv_copy_rows(&kr, dst, src, bs);
+                kv->be->kv_copy_rows(&vr, dst, src, bs);
+            }
         }
         unit_unref(kv, old);
         s->blocks[bi] = nb;

@@ -38,6 +38,8 @@ typedef struct kv_cache_params {
     int block_size;      /* paged: tokens per block */
     int n_blocks;        /* paged: pool size */
     bool prefix_cache;   /* paged: share full prompt blocks between sequences */
+    int tp_size;         /* tensor-parallel ranks sharing the pools (0 or 1: none); see
+                            kv_cache_k_rank */
 } kv_cache_params;
 
 typedef struct kv_cache kv_cache;
@@ -58,6 +60,10 @@ const kv_cache_params *kv_cache_params_of(const kv_cache *kv);
 /* Per-layer pools: [n_phys_rows, n_kv_heads, head_dim] in the backend's kv_dtype (CPU f32). */
 mx_tensor *kv_cache_k(kv_cache *kv, int layer);
 mx_tensor *kv_cache_v(kv_cache *kv, int layer);
+/* Rank r's part of a layer's pool under tensor parallelism: [n_phys_rows, n_kv_heads / tp,
+ * head_dim], contiguous (the pool memory is rank-major); with tp_size <= 1 the whole pool. */
+mx_tensor kv_cache_k_rank(kv_cache *kv, int layer, int rank);
+mx_tensor kv_cache_v_rank(kv_cache *kv, int layer, int rank);
 /* Block size as seen by attention (block_size, or ctx_size for dense). */
 int kv_cache_table_block(const kv_cache *kv);
 /* Bytes of K+V per token (all layers). */

@@ -67,6 +67,18 @@ int model_bind(model **out, const model_spec *spec, model_weight_fn fn, void *ct
                const backend_ops *be, mx_error *err);
 void model_free(model *m);
 
+/* ==== Tensor parallelism (model_tp.c, docs/tensor-parallel.md) ====
+ * tp_size ranks, each with a slice of the weights: Q/K/V and gate/up split by output rows
+ * (heads / intermediate), o_proj and down_proj by input columns followed by an all-reduce,
+ * embedding and lm_head by vocabulary rows. tp_size 1 is the plain model through the same
+ * forward. CPU only for now (ranks are threads); a CUDA backend with tp_size > 1 is refused.
+ * Needs n_heads and n_kv_heads (and intermediate_size) divisible by tp_size; MoE and
+ * MLX-quantized checkpoints are refused with tp_size > 1. */
+int model_load_tp(model **out, const char *dir, const backend_ops *be, int tp_size, mx_error *err);
+int model_bind_tp(model **out, const model_spec *spec, model_weight_fn fn, void *ctx,
+                  const backend_ops *be, int tp_size, mx_error *err);
+int model_tp_size(const model *m);
+
 const model_spec *model_spec_of(const model *m);
 const backend_ops *model_backend(const model *m);
 uint64_t model_n_params(const model *m);

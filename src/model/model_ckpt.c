@@ -27,6 +27,10 @@ static mx_tensor ckpt_weight(void *ctx, const char *name) {
 }
 
 int model_load(model **out, const char *dir, const backend_ops *be, mx_error *err) {
+    return model_load_tp(out, dir, be, 1, err);
+}
+
+int model_load_tp(model **out, const char *dir, const backend_ops *be, int tp_size, mx_error *err) {
     ckpt *c = calloc(1, sizeof *c);
     if (!c) return mx_fail(err, "out of memory");
     if (ckpt_open(c, dir, err)) {
@@ -34,7 +38,7 @@ int model_load(model **out, const char *dir, const backend_ops *be, mx_error *er
         return -1;
     }
     model *m = NULL;
-    if (model_bind(&m, &c->spec, ckpt_weight, c, be, err)) {
+    if (model_bind_tp(&m, &c->spec, ckpt_weight, c, be, tp_size, err)) {
         mx_wrap(err, "%s", dir);
         ckpt_close(c);
         free(c);

@@ -16,12 +16,13 @@ static int grow(model *m, float **p, size_t n, mx_error *err) {
     return *p ? 0 : mx_fail(err, "out of memory for %zu activations", n);
 }
 
-static int ensure_scratch(model *m, int rows, int n_out, mx_error *err) {
+int model_ensure_scratch(model *m, int rows, int n_out, mx_error *err) {
     const model_spec *s = &m->spec;
     if (rows > m->cap_rows) {
-        const size_t H = (size_t)s->hidden_size, QD = (size_t)s->n_heads * s->head_dim;
-        const size_t KD = (size_t)s->n_kv_heads * s->head_dim;
-        size_t I = (size_t)s->intermediate_size;
+        /* this rank's widths (the whole model when tp_size is 1) */
+        const size_t H = (size_t)s->hidden_size, QD = (size_t)m->hq * s->head_dim;
+        const size_t KD = (size_t)m->hkv * s->head_dim;
+        size_t I = (size_t)m->ffn;
         if ((size_t)s->moe_intermediate_size > I) I = (size_t)s->moe_intermediate_size;
         const size_t E = s->n_experts > 0 ? (size_t)s->n_experts : 1, r = (size_t)rows;
         if (grow(m, &m->x, r * H, err) || grow(m, &m->h, r * H, err) || grow(m, &m->q, r * QD, err) ||
@@ -36,12 +37,22 @@ static int ensure_scratch(model *m, int rows, int n_out, mx_error *err) {
         m->cs_host = malloc(r * (size_t)m->rot_dim * sizeof(float));
         m->inv_host = malloc(((size_t)m->rot_dim / 2 + 1) * sizeof(float));
         if (!m->cs_host || !m->inv_host) return mx_fail(err, "out of memory");
+        if (m->tp_size > 1) { /* embedding rows of tokens another rank owns stay zero */
+            free(m->zero_host);
+            m->zero_host = calloc(r * H, sizeof(float));
+            if (!m->zero_host) return mx_fail(err, "out of memory");
+        }
         m->cap_rows = rows;
     }
     if (n_out > m->cap_out) {
         if (grow(m, &m->xo, (size_t)n_out * s->hidden_size, err) ||
             grow(m, &m->lo, (size_t)n_out * s->vocab_size, err))
             return -1;
+        if (m->tp_size > 1) {
+            if (grow(m, &m->lol, (size_t)n_out * m->vn, err)) return -1;
+        } else {
+            m->lol = m->lo; /* one rank: its vocabulary slice is the whole head */
+        }
         m->cap_out = n_out;
     }
     return 0;
@@ -80,6 +91,40 @@ static void linear(const backend_ops *be, mx_tensor *out, const mx_tensor *x, co
     else be->matmul(out, x, &w->w, bias);
 }
 
+/* ==== Collectives: no-ops for one rank ==== */
+static int tp_reduce(model *m, mx_tensor *x, mx_error *err) {
+    return m->tp_size > 1 ? m->coll->all_reduce_sum(m->coll, m->tp_rank, x, err) : 0;
+}
+
+/* Vocabulary-parallel embedding: this rank writes the rows of the tokens in [v0, v0 + vn)
+ * (runs of consecutive owned tokens in one call), zeros elsewhere; the all-reduce then gives
+ * each row exactly its owner's values (x + 0 is exact). One rank owns every token: one call. */
+static int tp_embed(model *m, mx_tensor *x, const int32_t *tokens, int n, float es, mx_error *err) {
+    const backend_ops *be = m->be;
+    if (m->tp_size == 1) {
+        if (model_weight_quantized(&m->tok_embd)) be->embed_q(x, &m->tok_embd.q, tokens, n, es, false);
+        else be->embed(x, &m->tok_embd.w, tokens, n, es, false);
+        return 0;
+    }
+    be->copy_from_host(x, m->zero_host);
+    int32_t loc[64]; /* local ids of one run */
+    for (int i = 0; i < n;) {
+        if (tokens[i] < m->v0 || tokens[i] >= m->v0 + m->vn) {
+            i++;
+            continue;
+        }
+        int j = i;
+        while (j < n && j - i < 64 && tokens[j] >= m->v0 && tokens[j] < m->v0 + m->vn) {
+            loc[j - i] = tokens[j] - m->v0;
+            j++;
+        }
+        mx_tensor xr = mx_tensor_rows(x, i, j - i);
+        be->embed(&xr, &m->tok_embd.w, loc, j - i, es, false); /* TP > 1 is dense only */
+        i = j;
+    }
+    return tp_reduce(m, x, err);
+}
+
 /* ==== Forward ==== */
 /* logits (host [n_out, V]) or, for device greedy sampling, ids + logprobs (host [n_out]). */
 static int forward(model *m, kv_cache *kv, const model_batch *b, float *logits, int32_t *ids,
@@ -87,10 +132,15 @@ static int forward(model *m, kv_cache *kv, const model_batch *b, float *logits, 
     const model_spec *s = &m->spec;
     const backend_ops *be = m->be;
     const int n = b->n_rows, H = s->hidden_size, D = s->head_dim;
-    const int Hq = s->n_heads, Hkv = s->n_kv_heads, V = s->vocab_size;
+    /* this rank's heads and vocabulary slice (all of them for one rank) */
+    const int Hq = m->hq, Hkv = m->hkv, V = s->vocab_size, Vl = m->vn;
     const mx_device dev = be->device;
     if (n <= 0) return 0;
-    if (ensure_scratch(m, n, b->n_out > 0 ? b->n_out : 1, err)) return -1;
+    const kv_cache_params *kvp = kv_cache_params_of(kv);
+    if ((kvp->tp_size > 1 ? kvp->tp_size : 1) != m->tp_size)
+        return mx_fail(err, "kv cache laid out for %d tensor-parallel ranks, model has %d",
+                       kvp->tp_size > 1 ? kvp->tp_size : 1, m->tp_size);
+    if (model_ensure_scratch(m, n, b->n_out > 0 ? b->n_out : 1, err)) return -1;
 
     mx_tensor x = mx_tensor_2d(m->x, MX_F32, n, H, dev);       /* [n, H] */
     mx_tensor h = mx_tensor_2d(m->h, MX_F32, n, H, dev);       /* [n, H] */
@@ -132,11 +182,10 @@ static int forward(model *m, kv_cache *kv, const model_batch *b, float *logits, 
     int rc = 0;
     if (mode == MX_STEP_RUN) {
         const float es = s->embed_scale > 0 ? s->embed_scale : 1.0f;
-        if (model_weight_quantized(&m->tok_embd)) be->embed_q(&x, &m->tok_embd.q, b->tokens, n, es, false);
-        else be->embed(&x, &m->tok_embd.w, b->tokens, n, es, false);
+        rc = tp_embed(m, &x, b->tokens, n, es, err);
         const float eps = (float)s->rms_norm_eps, off = s->norm_offset;
 
-        for (int l = 0; l < s->n_layers; l++) {
+        for (int l = 0; l < s->n_layers && rc == 0; l++) {
             const model_layer *L = &m->layers[l];
             const bool sliding = s->sliding_window > 0 && s->layer_sliding[l];
             /* ---- attention ---- */
@@ -153,12 +202,15 @@ static int forward(model *m, kv_cache *kv, const model_batch *b, float *logits, 
                 be->rope(&q, cs, m->rot_dim);
                 be->rope(&k, cs, m->rot_dim);
             }
-            be->kv_write(kv_cache_k(kv, l), kv_cache_v(kv, l), &k, &v, &ab);
+            mx_tensor kpool = kv_cache_k_rank(kv, l, m->tp_rank), vpool = kv_cache_v_rank(kv, l, m->tp_rank);
+            be->kv_write(&kpool, &vpool, &k, &v, &ab);
             mx_attn_params ap = {.n_heads = Hq, .n_kv_heads = Hkv, .head_dim = D,
                                  .scale = s->attn_scale > 0 ? s->attn_scale : 1.0f / sqrtf((float)D),
                                  .softcap = s->attn_softcap, .window = sliding ? s->sliding_window : 0};
-            be->attention(&att, &q, kv_cache_k(kv, l), kv_cache_v(kv, l), &ab, &ap);
-            linear(be, &o, &att2, &L->wo, &L->bo);
+            be->attention(&att, &q, &kpool, &vpool, &ab, &ap);
+            /* row-parallel: partial sums over this rank's heads; the bias once, on rank 0 */
+            linear(be, &o, &att2, &L->wo, m->tp_rank == 0 ? &L->bo : NULL);
+            if ((rc = tp_reduce(m, &o, err))) break;
             if (s->sandwich_norms) be->rms_norm(&o, &o, &L->post_attn_norm, eps, off);
             be->add(&x, &o);
 
@@ -180,13 +232,14 @@ static int forward(model *m, kv_cache *kv, const model_batch *b, float *logits, 
                     break; /* step_end still runs: a device backend may be capturing */
                 }
             } else {
-                const int I = s->intermediate_size;
+                const int I = m->ffn;
                 mx_tensor g = mx_tensor_2d(m->g, MX_F32, n, I, dev);
                 mx_tensor u = mx_tensor_2d(m->u, MX_F32, n, I, dev);
                 linear(be, &g, &h, &L->w_gate, NULL);
                 linear(be, &u, &h, &L->w_up, NULL);
                 be->glu(&g, &g, &u, (int)s->act);
                 linear(be, &o, &g, &L->w_down, NULL);
+                if ((rc = tp_reduce(m, &o, err))) break; /* row-parallel down_proj */
             }
             if (s->sandwich_norms) be->rms_norm(&o, &o, &L->post_ffn_norm, eps, off);
             be->add(&x, &o);
@@ -195,11 +248,15 @@ static int forward(model *m, kv_cache *kv, const model_batch *b, float *logits, 
         /* ---- head, only for the sampled rows ---- */
         if (b->n_out > 0 && rc == 0) {
             mx_tensor xo = mx_tensor_2d(m->xo, MX_F32, b->n_out, H, dev);
-            mx_tensor lo = mx_tensor_2d(m->lo, MX_F32, b->n_out, V, dev);
+            mx_tensor lol = mx_tensor_2d(m->lol, MX_F32, b->n_out, Vl, dev); /* [n_out, vn] */
             be->gather_rows(&xo, &x, b->out_rows, b->n_out);
             be->rms_norm(&xo, &xo, &m->out_norm, eps, off);
-            linear(be, &lo, &xo, &m->lm_head, NULL);
-            if (s->final_softcap > 0) be->softcap(&lo, s->final_softcap);
+            linear(be, &lol, &xo, &m->lm_head, NULL);
+            if (s->final_softcap > 0) be->softcap(&lol, s->final_softcap);
+            if (m->tp_size > 1) { /* vocabulary-parallel head: every rank's columns into lo */
+                mx_tensor lo = mx_tensor_2d(m->lo, MX_F32, b->n_out, V, dev);
+                rc = m->coll->all_gather_cols(m->coll, m->tp_rank, &lo, &lol, m->v0, err);
+            }
         }
     }
     if (be->step_end && be->step_end(rc ? NULL : err) && rc == 0) return -1;
@@ -208,7 +265,7 @@ static int forward(model *m, kv_cache *kv, const model_batch *b, float *logits, 
         mx_tensor lo = mx_tensor_2d(m->lo, MX_F32, b->n_out, V, dev);
         if (ids) {
             if (be->greedy_rows(ids, logprobs, &lo, err)) return -1;
-        } else {
+        } else if (logits) { /* NULL on the ranks > 0 of a TP group */
             be->copy_to_host(logits, &lo);
         }
     }
@@ -216,13 +273,18 @@ static int forward(model *m, kv_cache *kv, const model_batch *b, float *logits, 
 }
 
 int model_forward(model *m, kv_cache *kv, const model_batch *b, float *logits, mx_error *err) {
+    if (m->shards) return model_tp_forward(m, kv, b, logits, err);
+    return forward(m, kv, b, logits, NULL, NULL, err);
+}
+
+int model_forward_rank(model *m, kv_cache *kv, const model_batch *b, float *logits, mx_error *err) {
     return forward(m, kv, b, logits, NULL, NULL, err);
 }
 
 int model_forward_greedy(model *m, kv_cache *kv, const model_batch *b, int32_t *ids,
                          float *logprobs, mx_error *err) {
-    if (!m->be->greedy_rows) return mx_fail(err, "backend %s has no device greedy sampling", m->be->name);
+    if (!m->be->greedy_rows || m->shards) return mx_fail(err, "backend %s has no device greedy sampling", m->be->name);
     return forward(m, kv, b, NULL, ids, logprobs, err);
 }
 
-bool model_has_device_greedy(const model *m) { return m->be->greedy_rows != NULL; }
+bool model_has_device_greedy(const model *m) { return m->be->greedy_rows != NULL && !m->shards; }

@@ -2,6 +2,7 @@
 #ifndef MLXCEL_MODEL_INTERNAL_H
 #define MLXCEL_MODEL_INTERNAL_H
 
+#include "backend/collective.h"
 #include "io/checkpoint.h"
 #include "model/model.h"
 
@@ -18,6 +19,20 @@ struct model {
     int n_lin, n_lin_q;          /* Linear/Embedding weights bound, of which quantized */
     int rot_dim;
     uint64_t n_forward;          /* step ids for mx_attn_batch */
+
+    /* ---- tensor parallelism (model_tp.c, docs/tensor-parallel.md) ----
+     * A rank model holds its slice of the weights; TP = 1 is rank 0 of 1 and takes the same
+     * forward with the collectives skipped. A TP > 1 model is a group: shards[tp_size] rank
+     * models sharing `coll`, and no weights of its own. */
+    int tp_rank, tp_size;
+    int hq, hkv, ffn;            /* this rank's query heads, KV heads, dense MLP width */
+    int v0, vn;                  /* this rank's vocabulary rows [v0, v0 + vn) */
+    mx_collective *coll;         /* NULL when tp_size == 1; owned by the group */
+    model **shards;              /* group only: [tp_size] */
+    void **tp_owned;             /* host copies of column slices (CPU upload keeps views) */
+    int n_tp_owned, cap_tp_owned;
+    float *lol;                  /* [n_out, vn] this rank's logits (TP > 1; else = lo) */
+    float *zero_host;            /* [rows, H] zeros for rows whose token another rank owns */
 
     /* ---- scratch (device), grown to cap_rows ---- */
     int cap_rows, cap_out;
@@ -37,5 +52,21 @@ struct model {
     float *cs_host;  /* [rows, rot_dim] */
     float *inv_host; /* [rot_dim / 2] */
 };
+
+/* model_load.c: one rank's model (rank 0 of 1 = the plain model). */
+int model_bind_rank(model **out, const model_spec *spec, model_weight_fn fn, void *ctx,
+                    const backend_ops *be, int rank, int tp_size, mx_error *err);
+/* model_forward.c: scratch for a step of `rows` rows and n_out logits rows. */
+int model_ensure_scratch(model *m, int rows, int n_out, mx_error *err);
+/* model_forward.c: one rank's forward (logits: only rank 0's are meaningful to the caller). */
+int model_forward_rank(model *m, kv_cache *kv, const model_batch *b, float *logits, mx_error *err);
+/* model_tp.c: a TP group's forward, one thread per rank. */
+int model_tp_forward(model *m, kv_cache *kv, const model_batch *b, float *logits, mx_error *err);
+/* Vocabulary rows of a rank: ceil(V / N) per rank, the last rank the remainder. */
+static inline void tp_vocab_range(int V, int rank, int n, int *v0, int *vn) {
+    const int c = (V + n - 1) / n;
+    *v0 = rank * c < V ? rank * c : V;
+    *vn = (*v0 + c < V ? *v0 + c : V) - *v0;
+}
 
 #endif

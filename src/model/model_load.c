@@ -282,7 +282,8 @@ static int bind_layer(binder *b, int li) {
     model *m = b->m;
     const model_spec *s = &m->spec;
     model_layer *L = &m->layers[li];
-    const int H = s->hidden_size, D = s->head_dim, QD = s->n_heads * D, KD = s->n_kv_heads * D;
+    /* this rank's slice: heads and MLP width divided by the TP degree (1 = the whole model) */
+    const int H = s->hidden_size, D = s->head_dim, QD = m->hq * D, KD = m->hkv * D;
     if (bind(b, &L->attn_norm, true, H, 0, "layers.%d.input_layernorm.weight", li, -1) ||
         bind_lin(b, &L->wq, true, QD, H, "layers.%d.self_attn.q_proj.weight", li, -1, false) ||
         bind_lin(b, &L->wk, true, KD, H, "layers.%d.self_attn.k_proj.weight", li, -1, false) ||
@@ -305,7 +306,7 @@ static int bind_layer(binder *b, int li) {
     }
     L->moe = s->n_experts > 0 && !s->layer_dense_mlp[li];
     if (L->moe) return bind_experts(b, L, li);
-    const int I = s->intermediate_size;
+    const int I = m->ffn;
     return bind_lin(b, &L->w_gate, true, I, H, "layers.%d.mlp.gate_proj.weight", li, -1, false) ||
                    bind_lin(b, &L->w_up, true, I, H, "layers.%d.mlp.up_proj.weight", li, -1, false) ||
                    bind_lin(b, &L->w_down, true, H, I, "layers.%d.mlp.down_proj.weight", li, -1, false)
@@ -316,11 +317,24 @@ static int bind_layer(binder *b, int li) {
 /* ==== Entry points ==== */
 int model_bind(model **out, const model_spec *spec, model_weight_fn fn, void *ctx,
                const backend_ops *be, mx_error *err) {
+    return model_bind_rank(out, spec, fn, ctx, be, 0, 1, err);
+}
+
+/* One rank's model; fn returns that rank's slices (model_tp.c), or whole tensors for 1 rank.
+ * The divisibility of heads / width by tp_size is checked by the caller. */
+int model_bind_rank(model **out, const model_spec *spec, model_weight_fn fn, void *ctx,
+                    const backend_ops *be, int rank, int tp_size, mx_error *err) {
     model *m = calloc(1, sizeof *m);
     if (!m) return mx_fail(err, "out of memory");
     m->spec = *spec;
     m->be = be;
     const model_spec *s = &m->spec;
+    m->tp_rank = rank;
+    m->tp_size = tp_size;
+    m->hq = s->n_heads / tp_size;
+    m->hkv = s->n_kv_heads / tp_size;
+    m->ffn = s->intermediate_size / tp_size;
+    tp_vocab_range(s->vocab_size, rank, tp_size, &m->v0, &m->vn);
     if (s->n_layers <= 0 || s->n_layers > MX_MAX_LAYERS || s->n_heads <= 0 || s->n_kv_heads <= 0 ||
         s->n_heads % s->n_kv_heads || s->head_dim <= 0 || s->hidden_size <= 0 || s->vocab_size <= 0) {
         mx_fail(err, "model spec: inconsistent shapes (layers %d, heads %d/%d, head_dim %d)",
@@ -340,7 +354,7 @@ int model_bind(model **out, const model_spec *spec, model_weight_fn fn, void *ct
         b.prefix = prefixes[i];
         if (find(&b, "embed_tokens.weight", -1, -1).data) break;
     }
-    const int H = s->hidden_size, V = s->vocab_size;
+    const int H = s->hidden_size, V = m->vn; /* this rank's vocabulary rows */
     if (bind_lin(&b, &m->tok_embd, true, V, H, "embed_tokens.weight", -1, -1, true) ||
         bind(&b, &m->out_norm, true, H, 0, "norm.weight", -1, -1))
         goto fail;
@@ -373,6 +387,17 @@ fail:
 
 void model_free(model *m) {
     if (!m) return;
+    if (m->shards) { /* a TP group: the ranks hold the weights, the group the checkpoint */
+        for (int r = 0; r < m->tp_size; r++) model_free(m->shards[r]);
+        free(m->shards);
+        if (m->coll) m->coll->destroy(m->coll);
+        if (m->ck && m->ck_free) m->ck_free(m->ck);
+        free(m);
+        return;
+    }
+    for (int i = 0; i < m->n_tp_owned; i++) free(m->tp_owned[i]);
+    free(m->tp_owned);
+    free(m->zero_host);
     for (int l = 0; m->layers && l < m->spec.n_layers; l++) {
         free(m->layers[l].exp_gate);
         free(m->layers[l].exp_up);
@@ -384,7 +409,7 @@ void model_free(model *m) {
     free(m->layers);
     const backend_ops *be = m->be;
     float *bufs[] = {m->x, m->h, m->q, m->k, m->v, m->att, m->o, m->g, m->u, m->rl,
-                     m->cs_glob, m->cs_loc, m->xo, m->lo};
+                     m->cs_glob, m->cs_loc, m->xo, m->lo, m->tp_size > 1 ? m->lol : NULL};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->free(bufs[i]);
     free(m->cs_host);
