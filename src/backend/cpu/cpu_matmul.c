@@ -331,14 +331,19 @@ static const kernel_set *kernels_for(cpu_isa isa) {
     return &k_scalar;
 }
 
+/* Detected once (pthread_once: tensor-parallel rank threads may ask at the same time). */
+static cpu_isa g_best = CPU_ISA_AUTO;
+static pthread_once_t g_best_once = PTHREAD_ONCE_INIT;
+static void detect_best(void) {
+    g_best = cpu_isa_supported(CPU_ISA_AVX512) ? CPU_ISA_AVX512
+             : cpu_isa_supported(CPU_ISA_AVX2) ? CPU_ISA_AVX2
+                                               : CPU_ISA_SCALAR;
+}
+
 cpu_isa cpu_matmul_isa(void) {
-    static cpu_isa best = CPU_ISA_AUTO;
     if (g_forced != CPU_ISA_AUTO) return g_forced;
-    if (best == CPU_ISA_AUTO)
-        best = cpu_isa_supported(CPU_ISA_AVX512) ? CPU_ISA_AVX512
-               : cpu_isa_supported(CPU_ISA_AVX2) ? CPU_ISA_AVX2
-                                                 : CPU_ISA_SCALAR;
-    return best;
+    pthread_once(&g_best_once, detect_best);
+    return g_best;
 }
 
 int cpu_matmul_force_isa(cpu_isa isa) {
