@@ -21,6 +21,7 @@
  * AVX-512 and AVX2 alike) and is not done. */
 #include <math.h>
 #include <omp.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
