@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "engine/engine.h"
+#include "engine_collect.h"
 
 #define MAX_CASES 8
 #define MAX_TOK 256
@@ -41,47 +42,8 @@ typedef struct gcase {
     float *logits;       /* [vocab] reference */
 } gcase;
 
-typedef struct collect {
-    int64_t ids[MAX_CASES];
-    int32_t toks[MAX_CASES][MAX_TOK];
-    int n[MAX_CASES];
-    float *first_logits[MAX_CASES];
-    int vocab;
-    int n_cached[MAX_CASES];
-    engine_finish why[MAX_CASES];
-} collect;
-
-static int slot_of(collect *c, int64_t id) {
-    for (int i = 0; i < MAX_CASES; i++)
-        if (c->ids[i] == id) return i;
-    return -1;
-}
-
-static int cb_token(void *u, int64_t id, int32_t t, float lp) {
-    (void)lp;
-    collect *c = u;
-    const int i = slot_of(c, id);
-    if (i >= 0 && c->n[i] < MAX_TOK) c->toks[i][c->n[i]++] = t;
-    return 0;
-}
-
-static void cb_logits(void *u, int64_t id, const float *lg, int vocab) {
-    collect *c = u;
-    const int i = slot_of(c, id);
-    if (i >= 0 && !c->first_logits[i]) {
-        c->first_logits[i] = malloc((size_t)vocab * sizeof(float));
-        memcpy(c->first_logits[i], lg, (size_t)vocab * sizeof(float));
-    }
-}
-
-static void cb_finish(void *u, int64_t id, engine_finish why, const engine_seq_stats *st) {
-    collect *c = u;
-    const int i = slot_of(c, id);
-    if (i >= 0) {
-        c->why[i] = why;
-        c->n_cached[i] = st->n_cached;
-    }
-}
+typedef ec_collect collect;
+_Static_assert(MAX_CASES == EC_MAX_SEQ && MAX_TOK == EC_MAX_TOK, "collect sizes");
 
 typedef struct variant {
     const char *label;
@@ -109,8 +71,8 @@ static void run_variant(model *m, const gcase *cs, int n_cases, const variant *v
     assert_int_equal(engine_new(&e, m, &p, &err), 0);
     for (int i = 0; i < n_cases; i++) {
         engine_request r = {.prompt = cs[i].prompt, .n_prompt = cs[i].n_prompt,
-                            .max_tokens = cs[i].n_want, .ignore_eos = true, .on_token = cb_token,
-                            .on_finish = cb_finish, .on_logits = cb_logits, .user = c};
+                            .max_tokens = cs[i].n_want, .ignore_eos = true, .on_token = ec_on_token,
+                            .on_finish = ec_on_finish, .on_logits = ec_on_logits, .user = c};
         sampling_params_default(&r.sampling);
         r.sampling.temperature = 0.0f;
         if (v->prefix_rerun) { /* cold run first, not collected */

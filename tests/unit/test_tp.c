@@ -22,6 +22,7 @@
 
 #include "backend/collective.h"
 #include "engine/engine.h"
+#include "engine_collect.h"
 #include "tiny_model.h"
 
 /* ==== Collective ==== */
@@ -89,33 +90,8 @@ static void test_collective_cpu(void **st) {
 #define MAXC 8
 #define MAXT 256
 
-typedef struct run_out {
-    int64_t ids[MAXC];
-    int32_t toks[MAXC][MAXT];
-    int n[MAXC];
-    float *first[MAXC];
-} run_out;
-
-static int slot(run_out *o, int64_t id) {
-    for (int i = 0; i < MAXC; i++)
-        if (o->ids[i] == id) return i;
-    return -1;
-}
-static int on_tok(void *u, int64_t id, int32_t t, float lp) {
-    (void)lp;
-    run_out *o = u;
-    const int i = slot(o, id);
-    if (i >= 0 && o->n[i] < MAXT) o->toks[i][o->n[i]++] = t;
-    return 0;
-}
-static void on_logits(void *u, int64_t id, const float *lg, int vocab) {
-    run_out *o = u;
-    const int i = slot(o, id);
-    if (i >= 0 && !o->first[i]) {
-        o->first[i] = malloc((size_t)vocab * sizeof(float));
-        memcpy(o->first[i], lg, (size_t)vocab * sizeof(float));
-    }
-}
+typedef ec_collect run_out;
+_Static_assert(MAXC == EC_MAX_SEQ && MAXT == EC_MAX_TOK, "collect sizes");
 
 typedef struct variant {
     const char *label;
@@ -150,7 +126,7 @@ static void run(model *m, int32_t (*prompts)[MAXT], const int *np, const int *nw
     if (engine_new(&e, m, &p, &err)) fail_msg("engine_new: %s", err.msg);
     for (int i = 0; i < nc; i++) {
         engine_request r = {.prompt = prompts[i], .n_prompt = np[i], .max_tokens = nw[i],
-                            .ignore_eos = true, .on_token = on_tok, .on_logits = on_logits, .user = o};
+                            .ignore_eos = true, .on_token = ec_on_token, .on_logits = ec_on_logits, .user = o};
         sampling_params_default(&r.sampling);
         r.sampling.temperature = 0.0f;
         if (v->prefix_rerun) {
@@ -166,7 +142,7 @@ static void run(model *m, int32_t (*prompts)[MAXT], const int *np, const int *nw
 }
 
 static void free_out(run_out *o) {
-    for (int i = 0; i < MAXC; i++) free(o->first[i]);
+    for (int i = 0; i < MAXC; i++) free(o->first_logits[i]);
 }
 
 static double rel_err(const float *a, const float *ref, int n) {
@@ -194,11 +170,11 @@ static int compare_tp(const char *name, model *base, model *tp, int tpn, int32_t
                         k_vars[v].label, i);
                 bad++;
             }
-            if (!a.first[i] || !b.first[i]) {
+            if (!a.first_logits[i] || !b.first_logits[i]) {
                 bad++;
                 continue;
             }
-            const double re = rel_err(b.first[i], a.first[i], V);
+            const double re = rel_err(b.first_logits[i], a.first_logits[i], V);
             if (re > 1e-5) {
                 fprintf(stderr, "  %s TP=%d [%s] prompt %d: logits rel err %.3g > 1e-5\n", name, tpn,
                         k_vars[v].label, i, re);
