@@ -1,14 +1,19 @@
 /* What the engine streams back, per sequence (tests only): generated tokens, the first
  * sampled position's logits, the finish reason and cached-prefix length. Used by the golden
- * and tensor-parallel tests through the engine's on_token / on_logits / on_finish callbacks. */
+ * and tensor-parallel tests through the engine's on_token / on_logits / on_finish callbacks,
+ * and the engine runs that fill it. */
 #ifndef MLXCEL_TESTS_ENGINE_COLLECT_H
 #define MLXCEL_TESTS_ENGINE_COLLECT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/engine.h"
+#include "model/model.h"
+
+/* cmocka's fail_msg must be visible (include <cmocka.h> first) */
 
 #define EC_MAX_SEQ 8
 #define EC_MAX_TOK 256
@@ -53,6 +58,51 @@ static inline void ec_on_finish(void *u, int64_t id, engine_finish why, const en
         c->why[i] = why;
         c->n_cached[i] = st->n_cached;
     }
+}
+
+/* How a run drives the engine: KV storage, prefill chunk, block size, all sequences in one
+ * batch or one engine run each, and a prefix-cache rerun (each prompt runs twice on one
+ * engine; the second, cache-hit run is the one collected). */
+typedef struct ec_variant {
+    const char *label;
+    kv_storage storage;
+    int chunk, block;
+    bool batched, prefix_rerun;
+} ec_variant;
+
+/* Greedy (temperature 0, EOS ignored) runs of n prompts under variant v, ctx 160, into c. */
+static inline void ec_run(model *m, const int32_t *const *prompts, const int *n_prompt,
+                          const int *max_tokens, int n, const ec_variant *v, ec_collect *c) {
+    memset(c, 0, sizeof *c);
+    for (int i = 0; i < EC_MAX_SEQ; i++) c->ids[i] = -1;
+    c->vocab = model_spec_of(m)->vocab_size;
+    engine_params p;
+    engine_params_default(&p, model_spec_of(m));
+    p.ctx_size = 160;
+    p.storage = v->storage;
+    p.prefill_chunk = v->chunk;
+    p.block_size = v->block;
+    p.n_parallel = v->batched ? n : 1;
+    p.prefix_cache = v->prefix_rerun;
+    engine *e = NULL;
+    mx_error err;
+    if (engine_new(&e, m, &p, &err)) fail_msg("engine_new: %s", err.msg);
+    for (int i = 0; i < n; i++) {
+        engine_request r = {.prompt = prompts[i], .n_prompt = n_prompt[i], .max_tokens = max_tokens[i],
+                            .ignore_eos = true, .on_token = ec_on_token, .on_finish = ec_on_finish,
+                            .on_logits = ec_on_logits, .user = c};
+        sampling_params_default(&r.sampling);
+        r.sampling.temperature = 0.0f;
+        if (v->prefix_rerun) { /* cold run first, not collected */
+            if (engine_submit(e, &r, &err) < 0) fail_msg("submit: %s", err.msg);
+            if (engine_run(e, &err)) fail_msg("engine_run: %s", err.msg);
+        }
+        c->ids[i] = engine_submit(e, &r, &err);
+        if (c->ids[i] < 0) fail_msg("submit: %s", err.msg);
+        if (!v->batched && engine_run(e, &err)) fail_msg("engine_run: %s", err.msg);
+    }
+    if (engine_run(e, &err)) fail_msg("engine_run: %s", err.msg);
+    engine_free(e);
 }
 
 static inline void ec_free(ec_collect *c) {

@@ -45,46 +45,14 @@ typedef struct gcase {
 typedef ec_collect collect;
 _Static_assert(MAX_CASES == EC_MAX_SEQ && MAX_TOK == EC_MAX_TOK, "collect sizes");
 
-typedef struct variant {
-    const char *label;
-    kv_storage storage;
-    int chunk, block;
-    bool batched, prefix_rerun;
-} variant;
+typedef ec_variant variant;
 
-/* Runs the cases (batched together or one engine run each); on prefix_rerun each case runs
- * twice on one engine and the second (cache-hit) run is collected. */
+/* Runs the cases (batched together or one engine run each; see ec_run). */
 static void run_variant(model *m, const gcase *cs, int n_cases, const variant *v, collect *c) {
-    memset(c, 0, sizeof *c);
-    for (int i = 0; i < MAX_CASES; i++) c->ids[i] = -1;
-    c->vocab = model_spec_of(m)->vocab_size;
-    engine_params p;
-    engine_params_default(&p, model_spec_of(m));
-    p.ctx_size = 160;
-    p.storage = v->storage;
-    p.prefill_chunk = v->chunk;
-    p.block_size = v->block;
-    p.n_parallel = v->batched ? n_cases : 1;
-    p.prefix_cache = v->prefix_rerun;
-    engine *e = NULL;
-    mx_error err;
-    assert_int_equal(engine_new(&e, m, &p, &err), 0);
-    for (int i = 0; i < n_cases; i++) {
-        engine_request r = {.prompt = cs[i].prompt, .n_prompt = cs[i].n_prompt,
-                            .max_tokens = cs[i].n_want, .ignore_eos = true, .on_token = ec_on_token,
-                            .on_finish = ec_on_finish, .on_logits = ec_on_logits, .user = c};
-        sampling_params_default(&r.sampling);
-        r.sampling.temperature = 0.0f;
-        if (v->prefix_rerun) { /* cold run first, not collected */
-            assert_true(engine_submit(e, &r, &err) >= 0);
-            assert_int_equal(engine_run(e, &err), 0);
-        }
-        c->ids[i] = engine_submit(e, &r, &err);
-        if (c->ids[i] < 0) fail_msg("submit: %s", err.msg);
-        if (!v->batched) assert_int_equal(engine_run(e, &err), 0);
-    }
-    assert_int_equal(engine_run(e, &err), 0);
-    engine_free(e);
+    const int32_t *pr[MAX_CASES];
+    int np[MAX_CASES], nw[MAX_CASES];
+    for (int i = 0; i < n_cases; i++) pr[i] = cs[i].prompt, np[i] = cs[i].n_prompt, nw[i] = cs[i].n_want;
+    ec_run(m, pr, np, nw, n_cases, v, c);
 }
 
 static void free_collect(collect *c) {

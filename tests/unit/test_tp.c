@@ -93,12 +93,7 @@ static void test_collective_cpu(void **st) {
 typedef ec_collect run_out;
 _Static_assert(MAXC == EC_MAX_SEQ && MAXT == EC_MAX_TOK, "collect sizes");
 
-typedef struct variant {
-    const char *label;
-    kv_storage storage;
-    int chunk, block;
-    bool batched, prefix_rerun;
-} variant;
+typedef ec_variant variant;
 
 static const variant k_vars[] = {
     {"paged", KV_STORAGE_PAGED, 512, 16, false, false},
@@ -111,34 +106,9 @@ static const variant k_vars[] = {
 
 static void run(model *m, int32_t (*prompts)[MAXT], const int *np, const int *nw, int nc,
                 const variant *v, run_out *o) {
-    memset(o, 0, sizeof *o);
-    for (int i = 0; i < MAXC; i++) o->ids[i] = -1;
-    engine_params p;
-    engine_params_default(&p, model_spec_of(m));
-    p.ctx_size = 160;
-    p.storage = v->storage;
-    p.prefill_chunk = v->chunk;
-    p.block_size = v->block;
-    p.n_parallel = v->batched ? nc : 1;
-    p.prefix_cache = v->prefix_rerun;
-    engine *e = NULL;
-    mx_error err;
-    if (engine_new(&e, m, &p, &err)) fail_msg("engine_new: %s", err.msg);
-    for (int i = 0; i < nc; i++) {
-        engine_request r = {.prompt = prompts[i], .n_prompt = np[i], .max_tokens = nw[i],
-                            .ignore_eos = true, .on_token = ec_on_token, .on_logits = ec_on_logits, .user = o};
-        sampling_params_default(&r.sampling);
-        r.sampling.temperature = 0.0f;
-        if (v->prefix_rerun) {
-            assert_true(engine_submit(e, &r, &err) >= 0);
-            if (engine_run(e, &err)) fail_msg("engine_run: %s", err.msg);
-        }
-        o->ids[i] = engine_submit(e, &r, &err);
-        if (o->ids[i] < 0) fail_msg("submit: %s", err.msg);
-        if (!v->batched && engine_run(e, &err)) fail_msg("engine_run: %s", err.msg);
-    }
-    if (engine_run(e, &err)) fail_msg("engine_run: %s", err.msg);
-    engine_free(e);
+    const int32_t *pr[MAXC];
+    for (int i = 0; i < nc; i++) pr[i] = prompts[i];
+    ec_run(m, pr, np, nw, nc, v, o);
 }
 
 static void free_out(run_out *o) {
