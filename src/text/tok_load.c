@@ -478,6 +478,16 @@ static json_t *js_value(tk_jscan *s, mx_error *err) {
     return v;
 }
 
+/* obj[key] = the JSON value at the scanner (key copied first: parsing reuses its buffer). */
+static int set_member(json_t *obj, tk_jscan *s, const char *key) {
+    char *k = strdup(key);
+    if (!k) return mx_fail(s->err, "out of memory");
+    json_t *v = js_value(s, s->err);
+    if (v) json_object_set_new(obj, k, v);
+    free(k);
+    return v ? 0 : -1;
+}
+
 static int scan_vocab(tk_jscan *s, tk_bpe *b, tk_buf *key) {
     if (tk_js_expect(s, '{')) return -1;
     tk_map_init(&b->vocab, 1 << 15);
@@ -533,28 +543,14 @@ static json_t *scan_root(tokenizer *t, tk_jscan *s, tk_model_src *src) {
                 } else if (!strcmp(key.p, "merges") && tk_js_peek(s) == '[' && !src->merges_done) {
                     if (scan_merges(s, src, &key)) goto fail;
                     src->merges_done = true;
-                } else {
-                    char *k = strdup(key.p);
-                    json_t *v = js_value(s, s->err);
-                    if (!v) {
-                        free(k);
-                        goto fail;
-                    }
-                    json_object_set_new(model, k, v);
-                    free(k);
+                } else if (set_member(model, s, key.p)) {
+                    goto fail;
                 }
             }
             if (mr < 0) goto fail;
             json_object_set(root, "model", model);
-        } else {
-            char *k = strdup(key.p);
-            json_t *v = js_value(s, s->err);
-            if (!v) {
-                free(k);
-                goto fail;
-            }
-            json_object_set_new(root, k, v);
-            free(k);
+        } else if (set_member(root, s, key.p)) {
+            goto fail;
         }
     }
     if (r < 0) goto fail;
