@@ -7,20 +7,7 @@ set -uo pipefail
 FAKE=$1
 MLXCEL=$2
 HERE=$(cd "$(dirname "$0")" && pwd)
-TMP=$(mktemp -d)
-PIDS=()
-PASS=0
-FAIL=0
-
-cleanup() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
-    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
-    rm -rf "$TMP"
-}
-trap cleanup EXIT
-
-ok() { PASS=$((PASS + 1)); }
-bad() { FAIL=$((FAIL + 1)); echo "FAIL: $*"; }
+. "$HERE/lib.sh"
 expect() { # expect DESCRIPTION COMMAND... : command must succeed
     local what=$1; shift
     if "$@"; then ok; else bad "$what"; fi
@@ -47,7 +34,6 @@ req() {
     CODE=${BODY##*$'\n'}
     BODY=${BODY%$'\n'*}
 }
-jq_() { node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>{const o=JSON.parse(s);console.log(String(eval(process.argv[1])))})' "$1"; }
 # err_case DESC EXPECTED_STATUS METHOD PATH BODY [PARAM_SUBSTRING]
 err_case() {
     local what=$1 want=$2 m=$3 p=$4 d=$5 sub=${6:-}

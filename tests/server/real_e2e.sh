@@ -13,20 +13,7 @@ set -uo pipefail
 MLXCEL=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 HERE=$(cd "$(dirname "$0")" && pwd)
 SRC=$(cd "$HERE/../.." && pwd)
-TMP=$(mktemp -d)
-PIDS=()
-PASS=0
-FAIL=0
-
-cleanup() {
-    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
-    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null; done
-    rm -rf "$TMP"
-}
-trap cleanup EXIT
-ok() { PASS=$((PASS + 1)); }
-bad() { FAIL=$((FAIL + 1)); echo "FAIL: $*"; }
-jq_() { node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>{const o=JSON.parse(s);console.log(String(eval(process.argv[1])))})' "$1"; }
+. "$HERE/lib.sh"
 req() { # req METHOD PATH [BODY] -> CODE, BODY
     local m=$1 p=$2 d=${3:-}
     if [ -n "$d" ]; then
