@@ -226,4 +226,18 @@ __attribute__((unused)) static bool qe_same(const qe_run *x, int a, const qe_run
            !memcmp(x->logits[a], y->logits[b], (size_t)QE_MAX_GEN * x->vocab * sizeof(float));
 }
 
+/* cmocka group setup / teardown: a fresh g_tmp directory, removed afterwards. */
+static int qe_setup(void **st) {
+    (void)st;
+    snprintf(g_tmp, sizeof g_tmp, "/tmp/mlxcel_qtest_XXXXXX");
+    return mkdtemp(g_tmp) ? 0 : -1;
+}
+
+static int qe_teardown(void **st) {
+    (void)st;
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
+    return system(cmd) ? -1 : 0;
+}
+
 #endif

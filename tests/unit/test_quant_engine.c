@@ -348,24 +348,11 @@ static void test_batch_invariance(void **st) {
     check_invariance(q);
 }
 
-static int setup(void **st) {
-    (void)st;
-    snprintf(g_tmp, sizeof g_tmp, "/tmp/mlxcel_qengine_XXXXXX");
-    return mkdtemp(g_tmp) ? 0 : -1;
-}
-
-static int teardown(void **st) {
-    (void)st;
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
-    return system(cmd) ? -1 : 0;
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fixtures),         cmocka_unit_test(test_golden_models),
         cmocka_unit_test(test_synthetic),        cmocka_unit_test(test_mixed_overrides),
         cmocka_unit_test(test_batch_invariance),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, qe_setup, qe_teardown);
 }

@@ -171,20 +171,7 @@ static void test_quant_parity(void **st) {
     fprintf(stderr, "quant parity: %d checkpoints, %d cases against transformers\n", n_dirs, n_cases);
 }
 
-static int setup(void **st) {
-    (void)st;
-    snprintf(g_tmp, sizeof g_tmp, "/tmp/mlxcel_qparity_XXXXXX");
-    return mkdtemp(g_tmp) ? 0 : -1;
-}
-
-static int teardown(void **st) {
-    (void)st;
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
-    return system(cmd) ? -1 : 0;
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_quant_parity)};
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, qe_setup, qe_teardown);
 }
