@@ -161,6 +161,13 @@ for shape in $SHAPES; do
     timeout "$(tl)" "$MLX" compare -m "$qdir" --ref "$dir" --prompt-ids "$ids" -n 256 --device cuda \
       --json > "$RES/$shape.$qt.compare.json" 2> "$LOG/$shape.$qt.compare.log"
     cat "$RES/$shape.$qt.compare.json"
+    NCUQ=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+    if [ "${PROFILE:-0}" = 1 ] && [ -n "$NCUQ" ] && [ "$(left)" -gt 120 ]; then
+      stage "$shape $qt: ncu kernel times (decode B=1)"
+      timeout 60 "$NCUQ" --clock-control none --metrics gpu__time_duration.sum --csv "$MLX" generate \
+        -m "$qdir" --device cuda --prompt-ids "$ids" -n 4 --temp 0 --ignore-eos > "$LOG/$shape.$qt.ncu1.csv" 2>/dev/null
+      "$PY" bench/ncu_summary.py "$LOG/$shape.$qt.ncu1.csv" | tee "$RES/$shape.$qt.ncu_b1.txt" | head -14
+    fi
     [ "${KEEP:-0}" = 1 ] || rm -rf "$qdir"
     echo "$shape $qt" >> "$RES/quant.list"
   done
