@@ -38,6 +38,9 @@ static const char *k_help =
     "  --batch LIST               batch sizes, comma-separated (default 1,8,32)\n"
     "  --repeat N                 runs per batch size; medians are reported (default 3)\n"
     "  --prefill-chunk-size N     prompt rows per sequence per step (default: the prompt length)\n"
+    "  -b, --batch-tokens N       token rows per step (default: every prompt of the batch in one\n"
+    "                             step, up to 16384 rows, so decode runs with all B sequences in\n"
+    "                             lockstep, as llama-batched-bench measures it; at least 2048)\n"
     "  --decode-storage-backend auto|dense|paged   KV storage (default auto)\n"
     "  --seed S                   seed of the random prompts (default 1)\n"
     "  --json                     one JSON object on stdout instead of the table\n"
@@ -50,7 +53,7 @@ typedef struct bench_opts {
     const char *device;
     int tp_size;
     const char *storage;
-    int prompt_tokens, gen_tokens, repeat, prefill_chunk;
+    int prompt_tokens, gen_tokens, repeat, prefill_chunk, batch_tokens;
     int batches[BENCH_MAX_BATCHES], n_batches;
     unsigned long long seed;
     bool json;
@@ -181,7 +184,14 @@ static engine *bench_engine(const bench_opts *o, model *m, int B, int P, int G, 
     ep.n_parallel = B;
     ep.ctx_size = (P + G + 1 + 15) / 16 * 16; /* whole 16-token chunks (dense slots too) */
     ep.prefill_chunk = o->prefill_chunk > 0 ? o->prefill_chunk : (P < 8192 ? P : 8192);
-    ep.max_batch_tokens = ep.prefill_chunk > 2048 ? ep.prefill_chunk : 2048;
+    /* Every prompt prefilled before the first decode step (llama-batched-bench's S_PP then S_TG):
+     * with a smaller budget the prompts would be staggered and the decode window would mix
+     * batch sizes, measuring the scheduler's interleaving rather than B-row decode. */
+    long all = (long)B * ep.prefill_chunk;
+    if (all > 16384) all = 16384;
+    ep.max_batch_tokens = o->batch_tokens > 0 ? o->batch_tokens : (int)all;
+    if (ep.max_batch_tokens < ep.prefill_chunk) ep.max_batch_tokens = ep.prefill_chunk;
+    if (ep.max_batch_tokens < 2048) ep.max_batch_tokens = 2048;
     ep.prefix_cache = false;
     kv_storage_parse(o->storage, &ep.storage);
     engine *e = NULL;
@@ -334,6 +344,8 @@ static int parse_opts(bench_opts *o, int argc, char **argv) {
         else if (!strcmp(a, "--gen-tokens")) bad = parse_pos_int(v, 1, 1 << 20, &o->gen_tokens);
         else if (!strcmp(a, "--repeat")) bad = parse_pos_int(v, 1, 1000, &o->repeat);
         else if (!strcmp(a, "--prefill-chunk-size")) bad = parse_pos_int(v, 1, 1 << 20, &o->prefill_chunk);
+        else if (!strcmp(a, "-b") || !strcmp(a, "--batch-tokens"))
+            bad = parse_pos_int(v, 1, 1 << 20, &o->batch_tokens);
         else if (!strcmp(a, "--batch")) bad = parse_batches(v, o);
         else if (!strcmp(a, "--decode-storage-backend")) {
             kv_storage ks;
