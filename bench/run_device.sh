@@ -11,6 +11,7 @@
 #                                        (qwen3-30b-a3b is 61 GB: run it alone; ~6 min)
 #   BATCH=1,8,32  REPEAT=3  PROMPT=512  GEN=128  PREFILL_LONG=2048
 #   SKIP_TESTS=0  SKIP_HF=0  HF_TIMING=1 (0: transformers only for the agreement check)
+#   AB_PREFETCH="" (e.g. "0 128": B=1 decode again with each MLXCEL_GEMV_PREFETCH_KB)
 #   PROFILE=0 (1: ncu kernel times of a decode step at B=1 and B=32 and of a long prefill)
 #    KEEP=0 (1: keep the checkpoints in $WORK)  BUDGET=540 (seconds;
 #   stages that would start later are skipped and say so)  WORK=/tmp/mlxcel-dev
@@ -99,7 +100,13 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   grep -E "^(FAIL|device)" "$LOG/tests.log" | head -40
   tail -1 "$LOG/tests.log"
   same=yes
-  diff <(grep '^tokens ' "$LOG/tests.log") <(grep '^tokens ' "$LOG/tests_nograph.log") > "$LOG/graph_vs_eager.diff" || same=NO
+  # the cases both runs have (the no-graph run skips some groups): same key, same tokens
+  join <(grep '^tokens ' "$LOG/tests.log" | awk '{k=$1; for(i=2;i<NF;i++) k=k"_"$i; print k, $NF}' | sort) \
+       <(grep '^tokens ' "$LOG/tests_nograph.log" | awk '{k=$1; for(i=2;i<NF;i++) k=k"_"$i; print k, $NF}' | sort) |
+    awk '$2 != $3' > "$LOG/graph_vs_eager.diff"
+  [ -s "$LOG/graph_vs_eager.diff" ] && same=NO
+  same="$same ($(join <(grep '^tokens ' "$LOG/tests.log" | awk '{k=$1; for(i=2;i<NF;i++) k=k"_"$i; print k}' | sort) \
+       <(grep '^tokens ' "$LOG/tests_nograph.log" | awk '{k=$1; for(i=2;i<NF;i++) k=k"_"$i; print k}' | sort) | wc -l) cases)"
   echo "graph replay vs eager tokens identical: $same"
   TESTS="default rc $rc1 ($(tail -1 "$LOG/tests.log")); deterministic rc $rc2; no graphs rc $rc3; no PDL rc $rc4; graph==eager tokens: $same"
 fi
@@ -117,6 +124,11 @@ for shape in $SHAPES; do
   MLXCEL_PROFILE_TTFT=1 timeout "$(tl)" "$MLX" bench -m "$dir" --device cuda --prompt-tokens "$PROMPT" \
     --gen-tokens "$GEN" --batch "$BATCH" --repeat "$REPEAT" --json > "$RES/$shape.mlxcel.json" 2> "$LOG/$shape.bench.log"
   tail -3 "$LOG/$shape.bench.log"
+  for kb in ${AB_PREFETCH:-}; do
+    stage "$shape: B=1 decode with MLXCEL_GEMV_PREFETCH_KB=$kb (A/B)"
+    MLXCEL_GEMV_PREFETCH_KB=$kb timeout 60 "$MLX" bench -m "$dir" --device cuda --prompt-tokens "$PROMPT" \
+      --gen-tokens "$GEN" --batch 1 --repeat 2 2>/dev/null | tail -1
+  done
   if [ "${AB_PDL:-0}" = 1 ]; then
     stage "$shape: B=1 decode with MLXCEL_CUDA_PDL=0 (A/B)"
     MLXCEL_CUDA_PDL=0 timeout 60 "$MLX" bench -m "$dir" --device cuda --prompt-tokens "$PROMPT" \

@@ -164,6 +164,7 @@ static void flush_add(void) {
 }
 
 void cu_flush_rope(void) {
+    cu_flush_norm();
     const int cnt = g_cu.pend_rope.count;
     g_cu.pend_rope.count = 0;
     for (int i = 0; i < cnt; i++)
@@ -174,6 +175,7 @@ void cu_flush_rope(void) {
 }
 
 void cu_flush(void) {
+    cu_flush_norm();
     cu_flush_glu();
     cu_flush_mm();
     flush_add();
@@ -228,6 +230,37 @@ static void be_embed_q(mx_tensor *out, const mx_qweight *table, const int32_t *i
           "quantized embed");
 }
 
+void cu_flush_norm(void) {
+    if (!g_cu.pend_norm.on) return;
+    g_cu.pend_norm.on = false;
+    if (g_cu.pend_norm.y)
+        cu_ck(cuda_add_rms_norm_f32(g_cu.pend_norm.x, g_cu.pend_norm.y, g_cu.pend_norm.out,
+                                    g_cu.pend_norm.w, g_cu.pend_norm.eps, g_cu.pend_norm.offset,
+                                    g_cu.pend_norm.rows, g_cu.pend_norm.D, g_cu.st),
+              "add + rms_norm");
+    else
+        cu_ck(cuda_rms_norm_f32(g_cu.pend_norm.out, g_cu.pend_norm.D, g_cu.pend_norm.x,
+                                g_cu.pend_norm.D, g_cu.pend_norm.w, g_cu.pend_norm.eps,
+                                g_cu.pend_norm.offset, g_cu.pend_norm.rows, g_cu.pend_norm.D,
+                                g_cu.st),
+              "rms_norm");
+}
+
+/* Holds the norm past the GEMV rows (see pend_norm); runs it now otherwise. */
+static void norm_run_or_hold(float *x, const float *y, float *out, const uint16_t *w, float eps,
+                             float offset, int rows, int D) {
+    g_cu.pend_norm.x = x;
+    g_cu.pend_norm.y = y;
+    g_cu.pend_norm.out = out;
+    g_cu.pend_norm.w = w;
+    g_cu.pend_norm.eps = eps;
+    g_cu.pend_norm.offset = offset;
+    g_cu.pend_norm.rows = rows;
+    g_cu.pend_norm.D = D;
+    g_cu.pend_norm.on = true;
+    if (rows <= g_cu.gemv_rows || out == x || D % 8) cu_flush_norm();
+}
+
 static void be_rms_norm(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, float eps,
                         float offset) {
     cu_resident(w->data);
@@ -236,16 +269,13 @@ static void be_rms_norm(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, 
     if (g_cu.pend_add.on && g_cu.pend_add.x == x->data && g_cu.pend_add.cols == D &&
         g_cu.pend_add.rows == rows && out->data != x->data && out->data != g_cu.pend_add.y) {
         g_cu.pend_add.on = false; /* x += y and the norm of the result: one launch */
-        cu_ck(cuda_add_rms_norm_f32(g_cu.pend_add.x, g_cu.pend_add.y, out->data, w->data, eps,
-                                    offset, (int)rows, (int)D, g_cu.st),
-              "add + rms_norm");
+        norm_run_or_hold(g_cu.pend_add.x, g_cu.pend_add.y, out->data, w->data, eps, offset,
+                         (int)rows, (int)D);
         return;
     }
     cu_flush();
     /* rows may be [n, heads] flattened: contiguous descriptors only (what the forward passes) */
-    cu_ck(cuda_rms_norm_f32(out->data, (long)D, x->data, (long)D, w->data, eps, offset, (int)rows,
-                            (int)D, g_cu.st),
-          "rms_norm");
+    norm_run_or_hold(x->data, NULL, out->data, w->data, eps, offset, (int)rows, (int)D);
 }
 
 static void be_rope(mx_tensor *x, const float *cos_sin, int rot_dim) {
@@ -307,6 +337,7 @@ static void be_glu(mx_tensor *out, const mx_tensor *gate, const mx_tensor *up, i
 }
 
 void cu_flush_glu(void) {
+    cu_flush_norm();
     if (!g_cu.pend_glu.on) return;
     g_cu.pend_glu.on = false;
     cu_ck(cuda_glu_f32(g_cu.pend_glu.out, g_cu.pend_glu.os, g_cu.pend_glu.gate, g_cu.pend_glu.gs,
@@ -371,10 +402,12 @@ static void be_describe(char *buf, size_t len) {
     else snprintf(tm, sizeof tm, "auto%s", at);
     snprintf(buf, len,
              "%s, compute capability %d.%d, %d SMs, %.1f GiB (%.1f GiB free) | GEMV rows <= %d "
-             "(cuBLASLt above) | CUDA graphs %s (cache %d) | PDL %s | decode splits %s | "
+             "(cuBLASLt above, L2 prefetch %d KB per CTA) | CUDA graphs %s (cache %d) | PDL %s | "
+             "decode splits %s | "
              "qmv window %s, qmm slab %s | weights %s%s | KV bf16",
              f->name, f->cc_major, f->cc_minor, f->sm_count, f->total_bytes / 1073741824.0,
-             f->free_bytes / 1073741824.0, g_cu.gemv_rows, g_cu.graph_cache ? "on" : "off",
+             f->free_bytes / 1073741824.0, g_cu.gemv_rows, cuda_gemv_prefetch() / 1024,
+             g_cu.graph_cache ? "on" : "off",
              g_cu.graph_cache, cuda_pdl_enabled() ? "on" : "off", splits, mr, tm,
              g_cu.lazy ? "lazy" : "eager",
              g_cu.lazy ? "" : g_cu.pinned ? " (pinned 4 x 64 MiB)" : " (pageable)");
@@ -496,6 +529,8 @@ static int cu_init(mx_error *err) {
     g_cu.pinned = env->cuda_pinned_load;
     g_cu.profile = env->profile_ttft;
     cuda_set_pdl(env->cuda_pdl && g_cu.facts.cc_major >= 9);
+    /* cp.async.bulk.prefetch is sm_90+; the kernels compile it out below, this keeps it honest */
+    cuda_set_gemv_prefetch(g_cu.facts.cc_major >= 9 ? env->gemv_prefetch_kb * 1024 : 0);
     if (cudaHostAlloc(&g_cu.misc, CU_MISC_BYTES, cudaHostAllocDefault) != cudaSuccess ||
         cudaEventCreateWithFlags(&g_cu.misc_ev, cudaEventDisableTiming) != cudaSuccess)
         return mx_fail(err, "--device cuda: cannot allocate %zu MiB of pinned host memory",

@@ -180,6 +180,18 @@ typedef struct cu_state {
         int rows, cols;
         bool on;
     } pend_add;
+    /* an RMSNorm (after its pending residual add when y != NULL) past the GEMV rows, held so
+     * that when a cuBLASLt matmul reads its output next, the norm kernel writes that matmul's
+     * bf16 input too (xbf_of = out then) and the conversion pass is skipped */
+    struct {
+        float *x, *out;
+        const float *y;
+        const uint16_t *w;
+        float eps, offset;
+        int rows, D;
+        bool on;
+    } pend_norm;
+    const float *xbf_of;      /* xbf holds this fp32 x as bf16 (valid until the group runs) */
     /* rope(q), rope(k) waiting for the KV write of k (fused launch) */
     struct {
         float *x[2];
@@ -266,6 +278,7 @@ void cu_flush(void);
 void cu_flush_mm(void);
 void cu_flush_rope(void);
 void cu_flush_glu(void);
+void cu_flush_norm(void);
 
 /* ==== Quantized matmul (cuda_qmatmul.c) ==== */
 int cu_q_sb(mx_dtype t);                          /* CUDA_QSB_* or -1 */

@@ -63,6 +63,11 @@ int cuda_kv_write(void *k_pool, void *v_pool, int pool_bf16, const float *k, lon
 /* x += y; out = rms_norm(x) * (w + offset); rows of D contiguous floats; out != x. */
 int cuda_add_rms_norm_f32(float *x, const float *y, float *out, const uint16_t *w, float eps,
                           float offset, int rows, int D, cudaStream_t st);
+/* (y != NULL: x += y;) out = rms_norm(x) * (w + offset), and out again as bf16 rows in ob
+ * [rows, D]; contiguous rows, out != x. cudaErrorInvalidValue when the vector kernel does not
+ * apply (D % 4, D > 4096, alignment): the caller runs the plain ops instead. */
+int cuda_rms_norm_bf16copy(float *x, const float *y, float *out, uint16_t *ob, const uint16_t *w,
+                           float eps, float offset, int rows, int D, cudaStream_t st);
 /* rope(q) (q may be NULL), rope(k) in place, then the KV write of k and v at rows[i]. */
 int cuda_rope_kv_f32(float *q, long q_stride, float *k, long k_stride, const float *v,
                      long v_stride, const float *cos_sin, int n, int Hq, int Hkv, int D, int rot,

@@ -22,6 +22,11 @@ int cuda_device_info(cuda_device_facts *out);
 void cuda_set_pdl(int on);
 int cuda_pdl_enabled(void);
 
+/* L2 prefetch budget of a GEMV CTA (bytes of its weight block requested before its PDL wait,
+ * so the weight stream starts while the previous kernel finishes); MLXCEL_GEMV_PREFETCH_KB. */
+void cuda_set_gemv_prefetch(int bytes);
+int cuda_gemv_prefetch(void);
+
 #ifdef __cplusplus
 }
 #endif

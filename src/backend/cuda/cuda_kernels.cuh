@@ -17,6 +17,22 @@ __device__ __forceinline__ uint4 ldg_stream16(const void *p) {
     return v;
 }
 
+/* L2 prefetch of [p, p + bytes) (p 16-byte aligned, bytes a multiple of 16), one bulk request
+ * per 16 KB, issued by threads first..first+n-1 of the calling group (tid = the caller's index
+ * in it, stride = its size). A hint: no completion to wait for, nothing to undo. */
+__device__ __forceinline__ void prefetch_l2(const void *p, size_t bytes, int tid, int stride) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const size_t piece = 16384, n = (bytes + piece - 1) / piece;
+    for (size_t i = (size_t)tid; i < n; i += (size_t)stride) {
+        const size_t off = i * piece;
+        const unsigned sz = (unsigned)(bytes - off < piece ? bytes - off : piece);
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"((const char *)p + off),
+                     "r"(sz)
+                     : "memory");
+    }
+#endif
+}
+
 /* ==== bf16 <-> fp32 ==== */
 
 /* bf16 is the top half of an fp32: widening is a shift (exact). */

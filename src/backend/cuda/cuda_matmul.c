@@ -88,6 +88,7 @@ void cu_matmul_raw(float *y, long ldy, const float *x, long ldx, int rows, const
     if (!generic) {
         cu_lt_plan *p = aligned && K % 8 == 0 ? lt_plan(N, K, rows, ldw, ldy) : NULL;
         if (p && p->d.ok) {
+            g_cu.xbf_of = NULL;
             if (cu_ensure(&g_cu.xbf, &g_cu.xbf_cap, (size_t)rows * K * 2) ||
                 cu_ck(cuda_f32_to_bf16_rows((uint16_t *)g_cu.xbf, x, ldx, rows, K, g_cu.st), "bf16 input"))
                 return;
@@ -124,6 +125,7 @@ static void flush_gemv(void) {
 }
 
 void cu_flush_mm(void) {
+    cu_flush_norm();
     cu_flush_qmv();
     flush_lt();
     flush_gemv();
@@ -154,8 +156,12 @@ static void flush_lt(void) {
             return;
         }
     }
-    if (cu_ensure(&g_cu.xbf, &g_cu.xbf_cap, (size_t)rows * K * 2)) return;
-    if (g_cu.pend_lt.up) {
+    const bool ready = g_cu.xbf_of == g_cu.pend_lt.x && !g_cu.pend_lt.up;
+    g_cu.xbf_of = NULL; /* consumed by this group: x may hold other data after it */
+    if (!ready && cu_ensure(&g_cu.xbf, &g_cu.xbf_cap, (size_t)rows * K * 2)) return;
+    if (ready) {
+        /* the norm that produced x wrote it as bf16 too */
+    } else if (g_cu.pend_lt.up) {
         if (cu_ck(cuda_glu_to_bf16_rows((uint16_t *)g_cu.xbf, g_cu.pend_lt.x, g_cu.pend_lt.up, rows,
                                         K, g_cu.pend_lt.act, g_cu.st), "glu -> bf16 input"))
             return;
@@ -198,11 +204,29 @@ static bool defer_lt(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, con
     return true;
 }
 
+/* A held norm whose output this cuBLASLt-sized matmul reads: run it writing xbf too. */
+static void norm_into_xbf(const mx_tensor *out, const mx_tensor *x, const mx_tensor *w) {
+    const int rows = (int)x->shape[0], N = (int)w->shape[0], K = (int)w->shape[1];
+    if (x->data != g_cu.pend_norm.out || rows != g_cu.pend_norm.rows || K != g_cu.pend_norm.D ||
+        rows <= g_cu.gemv_rows || w->stride[0] != K || x->stride[0] != K || out->stride[0] != N ||
+        ((uintptr_t)w->data & 15) || ((uintptr_t)x->data & 15) || !lt_plan(N, K, rows, K, N)->d.ok)
+        return;
+    flush_lt(); /* an earlier group still holding xbf goes first (cannot be pending: safety) */
+    if (cu_ensure(&g_cu.xbf, &g_cu.xbf_cap, (size_t)rows * K * 2)) return;
+    if (cuda_rms_norm_bf16copy(g_cu.pend_norm.x, g_cu.pend_norm.y, g_cu.pend_norm.out,
+                               (uint16_t *)g_cu.xbf, g_cu.pend_norm.w, g_cu.pend_norm.eps,
+                               g_cu.pend_norm.offset, rows, K, g_cu.st))
+        return; /* the kernel does not apply: the plain norm runs at the flush below */
+    g_cu.pend_norm.on = false;
+    g_cu.xbf_of = x->data;
+}
+
 void cu_matmul(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, const mx_tensor *bias) {
     const int rows = (int)x->shape[0], N = (int)w->shape[0], K = (int)w->shape[1];
     const bool fast = rows >= 1 && rows <= g_cu.gemv_rows && K % 8 == 0 && w->stride[0] == K &&
                       x->stride[0] == K && out->stride[0] == N && ((uintptr_t)w->data & 15) == 0 &&
                       ((uintptr_t)x->data & 15) == 0;
+    if (g_cu.pend_norm.on && !fast) norm_into_xbf(out, x, w);
     if (g_cu.pend_glu.on) {
         /* Past the GEMV rows the GLU becomes the cuBLASLt input conversion (computed once).
          * A GEMV does not take it: every CTA would recompute act(gate) * up for all of x

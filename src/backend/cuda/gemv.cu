@@ -22,14 +22,17 @@
  * kernel to ~1e-5 relative). A result depends only on its own x row and W, whatever the other
  * rows are.
  *
- * PDL: the first batch of weight loads is issued before pdl_wait() (weights are constant),
- * so the stream of the next matrix starts while the previous small kernel finishes.
+ * PDL: before pdl_wait() (weights are constant) each CTA asks L2 for the start of its weight
+ * rows (cuda_gemv_prefetch() bytes per CTA, one bulk request per row) and the tensor-core
+ * kernel also issues its first batch of weight loads, so the HBM stream of the next matrix
+ * starts while the previous small kernels (norm, RoPE, attention) still run.
  *
  * Segments: up to CUDA_GEMV_MAX_SEGS weights sharing x and K (Q/K/V, gate/up) run as one
  * launch: the grid is the concatenation of each segment's CTAs. */
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "backend/cuda/cuda_info.h"
 #include "backend/cuda/cuda_kernels.cuh"
 #include "backend/cuda/cuda_ops.h"
 
@@ -110,7 +113,7 @@ template <int R, typename XT>
 __global__ void __launch_bounds__(256, 1)
 gemv_bf16_kernel(cuda_gemv_segs segs,           /* W [N, K] -> y [rows, N] per segment */
                  const XT *__restrict__ x,       /* [rows, K] */
-                 int y_bf16, int rows, int K, int KC) {
+                 int y_bf16, int rows, int K, int KC, int pf_row) {
     extern __shared__ uint4 gemv_smem[]; /* [2][R][KC] XT, or [R][KC] with one chunk */
     XT *xbuf = (XT *)gemv_smem;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -131,6 +134,13 @@ gemv_bf16_kernel(cuda_gemv_segs segs,           /* W [N, K] -> y [rows, N] per s
     const uint16_t *wrow[GEMV_RPW];
 #pragma unroll
     for (int p = 0; p < GEMV_RPW; p++) wrow[p] = W + (size_t)min(n0 + p, N - 1) * K;
+    if (lane < GEMV_RPW && n0 + lane < N && pf_row > 0) {
+        const uint16_t *mine = wrow[0];
+#pragma unroll
+        for (int p = 1; p < GEMV_RPW; p++)
+            if (lane == p) mine = wrow[p];
+        prefetch_l2(mine, (size_t)pf_row, 0, 1);
+    }
 
     pdl_wait(); /* x is the previous kernel's output */
     pdl_trigger();
@@ -235,7 +245,7 @@ template <typename XT>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
 gemv_tc_kernel(cuda_gemv_segs segs,        /* W [N, K] -> y [rows, N] per segment */
                const XT *__restrict__ x,   /* [rows, K] */
-               int y_bf16, int rows, int K) {
+               int y_bf16, int rows, int K, int pf_row) {
     __shared__ float red[GEMV_WARPS][32][4];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
@@ -269,7 +279,15 @@ gemv_tc_kernel(cuda_gemv_segs segs,        /* W [N, K] -> y [rows, N] per segmen
             wb[j] = in && ok8 ? ldg_stream16(w8 + off) : make_uint4(0, 0, 0, 0);
         }
     };
-    if (kt_lo < kt_hi) load_batch(kt_lo); /* weights only: safe before the dependency wait */
+    /* weights only before the dependency wait: this warp's share of the L2 prefetch (the start
+     * of its k slice of each of the CTA's 16 rows, one lane per row), then its first batch */
+    if (lane < 16 && n0 + lane < N && kt_lo < kt_hi && pf_row > 0) {
+        const size_t slice = (size_t)min(kt_hi * GEMV_KT, K) * 2 - (size_t)kt_lo * GEMV_KT * 2;
+        const size_t want = (size_t)(pf_row / GEMV_WARPS) & ~(size_t)15;
+        prefetch_l2(W + (size_t)(n0 + lane) * K + (size_t)kt_lo * GEMV_KT,
+                    want < slice ? want : slice, 0, 1);
+    }
+    if (kt_lo < kt_hi) load_batch(kt_lo);
     pdl_wait();
     pdl_trigger();
     for (int kt0 = kt_lo; kt0 < kt_hi; kt0 += GEMV_KB) {
@@ -318,6 +336,13 @@ gemv_tc_kernel(cuda_gemv_segs segs,        /* W [N, K] -> y [rows, N] per segmen
 
 /* ==== Launchers ==== */
 
+/* Prefetch bytes per weight row: the CTA budget over its rows, whole 16-byte units, at most
+ * the row. */
+static int gemv_pf_row(int rows_per_cta, int K) {
+    long b = (long)cuda_gemv_prefetch() / rows_per_cta / 16 * 16;
+    return (int)(b < 2L * K ? b : 2L * K);
+}
+
 template <int R, typename XT>
 static int gemv_core_launch(cuda_gemv_segs segs, const XT *x, int y_bf16, int rows, int K,
                             cudaStream_t stream) {
@@ -362,7 +387,8 @@ static int gemv_core_launch(cuda_gemv_segs segs, const XT *x, int y_bf16, int ro
     }
     pdl_launch l;
     pdl_launch_config(&l, dim3(grid), dim3(warps * 32), smem, stream);
-    return (int)cudaLaunchKernelEx(&l.cfg, gemv_bf16_kernel<R, XT>, segs, x, y_bf16, rows, K, KC);
+    return (int)cudaLaunchKernelEx(&l.cfg, gemv_bf16_kernel<R, XT>, segs, x, y_bf16, rows, K, KC,
+                                   gemv_pf_row(rows_per_cta, K));
 }
 
 
@@ -376,7 +402,8 @@ static int gemv_launch(cuda_gemv_segs segs, const XT *x, int y_bf16, int rows, i
     }
     pdl_launch l;
     pdl_launch_config(&l, dim3(grid), dim3(GEMV_WARPS * 32), 0, stream);
-    return (int)cudaLaunchKernelEx(&l.cfg, gemv_tc_kernel<XT>, segs, x, y_bf16, rows, K);
+    return (int)cudaLaunchKernelEx(&l.cfg, gemv_tc_kernel<XT>, segs, x, y_bf16, rows, K,
+                                   gemv_pf_row(16, K));
 }
 
 extern "C" int cuda_gemv_bf16_multi(const cuda_gemv_segs *segs, const void *x, int x_dtype,

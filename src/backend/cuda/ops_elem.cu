@@ -70,10 +70,11 @@ __device__ __forceinline__ float block_sum(float v, float *red) {
 }
 
 /* y == NULL: plain RMSNorm of x (x not written; out may be x). All loads are issued before
- * any store, so x and out need no __restrict__. */
+ * any store, so x and out need no __restrict__. ob != NULL: out also as bf16 rows [rows, D]
+ * (the cuBLASLt input of the matmuls that read out: their conversion pass is saved). */
 __global__ void add_rms_norm_vec_kernel(float *x, long xs, const float *__restrict__ y,
                                         float *out, long os, const uint16_t *__restrict__ w,
-                                        float eps, float offset, int D) {
+                                        float eps, float offset, int D, uint16_t *ob) {
     __shared__ float red[32];
     pdl_wait();
     pdl_trigger();
@@ -107,10 +108,14 @@ __global__ void add_rms_norm_vec_kernel(float *x, long xs, const float *__restri
         const int j = threadIdx.x + i * blockDim.x;
         if (j < D4) {
             const uint2 wb = __ldg((const uint2 *)w + j);
-            orow[j] = make_float4((v[i].x * inv) * (bf16_lo(wb.x) + offset),
-                                  (v[i].y * inv) * (bf16_hi(wb.x) + offset),
-                                  (v[i].z * inv) * (bf16_lo(wb.y) + offset),
-                                  (v[i].w * inv) * (bf16_hi(wb.y) + offset));
+            const float4 o = make_float4((v[i].x * inv) * (bf16_lo(wb.x) + offset),
+                                         (v[i].y * inv) * (bf16_hi(wb.x) + offset),
+                                         (v[i].z * inv) * (bf16_lo(wb.y) + offset),
+                                         (v[i].w * inv) * (bf16_hi(wb.y) + offset));
+            orow[j] = o;
+            if (ob)
+                ((uint2 *)(ob + (size_t)blockIdx.x * D))[j] =
+                    make_uint2(pack_bf16x2(o.x, o.y), pack_bf16x2(o.z, o.w));
         }
     }
 }
@@ -127,11 +132,22 @@ static int norm_vec_threads(int D, long xs, long os, const void *x, const void *
 
 static int norm_vec_launch(float *x, long xs, const float *y, float *out, long os,
                            const uint16_t *w, float eps, float offset, int rows, int D, int threads,
-                           cudaStream_t st) {
+                           cudaStream_t st, uint16_t *ob = NULL) {
     pdl_launch l;
     pdl_launch_config(&l, dim3(rows), dim3(threads), 0, st);
     return (int)cudaLaunchKernelEx(&l.cfg, add_rms_norm_vec_kernel, x, xs, y, out, os, w, eps,
-                                   offset, D);
+                                   offset, D, ob);
+}
+
+extern "C" int cuda_rms_norm_bf16copy(float *x, const float *y, float *out, uint16_t *ob,
+                                      const uint16_t *w, float eps, float offset, int rows, int D,
+                                      cudaStream_t st) {
+    if (rows < 1 || D < 1 || !x || !out || !ob || !w || out == x || (y && (out == y)) ||
+        ((uintptr_t)ob & 7) || ((uintptr_t)w & 7) || (y && ((uintptr_t)y & 15)))
+        return (int)cudaErrorInvalidValue;
+    const int vt = norm_vec_threads(D, D, D, x, out);
+    if (!vt) return (int)cudaErrorInvalidValue;
+    return norm_vec_launch(x, D, y, out, D, w, eps, offset, rows, D, vt, st, ob);
 }
 
 __global__ void add_rms_norm_kernel(float *x, const float *y, float *out, const uint16_t *w,
