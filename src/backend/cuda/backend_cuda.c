@@ -258,7 +258,9 @@ static void norm_run_or_hold(float *x, const float *y, float *out, const uint16_
     g_cu.pend_norm.rows = rows;
     g_cu.pend_norm.D = D;
     g_cu.pend_norm.on = true;
-    if (rows <= g_cu.gemv_rows || out == x || D % 8) cu_flush_norm();
+    /* held past the GEMV rows (cuBLASLt input) and at 1..2 GEMV rows (the GEMV prologue) */
+    const bool lt = rows > g_cu.gemv_rows, gemv = rows <= 2 && rows <= g_cu.gemv_rows && !y;
+    if (!(lt || gemv) || out == x || D % 8) cu_flush_norm();
 }
 
 static void be_rms_norm(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, float eps,
@@ -306,8 +308,11 @@ static void be_rope(mx_tensor *x, const float *cos_sin, int rot_dim) {
 }
 
 static void be_add(mx_tensor *x, const mx_tensor *y) {
-    cu_flush();
     const int64_t rows = x->shape[0], cols = mx_tensor_numel(x) / rows;
+    if (x->stride[0] == cols && y->stride[0] == cols && !g_cu.pend_norm.on &&
+        cu_mm_take_add(x->data, y->data, (int)rows, (int)cols))
+        return; /* the held GEMV writing y adds it into x */
+    cu_flush();
     if (x->stride[0] == cols && y->stride[0] == cols && x->data != y->data) {
         /* held: the RMSNorm that usually follows reads x and fuses the add */
         g_cu.pend_add.x = x->data;
@@ -323,6 +328,10 @@ static void be_add(mx_tensor *x, const mx_tensor *y) {
 }
 
 static void be_glu(mx_tensor *out, const mx_tensor *gate, const mx_tensor *up, int activation) {
+    const int rows = (int)gate->shape[0], cols = (int)gate->shape[1];
+    if (out->stride[0] == cols && gate->stride[0] == cols && up->stride[0] == cols &&
+        !g_cu.pend_norm.on && cu_mm_take_glu(out->data, gate->data, up->data, rows, cols, activation))
+        return; /* the held gate/up GEMV writes act(gate) * up itself */
     cu_flush();
     g_cu.pend_glu.out = out->data;
     g_cu.pend_glu.gate = gate->data;

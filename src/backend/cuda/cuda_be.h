@@ -154,10 +154,12 @@ typedef struct cu_state {
     bool hint_moe;
     /* ---- deferred GEMVs: consecutive matmuls on the same x run as one launch ---- */
     struct {
-        const float *x;
+        const float *x;      /* what the kernel reads */
+        const float *xin;    /* what the matmuls named: x, or the norm output when fused */
         int rows, K;
         const uint16_t *bias[3];
         cuda_gemv_segs segs;
+        cuda_gemv_fuse fuse; /* norm prologue, residual add, GLU (1..2 rows, see cuda_ops.h) */
     } pend_mm;
     /* deferred quantized GEMVs (same rules; at most one of pend_mm / pend_q is held) */
     struct {
@@ -279,6 +281,9 @@ void cu_flush_mm(void);
 void cu_flush_rope(void);
 void cu_flush_glu(void);
 void cu_flush_norm(void);
+/* GEMV epilogue fusions of a held 1..2-row GEMV group (cuda_matmul.c); false: not taken */
+bool cu_mm_take_add(float *x, const float *y, int rows, int cols);
+bool cu_mm_take_glu(float *out, const float *gate, const float *up, int rows, int cols, int act);
 
 /* ==== Quantized matmul (cuda_qmatmul.c) ==== */
 int cu_q_sb(mx_dtype t);                          /* CUDA_QSB_* or -1 */

@@ -29,6 +29,6 @@ extern "C" void cuda_set_pdl(int on) { g_pdl = on; }
 extern "C" int cuda_pdl_enabled(void) { return g_pdl; }
 
 /* Bytes of each weight block a GEMV CTA asks L2 for before its dependency wait (set once). */
-static int g_gemv_prefetch = 64 * 1024;
+static int g_gemv_prefetch = 0;
 extern "C" void cuda_set_gemv_prefetch(int bytes) { g_gemv_prefetch = bytes < 0 ? 0 : bytes; }
 extern "C" int cuda_gemv_prefetch(void) { return g_gemv_prefetch; }

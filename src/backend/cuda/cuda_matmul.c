@@ -113,15 +113,78 @@ static void flush_lt(void);
 static void flush_gemv(void) {
     if (!g_cu.pend_mm.segs.n) return;
     cuda_gemv_segs segs = g_cu.pend_mm.segs;
+    const cuda_gemv_fuse f = g_cu.pend_mm.fuse;
     g_cu.pend_mm.segs.n = 0;
-    const int rows = g_cu.pend_mm.rows;
+    memset(&g_cu.pend_mm.fuse, 0, sizeof g_cu.pend_mm.fuse);
+    const int rows = g_cu.pend_mm.rows, K = g_cu.pend_mm.K;
+    if (f.norm_w || f.res || f.glu) {
+        const int rc = cuda_gemv_bf16_fused(&segs, &f, g_cu.pend_mm.x, rows, K, g_cu.st);
+        if (rc != (int)cudaErrorInvalidValue) {
+            if (cu_ck(rc, "fused gemv")) return;
+            /* biases only with the norm prologue (the epilogue fusions refuse them) */
+            for (int i = 0; i < segs.n; i++)
+                if (g_cu.pend_mm.bias[i])
+                    cu_ck(cuda_bias_add_f32(segs.y[i], segs.N[i], g_cu.pend_mm.bias[i], rows,
+                                            segs.N[i], g_cu.st), "bias");
+            return;
+        }
+        /* the fusion did not apply after all: the plain ops, in the forward's order */
+        if (f.norm_w &&
+            cu_ck(cuda_rms_norm_f32(f.xn, K, g_cu.pend_mm.x, K, f.norm_w, f.norm_eps, f.norm_offset,
+                                    rows, K, g_cu.st), "rms_norm"))
+            return;
+        const float *x = f.norm_w ? f.xn : g_cu.pend_mm.x;
+        if (cu_ck(cuda_gemv_bf16_multi(&segs, x, CUDA_OPS_F32, CUDA_OPS_F32, rows, K, g_cu.st),
+                  "gemv"))
+            return;
+        for (int i = 0; i < segs.n; i++)
+            if (g_cu.pend_mm.bias[i])
+                cu_ck(cuda_bias_add_f32(segs.y[i], segs.N[i], g_cu.pend_mm.bias[i], rows,
+                                        segs.N[i], g_cu.st), "bias");
+        if (f.res)
+            cu_ck(cuda_add_f32(f.res, segs.N[0], segs.y[0], segs.N[0], rows, segs.N[0], g_cu.st),
+                  "add");
+        if (f.glu)
+            cu_ck(cuda_glu_f32(f.glu, segs.N[0], segs.y[0], segs.N[0], segs.y[1], segs.N[0], rows,
+                               segs.N[0], f.act, g_cu.st), "glu");
+        return;
+    }
     if (cu_ck(cuda_gemv_bf16_multi(&segs, g_cu.pend_mm.x, CUDA_OPS_F32, CUDA_OPS_F32, rows,
-                                   g_cu.pend_mm.K, g_cu.st), "gemv"))
+                                   K, g_cu.st), "gemv"))
         return;
     for (int i = 0; i < segs.n; i++)
         if (g_cu.pend_mm.bias[i])
             cu_ck(cuda_bias_add_f32(segs.y[i], segs.N[i], g_cu.pend_mm.bias[i], rows, segs.N[i],
                                     g_cu.st), "bias");
+}
+
+/* ==== GEMV fusions (1..2 rows; the kernel side is in gemv.cu) ==== */
+static bool mm_fusable(void) {
+    return g_cu.pend_mm.segs.n > 0 && g_cu.pend_mm.rows <= 2 && !g_cu.pend_mm.fuse.res &&
+           !g_cu.pend_mm.fuse.glu;
+}
+
+/* x += y where y is the held GEMV's only output: the GEMV adds it into x as it writes y. */
+bool cu_mm_take_add(float *x, const float *y, int rows, int cols) {
+    if (!mm_fusable() || g_cu.pend_mm.segs.n != 1 || g_cu.pend_mm.segs.y[0] != y ||
+        g_cu.pend_mm.bias[0] || g_cu.pend_mm.rows != rows || g_cu.pend_mm.segs.N[0] != cols ||
+        x == g_cu.pend_mm.x || x == g_cu.pend_mm.xin || x == y)
+        return false;
+    g_cu.pend_mm.fuse.res = x;
+    return true;
+}
+
+/* out = act(gate) * up where gate, up are the held GEMV's two outputs. */
+bool cu_mm_take_glu(float *out, const float *gate, const float *up, int rows, int cols, int act) {
+    if (!mm_fusable() || g_cu.pend_mm.segs.n != 2 || g_cu.pend_mm.segs.y[0] != gate ||
+        g_cu.pend_mm.segs.y[1] != up || g_cu.pend_mm.bias[0] || g_cu.pend_mm.bias[1] ||
+        g_cu.pend_mm.rows != rows || g_cu.pend_mm.segs.N[0] != cols ||
+        g_cu.pend_mm.segs.N[1] != cols || out == g_cu.pend_mm.x || out == g_cu.pend_mm.xin ||
+        out == gate || out == up)
+        return false;
+    g_cu.pend_mm.fuse.glu = out;
+    g_cu.pend_mm.fuse.act = act;
+    return true;
 }
 
 void cu_flush_mm(void) {
@@ -227,6 +290,24 @@ void cu_matmul(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, const mx_
                       x->stride[0] == K && out->stride[0] == N && ((uintptr_t)w->data & 15) == 0 &&
                       ((uintptr_t)x->data & 15) == 0;
     if (g_cu.pend_norm.on && !fast) norm_into_xbf(out, x, w);
+    /* a held 1..2-row norm whose output this GEMV reads: the GEMV's prologue computes it */
+    bool norm_fused = false;
+    const float *kx = x->data;
+    cuda_gemv_fuse nf;
+    memset(&nf, 0, sizeof nf);
+    if (g_cu.pend_norm.on && fast && rows <= 2 && x->data == g_cu.pend_norm.out &&
+        !g_cu.pend_norm.y && rows == g_cu.pend_norm.rows && K == g_cu.pend_norm.D &&
+        (size_t)rows * ((K + 255) / 256 * 256) * 4 <= 64 * 1024 &&
+        ((uintptr_t)g_cu.pend_norm.x & 15) == 0 && out->data != g_cu.pend_norm.x &&
+        !(g_cu.pend_mm.segs.n > 0 && g_cu.pend_mm.xin == x->data)) {
+        g_cu.pend_norm.on = false;
+        norm_fused = true;
+        kx = g_cu.pend_norm.x;
+        nf.norm_w = g_cu.pend_norm.w;
+        nf.norm_eps = g_cu.pend_norm.eps;
+        nf.norm_offset = g_cu.pend_norm.offset;
+        nf.xn = g_cu.pend_norm.out;
+    }
     if (g_cu.pend_glu.on) {
         /* Past the GEMV rows the GLU becomes the cuBLASLt input conversion (computed once).
          * A GEMV does not take it: every CTA would recompute act(gate) * up for all of x
@@ -254,13 +335,20 @@ void cu_matmul(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, const mx_
     }
     cu_resident(w->data);
     if (mx_tensor_present(bias)) cu_resident(bias->data);
-    bool join = g_cu.pend_mm.segs.n > 0 && g_cu.pend_mm.x == x->data && g_cu.pend_mm.rows == rows &&
-                g_cu.pend_mm.K == K && g_cu.pend_mm.segs.n < CUDA_GEMV_MAX_SEGS;
+    bool join = !norm_fused && g_cu.pend_mm.segs.n > 0 && g_cu.pend_mm.xin == x->data &&
+                g_cu.pend_mm.rows == rows && g_cu.pend_mm.K == K &&
+                g_cu.pend_mm.segs.n < CUDA_GEMV_MAX_SEGS && !g_cu.pend_mm.fuse.res &&
+                !g_cu.pend_mm.fuse.glu;
     for (int i = 0; join && i < g_cu.pend_mm.segs.n; i++) /* x must not be a held output */
         if (g_cu.pend_mm.segs.y[i] == x->data || g_cu.pend_mm.segs.y[i] == out->data) join = false;
-    if (!join) cu_flush_mm();
+    if (join && g_cu.pend_mm.fuse.norm_w && out->data == g_cu.pend_mm.x) join = false;
+    if (!join) {
+        cu_flush_mm();
+        g_cu.pend_mm.fuse = nf;
+    }
     const int i = g_cu.pend_mm.segs.n++;
-    g_cu.pend_mm.x = x->data;
+    if (!join) g_cu.pend_mm.x = kx; /* a joining matmul reads what the group reads */
+    g_cu.pend_mm.xin = x->data;
     g_cu.pend_mm.rows = rows;
     g_cu.pend_mm.K = K;
     g_cu.pend_mm.segs.W[i] = w->data;

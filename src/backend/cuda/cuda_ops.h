@@ -42,6 +42,23 @@ typedef struct cuda_gemv_segs {
 } cuda_gemv_segs;
 int cuda_gemv_bf16_multi(const cuda_gemv_segs *segs, const void *x, int x_dtype, int y_dtype,
                          int rows, int K, cudaStream_t stream);
+/* Fusions of the 1..2-row GEMV (fp32 x and y), each saving a launch of a decode step:
+ * - norm_w: x is taken through rms_norm(x) * (norm_w + norm_offset) (eps norm_eps) by every
+ *   CTA in its prologue (rows * K * 4 <= 64 KB); the normalized rows are stored in xn too;
+ * - res (one segment): res[r, n] += y[r, n], the residual add (res must not be x);
+ * - glu (two segments gate, up with equal N): glu[r, n] = act(gate[r, n]) * up[r, n].
+ * y of every segment is written as usual. cudaErrorInvalidValue when a fusion does not apply
+ * (the caller then runs the plain ops). */
+typedef struct cuda_gemv_fuse {
+    const uint16_t *norm_w;
+    float norm_eps, norm_offset;
+    float *xn;
+    float *res;
+    float *glu;
+    int act;
+} cuda_gemv_fuse;
+int cuda_gemv_bf16_fused(const cuda_gemv_segs *segs, const cuda_gemv_fuse *f, const float *x,
+                         int rows, int K, cudaStream_t stream);
 
 /* ==== RMSNorm: y[r, :] = x[r, :] * rsqrt(mean(x[r, :]^2) + eps) * (w + offset) ====
  * x: [rows, H] (x_dtype), w: [H] bf16, y: [rows, H] (y_dtype), fp32 accumulation.

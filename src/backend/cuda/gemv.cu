@@ -107,13 +107,49 @@ __device__ __forceinline__ void gemv_core_x8(const uint16_t *xs, float f[8]) {
     bf16x8_to_f32(*(const uint4 *)xs, f);
 }
 
+/* RMSNorm prologue: xs [R][KC] holds the rows of x (all K, one chunk); each becomes
+ * x * rsqrt(mean(x^2) + eps) * (w + offset), the arithmetic of the norm kernel (fixed-order
+ * sums: reproducible). CTA 0 also stores the normalized rows in f.xn for other readers. */
+template <int R>
+__device__ __forceinline__ void gemv_norm_prologue(float *xs, const cuda_gemv_fuse &f, int rows,
+                                                   int K, int KC) {
+    __shared__ float red[8][R], inv[R];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    float ss[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        ss[r] = 0.f;
+        for (int k = threadIdx.x; k < K; k += blockDim.x) ss[r] = fmaf(xs[r * KC + k], xs[r * KC + k], ss[r]);
+        ss[r] = warp_sum(ss[r]);
+        if (lane == 0) red[warp][r] = ss[r];
+    }
+    __syncthreads();
+    if (threadIdx.x < R) {
+        float t = 0.f;
+        for (int w = 0; w < nw; w++) t += red[w][threadIdx.x];
+        inv[threadIdx.x] = 1.0f / sqrtf(t / (float)K + f.norm_eps);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const float iv = inv[r];
+        for (int k = threadIdx.x; k < K; k += blockDim.x) {
+            const float v = (xs[r * KC + k] * iv) * (bf16_lo(f.norm_w[k]) + f.norm_offset);
+            xs[r * KC + k] = v;
+            if (blockIdx.x == 0 && r < rows) f.xn[(size_t)r * K + k] = v;
+        }
+    }
+    __syncthreads();
+}
+
 /* ==== Kernel ==== */
 
 template <int R, typename XT>
 __global__ void __launch_bounds__(256, 1)
 gemv_bf16_kernel(cuda_gemv_segs segs,           /* W [N, K] -> y [rows, N] per segment */
                  const XT *__restrict__ x,       /* [rows, K] */
-                 int y_bf16, int rows, int K, int KC, int pf_row) {
+                 int y_bf16, int rows, int K, int KC, int pf_row,
+                 cuda_gemv_fuse f) {             /* all zero for XT = bf16 */
     extern __shared__ uint4 gemv_smem[]; /* [2][R][KC] XT, or [R][KC] with one chunk */
     XT *xbuf = (XT *)gemv_smem;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -121,7 +157,16 @@ gemv_bf16_kernel(cuda_gemv_segs segs,           /* W [N, K] -> y [rows, N] per s
     void *y;
     int N, c0;
     gemv_segment(segs, W, y, N, c0);
-    const int n0 = (((int)blockIdx.x - c0) * (blockDim.x >> 5) + warp) * GEMV_RPW;
+    /* GLU: the grid covers N output units; a warp owns units u0, u0 + 1: its rows p = 0, 1 are
+     * gate rows u0 + p and p = 2, 3 the up rows of the same units */
+    const bool glu = f.glu != NULL;
+    if (glu) { /* both segments span the whole grid */
+        W = segs.W[0];
+        y = segs.y[0];
+        N = segs.N[0];
+        c0 = 0;
+    }
+    const int n0 = (((int)blockIdx.x - c0) * (blockDim.x >> 5) + warp) * (glu ? 2 : GEMV_RPW);
     const int nchunks = (K + KC - 1) / KC;
 
     float acc[GEMV_RPW][R];
@@ -132,14 +177,20 @@ gemv_bf16_kernel(cuda_gemv_segs segs,           /* W [N, K] -> y [rows, N] per s
 
     /* Row pointers; rows past N are clamped (loads skipped below, never written). */
     const uint16_t *wrow[GEMV_RPW];
+    bool ok[GEMV_RPW];
 #pragma unroll
-    for (int p = 0; p < GEMV_RPW; p++) wrow[p] = W + (size_t)min(n0 + p, N - 1) * K;
-    if (lane < GEMV_RPW && n0 + lane < N && pf_row > 0) {
+    for (int p = 0; p < GEMV_RPW; p++) {
+        const int n = glu ? n0 + (p & 1) : n0 + p;
+        ok[p] = n < N;
+        wrow[p] = (glu && p >= 2 ? segs.W[1] : W) + (size_t)min(n, N - 1) * K;
+    }
+    if (lane < GEMV_RPW && pf_row > 0) {
         const uint16_t *mine = wrow[0];
+        bool mine_ok = ok[0];
 #pragma unroll
         for (int p = 1; p < GEMV_RPW; p++)
-            if (lane == p) mine = wrow[p];
-        prefetch_l2(mine, (size_t)pf_row, 0, 1);
+            if (lane == p) mine = wrow[p], mine_ok = ok[p];
+        if (mine_ok) prefetch_l2(mine, (size_t)pf_row, 0, 1);
     }
 
     pdl_wait(); /* x is the previous kernel's output */
@@ -152,6 +203,7 @@ gemv_bf16_kernel(cuda_gemv_segs segs,           /* W [N, K] -> y [rows, N] per s
          * says every warp is done with chunk c-1, whose buffer chunk c+1 reuses. */
         cp_async_wait_all();
         __syncthreads();
+        if (f.norm_w && c == 0) gemv_norm_prologue<R>((float *)xbuf, f, rows, K, KC);
         const int k0 = c * KC, len = min(KC, K - k0);
         if (c + 1 < nchunks) {
             gemv_stage_x<R, XT>(xbuf + (size_t)((c + 1) & 1) * R * KC, x, rows, K, KC, k0 + KC,
@@ -168,8 +220,8 @@ gemv_bf16_kernel(cuda_gemv_segs segs,           /* W [N, K] -> y [rows, N] per s
                 const int kk = base + u * GEMV_STEP + lane * 8;
 #pragma unroll
                 for (int p = 0; p < GEMV_RPW; p++)
-                    w[u][p] = (kk < len && n0 + p < N) ? ldg_stream16(wrow[p] + k0 + kk)
-                                                       : make_uint4(0, 0, 0, 0);
+                    w[u][p] = (kk < len && ok[p]) ? ldg_stream16(wrow[p] + k0 + kk)
+                                                  : make_uint4(0, 0, 0, 0);
             }
 #pragma unroll
             for (int u = 0; u < GEMV_U; u++) {
@@ -196,17 +248,39 @@ gemv_bf16_kernel(cuda_gemv_segs segs,           /* W [N, K] -> y [rows, N] per s
 
     /* Butterfly sums leave every total in every lane; lane (p*R + r) % 32 writes it. The
      * selects use compile-time indices so acc stays in registers. */
+    float tot[GEMV_RPW][R];
+#pragma unroll
+    for (int p = 0; p < GEMV_RPW; p++)
+#pragma unroll
+        for (int r = 0; r < R; r++) tot[p][r] = warp_sum(acc[p][r]);
+    if (glu) { /* gate and up rows as usual, and act(gate) * up */
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const int n = n0 + i;
+                if (lane == ((i * R + r) & 31) && r < rows && ok[i]) {
+                    const size_t o = (size_t)r * N + n;
+                    ((float *)y)[o] = tot[i][r];
+                    ((float *)segs.y[1])[o] = tot[i + 2][r];
+                    f.glu[o] = act_apply(tot[i][r], f.act) * tot[i + 2][r];
+                }
+            }
+        return;
+    }
 #pragma unroll
     for (int p = 0; p < GEMV_RPW; p++)
 #pragma unroll
         for (int r = 0; r < R; r++) {
-            float v = warp_sum(acc[p][r]);
+            const float v = tot[p][r];
             const int n = n0 + p;
             if (lane == ((p * R + r) & 31) && r < rows && n < N) {
-                if (y_bf16)
+                if (y_bf16) {
                     ((uint16_t *)y)[(size_t)r * N + n] = (uint16_t)f32_to_bf16_bits(v);
-                else
+                } else {
                     ((float *)y)[(size_t)r * N + n] = v;
+                    if (f.res) f.res[(size_t)r * N + n] += v; /* the residual add */
+                }
             }
         }
 }
@@ -345,7 +419,7 @@ static int gemv_pf_row(int rows_per_cta, int K) {
 
 template <int R, typename XT>
 static int gemv_core_launch(cuda_gemv_segs segs, const XT *x, int y_bf16, int rows, int K,
-                            cudaStream_t stream) {
+                            cudaStream_t stream, const cuda_gemv_fuse *fuse = NULL) {
     static int s_sm_count = 0, s_smem_set = 0;
     if (!s_sm_count) {
         int dev = 0, sms = 0;
@@ -354,6 +428,8 @@ static int gemv_core_launch(cuda_gemv_segs segs, const XT *x, int y_bf16, int ro
         if (e != cudaSuccess) return (int)e;
         s_sm_count = sms;
     }
+    cuda_gemv_fuse f = {};
+    if (fuse) f = *fuse;
     /* One chunk when all of x fits the budget, else double-buffered chunks. */
     const size_t xs = sizeof(XT);
     const int k_round = (K + GEMV_STEP - 1) / GEMV_STEP * GEMV_STEP;
@@ -363,6 +439,7 @@ static int gemv_core_launch(cuda_gemv_segs segs, const XT *x, int y_bf16, int ro
         KC = k_round;
         smem = (size_t)R * KC * xs;
     } else {
+        if (f.norm_w) return (int)cudaErrorInvalidValue; /* the prologue needs all of x */
         KC = (int)(GEMV_SMEM_BUDGET / (2 * R * xs)) / GEMV_STEP * GEMV_STEP;
         smem = 2 * (size_t)R * KC * xs;
     }
@@ -381,16 +458,21 @@ static int gemv_core_launch(cuda_gemv_segs segs, const XT *x, int y_bf16, int ro
     if ((n_total + 8 * GEMV_RPW - 1) / (8 * GEMV_RPW) < 2 * s_sm_count) warps = 4;
     const int rows_per_cta = warps * GEMV_RPW;
     int grid = 0;
-    for (int i = 0; i < segs.n; i++) {
-        segs.cta0[i] = grid;
-        grid += (segs.N[i] + rows_per_cta - 1) / rows_per_cta;
+    if (f.glu) { /* N units of two weight rows each, two units per warp */
+        grid = (segs.N[0] + 2 * warps - 1) / (2 * warps);
+        segs.cta0[0] = 0;
+        segs.cta0[1] = grid; /* unused by the kernel in this mode; keep it out of range */
+    } else {
+        for (int i = 0; i < segs.n; i++) {
+            segs.cta0[i] = grid;
+            grid += (segs.N[i] + rows_per_cta - 1) / rows_per_cta;
+        }
     }
     pdl_launch l;
     pdl_launch_config(&l, dim3(grid), dim3(warps * 32), smem, stream);
     return (int)cudaLaunchKernelEx(&l.cfg, gemv_bf16_kernel<R, XT>, segs, x, y_bf16, rows, K, KC,
-                                   gemv_pf_row(rows_per_cta, K));
+                                   gemv_pf_row(rows_per_cta, K), f);
 }
-
 
 template <typename XT>
 static int gemv_launch(cuda_gemv_segs segs, const XT *x, int y_bf16, int rows, int K,
@@ -438,4 +520,19 @@ extern "C" int cuda_gemv_bf16(const uint16_t *W, const void *x, int x_dtype, voi
     segs.y[0] = y;
     segs.N[0] = N;
     return cuda_gemv_bf16_multi(&segs, x, x_dtype, y_dtype, rows, K, stream);
+}
+
+extern "C" int cuda_gemv_bf16_fused(const cuda_gemv_segs *segs, const cuda_gemv_fuse *f,
+                                    const float *x, int rows, int K, cudaStream_t stream) {
+    if (!f || !segs || rows < 1 || rows > 2 || segs->n < 1 || K < 8 || K % 8 || !x ||
+        ((uintptr_t)x & 15))
+        return (int)cudaErrorInvalidValue;
+    for (int i = 0; i < segs->n; i++)
+        if (!segs->W[i] || !segs->y[i] || segs->N[i] < 1 || ((uintptr_t)segs->W[i] & 15))
+            return (int)cudaErrorInvalidValue;
+    if ((f->glu && (segs->n != 2 || segs->N[0] != segs->N[1] || f->res)) ||
+        (f->res && segs->n != 1) || (f->norm_w && (!f->xn || (const float *)f->res == x)))
+        return (int)cudaErrorInvalidValue;
+    return rows == 1 ? gemv_core_launch<1, float>(*segs, x, 0, rows, K, stream, f)
+                     : gemv_core_launch<2, float>(*segs, x, 0, rows, K, stream, f);
 }
