@@ -259,7 +259,7 @@ static void norm_run_or_hold(float *x, const float *y, float *out, const uint16_
     g_cu.pend_norm.D = D;
     g_cu.pend_norm.on = true;
     /* held past the GEMV rows (cuBLASLt input) and at 1..2 GEMV rows (the GEMV prologue) */
-    const bool lt = rows > g_cu.gemv_rows, gemv = rows <= 2 && rows <= g_cu.gemv_rows && !y;
+    const bool lt = rows > g_cu.gemv_rows, gemv = g_cu.gemv_fuse && rows <= 2 && rows <= g_cu.gemv_rows && !y;
     if (!(lt || gemv) || out == x || D % 8) cu_flush_norm();
 }
 
@@ -411,11 +411,13 @@ static void be_describe(char *buf, size_t len) {
     else snprintf(tm, sizeof tm, "auto%s", at);
     snprintf(buf, len,
              "%s, compute capability %d.%d, %d SMs, %.1f GiB (%.1f GiB free) | GEMV rows <= %d "
-             "(cuBLASLt above, L2 prefetch %d KB per CTA) | CUDA graphs %s (cache %d) | PDL %s | "
+             "(cuBLASLt above, L2 prefetch %d KB per CTA, fusions %s) | CUDA graphs %s (cache %d) | "
+             "PDL %s | "
              "decode splits %s | "
              "qmv window %s, qmm slab %s | weights %s%s | KV bf16",
              f->name, f->cc_major, f->cc_minor, f->sm_count, f->total_bytes / 1073741824.0,
              f->free_bytes / 1073741824.0, g_cu.gemv_rows, cuda_gemv_prefetch() / 1024,
+             g_cu.gemv_fuse ? "on" : "off",
              g_cu.graph_cache ? "on" : "off",
              g_cu.graph_cache, cuda_pdl_enabled() ? "on" : "off", splits, mr, tm,
              g_cu.lazy ? "lazy" : "eager",
@@ -528,6 +530,7 @@ static int cu_init(mx_error *err) {
                        cudaGetErrorString(cudaGetLastError()));
     const mx_env_t *env = mx_env();
     g_cu.gemv_rows = env->dense_gemv_rows > CU_GEMV_MAX_ROWS ? CU_GEMV_MAX_ROWS : env->dense_gemv_rows;
+    g_cu.gemv_fuse = env->gemv_fuse;
     g_cu.graph_cache = env->cuda_graph_cache_size;
     g_cu.qmv_multirow = env->qmv_multirow; /* validated by env.c against the kernels' values */
     g_cu.qmm_tile = env->qmm_tile_m;

@@ -160,7 +160,7 @@ static void flush_gemv(void) {
 
 /* ==== GEMV fusions (1..2 rows; the kernel side is in gemv.cu) ==== */
 static bool mm_fusable(void) {
-    return g_cu.pend_mm.segs.n > 0 && g_cu.pend_mm.rows <= 2 && !g_cu.pend_mm.fuse.res &&
+    return g_cu.gemv_fuse && g_cu.pend_mm.segs.n > 0 && g_cu.pend_mm.rows <= 2 && !g_cu.pend_mm.fuse.res &&
            !g_cu.pend_mm.fuse.glu;
 }
 

@@ -107,44 +107,15 @@ __device__ __forceinline__ void gemv_core_x8(const uint16_t *xs, float f[8]) {
     bf16x8_to_f32(*(const uint4 *)xs, f);
 }
 
-/* RMSNorm prologue: xs [R][KC] holds the rows of x (all K, one chunk); each becomes
- * x * rsqrt(mean(x^2) + eps) * (w + offset), the arithmetic of the norm kernel (fixed-order
- * sums: reproducible). CTA 0 also stores the normalized rows in f.xn for other readers. */
-template <int R>
-__device__ __forceinline__ void gemv_norm_prologue(float *xs, const cuda_gemv_fuse &f, int rows,
-                                                   int K, int KC) {
-    __shared__ float red[8][R], inv[R];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    float ss[R];
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-        ss[r] = 0.f;
-        for (int k = threadIdx.x; k < K; k += blockDim.x) ss[r] = fmaf(xs[r * KC + k], xs[r * KC + k], ss[r]);
-        ss[r] = warp_sum(ss[r]);
-        if (lane == 0) red[warp][r] = ss[r];
-    }
-    __syncthreads();
-    if (threadIdx.x < R) {
-        float t = 0.f;
-        for (int w = 0; w < nw; w++) t += red[w][threadIdx.x];
-        inv[threadIdx.x] = 1.0f / sqrtf(t / (float)K + f.norm_eps);
-    }
-    __syncthreads();
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-        const float iv = inv[r];
-        for (int k = threadIdx.x; k < K; k += blockDim.x) {
-            const float v = (xs[r * KC + k] * iv) * (bf16_lo(f.norm_w[k]) + f.norm_offset);
-            xs[r * KC + k] = v;
-            if (blockIdx.x == 0 && r < rows) f.xn[(size_t)r * K + k] = v;
-        }
-    }
-    __syncthreads();
-}
+/* RMSNorm fused into the GEMV (NRM): y = inv * sum_k x[k] (w[k] + offset) W[n, k] with
+ * inv = rsqrt(mean(x^2) + eps). The scalar leaves the sum, so no CTA waits for a reduction
+ * before streaming: each warp walks all of K anyway, sums x^2 as it goes, and scales its
+ * totals at the end. CTA 0's warp 0 also stores the normalized rows (x * inv) * (w + offset),
+ * the norm kernel's arithmetic, in f.xn for any other reader. */
 
 /* ==== Kernel ==== */
 
-template <int R, typename XT>
+template <int R, typename XT, bool NRM>
 __global__ void __launch_bounds__(256, 1)
 gemv_bf16_kernel(cuda_gemv_segs segs,           /* W [N, K] -> y [rows, N] per segment */
                  const XT *__restrict__ x,       /* [rows, K] */
@@ -169,11 +140,13 @@ gemv_bf16_kernel(cuda_gemv_segs segs,           /* W [N, K] -> y [rows, N] per s
     const int n0 = (((int)blockIdx.x - c0) * (blockDim.x >> 5) + warp) * (glu ? 2 : GEMV_RPW);
     const int nchunks = (K + KC - 1) / KC;
 
-    float acc[GEMV_RPW][R];
+    float acc[GEMV_RPW][R], ss[R];
 #pragma unroll
     for (int p = 0; p < GEMV_RPW; p++)
 #pragma unroll
         for (int r = 0; r < R; r++) acc[p][r] = 0.f;
+#pragma unroll
+    for (int r = 0; r < R; r++) ss[r] = 0.f;
 
     /* Row pointers; rows past N are clamped (loads skipped below, never written). */
     const uint16_t *wrow[GEMV_RPW];
@@ -193,6 +166,22 @@ gemv_bf16_kernel(cuda_gemv_segs segs,           /* W [N, K] -> y [rows, N] per s
         if (mine_ok) prefetch_l2(mine, (size_t)pf_row, 0, 1);
     }
 
+    /* The first batch of weights goes out before the dependency wait (weights are constant):
+     * with PDL it streams while the previous kernel finishes, and it is in flight while x is
+     * staged (and normalized, with the norm prologue). */
+    uint4 w[GEMV_U][GEMV_RPW];
+    bool have_w = true;
+    {
+        const int len0 = min(KC, K);
+#pragma unroll
+        for (int u = 0; u < GEMV_U; u++) {
+            const int kk = u * GEMV_STEP + lane * 8;
+#pragma unroll
+            for (int p = 0; p < GEMV_RPW; p++)
+                w[u][p] = (kk < len0 && ok[p]) ? ldg_stream16(wrow[p] + kk) : make_uint4(0, 0, 0, 0);
+        }
+    }
+
     pdl_wait(); /* x is the previous kernel's output */
     pdl_trigger();
     gemv_stage_x<R, XT>(xbuf, x, rows, K, KC, 0, min(KC, K));
@@ -203,7 +192,6 @@ gemv_bf16_kernel(cuda_gemv_segs segs,           /* W [N, K] -> y [rows, N] per s
          * says every warp is done with chunk c-1, whose buffer chunk c+1 reuses. */
         cp_async_wait_all();
         __syncthreads();
-        if (f.norm_w && c == 0) gemv_norm_prologue<R>((float *)xbuf, f, rows, K, KC);
         const int k0 = c * KC, len = min(KC, K - k0);
         if (c + 1 < nchunks) {
             gemv_stage_x<R, XT>(xbuf + (size_t)((c + 1) & 1) * R * KC, x, rows, K, KC, k0 + KC,
@@ -213,28 +201,42 @@ gemv_bf16_kernel(cuda_gemv_segs segs,           /* W [N, K] -> y [rows, N] per s
         const XT *xs = xbuf + (size_t)(c & 1) * R * KC;
 
         for (int base = 0; base < len; base += GEMV_STEP * GEMV_U) {
-            uint4 w[GEMV_U][GEMV_RPW];
-            /* All loads first: RPW*U independent 16-byte loads in flight per lane. */
+            /* All loads first: RPW*U independent 16-byte loads in flight per lane (the first
+             * batch was issued before the wait). */
+            if (!have_w) {
 #pragma unroll
-            for (int u = 0; u < GEMV_U; u++) {
-                const int kk = base + u * GEMV_STEP + lane * 8;
+                for (int u = 0; u < GEMV_U; u++) {
+                    const int kk = base + u * GEMV_STEP + lane * 8;
 #pragma unroll
-                for (int p = 0; p < GEMV_RPW; p++)
-                    w[u][p] = (kk < len && ok[p]) ? ldg_stream16(wrow[p] + k0 + kk)
-                                                  : make_uint4(0, 0, 0, 0);
+                    for (int p = 0; p < GEMV_RPW; p++)
+                        w[u][p] = (kk < len && ok[p]) ? ldg_stream16(wrow[p] + k0 + kk)
+                                                      : make_uint4(0, 0, 0, 0);
+                }
             }
+            have_w = false;
 #pragma unroll
             for (int u = 0; u < GEMV_U; u++) {
                 const int kk = base + u * GEMV_STEP + lane * 8;
                 /* Skip, not multiply by zero: the stale tail of the buffer may hold NaN. */
                 if (kk < len) {
-                    float wf[GEMV_RPW][8];
+                    float wf[GEMV_RPW][8], nwf[8];
 #pragma unroll
                     for (int p = 0; p < GEMV_RPW; p++) bf16x8_to_f32(w[u][p], wf[p]);
+                    if (NRM) {
+                        bf16x8_to_f32(__ldg((const uint4 *)(f.norm_w + k0 + kk)), nwf);
+#pragma unroll
+                        for (int e = 0; e < 8; e++) nwf[e] += f.norm_offset;
+                    }
 #pragma unroll
                     for (int r = 0; r < R; r++) {
                         float xf[8];
                         gemv_core_x8(xs + (size_t)r * KC + kk, xf);
+                        if (NRM)
+#pragma unroll
+                            for (int e = 0; e < 8; e++) {
+                                ss[r] = fmaf(xf[e], xf[e], ss[r]);
+                                xf[e] *= nwf[e];
+                            }
 #pragma unroll
                         for (int p = 0; p < GEMV_RPW; p++)
 #pragma unroll
@@ -253,6 +255,19 @@ gemv_bf16_kernel(cuda_gemv_segs segs,           /* W [N, K] -> y [rows, N] per s
     for (int p = 0; p < GEMV_RPW; p++)
 #pragma unroll
         for (int r = 0; r < R; r++) tot[p][r] = warp_sum(acc[p][r]);
+    if (NRM) {
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const float inv = 1.0f / sqrtf(warp_sum(ss[r]) / (float)K + f.norm_eps);
+#pragma unroll
+            for (int p = 0; p < GEMV_RPW; p++) tot[p][r] *= inv;
+            if (blockIdx.x == 0 && warp == 0 && r < rows) { /* one chunk: xbuf holds all of x */
+                const float *xr = (const float *)xbuf + (size_t)r * KC;
+                for (int k = lane; k < K; k += 32)
+                    f.xn[(size_t)r * K + k] = (xr[k] * inv) * (bf16_lo(f.norm_w[k]) + f.norm_offset);
+            }
+        }
+    }
     if (glu) { /* gate and up rows as usual, and act(gate) * up */
 #pragma unroll
         for (int i = 0; i < 2; i++)
@@ -417,7 +432,7 @@ static int gemv_pf_row(int rows_per_cta, int K) {
     return (int)(b < 2L * K ? b : 2L * K);
 }
 
-template <int R, typename XT>
+template <int R, typename XT, bool NRM>
 static int gemv_core_launch(cuda_gemv_segs segs, const XT *x, int y_bf16, int rows, int K,
                             cudaStream_t stream, const cuda_gemv_fuse *fuse = NULL) {
     static int s_sm_count = 0, s_smem_set = 0;
@@ -439,12 +454,12 @@ static int gemv_core_launch(cuda_gemv_segs segs, const XT *x, int y_bf16, int ro
         KC = k_round;
         smem = (size_t)R * KC * xs;
     } else {
-        if (f.norm_w) return (int)cudaErrorInvalidValue; /* the prologue needs all of x */
+        if (NRM) return (int)cudaErrorInvalidValue; /* the xn store needs all of x staged */
         KC = (int)(GEMV_SMEM_BUDGET / (2 * R * xs)) / GEMV_STEP * GEMV_STEP;
         smem = 2 * (size_t)R * KC * xs;
     }
     if (!s_smem_set) {
-        cudaError_t e = cudaFuncSetAttribute(gemv_bf16_kernel<R, XT>,
+        cudaError_t e = cudaFuncSetAttribute(gemv_bf16_kernel<R, XT, NRM>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              GEMV_SMEM_BUDGET);
         if (e != cudaSuccess) return (int)e;
@@ -470,7 +485,7 @@ static int gemv_core_launch(cuda_gemv_segs segs, const XT *x, int y_bf16, int ro
     }
     pdl_launch l;
     pdl_launch_config(&l, dim3(grid), dim3(warps * 32), smem, stream);
-    return (int)cudaLaunchKernelEx(&l.cfg, gemv_bf16_kernel<R, XT>, segs, x, y_bf16, rows, K, KC,
+    return (int)cudaLaunchKernelEx(&l.cfg, gemv_bf16_kernel<R, XT, NRM>, segs, x, y_bf16, rows, K, KC,
                                    gemv_pf_row(rows_per_cta, K), f);
 }
 
@@ -503,11 +518,11 @@ extern "C" int cuda_gemv_bf16_multi(const cuda_gemv_segs *segs, const void *x, i
     const float *xf = (const float *)x;
     const bool bf = x_dtype == CUDA_OPS_BF16;
     if (rows == 1)
-        return bf ? gemv_core_launch<1, uint16_t>(*segs, xb, y_bf16, rows, K, stream)
-                  : gemv_core_launch<1, float>(*segs, xf, y_bf16, rows, K, stream);
+        return bf ? gemv_core_launch<1, uint16_t, false>(*segs, xb, y_bf16, rows, K, stream)
+                  : gemv_core_launch<1, float, false>(*segs, xf, y_bf16, rows, K, stream);
     if (rows == 2)
-        return bf ? gemv_core_launch<2, uint16_t>(*segs, xb, y_bf16, rows, K, stream)
-                  : gemv_core_launch<2, float>(*segs, xf, y_bf16, rows, K, stream);
+        return bf ? gemv_core_launch<2, uint16_t, false>(*segs, xb, y_bf16, rows, K, stream)
+                  : gemv_core_launch<2, float, false>(*segs, xf, y_bf16, rows, K, stream);
     return bf ? gemv_launch<uint16_t>(*segs, xb, y_bf16, rows, K, stream)
               : gemv_launch<float>(*segs, xf, y_bf16, rows, K, stream);
 }
@@ -533,6 +548,10 @@ extern "C" int cuda_gemv_bf16_fused(const cuda_gemv_segs *segs, const cuda_gemv_
     if ((f->glu && (segs->n != 2 || segs->N[0] != segs->N[1] || f->res)) ||
         (f->res && segs->n != 1) || (f->norm_w && (!f->xn || (const float *)f->res == x)))
         return (int)cudaErrorInvalidValue;
-    return rows == 1 ? gemv_core_launch<1, float>(*segs, x, 0, rows, K, stream, f)
-                     : gemv_core_launch<2, float>(*segs, x, 0, rows, K, stream, f);
+    if (f->norm_w && ((uintptr_t)f->norm_w & 15)) return (int)cudaErrorInvalidValue;
+    if (f->norm_w)
+        return rows == 1 ? gemv_core_launch<1, float, true>(*segs, x, 0, rows, K, stream, f)
+                         : gemv_core_launch<2, float, true>(*segs, x, 0, rows, K, stream, f);
+    return rows == 1 ? gemv_core_launch<1, float, false>(*segs, x, 0, rows, K, stream, f)
+                     : gemv_core_launch<2, float, false>(*segs, x, 0, rows, K, stream, f);
 }
