@@ -200,6 +200,11 @@ typedef struct backend_ops {
      * (NaN = -inf, lowest id wins ties; -1 when no logit is finite) and its log-softmax, into
      * host ids[n] / logprobs[n]; only 8 bytes per row cross to the host. */
     int (*greedy_rows)(int32_t *ids, float *logprobs, const mx_tensor *logits, mx_error *err);
+    /* Tensor parallelism over several devices of one backend (one thread per device): binds
+     * the calling thread to device `ordinal`, so its ops, allocations, frees and uploads go
+     * there until it binds another (threads start on device 0). NULL: one device only. */
+    int (*bind_device)(int ordinal, mx_error *err);
+    int (*device_count)(void);                /* devices bind_device accepts */
 } backend_ops;
 
 const backend_ops *backend_cpu(void);

@@ -30,6 +30,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "backend/cuda/cuda_info.h"
 #include "backend/cuda/cuda_kernels.cuh"
 #include "backend/cuda/cuda_ops.h"
 
@@ -321,13 +322,14 @@ gemv_tc_kernel(cuda_gemv_segs segs,        /* W [N, K] -> y [rows, N] per segmen
 template <int R, typename XT>
 static int gemv_core_launch(cuda_gemv_segs segs, const XT *x, int y_bf16, int rows, int K,
                             cudaStream_t stream) {
-    static int s_sm_count = 0, s_smem_set = 0;
-    if (!s_sm_count) {
-        int dev = 0, sms = 0;
-        cudaError_t e = cudaGetDevice(&dev);
-        if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    /* per device (one thread per GPU under TP): SM count, and cudaFuncSetAttribute is per device */
+    static int s_sm_count[CUDA_MAX_DEVICES], s_smem_set[CUDA_MAX_DEVICES];
+    const int cd = cuda_cur_device();
+    if (!s_sm_count[cd]) {
+        int sms = 0;
+        cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, cd);
         if (e != cudaSuccess) return (int)e;
-        s_sm_count = sms;
+        s_sm_count[cd] = sms;
     }
     /* One chunk when all of x fits the budget, else double-buffered chunks. */
     const size_t xs = sizeof(XT);
@@ -341,19 +343,19 @@ static int gemv_core_launch(cuda_gemv_segs segs, const XT *x, int y_bf16, int ro
         KC = (int)(GEMV_SMEM_BUDGET / (2 * R * xs)) / GEMV_STEP * GEMV_STEP;
         smem = 2 * (size_t)R * KC * xs;
     }
-    if (!s_smem_set) {
+    if (!s_smem_set[cd]) {
         cudaError_t e = cudaFuncSetAttribute(gemv_bf16_kernel<R, XT>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              GEMV_SMEM_BUDGET);
         if (e != cudaSuccess) return (int)e;
-        s_smem_set = 1;
+        s_smem_set[cd] = 1;
     }
     /* 8 warps per CTA unless that leaves fewer than two CTAs per SM (N = 4096: 4 warps,
      * 256 CTAs): x staging is per CTA, so smaller CTAs cost L2 reads, not HBM bytes. */
     int n_total = 0;
     for (int i = 0; i < segs.n; i++) n_total += segs.N[i];
     int warps = 8;
-    if ((n_total + 8 * GEMV_RPW - 1) / (8 * GEMV_RPW) < 2 * s_sm_count) warps = 4;
+    if ((n_total + 8 * GEMV_RPW - 1) / (8 * GEMV_RPW) < 2 * s_sm_count[cd]) warps = 4;
     const int rows_per_cta = warps * GEMV_RPW;
     int grid = 0;
     for (int i = 0; i < segs.n; i++) {
