@@ -519,6 +519,8 @@ static int cu_init(int dev, mx_error *err) {
     return 0;
 }
 
+int cu_bound_device(void) { return (int)(cu_cur - s_dev); }
+
 int cu_bind_device(int dev, mx_error *err) {
     if (dev < 0 || dev >= CUDA_MAX_DEVICES)
         return mx_fail(err, "--device cuda: GPU %d: at most %d GPUs are supported", dev, CUDA_MAX_DEVICES);

@@ -226,6 +226,7 @@ extern _Thread_local cu_state *cu_cur;
 /* Device `dev`'s state, initialised (stream, cuBLASLt, pinned buffers) on first use; binds
  * the calling thread to it (cudaSetDevice + cu_cur). */
 int cu_bind_device(int dev, mx_error *err);
+int cu_bound_device(void);            /* the calling thread's device ordinal */
 
 /* ==== Shared helpers (backend_cuda.c) ==== */
 /* Records the first failure; returns 0 for cudaSuccess, else -1. */
