@@ -86,6 +86,10 @@ typedef struct mx_moe_params {
     int n_experts, top_k;
     bool norm_topk;        /* renormalise the k selected probabilities to sum 1 */
     int activation;        /* mx_activation (model/model_spec.h) */
+    /* Tensor parallelism: only experts [e0, e0 + en) are present (the others' entries of the
+     * expert arrays are absent) and only they contribute; routing still spans all n_experts.
+     * en = 0: every expert. */
+    int e0, en;
 } mx_moe_params;
 
 /* Expert e's weights: gate [I, H], up [I, H], down [H, I] (views into fused tensors are fine).

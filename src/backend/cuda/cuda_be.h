@@ -127,6 +127,8 @@ typedef struct cu_state {
     size_t ids_cap;
     cu_moe_table *moe_tab;
     int n_moe_tab;
+    void *moe_zero;           /* [moe_zero_cap] zero bf16: other TP ranks' experts */
+    size_t moe_zero_cap;
     bool warned_lt;
     void *qmv_ws;             /* qmv: x' and chunk sums (cuda_qmv_workspace_bytes) */
     size_t qmv_ws_cap;
