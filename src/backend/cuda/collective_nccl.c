@@ -122,12 +122,14 @@ static int nccl_all_gather(mx_collective *c, int rank, mx_tensor *out, const mx_
     const int N = p->size;
     const int64_t rows = out->shape[0], W = out->shape[1], wmax = (W + N - 1) / N;
     const int64_t w = in->shape[1];
-    if (in->ndim != 2 || out->ndim != 2 || in->shape[0] != rows || col0 != rank * wmax ||
-        w != (W - col0 < wmax ? W - col0 : wmax) || in->stride[0] != w || out->stride[0] != W)
+    /* rank r's block: columns [min(r * wmax, W), + min(wmax, W - that)) (tp_vocab_range) */
+    const int64_t c0e = rank * wmax < W ? rank * wmax : W, we = W - c0e < wmax ? W - c0e : wmax;
+    if (in->ndim != 2 || out->ndim != 2 || in->shape[0] != rows || col0 != c0e || w != we ||
+        (rows > 1 && (in->stride[0] != w || out->stride[0] != W)))
         return mx_fail(err, "collective all_gather_cols (NCCL): rank %d: expected contiguous "
                        "in [%lld, %lld] at column %lld of out [%lld, %lld] (blocks of ceil(W/N))",
-                       rank, (long long)rows, (long long)(W - rank * wmax < wmax ? W - rank * wmax : wmax),
-                       (long long)(rank * wmax), (long long)rows, (long long)W);
+                       rank, (long long)rows, (long long)we, (long long)c0e, (long long)rows,
+                       (long long)W);
     if (rank_ready(p, rank, "all_gather_cols", err)) return -1;
     nccl_rank *r = &p->r[rank];
     const size_t blk = (size_t)(rows * wmax), need = blk * (size_t)(N + 1);
@@ -224,6 +226,9 @@ mx_collective *mx_collective_nccl_new(int size, const int *devices, mx_error *er
     }
     cu_bind_device(home, &e);
     const ncclResult_t rc = g_nccl.init_all(comms, size, devices);
+    /* ncclCommInitAll visits every device: make the caller's current again (the binding's
+     * fast path would not, as cu_cur did not change) */
+    cudaSetDevice(home);
     if (rc != ncclSuccess) {
         mx_fail(err, "tensor parallelism on CUDA: ncclCommInitAll over %d GPUs: %s", size,
                 g_nccl.err_str(rc));
