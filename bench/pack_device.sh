@@ -5,6 +5,8 @@
 #
 #   bash bench/pack_device.sh          # ~2 min on 2 cores; then carry .carry/dev (~50 MB)
 #
+# NCCL is not packed either (libnccl.so.2 is 218 MB and dlopened only for --tp-size on CUDA;
+# bench/tp_device.sh finds the GPU image's nvidia-nccl-cu13 wheel or CUDA tree copy).
 # cuBLASLt and the CUDA driver are NOT packed: the GPU machine has them (CUDA tree or the
 # nvidia-cublas wheel; run_device.sh finds libcublasLt.so.13). glibc and libstdc++ are not
 # packed either (the GPU image's are newer than Debian 12's, so binaries built here run there).

@@ -18,6 +18,7 @@
 #   QUANT="4:64 8:64" (bits:group, default for llama-3.1-8b only; QUANT="" skips): each shape
 #   is also converted with `mlxcel convert -q`, benched (BATCH, prefill PREFILL_LONG) and
 #   compared with its bf16 reference (`mlxcel compare`, 256 tokens: top-1 agreement, KL)
+#   TP=1: then bench/tp_device.sh (tensor parallelism: NCCL group of one, TP 2/4 with >= 2 GPUs)
 #   SERVE=1: for llama-3.1-8b, `mlxcel serve --device cuda` + `mlxcel loadtest` at SERVE_CONC
 #   (default 1,8,32,64,128,256), PROMPT/GEN tokens, within SERVE_BUDGET=150 s
 #   (bench/serve_loadtest.sh; needs the Llama 3 tokenizer that pack_device.sh packs); 0 skips
@@ -224,3 +225,8 @@ BASE="$DATE-$COMMIT-$TAG"
 tar czf "$OUT/logs-$TAG.tgz" -C "$WORK" logs res 2>/dev/null
 mkdir -p bench/results && cp "$OUT/$BASE".* bench/results/ 2>/dev/null
 echo "== done in $((SECONDS - T0)) s: $OUT/$BASE.{md,json}, $OUT/logs-$TAG.tgz"
+# TP=1: tensor parallelism checks after the rest (bench/tp_device.sh; with KEEP=1 it reuses the
+# 8B checkpoint), within what is left of BUDGET
+if [ "${TP:-0}" = 1 ]; then
+  BUDGET=$(left) WORK=$WORK OUT=$OUT PYTHON=$PY bash bench/tp_device.sh
+fi

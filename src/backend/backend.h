@@ -86,6 +86,10 @@ typedef struct mx_moe_params {
     int n_experts, top_k;
     bool norm_topk;        /* renormalise the k selected probabilities to sum 1 */
     int activation;        /* mx_activation (model/model_spec.h) */
+    /* Tensor parallelism: only experts [e0, e0 + en) are present (the others' entries of the
+     * expert arrays are absent) and only they contribute; routing still spans all n_experts.
+     * en = 0: every expert. */
+    int e0, en;
 } mx_moe_params;
 
 /* Expert e's weights: gate [I, H], up [I, H], down [H, I] (views into fused tensors are fine).
@@ -200,6 +204,11 @@ typedef struct backend_ops {
      * (NaN = -inf, lowest id wins ties; -1 when no logit is finite) and its log-softmax, into
      * host ids[n] / logprobs[n]; only 8 bytes per row cross to the host. */
     int (*greedy_rows)(int32_t *ids, float *logprobs, const mx_tensor *logits, mx_error *err);
+    /* Tensor parallelism over several devices of one backend (one thread per device): binds
+     * the calling thread to device `ordinal`, so its ops, allocations, frees and uploads go
+     * there until it binds another (threads start on device 0). NULL: one device only. */
+    int (*bind_device)(int ordinal, mx_error *err);
+    int (*device_count)(void);                /* devices bind_device accepts */
 } backend_ops;
 
 const backend_ops *backend_cpu(void);

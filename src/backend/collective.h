@@ -5,8 +5,10 @@
  * Implementations:
  * - CPU (collective_cpu.c): N threads of one process; shared memory + barriers. Sums run in a
  *   fixed order, rank 0 first then 1..N-1, so results are deterministic run to run.
- * - NCCL (one rank per GPU): NOT BUILT YET. It belongs in src/backend/cuda/collective_nccl.c as
- *   mx_collective_nccl_new(); until then TP > 1 on CUDA is refused at load (model_load_tp). */
+ * - NCCL (collective_nccl.c, CUDA builds): N threads of one process, one GPU each; ops are
+ *   enqueued on the calling rank's stream (no host wait). Sums follow NCCL's ring / tree order,
+ *   not rank order: identical on every rank and repeatable for one NCCL version and topology,
+ *   but not bit-equal to the CPU collective. */
 #ifndef MLXCEL_BACKEND_COLLECTIVE_H
 #define MLXCEL_BACKEND_COLLECTIVE_H
 
@@ -28,5 +30,10 @@ struct mx_collective {
 
 /* CPU: `size` ranks as threads of this process (size >= 1). */
 mx_collective *mx_collective_cpu_new(int size, mx_error *err);
+
+/* NCCL (CUDA builds only; MLXCEL_HAVE_CUDA): rank r drives GPU devices[r] from a thread bound
+ * to it (backend_ops.bind_device). Creates the communicators (ncclCommInitAll, NVLink
+ * multicast off) and every device's backend state; libnccl.so.2 is dlopened here. */
+mx_collective *mx_collective_nccl_new(int size, const int *devices, mx_error *err);
 
 #endif

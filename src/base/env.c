@@ -127,6 +127,7 @@ static void env_load(void) {
     g_env.cuda_pdl = env_bool("MLXCEL_CUDA_PDL", true);
     g_env.gemv_fuse = env_bool("MLXCEL_GEMV_FUSE", true);
     g_env.gemv_prefetch_kb = env_int("MLXCEL_GEMV_PREFETCH_KB", 0, 0, 4096);
+    g_env.tp_group = env_bool("MLXCEL_TP_GROUP", false);
     g_env.cuda_graph_cache_size = env_int("MLX_CUDA_GRAPH_CACHE_SIZE", 2000, 0, 1 << 30);
     g_env.cuda_sdpa_cache_size = env_int("MLX_CUDA_SDPA_CACHE_SIZE", 2000, 0, 1 << 30);
     g_env.paged_decode_splits = env_int("MLXCEL_PAGED_DECODE_SPLITS", 0, 0, 1024);

@@ -28,6 +28,7 @@ typedef struct mx_env_t {
     int paged_decode_splits;       /* MLXCEL_PAGED_DECODE_SPLITS (0 = policy) */
     int qmv_multirow;              /* MLXCEL_QMV_MULTIROW (0 = policy) */
     int qmm_tile_m;                /* MLXCEL_QMM_TILE_M (0 = policy) */
+    bool tp_group;                 /* MLXCEL_TP_GROUP (0): --tp-size 1 as a TP group of one rank */
 } mx_env_t;
 
 /* Parsed on first call; thread-safe after that. Invalid values are reported once on stderr

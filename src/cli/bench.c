@@ -413,11 +413,6 @@ int cmd_bench(int argc, char **argv) {
     const int pr = parse_opts(&o, argc, argv);
     if (pr) return pr > 0 ? 0 : 2;
     mx_error err = {{0}};
-    if (!strcmp(o.device, "cuda") && o.tp_size > 1) {
-        fprintf(stderr, "mlxcel bench: --tp-size %d: tensor parallelism on CUDA needs NCCL across %d "
-                "GPUs: not built yet (docs/tensor-parallel.md)\n", o.tp_size, o.tp_size);
-        return 1;
-    }
     const backend_ops *be = backend_get(!strcmp(o.device, "cuda") ? MX_DEV_CUDA : MX_DEV_CPU, &err);
     if (!be) {
         fprintf(stderr, "mlxcel bench: %s\n", err.msg);

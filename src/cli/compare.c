@@ -24,6 +24,7 @@
 typedef struct cmp_opts {
     const char *a, *b, *prompt, *ids, *device;
     int n;
+    int tp_size;   /* --tp-size: tensor-parallel ranks of model A (-m); the reference runs whole */
     bool json;
 } cmp_opts;
 
@@ -34,13 +35,14 @@ typedef struct cmp_model {
     int V;
 } cmp_model;
 
-static int cm_open(cmp_model *c, const char *dir, const backend_ops *be, int ctx, mx_error *err) {
+static int cm_open(cmp_model *c, const char *dir, const backend_ops *be, int ctx, int tp,
+                   mx_error *err) {
     memset(c, 0, sizeof *c);
-    if (model_load(&c->m, dir, be, err)) return mx_wrap(err, "model %s", dir);
+    if (model_load_tp(&c->m, dir, be, tp, err)) return mx_wrap(err, "model %s", dir);
     const model_spec *s = model_spec_of(c->m);
     kv_cache_params kp = {.storage = KV_STORAGE_DENSE, .n_layers = s->n_layers,
                           .n_kv_heads = s->n_kv_heads, .head_dim = s->head_dim,
-                          .ctx_size = ctx, .n_seqs = 1};
+                          .ctx_size = ctx, .n_seqs = 1, .tp_size = model_tp_size(c->m)};
     if (kv_cache_new(&c->kv, &kp, be, err)) return -1;
     c->V = s->vocab_size;
     return 0;
@@ -117,7 +119,7 @@ static double median(double *v, int n) {
 static int usage(void) {
     fprintf(stderr,
             "usage: mlxcel compare -m A --ref B (--prompt-ids 1,2,3 | -p TEXT) [-n 256]\n"
-            "                      [--device cpu|cuda] [--json]\n"
+            "                      [--device cpu|cuda] [--tp-size N (model A)] [--json]\n"
             "  B generates n tokens greedily; A runs teacher-forced over the same sequence.\n"
             "  Reports top-1 agreement, KL(B||A) mean/max, median margin of B's top-1.\n");
     return 2;
@@ -126,6 +128,7 @@ static int usage(void) {
 static int parse(cmp_opts *o, int argc, char **argv) {
     memset(o, 0, sizeof *o);
     o->n = 256;
+    o->tp_size = 1;
     o->device = "cpu";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -136,7 +139,15 @@ static int parse(cmp_opts *o, int argc, char **argv) {
         else if (!strcmp(a, "--prompt-ids") && has) o->ids = argv[++i];
         else if (!strcmp(a, "--device") && has) o->device = argv[++i];
         else if (!strcmp(a, "--json")) o->json = true;
-        else if (!strcmp(a, "-n") && has) {
+        else if (!strcmp(a, "--tp-size") && has) {
+            char *end = NULL;
+            const long v = strtol(argv[++i], &end, 10);
+            if (*end || v < 1 || v > 64) {
+                fprintf(stderr, "mlxcel compare: --tp-size %s: expected an integer in [1, 64]\n", argv[i]);
+                return -1;
+            }
+            o->tp_size = (int)v;
+        } else if (!strcmp(a, "-n") && has) {
             char *end = NULL;
             const long v = strtol(argv[++i], &end, 10);
             if (*end || v < 1 || v > 1000000) {
@@ -205,7 +216,7 @@ int cmd_compare(int argc, char **argv) {
     memcpy(seq, prompt, (size_t)P * 4);
 
     /* ---- reference: greedy generation, log-probs kept ---- */
-    if (cm_open(&c, o.b, be, T, &err)) goto fail;
+    if (cm_open(&c, o.b, be, T, 1, &err)) goto fail;
     const int V = c.V;
     lpb = malloc((size_t)n * V * 4);
     lg = malloc((size_t)CMP_CHUNK * V * 4);
@@ -228,7 +239,7 @@ int cmd_compare(int argc, char **argv) {
     cm_close(&c);
 
     /* ---- model A teacher-forced ---- */
-    if (cm_open(&c, o.a, be, T, &err)) goto fail;
+    if (cm_open(&c, o.a, be, T, o.tp_size, &err)) goto fail;
     if (c.V != V) {
         mx_fail(&err, "vocabulary sizes differ: %s has %d, %s has %d", o.a, c.V, o.b, V);
         goto fail;

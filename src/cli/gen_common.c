@@ -231,9 +231,6 @@ int gen_session_open(gen_session *s, const gen_opts *o, const char *cmd, mx_erro
     memset(s, 0, sizeof *s);
     if (!o->model_dir) return mx_fail(err, "no model: give -m DIR (see mlxcel %s --help)", cmd);
     const mx_device dev = !strcmp(o->device, "cuda") ? MX_DEV_CUDA : MX_DEV_CPU;
-    if (dev == MX_DEV_CUDA && o->tp_size > 1) /* before touching a GPU: nothing to try */
-        return mx_fail(err, "--tp-size %d: tensor parallelism on CUDA needs NCCL across %d GPUs: "
-                       "not built yet (docs/tensor-parallel.md)", o->tp_size, o->tp_size);
     s->be = backend_get(dev, err);
     if (!s->be) return -1;
     if (model_load_tp(&s->m, o->model_dir, s->be, o->tp_size, err)) return -1;

@@ -12,6 +12,9 @@ struct kv_cache {
     const backend_ops *be;
     int64_t n_rows;          /* physical rows per layer pool */
     mx_tensor *k, *v;        /* [n_layers] pools [n_rows, n_kv_heads, head_dim] f32 */
+    /* multi-device backend with tp_size N > 1: [n_layers * N] rank pools [n_rows, n_kv_heads
+     * / N, head_dim], rank r's on device r (k/v then describe rank 0's); NULL otherwise */
+    mx_tensor *kr, *vr;
     int n_units;             /* paged: blocks; dense: slots */
     int32_t *refcount;       /* [n_units] */
     int32_t *free_stack;     /* [n_units] unindexed free units */
@@ -64,6 +67,39 @@ kv_storage kv_storage_resolve(kv_storage requested, const model_spec *spec, char
 static bool paged(const kv_cache *kv) { return kv->p.storage == KV_STORAGE_PAGED; }
 static int kv_tp(const kv_cache *kv) { return kv->p.tp_size > 1 ? kv->p.tp_size : 1; }
 
+/* Multi-device backends: the calling thread's device becomes rank r's (rank 0's afterwards). */
+static void kv_bind(const kv_cache *kv, int r) {
+    mx_error e;
+    if (kv->kr) kv->be->bind_device(r, &e);
+}
+
+/* Rank pools on each rank's device (kv->kr / kv->vr). */
+static int alloc_rank_pools(kv_cache *kv, mx_dtype kt, size_t pool_bytes, mx_error *err) {
+    const int n = kv_tp(kv), L = kv->p.n_layers;
+    const int64_t hk = kv->p.n_kv_heads / n;
+    kv->kr = calloc((size_t)L * n, sizeof(mx_tensor));
+    kv->vr = calloc((size_t)L * n, sizeof(mx_tensor));
+    if (!kv->kr || !kv->vr) return mx_fail(err, "kv cache: out of memory");
+    for (int r = 0; r < n; r++) {
+        if (kv->be->bind_device(r, err)) return -1;
+        for (int l = 0; l < L; l++) {
+            void *kd = kv->be->alloc(pool_bytes / n), *vd = kv->be->alloc(pool_bytes / n);
+            kv->kr[l * n + r] = mx_tensor_3d(kd, kt, kv->n_rows, hk, kv->p.head_dim, kv->be->device);
+            kv->vr[l * n + r] = mx_tensor_3d(vd, kt, kv->n_rows, hk, kv->p.head_dim, kv->be->device);
+            if (!kd || !vd)
+                return mx_fail(err, "kv cache: cannot allocate %zu MiB for layer %d on rank %d's "
+                               "device (ctx %d, %s)", 2 * pool_bytes / n >> 20, l, r,
+                               kv->p.ctx_size, kv_storage_name(kv->p.storage));
+        }
+    }
+    for (int l = 0; l < L; l++) { /* k/v describe rank 0's pools (dtype, bytes per token) */
+        kv->k[l] = kv->kr[l * n];
+        kv->v[l] = kv->vr[l * n];
+    }
+    kv_bind(kv, 0);
+    return 0;
+}
+
 int kv_cache_new(kv_cache **out, const kv_cache_params *p, const backend_ops *be, mx_error *err) {
     if (p->storage != KV_STORAGE_DENSE && p->storage != KV_STORAGE_PAGED)
         return mx_fail(err, "kv cache: storage must be resolved to dense or paged");
@@ -91,7 +127,14 @@ int kv_cache_new(kv_cache **out, const kv_cache_params *p, const backend_ops *be
     const mx_dtype kt = be->kv_dtype == MX_BF16 || be->kv_dtype == MX_F16 ? be->kv_dtype : MX_F32;
     const size_t pool_bytes =
         (size_t)kv->n_rows * (size_t)p->n_kv_heads * (size_t)p->head_dim * mx_dtype_size(kt);
-    for (int l = 0; l < p->n_layers; l++) {
+    if (kv_tp(kv) > 1 && be->bind_device) {
+        if (alloc_rank_pools(kv, kt, pool_bytes, err)) {
+            kv_bind(kv, 0);
+            kv_cache_free(kv);
+            return -1;
+        }
+    }
+    for (int l = 0; l < p->n_layers && !kv->kr; l++) {
         void *kd = be->alloc(pool_bytes), *vd = be->alloc(pool_bytes);
         kv->k[l] = mx_tensor_3d(kd, kt, kv->n_rows, p->n_kv_heads, p->head_dim, be->device);
         kv->v[l] = mx_tensor_3d(vd, kt, kv->n_rows, p->n_kv_heads, p->head_dim, be->device);
@@ -131,6 +174,23 @@ oom:
 
 void kv_cache_free(kv_cache *kv) {
     if (!kv) return;
+    if (kv->kr || kv->vr) { /* rank pools: each freed on its device */
+        const int n = kv_tp(kv);
+        for (int r = 0; r < n; r++) {
+            mx_error e;
+            if (kv->be->bind_device(r, &e)) continue;
+            for (int l = 0; l < kv->p.n_layers; l++) {
+                if (kv->kr && kv->kr[l * n + r].data) kv->be->free(kv->kr[l * n + r].data);
+                if (kv->vr && kv->vr[l * n + r].data) kv->be->free(kv->vr[l * n + r].data);
+            }
+        }
+        kv_bind(kv, 0);
+        free(kv->kr);
+        free(kv->vr);
+        kv->kr = kv->vr = NULL;
+        if (kv->k) memset(kv->k, 0, (size_t)kv->p.n_layers * sizeof(mx_tensor)); /* rank 0's views */
+        if (kv->v) memset(kv->v, 0, (size_t)kv->p.n_layers * sizeof(mx_tensor));
+    }
     for (int l = 0; kv->k && l < kv->p.n_layers; l++) {
         if (kv->k[l].data) kv->be->free(kv->k[l].data);
         if (kv->v[l].data) kv->be->free(kv->v[l].data);
@@ -151,14 +211,20 @@ mx_tensor *kv_cache_k(kv_cache *kv, int layer) { return &kv->k[layer]; }
 static mx_tensor rank_view(const kv_cache *kv, const mx_tensor *pool, int rank) {
     const int n = kv_tp(kv);
     if (n == 1) return *pool;
+
     const int64_t hk = kv->p.n_kv_heads / n;
     mx_tensor t = mx_tensor_3d((char *)pool->data + (size_t)(rank * kv->n_rows * hk * kv->p.head_dim) *
                                                         mx_dtype_size(pool->dtype),
                                pool->dtype, kv->n_rows, hk, kv->p.head_dim, pool->device);
     return t;
 }
-mx_tensor kv_cache_k_rank(kv_cache *kv, int layer, int rank) { return rank_view(kv, &kv->k[layer], rank); }
-mx_tensor kv_cache_v_rank(kv_cache *kv, int layer, int rank) { return rank_view(kv, &kv->v[layer], rank); }
+/* separate rank pools (multi-device backends): rank r's own allocation on device r */
+mx_tensor kv_cache_k_rank(kv_cache *kv, int layer, int rank) {
+    return kv->kr ? kv->kr[layer * kv_tp(kv) + rank] : rank_view(kv, &kv->k[layer], rank);
+}
+mx_tensor kv_cache_v_rank(kv_cache *kv, int layer, int rank) {
+    return kv->vr ? kv->vr[layer * kv_tp(kv) + rank] : rank_view(kv, &kv->v[layer], rank);
+}
 mx_tensor *kv_cache_v(kv_cache *kv, int layer) { return &kv->v[layer]; }
 int kv_cache_table_block(const kv_cache *kv) { return paged(kv) ? kv->p.block_size : kv->p.ctx_size; }
 
@@ -313,10 +379,12 @@ int kv_seq_prepare_write(kv_cache *kv, kv_seq *s, int from, int to) {
              * tensor-parallel rank's part of it */
             const int64_t src = (int64_t)old * bs, dst = (int64_t)nb * bs;
             for (int r = 0; r < kv_tp(kv); r++) {
+                kv_bind(kv, r); /* rank pools on their own devices: copy there */
                 mx_tensor kr = kv_cache_k_rank(kv, l, r), vr = kv_cache_v_rank(kv, l, r);
                 kv->be->kv_copy_rows(&kr, dst, src, bs);
                 kv->be->kv_copy_rows(&vr, dst, src, bs);
             }
+            kv_bind(kv, 0);
         }
         unit_unref(kv, old);
         s->blocks[bi] = nb;

@@ -61,7 +61,8 @@ const kv_cache_params *kv_cache_params_of(const kv_cache *kv);
 mx_tensor *kv_cache_k(kv_cache *kv, int layer);
 mx_tensor *kv_cache_v(kv_cache *kv, int layer);
 /* Rank r's part of a layer's pool under tensor parallelism: [n_phys_rows, n_kv_heads / tp,
- * head_dim], contiguous (the pool memory is rank-major); with tp_size <= 1 the whole pool. */
+ * head_dim], contiguous (rank-major memory of one pool; on a multi-device backend, a separate
+ * pool on rank r's device, and kv_cache_k/v describe rank 0's); tp_size <= 1: the whole pool. */
 mx_tensor kv_cache_k_rank(kv_cache *kv, int layer, int rank);
 mx_tensor kv_cache_v_rank(kv_cache *kv, int layer, int rank);
 /* Block size as seen by attention (block_size, or ctx_size for dense). */

@@ -37,7 +37,7 @@ int model_ensure_scratch(model *m, int rows, int n_out, mx_error *err) {
         m->cs_host = malloc(r * (size_t)m->rot_dim * sizeof(float));
         m->inv_host = malloc(((size_t)m->rot_dim / 2 + 1) * sizeof(float));
         if (!m->cs_host || !m->inv_host) return mx_fail(err, "out of memory");
-        if (m->tp_size > 1) { /* embedding rows of tokens another rank owns stay zero */
+        if (m->coll) { /* embedding rows of tokens another rank owns stay zero */
             free(m->zero_host);
             m->zero_host = calloc(r * H, sizeof(float));
             if (!m->zero_host) return mx_fail(err, "out of memory");
@@ -48,7 +48,7 @@ int model_ensure_scratch(model *m, int rows, int n_out, mx_error *err) {
         if (grow(m, &m->xo, (size_t)n_out * s->hidden_size, err) ||
             grow(m, &m->lo, (size_t)n_out * s->vocab_size, err))
             return -1;
-        if (m->tp_size > 1) {
+        if (m->coll) { /* a TP rank (a group of one too): its slice, gathered into lo */
             if (grow(m, &m->lol, (size_t)n_out * m->vn, err)) return -1;
         } else {
             m->lol = m->lo; /* one rank: its vocabulary slice is the whole head */
@@ -92,8 +92,10 @@ static void linear(const backend_ops *be, mx_tensor *out, const mx_tensor *x, co
 }
 
 /* ==== Collectives: no-ops for one rank ==== */
+/* A rank of a group (coll set) always calls the collective, also in a group of one
+ * (MLXCEL_TP_GROUP=1: the NCCL path on one GPU); a plain model never does. */
 static int tp_reduce(model *m, mx_tensor *x, mx_error *err) {
-    return m->tp_size > 1 ? m->coll->all_reduce_sum(m->coll, m->tp_rank, x, err) : 0;
+    return m->coll ? m->coll->all_reduce_sum(m->coll, m->tp_rank, x, err) : 0;
 }
 
 /* Vocabulary-parallel embedding: this rank writes the rows of the tokens in [v0, v0 + vn)
@@ -101,10 +103,10 @@ static int tp_reduce(model *m, mx_tensor *x, mx_error *err) {
  * each row exactly its owner's values (x + 0 is exact). One rank owns every token: one call. */
 static int tp_embed(model *m, mx_tensor *x, const int32_t *tokens, int n, float es, mx_error *err) {
     const backend_ops *be = m->be;
-    if (m->tp_size == 1) {
+    if (m->vn == m->spec.vocab_size) { /* one rank owns every token */
         if (model_weight_quantized(&m->tok_embd)) be->embed_q(x, &m->tok_embd.q, tokens, n, es, false);
         else be->embed(x, &m->tok_embd.w, tokens, n, es, false);
-        return 0;
+        return tp_reduce(m, x, err); /* a group of one: the (identity) collective still runs */
     }
     be->copy_from_host(x, m->zero_host);
     int32_t loc[64]; /* local ids of one run */
@@ -225,12 +227,15 @@ static int forward(model *m, kv_cache *kv, const model_batch *b, float *logits, 
                 mx_moe_experts ex = {.gate = qg ? NULL : L->exp_gate, .up = qu ? NULL : L->exp_up,
                                      .down = qd ? NULL : L->exp_down, .qgate = qg ? L->exp_qgate : NULL,
                                      .qup = qu ? L->exp_qup : NULL, .qdown = qd ? L->exp_qdown : NULL};
+                /* this rank's experts only (all of them for one rank), then the ranks' sum */
                 mx_moe_params mp = {.n_experts = E, .top_k = s->n_experts_per_tok,
-                                    .norm_topk = s->norm_topk_prob, .activation = (int)s->act};
+                                    .norm_topk = s->norm_topk_prob, .activation = (int)s->act,
+                                    .e0 = m->e0, .en = m->en < E ? m->en : 0};
                 if (be->moe(&o, &h, &rl, &ex, &mp, err)) {
                     rc = mx_wrap(err, "layer %d", l);
                     break; /* step_end still runs: a device backend may be capturing */
                 }
+                if ((rc = tp_reduce(m, &o, err))) break;
             } else {
                 const int I = m->ffn;
                 mx_tensor g = mx_tensor_2d(m->g, MX_F32, n, I, dev);
@@ -253,7 +258,7 @@ static int forward(model *m, kv_cache *kv, const model_batch *b, float *logits, 
             be->rms_norm(&xo, &xo, &m->out_norm, eps, off);
             linear(be, &lol, &xo, &m->lm_head, NULL);
             if (s->final_softcap > 0) be->softcap(&lol, s->final_softcap);
-            if (m->tp_size > 1) { /* vocabulary-parallel head: every rank's columns into lo */
+            if (m->coll) { /* vocabulary-parallel head: every rank's columns into lo */
                 mx_tensor lo = mx_tensor_2d(m->lo, MX_F32, b->n_out, V, dev);
                 rc = m->coll->all_gather_cols(m->coll, m->tp_rank, &lo, &lol, m->v0, err);
             }

@@ -27,7 +27,8 @@ struct model {
     int tp_rank, tp_size;
     int hq, hkv, ffn;            /* this rank's query heads, KV heads, dense MLP width */
     int v0, vn;                  /* this rank's vocabulary rows [v0, v0 + vn) */
-    mx_collective *coll;         /* NULL when tp_size == 1; owned by the group */
+    int e0, en;                  /* this rank's MoE experts [e0, e0 + en) (all for one rank) */
+    mx_collective *coll;         /* NULL outside a TP group; owned by the group */
     model **shards;              /* group only: [tp_size] */
     void **tp_owned;             /* host copies of column slices (CPU upload keeps views) */
     int n_tp_owned, cap_tp_owned;
@@ -63,6 +64,9 @@ int model_forward_rank(model *m, kv_cache *kv, const model_batch *b, float *logi
 /* model_tp.c: a TP group's forward, one thread per rank. */
 int model_tp_forward(model *m, kv_cache *kv, const model_batch *b, float *logits, mx_error *err);
 /* Vocabulary rows of a rank: ceil(V / N) per rank, the last rank the remainder. */
+/* Binds the calling thread to rank `rank`'s device on a multi-device backend (rank r drives
+ * device r); a no-op returning 0 on the CPU. err may be NULL. */
+int model_tp_bind(const backend_ops *be, int rank, mx_error *err);
 static inline void tp_vocab_range(int V, int rank, int n, int *v0, int *vn) {
     const int c = (V + n - 1) / n;
     *v0 = rank * c < V ? rank * c : V;

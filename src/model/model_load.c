@@ -174,9 +174,12 @@ static int experts_alloc(binder *b, model_layer *L, int E) {
     return 0;
 }
 
+/* Under tensor parallelism the rank binds only its experts [m->e0, m->e0 + m->en): the
+ * stacked / fused tensors arrive sliced to those (model_tp.c), per-expert tensors of other
+ * ranks are never asked for, and the other entries of the expert arrays stay absent. */
 static int bind_stacked(binder *b, model_layer *L, int li, const char *blk) {
     const model_spec *s = &b->m->spec;
-    const int64_t E = s->n_experts, H = s->hidden_size, I = s->moe_intermediate_size;
+    const int64_t E = b->m->en, e0 = b->m->e0, H = s->hidden_size, I = s->moe_intermediate_size;
     static const char *k_proj[3] = {"gate_proj", "up_proj", "down_proj"};
     mx_tensor *dv[3] = {L->exp_gate, L->exp_up, L->exp_down};
     mx_qweight *qv[3] = {L->exp_qgate, L->exp_qup, L->exp_qdown};
@@ -192,12 +195,12 @@ static int bind_stacked(binder *b, model_layer *L, int li, const char *blk) {
         if (kind < 0) return -1;
         for (int64_t e = 0; e < E; e++) {
             if (kind) {
-                qv[p][e] = q;
-                qv[p][e].w = mx_tensor_index(&q.w, e);
-                qv[p][e].scales = mx_tensor_index(&q.scales, e);
-                qv[p][e].biases = mx_tensor_index(&q.biases, e);
+                qv[p][e0 + e] = q;
+                qv[p][e0 + e].w = mx_tensor_index(&q.w, e);
+                qv[p][e0 + e].scales = mx_tensor_index(&q.scales, e);
+                qv[p][e0 + e].biases = mx_tensor_index(&q.biases, e);
             } else {
-                dv[p][e] = mx_tensor_index(&w, e);
+                dv[p][e0 + e] = mx_tensor_index(&w, e);
             }
         }
     }
@@ -206,7 +209,7 @@ static int bind_stacked(binder *b, model_layer *L, int li, const char *blk) {
 
 static int bind_fused(binder *b, model_layer *L, int li, const mx_tensor *gu) {
     const model_spec *s = &b->m->spec;
-    const int E = s->n_experts, H = s->hidden_size, I = s->moe_intermediate_size;
+    const int E = b->m->en, e0 = b->m->e0, H = s->hidden_size, I = s->moe_intermediate_size;
     mx_tensor dn = find(b, "layers.%d.mlp.experts.down_proj", li, -1);
     if (gu->ndim != 3 || gu->shape[0] != E || gu->shape[1] != 2 * I || gu->shape[2] != H || !dn.data ||
         dn.ndim != 3 || dn.shape[0] != E || dn.shape[1] != H || dn.shape[2] != I ||
@@ -217,9 +220,9 @@ static int bind_fused(binder *b, model_layer *L, int li, const mx_tensor *gu) {
     if (b->m->be->upload(&gud, gu, b->err) || b->m->be->upload(&dnd, &dn, b->err)) return -1;
     for (int e = 0; e < E; e++) {
         mx_tensor ge = mx_tensor_index(&gud, e);
-        L->exp_gate[e] = mx_tensor_rows(&ge, 0, I);
-        L->exp_up[e] = mx_tensor_rows(&ge, I, I);
-        L->exp_down[e] = mx_tensor_index(&dnd, e);
+        L->exp_gate[e0 + e] = mx_tensor_rows(&ge, 0, I);
+        L->exp_up[e0 + e] = mx_tensor_rows(&ge, I, I);
+        L->exp_down[e0 + e] = mx_tensor_index(&dnd, e);
     }
     b->m->n_params += (uint64_t)(mx_tensor_numel(gu) + mx_tensor_numel(&dn));
     b->m->weight_bytes += mx_tensor_nbytes(gu) + mx_tensor_nbytes(&dn);
@@ -238,13 +241,15 @@ static int bind_per_expert(binder *b, model_layer *L, int li, bool mixtral) {
                                   "layers.%d.mlp.experts.%d.down_proj.weight"};
     mx_tensor *dv[3] = {L->exp_gate, L->exp_up, L->exp_down};
     mx_qweight *qv[3] = {L->exp_qgate, L->exp_qup, L->exp_qdown};
+    const int e0 = b->m->e0, e1 = b->m->e0 + b->m->en;
+    (void)E;
     for (int p = 0; p < 3; p++)
-        for (int e = 0; e < E; e++) {
+        for (int e = e0; e < e1; e++) {
             model_weight w;
             const char *fmt = mixtral ? k_mix[p] : k_hf[p];
             if (bind_lin(b, &w, true, p < 2 ? I : H, p < 2 ? H : I, fmt, li, e, false)) return -1;
             /* the MoE op takes one array per projection: all dense or all quantized */
-            if (e > 0 && model_weight_quantized(&w) != (qv[p][0].bits > 0))
+            if (e > e0 && model_weight_quantized(&w) != (qv[p][e0].bits > 0))
                 return mx_fail(b->err, "layer %d: experts 0 and %d of the %s projection differ in "
                                "quantization (all experts of a projection must be quantized, or "
                                "none)", li, e, p == 0 ? "gate" : p == 1 ? "up" : "down");
@@ -334,6 +339,8 @@ int model_bind_rank(model **out, const model_spec *spec, model_weight_fn fn, voi
     m->hq = s->n_heads / tp_size;
     m->hkv = s->n_kv_heads / tp_size;
     m->ffn = s->intermediate_size / tp_size;
+    m->en = s->n_experts > 0 ? s->n_experts / tp_size : 0;
+    m->e0 = rank * m->en;
     tp_vocab_range(s->vocab_size, rank, tp_size, &m->v0, &m->vn);
     if (s->n_layers <= 0 || s->n_layers > MX_MAX_LAYERS || s->n_heads <= 0 || s->n_kv_heads <= 0 ||
         s->n_heads % s->n_kv_heads || s->head_dim <= 0 || s->hidden_size <= 0 || s->vocab_size <= 0) {
@@ -388,7 +395,11 @@ fail:
 void model_free(model *m) {
     if (!m) return;
     if (m->shards) { /* a TP group: the ranks hold the weights, the group the checkpoint */
-        for (int r = 0; r < m->tp_size; r++) model_free(m->shards[r]);
+        for (int r = 0; r < m->tp_size; r++) { /* each rank's buffers on its own device */
+            if (m->shards[r] && model_tp_bind(m->be, r, NULL)) continue; /* leaked, not misfreed */
+            model_free(m->shards[r]);
+        }
+        model_tp_bind(m->be, 0, NULL);
         free(m->shards);
         if (m->coll) m->coll->destroy(m->coll);
         if (m->ck && m->ck_free) m->ck_free(m->ck);
@@ -409,7 +420,7 @@ void model_free(model *m) {
     free(m->layers);
     const backend_ops *be = m->be;
     float *bufs[] = {m->x, m->h, m->q, m->k, m->v, m->att, m->o, m->g, m->u, m->rl,
-                     m->cs_glob, m->cs_loc, m->xo, m->lo, m->tp_size > 1 ? m->lol : NULL};
+                     m->cs_glob, m->cs_loc, m->xo, m->lo, m->lol != m->lo ? m->lol : NULL};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->free(bufs[i]);
     free(m->cs_host);

@@ -6,7 +6,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/env.h"
 #include "model/model_internal.h"
+
+/* ==== Collective of a device group ====
+ * CUDA: NCCL over GPUs 0..n-1, rank r on GPU r (collective_nccl.c). */
+static mx_collective *device_collective(int n, mx_error *err) {
+#ifdef MLXCEL_HAVE_CUDA
+    int dev[64];
+    for (int i = 0; i < n; i++) dev[i] = i;
+    return mx_collective_nccl_new(n, dev, err);
+#else
+    mx_fail(err, "tensor parallelism on a device backend: this build has no CUDA (NCCL)");
+    (void)n;
+    return NULL;
+#endif
+}
 
 /* ==== Slicing weight source ====
  * Wraps the checkpoint's source for rank r of N: column-parallel weights (Q/K/V and their
@@ -69,16 +84,39 @@ static mx_tensor tp_weight(void *ctx, const char *name) {
         return w.ndim == 2 && w.shape[1] % t->n == 0 ? col_slice(t, &w) : w;
     if (ends_with(name, "embed_tokens.weight") || ends_with(name, "lm_head.weight"))
         return mx_tensor_rows(&w, t->v0, t->vn);
+    /* MoE: stacked / fused expert tensors [E, ...] keep the rank's experts (zero-copy; the
+     * per-expert layout is never asked for other ranks' experts: model_load.c) */
+    static const char *k_experts[] = {".switch_mlp.gate_proj.weight", ".switch_mlp.up_proj.weight",
+                                      ".switch_mlp.down_proj.weight", ".experts.gate_up_proj",
+                                      ".experts.down_proj"};
+    for (size_t i = 0; i < sizeof k_experts / sizeof k_experts[0]; i++)
+        if (ends_with(name, k_experts[i]) && w.ndim == 3 && w.shape[0] % t->n == 0) {
+            const int64_t en = w.shape[0] / t->n;
+            return mx_tensor_rows(&w, t->rank * en, en);
+        }
     return w;
 }
 
 /* ==== Group ==== */
-static int tp_check(const model_spec *s, const backend_ops *be, int n, mx_error *err) {
+int model_tp_bind(const backend_ops *be, int rank, mx_error *err) {
+    if (!be->bind_device) return 0;
+    mx_error scratch;
+    return be->bind_device(rank, err ? err : &scratch);
+}
+
+/* group: a TP group even for n = 1 (MLXCEL_TP_GROUP=1: the collective path on one device) */
+static int tp_check(const model_spec *s, const backend_ops *be, int n, bool group, mx_error *err) {
     if (n < 1 || n > 64) return mx_fail(err, "--tp-size %d: expected 1..64", n);
-    if (n == 1) return 0;
-    if (be->device != MX_DEV_CPU)
-        return mx_fail(err, "tensor parallelism on %s needs NCCL across %d GPUs: not built yet "
-                       "(docs/tensor-parallel.md)", backend_device_name(be->device), n);
+    if (n == 1 && !group) return 0;
+    if (be->device != MX_DEV_CPU) {
+        const int have = be->device_count ? be->device_count() : 0;
+        if (!be->bind_device)
+            return mx_fail(err, "tensor parallelism on %s: the backend drives one device only",
+                           backend_device_name(be->device));
+        if (n > have)
+            return mx_fail(err, "--tp-size %d on %s: one GPU per rank, and %d GPU%s visible", n,
+                           backend_device_name(be->device), have, have == 1 ? " is" : "s are");
+    }
     if (s->n_kv_heads % n || s->n_heads % n)
         return mx_fail(err, "--tp-size %d: the model has %d query and %d KV heads; both must be "
                        "divisible by the TP size", n, s->n_heads, s->n_kv_heads);
@@ -88,10 +126,10 @@ static int tp_check(const model_spec *s, const backend_ops *be, int n, mx_error 
     if (s->vocab_size < n)
         return mx_fail(err, "--tp-size %d: vocabulary of %d rows is smaller than the TP size", n,
                        s->vocab_size);
-    if (s->n_experts > 0)
-        return mx_fail(err, "--tp-size %d: MoE models (%d experts) are not supported with tensor "
-                       "parallelism yet", n, s->n_experts);
-    if (s->quant.bits || s->n_quant_overrides)
+    if (s->n_experts > 0 && s->n_experts % n)
+        return mx_fail(err, "--tp-size %d: the model has %d MoE experts, not divisible by the TP "
+                       "size", n, s->n_experts);
+    if (n > 1 && (s->quant.bits || s->n_quant_overrides))
         return mx_fail(err, "--tp-size %d: MLX-quantized checkpoints are not supported with tensor "
                        "parallelism yet (dequantize with `mlxcel convert -d`)", n);
     return 0;
@@ -99,8 +137,9 @@ static int tp_check(const model_spec *s, const backend_ops *be, int n, mx_error 
 
 int model_bind_tp(model **out, const model_spec *spec, model_weight_fn fn, void *ctx,
                   const backend_ops *be, int tp_size, mx_error *err) {
-    if (tp_check(spec, be, tp_size, err)) return -1;
-    if (tp_size == 1) return model_bind_rank(out, spec, fn, ctx, be, 0, 1, err);
+    const bool group = tp_size > 1 || mx_env()->tp_group;
+    if (tp_check(spec, be, tp_size, group, err)) return -1;
+    if (!group) return model_bind_rank(out, spec, fn, ctx, be, 0, 1, err);
     model *g = calloc(1, sizeof *g);
     if (!g) return mx_fail(err, "out of memory");
     g->spec = *spec;
@@ -108,7 +147,8 @@ int model_bind_tp(model **out, const model_spec *spec, model_weight_fn fn, void 
     g->tp_size = tp_size;
     g->rot_dim = rope_rot_dim(spec);
     g->shards = calloc((size_t)tp_size, sizeof(model *));
-    g->coll = g->shards ? mx_collective_cpu_new(tp_size, err) : NULL;
+    g->coll = !g->shards ? NULL : be->device == MX_DEV_CPU ? mx_collective_cpu_new(tp_size, err)
+                                                           : device_collective(tp_size, err);
     if (!g->coll) {
         const bool oom = !g->shards;
         model_free(g);
@@ -117,7 +157,9 @@ int model_bind_tp(model **out, const model_spec *spec, model_weight_fn fn, void 
     for (int r = 0; r < tp_size; r++) {
         tp_src src = {.fn = fn, .ctx = ctx, .rank = r, .n = tp_size};
         tp_vocab_range(spec->vocab_size, r, tp_size, &src.v0, &src.vn);
-        int rc = model_bind_rank(&g->shards[r], spec, tp_weight, &src, be, r, tp_size, err);
+        /* rank r's weights go to its device (the calling thread returns to rank 0's below) */
+        int rc = model_tp_bind(be, r, err);
+        if (rc == 0) rc = model_bind_rank(&g->shards[r], spec, tp_weight, &src, be, r, tp_size, err);
         if (src.oom) { /* a failed copy shows up as a missing tensor: name the real cause */
             if (rc == 0) model_free(g->shards[r]);
             g->shards[r] = NULL;
@@ -126,7 +168,7 @@ int model_bind_tp(model **out, const model_spec *spec, model_weight_fn fn, void 
         if (rc) {
             for (int i = 0; i < src.n_owned; i++) free(src.owned[i]);
             free(src.owned);
-            model_free(g);
+            model_free(g); /* binds each rank's device to free its buffers, then rank 0's */
             return mx_wrap(err, "tensor-parallel rank %d of %d", r, tp_size);
         }
         model *sh = g->shards[r];
@@ -137,6 +179,7 @@ int model_bind_tp(model **out, const model_spec *spec, model_weight_fn fn, void 
         g->n_params += sh->n_params;
         g->weight_bytes += sh->weight_bytes;
     }
+    model_tp_bind(be, 0, NULL);
     g->n_lin = g->shards[0]->n_lin;
     g->n_lin_q = g->shards[0]->n_lin_q;
     *out = g;
@@ -157,6 +200,7 @@ typedef struct tp_gate {
 
 typedef struct tp_job {
     model *m;
+    int rank;
     kv_cache *kv;
     const model_batch *b;
     float *logits;
@@ -174,7 +218,9 @@ static void *tp_run(void *arg) {
         pthread_mutex_unlock(&j->gate->mu);
         if (st == 2) return NULL;
     }
-    j->rc = model_forward_rank(j->m, j->kv, j->b, j->logits, &j->err);
+    /* a device rank drives its own GPU: bind before any op (rank 0: the calling thread) */
+    j->rc = model_tp_bind(j->m->be, j->rank, &j->err);
+    if (j->rc == 0) j->rc = model_forward_rank(j->m, j->kv, j->b, j->logits, &j->err);
     return NULL;
 }
 
@@ -194,15 +240,18 @@ int model_tp_forward(model *g, kv_cache *kv, const model_batch *b, float *logits
         return mx_fail(err, "kv cache laid out for %d tensor-parallel ranks, model has %d",
                        kvp->tp_size > 1 ? kvp->tp_size : 1, n);
     if (b->n_rows <= 0) return 0;
-    for (int r = 0; r < n; r++)
-        if (model_ensure_scratch(g->shards[r], b->n_rows, b->n_out > 0 ? b->n_out : 1, err))
+    for (int r = 0; r < n; r++) /* each rank's scratch on its device */
+        if (model_tp_bind(g->be, r, err) ||
+            model_ensure_scratch(g->shards[r], b->n_rows, b->n_out > 0 ? b->n_out : 1, err)) {
+            model_tp_bind(g->be, 0, NULL);
             return mx_wrap(err, "tensor-parallel rank %d", r);
+        }
     tp_gate gate = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .state = 0};
     tp_job jobs[64];
     pthread_t th[64];
     int started = 1;
     for (int r = 0; r < n; r++)
-        jobs[r] = (tp_job){.m = g->shards[r], .kv = kv, .b = b, .logits = r == 0 ? logits : NULL,
+        jobs[r] = (tp_job){.m = g->shards[r], .rank = r, .kv = kv, .b = b, .logits = r == 0 ? logits : NULL,
                            .gate = r ? &gate : NULL};
     for (; started < n; started++)
         if (pthread_create(&th[started], NULL, tp_run, &jobs[started])) break;

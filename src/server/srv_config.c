@@ -34,6 +34,8 @@ static const opt k_opts[] = {
     {{"--chat-template-file", NULL}, "LLAMA_ARG_CHAT_TEMPLATE_FILE", OPT_STR, F(chat_template_file),
      0, 0, "Jinja chat template file (overrides the checkpoint's)"},
     {{"--device", NULL}, NULL, OPT_STR, F(device), 0, 0, "compute device: cpu (default) or cuda"},
+    {{"--tp-size", NULL}, NULL, OPT_INT, F(tp_size), 1, 64,
+     "tensor-parallel ranks: threads on the CPU, one GPU each on CUDA (default 1)"},
     {{"--host", NULL}, "LLAMA_ARG_HOST", OPT_STR, F(host), 0, 0,
      "address to bind (default 127.0.0.1); a path ending in .sock binds a Unix socket"},
     {{"--port", NULL}, "LLAMA_ARG_PORT", OPT_INT, F(port), 0, 65535, "TCP port (default 8080; 0 = any free port)"},
@@ -98,6 +100,7 @@ void srv_config_defaults(srv_config *c) {
     memset(c, 0, sizeof *c);
     snprintf(c->host, sizeof c->host, "127.0.0.1");
     c->port = 8080;
+    c->tp_size = 1;
     c->timeout_s = 600;
     c->max_body_bytes = 16u << 20;
     c->sse_ping_s = 15;

@@ -10,17 +10,23 @@
  *   float summation order than one dot product over the whole row;
  * - TP 2 and 4 on in-memory tiny models with 4 KV heads (llama-like and gemma-like: sliding
  *   window, sandwich norms, tied head) and a vocabulary of 97 rows (uneven vocab split);
- * - refusals: MoE, heads not divisible, CUDA (NCCL not built). */
+ * - MoE (qwen3_moe, qwen3_moe_nonorm, mixtral fixtures; a tiny 4-expert model at TP 2 and 4):
+ *   each rank holds E/N experts, the router is replicated, the ranks' expert sums all-reduced;
+ * - a group of one rank (MLXCEL_TP_GROUP=1) is bit-identical to the plain model;
+ * - refusals: experts or heads not divisible, a device backend without device binding or with
+ *   fewer devices than ranks. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <cmocka.h>
 
 #include <jansson.h>
 #include <pthread.h>
 
 #include "backend/collective.h"
+#include "base/env.h"
 #include "engine/engine.h"
 #include "engine_collect.h"
 #include "tiny_model.h"
@@ -158,7 +164,8 @@ static int compare_tp(const char *name, model *base, model *tp, int tpn, int32_t
 }
 
 /* ==== Golden fixtures ==== */
-static const char *k_fixtures[] = {"llama", "qwen2", "qwen3", "mistral", "gemma3_text"};
+static const char *k_fixtures[] = {"llama",    "qwen2",     "qwen3",           "mistral",
+                                   "gemma3_text", "qwen3_moe", "qwen3_moe_nonorm", "mixtral"};
 
 static void test_tp_fixtures(void **st) {
     (void)st;
@@ -206,7 +213,7 @@ static void test_tp_fixtures(void **st) {
         for (int tp = 2; tp <= 4; tp *= 2) {
             model *mt = NULL;
             const bool fits = s->n_kv_heads % tp == 0 && s->n_heads % tp == 0 &&
-                              s->intermediate_size % tp == 0;
+                              s->intermediate_size % tp == 0 && s->n_experts % tp == 0;
             const int rc = model_load_tp(&mt, dir, backend_cpu(), tp, &err);
             if (!fits) { /* refused, with the reason */
                 assert_int_equal(rc, -1);
@@ -241,6 +248,49 @@ static void widen_kv(tiny_model *tm) {
         }
 }
 
+/* A TP group of one rank (MLXCEL_TP_GROUP=1): rank thread, collectives of size 1, separate
+ * head slice + all_gather. On the CPU every collective of one rank is an exact copy, so the
+ * logits are bit-identical to the plain model's (the NCCL group of one on a GPU is checked the
+ * same way by bench/tp_device.sh). */
+static void test_tp_group_of_one(void **st) {
+    (void)st;
+    tiny_model tm;
+    tiny_build(&tm, TINY_MOE, 11);
+    mx_error err;
+    model *m1 = NULL, *g1 = NULL;
+    if (model_bind_tp(&m1, &tm.spec, tiny_lookup, &tm, backend_cpu(), 1, &err)) fail_msg("%s", err.msg);
+    setenv("MLXCEL_TP_GROUP", "1", 1);
+    mx_env_reload();
+    const int rc = model_bind_tp(&g1, &tm.spec, tiny_lookup, &tm, backend_cpu(), 1, &err);
+    unsetenv("MLXCEL_TP_GROUP");
+    mx_env_reload();
+    if (rc) fail_msg("%s", err.msg);
+    assert_int_equal(model_tp_size(g1), 1);
+    static int32_t prompts[2][MAXT];
+    int np[2] = {6, 11}, nw[2] = {10, 7};
+    for (int i = 0; i < 2; i++)
+        for (int k = 0; k < np[i]; k++) prompts[i][k] = (int32_t)((i * 31 + k * 7) % 90 + 1);
+    const int V = tm.spec.vocab_size;
+    for (size_t v = 0; v < NVARS; v++) {
+        run_out a, b;
+        run(m1, prompts, np, nw, 2, &k_vars[v], &a);
+        run(g1, prompts, np, nw, 2, &k_vars[v], &b);
+        for (int i = 0; i < 2; i++) {
+            assert_int_equal(a.n[i], nw[i]);
+            assert_int_equal(b.n[i], nw[i]);
+            assert_memory_equal(a.toks[i], b.toks[i], (size_t)nw[i] * 4);
+            assert_non_null(a.first_logits[i]);
+            assert_non_null(b.first_logits[i]);
+            assert_memory_equal(a.first_logits[i], b.first_logits[i], (size_t)V * 4);
+        }
+        free_out(&a);
+        free_out(&b);
+    }
+    model_free(g1);
+    model_free(m1);
+    tiny_free(&tm);
+}
+
 static void tiny_case(tiny_kind kind, const char *name) {
     tiny_model tm;
     tiny_build(&tm, kind, 77);
@@ -272,6 +322,11 @@ static void test_tp_tiny_llama(void **st) {
 static void test_tp_tiny_gemma(void **st) {
     (void)st;
     tiny_case(TINY_GEMMA, "tiny-gemma");
+}
+/* 4 experts: 2 per rank at TP 2, one per rank at TP 4 */
+static void test_tp_tiny_moe(void **st) {
+    (void)st;
+    tiny_case(TINY_MOE, "tiny-moe");
 }
 
 /* ==== KV: rank views and copy-on-write ====
@@ -318,24 +373,40 @@ static void test_kv_rank_views(void **st) {
 }
 
 /* ==== Refusals ==== */
+static int fake_bind(int ordinal, mx_error *err) {
+    (void)ordinal;
+    (void)err;
+    return 0;
+}
+static int one_device(void) { return 1; }
+
 static void test_tp_refusals(void **st) {
     (void)st;
     mx_error err;
     model *m = NULL;
     tiny_model tm;
     tiny_build(&tm, TINY_MOE, 3);
+    widen_kv(&tm);
+    tm.spec.n_heads = tm.spec.n_kv_heads = 2; /* 2 heads of 16: divisible by 2, experts 3 not */
+    tm.spec.head_dim = 16;
+    tm.spec.n_experts = 3;
     assert_int_equal(model_bind_tp(&m, &tm.spec, tiny_lookup, &tm, backend_cpu(), 2, &err), -1);
-    assert_non_null(strstr(err.msg, "MoE"));
+    assert_non_null(strstr(err.msg, "3 MoE experts, not divisible"));
     tiny_free(&tm);
     tiny_build(&tm, TINY_LLAMA, 3);
     assert_int_equal(model_bind_tp(&m, &tm.spec, tiny_lookup, &tm, backend_cpu(), 4, &err), -1);
     assert_non_null(strstr(err.msg, "divisible")); /* 2 KV heads */
     assert_int_equal(model_bind_tp(&m, &tm.spec, tiny_lookup, &tm, backend_cpu(), 0, &err), -1);
-    /* a CUDA-device backend (the CPU table relabelled: refused before any op runs) */
+    /* a device backend that cannot bind threads to devices (the CPU table relabelled), and
+     * one with fewer devices than ranks: refused before any op runs */
     backend_ops cuda_like = *backend_cpu();
     cuda_like.device = MX_DEV_CUDA;
     assert_int_equal(model_bind_tp(&m, &tm.spec, tiny_lookup, &tm, &cuda_like, 2, &err), -1);
-    assert_non_null(strstr(err.msg, "needs NCCL across 2 GPUs: not built yet"));
+    assert_non_null(strstr(err.msg, "drives one device only"));
+    cuda_like.bind_device = fake_bind;
+    cuda_like.device_count = one_device;
+    assert_int_equal(model_bind_tp(&m, &tm.spec, tiny_lookup, &tm, &cuda_like, 2, &err), -1);
+    assert_non_null(strstr(err.msg, "one GPU per rank, and 1 GPU is visible"));
     /* a KV cache laid out for another TP degree */
     assert_int_equal(model_bind_tp(&m, &tm.spec, tiny_lookup, &tm, backend_cpu(), 2, &err), 0);
     kv_cache_params kp = {.storage = KV_STORAGE_DENSE, .n_layers = 2, .n_kv_heads = 2, .head_dim = 8,
@@ -361,6 +432,8 @@ int main(void) {
         cmocka_unit_test(test_tp_refusals),
         cmocka_unit_test(test_tp_tiny_llama),
         cmocka_unit_test(test_tp_tiny_gemma),
+        cmocka_unit_test(test_tp_tiny_moe),
+        cmocka_unit_test(test_tp_group_of_one),
         cmocka_unit_test(test_tp_fixtures),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

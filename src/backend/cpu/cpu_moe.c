@@ -33,7 +33,8 @@ static void expert_matmul(mx_tensor *out, const mx_tensor *x, const mx_tensor *w
 int cpu_moe(mx_tensor *out, const mx_tensor *x, const mx_tensor *router_logits,
             const mx_moe_experts *ex, const mx_moe_params *p, mx_error *err) {
     const int n = (int)x->shape[0], H = (int)x->shape[1], E = p->n_experts, K = p->top_k;
-    const int I = (int)(ex->qgate ? ex->qgate[0].w.shape[0] : ex->gate[0].shape[0]);
+    const int ep = p->en > 0 ? p->e0 : 0; /* a present expert (TP ranks hold a range) */
+    const int I = (int)(ex->qgate ? ex->qgate[ep].w.shape[0] : ex->gate[ep].shape[0]);
     int *sel = malloc((size_t)n * K * sizeof(int));        /* [n, K] chosen experts */
     float *wsel = malloc((size_t)n * K * sizeof(float));   /* [n, K] their weights */
     float *probs = malloc((size_t)E * sizeof(float));      /* [E] */
@@ -64,7 +65,9 @@ int cpu_moe(mx_tensor *out, const mx_tensor *x, const mx_tensor *router_logits,
     }
     /* ---- dispatch ---- */
     for (int i = 0; i < n; i++) memset(cpu_row_ptr(out, i), 0, (size_t)H * sizeof(float));
-    for (int e = 0; e < E; e++) {
+    /* tensor parallelism: this rank's experts only (p->en = 0: all) */
+    const int e_lo = p->en > 0 ? p->e0 : 0, e_hi = p->en > 0 ? p->e0 + p->en : E;
+    for (int e = e_lo; e < e_hi; e++) {
         int m = 0;
         for (int i = 0; i < n; i++)
             for (int j = 0; j < K; j++)

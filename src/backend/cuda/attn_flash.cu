@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "backend/cuda/cuda_elem.h"
+#include "backend/cuda/cuda_info.h"
 #include "backend/cuda/cuda_kernels.cuh"
 
 #define FA_WARPS 4
@@ -229,12 +230,13 @@ __global__ void __launch_bounds__(FA_WARPS * 32) attn_flash_kernel(cuda_attn_row
 template <int D>
 static int flash_launch(const cuda_attn_rows_args *a, cudaStream_t st) {
     const size_t smem = (size_t)(FA_QV + 2 * FA_KT) * (D + FA_PAD) * sizeof(uint16_t);
-    static bool s_set = false;
-    if (!s_set) {
+    static bool s_set[CUDA_MAX_DEVICES]; /* the attribute is per device */
+    const int cd = cuda_cur_device();
+    if (!s_set[cd]) {
         const cudaError_t e = cudaFuncSetAttribute(
             attn_flash_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return (int)e;
-        s_set = true;
+        s_set[cd] = true;
     }
     attn_flash_kernel<D><<<dim3(a->n_tiles, a->n_kv_heads), FA_WARPS * 32, smem, st>>>(*a);
     return (int)cudaGetLastError();

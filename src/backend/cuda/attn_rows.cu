@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "backend/cuda/cuda_elem.h"
+#include "backend/cuda/cuda_info.h"
 #include "backend/cuda/cuda_kernels.cuh"
 
 #define AR_WARPS 8
@@ -152,13 +153,14 @@ extern "C" int cuda_attn_rows(const cuda_attn_rows_args *a, cudaStream_t st) {
     const int D = a->head_dim;
     const size_t smem = ((size_t)CUDA_ATTN_ROWS_QV * D + (size_t)AR_KEYS * (D + 1) +
                          (size_t)AR_KEYS * D) * sizeof(float);
-    static size_t s_smem_set = 0;
-    if (smem > 48 * 1024 && smem > s_smem_set) {
+    static size_t s_smem_set[CUDA_MAX_DEVICES]; /* the attribute is per device */
+    const int cd = cuda_cur_device();
+    if (smem > 48 * 1024 && smem > s_smem_set[cd]) {
         cudaError_t e = cudaFuncSetAttribute(attn_rows_kernel,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              (int)smem);
         if (e != cudaSuccess) return (int)e;
-        s_smem_set = smem;
+        s_smem_set[cd] = smem;
     }
     attn_rows_kernel<<<dim3(a->n_tiles, a->n_kv_heads), AR_WARPS * 32, smem, st>>>(*a);
     return (int)cudaGetLastError();

@@ -17,7 +17,9 @@
 #include "base/env.h"
 #include "base/log.h"
 
-cu_state g_cu;
+/* Per device: device d's state lives in s_dev[d]; threads start bound to device 0. */
+static cu_state s_dev[CUDA_MAX_DEVICES];
+_Thread_local cu_state *cu_cur = &s_dev[0];
 
 /* ==== Errors ==== */
 void cu_fail(const char *fmt, ...) {
@@ -518,15 +520,19 @@ static const backend_ops k_cuda_ops = {
     .mem_peak = be_mem_peak,
     .copy_bandwidth = be_copy_bandwidth,
     .greedy_rows = be_greedy_rows,
+    .bind_device = cu_bind_device,
+    .device_count = cuda_device_count,
 };
 
 /* ==== Initialisation ==== */
-static int cu_init(mx_error *err) {
+/* Initialises the calling thread's state (g_cu) for device `dev`, already current. */
+static int cu_init(int dev, mx_error *err) {
     if (g_cu.ready) return 0;
-    if (cuda_device_info(&g_cu.facts))
-        return mx_fail(err, "--device cuda: no usable NVIDIA GPU (no driver or no device)");
-    if (cudaSetDevice(0) != cudaSuccess || cudaStreamCreateWithFlags(&g_cu.st, cudaStreamNonBlocking) != cudaSuccess)
-        return mx_fail(err, "--device cuda: cannot create a stream: %s",
+    if (cuda_device_info_of(dev, &g_cu.facts))
+        return dev ? mx_fail(err, "--device cuda: no usable GPU %d (%d visible)", dev, cuda_device_count())
+                   : mx_fail(err, "--device cuda: no usable NVIDIA GPU (no driver or no device)");
+    if (cudaStreamCreateWithFlags(&g_cu.st, cudaStreamNonBlocking) != cudaSuccess)
+        return mx_fail(err, "--device cuda: cannot create a stream on GPU %d: %s", dev,
                        cudaGetErrorString(cudaGetLastError()));
     const mx_env_t *env = mx_env();
     g_cu.gemv_rows = env->dense_gemv_rows > CU_GEMV_MAX_ROWS ? CU_GEMV_MAX_ROWS : env->dense_gemv_rows;
@@ -540,9 +546,9 @@ static int cu_init(mx_error *err) {
     g_cu.lazy = env->weight_lazy;
     g_cu.pinned = env->cuda_pinned_load;
     g_cu.profile = env->profile_ttft;
-    cuda_set_pdl(env->cuda_pdl && g_cu.facts.cc_major >= 9);
+    if (dev == 0) cuda_set_pdl(env->cuda_pdl && g_cu.facts.cc_major >= 9); /* process-wide */
     /* cp.async.bulk.prefetch is sm_90+; the kernels compile it out below, this keeps it honest */
-    cuda_set_gemv_prefetch(g_cu.facts.cc_major >= 9 ? env->gemv_prefetch_kb * 1024 : 0);
+    if (dev == 0) cuda_set_gemv_prefetch(g_cu.facts.cc_major >= 9 ? env->gemv_prefetch_kb * 1024 : 0);
     if (cudaHostAlloc(&g_cu.misc, CU_MISC_BYTES, cudaHostAllocDefault) != cudaSuccess ||
         cudaEventCreateWithFlags(&g_cu.misc_ev, cudaEventDisableTiming) != cudaSuccess)
         return mx_fail(err, "--device cuda: cannot allocate %zu MiB of pinned host memory",
@@ -560,7 +566,30 @@ static int cu_init(mx_error *err) {
     return 0;
 }
 
+int cu_bound_device(void) { return (int)(cu_cur - s_dev); }
+
+int cu_bind_device(int dev, mx_error *err) {
+    if (dev < 0 || dev >= CUDA_MAX_DEVICES)
+        return mx_fail(err, "--device cuda: GPU %d: at most %d GPUs are supported", dev, CUDA_MAX_DEVICES);
+    if (cu_cur == &s_dev[dev] && s_dev[dev].ready) return 0; /* this thread is bound already */
+    if (cudaSetDevice(dev) != cudaSuccess) {
+        const cudaError_t e = cudaGetLastError();
+        return mx_fail(err, "--device cuda: cannot use GPU %d (%d visible): %s", dev,
+                       cuda_device_count(), cudaGetErrorString(e));
+    }
+    cu_cur = &s_dev[dev];
+    return cu_init(dev, err);
+}
+
 const backend_ops *backend_cuda(mx_error *err) {
-    if (cu_init(err)) return NULL;
+    /* device 0 on the calling thread: what every thread that binds nothing else uses */
+    if (cu_cur != &s_dev[0] || !s_dev[0].ready) {
+        cu_state *prev = cu_cur;
+        if (cu_bind_device(0, err)) return NULL;
+        if (prev != &s_dev[0]) { /* a bound rank thread asking for the table: keep its device */
+            mx_error e2;
+            cu_bind_device((int)(prev - s_dev), &e2);
+        }
+    }
     return &k_cuda_ops;
 }

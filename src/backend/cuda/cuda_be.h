@@ -1,6 +1,8 @@
 /* Private state of the CUDA engine backend (host C; only src/backend/cuda includes this).
  *
- * One device (0), one stream: every op is enqueued on `st` in program order, so the only
+ * One state per device (tensor parallelism: one thread per GPU, each bound to its device's
+ * state by the bind_rank hook; every other thread uses device 0's), one stream per device:
+ * every op is enqueued on `st` in program order, so the only
  * host synchronisations are the logits copy at the end of a forward, the weight upload ring
  * and the grouped MoE path of large (prefill) steps. Device failures are recorded as a sticky
  * error (first one wins) and reported by the `check` hook at the end of each forward. */
@@ -126,6 +128,8 @@ typedef struct cu_state {
     size_t ids_cap;
     cu_moe_table *moe_tab;
     int n_moe_tab;
+    void *moe_zero;           /* [moe_zero_cap] zero bf16: other TP ranks' experts */
+    size_t moe_zero_cap;
     bool warned_lt;
     void *qmv_ws;             /* qmv: x' and chunk sums (cuda_qmv_workspace_bytes) */
     size_t qmv_ws_cap;
@@ -231,7 +235,15 @@ typedef struct cu_state {
     uint64_t graphs_captured, graphs_replayed;
 } cu_state;
 
-extern cu_state g_cu;
+/* The calling thread's device state: device 0's unless the thread was bound to another by
+ * bind_rank (backend_cuda.c). A thread-local pointer, so the ops of rank threads running at
+ * the same time never touch each other's streams, scratch, plans or graphs. */
+extern _Thread_local cu_state *cu_cur;
+#define g_cu (*cu_cur)
+/* Device `dev`'s state, initialised (stream, cuBLASLt, pinned buffers) on first use; binds
+ * the calling thread to it (cudaSetDevice + cu_cur). */
+int cu_bind_device(int dev, mx_error *err);
+int cu_bound_device(void);            /* the calling thread's device ordinal */
 
 /* ==== Shared helpers (backend_cuda.c) ==== */
 /* Records the first failure; returns 0 for cudaSuccess, else -1. */

@@ -4,14 +4,28 @@
 
 #include "backend/cuda/cuda_info.h"
 
-extern "C" int cuda_device_info(cuda_device_facts *out) {
+extern "C" int cuda_device_count(void) {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n <= 0) {
         cudaGetLastError(); /* clear the sticky "no device" error */
-        return -1;
+        return 0;
     }
+    return n;
+}
+
+extern "C" int cuda_cur_device(void) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return 0;
+    return dev >= 0 && dev < CUDA_MAX_DEVICES ? dev : 0;
+}
+
+extern "C" int cuda_device_info(cuda_device_facts *out) { return cuda_device_info_of(0, out); }
+
+extern "C" int cuda_device_info_of(int dev, cuda_device_facts *out) {
+    const int n = cuda_device_count();
+    if (n <= 0 || dev < 0 || dev >= n) return -1;
     cudaDeviceProp p;
-    if (cudaGetDeviceProperties(&p, 0) != cudaSuccess) return -1;
+    if (cudaGetDeviceProperties(&p, dev) != cudaSuccess) return -1;
     size_t free_b = 0, total_b = 0;
     if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return -1;
     snprintf(out->name, sizeof out->name, "%s", p.name);

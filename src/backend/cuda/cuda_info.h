@@ -16,6 +16,17 @@ typedef struct cuda_device_facts {
 
 /* Device 0's facts; -1 when no usable GPU (no driver, no device). Never aborts. */
 int cuda_device_info(cuda_device_facts *out);
+/* Device `dev`'s facts (free/total bytes of the calling thread's current device, which the
+ * backend sets to `dev` first); -1 when that device does not exist. */
+int cuda_device_info_of(int dev, cuda_device_facts *out);
+/* Visible CUDA devices (0 without a driver). */
+int cuda_device_count(void);
+/* Largest device ordinal the per-device caches of the kernel launchers hold (tensor
+ * parallelism: one thread per GPU). */
+#define CUDA_MAX_DEVICES 16
+/* The calling thread's current device, clamped to [0, CUDA_MAX_DEVICES): index of the
+ * launchers' per-device caches (SM counts, cudaFuncSetAttribute done flags). */
+int cuda_cur_device(void);
 
 /* Programmatic dependent launch (compute capability >= 9.0): decode kernels may start while
  * their predecessor finishes (see cuda_kernels.cuh). On unless MLXCEL_CUDA_PDL=0 (set by the backend at start). */

@@ -360,7 +360,26 @@ void cu_matmul(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, const mx_
 /* ==== MoE ==== */
 /* Device arrays of per-expert pointers of one layer: weights (dense bf16 or packed codes)
  * and, for quantized projections, scales and biases. Built once per layer. */
-static const cu_moe_table *moe_table(const mx_moe_experts *ex, int E) {
+/* Under tensor parallelism the experts of other ranks are absent (NULL data): their entries
+ * point at one zeroed bf16 buffer of I * H elements, so the per-pair kernels compute exactly 0
+ * for them (act(0) * 0 = 0, then a zero down projection) and their routing weight adds +0.
+ * Dense only: TP refuses quantized checkpoints. */
+static const void *moe_zero(int I, int H) {
+    const size_t need = (size_t)I * (size_t)H * 2;
+    if (need > g_cu.moe_zero_cap) {
+        void *z = cu_dev_alloc(need);
+        if (!z || cu_ck(cudaMemsetAsync(z, 0, need, g_cu.st), "moe zero expert")) {
+            cu_dev_free(z);
+            return NULL;
+        }
+        /* the old one stays referenced by tables built before: kept (a few MiB, rare) */
+        g_cu.moe_zero = z;
+        g_cu.moe_zero_cap = need;
+    }
+    return g_cu.moe_zero;
+}
+
+static const cu_moe_table *moe_table(const mx_moe_experts *ex, int E, int I, int H) {
     const mx_tensor *dv[3] = {ex->gate, ex->up, ex->down};
     const mx_qweight *qv[3] = {ex->qgate, ex->qup, ex->qdown};
     bool quant = false;
@@ -374,6 +393,10 @@ static const cu_moe_table *moe_table(const mx_moe_experts *ex, int E) {
         for (int e = 0; e < E; e++) {
             if (dv[j]) {
                 h[j * E + e] = dv[j][e].data;
+                if (!h[j * E + e] && !(h[j * E + e] = moe_zero(I, H))) {
+                    free(h);
+                    return NULL;
+                }
             } else {
                 const mx_qweight *q = &qv[j][e];
                 h[j * E + e] = q->w.data;
@@ -495,7 +518,9 @@ static int moe_grouped(mx_tensor *out, const mx_tensor *x, const mx_tensor *rl,
         cu_ck(cudaStreamSynchronize(g_cu.st), "moe routing") ||
         cu_ck(cudaMemsetAsync(out->data, 0, (size_t)n * out->stride[0] * 4, g_cu.st), "moe zero"))
         goto done;
-    for (int e = 0; e < E; e++) {
+    /* tensor parallelism: this rank's experts only (p->en = 0: all) */
+    const int e_lo = p->en > 0 ? p->e0 : 0, e_hi = p->en > 0 ? p->e0 + p->en : E;
+    for (int e = e_lo; e < e_hi; e++) {
         int m = 0;
         for (int r = 0; r < n; r++)
             for (int j = 0; j < k; j++)
@@ -532,14 +557,15 @@ int cu_moe(mx_tensor *out, const mx_tensor *x, const mx_tensor *router_logits,
     const int n = (int)x->shape[0];
     if ((!ex->gate && !ex->qgate) || (!ex->up && !ex->qup) || (!ex->down && !ex->qdown))
         return mx_fail(err, "MoE: an expert projection has neither dense nor quantized weights");
-    const int I = ex->gate ? (int)ex->gate[0].shape[0] : (int)ex->qgate[0].w.shape[0];
+    const int ep = p->en > 0 ? p->e0 : 0; /* a present expert (TP ranks hold a range) */
+    const int I = ex->gate ? (int)ex->gate[ep].shape[0] : (int)ex->qgate[ep].w.shape[0];
     if (p->top_k < 1 || p->top_k > 32 || p->n_experts > 1024 || p->top_k > p->n_experts)
         return mx_fail(err, "MoE: top-k %d of %d experts is not supported on CUDA (k <= 32, "
                        "E <= 1024)", p->top_k, p->n_experts);
     const cu_moe_table *t = NULL;
     int rc;
     if (n <= CU_MOE_PAIR_MAX_ROWS) {
-        t = moe_table(ex, p->n_experts);
+        t = moe_table(ex, p->n_experts, I, (int)x->shape[1]);
         rc = t ? moe_pairs(out, x, router_logits, t, p, I) : -1;
     } else {
         rc = moe_grouped(out, x, router_logits, ex, p, I);

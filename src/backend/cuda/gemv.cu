@@ -435,13 +435,14 @@ static int gemv_pf_row(int rows_per_cta, int K) {
 template <int R, typename XT, bool NRM>
 static int gemv_core_launch(cuda_gemv_segs segs, const XT *x, int y_bf16, int rows, int K,
                             cudaStream_t stream, const cuda_gemv_fuse *fuse = NULL) {
-    static int s_sm_count = 0, s_smem_set = 0;
-    if (!s_sm_count) {
-        int dev = 0, sms = 0;
-        cudaError_t e = cudaGetDevice(&dev);
-        if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    /* per device (one thread per GPU under TP): SM count, and cudaFuncSetAttribute is per device */
+    static int s_sm_count[CUDA_MAX_DEVICES], s_smem_set[CUDA_MAX_DEVICES];
+    const int cd = cuda_cur_device();
+    if (!s_sm_count[cd]) {
+        int sms = 0;
+        cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, cd);
         if (e != cudaSuccess) return (int)e;
-        s_sm_count = sms;
+        s_sm_count[cd] = sms;
     }
     cuda_gemv_fuse f = {};
     if (fuse) f = *fuse;
@@ -458,19 +459,19 @@ static int gemv_core_launch(cuda_gemv_segs segs, const XT *x, int y_bf16, int ro
         KC = (int)(GEMV_SMEM_BUDGET / (2 * R * xs)) / GEMV_STEP * GEMV_STEP;
         smem = 2 * (size_t)R * KC * xs;
     }
-    if (!s_smem_set) {
+    if (!s_smem_set[cd]) {
         cudaError_t e = cudaFuncSetAttribute(gemv_bf16_kernel<R, XT, NRM>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              GEMV_SMEM_BUDGET);
         if (e != cudaSuccess) return (int)e;
-        s_smem_set = 1;
+        s_smem_set[cd] = 1;
     }
     /* 8 warps per CTA unless that leaves fewer than two CTAs per SM (N = 4096: 4 warps,
      * 256 CTAs): x staging is per CTA, so smaller CTAs cost L2 reads, not HBM bytes. */
     int n_total = 0;
     for (int i = 0; i < segs.n; i++) n_total += segs.N[i];
     int warps = 8;
-    if ((n_total + 8 * GEMV_RPW - 1) / (8 * GEMV_RPW) < 2 * s_sm_count) warps = 4;
+    if ((n_total + 8 * GEMV_RPW - 1) / (8 * GEMV_RPW) < 2 * s_sm_count[cd]) warps = 4;
     const int rows_per_cta = warps * GEMV_RPW;
     int grid = 0;
     if (f.glu) { /* N units of two weight rows each, two units per warp */

@@ -29,6 +29,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "backend/cuda/cuda_info.h"
 #include "backend/cuda/qkern.cuh"
 
 #define QMV_RPW 4          /* weight rows per warp */
@@ -289,15 +290,15 @@ qmv_generic_kernel(qmv_segs segs, const float *__restrict__ x, long ldx, int row
 
 /* ==== Launchers ==== */
 static int qmv_sm_count(void) {
-    static int s_sms = 0;
-    if (!s_sms) {
-        int dev = 0, sms = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    static int s_sms[CUDA_MAX_DEVICES]; /* per device: one thread per GPU under TP */
+    const int cd = cuda_cur_device();
+    if (!s_sms[cd]) {
+        int sms = 0;
+        if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, cd) != cudaSuccess)
             return 132;
-        s_sms = sms;
+        s_sms[cd] = sms;
     }
-    return s_sms;
+    return s_sms[cd];
 }
 
 static size_t qmv_kp(int K) { return ((size_t)K + QMV_WS_MAX - 1) / QMV_WS_MAX * QMV_WS_MAX; }

@@ -18,6 +18,7 @@
 
 #include "backend/cuda/cuda_elem.h"
 #include "backend/cuda/cuda_lt.h"
+#include "backend/cuda/cuda_info.h"
 #include "backend/cuda/qkern.cuh"
 
 /* ==== Dequantize to bf16 ==== */
@@ -103,8 +104,9 @@ typedef struct qmm_plan {
     cu_lt_desc d;                         /* d.op != NULL: the slot is in use */
     unsigned long long last_use;
 } qmm_plan;
-static qmm_plan s_plans[QMM_PLANS];
-static unsigned long long s_clock;
+/* per device: under TP each GPU's thread looks up its own plans (no shared LRU to race on) */
+static qmm_plan s_plans[CUDA_MAX_DEVICES][QMM_PLANS];
+static unsigned long long s_clock[CUDA_MAX_DEVICES];
 
 static void plan_destroy(qmm_plan *p) {
     cu_lt_desc_destroy(&p->d);
@@ -112,19 +114,21 @@ static void plan_destroy(qmm_plan *p) {
 }
 
 extern "C" void cuda_qmm_release(void) {
-    for (int i = 0; i < QMM_PLANS; i++) plan_destroy(&s_plans[i]);
+    const int cd = cuda_cur_device(); /* the calling thread's device (its backend state) */
+    for (int i = 0; i < QMM_PLANS; i++) plan_destroy(&s_plans[cd][i]);
 }
 
 /* Column-major view: D[N, rows] (ld ldo) = A^T B with A = the bf16 slab as K x N (ld K),
  * B = bf16 x as K x rows (ld K), as the dense path's cuBLASLt call. */
 static qmm_plan *plan_get(void *lt, int N, int K, int rows, long ldo, uint32_t align_c,
                           size_t ws_bytes) {
-    qmm_plan *lru = &s_plans[0];
+    const int cd = cuda_cur_device();
+    qmm_plan *lru = &s_plans[cd][0];
     for (int i = 0; i < QMM_PLANS; i++) {
-        qmm_plan *p = &s_plans[i];
+        qmm_plan *p = &s_plans[cd][i];
         if (p->d.op && p->lt == lt && p->N == N && p->K == K && p->rows == rows && p->ldo == ldo &&
             p->align_c == align_c) {
-            p->last_use = ++s_clock;
+            p->last_use = ++s_clock[cd];
             return p;
         }
         if (!p->d.op || p->last_use < lru->last_use) lru = p;
@@ -132,7 +136,7 @@ static qmm_plan *plan_get(void *lt, int N, int K, int rows, long ldo, uint32_t a
     plan_destroy(lru);
     qmm_plan *p = lru;
     p->lt = lt, p->N = N, p->K = K, p->rows = rows, p->ldo = ldo, p->align_c = align_c;
-    p->last_use = ++s_clock;
+    p->last_use = ++s_clock[cd];
     /* A = the slab (ld K); the output's alignment as measured */
     cu_lt_desc_make(&p->d, (cublasLtHandle_t)lt, N, K, rows, K, ldo, ws_bytes, align_c);
     return p;
