@@ -287,7 +287,7 @@ qmv_tc_kernel(qtc_segs segs, const float *__restrict__ x, long ldx, int rows, in
         const int i = q >> 7, e = (q >> 5) & 3, l = q & 31;
         float s = 0.f;
         for (int w = 0; w < nw; w++) s += red[((w * NT + i) * 4 + e) * 32 + l];
-        const int r = 8 * i + 2 * (l & 3) + (e & 1), n = n0 + (l >> 2) + (e >= 2 ? 8 : 0);
+        const int r = qtc_c_xrow(i, l, e), n = n0 + qtc_c_wrow(l, e);
         if (r < rp && n < sg.N) sg.y[(size_t)(p0 + r) * sg.ldy + n] = s;
     }
 }

@@ -105,6 +105,11 @@ QTC_HD void qtc_unit_pairs(int bits, int p, int *lo, int *hi) {
     }
 }
 
+/* Accumulator element e (0..3) of a lane in n-tile i: x row (within the pass) and weight row
+ * (within the CTA's 16): c0, c1 = row g, columns 2t, 2t + 1; c2, c3 = row g + 8. */
+QTC_HD int qtc_c_xrow(int i, int lane, int e) { return 8 * i + 2 * (lane & 3) + (e & 1); }
+QTC_HD int qtc_c_wrow(int lane, int e) { return (lane >> 2) + (e >= 2 ? 8 : 0); }
+
 /* Staging stride per lane (words): hi pairs, lo pairs, 4 words of padding (16-byte reads of
  * 8 consecutive lanes then hit 8 different bank groups). */
 QTC_HD int qtc_lane_stride(int group) { return 2 * qtc_np(group) + 4; }
