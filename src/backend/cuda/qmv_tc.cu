@@ -65,6 +65,55 @@ template <int LW> __device__ __forceinline__ void qtc_ldw(uint32_t *d, const uin
     }
 }
 
+/* The scales (or biases) of groups i .. i + UG - 1 of one row, as fp32. vec: one aligned
+ * vector load (the launcher checked ngroups % UG == 0 and 16-byte aligned arrays, so the
+ * offset is a multiple of UG elements and every group of the batch exists); else one load
+ * per group, n of them (the batch's groups inside K). */
+template <int UG>
+__device__ __forceinline__ void qtc_ld_sb(float *o, const void *p, int sbt, size_t i, int n, bool vec) {
+    if constexpr (UG >= 2) {
+        if (vec) {
+            if (sbt == CUDA_QSB_F32) {
+                const float *f = (const float *)p + i;
+                if constexpr (UG == 2) {
+                    const float2 v = __ldg((const float2 *)f);
+                    o[0] = v.x, o[1] = v.y;
+                } else {
+#pragma unroll
+                    for (int u = 0; u < UG; u += 4) {
+                        const float4 v = __ldg((const float4 *)(f + u));
+                        o[u] = v.x, o[u + 1] = v.y, o[u + 2] = v.z, o[u + 3] = v.w;
+                    }
+                }
+            } else {
+                uint32_t h[UG / 2];
+                const uint16_t *q = (const uint16_t *)p + i;
+                if constexpr (UG == 2) {
+                    h[0] = __ldg((const unsigned int *)q);
+                } else if constexpr (UG == 4) {
+                    const uint2 v = __ldg((const uint2 *)q);
+                    h[0] = v.x, h[1] = v.y;
+                } else {
+#pragma unroll
+                    for (int u = 0; u < UG / 2; u += 4) {
+                        const uint4 v = __ldg((const uint4 *)(q + 2 * u));
+                        h[u] = v.x, h[u + 1] = v.y, h[u + 2] = v.z, h[u + 3] = v.w;
+                    }
+                }
+#pragma unroll
+                for (int u = 0; u < UG; u++) {
+                    const uint32_t b = (h[u / 2] >> (16 * (u & 1))) & 0xffffu;
+                    o[u] = sbt == CUDA_QSB_BF16 ? __uint_as_float(b << 16)
+                                                : __half2float(__ushort_as_half((unsigned short)b));
+                }
+            }
+            return;
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < UG; u++) o[u] = u < n ? q_sb_load_rt(p, sbt, i + u) : 0.f;
+}
+
 __device__ __forceinline__ void qtc_prefetch_l2(const void *p, uint32_t bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
@@ -158,7 +207,7 @@ __device__ __forceinline__ void qtc_stage_x(uint32_t *xs, float *xsum, const flo
 template <int BITS, int G, int NT>
 __global__ void __launch_bounds__(256, NT <= 2 ? 2 : 1)
 qmv_tc_kernel(qtc_segs segs, const float *__restrict__ x, long ldx, int rows, int K, int win,
-              int sbt) {
+              int sbt, int sbvec) {
     using C = qtc_cfg<BITS, G, NT>;
     constexpr int LW = C::LW, NP = C::NP, S = C::S, KB = C::KB, UG = C::UG;
     constexpr float OFF = BITS == 4 ? 128.0f : 2176.0f;
@@ -202,11 +251,13 @@ qmv_tc_kernel(qtc_segs segs, const float *__restrict__ x, long ldx, int rows, in
             else
 #pragma unroll
                 for (int i = 0; i < LW; i++) wn[1][u][i] = 0u;
-            sn[0][u] = in && ok0 ? q_sb_load_rt(sg.s, sbt, sr0 + j) : 0.f;
-            bn[0][u] = in && ok0 ? q_sb_load_rt(sg.b, sbt, sr0 + j) : 0.f;
-            sn[1][u] = in && ok8 ? q_sb_load_rt(sg.s, sbt, sr8 + j) : 0.f;
-            bn[1][u] = in && ok8 ? q_sb_load_rt(sg.b, sbt, sr8 + j) : 0.f;
         }
+        /* rows past N: zero scales and biases (their zero codes then add nothing) */
+        const int j0 = b * UG, n_in = min(UG, ngroups - j0);
+        qtc_ld_sb<UG>(sn[0], sg.s, sbt, sr0 + j0, ok0 ? n_in : 0, ok0 && sbvec);
+        qtc_ld_sb<UG>(bn[0], sg.b, sbt, sr0 + j0, ok0 ? n_in : 0, ok0 && sbvec);
+        qtc_ld_sb<UG>(sn[1], sg.s, sbt, sr8 + j0, ok8 ? n_in : 0, ok8 && sbvec);
+        qtc_ld_sb<UG>(bn[1], sg.b, sbt, sr8 + j0, ok8 ? n_in : 0, ok8 && sbvec);
     };
 
     float acc[NT][4];
@@ -325,10 +376,14 @@ static int qtc_go(qtc_segs segs, const cuda_qmv_args *a, int win, int passes, cu
         if (e != cudaSuccess) return (int)e;
         s_attr = true;
     }
+    /* vector scale / bias loads: every batch whole, arrays 16-byte aligned */
+    int sbvec = (a->K / G) % C::UG == 0;
+    for (int i = 0; i < segs.n; i++)
+        sbvec &= ((uintptr_t)segs.s[i] & 15) == 0 && ((uintptr_t)segs.b[i] & 15) == 0;
     pdl_launch l;
     pdl_launch_config(&l, dim3(ctas, passes), dim3(nw * 32), smem, st);
     return (int)cudaLaunchKernelEx(&l.cfg, qmv_tc_kernel<BITS, G, NT>, segs, a->x, a->ldx, a->rows,
-                                   a->K, win, a->sb_dtype);
+                                   a->K, win, a->sb_dtype, sbvec);
 }
 
 template <int BITS, int G>
