@@ -2,7 +2,7 @@
  * (src/backend/cuda/cuda_ops.h) in one run, with the device's own copy bandwidth as the
  * roofline. Prints every check, then a table; exits 1 if any check failed.
  *
- *   cuda_ops_bench [--only gemv|norm|rope|attn|argmax] [--log FILE]
+ *   cuda_ops_bench [--only gemv|norm|rope|attn|argmax|qmv] [--log FILE]
  *
  * This file: harness (fills, timing, table), main, and the GEMV suite next to cuBLASLt. */
 #include <cublasLt.h>
@@ -438,7 +438,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--log") && i + 1 < argc)
             log_path = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [--only gemv|norm|rope|attn|argmax] [--log FILE]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--only gemv|norm|rope|attn|argmax|qmv] [--log FILE]\n", argv[0]);
             return 2;
         }
     }
@@ -467,6 +467,7 @@ int main(int argc, char **argv) {
     if (!only || !strcmp(only, "rope")) suite_rope();
     if (!only || !strcmp(only, "attn")) suite_attention();
     if (!only || !strcmp(only, "argmax")) suite_argmax();
+    if (!only || !strcmp(only, "qmv")) suite_qmv();
 
     result_print_table();
     if (g_log) fclose(g_log);

@@ -73,5 +73,7 @@ void suite_rmsnorm(void);
 void suite_rope(void);
 void suite_attention(void);
 void suite_argmax(void);
+/* ==== Suite qmv (cuda_ops_qmv.cu) ==== */
+void suite_qmv(void);
 
 #endif

@@ -35,11 +35,16 @@ build_nvcc() {
   local out=build-cuda-nvcc
   mkdir -p "$out"
   "${CC:-gcc}" -std=c11 -O2 -fopenmp -Wall -Wextra -c bench/cuda_ops_ref.c -o "$out/cuda_ops_ref.o" &&
+  "${CC:-gcc}" -std=c11 -O2 -Wall -Wextra -I"$ROOT/src" -I/usr/local/cuda/include \
+    -c src/backend/cuda/cuda_lt.c -o "$out/cuda_lt.o" &&
   "$NVCC" -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a \
     -gencode=arch=compute_90,code=compute_90 -I"$ROOT/src" -I"$ROOT/bench" \
     src/backend/cuda/gemv.cu src/backend/cuda/norm_rope.cu src/backend/cuda/attn_decode.cu \
-    src/backend/cuda/argmax.cu bench/cuda_ops.cu bench/cuda_ops_small.cu bench/cuda_ops_attn.cu \
-    "$out/cuda_ops_ref.o" ${LTDIR:+-L"$LTDIR"} -l:libcublasLt.so.13 -Xcompiler -fopenmp -o "$out/cuda_ops_bench" &&
+    src/backend/cuda/argmax.cu src/backend/cuda/cuda_info.cu src/backend/cuda/qgemv.cu \
+    src/backend/cuda/qmv_tc.cu src/backend/cuda/qmm.cu \
+    bench/cuda_ops.cu bench/cuda_ops_small.cu bench/cuda_ops_attn.cu bench/cuda_ops_qmv.cu \
+    "$out/cuda_ops_ref.o" "$out/cuda_lt.o" ${LTDIR:+-L"$LTDIR"} -l:libcublasLt.so.13 -Xcompiler -fopenmp \
+    -o "$out/cuda_ops_bench" &&
   BIN=$out/cuda_ops_bench
 }
 
@@ -62,7 +67,7 @@ if command -v cuobjdump >/dev/null; then
   awk '/Function :/ { if (fn) printf "  %-70s LDG.128 %3d  LDL/STL %d\n", fn, w, l; fn = $3; w = 0; l = 0 }
        /LDG[.A-Z0-9]*\.128/ { w++ } /[^A-Za-z_](LDL|STL)[. ]/ { l++ }
        END { if (fn) printf "  %-70s LDG.128 %3d  LDL/STL %d\n", fn, w, l }' "$sass" |
-    grep -E "gemv|attn|rmsnorm|rope|argmax" || true
+    grep -E "gemv|qmv|attn|rmsnorm|rope|argmax" || true
 fi
 
 echo "== cuda_ops_bench $*"

@@ -19,6 +19,7 @@
 #   is also converted with `mlxcel convert -q`, benched (BATCH, prefill PREFILL_LONG) and
 #   compared with its bf16 reference (`mlxcel compare`, 256 tokens: top-1 agreement, KL)
 #   TP=1: then bench/tp_device.sh (tensor parallelism: NCCL group of one, TP 2/4 with >= 2 GPUs)
+#   AB_QMV_TC=0 (1: each quantized shape is also benched with MLXCEL_QMV_TC=0, printed only)
 #   SERVE=1: for llama-3.1-8b, `mlxcel serve --device cuda` + `mlxcel loadtest` at SERVE_CONC
 #   (default 1,8,32,64,128,256), PROMPT/GEN tokens, within SERVE_BUDGET=150 s
 #   (bench/serve_loadtest.sh; needs the Llama 3 tokenizer that pack_device.sh packs); 0 skips
@@ -168,6 +169,11 @@ for shape in $SHAPES; do
     timeout "$(tl)" "$MLX" bench -m "$qdir" --device cuda --prompt-tokens "$PROMPT" --gen-tokens "$GEN" \
       --batch "$BATCH" --repeat "$REPEAT" --json > "$RES/$shape.$qt.mlxcel.json" 2> "$LOG/$shape.$qt.bench.log"
     tail -3 "$LOG/$shape.$qt.bench.log"
+    if [ "${AB_QMV_TC:-0}" = 1 ]; then
+      stage "$shape $qt: decode with MLXCEL_QMV_TC=0 (A/B: CUDA-core qmv + qmm, batch $BATCH)"
+      MLXCEL_QMV_TC=0 timeout "$(tl)" "$MLX" bench -m "$qdir" --device cuda --prompt-tokens "$PROMPT" \
+        --gen-tokens "$GEN" --batch "$BATCH" --repeat 1 2> "$LOG/$shape.$qt.bench_notc.log" | tail -4
+    fi
     timeout "$(tl)" "$MLX" bench -m "$qdir" --device cuda --prompt-tokens "$PREFILL_LONG" --gen-tokens 2 \
       --batch 1 --repeat "$REPEAT" --json > "$RES/$shape.$qt.mlxcel_long.json" 2> "$LOG/$shape.$qt.bench_long.log"
     stage "$shape $qt: mlxcel compare vs bf16 (256 tokens)"

@@ -132,11 +132,14 @@ static void test_matmul_q(int rows, int N, int K, int bits, int group, mx_dtype 
     float *o = malloc((size_t)rows * N * 4);
     gt_to_host(o, &dout);
     long bad = 0;
-    const bool qmm = rows > CUDA_QMV_MAX_ROWS;
+    /* the dispatch of cuda_qmatmul.c (x from the allocator: 16-byte aligned) */
+    const bool tc = g_cu.qmv_tc && (bits == 4 || bits == 8) && rows <= CUDA_QMV_TC_MAX_ROWS;
+    const bool qmm = !tc && rows > CUDA_QMV_MAX_ROWS;
     const double q = bound_ratio(o, N, ref, x, rows, &m, 0, eps_for(sbt, qmm), &bad);
     char what[160];
-    snprintf(what, sizeof what, "matmul_q %s %d rows [%d x %d] %d-bit g%d %s%s", qmm ? "qmm" : "qmv",
-             rows, N, K, bits, group, sb_name(sbt), bias ? " +bias" : "");
+    snprintf(what, sizeof what, "matmul_q %s %d rows [%d x %d] %d-bit g%d %s%s",
+             qmm ? "qmm" : tc ? "qmv-tc" : "qmv", rows, N, K, bits, group, sb_name(sbt),
+             bias ? " +bias" : "");
     gt_report(what, q, 1.0, bad);
     gt_dev_free(&dx), gt_dev_free(&dout), gt_dev_free(&db);
     free(x), free(bf), free(bb), free(ref), free(o);
@@ -158,13 +161,16 @@ static void test_qkv(int rows, int H, int NQ, int NKV, int bits) {
         dout[i] = gt_dev_poison(2, (const int64_t[]){rows, Ns[i]});
     }
     for (int i = 0; i < 3; i++) g_gpu->matmul_q(&dout[i], &dx, &m[i].dev, &none);
+    const bool tc = g_cu.qmv_tc && (bits == 4 || bits == 8) && rows <= CUDA_QMV_TC_MAX_ROWS;
+    const bool qmm = !tc && rows > CUDA_QMV_MAX_ROWS; /* then three separate qmm */
     for (int i = 0; i < 3; i++) {
         float *o = malloc((size_t)rows * Ns[i] * 4);
         gt_to_host(o, &dout[i]);
         long bad;
-        const double q = bound_ratio(o, Ns[i], ref[i], x, rows, &m[i], 0, eps_for(MX_BF16, false), &bad);
+        const double q = bound_ratio(o, Ns[i], ref[i], x, rows, &m[i], 0, eps_for(MX_BF16, qmm), &bad);
         char what[160];
-        snprintf(what, sizeof what, "qmv 3 segments, seg %d: %d rows [%d x %d] %d-bit", i, rows, Ns[i], H, bits);
+        snprintf(what, sizeof what, "%s 3 segments, seg %d: %d rows [%d x %d] %d-bit",
+                 qmm ? "qmm" : tc ? "qmv-tc" : "qmv", i, rows, Ns[i], H, bits);
         gt_report(what, q, 1.0, bad);
         free(o), free(ref[i]), gt_dev_free(&dout[i]), qmat_free(&m[i]);
     }
@@ -268,6 +274,75 @@ static void test_qmm_tiles(int rows, int N, int K, int bits, int group, mx_dtype
         gt_dev_free(&dout);
     }
     launch_case_free(&c);
+}
+
+/* ==== Tensor-core qmv: the launcher directly ====
+ * n_segs weights of N, N + 38, N + 2 rows (odd: partial 16-row CTAs) sharing x, y with a
+ * row stride of N_i + 5 whose padding columns must stay poisoned; window 0 (one pass) or a
+ * row window (several passes, a partial last one). */
+static void test_qmv_tc(int rows, int N, int K, int bits, int group, mx_dtype sbt, int n_segs,
+                        int window) {
+    qmat m[CUDA_QMV_MAX_SEGS];
+    float *x = malloc((size_t)rows * K * 4), *ref[CUDA_QMV_MAX_SEGS];
+    gt_fill(x, (size_t)rows * K, 1.0f);
+    const int64_t sx[2] = {rows, K};
+    mx_tensor dx = gt_dev_f32(x, 2, sx), dout[CUDA_QMV_MAX_SEGS];
+    cuda_qmv_args a;
+    memset(&a, 0, sizeof a);
+    for (int i = 0; i < n_segs; i++) {
+        const int Ni = N + (i == 1 ? 38 : i == 2 ? 2 : 0);
+        qmat_make(&m[i], Ni, K, bits, group, sbt);
+        ref[i] = cpu_ref(x, rows, &m[i], NULL, NULL);
+        dout[i] = gt_dev_poison(2, (const int64_t[]){rows, Ni + 5});
+        a.w[i] = m[i].dev.w.data, a.scales[i] = m[i].dev.scales.data;
+        a.biases[i] = m[i].dev.biases.data;
+        a.y[i] = dout[i].data, a.ldy[i] = Ni + 5, a.N[i] = Ni;
+    }
+    a.n_segs = n_segs;
+    a.x = dx.data, a.ldx = K, a.rows = rows, a.K = K, a.bits = bits, a.group = group;
+    a.sb_dtype = sb_code(sbt);
+    const int rc = cuda_qmv_tc(&a, window, g_cu.st);
+    for (int i = 0; i < n_segs; i++) {
+        char what[160];
+        snprintf(what, sizeof what, "cuda_qmv_tc %d rows [%d x %d] %d-bit g%d %s, seg %d/%d, window %d",
+                 rows, m[i].N, K, bits, group, sb_name(sbt), i + 1, n_segs, window);
+        if (rc) {
+            printf("FAIL %s: launch error %d\n", what, rc);
+            g_failures++, g_checks++;
+        } else {
+            const long ld = m[i].N + 5;
+            float *o = malloc((size_t)rows * ld * 4);
+            gt_to_host(o, &dout[i]);
+            long bad = 0, pad_written = 0;
+            const double q = bound_ratio(o, ld, ref[i], x, rows, &m[i], 0, eps_for(sbt, false), &bad);
+            for (int r = 0; r < rows; r++)
+                for (long n = m[i].N; n < ld; n++) pad_written += !isnan(o[(size_t)r * ld + n]);
+            gt_report(what, q, 1.0, bad + pad_written);
+            free(o);
+        }
+        free(ref[i]), gt_dev_free(&dout[i]), qmat_free(&m[i]);
+    }
+    gt_dev_free(&dx);
+    free(x);
+}
+
+/* Arguments cuda_qmv_tc must refuse without launching (bits, rows, group, alignment). */
+static void test_qmv_tc_refusals(void) {
+    cuda_qmv_args a;
+    memset(&a, 0, sizeof a);
+    float *dummy = g_gpu->alloc(4096);
+    a.w[0] = (const uint32_t *)dummy, a.scales[0] = dummy, a.biases[0] = dummy, a.y[0] = dummy;
+    a.ldy[0] = 64, a.N[0] = 64, a.n_segs = 1, a.x = dummy, a.ldx = 64, a.rows = 1, a.K = 64;
+    a.bits = 4, a.group = 64, a.sb_dtype = CUDA_QSB_BF16;
+    int bad = !cuda_qmv_tc_supported(&a); /* the valid base case */
+    a.bits = 3, bad += cuda_qmv_tc_supported(&a) || cuda_qmv_tc(&a, 0, g_cu.st) != (int)cudaErrorInvalidValue;
+    a.bits = 4, a.rows = CUDA_QMV_TC_MAX_ROWS + 1, bad += cuda_qmv_tc_supported(&a);
+    a.rows = 1, a.group = 16, bad += cuda_qmv_tc_supported(&a);
+    a.group = 64, a.x = dummy + 1, bad += cuda_qmv_tc_supported(&a);
+    a.x = dummy, a.K = 96, bad += cuda_qmv_tc_supported(&a);
+    a.K = 64, bad += cuda_qmv_tc(&a, CUDA_QMV_TC_MAX_ROWS + 1, g_cu.st) != (int)cudaErrorInvalidValue;
+    gt_report("cuda_qmv_tc refuses bits 3, 33 rows, group 16, unaligned x, K % group, window 33", bad, 0, 0);
+    g_gpu->free(dummy);
 }
 
 /* ==== Quantized embedding: bit-exact ==== */
@@ -382,6 +457,29 @@ int gt_run_quant_tests(const char *src_dir) {
         test_qmv_multirow(5, 33, 512, bits[b], 128, MX_F32);
         test_qmv_multirow(3, 65, 3072, bits[b], 32, MX_F16);
     }
+    /* tensor-core qmv: bits x groups x rows, K = 640 / 1152 (not a multiple of the 128 / 256
+     * k batches), odd N, segments, row windows */
+    static const int tc_rows[] = {1, 2, 3, 8, 9, 17, 32};
+    for (size_t b = 0; b < 2; b++)
+        for (size_t g = 0; g < 3; g++)
+            for (size_t r = 0; r < sizeof tc_rows / sizeof tc_rows[0]; r++, c++)
+                test_qmv_tc(tc_rows[r], 131, r % 2 ? 640 : 1152, b ? 8 : 4, groups[g], sbts[c % 3],
+                            1 + (int)(r % 3), 0);
+    test_qmv_tc(32, 257, 4096, 4, 64, MX_BF16, 1, 8);  /* 4 passes of 8 rows */
+    test_qmv_tc(17, 100, 640, 8, 32, MX_F16, 2, 5);    /* passes 5, 5, 5, 2 */
+    test_qmv_tc(5, 4000, 4096, 4, 128, MX_F32, 3, 0);  /* many CTAs: 4 warps per CTA */
+    test_qmv_tc(1, 17, 14336, 4, 64, MX_BF16, 1, 0);   /* long K, one CTA per segment */
+    test_qmv_tc_refusals();
+    /* the dispatch both ways: MLXCEL_QMV_TC=0 restores the CUDA-core qmv and qmm */
+    const bool tc_on = g_cu.qmv_tc;
+    for (int on = 0; on < 2; on++) {
+        g_cu.qmv_tc = on;
+        test_matmul_q(8, 131, 640, 4, 64, MX_BF16, true);
+        test_matmul_q(17, 131, 640, 8, 32, MX_F16, false);
+        test_matmul_q(32, 257, 1152, 4, 128, MX_BF16, true);
+        test_qkv(20, 1024, 1024, 256, 4);
+    }
+    g_cu.qmv_tc = tc_on;
     test_qmm_tiles(17, 1000, 256, 4, 64, MX_BF16);
     test_qmm_tiles(100, 2100, 384, 8, 128, MX_F16);
     test_qmm_tiles(300, 600, 512, 3, 32, MX_F32);

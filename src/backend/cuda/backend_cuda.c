@@ -414,14 +414,12 @@ static void be_describe(char *buf, size_t len) {
     snprintf(buf, len,
              "%s, compute capability %d.%d, %d SMs, %.1f GiB (%.1f GiB free) | GEMV rows <= %d "
              "(cuBLASLt above, L2 prefetch %d KB per CTA, fusions %s) | CUDA graphs %s (cache %d) | "
-             "PDL %s | "
-             "decode splits %s | "
-             "qmv window %s, qmm slab %s | weights %s%s | KV bf16",
+             "PDL %s | decode splits %s | qmv window %s%s, qmm slab %s | weights %s%s | KV bf16",
              f->name, f->cc_major, f->cc_minor, f->sm_count, f->total_bytes / 1073741824.0,
              f->free_bytes / 1073741824.0, g_cu.gemv_rows, cuda_gemv_prefetch() / 1024,
-             g_cu.gemv_fuse ? "on" : "off",
-             g_cu.graph_cache ? "on" : "off",
-             g_cu.graph_cache, cuda_pdl_enabled() ? "on" : "off", splits, mr, tm,
+             g_cu.gemv_fuse ? "on" : "off", g_cu.graph_cache ? "on" : "off",
+             g_cu.graph_cache, cuda_pdl_enabled() ? "on" : "off", splits, mr,
+             g_cu.qmv_tc ? " (tensor cores for 4/8-bit, <= 32 rows)" : "", tm,
              g_cu.lazy ? "lazy" : "eager",
              g_cu.lazy ? "" : g_cu.pinned ? " (pinned 4 x 64 MiB)" : " (pageable)");
 }
@@ -540,6 +538,7 @@ static int cu_init(int dev, mx_error *err) {
     g_cu.graph_cache = env->cuda_graph_cache_size;
     g_cu.qmv_multirow = env->qmv_multirow; /* validated by env.c against the kernels' values */
     g_cu.qmm_tile = env->qmm_tile_m;
+    g_cu.qmv_tc = env->qmv_tc;
     g_cu.deterministic = env->sdpa_deterministic;
     g_cu.forced_splits = env->paged_decode_splits > CUDA_ATTN_MAX_SPLITS ? CUDA_ATTN_MAX_SPLITS
                                                                          : env->paged_decode_splits;

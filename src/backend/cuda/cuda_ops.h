@@ -187,7 +187,7 @@ typedef struct cuda_qmv_args {
     int n_segs;
     const float *x;                        /* [rows, ldx] */
     long ldx;
-    int rows, K, bits, group, sb_dtype;    /* 1 <= rows <= CUDA_QMV_MAX_ROWS */
+    int rows, K, bits, group, sb_dtype;    /* 1 <= rows <= CUDA_QMV_MAX_ROWS (tc: _TC_) */
     void *ws;                              /* cuda_qmv_workspace_bytes(K), 16-byte aligned */
     size_t ws_bytes;
 } cuda_qmv_args;
@@ -197,6 +197,15 @@ int cuda_qmv(const cuda_qmv_args *a, int multirow, cudaStream_t st);
 int cuda_qmv_default_multirow(int rows, int N, int K, int bits);
 /* 1 when multirow is one of CUDA_QMV_MULTIROW_VALUES. */
 int cuda_qmv_valid_multirow(int multirow);
+
+/* Tensor-core qmv (qmv_tc.cu): bits 4 and 8, group 32 / 64 / 128, 1 <= rows <=
+ * CUDA_QMV_TC_MAX_ROWS, x 16-byte aligned with ldx % 4 == 0; no workspace (ws unused).
+ * window: x rows per pass over the weight, 1..CUDA_QMV_TC_MAX_ROWS, 0 = all rows in one pass
+ * (the qmv-multirow tunable of cuda_qmv, with larger values allowed). */
+#define CUDA_QMV_TC_MAX_ROWS 32
+/* 1 when cuda_qmv_tc accepts a (shape, dtype and alignment; not the per-segment pointers). */
+int cuda_qmv_tc_supported(const cuda_qmv_args *a);
+int cuda_qmv_tc(const cuda_qmv_args *a, int window, cudaStream_t st);
 
 typedef struct cuda_qmm_args {
     const uint32_t *w;                     /* [N, K * bits / 32] */

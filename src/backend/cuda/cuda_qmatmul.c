@@ -1,10 +1,14 @@
 /* Quantized matmul dispatch of the CUDA backend (backend_ops.matmul_q).
  *
- * rows <= CUDA_QMV_MAX_ROWS: the qmv kernel (qgemv.cu); several consecutive matmul_q on the
- * same x with the same quantization (Q/K/V, gate/up) are held back and launched as one
+ * 4- and 8-bit weights, rows <= CUDA_QMV_TC_MAX_ROWS (32): the tensor-core qmv (qmv_tc.cu),
+ * unless MLXCEL_QMV_TC=0 or x is not 16-byte aligned; other widths (and those without it),
+ * rows <= CUDA_QMV_MAX_ROWS (8): the CUDA-core qmv (qgemv.cu). Several consecutive matmul_q
+ * on the same x with the same quantization (Q/K/V, gate/up) are held back and launched as one
  * multi-segment qmv, as cu_matmul does for bf16. More rows: qmm (qmm.cu: dequantized slabs +
  * cuBLASLt). Row window and slab size: MLXCEL_QMV_MULTIROW / MLXCEL_QMM_TILE_M > the
- * autotuner's stored winner (MLXCEL_AUTOTUNE cache or 1) > the kernels' defaults. */
+ * autotuner's stored winner (MLXCEL_AUTOTUNE cache or 1) > the kernels' defaults; the
+ * tensor-core qmv takes only the forced window (else all rows in one pass: the tuned windows
+ * were measured on the CUDA-core kernel). */
 #include <string.h>
 
 #include "backend/cuda/cuda_be.h"
@@ -90,15 +94,37 @@ static void resident_q(const mx_qweight *w) {
     cu_resident(w->biases.data);
 }
 
+/* ==== Which qmv ==== */
+static bool tc_ok(const cuda_qmv_args *a) { return g_cu.qmv_tc && cuda_qmv_tc_supported(a); }
+
+/* Rows a qmv handles for this weight and x (else qmm): the tensor-core kernel's limit when
+ * it takes them. */
+static int qmv_max_rows(const mx_qweight *w, const void *x, long ldx, int K) {
+    cuda_qmv_args a;
+    memset(&a, 0, sizeof a);
+    a.w[0] = w->w.data;
+    a.n_segs = 1;
+    a.x = x, a.ldx = ldx, a.rows = 1, a.K = K, a.bits = w->bits, a.group = w->group_size;
+    a.sb_dtype = cu_q_sb(w->scales.dtype);
+    return tc_ok(&a) ? CUDA_QMV_TC_MAX_ROWS : CUDA_QMV_MAX_ROWS;
+}
+
+/* One launch of either qmv (rows beyond CUDA_QMV_MAX_ROWS only reach here when tc_ok). */
+static int qmv_launch(cuda_qmv_args *a) {
+    if (tc_ok(a)) return cuda_qmv_tc(a, g_cu.qmv_multirow, g_cu.st);
+    if (cu_ensure(&g_cu.qmv_ws, &g_cu.qmv_ws_cap, cuda_qmv_workspace_bytes(a->K))) return -1;
+    a->ws = g_cu.qmv_ws;
+    a->ws_bytes = g_cu.qmv_ws_cap;
+    return cuda_qmv(a, qmv_window(a), g_cu.st);
+}
+
 /* ==== Deferred multi-segment qmv ==== */
 void cu_flush_qmv(void) {
     if (!g_cu.pend_q.a.n_segs) return;
     cuda_qmv_args a = g_cu.pend_q.a;
     g_cu.pend_q.a.n_segs = 0;
-    if (cu_ensure(&g_cu.qmv_ws, &g_cu.qmv_ws_cap, cuda_qmv_workspace_bytes(a.K))) return;
-    a.ws = g_cu.qmv_ws;
-    a.ws_bytes = g_cu.qmv_ws_cap;
-    if (cu_ck(cuda_qmv(&a, qmv_window(&a), g_cu.st), "qmv")) return;
+    const int rc = qmv_launch(&a);
+    if (rc < 0 || cu_ck(rc, "qmv")) return;
     for (int i = 0; i < a.n_segs; i++)
         if (g_cu.pend_q.bias[i])
             cu_ck(cuda_bias_add_f32(a.y[i], a.ldy[i], g_cu.pend_q.bias[i], a.rows, a.N[i], g_cu.st),
@@ -116,8 +142,7 @@ void cu_matmul_q_raw(float *y, long ldy, const float *x, long ldx, int rows, con
     const uint16_t *B = mx_tensor_present(bias) ? bias->data : NULL;
     if (B) cu_resident(B);
     const int sbt = cu_q_sb(w->scales.dtype);
-    if (rows <= CUDA_QMV_MAX_ROWS) {
-        if (cu_ensure(&g_cu.qmv_ws, &g_cu.qmv_ws_cap, cuda_qmv_workspace_bytes(K))) return;
+    if (rows <= qmv_max_rows(w, x, ldx, K)) {
         cuda_qmv_args a;
         memset(&a, 0, sizeof a);
         a.w[0] = w->w.data;
@@ -130,9 +155,8 @@ void cu_matmul_q_raw(float *y, long ldy, const float *x, long ldx, int rows, con
         a.x = x;
         a.ldx = ldx;
         a.rows = rows, a.K = K, a.bits = w->bits, a.group = w->group_size, a.sb_dtype = sbt;
-        a.ws = g_cu.qmv_ws;
-        a.ws_bytes = g_cu.qmv_ws_cap;
-        if (cu_ck(cuda_qmv(&a, qmv_window(&a), g_cu.st), "qmv")) return;
+        const int rc = qmv_launch(&a);
+        if (rc < 0 || cu_ck(rc, "qmv")) return;
     } else {
         const int tile = q_knob(TUNE_OP_QMM_TILE, rows, N, K, w->bits, w->group_size);
         const size_t need = cuda_qmm_scratch_bytes(rows, N, K, tile);
@@ -166,7 +190,8 @@ void cu_matmul_q(mx_tensor *out, const mx_tensor *x, const mx_qweight *w, const 
     cu_flush_rope();
     if (g_cu.pend_add.on) cu_flush();
     if (cu_q_shape(w, &N, &K)) return;
-    if (rows < 1 || rows > CUDA_QMV_MAX_ROWS || x->dtype != MX_F32 || x->shape[x->ndim - 1] != K) {
+    if (rows < 1 || x->dtype != MX_F32 || x->shape[x->ndim - 1] != K ||
+        rows > qmv_max_rows(w, x->data, (long)x->stride[0], K)) {
         cu_flush();
         cu_matmul_q_raw(out->data, (long)out->stride[0], x->data, (long)x->stride[0], rows, w, bias);
         return;

@@ -1,0 +1,175 @@
+/* cuda_ops_bench suite "qmv": the quantized decode GEMV on the Llama-3.1-8B shapes, the
+ * tensor-core kernel (cuda_qmv_tc, qmv_tc.cu) next to what it replaces: the CUDA-core qmv
+ * (cuda_qmv, qgemv.cu) up to 8 rows and dequantize + cuBLASLt (cuda_qmm) above.
+ *
+ * Inputs are random device bits (packed codes uniform, scales / biases bf16); every timed
+ * configuration is first checked: new vs old on the same inputs (relative L2 over all
+ * outputs; both are fp32-accurate GEMVs of the same dequantized weights: tolerance 1e-4
+ * against cuda_qmv, 1e-2 against cuda_qmm, which rounds x and the weight to bf16). The
+ * rigorous per-element checks against the CPU reference are in tests/gpu (gpu_quant.c).
+ * Bytes per call: packed weights + scales + biases + x + y. PDL is on, as in the engine. */
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_ops.h"
+#include "cuda_ops_bench.h"
+
+extern "C" void cuda_set_pdl(int on);
+
+#define QB_MAX_SETS 16
+
+typedef struct qb_ctx {
+    int N, K, bits, group, R, nsets;
+    uint32_t *w[QB_MAX_SETS];
+    uint16_t *s[QB_MAX_SETS], *b[QB_MAX_SETS];
+    float *x[QB_MAX_SETS], *y[QB_MAX_SETS]; /* x [32, K], y [32, N] */
+    void *ws;                               /* cuda_qmv workspace */
+    size_t ws_bytes;
+    cublasLtHandle_t lt;
+    void *lt_ws, *scratch;
+    size_t lt_ws_bytes, scratch_bytes;
+} qb_ctx;
+
+static void qb_args(qb_ctx *c, int s, cuda_qmv_args *a, int r0, int rows) {
+    memset(a, 0, sizeof *a);
+    a->w[0] = c->w[s], a->scales[0] = c->s[s], a->biases[0] = c->b[s];
+    a->y[0] = c->y[s] + (size_t)r0 * c->N, a->ldy[0] = c->N, a->N[0] = c->N, a->n_segs = 1;
+    a->x = c->x[s] + (size_t)r0 * c->K, a->ldx = c->K;
+    a->rows = rows, a->K = c->K, a->bits = c->bits, a->group = c->group;
+    a->sb_dtype = CUDA_QSB_BF16, a->ws = c->ws, a->ws_bytes = c->ws_bytes;
+}
+
+static void qb_new(void *p, int rep) {
+    qb_ctx *c = (qb_ctx *)p;
+    cuda_qmv_args a;
+    qb_args(c, rep % c->nsets, &a, 0, c->R);
+    CKL(cuda_qmv_tc(&a, 0, g_stream));
+}
+
+/* The pre-tensor-core dispatch: cuda_qmv up to 8 rows, cuda_qmm (default slab) above. */
+static void qb_old(void *p, int rep) {
+    qb_ctx *c = (qb_ctx *)p;
+    const int s = rep % c->nsets;
+    if (c->R <= CUDA_QMV_MAX_ROWS) {
+        cuda_qmv_args a;
+        qb_args(c, s, &a, 0, c->R);
+        CKL(cuda_qmv(&a, cuda_qmv_default_multirow(c->R, c->N, c->K, c->bits), g_stream));
+        return;
+    }
+    cuda_qmm_args a;
+    memset(&a, 0, sizeof a);
+    a.w = c->w[s], a.scales = c->s[s], a.biases = c->b[s];
+    a.x = c->x[s], a.ldx = c->K, a.y = c->y[s], a.ldy = c->N;
+    a.rows = c->R, a.N = c->N, a.K = c->K, a.bits = c->bits, a.group = c->group;
+    a.sb_dtype = CUDA_QSB_BF16, a.lt = c->lt, a.lt_ws = c->lt_ws, a.lt_ws_bytes = c->lt_ws_bytes;
+    a.scratch = c->scratch, a.scratch_bytes = c->scratch_bytes;
+    CKL(cuda_qmm(&a, cuda_qmm_default_tile_m(c->R, c->N, c->K, c->bits), g_stream));
+}
+
+/* Relative L2 difference of y[0 .. R) between the two kernels (set 0), and the NaN count. */
+static double qb_check(qb_ctx *c, size_t *nan) {
+    const size_t n = (size_t)c->R * c->N;
+    poison(c->y[0], n * 4);
+    qb_new(c, 0);
+    double *a = d2h_f64(c->y[0], n, 0);
+    poison(c->y[0], n * 4);
+    if (c->R <= CUDA_QMV_MAX_ROWS) {
+        qb_old(c, 0);
+    } else { /* the exact reference: cuda_qmv in passes of 8 rows */
+        for (int r0 = 0; r0 < c->R; r0 += 8) {
+            cuda_qmv_args q;
+            qb_args(c, 0, &q, r0, c->R - r0 < 8 ? c->R - r0 : 8);
+            CKL(cuda_qmv(&q, 8, g_stream));
+        }
+    }
+    double *b = d2h_f64(c->y[0], n, 0);
+    double num = 0, den = 0;
+    *nan = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i]) || !isfinite(b[i])) {
+            (*nan)++;
+            continue;
+        }
+        num += (a[i] - b[i]) * (a[i] - b[i]);
+        den += b[i] * b[i];
+    }
+    free(a);
+    free(b);
+    return sqrt(num / (den + 1e-30));
+}
+
+void suite_qmv(void) {
+    struct { const char *name; int N, K; } shapes[] = {
+        {"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate+up", 28672, 4096}, {"down", 4096, 14336}};
+    struct { int bits, group; } quants[] = {{4, 64}, {8, 64}};
+    static const int rows[] = {1, 8, 32};
+    cuda_set_pdl(1);
+    qb_ctx c;
+    memset(&c, 0, sizeof c);
+    if (cublasLtCreate(&c.lt)) {
+        fprintf(stderr, "cublasLtCreate failed\n");
+        exit(2);
+    }
+    c.lt_ws_bytes = (size_t)32 << 20;
+    c.lt_ws = dmalloc(c.lt_ws_bytes);
+    for (size_t qi = 0; qi < sizeof quants / sizeof quants[0]; qi++)
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            c.N = shapes[si].N, c.K = shapes[si].K;
+            c.bits = quants[qi].bits, c.group = quants[qi].group;
+            const size_t wb = (size_t)c.N * c.K * c.bits / 8, sbb = (size_t)c.N * (c.K / c.group) * 2;
+            /* rotation spans >= 4x the L2 */
+            c.nsets = (int)((240e6 + wb + 2 * sbb - 1) / (wb + 2 * sbb));
+            c.nsets = c.nsets < 2 ? 2 : c.nsets > QB_MAX_SETS ? QB_MAX_SETS : c.nsets;
+            for (int s = 0; s < c.nsets; s++) {
+                c.w[s] = (uint32_t *)dmalloc(wb);
+                c.s[s] = (uint16_t *)dmalloc(sbb);
+                c.b[s] = (uint16_t *)dmalloc(sbb);
+                c.x[s] = (float *)dmalloc((size_t)32 * c.K * 4);
+                c.y[s] = (float *)dmalloc((size_t)32 * c.N * 4);
+                fill_f32((float *)c.w[s], wb / 4, next_seed(), 1.0f); /* random bits */
+                fill_bf16(c.s[s], sbb / 2, next_seed(), 0.01f);
+                fill_bf16(c.b[s], sbb / 2, next_seed(), 0.05f);
+                fill_f32(c.x[s], (size_t)32 * c.K, next_seed(), 1.0f);
+            }
+            c.ws_bytes = cuda_qmv_workspace_bytes(c.K);
+            c.ws = dmalloc(c.ws_bytes);
+            c.scratch_bytes = cuda_qmm_scratch_bytes(32, c.N, c.K, cuda_qmm_default_tile_m(32, c.N, c.K, c.bits));
+            c.scratch = dmalloc(c.scratch_bytes);
+            logf_("\n== qmv %s %dx%d q%d g%d (%d weight sets, %.1f MB each)\n", shapes[si].name, c.N,
+                  c.K, c.bits, c.group, c.nsets, (wb + 2 * sbb) / 1e6);
+            for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
+                c.R = rows[ri];
+                size_t nan;
+                const double rel = qb_check(&c, &nan);
+                char what[96], shape[48], op[24];
+                snprintf(what, sizeof what, "qmv_tc vs cuda_qmv %s R=%d q%d", shapes[si].name, c.R, c.bits);
+                const int fb = g_fail;
+                check_report(what, rel, 0, nan, 1e-4);
+                const double bytes = (double)wb + 2.0 * sbb + (double)c.R * c.K * 4 + (double)c.R * c.N * 4;
+                snprintf(shape, sizeof shape, "%s %dx%d R=%d", shapes[si].name, c.N, c.K, c.R);
+                snprintf(op, sizeof op, "qmv_tc q%dg%d", c.bits, c.group);
+                timing t = bench_time(qb_new, &c, 5, 30);
+                result_add(op, shape, t, bytes, rel, g_fail > fb);
+                snprintf(op, sizeof op, "%s q%dg%d", c.R <= CUDA_QMV_MAX_ROWS ? "old qmv" : "old qmm",
+                         c.bits, c.group);
+                t = bench_time(qb_old, &c, 5, 30);
+                result_add(op, shape, t, bytes, -1, 0);
+            }
+            for (int s = 0; s < c.nsets; s++) {
+                CK(cudaFree(c.w[s]));
+                CK(cudaFree(c.s[s]));
+                CK(cudaFree(c.b[s]));
+                CK(cudaFree(c.x[s]));
+                CK(cudaFree(c.y[s]));
+            }
+            CK(cudaFree(c.ws));
+            CK(cudaFree(c.scratch));
+        }
+    cuda_qmm_release();
+    CK(cudaFree(c.lt_ws));
+    cublasLtDestroy(c.lt);
+}
