@@ -125,7 +125,7 @@ static void env_load(void) {
     g_env.dense_gemv_rows = env_int("MLXCEL_DENSE_GEMV_ROWS", 8, 0, 64);
     g_env.sdpa_deterministic = env_bool("MLXCEL_SDPA_DETERMINISTIC", false);
     g_env.cuda_pdl = env_bool("MLXCEL_CUDA_PDL", true);
-    g_env.gemv_fuse = env_bool("MLXCEL_GEMV_FUSE", true);
+    g_env.gemv_fuse = env_bool("MLXCEL_GEMV_FUSE", false);
     g_env.gemv_prefetch_kb = env_int("MLXCEL_GEMV_PREFETCH_KB", 0, 0, 4096);
     g_env.tp_group = env_bool("MLXCEL_TP_GROUP", false);
     g_env.cuda_graph_cache_size = env_int("MLX_CUDA_GRAPH_CACHE_SIZE", 2000, 0, 1 << 30);
@@ -136,7 +136,7 @@ static void env_load(void) {
     static const int k_tile_m[CUDA_QMM_TILE_COUNT] = CUDA_QMM_TILE_VALUES;
     g_env.qmv_multirow = env_choice("MLXCEL_QMV_MULTIROW", k_multirow, CUDA_QMV_MULTIROW_COUNT);
     g_env.qmm_tile_m = env_choice("MLXCEL_QMM_TILE_M", k_tile_m, CUDA_QMM_TILE_COUNT);
-    g_env.qmv_tc = env_bool("MLXCEL_QMV_TC", true);
+    g_env.qmv_tc = env_bool("MLXCEL_QMV_TC", false);
 }
 
 const mx_env_t *mx_env(void) {
