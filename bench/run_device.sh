@@ -11,7 +11,7 @@
 #                                        (qwen3-30b-a3b is 61 GB: run it alone; ~6 min)
 #   BATCH=1,8,32  REPEAT=3  PROMPT=512  GEN=128  PREFILL_LONG=2048
 #   SKIP_TESTS=0  SKIP_HF=0  HF_TIMING=1 (0: transformers only for the agreement check)
-#   AB_ENV="" (e.g. "MLXCEL_GEMV_FUSE=0 MLXCEL_GEMV_PREFETCH_KB=128": B=1 decode again with each)
+#   AB_ENV="" (e.g. "MLXCEL_GEMV_FUSE=1 MLXCEL_LT_SPLITK=0": decode again with each, AB_BATCH=1)
 #   PROFILE=0 (1: ncu kernel times of a decode step at B=1 and B=32 and of a long prefill)
 #    KEEP=0 (1: keep the checkpoints in $WORK)  BUDGET=540 (seconds;
 #   stages that would start later are skipped and say so)  WORK=/tmp/mlxcel-dev
@@ -127,9 +127,10 @@ for shape in $SHAPES; do
     --gen-tokens "$GEN" --batch "$BATCH" --repeat "$REPEAT" --json > "$RES/$shape.mlxcel.json" 2> "$LOG/$shape.bench.log"
   tail -3 "$LOG/$shape.bench.log"
   for ab in ${AB_ENV:-}; do
-    stage "$shape: B=1 decode with $ab (A/B)"
+    stage "$shape: decode (batch ${AB_BATCH:-1}) with $ab (A/B)"
     env "$ab" timeout 60 "$MLX" bench -m "$dir" --device cuda --prompt-tokens "$PROMPT" \
-      --gen-tokens "$GEN" --batch 1 --repeat 2 2>/dev/null | tail -1 | tee -a "$RES/$shape.ab.txt"
+      --gen-tokens "$GEN" --batch "${AB_BATCH:-1}" --repeat 2 2>/dev/null | grep -E '^ +[0-9]+ ' |
+      sed "s/^/$ab /" | tee -a "$RES/$shape.ab.txt"
   done
   if [ "${AB_PDL:-0}" = 1 ]; then
     stage "$shape: B=1 decode with MLXCEL_CUDA_PDL=0 (A/B)"

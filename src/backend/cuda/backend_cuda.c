@@ -558,6 +558,7 @@ static int cu_init(int dev, mx_error *err) {
     if (cublasLtCreate(&g_cu.lt) != CUBLAS_STATUS_SUCCESS)
         return mx_fail(err, "--device cuda: cuBLASLt initialisation failed");
     g_cu.lt_ws_size = CU_LT_WS_BYTES;
+    if (dev == 0) cu_lt_set_splitk(env->lt_splitk); /* process-wide */
     g_cu.lt_ws = cu_dev_alloc(g_cu.lt_ws_size);
     if (!g_cu.lt_ws) return mx_fail(err, "--device cuda: out of GPU memory for the cuBLASLt workspace");
     g_cu.hint_tile_rows = CUDA_ATTN_ROWS_QV;

@@ -30,6 +30,10 @@ typedef struct cu_lt_desc {
  * ends up false. */
 void cu_lt_desc_make(cu_lt_desc *d, cublasLtHandle_t lt, int N, int K, int rows, long lda,
                      long ldo, size_t ws_bytes, uint32_t align_c);
+/* Whether cu_lt_desc_make may take a split-K algorithm (its partial sums cost a reduce
+ * kernel per matmul); off: the first of the heuristic's candidates that reports one split,
+ * when there is one. Set once at backend start (MLXCEL_LT_SPLITK). */
+void cu_lt_set_splitk(bool allow);
 /* Releases what cu_lt_desc_make made and zeroes d. */
 void cu_lt_desc_destroy(cu_lt_desc *d);
 
