@@ -86,6 +86,15 @@ void *dmalloc(size_t bytes) {
     return p;
 }
 
+void lt_open(cublasLtHandle_t *lt, void **ws, size_t *ws_bytes) {
+    if (cublasLtCreate(lt)) {
+        fprintf(stderr, "cublasLtCreate failed\n");
+        exit(2);
+    }
+    *ws_bytes = (size_t)32 << 20;
+    *ws = dmalloc(*ws_bytes);
+}
+
 void *d2h(const void *d, size_t bytes) {
     void *h = malloc(bytes);
     if (!h) {
@@ -345,12 +354,7 @@ static void suite_gemv(void) {
     };
     gemv_ctx g;
     memset(&g, 0, sizeof g);
-    if (cublasLtCreate(&g.lt)) {
-        fprintf(stderr, "cublasLtCreate failed\n");
-        exit(2);
-    }
-    g.ws_bytes = (size_t)32 << 20;
-    g.ws = dmalloc(g.ws_bytes);
+    lt_open(&g.lt, &g.ws, &g.ws_bytes);
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         g.N = shapes[si].N;
         g.K = shapes[si].K;

@@ -4,6 +4,7 @@
 #ifndef MLXCEL_BENCH_CUDA_OPS_BENCH_H
 #define MLXCEL_BENCH_CUDA_OPS_BENCH_H
 
+#include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -49,6 +50,8 @@ void fill_f32(float *p, size_t n, uint64_t seed, float scale);
 void poison(void *p, size_t bytes);
 uint64_t next_seed(void);
 void *dmalloc(size_t bytes);
+/* A cuBLASLt handle and a 32 MiB device workspace for it (exits on failure). */
+void lt_open(cublasLtHandle_t *lt, void **ws, size_t *ws_bytes);
 /* Device -> new host buffer; widened to double. */
 double *d2h_f64(const void *d, size_t n, int is_bf16);
 void *d2h(const void *d, size_t bytes);

@@ -110,12 +110,7 @@ void suite_qmv(void) {
     cuda_set_pdl(1);
     qb_ctx c;
     memset(&c, 0, sizeof c);
-    if (cublasLtCreate(&c.lt)) {
-        fprintf(stderr, "cublasLtCreate failed\n");
-        exit(2);
-    }
-    c.lt_ws_bytes = (size_t)32 << 20;
-    c.lt_ws = dmalloc(c.lt_ws_bytes);
+    lt_open(&c.lt, &c.lt_ws, &c.lt_ws_bytes);
     for (size_t qi = 0; qi < sizeof quants / sizeof quants[0]; qi++)
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
             c.N = shapes[si].N, c.K = shapes[si].K;

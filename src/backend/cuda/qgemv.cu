@@ -102,37 +102,6 @@ __global__ void qmv_prep_kernel(float *xp, float *xs, const float *x, long ldx, 
     if (o == 0) xs[(size_t)r * (Kp / EL) + t * 32 + l] = sum;
 }
 
-/* ==== Segments ==== */
-typedef struct qmv_segs {
-    const uint32_t *w[CUDA_QMV_MAX_SEGS];
-    const void *s[CUDA_QMV_MAX_SEGS];
-    const void *b[CUDA_QMV_MAX_SEGS];
-    float *y[CUDA_QMV_MAX_SEGS];
-    long ldy[CUDA_QMV_MAX_SEGS];
-    int N[CUDA_QMV_MAX_SEGS];
-    int cta0[CUDA_QMV_MAX_SEGS];
-    int n;
-} qmv_segs;
-
-struct qmv_seg {
-    const uint32_t *w;
-    const void *s, *b;
-    float *y;
-    long ldy;
-    int N, c0;
-};
-
-/* This CTA's segment (compile-time indices only: a run-time index into the parameter
- * struct would copy it to local memory). */
-__device__ __forceinline__ qmv_seg qmv_pick(const qmv_segs &sg) {
-    qmv_seg o = {sg.w[0], sg.s[0], sg.b[0], sg.y[0], sg.ldy[0], sg.N[0], 0};
-#pragma unroll
-    for (int i = 1; i < CUDA_QMV_MAX_SEGS; i++)
-        if (i < sg.n && (int)blockIdx.x >= sg.cta0[i])
-            o = {sg.w[i], sg.s[i], sg.b[i], sg.y[i], sg.ldy[i], sg.N[i], sg.cta0[i]};
-    return o;
-}
-
 /* ==== Fast kernel (bits 4, 8) ==== */
 template <int BITS, int R, int SBT>
 __global__ void __launch_bounds__(QMV_WARPS * 32)

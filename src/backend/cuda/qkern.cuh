@@ -14,6 +14,39 @@
 #include "backend/cuda/cuda_kernels.cuh"
 #include "backend/cuda/cuda_ops.h"
 
+/* ==== Segments ====
+ * Up to CUDA_QMV_MAX_SEGS weights sharing x in one launch (the qmv kernels): CTAs
+ * [cta0[i], cta0[i + 1]) belong to segment i. */
+typedef struct qmv_segs {
+    const uint32_t *w[CUDA_QMV_MAX_SEGS];
+    const void *s[CUDA_QMV_MAX_SEGS];
+    const void *b[CUDA_QMV_MAX_SEGS];
+    float *y[CUDA_QMV_MAX_SEGS];
+    long ldy[CUDA_QMV_MAX_SEGS];
+    int N[CUDA_QMV_MAX_SEGS];
+    int cta0[CUDA_QMV_MAX_SEGS];
+    int n;
+} qmv_segs;
+
+struct qmv_seg {
+    const uint32_t *w;
+    const void *s, *b;
+    float *y;
+    long ldy;
+    int N, c0;
+};
+
+/* This CTA's segment (compile-time indices only: a run-time index into the parameter
+ * struct would copy it to local memory). */
+__device__ __forceinline__ qmv_seg qmv_pick(const qmv_segs &sg) {
+    qmv_seg o = {sg.w[0], sg.s[0], sg.b[0], sg.y[0], sg.ldy[0], sg.N[0], 0};
+#pragma unroll
+    for (int i = 1; i < CUDA_QMV_MAX_SEGS; i++)
+        if (i < sg.n && (int)blockIdx.x >= sg.cta0[i])
+            o = {sg.w[i], sg.s[i], sg.b[i], sg.y[i], sg.ldy[i], sg.N[i], sg.cta0[i]};
+    return o;
+}
+
 /* ==== Scales / biases ==== */
 template <int SBT>
 __device__ __forceinline__ float q_sb_load(const void *p, size_t i) {

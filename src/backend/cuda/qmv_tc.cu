@@ -127,37 +127,6 @@ __device__ __forceinline__ uint32_t qtc_pack_rn(float lo, float hi) {
     return d;
 }
 
-/* ==== Segments ==== */
-typedef struct qtc_segs {
-    const uint32_t *w[CUDA_QMV_MAX_SEGS];
-    const void *s[CUDA_QMV_MAX_SEGS];
-    const void *b[CUDA_QMV_MAX_SEGS];
-    float *y[CUDA_QMV_MAX_SEGS];
-    long ldy[CUDA_QMV_MAX_SEGS];
-    int N[CUDA_QMV_MAX_SEGS];
-    int cta0[CUDA_QMV_MAX_SEGS];
-    int n;
-} qtc_segs;
-
-struct qtc_seg {
-    const uint32_t *w;
-    const void *s, *b;
-    float *y;
-    long ldy;
-    int N, c0;
-};
-
-/* This CTA's segment (compile-time indices only: a run-time index into the parameter
- * struct would copy it to local memory). */
-__device__ __forceinline__ qtc_seg qtc_pick(const qtc_segs &sg) {
-    qtc_seg o = {sg.w[0], sg.s[0], sg.b[0], sg.y[0], sg.ldy[0], sg.N[0], 0};
-#pragma unroll
-    for (int i = 1; i < CUDA_QMV_MAX_SEGS; i++)
-        if (i < sg.n && (int)blockIdx.x >= sg.cta0[i])
-            o = {sg.w[i], sg.s[i], sg.b[i], sg.y[i], sg.ldy[i], sg.N[i], sg.cta0[i]};
-    return o;
-}
-
 /* ==== x staging: one batch of x rows [p0, p0 + rp), k [kb, kb + ug_n * G) ====
  * xs [UG][NT][32 lanes][S] words (hi pairs, lo pairs), xsum [UG][8 NT] floats. Rows >= rp
  * of the tiles keep the zeros of the kernel start (their outputs are never written). */
@@ -206,7 +175,7 @@ __device__ __forceinline__ void qtc_stage_x(uint32_t *xs, float *xsum, const flo
 /* ==== Kernel ==== */
 template <int BITS, int G, int NT>
 __global__ void __launch_bounds__(256, NT <= 2 ? 2 : 1)
-qmv_tc_kernel(qtc_segs segs, const float *__restrict__ x, long ldx, int rows, int K, int win,
+qmv_tc_kernel(qmv_segs segs, const float *__restrict__ x, long ldx, int rows, int K, int win,
               int sbt, int sbvec) {
     using C = qtc_cfg<BITS, G, NT>;
     constexpr int LW = C::LW, NP = C::NP, S = C::S, KB = C::KB, UG = C::UG;
@@ -214,7 +183,7 @@ qmv_tc_kernel(qtc_segs segs, const float *__restrict__ x, long ldx, int rows, in
     extern __shared__ uint4 qtc_smem[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const int g = lane >> 2, t = lane & 3;
-    const qtc_seg sg = qtc_pick(segs);
+    const qmv_seg sg = qmv_pick(segs);
     const int n0 = ((int)blockIdx.x - sg.c0) * 16;
     const int p0 = blockIdx.y * win, rp = min(win, rows - p0); /* this pass's x rows */
     const int ngroups = K / G, nb = (K + KB - 1) / KB;
@@ -357,7 +326,7 @@ static int qtc_sm_count(void) {
 }
 
 template <int BITS, int G, int NT>
-static int qtc_go(qtc_segs segs, const cuda_qmv_args *a, int win, int passes, cudaStream_t st) {
+static int qtc_go(qmv_segs segs, const cuda_qmv_args *a, int win, int passes, cudaStream_t st) {
     using C = qtc_cfg<BITS, G, NT>;
     static bool s_attr = false;
     int ctas = 0;
@@ -387,7 +356,7 @@ static int qtc_go(qtc_segs segs, const cuda_qmv_args *a, int win, int passes, cu
 }
 
 template <int BITS, int G>
-static int qtc_go_nt(const qtc_segs &segs, const cuda_qmv_args *a, int win, int passes,
+static int qtc_go_nt(const qmv_segs &segs, const cuda_qmv_args *a, int win, int passes,
                      cudaStream_t st) {
     const int nt = (win + 7) / 8;
     if (nt == 1) return qtc_go<BITS, G, 1>(segs, a, win, passes, st);
@@ -411,7 +380,7 @@ extern "C" int cuda_qmv_tc_supported(const cuda_qmv_args *a) {
 extern "C" int cuda_qmv_tc(const cuda_qmv_args *a, int window, cudaStream_t st) {
     if (!cuda_qmv_tc_supported(a) || window < 0 || window > CUDA_QMV_TC_MAX_ROWS)
         return (int)cudaErrorInvalidValue;
-    qtc_segs segs = {};
+    qmv_segs segs = {};
     segs.n = a->n_segs;
     for (int i = 0; i < a->n_segs; i++) {
         if (!a->scales[i] || !a->biases[i] || !a->y[i] || a->N[i] < 1 || a->ldy[i] < a->N[i])
