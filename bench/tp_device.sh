@@ -136,6 +136,30 @@ else
   row "8B" SKIPPED "SKIP_8B=1 or budget"
 fi
 
+# ==== A model larger than one GPU, served across NG GPUs ====
+# Llama-3.1-70B's dimensions with 96 layers: 84.2 B parameters, 168 GB in bf16, more than one
+# H200's 150 GB; `--load-format dummy` generates the weights (no 168 GB of files on disk).
+if [ "$NG" -ge 2 ] && [ "$(left)" -gt 150 ]; then
+  big=$WORK/llama-96l-dummy
+  mkdir -p "$big"
+  cat > "$big/config.json" <<'JSON'
+{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 8192,
+ "intermediate_size": 28672, "num_hidden_layers": 96, "num_attention_heads": 64,
+ "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 128256, "rms_norm_eps": 1e-05,
+ "rope_theta": 500000.0, "max_position_embeddings": 8192, "tie_word_embeddings": false,
+ "torch_dtype": "bfloat16", "bos_token_id": 128000, "eos_token_id": 128001}
+JSON
+  stage "84B dummy (168 GB bf16): TP=1 must not fit, TP=$NG serves"
+  timeout 120 "$MLX" generate -m "$big" --load-format dummy --device cuda --prompt-ids 1,2,3 -n 4 \
+    --temp 0 > "$LOG/big.tp1.log" 2>&1
+  row "84B (168 GB) on 1 GPU" "$([ $? -ne 0 ] && echo refused-or-failed || echo RAN)" "$(tail -1 "$LOG/big.tp1.log" | cut -c1-90)"
+  timeout "$(tl)" "$MLX" bench -m "$big" --load-format dummy --device cuda --tp-size "$NG" \
+    --prompt-tokens 128 --gen-tokens 32 --batch 1,8 --repeat 1 > "$LOG/big.bench.log" 2>&1
+  row "84B (168 GB) TP=$NG bench" "$([ $? -eq 0 ] && echo ok || echo FAIL)" "$(grep -E '^ +[0-9]+ ' "$LOG/big.bench.log" | awk '{printf "B=%s %s tok/s; ", $1, $4}')"
+else
+  row "model larger than one GPU" SKIPPED "needs >= 2 GPUs and 150 s"
+fi
+
 # ==== Results ====
 MD="$OUT/tp-$DATE-$COMMIT.md"
 {

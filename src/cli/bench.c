@@ -32,7 +32,9 @@ static const char *k_help =
     "\n"
     "  -m, --model DIR            checkpoint directory\n"
     "  --device cpu|cuda          compute device (default cpu)\n"
-    "  --tp-size N                tensor-parallel ranks (default 1; CPU threads only for now)\n"
+    "  --tp-size N                tensor-parallel ranks (default 1; CPU: threads, CUDA: one GPU\n"
+    "                             each over NCCL)\n"
+    "  --load-format auto|dummy   dummy: read only config.json and generate the weights\n"
     "  --prompt-tokens N          random prompt tokens per sequence (default 512)\n"
     "  --gen-tokens N             tokens generated per sequence (default 128)\n"
     "  --batch LIST               batch sizes, comma-separated (default 1,8,32)\n"
@@ -52,6 +54,7 @@ typedef struct bench_opts {
     const char *model_dir;
     const char *device;
     int tp_size;
+    bool dummy_weights;
     const char *storage;
     int prompt_tokens, gen_tokens, repeat, prefill_chunk, batch_tokens;
     int batches[BENCH_MAX_BATCHES], n_batches;
@@ -340,6 +343,7 @@ static int parse_opts(bench_opts *o, int argc, char **argv) {
             bad = strcmp(v, "cpu") && strcmp(v, "cuda");
             o->device = v;
         } else if (!strcmp(a, "--tp-size")) bad = parse_pos_int(v, 1, 64, &o->tp_size);
+        else if (!strcmp(a, "--load-format")) bad = model_load_format_parse(v, &o->dummy_weights);
         else if (!strcmp(a, "--prompt-tokens")) bad = parse_pos_int(v, 1, 1 << 20, &o->prompt_tokens);
         else if (!strcmp(a, "--gen-tokens")) bad = parse_pos_int(v, 1, 1 << 20, &o->gen_tokens);
         else if (!strcmp(a, "--repeat")) bad = parse_pos_int(v, 1, 1000, &o->repeat);
@@ -426,7 +430,8 @@ int cmd_bench(int argc, char **argv) {
     fprintf(stderr, "copy bandwidth: %.1f GB/s (read + write)\n", copy_gbs);
     model *m = NULL;
     const double tl = mx_now();
-    if (model_load_tp(&m, o.model_dir, be, o.tp_size, &err)) {
+    if (o.dummy_weights ? model_load_dummy_tp(&m, o.model_dir, be, o.tp_size, &err)
+                        : model_load_tp(&m, o.model_dir, be, o.tp_size, &err)) {
         fprintf(stderr, "mlxcel bench: %s\n", err.msg);
         return 1;
     }

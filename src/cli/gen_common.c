@@ -28,7 +28,10 @@ const char *const k_gen_opts_help =
     "  --stop STR                 stop string (repeatable; needs tokenizer.json)\n"
     "  -c, --ctx-size N           tokens per sequence, prompt + output (default min(4096, model))\n"
     "  --device cpu|cuda          compute device (default cpu)\n"
-    "  --tp-size N                tensor-parallel ranks (default 1; CPU threads only for now)\n"
+    "  --tp-size N                tensor-parallel ranks (default 1; CPU: threads, CUDA: one GPU\n"
+    "                             each over NCCL)\n"
+    "  --load-format auto|dummy   dummy: read only config.json and generate the weights (vLLM's\n"
+    "                             meaning; for timing and memory checks of shapes without files)\n"
     "  --decode-storage-backend auto|dense|paged\n"
     "                             KV storage; auto = paged for llama, qwen3, gemma3 text\n"
     "  --prefill-chunk-size N     prompt tokens per step (default 512)\n"
@@ -138,6 +141,9 @@ int gen_opts_parse(gen_opts *o, int argc, char **argv, int *i, const char *cmd) 
         NEED_VAL();
         if (strcmp(v, "cpu") && strcmp(v, "cuda")) BAD("cpu or cuda");
         o->device = v;
+    } else if (!strcmp(a, "--load-format")) {
+        NEED_VAL();
+        if (model_load_format_parse(v, &o->dummy_weights)) BAD("auto or dummy");
     } else if (!strcmp(a, "--tp-size")) {
         INT_OPT(o->tp_size, 1, 64, "an integer in 1..64");
     } else if (!strcmp(a, "--decode-storage-backend")) {
@@ -233,7 +239,9 @@ int gen_session_open(gen_session *s, const gen_opts *o, const char *cmd, mx_erro
     const mx_device dev = !strcmp(o->device, "cuda") ? MX_DEV_CUDA : MX_DEV_CPU;
     s->be = backend_get(dev, err);
     if (!s->be) return -1;
-    if (model_load_tp(&s->m, o->model_dir, s->be, o->tp_size, err)) return -1;
+    if (o->dummy_weights ? model_load_dummy_tp(&s->m, o->model_dir, s->be, o->tp_size, err)
+                         : model_load_tp(&s->m, o->model_dir, s->be, o->tp_size, err))
+        return -1;
     const model_spec *spec = model_spec_of(s->m);
     if (file_exists(o->model_dir, "tokenizer.json")) {
         if (tok_load_dir(&s->tok, o->model_dir, err)) {

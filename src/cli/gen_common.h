@@ -20,6 +20,7 @@ typedef struct gen_opts {
     bool ignore_eos;
     const char *device;         /* "cpu" | "cuda" */
     int tp_size;                /* tensor-parallel ranks (docs/tensor-parallel.md), default 1 */
+    bool dummy_weights;         /* --load-format dummy: config.json only, generated weights */
     const char *storage;        /* auto | dense | paged */
     int prefill_chunk, ctx_size, batch_size, n_parallel, kv_blocks, block_size;
     bool no_prefix_cache;

@@ -75,6 +75,14 @@ void model_free(model *m);
  * Needs n_heads and n_kv_heads (and intermediate_size) divisible by tp_size; MoE and
  * MLX-quantized checkpoints are refused with tp_size > 1. */
 int model_load_tp(model **out, const char *dir, const backend_ops *be, int tp_size, mx_error *err);
+/* --load-format dummy (vLLM's meaning): only DIR/config.json is read; every weight is
+ * generated (norm weights 1, the others uniform in [-0.02, 0.02) from a fixed seed, one shared
+ * host buffer of the largest tensor's size), so shapes that exist only as a config can be
+ * benchmarked and served, also across TP ranks. Dense models; MoE is refused. */
+int model_load_dummy_tp(model **out, const char *dir, const backend_ops *be, int tp_size,
+                        mx_error *err);
+/* "auto" (checkpoint files) or "dummy": 0 ok and *dummy set, -1 unknown. */
+int model_load_format_parse(const char *s, bool *dummy);
 int model_bind_tp(model **out, const model_spec *spec, model_weight_fn fn, void *ctx,
                   const backend_ops *be, int tp_size, mx_error *err);
 int model_tp_size(const model *m);

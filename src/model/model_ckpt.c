@@ -4,9 +4,9 @@
 
 #include "model/model_internal.h"
 
-static void ckpt_release(ckpt *c) {
-    ckpt_close(c);
-    free(c);
+static void ckpt_release(void *p) {
+    ckpt_close(p);
+    free(p);
 }
 
 static mx_tensor ckpt_weight(void *ctx, const char *name) {

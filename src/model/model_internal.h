@@ -9,8 +9,8 @@
 struct model {
     model_spec spec;
     const backend_ops *be;
-    ckpt *ck;                    /* owned when loaded from a directory */
-    void (*ck_free)(ckpt *);     /* set by model_load (keeps binding free of the reader) */
+    void *ck;                    /* the weight source, owned when loaded from a directory */
+    void (*ck_free)(void *);     /* set by model_load (keeps binding free of the reader) */
     model_weight tok_embd;       /* [V, H] */
     mx_tensor out_norm;          /* [H] */
     model_weight lm_head;        /* [V, H] (= tok_embd when tied) */

@@ -353,7 +353,10 @@ int srv_backend_engine_open(srv_backend *be, srv_config *cfg, mx_error *err) {
     const backend_ops *ops = backend_get(dev, err);
     /* --tp-size N: a group of N rank models; the engine runs on this server's engine thread
      * as rank 0, the other ranks as threads of each forward (docs/tensor-parallel.md) */
-    if (!ops || model_load_tp(&b->m, cfg->model, ops, cfg->tp_size, err)) goto fail;
+    if (!ops || (strcmp(cfg->load_format, "dummy")
+                     ? model_load_tp(&b->m, cfg->model, ops, cfg->tp_size, err)
+                     : model_load_dummy_tp(&b->m, cfg->model, ops, cfg->tp_size, err)))
+        goto fail;
     b->spec = model_spec_of(b->m);
     if (tok_load_dir(&b->tok, cfg->model, err)) {
         mx_wrap(err, "%s: the server needs tokenizer.json", cfg->model);

@@ -34,6 +34,8 @@ static const opt k_opts[] = {
     {{"--chat-template-file", NULL}, "LLAMA_ARG_CHAT_TEMPLATE_FILE", OPT_STR, F(chat_template_file),
      0, 0, "Jinja chat template file (overrides the checkpoint's)"},
     {{"--device", NULL}, NULL, OPT_STR, F(device), 0, 0, "compute device: cpu (default) or cuda"},
+    {{"--load-format", NULL}, NULL, OPT_STR, F(load_format), 0, 0,
+     "auto (default): the checkpoint's files; dummy: only config.json, generated weights"},
     {{"--tp-size", NULL}, NULL, OPT_INT, F(tp_size), 1, 64,
      "tensor-parallel ranks: threads on the CPU, one GPU each on CUDA (default 1)"},
     {{"--host", NULL}, "LLAMA_ARG_HOST", OPT_STR, F(host), 0, 0,
@@ -113,6 +115,7 @@ void srv_config_defaults(srv_config *c) {
     c->max_queue_depth = 256;
     snprintf(c->storage, sizeof c->storage, "auto");
     snprintf(c->device, sizeof c->device, "cpu");
+    snprintf(c->load_format, sizeof c->load_format, "auto");
     c->n_predict = -1;
     c->temperature = 0.8f;
     c->top_p = 0.95f;
@@ -225,6 +228,8 @@ static int set_value(srv_config *c, const opt *o, const char *name, const char *
             return mx_fail(err, "%s: expected auto, dense or paged, got '%s'", name, v);
         if (o->off == offsetof(srv_config, device) && strcmp(v, "cpu") && strcmp(v, "cuda"))
             return mx_fail(err, "%s: expected cpu or cuda, got '%s'", name, v);
+        if (o->off == offsetof(srv_config, load_format) && strcmp(v, "auto") && strcmp(v, "dummy"))
+            return mx_fail(err, "%s: expected auto or dummy, got '%s'", name, v);
         return 0;
     case OPT_FLAG: case OPT_NOFLAG: {
         bool b;

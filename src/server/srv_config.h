@@ -19,6 +19,7 @@ typedef struct srv_config {
     int n_aliases;
     char chat_template_file[1024]; /* --chat-template-file (LLAMA_ARG_CHAT_TEMPLATE_FILE) */
     char device[16];             /* --device cpu|cuda (default cpu) */
+    char load_format[16];        /* --load-format auto|dummy (default auto) */
     int tp_size;                 /* --tp-size: tensor-parallel ranks (default 1; CUDA: GPUs) */
 
     /* ---- HTTP ---- */
