@@ -71,9 +71,11 @@ void model_free(model *m);
  * tp_size ranks, each with a slice of the weights: Q/K/V and gate/up split by output rows
  * (heads / intermediate), o_proj and down_proj by input columns followed by an all-reduce,
  * embedding and lm_head by vocabulary rows. tp_size 1 is the plain model through the same
- * forward. CPU only for now (ranks are threads); a CUDA backend with tp_size > 1 is refused.
- * Needs n_heads and n_kv_heads (and intermediate_size) divisible by tp_size; MoE and
- * MLX-quantized checkpoints are refused with tp_size > 1. */
+ * forward. Ranks are threads: on the CPU with a fixed-order collective, on CUDA one GPU each
+ * over NCCL. Needs n_heads and n_kv_heads (and intermediate_size, the MoE expert count)
+ * divisible by tp_size; MLX-quantized checkpoints split their packed codes, scales and biases
+ * like the weights (the group size must divide a rank's o_proj / down_proj width); quantized
+ * MoE checkpoints are refused with tp_size > 1. */
 int model_load_tp(model **out, const char *dir, const backend_ops *be, int tp_size, mx_error *err);
 /* --load-format dummy (vLLM's meaning): only DIR/config.json is read; every weight is
  * generated (norm weights 1, the others uniform in [-0.02, 0.02) from a fixed seed, one shared

@@ -121,7 +121,8 @@ static int tp_embed(model *m, mx_tensor *x, const int32_t *tokens, int n, float 
             j++;
         }
         mx_tensor xr = mx_tensor_rows(x, i, j - i);
-        be->embed(&xr, &m->tok_embd.w, loc, j - i, es, false); /* TP > 1 is dense only */
+        if (model_weight_quantized(&m->tok_embd)) be->embed_q(&xr, &m->tok_embd.q, loc, j - i, es, false);
+        else be->embed(&xr, &m->tok_embd.w, loc, j - i, es, false);
         i = j;
     }
     return tp_reduce(m, x, err);

@@ -3,6 +3,7 @@
  * CPU collective. TP = 1 is not a group: model_bind_tp(1) is model_bind, whose forward takes
  * the same rank code with the collectives skipped. */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -65,32 +66,46 @@ oom:
     return (mx_tensor){0};
 }
 
+/* name is module + suffix: ".weight", or an MLX-quantized Linear's ".scales" / ".biases"
+ * (packed codes, per-group scales and biases are sliced like the weight they belong to: rows,
+ * or columns of codes and of groups; tp_check makes the group size divide a rank's width), or
+ * ".bias" when `bias` (the Q/K/V biases follow their rows). */
+static bool is_part_of(const char *name, const char *module, bool bias) {
+    static const char *parts[] = {".weight", ".scales", ".biases", ".bias"};
+    const size_t a = strlen(name), b = strlen(module);
+    for (size_t i = 0; i < (bias ? 4u : 3u); i++) {
+        const size_t c = strlen(parts[i]);
+        if (a >= b + c && !strcmp(name + a - c, parts[i]) && !strncmp(name + a - c - b, module, b))
+            return true;
+    }
+    return false;
+}
+
 static mx_tensor tp_weight(void *ctx, const char *name) {
     tp_src *t = ctx;
     mx_tensor w = t->fn(t->ctx, name);
     if (!w.data || w.ndim < 1) return w;
-    static const char *k_rows[] = {".self_attn.q_proj.weight", ".self_attn.k_proj.weight",
-                                   ".self_attn.v_proj.weight", ".self_attn.q_proj.bias",
-                                   ".self_attn.k_proj.bias", ".self_attn.v_proj.bias",
-                                   ".mlp.gate_proj.weight", ".mlp.up_proj.weight"};
+    static const char *k_rows[] = {".self_attn.q_proj", ".self_attn.k_proj", ".self_attn.v_proj",
+                                   ".mlp.gate_proj", ".mlp.up_proj"};
     for (size_t i = 0; i < sizeof k_rows / sizeof k_rows[0]; i++)
-        if (ends_with(name, k_rows[i])) {
+        if (is_part_of(name, k_rows[i], i < 3)) {
             /* a shape that does not divide is left whole: binding then names the mismatch */
             if (w.shape[0] % t->n) return w;
             const int64_t d = w.shape[0] / t->n;
             return mx_tensor_rows(&w, t->rank * d, d);
         }
-    if (ends_with(name, ".self_attn.o_proj.weight") || ends_with(name, ".mlp.down_proj.weight"))
+    if (is_part_of(name, ".self_attn.o_proj", false) || is_part_of(name, ".mlp.down_proj", false))
         return w.ndim == 2 && w.shape[1] % t->n == 0 ? col_slice(t, &w) : w;
-    if (ends_with(name, "embed_tokens.weight") || ends_with(name, "lm_head.weight"))
+    if (is_part_of(name, "embed_tokens", false) || is_part_of(name, "lm_head", false))
         return mx_tensor_rows(&w, t->v0, t->vn);
     /* MoE: stacked / fused expert tensors [E, ...] keep the rank's experts (zero-copy; the
      * per-expert layout is never asked for other ranks' experts: model_load.c) */
-    static const char *k_experts[] = {".switch_mlp.gate_proj.weight", ".switch_mlp.up_proj.weight",
-                                      ".switch_mlp.down_proj.weight", ".experts.gate_up_proj",
+    static const char *k_experts[] = {".switch_mlp.gate_proj", ".switch_mlp.up_proj",
+                                      ".switch_mlp.down_proj", ".experts.gate_up_proj",
                                       ".experts.down_proj"};
     for (size_t i = 0; i < sizeof k_experts / sizeof k_experts[0]; i++)
-        if (ends_with(name, k_experts[i]) && w.ndim == 3 && w.shape[0] % t->n == 0) {
+        if ((is_part_of(name, k_experts[i], false) || ends_with(name, k_experts[i])) && w.ndim == 3 &&
+            w.shape[0] % t->n == 0) {
             const int64_t en = w.shape[0] / t->n;
             return mx_tensor_rows(&w, t->rank * en, en);
         }
@@ -129,9 +144,31 @@ static int tp_check(const model_spec *s, const backend_ops *be, int n, bool grou
     if (s->n_experts > 0 && s->n_experts % n)
         return mx_fail(err, "--tp-size %d: the model has %d MoE experts, not divisible by the TP "
                        "size", n, s->n_experts);
-    if (n > 1 && (s->quant.bits || s->n_quant_overrides))
-        return mx_fail(err, "--tp-size %d: MLX-quantized checkpoints are not supported with tensor "
-                       "parallelism yet (dequantize with `mlxcel convert -d`)", n);
+    if (n > 1 && (s->quant.bits || s->n_quant_overrides) && s->n_experts > 0)
+        return mx_fail(err, "--tp-size %d: MLX-quantized MoE checkpoints are not supported with "
+                       "tensor parallelism yet (dense-MLP quantized models are; dequantize with "
+                       "`mlxcel convert -d`)", n);
+    if (n > 1 && (s->quant.bits || s->n_quant_overrides)) {
+        /* o_proj / down_proj are split by input columns: their group size must divide a
+         * rank's width, so that a rank's codes, scales and biases are whole groups */
+        const int wa = s->n_heads * s->head_dim / n, wf = s->intermediate_size / n;
+        for (int l = 0; l < s->n_layers; l++) {
+            char path[96];
+            snprintf(path, sizeof path, "model.layers.%d.self_attn.o_proj", l);
+            const mx_quant qo = spec_quant_for(s, path);
+            snprintf(path, sizeof path, "model.layers.%d.mlp.down_proj", l);
+            const mx_quant qd = spec_quant_for(s, path);
+            const bool dense_mlp = s->n_experts == 0 || s->layer_dense_mlp[l];
+            if (qo.bits && wa % qo.group_size)
+                return mx_fail(err, "--tp-size %d: a rank's share of the attention width (heads x "
+                               "head_dim) is %d, not a multiple of layer %d's o_proj quantization "
+                               "group %d", n, wa, l, qo.group_size);
+            if (dense_mlp && qd.bits && wf % qd.group_size)
+                return mx_fail(err, "--tp-size %d: a rank's share of intermediate_size is %d, not a "
+                               "multiple of layer %d's down_proj quantization group %d", n, wf, l,
+                               qd.group_size);
+        }
+    }
     return 0;
 }
 
