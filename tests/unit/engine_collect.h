@@ -5,6 +5,7 @@
 #ifndef MLXCEL_TESTS_ENGINE_COLLECT_H
 #define MLXCEL_TESTS_ENGINE_COLLECT_H
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -103,6 +104,17 @@ static inline void ec_run(model *m, const int32_t *const *prompts, const int *n_
     }
     if (engine_run(e, &err)) fail_msg("engine_run: %s", err.msg);
     engine_free(e);
+}
+
+/* Relative L2 error of a against ref over n values. */
+static inline double ec_rel_err(const float *a, const float *ref, int n) {
+    double num = 0, den = 0;
+    for (int k = 0; k < n; k++) {
+        const double d = (double)a[k] - ref[k];
+        num += d * d;
+        den += (double)ref[k] * ref[k];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
 static inline void ec_free(ec_collect *c) {

@@ -17,8 +17,7 @@
 #include "backend/backend.h"
 #include "engine_collect.h"
 #include "model/model.h"
-
-static char g_tmp[] = "/tmp/mlxcel-dummy-XXXXXX";
+#include "test_tmpdir.h"
 
 /* A fresh directory under g_tmp holding only fixture `name`'s config.json. */
 static void config_only(const char *name, char *dir, size_t len) {
@@ -91,22 +90,10 @@ static void test_dummy_refusals(void **st) {
     assert_int_equal(model_load_format_parse("pt", &dummy), -1);
 }
 
-static int setup(void **st) {
-    (void)st;
-    return mkdtemp(g_tmp) ? 0 : -1;
-}
-
-static int teardown(void **st) {
-    (void)st;
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
-    return system(cmd) == 0 ? 0 : -1;
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dummy_matches_fixture_shapes),
         cmocka_unit_test(test_dummy_refusals),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, tmp_setup, tmp_teardown);
 }

@@ -121,16 +121,6 @@ static void free_out(run_out *o) {
     for (int i = 0; i < MAXC; i++) free(o->first_logits[i]);
 }
 
-static double rel_err(const float *a, const float *ref, int n) {
-    double num = 0, den = 0;
-    for (int k = 0; k < n; k++) {
-        const double d = (double)a[k] - ref[k];
-        num += d * d;
-        den += (double)ref[k] * ref[k];
-    }
-    return sqrt(num / (den > 0 ? den : 1));
-}
-
 /* Every variant of TP=tp against the same variant of base (TP=1); returns mismatches. */
 static int compare_tp(const char *name, model *base, model *tp, int tpn, int32_t (*prompts)[MAXT],
                       const int *np, const int *nw, int nc) {
@@ -150,7 +140,7 @@ static int compare_tp(const char *name, model *base, model *tp, int tpn, int32_t
                 bad++;
                 continue;
             }
-            const double re = rel_err(b.first_logits[i], a.first_logits[i], V);
+            const double re = ec_rel_err(b.first_logits[i], a.first_logits[i], V);
             if (re > 1e-5) {
                 fprintf(stderr, "  %s TP=%d [%s] prompt %d: logits rel err %.3g > 1e-5\n", name, tpn,
                         k_vars[v].label, i, re);

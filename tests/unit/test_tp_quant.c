@@ -13,15 +13,13 @@
 #include <stdlib.h>
 #include <cmocka.h>
 
-#include <math.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "backend/backend.h"
 #include "engine_collect.h"
 #include "model/model.h"
-
-static char g_tmp[] = "/tmp/mlxcel-tpq-XXXXXX";
+#include "test_tmpdir.h"
 
 /* fixture `name` converted to `out` (under g_tmp) at bits / group */
 static void convert(const char *name, int bits, int group, char *out, size_t len) {
@@ -34,16 +32,6 @@ static void convert(const char *name, int bits, int group, char *out, size_t len
              "--q-group-size %d > '%s.log' 2>&1",
              bin, src ? src : ".", name, out, bits, group, out);
     if (system(cmd) != 0) fail_msg("convert failed: %s (log %s.log)", cmd, out);
-}
-
-static double rel_err(const float *a, const float *ref, int n) {
-    double num = 0, den = 0;
-    for (int k = 0; k < n; k++) {
-        const double d = (double)a[k] - ref[k];
-        num += d * d;
-        den += (double)ref[k] * ref[k];
-    }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
 static void test_tp2_equals_tp1_quantized(void **st) {
@@ -75,7 +63,7 @@ static void test_tp2_equals_tp1_quantized(void **st) {
                                  k_bits[b], s, i, c.toks[s][i], a.toks[s][i]);
                 assert_non_null(a.first_logits[s]);
                 assert_non_null(c.first_logits[s]);
-                const double re = rel_err(c.first_logits[s], a.first_logits[s], a.vocab);
+                const double re = ec_rel_err(c.first_logits[s], a.first_logits[s], a.vocab);
                 if (re > 1e-4) fail_msg("%s q%d: first logits rel err %.3g", k_models[f], k_bits[b], re);
             }
             ec_free(&a);
@@ -100,22 +88,10 @@ static void test_tp_quantized_refusals(void **st) {
     assert_non_null(strstr(err.msg, "quantized MoE"));
 }
 
-static int setup(void **st) {
-    (void)st;
-    return mkdtemp(g_tmp) ? 0 : -1;
-}
-
-static int teardown(void **st) {
-    (void)st;
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
-    return system(cmd) == 0 ? 0 : -1;
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tp2_equals_tp1_quantized),
         cmocka_unit_test(test_tp_quantized_refusals),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, tmp_setup, tmp_teardown);
 }

@@ -333,19 +333,8 @@ extern "C" int cuda_qmv(const cuda_qmv_args *a, int multirow, cudaStream_t st) {
         a->K % a->group || (a->bits < 2 || a->bits > 8 || a->bits == 7) ||
         a->sb_dtype < CUDA_QSB_BF16 || a->sb_dtype > CUDA_QSB_F32)
         return (int)cudaErrorInvalidValue;
-    qmv_segs segs = {};
-    segs.n = a->n_segs;
-    for (int i = 0; i < a->n_segs; i++) {
-        if (!a->w[i] || !a->scales[i] || !a->biases[i] || !a->y[i] || a->N[i] < 1 ||
-            a->ldy[i] < a->N[i] || ((uintptr_t)a->w[i] & 15))
-            return (int)cudaErrorInvalidValue;
-        segs.w[i] = a->w[i];
-        segs.s[i] = a->scales[i];
-        segs.b[i] = a->biases[i];
-        segs.y[i] = a->y[i];
-        segs.ldy[i] = a->ldy[i];
-        segs.N[i] = a->N[i];
-    }
+    qmv_segs segs;
+    if (qmv_segs_fill(a, &segs, true)) return (int)cudaErrorInvalidValue;
     const int win = a->rows < multirow ? a->rows : multirow;
     const int R = win <= 1 ? 1 : win <= 2 ? 2 : win <= 4 ? 4 : 8;
     const int passes = (a->rows + multirow - 1) / multirow;

@@ -36,6 +36,25 @@ struct qmv_seg {
     int N, c0;
 };
 
+/* segs from a launch's arguments (host side); cudaErrorInvalidValue for a missing pointer, an
+ * empty segment, ldy < N, or (align16) a weight not 16-byte aligned. */
+static inline int qmv_segs_fill(const cuda_qmv_args *a, qmv_segs *segs, bool align16) {
+    *segs = qmv_segs{};
+    segs->n = a->n_segs;
+    for (int i = 0; i < a->n_segs; i++) {
+        if (!a->w[i] || !a->scales[i] || !a->biases[i] || !a->y[i] || a->N[i] < 1 ||
+            a->ldy[i] < a->N[i] || (align16 && ((uintptr_t)a->w[i] & 15)))
+            return (int)cudaErrorInvalidValue;
+        segs->w[i] = a->w[i];
+        segs->s[i] = a->scales[i];
+        segs->b[i] = a->biases[i];
+        segs->y[i] = a->y[i];
+        segs->ldy[i] = a->ldy[i];
+        segs->N[i] = a->N[i];
+    }
+    return 0;
+}
+
 /* This CTA's segment (compile-time indices only: a run-time index into the parameter
  * struct would copy it to local memory). */
 __device__ __forceinline__ qmv_seg qmv_pick(const qmv_segs &sg) {

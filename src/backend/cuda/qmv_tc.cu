@@ -380,18 +380,8 @@ extern "C" int cuda_qmv_tc_supported(const cuda_qmv_args *a) {
 extern "C" int cuda_qmv_tc(const cuda_qmv_args *a, int window, cudaStream_t st) {
     if (!cuda_qmv_tc_supported(a) || window < 0 || window > CUDA_QMV_TC_MAX_ROWS)
         return (int)cudaErrorInvalidValue;
-    qmv_segs segs = {};
-    segs.n = a->n_segs;
-    for (int i = 0; i < a->n_segs; i++) {
-        if (!a->scales[i] || !a->biases[i] || !a->y[i] || a->N[i] < 1 || a->ldy[i] < a->N[i])
-            return (int)cudaErrorInvalidValue;
-        segs.w[i] = a->w[i];
-        segs.s[i] = a->scales[i];
-        segs.b[i] = a->biases[i];
-        segs.y[i] = a->y[i];
-        segs.ldy[i] = a->ldy[i];
-        segs.N[i] = a->N[i];
-    }
+    qmv_segs segs;
+    if (qmv_segs_fill(a, &segs, false)) return (int)cudaErrorInvalidValue;
     /* window: x rows per pass over the weight (0: all rows in one pass) */
     const int win = window == 0 || window > a->rows ? a->rows : window;
     const int passes = (a->rows + win - 1) / win;
