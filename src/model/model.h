@@ -75,7 +75,7 @@ void model_free(model *m);
  * over NCCL. Needs n_heads and n_kv_heads (and intermediate_size, the MoE expert count)
  * divisible by tp_size; MLX-quantized checkpoints split their packed codes, scales and biases
  * like the weights (the group size must divide a rank's o_proj / down_proj width); quantized
- * MoE checkpoints are refused with tp_size > 1. */
+ * MoE checkpoints run TP on the CPU only. */
 int model_load_tp(model **out, const char *dir, const backend_ops *be, int tp_size, mx_error *err);
 /* --load-format dummy (vLLM's meaning): only DIR/config.json is read; every weight is
  * generated (norm weights 1, the others uniform in [-0.02, 0.02) from a fixed seed, one shared

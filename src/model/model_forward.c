@@ -223,8 +223,11 @@ static int forward(model *m, kv_cache *kv, const model_batch *b, float *logits, 
                 const int E = s->n_experts;
                 mx_tensor rl = mx_tensor_2d(m->rl, MX_F32, n, E, dev);
                 linear(be, &rl, &h, &L->router, NULL);
-                /* per projection: the quantized views when its experts are packed */
-                const bool qg = L->exp_qgate[0].bits, qu = L->exp_qup[0].bits, qd = L->exp_qdown[0].bits;
+                /* per projection: the quantized views when its experts are packed (asked of a
+                 * present expert: under TP the others are absent, all zero) */
+                const int ep = m->en < E ? m->e0 : 0;
+                const bool qg = L->exp_qgate[ep].bits, qu = L->exp_qup[ep].bits,
+                           qd = L->exp_qdown[ep].bits;
                 mx_moe_experts ex = {.gate = qg ? NULL : L->exp_gate, .up = qu ? NULL : L->exp_up,
                                      .down = qd ? NULL : L->exp_down, .qgate = qg ? L->exp_qgate : NULL,
                                      .qup = qu ? L->exp_qup : NULL, .qdown = qd ? L->exp_qdown : NULL};
