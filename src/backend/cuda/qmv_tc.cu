@@ -301,14 +301,27 @@ qmv_tc_kernel(qtc_segs segs, const float *__restrict__ x, long ldx, int rows, in
 #pragma unroll
                 for (int i = 0; i < NT; i++) {
                     const uint32_t *bp = xs + (size_t)((u * NT + i) * 32 + lane) * S;
+                    /* the word's B pairs: 4 (4-bit: one 16-byte LDS per part, 8 lanes of a
+                     * phase at a stride of S = 4 mod 8 words hit 8 distinct bank groups) or 2 */
+                    constexpr int NPW = BITS == 4 ? 4 : 2, P0 = BITS == 4 ? 4 : 2;
+                    uint32_t bh[NPW], bl[NPW];
+                    if (BITS == 4) {
+                        const uint4 h4 = *(const uint4 *)(bp + P0 * wi);
+                        const uint4 l4 = *(const uint4 *)(bp + NP + P0 * wi);
+                        bh[0] = h4.x, bh[1] = h4.y, bh[2 % NPW] = h4.z, bh[3 % NPW] = h4.w;
+                        bl[0] = l4.x, bl[1] = l4.y, bl[2 % NPW] = l4.z, bl[3 % NPW] = l4.w;
+                    } else {
+                        const uint2 h2 = *(const uint2 *)(bp + P0 * wi);
+                        const uint2 l2 = *(const uint2 *)(bp + NP + P0 * wi);
+                        bh[0] = h2.x, bh[1] = h2.y, bl[0] = l2.x, bl[1] = l2.y;
+                    }
 #pragma unroll
                     for (int j = 0; j < 2; j++) {
                         int ra, rb, pb;
                         qtc_word_mma(BITS, wi, j, &ra, &rb, &pb);
-                        const uint2 bh = *(const uint2 *)(bp + pb);
-                        const uint2 bl = *(const uint2 *)(bp + NP + pb);
-                        mma_bf16_16816(ch[i], r0[ra], r8[ra], r0[rb], r8[rb], bh.x, bh.y);
-                        mma_bf16_16816(cl[i], r0[ra], r8[ra], r0[rb], r8[rb], bl.x, bl.y);
+                        const int o = pb - P0 * wi; /* 2 j (4-bit) or 0 (8-bit) */
+                        mma_bf16_16816(ch[i], r0[ra], r8[ra], r0[rb], r8[rb], bh[o], bh[o + 1]);
+                        mma_bf16_16816(cl[i], r0[ra], r8[ra], r0[rb], r8[rb], bl[o], bl[o + 1]);
                     }
                 }
             }
@@ -365,9 +378,10 @@ static int qtc_go(qtc_segs segs, const cuda_qmv_args *a, int win, int passes, cu
         segs.cta0[i] = ctas;
         ctas += (segs.N[i] + 15) / 16;
     }
-    /* few CTAs (small N): 8 warps each for more loads in flight; else 4 (smaller staging,
-     * more CTAs per SM) */
-    const int nw = ctas * passes < 4 * qtc_sm_count() ? 8 : 4;
+    /* 8 warps per CTA (2 CTAs per SM) when the grid fits one such wave (o, down: 256 CTAs),
+     * else 4 (4 per SM: qkv's 384 CTAs still run as one wave, no half-empty second wave;
+     * many waves: finer tail). Either way up to 16 warps per SM. */
+    const int nw = ctas * passes <= 2 * qtc_sm_count() ? 8 : 4;
     const size_t smem = (size_t)nw * C::WARP_WORDS * 4;
     if (!s_attr) {
         const cudaError_t e = cudaFuncSetAttribute(qmv_tc_kernel<BITS, G, NT>,
