@@ -173,7 +173,8 @@ __device__ __forceinline__ void qtc_stage_x(uint32_t *xs, float *xsum, const flo
         float sum = 0.f;
         int r = 0, ug = 0, v = 0;
         if (ok) {
-            r = idx / per_row;
+            /* a whole batch (all but the last): a power-of-two divisor, no integer division */
+            r = ug_n == C::UG ? idx / (C::UG * PER) : idx / per_row;
             const int rem = idx - r * per_row;
             ug = rem / PER;
             v = rem - ug * PER;
