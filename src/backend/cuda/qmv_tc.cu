@@ -36,7 +36,8 @@
 #include "backend/cuda/qmv_tc_map.h"
 
 #define QTC_TPW 32       /* threads per warp */
-#define QTC_PF_ROW 2048  /* bytes of each weight row prefetched into L2 before pdl_wait */
+#define QTC_PF_CTA 32768 /* bytes of the CTA's rows prefetched into L2 before pdl_wait: with
+                          * every resident CTA doing it, ~17 MB in flight, well inside L2 */
 
 /* ==== Geometry ==== */
 template <int BITS, int G, int NT> struct qtc_cfg {
@@ -249,10 +250,10 @@ qmv_tc_kernel(qtc_segs segs, const float *__restrict__ x, long ldx, int rows, in
     }
 
     /* L2 prefetch of the start of the CTA's rows: the stream begins before pdl_wait */
-    if (warp == 0 && lane < 16 * MB && n0 + lane < sg.N) {
-        const uint32_t pf = row_bytes < QTC_PF_ROW ? (uint32_t)row_bytes : QTC_PF_ROW; /* x16 */
-        qtc_prefetch_l2((const uint8_t *)sg.w + (size_t)(n0 + lane) * row_bytes, pf);
-    }
+    constexpr uint32_t PF_ROW = QTC_PF_CTA / (16 * MB); /* a multiple of 16 */
+    if (warp == 0 && lane < 16 * MB && n0 + lane < sg.N)
+        qtc_prefetch_l2((const uint8_t *)sg.w + (size_t)(n0 + lane) * row_bytes,
+                        row_bytes < PF_ROW ? (uint32_t)row_bytes : PF_ROW);
 
     uint32_t wn[H][UG][LW];
     float sn[H][UG], bn[H][UG];
@@ -297,6 +298,13 @@ qmv_tc_kernel(qtc_segs segs, const float *__restrict__ x, long ldx, int rows, in
                 bc[h][u] = bn[h][u];
             }
         if (b + nw < nb) load_batch(b + nw); /* next batch in flight during this one */
+        /* and the one after it into L2: more bytes in flight than the registers hold
+         * (lane l < 16 MB: this warp's slice of row n0 + l; sizes are multiples of 16) */
+        if (b + 2 * nw < nb && lane < 16 * MB && n0 + lane < sg.N) {
+            const size_t off = (size_t)(b + 2 * nw) * (KB * BITS / 8);
+            const size_t len = row_bytes - off < (size_t)(KB * BITS / 8) ? row_bytes - off : KB * BITS / 8;
+            qtc_prefetch_l2((const uint8_t *)sg.w + (size_t)(n0 + lane) * row_bytes + off, (uint32_t)len);
+        }
         const int kb = b * KB, ug_n = min(UG, ngroups - b * UG);
         qtc_stage_x<BITS, G, NT>(xs, xsum, x, ldx, p0, rp, kb, ug_n, lane);
         __syncwarp();
