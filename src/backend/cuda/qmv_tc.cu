@@ -23,12 +23,13 @@
  *   per warp and grows with the rows (each warp converts its K slice for all rows): at 32
  *   rows it, not the MMAs, is the bulk of the instructions (a per-call prep shared by all
  *   CTAs would remove it; not done).
- * - Per-group fp32 partials (hi and lo chains apart) are scaled into per-lane totals; warps
- *   are summed in shared memory in a fixed order (deterministic, no atomics).
- * Bandwidth: the next batch's weights and scales are loaded (16-byte streaming loads where
- * the quarter is >= 8 bytes) before the current batch is computed; PDL: the first batch's
- * weights and an L2 bulk prefetch of the start of the CTA's rows are issued before
- * pdl_wait(), which precedes the first read of x. */
+ * - Per-group fp32 partials (hi and lo chains apart at one n-tile) are scaled into per-lane
+ *   totals; warps are summed in shared memory in a fixed order (deterministic, no atomics).
+ * Bandwidth: the next batch's weights and scales are loaded (8- or 16-byte streaming loads;
+ * 4-byte L1-cached ones at q4 g32) before the current batch is computed, and the batch after
+ * it is prefetched into L2 (cp.async.bulk.prefetch). PDL: the first batch's weights and an
+ * L2 prefetch of the start of the CTA's rows are issued before pdl_wait(), which precedes
+ * the first read of x. */
 #include <cuda_runtime.h>
 #include <stdint.h>
 
