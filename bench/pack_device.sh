@@ -14,11 +14,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build-cuda}
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLXCEL_CUDA=ON >/dev/null
-cmake --build "$BUILD" --target mlxcel test_cuda -j "${JOBS:-2}"
+cmake --build "$BUILD" --target mlxcel test_cuda cuda_ops_bench -j "${JOBS:-2}"
 rm -rf .carry/dev
 mkdir -p .carry/dev/lib
-cp "$BUILD/mlxcel" "$BUILD/tests/gpu/test_cuda" .carry/dev/
-for bin in .carry/dev/mlxcel .carry/dev/test_cuda; do
+cp "$BUILD/mlxcel" "$BUILD/tests/gpu/test_cuda" "$BUILD/bench/cuda_ops_bench" .carry/dev/
+for bin in .carry/dev/mlxcel .carry/dev/test_cuda .carry/dev/cuda_ops_bench; do
   ldd "$bin" | awk '$3 ~ /^\// { print $3 }'
 done | sort -u | while read -r lib; do
   case "$(basename "$lib")" in

@@ -86,7 +86,7 @@ if command -v cuobjdump >/dev/null; then
                       fn = $3; m = 0; w = 0; s = 0; l = 0 }
        /HMMA/ { m++ } /LDG[.A-Z0-9]*\.128/ { w++ } /LDSM/ { s++ } /[^A-Za-z_](LDL|STL)[. ]/ { l++ }
        END { if (fn) printf "  %-60.60s HMMA %4d LDG.128 %4d LDSM %3d LDL/STL %d\n", fn, m, w, s, l }' \
-    "$LOG/mlxcel.sass" | grep -E "flash|gemv|attn|moe" | head -30
+    "$LOG/mlxcel.sass" | grep -E "flash|gemv|qmv|attn|moe" | head -40
 fi
 echo "mlxcel: $MLX, cuBLASLt from ${LTDIR:-the default path}"
 

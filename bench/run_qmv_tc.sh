@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The tensor-core qmv (src/backend/cuda/qmv_tc.cu) on the GPU machine, one command:
-#   1. cuda_ops_bench --only qmv, built fresh from this tree (bench/run_cuda_ops.sh): new vs
+#   1. cuda_ops_bench --only qmv (carried by bench/pack_device.sh, else built here): new vs
 #      old kernel on the Llama-3.1-8B shapes (q4g64 and q8g64, rows 1, 8, 32), each checked
 #      new vs old first, then timed: GB/s and % of the measured D2D copy bandwidth;
 #   2. the quantized GPU tests (test_cuda, TEST_CUDA_ONLY=quant: cuda_qmv_tc vs the CPU
@@ -11,8 +11,9 @@
 #      AB_QMV_TC=1 (each quantized bench again with MLXCEL_QMV_TC=0), into $OUT/e2e.
 # Results under $OUT (default /tmp/mlxcel-qmv); the short table is printed last.
 #
-#   OUT=/tmp/out bash bench/run_qmv_tc.sh            # kernel table + tests (~3 min)
-#   OUT=/tmp/out E2E=1 bash bench/run_qmv_tc.sh      # + end to end (~8 min more)
+#   here:        bash bench/pack_device.sh                     # builds + packs .carry/dev
+#   GPU machine: OUT=$OUT bash bench/run_qmv_tc.sh             # carry .carry/dev; ~3 min
+#                OUT=$OUT E2E=1 bash bench/run_qmv_tc.sh       # + end to end (~9 min more)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -25,8 +26,11 @@ BUDGET=${BUDGET:-540}
 device_libs
 
 # ==== 1. Kernel table ====
-stage "cuda_ops_bench --only qmv (fresh build)"
-CUDA_OPS_BIN=/nonexistent OUT="$OUT" timeout 420 bash bench/run_cuda_ops.sh --only qmv > /dev/null 2>&1
+# the binary bench/pack_device.sh carried, else a fresh build of this tree
+BENCHBIN=.carry/dev/cuda_ops_bench
+runnable "$BENCHBIN" || BENCHBIN=/nonexistent
+stage "cuda_ops_bench --only qmv ($BENCHBIN)"
+CUDA_OPS_BIN=$BENCHBIN OUT="$OUT" timeout 420 bash bench/run_cuda_ops.sh --only qmv > /dev/null 2>&1
 rc_bench=$?
 [ -s "$OUT/cuda_ops.log" ] || echo "(no cuda_ops.log: the build failed?)"
 grep -E "^  check|copy roofline|build failed|FAIL" "$OUT/cuda_ops.log" 2>/dev/null | head -40

@@ -184,6 +184,16 @@ static void test_pair_maps(void **state) {
                     }
                 }
             for (int k = 0; k < G; k++) assert_int_equal(used[k], 1);
+            /* the kernel reads word wi's B pairs as one vector from pair P0 * wi (P0 = 4 at
+             * 4-bit, 2 at 8-bit) and indexes it with pb - P0 * wi */
+            const int p0 = bits[bi] == 4 ? 4 : 2;
+            for (int wi = 0; wi < qtc_lw(bits[bi], G); wi++)
+                for (int j = 0; j < 2; j++) {
+                    int ra, rb, pb;
+                    qtc_word_mma(bits[bi], wi, j, &ra, &rb, &pb);
+                    assert_true(pb - p0 * wi >= 0 && pb - p0 * wi + 1 < p0);
+                    assert_true(pb + 1 < qtc_np(G));
+                }
         }
 }
 

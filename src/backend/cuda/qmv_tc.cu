@@ -8,7 +8,8 @@
  * 8 x rows go to one mma.sync m16n8k16 per 16 k (two with the hi / lo parts of x).
  *
  * Layout (details, and the functions shared with the host unit test: qmv_tc_map.h):
- * - A CTA owns 16 weight rows; its warps split K by batches of QTC_KB k (round robin).
+ * - A CTA owns 16 weight rows (32 at 4-bit with 9+ x rows: two row blocks per warp share the
+ *   staged x); its warps split K by batches of qtc_cfg::KB k (round robin).
  *   Lane (g, t) loads, per group, the t-th quarter (group / 4 codes: 4..32 contiguous bytes)
  *   of weight rows n0 + g and n0 + g + 8, so every MMA sums codes of one group and the
  *   group's scale multiplies the MMA result: y += s * C + (b - offset * s) * sum(x).
@@ -18,13 +19,17 @@
  *   own shared-memory staging area in the lanes' pair order, with the per-group sums, using
  *   all 32 lanes (no separate prep launch); the MMA loop reads its B pairs with 16-byte LDS.
  * - Up to 4 n-tiles (x rows 8 i .. 8 i + 7) reuse every decoded weight register (9..32
- *   rows stay one weight stream instead of dequantized slabs + cuBLASLt).
- * - Per-group fp32 partials (hi and lo chains apart) are scaled into per-lane totals; warps
- *   are summed in shared memory in a fixed order (deterministic, no atomics).
- * Bandwidth: the next batch's weights and scales are loaded (16-byte streaming loads where
- * the quarter is >= 8 bytes) before the current batch is computed; PDL: the first batch's
- * weights and an L2 bulk prefetch of the start of the CTA's rows are issued before
- * pdl_wait(), which precedes the first read of x. */
+ *   rows stay one weight stream instead of dequantized slabs + cuBLASLt). The x staging is
+ *   per warp and grows with the rows (each warp converts its K slice for all rows): at 32
+ *   rows it, not the MMAs, is the bulk of the instructions (a per-call prep shared by all
+ *   CTAs would remove it; not done).
+ * - Per-group fp32 partials (hi and lo chains apart at one n-tile) are scaled into per-lane
+ *   totals; warps are summed in shared memory in a fixed order (deterministic, no atomics).
+ * Bandwidth: the next batch's weights and scales are loaded (8- or 16-byte streaming loads;
+ * 4-byte L1-cached ones at q4 g32) before the current batch is computed, and the batch after
+ * it is prefetched into L2 (cp.async.bulk.prefetch). PDL: the first batch's weights and an
+ * L2 prefetch of the start of the CTA's rows are issued before pdl_wait(), which precedes
+ * the first read of x. */
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -32,7 +37,8 @@
 #include "backend/cuda/qmv_tc_map.h"
 
 #define QTC_TPW 32       /* threads per warp */
-#define QTC_PF_ROW 2048  /* bytes of each weight row prefetched into L2 before pdl_wait */
+#define QTC_PF_CTA 32768 /* bytes of the CTA's rows prefetched into L2 before pdl_wait: with
+                          * every resident CTA doing it, ~17 MB in flight, well inside L2 */
 
 /* ==== Geometry ==== */
 template <int BITS, int G, int NT> struct qtc_cfg {
@@ -44,6 +50,11 @@ template <int BITS, int G, int NT> struct qtc_cfg {
      * one row, 4-bit), 128 with more tiles (staging memory), for 8-bit and g32 (registers) */
     static constexpr int KB = (NT == 1 && G >= 64 && BITS == 4) ? 256 : 128;
     static constexpr int UG = KB / G; /* groups per batch */
+    /* 16-row blocks per warp sharing the staged x: 2 with several n-tiles at 4-bit (halves
+     * the x conversion and B reads per code, which grow with the rows; 8-bit: registers) */
+    static constexpr int MB = NT >= 2 && BITS == 4 ? 2 : 1;
+    /* register budget: <= 128 (2 CTAs of 8 warps per SM) for the small configurations */
+    static constexpr int MIN_CTAS = MB == 1 && NT <= 2 ? 2 : 1;
     static constexpr int WARP_WORDS = UG * NT * 32 * S + UG * 8 * NT; /* staging + sums */
 };
 
@@ -142,7 +153,8 @@ __device__ __forceinline__ void qtc_stage_x(uint32_t *xs, float *xsum, const flo
         float sum = 0.f;
         int r = 0, ug = 0, v = 0;
         if (ok) {
-            r = idx / per_row;
+            /* a whole batch (all but the last): a power-of-two divisor, no integer division */
+            r = ug_n == C::UG ? idx / (C::UG * PER) : idx / per_row;
             const int rem = idx - r * per_row;
             ug = rem / PER;
             v = rem - ug * PER;
@@ -174,17 +186,19 @@ __device__ __forceinline__ void qtc_stage_x(uint32_t *xs, float *xsum, const flo
 
 /* ==== Kernel ==== */
 template <int BITS, int G, int NT>
-__global__ void __launch_bounds__(256, NT <= 2 ? 2 : 1)
+__global__ void __launch_bounds__(256, qtc_cfg<BITS, G, NT>::MIN_CTAS)
 qmv_tc_kernel(qmv_segs segs, const float *__restrict__ x, long ldx, int rows, int K, int win,
               int sbt, int sbvec) {
     using C = qtc_cfg<BITS, G, NT>;
-    constexpr int LW = C::LW, NP = C::NP, S = C::S, KB = C::KB, UG = C::UG;
+    constexpr int LW = C::LW, NP = C::NP, S = C::S, KB = C::KB, UG = C::UG, MB = C::MB;
+    constexpr int H = 2 * MB; /* weight rows per lane: g + 16 m and g + 8 + 16 m, m < MB */
+    constexpr bool SPLIT = NT == 1; /* hi / lo products in two chains (one tile: ILP) */
     constexpr float OFF = BITS == 4 ? 128.0f : 2176.0f;
     extern __shared__ uint4 qtc_smem[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const qmv_seg sg = qmv_pick(segs);
-    const int n0 = ((int)blockIdx.x - sg.c0) * 16;
+    const int n0 = ((int)blockIdx.x - sg.c0) * (16 * MB);
     const int p0 = blockIdx.y * win, rp = min(win, rows - p0); /* this pass's x rows */
     const int ngroups = K / G, nb = (K + KB - 1) / KB;
     const size_t row_bytes = (size_t)K * BITS / 8;
@@ -194,44 +208,47 @@ qmv_tc_kernel(qmv_segs segs, const float *__restrict__ x, long ldx, int rows, in
     for (int i = lane; i < C::WARP_WORDS; i += 32) xs[i] = 0u;
 
     /* rows past N are not loaded (zero codes, zero scales) and never written */
-    const bool ok0 = n0 + g < sg.N, ok8 = n0 + g + 8 < sg.N;
-    const uint8_t *wr0 = (const uint8_t *)sg.w + (size_t)(ok0 ? n0 + g : 0) * row_bytes + t * C::LB;
-    const uint8_t *wr8 = (const uint8_t *)sg.w + (size_t)(ok8 ? n0 + g + 8 : 0) * row_bytes + t * C::LB;
-    const size_t sr0 = (size_t)(ok0 ? n0 + g : 0) * ngroups, sr8 = (size_t)(ok8 ? n0 + g + 8 : 0) * ngroups;
-
-    /* L2 prefetch of the start of the CTA's 16 rows: the stream begins before pdl_wait */
-    if (warp == 0 && lane < 16 && n0 + lane < sg.N) {
-        const uint32_t pf = row_bytes < QTC_PF_ROW ? (uint32_t)row_bytes : QTC_PF_ROW; /* x16 */
-        qtc_prefetch_l2((const uint8_t *)sg.w + (size_t)(n0 + lane) * row_bytes, pf);
+    bool ok[H];
+    const uint8_t *wr[H];
+    size_t sr[H];
+#pragma unroll
+    for (int h = 0; h < H; h++) {
+        const int n = n0 + 16 * (h >> 1) + 8 * (h & 1) + g;
+        ok[h] = n < sg.N;
+        wr[h] = (const uint8_t *)sg.w + (size_t)(ok[h] ? n : 0) * row_bytes + t * C::LB;
+        sr[h] = (size_t)(ok[h] ? n : 0) * ngroups;
     }
 
-    uint32_t wn[2][UG][LW];
-    float sn[2][UG], bn[2][UG];
+    /* L2 prefetch of the start of the CTA's rows: the stream begins before pdl_wait */
+    constexpr uint32_t PF_ROW = QTC_PF_CTA / (16 * MB); /* a multiple of 16 */
+    if (warp == 0 && lane < 16 * MB && n0 + lane < sg.N)
+        qtc_prefetch_l2((const uint8_t *)sg.w + (size_t)(n0 + lane) * row_bytes,
+                        row_bytes < PF_ROW ? (uint32_t)row_bytes : PF_ROW);
+
+    uint32_t wn[H][UG][LW];
+    float sn[H][UG], bn[H][UG];
     auto load_batch = [&](int b) {
-#pragma unroll
-        for (int u = 0; u < UG; u++) {
-            const int j = b * UG + u;
-            const bool in = j < ngroups;
-            if (in && ok0) qtc_ldw<LW>(wn[0][u], wr0 + (size_t)j * (G * BITS / 8));
-            else
-#pragma unroll
-                for (int i = 0; i < LW; i++) wn[0][u][i] = 0u;
-            if (in && ok8) qtc_ldw<LW>(wn[1][u], wr8 + (size_t)j * (G * BITS / 8));
-            else
-#pragma unroll
-                for (int i = 0; i < LW; i++) wn[1][u][i] = 0u;
-        }
-        /* rows past N: zero scales and biases (their zero codes then add nothing) */
         const int j0 = b * UG, n_in = min(UG, ngroups - j0);
-        qtc_ld_sb<UG>(sn[0], sg.s, sbt, sr0 + j0, ok0 ? n_in : 0, ok0 && sbvec);
-        qtc_ld_sb<UG>(bn[0], sg.b, sbt, sr0 + j0, ok0 ? n_in : 0, ok0 && sbvec);
-        qtc_ld_sb<UG>(sn[1], sg.s, sbt, sr8 + j0, ok8 ? n_in : 0, ok8 && sbvec);
-        qtc_ld_sb<UG>(bn[1], sg.b, sbt, sr8 + j0, ok8 ? n_in : 0, ok8 && sbvec);
+#pragma unroll
+        for (int h = 0; h < H; h++) {
+#pragma unroll
+            for (int u = 0; u < UG; u++) {
+                if (u < n_in && ok[h]) qtc_ldw<LW>(wn[h][u], wr[h] + (size_t)(j0 + u) * (G * BITS / 8));
+                else
+#pragma unroll
+                    for (int i = 0; i < LW; i++) wn[h][u][i] = 0u;
+            }
+            /* rows past N: zero scales and biases (their zero codes then add nothing) */
+            qtc_ld_sb<UG>(sn[h], sg.s, sbt, sr[h] + j0, ok[h] ? n_in : 0, ok[h] && sbvec);
+            qtc_ld_sb<UG>(bn[h], sg.b, sbt, sr[h] + j0, ok[h] ? n_in : 0, ok[h] && sbvec);
+        }
     };
 
-    float acc[NT][4];
+    float acc[MB][NT][4];
 #pragma unroll
-    for (int i = 0; i < NT; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+    for (int m = 0; m < MB; m++)
+#pragma unroll
+        for (int i = 0; i < NT; i++) acc[m][i][0] = acc[m][i][1] = acc[m][i][2] = acc[m][i][3] = 0.f;
 
     if (warp < nb) load_batch(warp); /* constants: safe before the dependency wait */
     pdl_wait();                      /* x is the previous kernel's output */
@@ -239,10 +256,10 @@ qmv_tc_kernel(qmv_segs segs, const float *__restrict__ x, long ldx, int rows, in
     __syncwarp();                    /* the zeroed staging area is visible to every lane */
 
     for (int b = warp; b < nb; b += nw) {
-        uint32_t wc[2][UG][LW];
-        float sc[2][UG], bc[2][UG];
+        uint32_t wc[H][UG][LW];
+        float sc[H][UG], bc[H][UG];
 #pragma unroll
-        for (int h = 0; h < 2; h++)
+        for (int h = 0; h < H; h++)
 #pragma unroll
             for (int u = 0; u < UG; u++) {
 #pragma unroll
@@ -251,63 +268,100 @@ qmv_tc_kernel(qmv_segs segs, const float *__restrict__ x, long ldx, int rows, in
                 bc[h][u] = bn[h][u];
             }
         if (b + nw < nb) load_batch(b + nw); /* next batch in flight during this one */
+        /* and the one after it into L2: more bytes in flight than the registers hold
+         * (lane l < 16 MB: this warp's slice of row n0 + l; sizes are multiples of 16) */
+        if (b + 2 * nw < nb && lane < 16 * MB && n0 + lane < sg.N) {
+            const size_t off = (size_t)(b + 2 * nw) * (KB * BITS / 8);
+            const size_t len = row_bytes - off < (size_t)(KB * BITS / 8) ? row_bytes - off : KB * BITS / 8;
+            qtc_prefetch_l2((const uint8_t *)sg.w + (size_t)(n0 + lane) * row_bytes + off, (uint32_t)len);
+        }
         const int kb = b * KB, ug_n = min(UG, ngroups - b * UG);
         qtc_stage_x<BITS, G, NT>(xs, xsum, x, ldx, p0, rp, kb, ug_n, lane);
         __syncwarp();
 #pragma unroll
         for (int u = 0; u < UG; u++) {
             if (u >= ug_n) break; /* warp-uniform */
-            float ch[NT][4], cl[NT][4];
+            float ch[MB][NT][4], cl[MB][NT][4];
 #pragma unroll
-            for (int i = 0; i < NT; i++)
+            for (int m = 0; m < MB; m++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) ch[i][e] = cl[i][e] = 0.f;
+                for (int i = 0; i < NT; i++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) ch[m][i][e] = cl[m][i][e] = 0.f;
 #pragma unroll
             for (int wi = 0; wi < LW; wi++) {
-                uint32_t r0[4], r8[4];
-                qtc_decode_word(BITS, wc[0][u][wi], r0);
-                qtc_decode_word(BITS, wc[1][u][wi], r8);
+                uint32_t rr[H][4]; /* A registers of rows h (qtc_decode_word) */
+#pragma unroll
+                for (int h = 0; h < H; h++) qtc_decode_word(BITS, wc[h][u][wi], rr[h]);
 #pragma unroll
                 for (int i = 0; i < NT; i++) {
                     const uint32_t *bp = xs + (size_t)((u * NT + i) * 32 + lane) * S;
-#pragma unroll
-                    for (int j = 0; j < 2; j++) {
-                        int ra, rb, pb;
-                        qtc_word_mma(BITS, wi, j, &ra, &rb, &pb);
-                        const uint2 bh = *(const uint2 *)(bp + pb);
-                        const uint2 bl = *(const uint2 *)(bp + NP + pb);
-                        mma_bf16_16816(ch[i], r0[ra], r8[ra], r0[rb], r8[rb], bh.x, bh.y);
-                        mma_bf16_16816(cl[i], r0[ra], r8[ra], r0[rb], r8[rb], bl.x, bl.y);
+                    /* the word's B pairs: 4 (4-bit: one 16-byte LDS per part, 8 lanes of a
+                     * phase at a stride of S = 4 mod 8 words hit 8 distinct bank groups) or 2 */
+                    constexpr int NPW = BITS == 4 ? 4 : 2, P0 = BITS == 4 ? 4 : 2;
+                    uint32_t bh[NPW], bl[NPW];
+                    if (BITS == 4) {
+                        const uint4 h4 = *(const uint4 *)(bp + P0 * wi);
+                        const uint4 l4 = *(const uint4 *)(bp + NP + P0 * wi);
+                        bh[0] = h4.x, bh[1] = h4.y, bh[2 % NPW] = h4.z, bh[3 % NPW] = h4.w;
+                        bl[0] = l4.x, bl[1] = l4.y, bl[2 % NPW] = l4.z, bl[3 % NPW] = l4.w;
+                    } else {
+                        const uint2 h2 = *(const uint2 *)(bp + P0 * wi);
+                        const uint2 l2 = *(const uint2 *)(bp + NP + P0 * wi);
+                        bh[0] = h2.x, bh[1] = h2.y, bl[0] = l2.x, bl[1] = l2.y;
                     }
+#pragma unroll
+                    for (int m = 0; m < MB; m++)
+#pragma unroll
+                        for (int j = 0; j < 2; j++) {
+                            int ra, rb, pb;
+                            qtc_word_mma(BITS, wi, j, &ra, &rb, &pb);
+                            const int o = pb - P0 * wi; /* 2 j (4-bit) or 0 (8-bit) */
+                            const uint32_t *A0 = rr[2 * m], *A8 = rr[2 * m + 1];
+                            mma_bf16_16816(ch[m][i], A0[ra], A8[ra], A0[rb], A8[rb], bh[o], bh[o + 1]);
+                            mma_bf16_16816(SPLIT ? cl[m][i] : ch[m][i], A0[ra], A8[ra], A0[rb],
+                                           A8[rb], bl[o], bl[o + 1]);
+                        }
                 }
             }
-            /* C: [0], [1] = weight row g, x rows 2t, 2t + 1; [2], [3] = row g + 8 */
-            const float bb0 = fmaf(-OFF, sc[0][u], bc[0][u]), bb8 = fmaf(-OFF, sc[1][u], bc[1][u]);
+            /* C: [0], [1] = weight row g (+ 16 m), x rows 2t, 2t + 1; [2], [3] = row g + 8 */
 #pragma unroll
-            for (int i = 0; i < NT; i++) {
-                const float2 sx = *(const float2 *)(xsum + u * 8 * NT + 8 * i + 2 * t);
-                acc[i][0] = fmaf(sc[0][u], ch[i][0] + cl[i][0], fmaf(bb0, sx.x, acc[i][0]));
-                acc[i][1] = fmaf(sc[0][u], ch[i][1] + cl[i][1], fmaf(bb0, sx.y, acc[i][1]));
-                acc[i][2] = fmaf(sc[1][u], ch[i][2] + cl[i][2], fmaf(bb8, sx.x, acc[i][2]));
-                acc[i][3] = fmaf(sc[1][u], ch[i][3] + cl[i][3], fmaf(bb8, sx.y, acc[i][3]));
+            for (int m = 0; m < MB; m++) {
+                const float s0 = sc[2 * m][u], s8 = sc[2 * m + 1][u];
+                const float bb0 = fmaf(-OFF, s0, bc[2 * m][u]), bb8 = fmaf(-OFF, s8, bc[2 * m + 1][u]);
+#pragma unroll
+                for (int i = 0; i < NT; i++) {
+                    const float2 sx = *(const float2 *)(xsum + u * 8 * NT + 8 * i + 2 * t);
+                    float c4[4];
+#pragma unroll
+                    for (int e = 0; e < 4; e++) c4[e] = SPLIT ? ch[m][i][e] + cl[m][i][e] : ch[m][i][e];
+                    acc[m][i][0] = fmaf(s0, c4[0], fmaf(bb0, sx.x, acc[m][i][0]));
+                    acc[m][i][1] = fmaf(s0, c4[1], fmaf(bb0, sx.y, acc[m][i][1]));
+                    acc[m][i][2] = fmaf(s8, c4[2], fmaf(bb8, sx.x, acc[m][i][2]));
+                    acc[m][i][3] = fmaf(s8, c4[3], fmaf(bb8, sx.y, acc[m][i][3]));
+                }
             }
         }
         __syncwarp(); /* every lane is done with this staging before the next batch's */
     }
 
-    /* ==== Fixed-order sum over the warps ==== red [nw][NT][4][32] reuses the staging */
+    /* ==== Fixed-order sum over the warps ==== red [nw][MB][NT][4][32] reuses the staging */
     __syncthreads();
     float *red = (float *)qtc_smem;
 #pragma unroll
-    for (int i = 0; i < NT; i++)
+    for (int m = 0; m < MB; m++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) red[((warp * NT + i) * 4 + e) * 32 + lane] = acc[i][e];
+        for (int i = 0; i < NT; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                red[(((warp * MB + m) * NT + i) * 4 + e) * 32 + lane] = acc[m][i][e];
     __syncthreads();
-    for (int q = threadIdx.x; q < NT * 128; q += blockDim.x) {
-        const int i = q >> 7, e = (q >> 5) & 3, l = q & 31;
+    for (int q = threadIdx.x; q < MB * NT * 128; q += blockDim.x) {
+        const int mi = q >> 7, e = (q >> 5) & 3, l = q & 31; /* mi = m * NT + i */
+        const int m = mi / NT, i = mi - m * NT;
         float s = 0.f;
-        for (int w = 0; w < nw; w++) s += red[((w * NT + i) * 4 + e) * 32 + l];
-        const int r = qtc_c_xrow(i, l, e), n = n0 + qtc_c_wrow(l, e);
+        for (int w = 0; w < nw; w++) s += red[((w * MB * NT + mi) * 4 + e) * 32 + l];
+        const int r = qtc_c_xrow(i, l, e), n = n0 + 16 * m + qtc_c_wrow(l, e);
         if (r < rp && n < sg.N) sg.y[(size_t)(p0 + r) * sg.ldy + n] = s;
     }
 }
@@ -332,11 +386,12 @@ static int qtc_go(qmv_segs segs, const cuda_qmv_args *a, int win, int passes, cu
     int ctas = 0;
     for (int i = 0; i < segs.n; i++) {
         segs.cta0[i] = ctas;
-        ctas += (segs.N[i] + 15) / 16;
+        ctas += (segs.N[i] + 16 * C::MB - 1) / (16 * C::MB);
     }
-    /* few CTAs (small N): 8 warps each for more loads in flight; else 4 (smaller staging,
-     * more CTAs per SM) */
-    const int nw = ctas * passes < 4 * qtc_sm_count() ? 8 : 4;
+    /* 8 warps per CTA (2 CTAs per SM) when the grid fits one such wave (o, down: 256 CTAs),
+     * else 4 (4 per SM: qkv's 384 CTAs still run as one wave, no half-empty second wave;
+     * many waves: finer tail). Either way up to 16 warps per SM. */
+    const int nw = ctas * passes <= 2 * qtc_sm_count() ? 8 : 4;
     const size_t smem = (size_t)nw * C::WARP_WORDS * 4;
     if (!s_attr) {
         const cudaError_t e = cudaFuncSetAttribute(qmv_tc_kernel<BITS, G, NT>,
