@@ -34,6 +34,23 @@ __device__ __forceinline__ void amax_warp(float &bv, int &bi) {
     }
 }
 
+/* The CTA's best (value, index): valid in warp 0. sv, si: blockDim.x / 32 slots of shared
+ * memory, free for reuse after a barrier. */
+__device__ __forceinline__ void amax_cta(float &bv, int &bi, float *sv, int *si) {
+    amax_warp(bv, bi);
+    if ((threadIdx.x & 31) == 0) {
+        sv[threadIdx.x >> 5] = bv;
+        si[threadIdx.x >> 5] = bi;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        const bool in = threadIdx.x < (blockDim.x >> 5);
+        bv = in ? sv[threadIdx.x] : -INFINITY;
+        bi = in ? si[threadIdx.x] : ARGMAX_NONE;
+        amax_warp(bv, bi);
+    }
+}
+
 /* ==== Stage 1: one chunk of one row ==== */
 
 __global__ void __launch_bounds__(ARGMAX_THREADS)
@@ -58,20 +75,10 @@ argmax_chunk_kernel(const float *__restrict__ logits, int V, int chunk,
     } else {
         for (int i = lo + threadIdx.x; i < hi; i += ARGMAX_THREADS) amax_take(bv, bi, x[i], i);
     }
-    amax_warp(bv, bi);
-    if ((threadIdx.x & 31) == 0) {
-        sv[threadIdx.x >> 5] = bv;
-        si[threadIdx.x >> 5] = bi;
-    }
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        bv = threadIdx.x < ARGMAX_THREADS / 32 ? sv[threadIdx.x] : -INFINITY;
-        bi = threadIdx.x < ARGMAX_THREADS / 32 ? si[threadIdx.x] : ARGMAX_NONE;
-        amax_warp(bv, bi);
-        if (threadIdx.x == 0) {
-            part_v[row * gridDim.x + c] = bv;
-            part_i[row * gridDim.x + c] = bi;
-        }
+    amax_cta(bv, bi, sv, si);
+    if (threadIdx.x == 0) {
+        part_v[row * gridDim.x + c] = bv;
+        part_i[row * gridDim.x + c] = bi;
     }
 }
 
@@ -135,18 +142,6 @@ __device__ float g_greedy_s[GREEDY_MAX_ROWS * GREEDY_CHUNKS];
 __device__ int g_greedy_i[GREEDY_MAX_ROWS * GREEDY_CHUNKS];
 __device__ unsigned g_greedy_done[GREEDY_MAX_ROWS];
 
-/* Sum of a CTA's per-thread values in a fixed tree; valid in thread 0. */
-__device__ __forceinline__ float greedy_cta_sum(float v, float *sv) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    if ((threadIdx.x & 31) == 0) sv[threadIdx.x >> 5] = v;
-    __syncthreads();
-    float t = 0.f;
-    if (threadIdx.x == 0)
-        for (int w = 0; w < GREEDY_THREADS / 32; w++) t += sv[w];
-    return t;
-}
-
 __global__ void __launch_bounds__(GREEDY_THREADS)
 greedy_kernel(const float *__restrict__ logits, int V, int chunk, int row0,
               int32_t *__restrict__ ids, float *__restrict__ lps) {
@@ -162,20 +157,10 @@ greedy_kernel(const float *__restrict__ logits, int V, int chunk, int row0,
     float bv = -INFINITY;
     int bi = ARGMAX_NONE;
     for (int i = lo + threadIdx.x; i < hi; i += GREEDY_THREADS) amax_take(bv, bi, x[i], i);
-    amax_warp(bv, bi);
-    if ((threadIdx.x & 31) == 0) {
-        sv[threadIdx.x >> 5] = bv;
-        si[threadIdx.x >> 5] = bi;
-    }
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        bv = threadIdx.x < GREEDY_THREADS / 32 ? sv[threadIdx.x] : -INFINITY;
-        bi = threadIdx.x < GREEDY_THREADS / 32 ? si[threadIdx.x] : ARGMAX_NONE;
-        amax_warp(bv, bi);
-        if (threadIdx.x == 0) {
-            s_max = bv;
-            s_id = bi;
-        }
+    amax_cta(bv, bi, sv, si);
+    if (threadIdx.x == 0) {
+        s_max = bv;
+        s_id = bi;
     }
     __syncthreads();
     const float m = s_max;
@@ -186,7 +171,7 @@ greedy_kernel(const float *__restrict__ logits, int V, int chunk, int row0,
             if (v == v && v != -INFINITY) sum += expf(v - m);
         }
     __syncthreads(); /* sv is reused */
-    const float tot = greedy_cta_sum(sum, sv);
+    const float tot = block_sum(sum, sv);
     if (threadIdx.x == 0) {
         g_greedy_m[slot] = m;
         g_greedy_i[slot] = s_id;

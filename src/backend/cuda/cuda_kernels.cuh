@@ -155,4 +155,15 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
+/* Sum over the CTA in a fixed order (warps' sums, then warp 0..n-1): the total in every
+ * thread. red: blockDim.x / 32 floats of shared memory, free for reuse after a barrier. */
+__device__ __forceinline__ float block_sum(float v, float *red) {
+    v = warp_sum(v);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float tot = 0.f;
+    for (int i = 0; i < (int)(blockDim.x >> 5); i++) tot += red[i];
+    return tot;
+}
+
 #endif

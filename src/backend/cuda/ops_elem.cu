@@ -60,15 +60,6 @@ extern "C" int cuda_embed(float *out, const uint16_t *table, const int32_t *ids,
  * to 1024 threads per row; the scalar kernel is the fallback for D % 4 != 0 or huge D. */
 #define NORM_VEC 4
 
-__device__ __forceinline__ float block_sum(float v, float *red) {
-    v = warp_sum(v);
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
-    __syncthreads();
-    float tot = 0.f;
-    for (int i = 0; i < (int)(blockDim.x >> 5); i++) tot += red[i];
-    return tot;
-}
-
 /* y == NULL: plain RMSNorm of x (x not written; out may be x). All loads are issued before
  * any store, so x and out need no __restrict__. ob != NULL: out also as bf16 rows [rows, D]
  * (the cuBLASLt input of the matmuls that read out: their conversion pass is saved). */
