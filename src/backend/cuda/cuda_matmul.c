@@ -117,51 +117,37 @@ static void flush_gemv(void) {
     g_cu.pend_mm.segs.n = 0;
     memset(&g_cu.pend_mm.fuse, 0, sizeof g_cu.pend_mm.fuse);
     const int rows = g_cu.pend_mm.rows, K = g_cu.pend_mm.K;
-    if (f.norm_w || f.res || f.glu) {
-        const int rc = cuda_gemv_bf16_fused(&segs, &f, g_cu.pend_mm.x, rows, K, g_cu.st);
-        if (rc != (int)cudaErrorInvalidValue) {
-            if (cu_ck(rc, "fused gemv")) return;
-            /* biases only with the norm prologue (the epilogue fusions refuse them) */
-            for (int i = 0; i < segs.n; i++)
-                if (g_cu.pend_mm.bias[i])
-                    cu_ck(cuda_bias_add_f32(segs.y[i], segs.N[i], g_cu.pend_mm.bias[i], rows,
-                                            segs.N[i], g_cu.st), "bias");
-            return;
-        }
-        /* the fusion did not apply after all: the plain ops, in the forward's order */
+    const bool fused = f.norm_w || f.res || f.glu;
+    int rc = fused ? cuda_gemv_bf16_fused(&segs, &f, g_cu.pend_mm.x, rows, K, g_cu.st)
+                   : (int)cudaErrorInvalidValue;
+    /* unfused, or a fusion that did not apply after all: the plain ops in the forward's order
+     * (norm, GEMV, bias, residual add, GLU) */
+    const bool plain = rc == (int)cudaErrorInvalidValue;
+    if (plain) {
         if (f.norm_w &&
             cu_ck(cuda_rms_norm_f32(f.xn, K, g_cu.pend_mm.x, K, f.norm_w, f.norm_eps, f.norm_offset,
                                     rows, K, g_cu.st), "rms_norm"))
             return;
-        const float *x = f.norm_w ? f.xn : g_cu.pend_mm.x;
-        if (cu_ck(cuda_gemv_bf16_multi(&segs, x, CUDA_OPS_F32, CUDA_OPS_F32, rows, K, g_cu.st),
-                  "gemv"))
-            return;
-        for (int i = 0; i < segs.n; i++)
-            if (g_cu.pend_mm.bias[i])
-                cu_ck(cuda_bias_add_f32(segs.y[i], segs.N[i], g_cu.pend_mm.bias[i], rows,
-                                        segs.N[i], g_cu.st), "bias");
-        if (f.res)
-            cu_ck(cuda_add_f32(f.res, segs.N[0], segs.y[0], segs.N[0], rows, segs.N[0], g_cu.st),
-                  "add");
-        if (f.glu)
-            cu_ck(cuda_glu_f32(f.glu, segs.N[0], segs.y[0], segs.N[0], segs.y[1], segs.N[0], rows,
-                               segs.N[0], f.act, g_cu.st), "glu");
-        return;
+        rc = cuda_gemv_bf16_multi(&segs, f.norm_w ? f.xn : g_cu.pend_mm.x, CUDA_OPS_F32,
+                                  CUDA_OPS_F32, rows, K, g_cu.st);
     }
-    if (cu_ck(cuda_gemv_bf16_multi(&segs, g_cu.pend_mm.x, CUDA_OPS_F32, CUDA_OPS_F32, rows,
-                                   K, g_cu.st), "gemv"))
-        return;
+    if (cu_ck(rc, fused ? "fused gemv" : "gemv")) return;
+    /* biases: the epilogue fusions refuse them, so a fused launch has them only with the norm */
     for (int i = 0; i < segs.n; i++)
         if (g_cu.pend_mm.bias[i])
             cu_ck(cuda_bias_add_f32(segs.y[i], segs.N[i], g_cu.pend_mm.bias[i], rows, segs.N[i],
                                     g_cu.st), "bias");
+    if (plain && f.res)
+        cu_ck(cuda_add_f32(f.res, segs.N[0], segs.y[0], segs.N[0], rows, segs.N[0], g_cu.st), "add");
+    if (plain && f.glu)
+        cu_ck(cuda_glu_f32(f.glu, segs.N[0], segs.y[0], segs.N[0], segs.y[1], segs.N[0], rows,
+                           segs.N[0], f.act, g_cu.st), "glu");
 }
 
 /* ==== GEMV fusions (1..2 rows; the kernel side is in gemv.cu) ==== */
 static bool mm_fusable(void) {
-    return g_cu.gemv_fuse && g_cu.pend_mm.segs.n > 0 && g_cu.pend_mm.rows <= 2 && !g_cu.pend_mm.fuse.res &&
-           !g_cu.pend_mm.fuse.glu;
+    return g_cu.gemv_fuse && g_cu.pend_mm.segs.n > 0 && g_cu.pend_mm.rows <= 2 &&
+           !g_cu.pend_mm.fuse.res && !g_cu.pend_mm.fuse.glu;
 }
 
 /* x += y where y is the held GEMV's only output: the GEMV adds it into x as it writes y. */

@@ -22,10 +22,11 @@
  * kernel to ~1e-5 relative). A result depends only on its own x row and W, whatever the other
  * rows are.
  *
- * PDL: before pdl_wait() (weights are constant) each CTA asks L2 for the start of its weight
- * rows (cuda_gemv_prefetch() bytes per CTA, one bulk request per row) and the tensor-core
- * kernel also issues its first batch of weight loads, so the HBM stream of the next matrix
- * starts while the previous small kernels (norm, RoPE, attention) still run.
+ * PDL: before pdl_wait() (weights are constant) the tensor-core kernel issues its first batch
+ * of weight loads, so the HBM stream of the next matrix starts while the previous small kernel
+ * finishes. With MLXCEL_GEMV_PREFETCH_KB > 0 each CTA of either kernel also asks L2 for the
+ * start of its weight rows there (cuda_gemv_prefetch() bytes per CTA); off by default, as it
+ * measured slower on the H200.
  *
  * Segments: up to CUDA_GEMV_MAX_SEGS weights sharing x and K (Q/K/V, gate/up) run as one
  * launch: the grid is the concatenation of each segment's CTAs. */
@@ -488,16 +489,24 @@ static int gemv_launch(cuda_gemv_segs segs, const XT *x, int y_bf16, int rows, i
                                    gemv_pf_row(16, K));
 }
 
+/* The launch contract shared by both entry points: 1..max_rows rows, K % 8 == 0, x and every
+ * weight 16-byte aligned, 1..CUDA_GEMV_MAX_SEGS non-empty segments. */
+static bool gemv_args_ok(const cuda_gemv_segs *segs, const void *x, int rows, int max_rows, int K) {
+    if (!segs || segs->n < 1 || segs->n > CUDA_GEMV_MAX_SEGS || rows < 1 || rows > max_rows ||
+        K < 8 || K % 8 != 0 || !x || ((uintptr_t)x & 15))
+        return false;
+    for (int i = 0; i < segs->n; i++)
+        if (!segs->W[i] || !segs->y[i] || segs->N[i] < 1 || ((uintptr_t)segs->W[i] & 15))
+            return false;
+    return true;
+}
+
 extern "C" int cuda_gemv_bf16_multi(const cuda_gemv_segs *segs, const void *x, int x_dtype,
                                     int y_dtype, int rows, int K, cudaStream_t stream) {
-    if (!segs || segs->n < 1 || segs->n > CUDA_GEMV_MAX_SEGS || rows < 1 || rows > 8 || K < 8 ||
-        K % 8 != 0 || !x || ((uintptr_t)x & 15) ||
+    if (!gemv_args_ok(segs, x, rows, 8, K) ||
         (x_dtype != CUDA_OPS_F32 && x_dtype != CUDA_OPS_BF16) ||
         (y_dtype != CUDA_OPS_F32 && y_dtype != CUDA_OPS_BF16))
         return (int)cudaErrorInvalidValue;
-    for (int i = 0; i < segs->n; i++)
-        if (!segs->W[i] || !segs->y[i] || segs->N[i] < 1 || ((uintptr_t)segs->W[i] & 15))
-            return (int)cudaErrorInvalidValue;
     const int y_bf16 = y_dtype == CUDA_OPS_BF16;
     const uint16_t *xb = (const uint16_t *)x;
     const float *xf = (const float *)x;
@@ -524,12 +533,7 @@ extern "C" int cuda_gemv_bf16(const uint16_t *W, const void *x, int x_dtype, voi
 
 extern "C" int cuda_gemv_bf16_fused(const cuda_gemv_segs *segs, const cuda_gemv_fuse *f,
                                     const float *x, int rows, int K, cudaStream_t stream) {
-    if (!f || !segs || rows < 1 || rows > 2 || segs->n < 1 || K < 8 || K % 8 || !x ||
-        ((uintptr_t)x & 15))
-        return (int)cudaErrorInvalidValue;
-    for (int i = 0; i < segs->n; i++)
-        if (!segs->W[i] || !segs->y[i] || segs->N[i] < 1 || ((uintptr_t)segs->W[i] & 15))
-            return (int)cudaErrorInvalidValue;
+    if (!f || !gemv_args_ok(segs, x, rows, 2, K)) return (int)cudaErrorInvalidValue;
     if ((f->glu && (segs->n != 2 || segs->N[0] != segs->N[1] || f->res)) ||
         (f->res && segs->n != 1) || (f->norm_w && (!f->xn || (const float *)f->res == x)))
         return (int)cudaErrorInvalidValue;
