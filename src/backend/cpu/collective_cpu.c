@@ -96,17 +96,22 @@ static int cpu_all_gather(mx_collective *c, int rank, mx_tensor *out, const mx_t
     return 0;
 }
 
+/* p and its arrays (the barrier is the caller's) */
+static void cpu_coll_free(cpu_coll *p) {
+    free(p->ptr);
+    free(p->col0);
+    free(p->w);
+    free(p->numel);
+    free(p->sum);
+    free(p);
+}
+
 static void cpu_destroy(mx_collective *c) {
     if (!c) return;
     cpu_coll *p = c->impl;
     if (p) {
         pthread_barrier_destroy(&p->bar);
-        free(p->ptr);
-        free(p->col0);
-        free(p->w);
-        free(p->numel);
-        free(p->sum);
-        free(p);
+        cpu_coll_free(p);
     }
     free(c);
 }
@@ -132,11 +137,7 @@ mx_collective *mx_collective_cpu_new(int size, mx_error *err) {
     p->numel = calloc((size_t)size, sizeof(int64_t));
     if (!p->ptr || !p->col0 || !p->w || !p->numel ||
         pthread_barrier_init(&p->bar, NULL, (unsigned)size)) {
-        free(p->ptr);
-        free(p->col0);
-        free(p->w);
-        free(p->numel);
-        free(p);
+        cpu_coll_free(p);
         free(c);
         mx_fail(err, "collective: cannot create a barrier for %d threads", size);
         return NULL;
