@@ -17,7 +17,8 @@
 #include "quant/quant.h"
 
 /* ==== Commands ==== */
-static char g_tmp[256];
+/* g_tmp and its cmocka group setup / teardown (tmp_setup, tmp_teardown) */
+#include "test_tmpdir.h"
 
 /* Runs a shell command (output into g_tmp/cmd.log); fails the test with the log on error. */
 __attribute__((format(printf, 1, 2), unused)) static void qe_sh(const char *fmt, ...) {
@@ -224,20 +225,6 @@ __attribute__((unused)) static void qe_generate(model *m, int first, int n, int 
 __attribute__((unused)) static bool qe_same(const qe_run *x, int a, const qe_run *y, int b) {
     return x->vocab == y->vocab && !memcmp(x->tok[a], y->tok[b], sizeof x->tok[a]) &&
            !memcmp(x->logits[a], y->logits[b], (size_t)QE_MAX_GEN * x->vocab * sizeof(float));
-}
-
-/* cmocka group setup / teardown: a fresh g_tmp directory, removed afterwards. */
-static int qe_setup(void **st) {
-    (void)st;
-    snprintf(g_tmp, sizeof g_tmp, "/tmp/mlxcel_qtest_XXXXXX");
-    return mkdtemp(g_tmp) ? 0 : -1;
-}
-
-static int qe_teardown(void **st) {
-    (void)st;
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
-    return system(cmd) ? -1 : 0;
 }
 
 #endif

@@ -354,5 +354,5 @@ int main(void) {
         cmocka_unit_test(test_synthetic),        cmocka_unit_test(test_mixed_overrides),
         cmocka_unit_test(test_batch_invariance),
     };
-    return cmocka_run_group_tests(tests, qe_setup, qe_teardown);
+    return cmocka_run_group_tests(tests, tmp_setup, tmp_teardown);
 }

@@ -173,5 +173,5 @@ static void test_quant_parity(void **st) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_quant_parity)};
-    return cmocka_run_group_tests(tests, qe_setup, qe_teardown);
+    return cmocka_run_group_tests(tests, tmp_setup, tmp_teardown);
 }
