@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/dtype.h"
 #include "model/model_internal.h"
 #include "model/model_spec.h"
 
@@ -80,10 +81,7 @@ static void dummy_fill(uint16_t *p, size_t n) {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        const float f = ((float)(x >> 40) / (float)(1 << 24) * 2.0f - 1.0f) * 0.02f;
-        uint32_t u;
-        memcpy(&u, &f, 4);
-        p[i] = (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16); /* round to nearest even */
+        p[i] = mx_f32_to_bf16(((float)(x >> 40) / (float)(1 << 24) * 2.0f - 1.0f) * 0.02f);
     }
 }
 
@@ -121,7 +119,7 @@ int model_load_dummy_tp(model **out, const char *dir, const backend_ops *be, int
         return -1;
     }
     dummy_fill(d->rnd, d->cap);
-    for (size_t i = 0; i < d->ones_cap; i++) d->ones[i] = 0x3F80; /* bf16 1.0 */
+    for (size_t i = 0; i < d->ones_cap; i++) d->ones[i] = mx_f32_to_bf16(1.0f);
     model *m = NULL;
     if (model_bind_tp(&m, s, dummy_weight, d, be, tp_size, err)) {
         mx_wrap(err, "%s (--load-format dummy)", dir);
