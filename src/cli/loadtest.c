@@ -171,7 +171,7 @@ static int scan_events(lt_conn *c, int *completion, int *prompt, bool *saw_done)
         if (!strncmp(s, "data: ", 6)) {
             if (!strcmp(s + 6, "[DONE]")) *saw_done = true;
             else {
-                json_t *o = json_loads(s + 6, 0, NULL);
+                json_t *o = json_loads(s + 6, JSON_ALLOW_NUL, NULL); /* text may hold \u0000 */
                 json_t *ch = json_array_get(json_object_get(o, "choices"), 0);
                 if (ch && json_is_null(json_object_get(ch, "finish_reason"))) n++;
                 usage_of(o, completion, prompt);
@@ -287,7 +287,9 @@ static void one_request(const lt_opts *o, uint64_t global_idx, lt_result *r) {
         r->tokens = s.completion >= 0 ? s.completion : r->n_ev;
         r->prompt_tokens = s.prompt;
     } else {
-        json_t *j = json_loads(c.body, 0, NULL);
+        /* generated text is any byte sequence: a valid response may hold \u0000, which
+         * jansson refuses without JSON_ALLOW_NUL */
+        json_t *j = json_loads(c.body, JSON_ALLOW_NUL, NULL);
         int comp = -1, pr = -1;
         usage_of(j, &comp, &pr);
         json_decref(j);

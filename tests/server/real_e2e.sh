@@ -130,6 +130,14 @@ if timeout 120 "$MLXCEL" loadtest --url "http://127.0.0.1:$PORT" --concurrency 1
 else
     bad "loadtest (non-stream) failed: $(cat "$TMP/lt.err") $(head -c 2000 "$TMP/lt.json")"
 fi
+# Seed 4374171457094183 makes request 8 generate a NUL byte (\u0000 in the JSON answer): a
+# valid response that loadtest once counted as a failure ("no tokens generated").
+if timeout 60 "$MLXCEL" loadtest --url "http://127.0.0.1:$PORT" --concurrency 1 --requests 12 \
+        --prompt-tokens 16 --gen-tokens 8 --seed 4374171457094183 --json >"$TMP/lt0.json" 2>"$TMP/lt0.err"; then
+    R=$(lt_check "$TMP/lt0.json" 1 16 8); [ "$R" = ok ] && ok || bad "loadtest (answer with \\u0000): $R"
+else
+    bad "loadtest (answer with \\u0000) failed: $(cat "$TMP/lt0.err") $(head -c 2000 "$TMP/lt0.json")"
+fi
 H0=$(metric mlxcel_prefix_cache_hits_total)
 if timeout 120 "$MLXCEL" loadtest --url "http://127.0.0.1:$PORT" --concurrency 1,4 --prompt-tokens 40 --gen-tokens 8 \
         --stream --json >"$TMP/lt2.json" 2>"$TMP/lt2.err"; then
