@@ -2,7 +2,7 @@
  * (src/backend/cuda/cuda_ops.h) in one run, with the device's own copy bandwidth as the
  * roofline. Prints every check, then a table; exits 1 if any check failed.
  *
- *   cuda_ops_bench [--only gemv|norm|rope|attn|argmax|qmv] [--log FILE]
+ *   cuda_ops_bench [--only gemv|gemvtc|norm|rope|attn|argmax|qmv] [--log FILE]
  *
  * This file: harness (fills, timing, table), main, and the GEMV suite next to cuBLASLt. */
 #include <cublasLt.h>
@@ -169,11 +169,11 @@ typedef struct result_row {
     double gbs, rel;
     int fail;
 } result_row;
-static result_row g_rows[256];
+static result_row g_rows[512];
 static int g_nrows = 0;
 
 void result_add(const char *op, const char *shape, timing t, double bytes, double rel, int fail) {
-    if (g_nrows >= 256) return;
+    if (g_nrows >= (int)(sizeof g_rows / sizeof g_rows[0])) return;
     result_row *r = &g_rows[g_nrows++];
     snprintf(r->op, sizeof r->op, "%s", op);
     snprintf(r->shape, sizeof r->shape, "%s", shape);
@@ -442,7 +442,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--log") && i + 1 < argc)
             log_path = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [--only gemv|norm|rope|attn|argmax|qmv] [--log FILE]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--only gemv|gemvtc|norm|rope|attn|argmax|qmv] [--log FILE]\n", argv[0]);
             return 2;
         }
     }
@@ -472,6 +472,7 @@ int main(int argc, char **argv) {
     if (!only || !strcmp(only, "attn")) suite_attention();
     if (!only || !strcmp(only, "argmax")) suite_argmax();
     if (!only || !strcmp(only, "qmv")) suite_qmv();
+    if (!only || !strcmp(only, "gemvtc")) suite_gemvtc();
 
     result_print_table();
     if (g_log) fclose(g_log);

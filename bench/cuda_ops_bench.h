@@ -78,5 +78,7 @@ void suite_attention(void);
 void suite_argmax(void);
 /* ==== Suite qmv (cuda_ops_qmv.cu) ==== */
 void suite_qmv(void);
+/* ==== Suite gemvtc (cuda_ops_gemvtc.cu) ==== */
+void suite_gemvtc(void);
 
 #endif

@@ -82,6 +82,7 @@ typedef struct cu_state {
     cuda_device_facts facts;
     /* ---- settings (from mx_env, resolved once) ---- */
     int gemv_rows;            /* rows <= this use the GEMV kernels */
+    int gemv_tc_rows;         /* gemv_rows < rows <= this: tensor-core GEMV on the bf16 input */
     bool gemv_fuse;           /* MLXCEL_GEMV_FUSE: norm / residual add / GLU inside 1..2-row GEMVs */
     int qmv_multirow;         /* MLXCEL_QMV_MULTIROW (0: the kernel's default) */
     int qmm_tile;             /* MLXCEL_QMM_TILE_M (0: the kernel's default) */

@@ -51,9 +51,27 @@ static cu_lt_plan *lt_plan(int N, int K, int rows, long ldw, long ldo) {
 }
 
 /* ==== Matmul ==== */
+/* Up to CUDA_GEMV_MAX_SEGS weights on the converted bf16 input g_cu.xbf, one launch of the
+ * tensor-core GEMV (rows <= g_cu.gemv_tc_rows); y[i] rows of stride N[i], biases after. */
+static void tc_run(int n, const uint16_t *const *W, float *const *y, const int *N,
+                   const uint16_t *const *B, int rows, int K) {
+    cuda_gemv_segs segs;
+    memset(&segs, 0, sizeof segs);
+    segs.n = n;
+    for (int i = 0; i < n; i++) segs.W[i] = W[i], segs.y[i] = y[i], segs.N[i] = N[i];
+    if (cu_ck(cuda_gemv_tc(&segs, (const uint16_t *)g_cu.xbf, rows, K, 0, g_cu.st), "tensor-core gemv"))
+        return;
+    for (int i = 0; i < n; i++)
+        if (B[i]) cu_ck(cuda_bias_add_f32(y[i], N[i], B[i], rows, N[i], g_cu.st), "bias");
+}
+
 /* y = xbf @ W^T (+ bias) with the plan p; xbf = g_cu.xbf, already converted. */
 static void lt_run(cu_lt_plan *p, float *y, long ldy, int rows, const uint16_t *W, int N, int K,
                    const uint16_t *B) {
+    if (rows <= g_cu.gemv_tc_rows && ldy == N) {
+        tc_run(1, &W, &y, &N, &B, rows, K);
+        return;
+    }
     const float alpha = 1.0f, beta = 0.0f;
     const cu_lt_desc *d = &p->d;
     if (cublasLtMatmul(g_cu.lt, d->op, &alpha, W, d->a, g_cu.xbf, d->b, &beta, y, d->c, y, d->c,
@@ -216,6 +234,10 @@ static void flush_lt(void) {
             return;
     } else if (cu_ck(cuda_f32_to_bf16_rows((uint16_t *)g_cu.xbf, g_cu.pend_lt.x, K, rows, K, g_cu.st),
                      "bf16 input")) {
+        return;
+    }
+    if (rows <= g_cu.gemv_tc_rows) { /* the group as one launch */
+        tc_run(n, g_cu.pend_lt.W, g_cu.pend_lt.y, g_cu.pend_lt.N, g_cu.pend_lt.bias, rows, K);
         return;
     }
     for (int i = 0; i < n; i++)
