@@ -28,7 +28,7 @@ uint16_t ref_f32_to_bf16(float f) {
 void ref_gemv(const uint16_t *W, const float *x, double *y, int R, int N, int K) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
-        double acc[8] = {0};
+        double acc[32] = {0}; /* R <= 32 */
         const uint16_t *w = W + (size_t)n * K;
         for (int k = 0; k < K; k++) {
             double wv = ref_bf16_to_f32(w[k]);

@@ -1,36 +1,83 @@
 /* Tensor-core GEMV for decode batches of 1..32 rows with bf16 x: y[r, n] = sum_k x[r, k] *
- * W[n, k], fp32 accumulate and output. The weights are streamed once per call for all rows,
- * so the floor is N*K*2 bytes over memory bandwidth, with no split-K reduce kernels and no
- * separate conversions (cuBLASLt's shape at 9..32 rows: a GEMM tile plus split-K reduces).
+ * W[n, k], fp32 accumulate and output. Decode is a weight stream: the floor is N*K*2 bytes
+ * over memory bandwidth, so what matters is keeping enough bytes in flight with few
+ * instructions, which register loads cannot do (measured on the H200: 16-byte loads straight
+ * into MMA fragments reached ~54% of copy bandwidth on the 8B Q/K/V shape where cuBLASLt's
+ * TMA kernel reached 64%).
  *
- * Fragment trick (as gemv.cu's 3..8-row kernel): lane (g = lane / 4, t = lane % 4) loads
- * 16 bytes (8 consecutive k) of weight rows g and g + 8, and 8 consecutive k of x row g of
- * each 8-row n-tile; the 32 k of a k-tile feed two mma.sync m16n8k16 with physical k
- * 8t + {0..3} in the slots {2t, 2t+1, 2t+8, 2t+9} of the first and 8t + {4..7} in the second
- * (a sum over k does not care which k sits in which slot as long as A and B agree).
+ * Pipeline: a CTA owns 16 weight rows and streams them through S shared-memory stages of KC
+ * k each, filled by bulk async copies (cp.async.bulk, one per row and stage, completing on
+ * the stage's "full" mbarrier) that one producer thread issues up to S stages ahead; weights
+ * are constant, so the producer starts before the PDL wait. Four consumer warps split each
+ * stage's k-tiles, read MMA fragments from shared memory (rows padded by 64 bytes: the
+ * 16-byte fragment loads of a quarter warp hit distinct banks) and release the stage on its
+ * "empty" mbarrier. x fragments come from global memory (L1-resident: every CTA of an SM
+ * reads the same x), one stage ahead of their use.
  *
- * What differs from the 3..8-row kernel: up to 4 n-tiles (32 x rows) reuse each weight
- * fragment; a warp may own two 16-row blocks (MB = 2: x fragments reused twice, half the x
- * traffic); KB k-tiles per load batch (2 * MB * KB 16-byte weight loads in flight per lane);
- * the warps of a CTA take contiguous k slices, so a row's loads of one batch are KB * 64
- * contiguous bytes. Partial tiles are summed in shared memory in a fixed order (no atomics:
- * reproducible). The launch shape is a compile-time variant (gemv_tc_variant); the bench
- * sweeps them, the engine takes the default. */
+ * Fragment trick (as gemv.cu's 3..8-row kernel): lane (g = lane / 4, t = lane % 4) takes 8
+ * consecutive k (16 bytes) of weight rows g and g + 8 and of x row g of each 8-row n-tile;
+ * the 32 k of a k-tile feed two mma.sync m16n8k16 with physical k 8t + {0..3} in the slots
+ * {2t, 2t+1, 2t+8, 2t+9} of the first and 8t + {4..7} of the second (a sum over k does not
+ * care which k sits in which slot as long as A and B agree). Up to 4 n-tiles (32 x rows)
+ * share every weight fragment. The consumer warps' partial tiles are summed in shared memory
+ * in a fixed order (no atomics: reproducible). */
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "backend/cuda/cuda_info.h"
 #include "backend/cuda/cuda_kernels.cuh"
 #include "backend/cuda/cuda_ops.h"
 
-#define GTC_KT 32 /* k per k-tile: 4 lanes x 8 */
+#define GTC_KT 32  /* k per k-tile: 4 lanes x 8 */
+#define GTC_CW 4   /* consumer warps */
+#define GTC_ROWS 16
+#define GTC_PAD 64 /* bytes after each staged row */
 
-template <int NT, int MB, int KB, int WARPS>
-__global__ void __launch_bounds__(WARPS * 32)
-gemv_tc_kernel2(cuda_gemv_segs segs, const uint16_t *__restrict__ x, int rows, int K) {
-    /* per warp, per (block m, tile i, element e): one float per lane */
-    __shared__ float red[WARPS][MB * NT * 4][32];
+/* ==== mbarrier / bulk copy (sm_90) ==== */
+__device__ __forceinline__ uint32_t gtc_smem(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void gtc_bar_init(uint64_t *b, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(gtc_smem(b)), "r"(count));
+}
+__device__ __forceinline__ void gtc_bar_expect(uint64_t *b, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(gtc_smem(b)),
+                 "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void gtc_bar_arrive(uint64_t *b) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(gtc_smem(b)) : "memory");
+}
+__device__ __forceinline__ void gtc_bar_wait(uint64_t *b, uint32_t parity) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "GTC_WAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+        "@!p bra GTC_WAIT;\n"
+        "}\n" ::"r"(gtc_smem(b)),
+        "r"(parity)
+        : "memory");
+}
+__device__ __forceinline__ void gtc_bulk(void *dst, const void *src, uint32_t bytes, uint64_t *b) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+            gtc_smem(dst)),
+        "l"(src), "r"(bytes), "r"(gtc_smem(b))
+        : "memory");
+}
+
+/* ==== Kernel ==== */
+template <int NT, int KC, int S>
+__global__ void __launch_bounds__((GTC_CW + 1) * 32)
+gemv_tc_kernel2(cuda_gemv_segs segs, const uint16_t *__restrict__ x, int rows, int K, int early) {
+    constexpr int ROWB = KC * 2 + GTC_PAD;    /* bytes per staged row */
+    constexpr int STAGE = GTC_ROWS * ROWB;    /* bytes per stage */
+    constexpr int TPW = KC / GTC_KT / GTC_CW; /* k-tiles per consumer warp per stage */
+    static_assert(TPW >= 1 && KC % (GTC_KT * GTC_CW) == 0, "stage k must split over the warps");
+    extern __shared__ __align__(128) uint8_t gtc_buf[];
+    __shared__ __align__(8) uint64_t full[S], empty[S];
+    __shared__ float red[GTC_CW][NT * 4][32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int g = lane >> 2, t = lane & 3;
     const uint16_t *W = segs.W[0];
     float *y = (float *)segs.y[0];
     int N = segs.N[0], c0 = 0;
@@ -42,17 +89,37 @@ gemv_tc_kernel2(cuda_gemv_segs segs, const uint16_t *__restrict__ x, int rows, i
             N = segs.N[i];
             c0 = segs.cta0[i];
         }
-    const int n0 = ((int)blockIdx.x - c0) * 16 * MB;
-    const uint16_t *wr[MB][2];
-    bool okr[MB][2];
-#pragma unroll
-    for (int m = 0; m < MB; m++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int n = n0 + 16 * m + 8 * h + g;
-            okr[m][h] = n < N;
-            wr[m][h] = W + (size_t)(okr[m][h] ? n : 0) * K + 8 * t;
+    const int n0 = ((int)blockIdx.x - c0) * GTC_ROWS;
+    const int nrows = min(GTC_ROWS, N - n0);
+    const int nchunks = (K + KC - 1) / KC;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < S; s++) {
+            gtc_bar_init(&full[s], 1);
+            gtc_bar_init(&empty[s], GTC_CW);
         }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    if (warp == GTC_CW) { /* ==== producer ==== */
+        if (!early) pdl_wait();
+        for (int c = 0; c < nchunks; c++) {
+            const int s = c % S;
+            if (c >= S) gtc_bar_wait(&empty[s], ((c / S) - 1) & 1);
+            const int k0 = c * KC;
+            const uint32_t bytes = (uint32_t)min(KC, K - k0) * 2;
+            if (lane == 0) gtc_bar_expect(&full[s], bytes * (uint32_t)nrows);
+            __syncwarp();
+            if (lane < nrows)
+                gtc_bulk(gtc_buf + (size_t)s * STAGE + (size_t)lane * ROWB,
+                         W + (size_t)(n0 + lane) * K + k0, bytes, &full[s]);
+        }
+        return; /* dependents' pdl_wait() still waits for the whole grid */
+    }
+
+    /* ==== consumers ==== */
+    const int g = lane >> 2, t = lane & 3;
+    const bool ok0 = g < nrows, ok8 = g + 8 < nrows;
     const uint16_t *xr[NT];
     bool okx[NT];
 #pragma unroll
@@ -60,105 +127,112 @@ gemv_tc_kernel2(cuda_gemv_segs segs, const uint16_t *__restrict__ x, int rows, i
         okx[i] = 8 * i + g < rows;
         xr[i] = x + (size_t)(okx[i] ? 8 * i + g : 0) * K + 8 * t;
     }
-    const int n_kt = (K + GTC_KT - 1) / GTC_KT;
-    const int per = (n_kt + WARPS - 1) / WARPS;
-    const int kt_lo = min(warp * per, n_kt), kt_hi = min(kt_lo + per, n_kt);
-
-    float acc[MB][NT][4];
+    float acc[NT][4];
 #pragma unroll
-    for (int m = 0; m < MB; m++)
+    for (int i = 0; i < NT; i++)
 #pragma unroll
-        for (int i = 0; i < NT; i++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc[m][i][e] = 0.f;
+        for (int e = 0; e < 4; e++) acc[i][e] = 0.f;
 
     pdl_wait(); /* x is the previous kernel's output */
     pdl_trigger();
-    for (int kt0 = kt_lo; kt0 < kt_hi; kt0 += KB) {
-        uint4 wv[MB][2][KB];
-        /* all weight loads of the batch first */
+    uint4 xa[TPW][NT], xb[TPW][NT];
+    auto load_x = [&](uint4 (&xv)[TPW][NT], int c) {
 #pragma unroll
-        for (int j = 0; j < KB; j++) {
-            const int kt = kt0 + j;
-            /* K % 8 == 0: a lane's 8 k are all inside or all outside */
-            const bool in = kt < kt_hi && kt * GTC_KT + 8 * t < K;
+        for (int j = 0; j < TPW; j++) {
+            const int k = c * KC + (warp * TPW + j) * GTC_KT + 8 * t;
 #pragma unroll
-            for (int m = 0; m < MB; m++)
-#pragma unroll
-                for (int h = 0; h < 2; h++)
-                    wv[m][h][j] = in && okr[m][h] ? ldg_stream16(wr[m][h] + (size_t)kt * GTC_KT)
-                                                  : make_uint4(0, 0, 0, 0);
+            for (int i = 0; i < NT; i++)
+                xv[j][i] = c < nchunks && k < K && okx[i] ? __ldg((const uint4 *)(xr[i] + (size_t)(k - 8 * t)))
+                                                         : make_uint4(0, 0, 0, 0);
         }
+    };
+    auto step = [&](const uint4 (&xv)[TPW][NT], int c) {
+        const int s = c % S;
+        gtc_bar_wait(&full[s], (c / S) & 1);
+        const uint8_t *st = gtc_buf + (size_t)s * STAGE;
 #pragma unroll
-        for (int j = 0; j < KB; j++) {
-            const int kt = kt0 + j;
-            const bool in = kt < kt_hi && kt * GTC_KT + 8 * t < K;
+        for (int j = 0; j < TPW; j++) {
+            const int kl = (warp * TPW + j) * GTC_KT + 8 * t; /* k within the stage */
+            const bool in = c * KC + kl < K; /* K % 8 == 0: a lane's 8 k are all in or out */
+            const uint4 a = in && ok0 ? *(const uint4 *)(st + (size_t)g * ROWB + kl * 2) : make_uint4(0, 0, 0, 0);
+            const uint4 b = in && ok8 ? *(const uint4 *)(st + (size_t)(g + 8) * ROWB + kl * 2) : make_uint4(0, 0, 0, 0);
 #pragma unroll
             for (int i = 0; i < NT; i++) {
-                const uint4 xv = in && okx[i] ? __ldg((const uint4 *)(xr[i] + (size_t)kt * GTC_KT))
-                                              : make_uint4(0, 0, 0, 0);
-#pragma unroll
-                for (int m = 0; m < MB; m++) {
-                    mma_bf16_16816(acc[m][i], wv[m][0][j].x, wv[m][1][j].x, wv[m][0][j].y,
-                                   wv[m][1][j].y, xv.x, xv.y);
-                    mma_bf16_16816(acc[m][i], wv[m][0][j].z, wv[m][1][j].z, wv[m][0][j].w,
-                                   wv[m][1][j].w, xv.z, xv.w);
-                }
+                mma_bf16_16816(acc[i], a.x, b.x, a.y, b.y, xv[j][i].x, xv[j][i].y);
+                mma_bf16_16816(acc[i], a.z, b.z, a.w, b.w, xv[j][i].z, xv[j][i].w);
             }
         }
+        __syncwarp();
+        if (lane == 0) gtc_bar_arrive(&empty[s]);
+    };
+    load_x(xa, 0);
+    for (int c = 0; c < nchunks; c += 2) { /* two register sets, no copies between them */
+        load_x(xb, c + 1);
+        step(xa, c);
+        if (c + 1 >= nchunks) break;
+        load_x(xa, c + 2);
+        step(xb, c + 1);
     }
-    /* acc[m][i]: [0], [1] = W row n0 + 16m + g, x rows 8i + 2t, 8i + 2t + 1; [2], [3] = W row
-     * n0 + 16m + g + 8, same x rows */
+
+    /* acc[i]: [0], [1] = W row n0 + g, x rows 8i + 2t, 8i + 2t + 1; [2], [3] = row n0 + g + 8 */
 #pragma unroll
-    for (int m = 0; m < MB; m++)
+    for (int i = 0; i < NT; i++)
 #pragma unroll
-        for (int i = 0; i < NT; i++)
+        for (int e = 0; e < 4; e++) red[warp][i * 4 + e][lane] = acc[i][e];
+    asm volatile("bar.sync 1, %0;" ::"n"(GTC_CW * 32) : "memory"); /* consumers only */
+    for (int o = threadIdx.x; o < NT * 4 * 32; o += GTC_CW * 32) {
+        const int l = o & 31, q = o >> 5, e = q & 3, i = q >> 2;
+        float sum = 0.f;
 #pragma unroll
-            for (int e = 0; e < 4; e++) red[warp][(m * NT + i) * 4 + e][lane] = acc[m][i][e];
-    __syncthreads();
-    for (int o = threadIdx.x; o < MB * NT * 4 * 32; o += WARPS * 32) {
-        const int l = o & 31, q = o >> 5, e = q & 3, i = (q >> 2) % NT, m = (q >> 2) / NT;
-        float s = 0.f;
-#pragma unroll
-        for (int w = 0; w < WARPS; w++) s += red[w][q][l];
-        const int n = n0 + 16 * m + (l >> 2) + (e >= 2 ? 8 : 0);
+        for (int w = 0; w < GTC_CW; w++) sum += red[w][q][l];
+        const int n = n0 + (l >> 2) + (e >= 2 ? 8 : 0);
         const int r = 8 * i + 2 * (l & 3) + (e & 1);
-        if (n < N && r < rows) y[(size_t)r * N + n] = s;
+        if (n < N && r < rows) y[(size_t)r * N + n] = sum;
     }
 }
 
 /* ==== Launch ==== */
-/* Variants: {MB, KB, WARPS}. 0 is the engine's default. */
+/* Variants {KC, S, early}: 0 is the engine's default. */
 struct gtc_variant {
-    int mb, kb, warps;
+    int kc, s, early;
 };
 static const gtc_variant k_gtc_variants[] = {
-    {1, 8, 8}, /* 0: default */
-    {2, 4, 8},
-    {1, 4, 8},
-    {1, 8, 4},
-    {2, 4, 4},
+    {256, 8, 1}, /* 0: default */
+    {512, 4, 1},
+    {256, 8, 0},
+    {128, 12, 1},
+    {512, 6, 1},
 };
 #define GTC_N_VARIANTS ((int)(sizeof k_gtc_variants / sizeof k_gtc_variants[0]))
 
-template <int NT, int MB, int KB, int WARPS>
-static int gtc_go(cuda_gemv_segs segs, const uint16_t *x, int rows, int K, cudaStream_t st) {
+template <int NT, int KC, int S>
+static int gtc_go(cuda_gemv_segs segs, const uint16_t *x, int rows, int K, int early, cudaStream_t st) {
+    constexpr size_t smem = (size_t)S * GTC_ROWS * (KC * 2 + GTC_PAD);
+    static int s_set[CUDA_MAX_DEVICES]; /* cudaFuncSetAttribute is per device */
+    const int cd = cuda_cur_device();
+    if (!s_set[cd]) {
+        const cudaError_t e = cudaFuncSetAttribute(gemv_tc_kernel2<NT, KC, S>,
+                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return (int)e;
+        s_set[cd] = 1;
+    }
     int grid = 0;
     for (int i = 0; i < segs.n; i++) {
         segs.cta0[i] = grid;
-        grid += (segs.N[i] + 16 * MB - 1) / (16 * MB);
+        grid += (segs.N[i] + GTC_ROWS - 1) / GTC_ROWS;
     }
     pdl_launch l;
-    pdl_launch_config(&l, dim3(grid), dim3(WARPS * 32), 0, st);
-    return (int)cudaLaunchKernelEx(&l.cfg, gemv_tc_kernel2<NT, MB, KB, WARPS>, segs, x, rows, K);
+    pdl_launch_config(&l, dim3(grid), dim3((GTC_CW + 1) * 32), smem, st);
+    return (int)cudaLaunchKernelEx(&l.cfg, gemv_tc_kernel2<NT, KC, S>, segs, x, rows, K, early);
 }
 
-template <int MB, int KB, int WARPS>
-static int gtc_nt(const cuda_gemv_segs &segs, const uint16_t *x, int rows, int K, cudaStream_t st) {
-    if (rows <= 8) return gtc_go<1, MB, KB, WARPS>(segs, x, rows, K, st);
-    if (rows <= 16) return gtc_go<2, MB, KB, WARPS>(segs, x, rows, K, st);
-    if (rows <= 24) return gtc_go<3, MB, KB, WARPS>(segs, x, rows, K, st);
-    return gtc_go<4, MB, KB, WARPS>(segs, x, rows, K, st);
+template <int KC, int S>
+static int gtc_nt(const cuda_gemv_segs &segs, const uint16_t *x, int rows, int K, int early,
+                  cudaStream_t st) {
+    if (rows <= 8) return gtc_go<1, KC, S>(segs, x, rows, K, early, st);
+    if (rows <= 16) return gtc_go<2, KC, S>(segs, x, rows, K, early, st);
+    if (rows <= 24) return gtc_go<3, KC, S>(segs, x, rows, K, early, st);
+    return gtc_go<4, KC, S>(segs, x, rows, K, early, st);
 }
 
 extern "C" int cuda_gemv_tc_variants(void) { return GTC_N_VARIANTS; }
@@ -172,11 +246,11 @@ extern "C" int cuda_gemv_tc(const cuda_gemv_segs *segs, const uint16_t *x, int r
     for (int i = 0; i < segs->n; i++)
         if (!segs->W[i] || !segs->y[i] || segs->N[i] < 1 || ((uintptr_t)segs->W[i] & 15))
             return (int)cudaErrorInvalidValue;
+    const int early = k_gtc_variants[variant].early;
     switch (variant) {
-    case 0: return gtc_nt<1, 8, 8>(*segs, x, rows, K, st);
-    case 1: return gtc_nt<2, 4, 8>(*segs, x, rows, K, st);
-    case 2: return gtc_nt<1, 4, 8>(*segs, x, rows, K, st);
-    case 3: return gtc_nt<1, 8, 4>(*segs, x, rows, K, st);
-    default: return gtc_nt<2, 4, 4>(*segs, x, rows, K, st);
+    case 1: return gtc_nt<512, 4>(*segs, x, rows, K, early, st);
+    case 3: return gtc_nt<128, 12>(*segs, x, rows, K, early, st);
+    case 4: return gtc_nt<512, 6>(*segs, x, rows, K, early, st);
+    default: return gtc_nt<256, 8>(*segs, x, rows, K, early, st); /* 0, 2 */
     }
 }
