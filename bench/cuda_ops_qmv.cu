@@ -23,7 +23,7 @@ extern "C" void cuda_set_pdl(int on);
 #define QB_MAX_SETS 16
 
 typedef struct qb_ctx {
-    int N, K, bits, group, R, nsets;
+    int N, K, bits, group, R, nsets, variant;
     uint32_t *w[QB_MAX_SETS];
     uint16_t *s[QB_MAX_SETS], *b[QB_MAX_SETS];
     float *x[QB_MAX_SETS], *y[QB_MAX_SETS]; /* x [32, K], y [32, N] */
@@ -50,6 +50,13 @@ static void qb_new(void *p, int rep) {
     CKL(cuda_qmv_tc(&a, 0, g_stream));
 }
 
+static void qb_bulk(void *p, int rep) {
+    qb_ctx *c = (qb_ctx *)p;
+    cuda_qmv_args a;
+    qb_args(c, rep % c->nsets, &a, 0, c->R);
+    CKL(cuda_qmv_bulk(&a, c->variant, g_stream));
+}
+
 /* The pre-tensor-core dispatch: cuda_qmv up to 8 rows, cuda_qmm (default slab) above. */
 static void qb_old(void *p, int rep) {
     qb_ctx *c = (qb_ctx *)p;
@@ -70,11 +77,12 @@ static void qb_old(void *p, int rep) {
     CKL(cuda_qmm(&a, cuda_qmm_default_tile_m(c->R, c->N, c->K, c->bits), g_stream));
 }
 
-/* Relative L2 difference of y[0 .. R) between the two kernels (set 0), and the NaN count. */
-static double qb_check(qb_ctx *c, size_t *nan) {
+/* Relative L2 difference of y[0 .. R) between a new kernel (fn) and the old one (set 0), and
+ * the NaN count. */
+static double qb_check(qb_ctx *c, size_t *nan, bench_fn fn) {
     const size_t n = (size_t)c->R * c->N;
     poison(c->y[0], n * 4);
-    qb_new(c, 0);
+    fn(c, 0);
     double *a = d2h_f64(c->y[0], n, 0);
     poison(c->y[0], n * 4);
     if (c->R <= CUDA_QMV_MAX_ROWS) {
@@ -104,7 +112,8 @@ static double qb_check(qb_ctx *c, size_t *nan) {
 
 void suite_qmv(void) {
     struct { const char *name; int N, K; } shapes[] = {
-        {"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate+up", 28672, 4096}, {"down", 4096, 14336}};
+        {"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate+up", 28672, 4096}, {"down", 4096, 14336},
+        {"lm_head", 128256, 4096}};
     struct { int bits, group; } quants[] = {{4, 64}, {8, 64}};
     static const int rows[] = {1, 8, 32};
     cuda_set_pdl(1);
@@ -139,7 +148,7 @@ void suite_qmv(void) {
             for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
                 c.R = rows[ri];
                 size_t nan;
-                const double rel = qb_check(&c, &nan);
+                const double rel = qb_check(&c, &nan, qb_new);
                 char what[96], shape[48], op[24];
                 snprintf(what, sizeof what, "qmv_tc vs cuda_qmv %s R=%d q%d", shapes[si].name, c.R, c.bits);
                 const int fb = g_fail;
@@ -153,6 +162,18 @@ void suite_qmv(void) {
                          c.bits, c.group);
                 t = bench_time(qb_old, &c, 5, 30);
                 result_add(op, shape, t, bytes, -1, 0);
+                /* the streaming kernel rounds x and the dequantized weights to bf16 (as the CPU
+                 * reference does for the weights), the old one keeps fp32: ~1e-3 apart */
+                for (c.variant = 0; c.variant < cuda_qmv_bulk_variants(); c.variant++) {
+                    const double rb = qb_check(&c, &nan, qb_bulk);
+                    snprintf(what, sizeof what, "qmv_bulk v%d vs cuda_qmv %s R=%d q%d", c.variant,
+                             shapes[si].name, c.R, c.bits);
+                    const int fb2 = g_fail;
+                    check_report(what, rb, 0, nan, 1e-2);
+                    snprintf(op, sizeof op, "qmv_bulk%d q%dg%d", c.variant, c.bits, c.group);
+                    t = bench_time(qb_bulk, &c, 5, 30);
+                    result_add(op, shape, t, bytes, rb, g_fail > fb2);
+                }
             }
             for (int s = 0; s < c.nsets; s++) {
                 CK(cudaFree(c.w[s]));

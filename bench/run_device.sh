@@ -11,7 +11,8 @@
 #                                        (qwen3-30b-a3b is 61 GB: run it alone; ~6 min)
 #   BATCH=1,8,32  REPEAT=3  PROMPT=512  GEN=128  PREFILL_LONG=2048
 #   SKIP_TESTS=0  SKIP_HF=0  HF_TIMING=1 (0: transformers only for the agreement check)
-#   AB_ENV="" (e.g. "MLXCEL_GEMV_FUSE=1 MLXCEL_LT_SPLITK=0": decode again with each, AB_BATCH=1)
+#   AB_ENV="" (e.g. "MLXCEL_GEMV_FUSE=1 MLXCEL_LT_SPLITK=0": decode again with each, AB_BATCH=1;
+#   "A=1,B=2" sets both in one run)
 #   PROFILE=0 (1: ncu kernel times of a decode step at B=1 and B=32 and of a long prefill)
 #    KEEP=0 (1: keep the checkpoints in $WORK)  BUDGET=540 (seconds;
 #   stages that would start later are skipped and say so)  WORK=/tmp/mlxcel-dev
@@ -128,7 +129,7 @@ for shape in $SHAPES; do
   tail -3 "$LOG/$shape.bench.log"
   for ab in ${AB_ENV:-}; do
     stage "$shape: decode (batch ${AB_BATCH:-1}) with $ab (A/B)"
-    env "$ab" timeout 60 "$MLX" bench -m "$dir" --device cuda --prompt-tokens "$PROMPT" \
+    env ${ab//,/ } timeout 60 "$MLX" bench -m "$dir" --device cuda --prompt-tokens "$PROMPT" \
       --gen-tokens "$GEN" --batch "${AB_BATCH:-1}" --repeat 2 2>/dev/null | grep -E '^ +[0-9]+ ' |
       sed "s/^/$ab /" | tee -a "$RES/$shape.ab.txt"
   done

@@ -134,11 +134,14 @@ static void test_matmul_q(int rows, int N, int K, int bits, int group, mx_dtype 
     long bad = 0;
     /* the dispatch of cuda_qmatmul.c (x from the allocator: 16-byte aligned) */
     const bool tc = g_cu.qmv_tc && (bits == 4 || bits == 8) && rows <= CUDA_QMV_TC_MAX_ROWS;
-    const bool qmm = !tc && rows > CUDA_QMV_MAX_ROWS;
-    const double q = bound_ratio(o, N, ref, x, rows, &m, 0, eps_for(sbt, qmm), &bad);
+    const bool bulk = !g_cu.qmv_tc && g_cu.qmv_bulk && (bits == 4 || bits == 8) &&
+                      sbt == MX_BF16 && rows <= CUDA_QMV_TC_MAX_ROWS;
+    const bool qmm = !tc && !bulk && rows > CUDA_QMV_MAX_ROWS;
+    /* qmm and the streaming qmv round x to bf16 */
+    const double q = bound_ratio(o, N, ref, x, rows, &m, 0, eps_for(sbt, qmm || bulk), &bad);
     char what[160];
     snprintf(what, sizeof what, "matmul_q %s %d rows [%d x %d] %d-bit g%d %s%s",
-             qmm ? "qmm" : tc ? "qmv-tc" : "qmv", rows, N, K, bits, group, sb_name(sbt),
+             qmm ? "qmm" : tc ? "qmv-tc" : bulk ? "qmv-bulk" : "qmv", rows, N, K, bits, group, sb_name(sbt),
              bias ? " +bias" : "");
     gt_report(what, q, 1.0, bad);
     gt_dev_free(&dx), gt_dev_free(&dout), gt_dev_free(&db);
@@ -281,7 +284,7 @@ static void test_qmm_tiles(int rows, int N, int K, int bits, int group, mx_dtype
  * row stride of N_i + 5 whose padding columns must stay poisoned; window 0 (one pass) or a
  * row window (several passes, a partial last one). */
 static void test_qmv_tc(int rows, int N, int K, int bits, int group, mx_dtype sbt, int n_segs,
-                        int window) {
+                        int window, int bulk_variant) {
     qmat m[CUDA_QMV_MAX_SEGS];
     float *x = malloc((size_t)rows * K * 4), *ref[CUDA_QMV_MAX_SEGS];
     gt_fill(x, (size_t)rows * K, 1.0f);
@@ -301,11 +304,17 @@ static void test_qmv_tc(int rows, int N, int K, int bits, int group, mx_dtype sb
     a.n_segs = n_segs;
     a.x = dx.data, a.ldx = K, a.rows = rows, a.K = K, a.bits = bits, a.group = group;
     a.sb_dtype = sb_code(sbt);
-    const int rc = cuda_qmv_tc(&a, window, g_cu.st);
+    /* bulk_variant >= 0: the streaming kernel (qmv_bulk.cu; one pass, x rounded to bf16) */
+    const int rc = bulk_variant >= 0 ? cuda_qmv_bulk(&a, bulk_variant, g_cu.st)
+                                     : cuda_qmv_tc(&a, window, g_cu.st);
     for (int i = 0; i < n_segs; i++) {
         char what[160];
-        snprintf(what, sizeof what, "cuda_qmv_tc %d rows [%d x %d] %d-bit g%d %s, seg %d/%d, window %d",
-                 rows, m[i].N, K, bits, group, sb_name(sbt), i + 1, n_segs, window);
+        if (bulk_variant >= 0)
+            snprintf(what, sizeof what, "cuda_qmv_bulk v%d %d rows [%d x %d] %d-bit g%d %s, seg %d/%d",
+                     bulk_variant, rows, m[i].N, K, bits, group, sb_name(sbt), i + 1, n_segs);
+        else
+            snprintf(what, sizeof what, "cuda_qmv_tc %d rows [%d x %d] %d-bit g%d %s, seg %d/%d, window %d",
+                     rows, m[i].N, K, bits, group, sb_name(sbt), i + 1, n_segs, window);
         if (rc) {
             printf("FAIL %s: launch error %d\n", what, rc);
             g_failures++, g_checks++;
@@ -314,7 +323,8 @@ static void test_qmv_tc(int rows, int N, int K, int bits, int group, mx_dtype sb
             float *o = malloc((size_t)rows * ld * 4);
             gt_to_host(o, &dout[i]);
             long bad = 0, pad_written = 0;
-            const double q = bound_ratio(o, ld, ref[i], x, rows, &m[i], 0, eps_for(sbt, false), &bad);
+            const double q = bound_ratio(o, ld, ref[i], x, rows, &m[i], 0,
+                                         eps_for(sbt, bulk_variant >= 0), &bad);
             for (int r = 0; r < rows; r++)
                 for (long n = m[i].N; n < ld; n++) pad_written += !isnan(o[(size_t)r * ld + n]);
             gt_report(what, q, 1.0, bad + pad_written);
@@ -464,22 +474,34 @@ int gt_run_quant_tests(const char *src_dir) {
         for (size_t g = 0; g < 3; g++)
             for (size_t r = 0; r < sizeof tc_rows / sizeof tc_rows[0]; r++, c++)
                 test_qmv_tc(tc_rows[r], 131, r % 2 ? 640 : 1152, b ? 8 : 4, groups[g], sbts[c % 3],
-                            1 + (int)(r % 3), 0);
-    test_qmv_tc(32, 257, 4096, 4, 64, MX_BF16, 1, 8);  /* 4 passes of 8 rows */
-    test_qmv_tc(17, 100, 640, 8, 32, MX_F16, 2, 5);    /* passes 5, 5, 5, 2 */
-    test_qmv_tc(5, 4000, 4096, 4, 128, MX_F32, 3, 0);  /* many CTAs: 4 warps per CTA */
-    test_qmv_tc(1, 17, 14336, 4, 64, MX_BF16, 1, 0);   /* long K, one CTA per segment */
+                            1 + (int)(r % 3), 0, -1);
+    test_qmv_tc(32, 257, 4096, 4, 64, MX_BF16, 1, 8, -1);  /* 4 passes of 8 rows */
+    test_qmv_tc(17, 100, 640, 8, 32, MX_F16, 2, 5, -1);    /* passes 5, 5, 5, 2 */
+    test_qmv_tc(5, 4000, 4096, 4, 128, MX_F32, 3, 0, -1);  /* many CTAs: 4 warps per CTA */
+    test_qmv_tc(1, 17, 14336, 4, 64, MX_BF16, 1, 0, -1);   /* long K, one CTA per segment */
+    /* the streaming qmv, every launch variant: bits x groups x rows x segments; K = 640 / 1152
+     * (partial last stage), odd N (partial row blocks); bf16 scales only */
+    for (int v = 0; v < cuda_qmv_bulk_variants(); v++)
+        for (size_t b = 0; b < 2; b++)
+            for (size_t g = 0; g < 3; g++)
+                for (size_t r = 0; r < sizeof tc_rows / sizeof tc_rows[0]; r++)
+                    test_qmv_tc(tc_rows[r], 131, r % 2 ? 640 : 1152, b ? 8 : 4, groups[g], MX_BF16,
+                                1 + (int)(r % 3), 0, v);
+    test_qmv_tc(32, 4000, 4096, 4, 64, MX_BF16, 3, 0, 0); /* many CTAs */
+    test_qmv_tc(1, 17, 14336, 8, 128, MX_BF16, 1, 0, 0);  /* long K */
     test_qmv_tc_refusals();
-    /* the dispatch both ways: MLXCEL_QMV_TC=0 restores the CUDA-core qmv and qmm */
-    const bool tc_on = g_cu.qmv_tc;
-    for (int on = 0; on < 2; on++) {
-        g_cu.qmv_tc = on;
+    /* the dispatch every way: MLXCEL_QMV_TC / MLXCEL_QMV_BULK on and off */
+    const bool tc_on = g_cu.qmv_tc, bulk_on = g_cu.qmv_bulk;
+    for (int on = 0; on < 3; on++) { /* CUDA-core qmv + qmm, qmv_tc, streaming qmv */
+        g_cu.qmv_tc = on == 1;
+        g_cu.qmv_bulk = on == 2;
         test_matmul_q(8, 131, 640, 4, 64, MX_BF16, true);
         test_matmul_q(17, 131, 640, 8, 32, MX_F16, false);
         test_matmul_q(32, 257, 1152, 4, 128, MX_BF16, true);
         test_qkv(20, 1024, 1024, 256, 4);
     }
     g_cu.qmv_tc = tc_on;
+    g_cu.qmv_bulk = bulk_on;
     test_qmm_tiles(17, 1000, 256, 4, 64, MX_BF16);
     test_qmm_tiles(100, 2100, 384, 8, 128, MX_F16);
     test_qmm_tiles(300, 600, 512, 3, 32, MX_F32);

@@ -421,7 +421,9 @@ static void be_describe(char *buf, size_t len) {
              cuda_gemv_prefetch() / 1024,
              g_cu.gemv_fuse ? "on" : "off", g_cu.graph_cache ? "on" : "off",
              g_cu.graph_cache, cuda_pdl_enabled() ? "on" : "off", splits, mr,
-             g_cu.qmv_tc ? " (tensor cores for 4/8-bit, <= 32 rows)" : "", tm,
+             g_cu.qmv_tc ? " (qmv_tc for 4/8-bit, <= 32 rows)"
+                         : g_cu.qmv_bulk ? " (streaming tensor-core qmv for 4/8-bit, <= 32 rows)" : "",
+             tm,
              g_cu.lazy ? "lazy" : "eager",
              g_cu.lazy ? "" : g_cu.pinned ? " (pinned 4 x 64 MiB)" : " (pageable)");
 }
@@ -543,6 +545,7 @@ static int cu_init(int dev, mx_error *err) {
     g_cu.qmv_multirow = env->qmv_multirow; /* validated by env.c against the kernels' values */
     g_cu.qmm_tile = env->qmm_tile_m;
     g_cu.qmv_tc = env->qmv_tc;
+    g_cu.qmv_bulk = env->qmv_bulk;
     g_cu.deterministic = env->sdpa_deterministic;
     g_cu.forced_splits = env->paged_decode_splits > CUDA_ATTN_MAX_SPLITS ? CUDA_ATTN_MAX_SPLITS
                                                                          : env->paged_decode_splits;

@@ -135,6 +135,46 @@ static inline void pdl_launch_config(pdl_launch *l, dim3 grid, dim3 block, size_
     l->cfg.numAttrs = cuda_pdl_enabled() ? 1 : 0;
 }
 
+/* ==== mbarrier and bulk async copies (sm_90) ====
+ * A stage of shared memory filled by cp.async.bulk copies completes its "full" mbarrier
+ * (mbar_expect announces the bytes, each copy's completion subtracts its own); consumers
+ * wait on the barrier's phase parity. Used by the streaming GEMVs (gemv_tc.cu, qmv_bulk.cu). */
+__device__ __forceinline__ uint32_t smem_u32(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void mbar_init(uint64_t *b, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(b)), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect(uint64_t *b, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(b)),
+                 "r"(bytes) : "memory");
+}
+/* A consumer's reads of a stage before the stage's refill by the async proxy. */
+__device__ __forceinline__ void fence_proxy_async(void) {
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t *b) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(b)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t *b, uint32_t parity) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "MBAR_WAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+        "@!p bra MBAR_WAIT;\n"
+        "}\n" ::"r"(smem_u32(b)),
+        "r"(parity)
+        : "memory");
+}
+__device__ __forceinline__ void bulk_g2s(void *dst, const void *src, uint32_t bytes, uint64_t *b) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+            smem_u32(dst)),
+        "l"(src), "r"(bytes), "r"(smem_u32(b))
+        : "memory");
+}
+
 /* ==== Tensor cores ==== */
 
 /* d += a (16 x 16, row) * b (16 x 8, col), bf16 in, fp32 accumulate (fragments per PTX). */

@@ -213,6 +213,13 @@ int cuda_qmv_valid_multirow(int multirow);
 /* 1 when cuda_qmv_tc accepts a (shape, dtype and alignment; not the per-segment pointers). */
 int cuda_qmv_tc_supported(const cuda_qmv_args *a);
 int cuda_qmv_tc(const cuda_qmv_args *a, int window, cudaStream_t st);
+/* Streaming tensor-core qmv (qmv_bulk.cu): bits 4 and 8, group 32 / 64 / 128, bf16 scales,
+ * 1 <= rows <= CUDA_QMV_TC_MAX_ROWS, x 16-byte aligned with ldx % 4 == 0 (x is rounded to
+ * bf16, the weights dequantized to the bf16 values the CPU reference computes); no
+ * workspace. variant: a launch shape, 0 = the default (0 .. cuda_qmv_bulk_variants() - 1). */
+int cuda_qmv_bulk_supported(const cuda_qmv_args *a);
+int cuda_qmv_bulk(const cuda_qmv_args *a, int variant, cudaStream_t st);
+int cuda_qmv_bulk_variants(void);
 
 typedef struct cuda_qmm_args {
     const uint32_t *w;                     /* [N, K * bits / 32] */

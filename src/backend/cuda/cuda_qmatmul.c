@@ -1,7 +1,8 @@
 /* Quantized matmul dispatch of the CUDA backend (backend_ops.matmul_q).
  *
- * 4- and 8-bit weights, rows <= CUDA_QMV_TC_MAX_ROWS (32): the tensor-core qmv (qmv_tc.cu),
- * unless MLXCEL_QMV_TC=0 or x is not 16-byte aligned; other widths (and those without it),
+ * 4- and 8-bit weights with bf16 scales, rows <= CUDA_QMV_TC_MAX_ROWS (32): the streaming
+ * tensor-core qmv (qmv_bulk.cu) unless MLXCEL_QMV_BULK=0, or with MLXCEL_QMV_TC=1 the
+ * helper-built tensor-core qmv (qmv_tc.cu); x must be 16-byte aligned; other widths (and those without it),
  * rows <= CUDA_QMV_MAX_ROWS (8): the CUDA-core qmv (qgemv.cu). Several consecutive matmul_q
  * on the same x with the same quantization (Q/K/V, gate/up) are held back and launched as one
  * multi-segment qmv, as cu_matmul does for bf16. More rows: qmm (qmm.cu: dequantized slabs +
@@ -96,6 +97,9 @@ static void resident_q(const mx_qweight *w) {
 
 /* ==== Which qmv ==== */
 static bool tc_ok(const cuda_qmv_args *a) { return g_cu.qmv_tc && cuda_qmv_tc_supported(a); }
+static bool bulk_ok(const cuda_qmv_args *a) {
+    return !g_cu.qmv_tc && g_cu.qmv_bulk && cuda_qmv_bulk_supported(a);
+}
 
 /* Rows a qmv handles for this weight and x (else qmm): the tensor-core kernel's limit when
  * it takes them. */
@@ -106,12 +110,25 @@ static int qmv_max_rows(const mx_qweight *w, const void *x, long ldx, int K) {
     a.n_segs = 1;
     a.x = x, a.ldx = ldx, a.rows = 1, a.K = K, a.bits = w->bits, a.group = w->group_size;
     a.sb_dtype = cu_q_sb(w->scales.dtype);
-    return tc_ok(&a) ? CUDA_QMV_TC_MAX_ROWS : CUDA_QMV_MAX_ROWS;
+    return tc_ok(&a) || bulk_ok(&a) ? CUDA_QMV_TC_MAX_ROWS : CUDA_QMV_MAX_ROWS;
 }
 
-/* One launch of either qmv (rows beyond CUDA_QMV_MAX_ROWS only reach here when tc_ok). */
+/* One launch of a qmv (rows beyond CUDA_QMV_MAX_ROWS only reach here when tc_ok or bulk_ok). */
 static int qmv_launch(cuda_qmv_args *a) {
     if (tc_ok(a)) return cuda_qmv_tc(a, g_cu.qmv_multirow, g_cu.st);
+    if (bulk_ok(a)) {
+        /* all rows in one pass, unless MLXCEL_QMV_MULTIROW forces a window */
+        const int win = g_cu.qmv_multirow > 0 ? g_cu.qmv_multirow : a->rows;
+        for (int r0 = 0; r0 < a->rows; r0 += win) {
+            cuda_qmv_args p = *a;
+            p.rows = a->rows - r0 < win ? a->rows - r0 : win;
+            p.x = a->x + (size_t)r0 * a->ldx;
+            for (int i = 0; i < a->n_segs; i++) p.y[i] = a->y[i] + (size_t)r0 * a->ldy[i];
+            const int rc = cuda_qmv_bulk(&p, 0, g_cu.st);
+            if (rc) return rc;
+        }
+        return 0;
+    }
     if (cu_ensure(&g_cu.qmv_ws, &g_cu.qmv_ws_cap, cuda_qmv_workspace_bytes(a->K))) return -1;
     a->ws = g_cu.qmv_ws;
     a->ws_bytes = g_cu.qmv_ws_cap;

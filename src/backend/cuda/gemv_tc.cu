@@ -33,39 +33,6 @@
 #define GTC_ROWS 16
 #define GTC_PAD 64 /* bytes after each staged row */
 
-/* ==== mbarrier / bulk copy (sm_90) ==== */
-__device__ __forceinline__ uint32_t gtc_smem(const void *p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-__device__ __forceinline__ void gtc_bar_init(uint64_t *b, int count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(gtc_smem(b)), "r"(count));
-}
-__device__ __forceinline__ void gtc_bar_expect(uint64_t *b, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(gtc_smem(b)),
-                 "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void gtc_bar_arrive(uint64_t *b) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(gtc_smem(b)) : "memory");
-}
-__device__ __forceinline__ void gtc_bar_wait(uint64_t *b, uint32_t parity) {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "GTC_WAIT:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-        "@!p bra GTC_WAIT;\n"
-        "}\n" ::"r"(gtc_smem(b)),
-        "r"(parity)
-        : "memory");
-}
-__device__ __forceinline__ void gtc_bulk(void *dst, const void *src, uint32_t bytes, uint64_t *b) {
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-            gtc_smem(dst)),
-        "l"(src), "r"(bytes), "r"(gtc_smem(b))
-        : "memory");
-}
-
 /* ==== Kernel ==== */
 template <int NT, int KC, int S>
 __global__ void __launch_bounds__((GTC_CW + 1) * 32)
@@ -94,8 +61,8 @@ gemv_tc_kernel2(cuda_gemv_segs segs, const uint16_t *__restrict__ x, int rows, i
     const int nchunks = (K + KC - 1) / KC;
     if (threadIdx.x == 0) {
         for (int s = 0; s < S; s++) {
-            gtc_bar_init(&full[s], 1);
-            gtc_bar_init(&empty[s], GTC_CW);
+            mbar_init(&full[s], 1);
+            mbar_init(&empty[s], GTC_CW);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -105,13 +72,13 @@ gemv_tc_kernel2(cuda_gemv_segs segs, const uint16_t *__restrict__ x, int rows, i
         if (!early) pdl_wait();
         for (int c = 0; c < nchunks; c++) {
             const int s = c % S;
-            if (c >= S) gtc_bar_wait(&empty[s], ((c / S) - 1) & 1);
+            if (c >= S) mbar_wait(&empty[s], ((c / S) - 1) & 1);
             const int k0 = c * KC;
             const uint32_t bytes = (uint32_t)min(KC, K - k0) * 2;
-            if (lane == 0) gtc_bar_expect(&full[s], bytes * (uint32_t)nrows);
+            if (lane == 0) mbar_expect(&full[s], bytes * (uint32_t)nrows);
             __syncwarp();
             if (lane < nrows)
-                gtc_bulk(gtc_buf + (size_t)s * STAGE + (size_t)lane * ROWB,
+                bulk_g2s(gtc_buf + (size_t)s * STAGE + (size_t)lane * ROWB,
                          W + (size_t)(n0 + lane) * K + k0, bytes, &full[s]);
         }
         return; /* dependents' pdl_wait() still waits for the whole grid */
@@ -148,7 +115,7 @@ gemv_tc_kernel2(cuda_gemv_segs segs, const uint16_t *__restrict__ x, int rows, i
     };
     auto step = [&](const uint4 (&xv)[TPW][NT], int c) {
         const int s = c % S;
-        gtc_bar_wait(&full[s], (c / S) & 1);
+        mbar_wait(&full[s], (c / S) & 1);
         const uint8_t *st = gtc_buf + (size_t)s * STAGE;
 #pragma unroll
         for (int j = 0; j < TPW; j++) {
@@ -162,8 +129,9 @@ gemv_tc_kernel2(cuda_gemv_segs segs, const uint16_t *__restrict__ x, int rows, i
                 mma_bf16_16816(acc[i], a.z, b.z, a.w, b.w, xv[j][i].z, xv[j][i].w);
             }
         }
+        fence_proxy_async(); /* these reads before the producer's next copy into the stage */
         __syncwarp();
-        if (lane == 0) gtc_bar_arrive(&empty[s]);
+        if (lane == 0) mbar_arrive(&empty[s]);
     };
     load_x(xa, 0);
     for (int c = 0; c < nchunks; c += 2) { /* two register sets, no copies between them */
@@ -197,8 +165,10 @@ struct gtc_variant {
     int kc, s, early;
 };
 static const gtc_variant k_gtc_variants[] = {
-    {256, 8, 1}, /* 0: default */
+    /* 0, the default: the fastest at 1..16 rows on every 8B / 1B shape (H200, cuda_ops_bench
+     * --only gemvtc, bench/results/2026-12-02-gemvtc-181f21f.log) */
     {512, 4, 1},
+    {256, 8, 1},
     {256, 8, 0},
     {128, 12, 1},
     {512, 6, 1},
@@ -248,9 +218,9 @@ extern "C" int cuda_gemv_tc(const cuda_gemv_segs *segs, const uint16_t *x, int r
             return (int)cudaErrorInvalidValue;
     const int early = k_gtc_variants[variant].early;
     switch (variant) {
-    case 1: return gtc_nt<512, 4>(*segs, x, rows, K, early, st);
+    case 0: return gtc_nt<512, 4>(*segs, x, rows, K, early, st);
     case 3: return gtc_nt<128, 12>(*segs, x, rows, K, early, st);
     case 4: return gtc_nt<512, 6>(*segs, x, rows, K, early, st);
-    default: return gtc_nt<256, 8>(*segs, x, rows, K, early, st); /* 0, 2 */
+    default: return gtc_nt<256, 8>(*segs, x, rows, K, early, st); /* 1, 2 */
     }
 }

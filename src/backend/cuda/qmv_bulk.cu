@@ -1,0 +1,298 @@
+/* Streaming quantized GEMV on the tensor cores, bits 4 and 8, bf16 scales / biases, 1..32
+ * rows: y[r, n] = sum_k x[r, k] * (s q + b)[n, k], fp32 x and y (same contract as cuda_qmv:
+ * segments, ldy). The packed weights are the only large stream, so the kernel is built to
+ * keep bytes in flight with few instructions:
+ *
+ * - A CTA owns 16 * RB weight rows and streams them through S shared-memory stages of KC
+ *   codes (256 bytes per row), filled by bulk async copies (one per row and stage) that one
+ *   producer thread issues up to S stages ahead on "full" mbarriers; weights are constant,
+ *   so it starts before the PDL wait. Four consumer warps: warp w takes row block w % RB and
+ *   every (4 / RB)-th k slice of a stage, then releases the stage on its "empty" mbarrier.
+ * - Dequantization in registers, to the bf16 values the CPU reference computes
+ *   (s * q + b rounded once to bf16): 4-bit codes become exact bf16 integers by OR-ing each
+ *   nibble pair (c_i, c_{i+4} of a word) into the mantissa of 128 (0x4300) and subtracting
+ *   128; 8-bit codes go through fp32 (0x4B000000 | q, minus 2^23, exact) and keep the high
+ *   halves (q has <= 8 significant bits); then one bf16x2 FMA with the group's scale and
+ *   bias. The x pairs are converted from fp32 in the same (c_i, c_{i+4}) order.
+ * - mma.sync m16n8k16 (bf16 in, fp32 accumulate): lane (g, t) supplies weight rows g, g + 8
+ *   and x row g of each 8-row n-tile; the k of a lane's 16-byte chunk are its own slots of
+ *   consecutive MMAs (a sum over k does not care where each k sits as long as A and B agree),
+ *   so every weight read is one 16-byte shared-memory load per row.
+ * - The k-slice warps of a row block add their tiles in shared memory in a fixed order
+ *   (no atomics: reproducible). */
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "backend/cuda/cuda_info.h"
+#include "backend/cuda/qkern.cuh"
+
+#define QB_CW 4       /* consumer warps */
+#define QB_ROWB 256   /* packed bytes per row and stage */
+#define QB_PAD 64     /* bytes after each staged row: a quarter warp's 16-byte loads hit distinct banks */
+
+template <int BITS> struct qb_cfg {
+    static constexpr int KC = QB_ROWB * 8 / BITS; /* codes per row and stage */
+    static constexpr int LC = 128 / BITS;        /* codes per lane chunk (16 bytes) */
+    static constexpr int ST = 4 * LC;            /* codes per super-tile (4 lanes t) */
+    static constexpr int NST = KC / ST;          /* super-tiles per stage: 4 */
+    static constexpr int VT = LC / 8;            /* virtual k-tiles (8 codes per lane) per chunk */
+};
+
+__device__ __forceinline__ uint32_t qb_bf2_fma(uint32_t q, uint32_t s2, uint32_t b2) {
+    __nv_bfloat162 r = __hfma2(*(const __nv_bfloat162 *)&q, *(const __nv_bfloat162 *)&s2,
+                               *(const __nv_bfloat162 *)&b2);
+    return *(uint32_t *)&r;
+}
+__device__ __forceinline__ uint32_t qb_bf2_sub128(uint32_t p) {
+    const uint32_t k128 = 0x43004300u;
+    __nv_bfloat162 r = __hsub2(*(const __nv_bfloat162 *)&p, *(const __nv_bfloat162 *)&k128);
+    return *(uint32_t *)&r;
+}
+/* bf16x2 of (lo, hi), round to nearest even. */
+__device__ __forceinline__ uint32_t qb_pack(float lo, float hi) {
+    uint32_t d;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+}
+
+/* Word w of a lane chunk -> the 4 A registers of one virtual k-tile (8 codes): pairs in MMA
+ * slot order {a0/a2 of the first MMA, a0/a2 of the second}. 4-bit: one word holds the tile
+ * (pairs c_i, c_{i+4}); 8-bit: two words (pairs c_2i, c_2i+1). */
+template <int BITS>
+__device__ __forceinline__ void qb_dequant(const uint32_t *wd, uint32_t s2, uint32_t b2, uint32_t p[4]) {
+    if (BITS == 4) {
+        const uint32_t w = wd[0];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            p[i] = qb_bf2_fma(qb_bf2_sub128(((w >> (4 * i)) & 0x000F000Fu) | 0x43004300u), s2, b2);
+    } else {
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                const float lo = __uint_as_float(__byte_perm(wd[h], 0x4B000000u, 0x7440 + 2 * i)) - 8388608.0f;
+                const float hi = __uint_as_float(__byte_perm(wd[h], 0x4B000000u, 0x7441 + 2 * i)) - 8388608.0f;
+                const uint32_t q = __byte_perm(__float_as_uint(lo), __float_as_uint(hi), 0x7632);
+                p[2 * h + i] = qb_bf2_fma(q, s2, b2);
+            }
+    }
+}
+
+/* x pairs of one virtual k-tile (8 fp32 values f[0..7], rounded to bf16) in the order of
+ * qb_dequant. */
+template <int BITS>
+__device__ __forceinline__ void qb_xpairs(const float f[8], uint32_t b[4]) {
+    if (BITS == 4) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) b[i] = qb_pack(f[i], f[i + 4]);
+    } else {
+#pragma unroll
+        for (int i = 0; i < 4; i++) b[i] = qb_pack(f[2 * i], f[2 * i + 1]);
+    }
+}
+
+template <int BITS, int NT, int RB, int S>
+__global__ void __launch_bounds__((QB_CW + 1) * 32)
+qmv_bulk_kernel(qmv_segs segs, const float *__restrict__ x, long ldx, int rows, int K, int group) {
+    using C = qb_cfg<BITS>;
+    constexpr int KSPLIT = QB_CW / RB;
+    constexpr int ROWS = 16 * RB;
+    constexpr int RS = QB_ROWB + QB_PAD;
+    constexpr int STAGE = ROWS * RS;
+    extern __shared__ __align__(128) uint8_t qb_buf[];
+    __shared__ __align__(8) uint64_t full[S], empty[S];
+    __shared__ float red[QB_CW][NT * 4][32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const qmv_seg sg = qmv_pick(segs);
+    const int n0 = ((int)blockIdx.x - sg.c0) * ROWS;
+    const int nrows = min(ROWS, sg.N - n0);
+    const size_t row_bytes = (size_t)K * BITS / 8;
+    const int nchunks = (K + C::KC - 1) / C::KC;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < S; s++) {
+            mbar_init(&full[s], 1);
+            mbar_init(&empty[s], QB_CW);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    if (warp == QB_CW) { /* ==== producer ==== */
+        const uint8_t *wb = (const uint8_t *)sg.w + (size_t)n0 * row_bytes;
+        for (int c = 0; c < nchunks; c++) {
+            const int s = c % S;
+            if (c >= S) mbar_wait(&empty[s], ((c / S) - 1) & 1);
+            const size_t o = (size_t)c * QB_ROWB;
+            /* K % 32 == 0: the tail is a multiple of 16 bytes */
+            const uint32_t bytes = (uint32_t)min((size_t)QB_ROWB, row_bytes - o);
+            if (lane == 0) mbar_expect(&full[s], bytes * (uint32_t)nrows);
+            __syncwarp();
+            for (int r = lane; r < nrows; r += 32)
+                bulk_g2s(qb_buf + (size_t)s * STAGE + (size_t)r * RS, wb + (size_t)r * row_bytes + o,
+                         bytes, &full[s]);
+        }
+        return; /* dependents' pdl_wait() still waits for the whole grid */
+    }
+
+    /* ==== consumers ==== */
+    const int g = lane >> 2, t = lane & 3;
+    const int rb = warp % RB, kp = warp / RB;
+    const int ra = 16 * rb + g, rc = ra + 8; /* this lane's two weight rows in the CTA */
+    const bool oka = ra < nrows, okc = rc < nrows;
+    const int G = K / group;
+    const uint16_t *sa = (const uint16_t *)sg.s + (size_t)(n0 + (oka ? ra : 0)) * G;
+    const uint16_t *ba = (const uint16_t *)sg.b + (size_t)(n0 + (oka ? ra : 0)) * G;
+    const uint16_t *sc = (const uint16_t *)sg.s + (size_t)(n0 + (okc ? rc : 0)) * G;
+    const uint16_t *bc = (const uint16_t *)sg.b + (size_t)(n0 + (okc ? rc : 0)) * G;
+    const float *xr[NT];
+    bool okx[NT];
+#pragma unroll
+    for (int i = 0; i < NT; i++) {
+        okx[i] = 8 * i + g < rows;
+        xr[i] = x + (size_t)(okx[i] ? 8 * i + g : 0) * ldx;
+    }
+    float acc[NT][4];
+#pragma unroll
+    for (int i = 0; i < NT; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[i][e] = 0.f;
+
+    pdl_wait(); /* x is the previous kernel's output */
+    pdl_trigger();
+    for (int c = 0; c < nchunks; c++) {
+        const int s = c % S;
+        const uint8_t *st = qb_buf + (size_t)s * STAGE;
+        bool waited = false;
+#pragma unroll
+        for (int u = 0; u < C::NST / KSPLIT; u++) {
+            const int sti = kp + u * KSPLIT;               /* super-tile within the stage */
+            const int k0 = c * C::KC + sti * C::ST + t * C::LC; /* this lane's first code */
+            const bool in = k0 < K;                        /* K % 32 == 0: all LC codes or none */
+            uint32_t s2a = 0, b2a = 0, s2c = 0, b2c = 0;
+            if (in) {
+                const int gi = k0 / group; /* group >= 32 >= LC: one group per lane chunk */
+                s2a = (uint32_t)__ldg(sa + gi) * 0x10001u, b2a = (uint32_t)__ldg(ba + gi) * 0x10001u;
+                s2c = (uint32_t)__ldg(sc + gi) * 0x10001u, b2c = (uint32_t)__ldg(bc + gi) * 0x10001u;
+            }
+            if (!waited) {
+                mbar_wait(&full[s], (c / S) & 1);
+                waited = true;
+            }
+            uint4 wa = make_uint4(0, 0, 0, 0), wc = wa;
+            const int off = (sti * C::ST + t * C::LC) * BITS / 8;
+            if (in && oka) wa = *(const uint4 *)(st + (size_t)ra * RS + off);
+            if (in && okc) wc = *(const uint4 *)(st + (size_t)rc * RS + off);
+            if (!in) continue;
+            const uint32_t wav[4] = {wa.x, wa.y, wa.z, wa.w}, wcv[4] = {wc.x, wc.y, wc.z, wc.w};
+#pragma unroll
+            for (int j = 0; j < C::VT; j++) { /* virtual k-tile: 8 codes */
+                constexpr int WPT = BITS == 4 ? 1 : 2; /* words per virtual tile */
+                uint32_t pa[4], pc[4];
+                qb_dequant<BITS>(wav + j * WPT, s2a, b2a, pa);
+                qb_dequant<BITS>(wcv + j * WPT, s2c, b2c, pc);
+#pragma unroll
+                for (int i = 0; i < NT; i++) {
+                    /* x: L1-resident (every CTA of the SM reads the same rows) */
+                    float f[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+                    if (okx[i]) {
+                        const float4 f0 = __ldg((const float4 *)(xr[i] + k0 + 8 * j));
+                        const float4 f1 = __ldg((const float4 *)(xr[i] + k0 + 8 * j + 4));
+                        f[0] = f0.x, f[1] = f0.y, f[2] = f0.z, f[3] = f0.w;
+                        f[4] = f1.x, f[5] = f1.y, f[6] = f1.z, f[7] = f1.w;
+                    }
+                    uint32_t xb[4];
+                    qb_xpairs<BITS>(f, xb);
+                    mma_bf16_16816(acc[i], pa[0], pc[0], pa[1], pc[1], xb[0], xb[1]);
+                    mma_bf16_16816(acc[i], pa[2], pc[2], pa[3], pc[3], xb[2], xb[3]);
+                }
+            }
+        }
+        if (!waited) mbar_wait(&full[s], (c / S) & 1); /* keep the phases in step */
+        fence_proxy_async();
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[s]);
+    }
+
+    /* acc[i]: [0], [1] = weight row ra, x rows 8i + 2t, 8i + 2t + 1; [2], [3] = row rc */
+#pragma unroll
+    for (int i = 0; i < NT; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) red[warp][i * 4 + e][lane] = acc[i][e];
+    asm volatile("bar.sync 1, %0;" ::"n"(QB_CW * 32) : "memory"); /* consumers only */
+    if (kp != 0) return;
+    for (int q = 0; q < NT * 4; q++) {
+        float sum = 0.f;
+#pragma unroll
+        for (int p = 0; p < KSPLIT; p++) sum += red[rb + p * RB][q][lane];
+        const int e = q & 3, i = q >> 2;
+        const int n = n0 + (e >= 2 ? rc : ra);
+        const int r = 8 * i + 2 * t + (e & 1);
+        if (n - n0 < nrows && r < rows) sg.y[(size_t)r * sg.ldy + n] = sum;
+    }
+}
+
+/* ==== Launch ==== */
+template <int BITS, int NT, int RB, int S>
+static int qb_go(qmv_segs segs, const cuda_qmv_args *a, cudaStream_t st) {
+    constexpr size_t smem = (size_t)S * 16 * RB * (QB_ROWB + QB_PAD);
+    static int s_set[CUDA_MAX_DEVICES]; /* cudaFuncSetAttribute is per device */
+    const int cd = cuda_cur_device();
+    if (!s_set[cd]) {
+        const cudaError_t e = cudaFuncSetAttribute(qmv_bulk_kernel<BITS, NT, RB, S>,
+                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return (int)e;
+        s_set[cd] = 1;
+    }
+    int grid = 0;
+    for (int i = 0; i < segs.n; i++) {
+        segs.cta0[i] = grid;
+        grid += (segs.N[i] + 16 * RB - 1) / (16 * RB);
+    }
+    pdl_launch l;
+    pdl_launch_config(&l, dim3(grid), dim3((QB_CW + 1) * 32), smem, st);
+    return (int)cudaLaunchKernelEx(&l.cfg, qmv_bulk_kernel<BITS, NT, RB, S>, segs, a->x, a->ldx,
+                                   a->rows, a->K, a->group);
+}
+
+template <int BITS, int RB, int S>
+static int qb_nt(const qmv_segs &segs, const cuda_qmv_args *a, cudaStream_t st) {
+    if (a->rows <= 8) return qb_go<BITS, 1, RB, S>(segs, a, st);
+    if (a->rows <= 16) return qb_go<BITS, 2, RB, S>(segs, a, st);
+    if (a->rows <= 24) return qb_go<BITS, 3, RB, S>(segs, a, st);
+    return qb_go<BITS, 4, RB, S>(segs, a, st);
+}
+
+/* Variants {RB, S}: 0 is the engine's default. */
+#define QB_N_VARIANTS 4
+extern "C" int cuda_qmv_bulk_variants(void) { return QB_N_VARIANTS; }
+
+extern "C" int cuda_qmv_bulk_supported(const cuda_qmv_args *a) {
+    return a && (a->bits == 4 || a->bits == 8) && a->sb_dtype == CUDA_QSB_BF16 && a->rows >= 1 &&
+           a->rows <= CUDA_QMV_TC_MAX_ROWS && (a->group == 32 || a->group == 64 || a->group == 128) &&
+           a->K >= a->group && a->K % a->group == 0 && a->x && ((uintptr_t)a->x & 15) == 0 &&
+           a->ldx >= a->K && a->ldx % 4 == 0;
+}
+
+extern "C" int cuda_qmv_bulk(const cuda_qmv_args *a, int variant, cudaStream_t st) {
+    if (!cuda_qmv_bulk_supported(a) || a->n_segs < 1 || a->n_segs > CUDA_QMV_MAX_SEGS ||
+        variant < 0 || variant >= QB_N_VARIANTS)
+        return (int)cudaErrorInvalidValue;
+    qmv_segs segs;
+    if (qmv_segs_fill(a, &segs, true)) return (int)cudaErrorInvalidValue;
+    if (((size_t)a->K * a->bits / 8) % 16) return (int)cudaErrorInvalidValue; /* bulk copies: 16-byte rows */
+    if (a->bits == 4) {
+        switch (variant) {
+        case 0: return qb_nt<4, 2, 6>(segs, a, st);
+        case 1: return qb_nt<4, 1, 8>(segs, a, st);
+        case 2: return qb_nt<4, 4, 4>(segs, a, st);
+        default: return qb_nt<4, 2, 4>(segs, a, st);
+        }
+    }
+    switch (variant) {
+    case 0: return qb_nt<8, 2, 6>(segs, a, st);
+    case 1: return qb_nt<8, 1, 8>(segs, a, st);
+    case 2: return qb_nt<8, 4, 4>(segs, a, st);
+    default: return qb_nt<8, 2, 4>(segs, a, st);
+    }
+}
