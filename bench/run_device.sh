@@ -95,7 +95,8 @@ echo "mlxcel: $MLX, cuBLASLt from ${LTDIR:-the default path}"
 TESTS="skipped"
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   stage "GPU tests (ops vs CPU, end to end): all; then attention + e2e deterministic, e2e without graphs, ops + attention + e2e without PDL"
-  timeout 240 "$TESTBIN" "$ROOT" > "$LOG/tests.log" 2>&1; rc1=$?
+  timeout 300 "$TESTBIN" "$ROOT" > "$LOG/tests.log" 2>&1; rc1=$?
+  grep '^group ' "$LOG/tests.log" | tr '\n' ' '; echo
   TEST_CUDA_ONLY=attn,e2e MLXCEL_SDPA_DETERMINISTIC=1 timeout 150 "$TESTBIN" "$ROOT" > "$LOG/tests_det.log" 2>&1; rc2=$?
   TEST_CUDA_ONLY=e2e MLX_CUDA_GRAPH_CACHE_SIZE=0 timeout 150 "$TESTBIN" "$ROOT" > "$LOG/tests_nograph.log" 2>&1; rc3=$?
   TEST_CUDA_ONLY=ops,attn,e2e MLXCEL_CUDA_PDL=0 timeout 150 "$TESTBIN" "$ROOT" > "$LOG/tests_pdl.log" 2>&1; rc4=$?

@@ -5,6 +5,8 @@
  * is ||cuda - cpu|| / ||cpu||. Tolerances: 1e-5 where both sides do the same fp32 arithmetic
  * (elementwise), 2e-5 for reductions in another order (norms, GEMV), 1e-2 where the CUDA side
  * rounds an operand to bf16 (cuBLASLt input, bf16 KV cache). */
+#include <time.h>
+
 #include "gpu_test.h"
 
 #include "backend/cuda/cuda_be.h"
@@ -420,6 +422,57 @@ static void test_greedy(void) {
     free(lg);
 }
 
+/* The streaming tensor-core GEMV directly (every launch variant): two segments sharing bf16 x
+ * (N and N + 21 rows: partial 16-row CTAs), K with a partial k-tile and a partial stage; the
+ * reference multiplies the same bf16-rounded x (fp32 accumulation: tolerance 1e-4). */
+static void test_gemv_tc(int rows, int N, int K) {
+    const int Ns[2] = {N, N + 21};
+    float *x = calloc((size_t)rows * K, 4);
+    gt_fill(x, (size_t)rows * K, 1.0f);
+    uint16_t *xb = gt_bf16(x, (size_t)rows * K);
+    for (size_t i = 0; i < (size_t)rows * K; i++) x[i] = mx_bf16_to_f32(xb[i]);
+    mx_tensor dxb = gt_dev_weight(xb, 2, (const int64_t[]){rows, K}); /* bf16 bits on the device */
+    mx_tensor dw[2];
+    float *ref[2];
+    for (int sgi = 0; sgi < 2; sgi++) {
+        float *w = malloc((size_t)Ns[sgi] * K * 4);
+        gt_fill(w, (size_t)Ns[sgi] * K, 1.0f / sqrtf((float)K));
+        uint16_t *wb = gt_bf16(w, (size_t)Ns[sgi] * K);
+        ref[sgi] = malloc((size_t)rows * Ns[sgi] * 4);
+        mx_tensor hx = mx_tensor_2d(x, MX_F32, rows, K, MX_DEV_CPU);
+        mx_tensor hw = mx_tensor_2d(wb, MX_BF16, Ns[sgi], K, MX_DEV_CPU);
+        mx_tensor ho = mx_tensor_2d(ref[sgi], MX_F32, rows, Ns[sgi], MX_DEV_CPU), none = {0};
+        g_cpu->matmul(&ho, &hx, &hw, &none);
+        dw[sgi] = gt_dev_weight(wb, 2, (const int64_t[]){Ns[sgi], K});
+        free(w), free(wb);
+    }
+    for (int v = 0; v < cuda_gemv_tc_variants(); v++) {
+        mx_tensor dout[2];
+        cuda_gemv_segs segs;
+        memset(&segs, 0, sizeof segs);
+        segs.n = 2;
+        for (int sgi = 0; sgi < 2; sgi++) {
+            dout[sgi] = gt_dev_poison(2, (const int64_t[]){rows, Ns[sgi]});
+            segs.W[sgi] = dw[sgi].data, segs.y[sgi] = dout[sgi].data, segs.N[sgi] = Ns[sgi];
+        }
+        const int rc = cuda_gemv_tc(&segs, dxb.data, rows, K, v, g_cu.st);
+        for (int sgi = 0; sgi < 2; sgi++) {
+            char what[96];
+            snprintf(what, sizeof what, "cuda_gemv_tc v%d rows %d [%d x %d] seg %d", v, rows,
+                     Ns[sgi], K, sgi);
+            if (rc) {
+                gt_report(what, 1.0, 0, 1);
+            } else {
+                check_dev(what, &dout[sgi], ref[sgi], 1e-4);
+            }
+            gt_dev_free(&dout[sgi]);
+        }
+    }
+    for (int sgi = 0; sgi < 2; sgi++) gt_dev_free(&dw[sgi]), free(ref[sgi]);
+    gt_dev_free(&dxb);
+    free(x), free(xb);
+}
+
 int gt_run_op_tests(void) {
     test_greedy();
     const int rows[] = {1, 2, 3, 5, 8, 9, 33, 128};
@@ -429,6 +482,9 @@ int gt_run_op_tests(void) {
     test_matmul(2, 1000, 100, true);  /* odd N, K % 8 != 0: generic GEMV */
     test_matmul(20, 97, 44, false);   /* cuBLASLt refuses K % 8: generic fallback */
     test_matmul(3, 1003, 4104, false); /* partial 16-row tile, K % 32 != 0 */
+    static const int tc_rows[] = {1, 3, 8, 9, 17, 32};
+    for (size_t i = 0; i < sizeof tc_rows / sizeof tc_rows[0]; i++)
+        test_gemv_tc(tc_rows[i], 1003, i % 2 ? 4104 : 1160);
     test_matmul(7, 17, 8, false);      /* K = 8: one lane of four has k */
     test_matmul(300, 2048, 2048, true);
     test_matmul_fused(1);
@@ -462,14 +518,25 @@ int main(int argc, char **argv) {
      * other configurations of bench/run_device.sh differ only there) */
     const char *only = getenv("TEST_CUDA_ONLY");
 #define GROUP(g) (!only || strstr(only, g))
-    if (GROUP("ops")) gt_run_op_tests();
-    if (GROUP("attn")) gt_run_attn_tests();
-    if (GROUP("tune")) gt_run_tune_tests();
-    if (GROUP("quant")) gt_run_quant_tests(src);
+    /* each group's wall time, so a slow group shows in the log */
+#define TIMED(name, call)                                                                  \
+    do {                                                                                   \
+        struct timespec t0_, t1_;                                                          \
+        clock_gettime(CLOCK_MONOTONIC, &t0_);                                              \
+        call;                                                                              \
+        clock_gettime(CLOCK_MONOTONIC, &t1_);                                              \
+        printf("group %s: %.1f s\n", name,                                                 \
+               (double)(t1_.tv_sec - t0_.tv_sec) + (t1_.tv_nsec - t0_.tv_nsec) * 1e-9);   \
+    } while (0)
+    if (GROUP("ops")) TIMED("ops", gt_run_op_tests());
+    if (GROUP("attn")) TIMED("attn", gt_run_attn_tests());
+    if (GROUP("tune")) TIMED("tune", gt_run_tune_tests());
+    if (GROUP("quant")) TIMED("quant", gt_run_quant_tests(src));
     if (GROUP("e2e")) {
-        if (src) gt_run_e2e_tests(src);
+        if (src) TIMED("e2e", gt_run_e2e_tests(src));
         else printf("skip e2e: give the source dir (argv[1] or MLXCEL_SOURCE_DIR)\n");
     }
+#undef TIMED
 #undef GROUP
     if (g_gpu->check(&err)) {
         printf("FAIL device error: %s\n", err.msg);

@@ -135,7 +135,7 @@ static void test_matmul_q(int rows, int N, int K, int bits, int group, mx_dtype 
     /* the dispatch of cuda_qmatmul.c (x from the allocator: 16-byte aligned) */
     const bool tc = g_cu.qmv_tc && (bits == 4 || bits == 8) && rows <= CUDA_QMV_TC_MAX_ROWS;
     const bool bulk = !g_cu.qmv_tc && g_cu.qmv_bulk && (bits == 4 || bits == 8) &&
-                      sbt == MX_BF16 && rows <= CUDA_QMV_TC_MAX_ROWS;
+                      sbt == MX_BF16 && rows >= 2 && rows <= CUDA_QMV_TC_MAX_ROWS;
     const bool qmm = !tc && !bulk && rows > CUDA_QMV_MAX_ROWS;
     /* qmm and the streaming qmv round x to bf16 */
     const double q = bound_ratio(o, N, ref, x, rows, &m, 0, eps_for(sbt, qmm || bulk), &bad);
@@ -481,13 +481,17 @@ int gt_run_quant_tests(const char *src_dir) {
     test_qmv_tc(1, 17, 14336, 4, 64, MX_BF16, 1, 0, -1);   /* long K, one CTA per segment */
     /* the streaming qmv, every launch variant: bits x groups x rows x segments; K = 640 / 1152
      * (partial last stage), odd N (partial row blocks); bf16 scales only */
-    for (int v = 0; v < cuda_qmv_bulk_variants(); v++)
-        for (size_t b = 0; b < 2; b++)
-            for (size_t g = 0; g < 3; g++)
-                for (size_t r = 0; r < sizeof tc_rows / sizeof tc_rows[0]; r++)
-                    test_qmv_tc(tc_rows[r], 131, r % 2 ? 640 : 1152, b ? 8 : 4, groups[g], MX_BF16,
-                                1 + (int)(r % 3), 0, v);
-    test_qmv_tc(32, 4000, 4096, 4, 64, MX_BF16, 3, 0, 0); /* many CTAs */
+    for (size_t b = 0; b < 2; b++)
+        for (size_t g = 0; g < 3; g++)
+            for (size_t r = 0; r < sizeof tc_rows / sizeof tc_rows[0]; r++)
+                test_qmv_tc(tc_rows[r], 131, r % 2 ? 640 : 1152, b ? 8 : 4, groups[g], MX_BF16,
+                            1 + (int)(r % 3), 0, 0);
+    for (int v = 1; v < cuda_qmv_bulk_variants(); v++) /* the other launch shapes: a few cases */
+        for (size_t b = 0; b < 2; b++) {
+            test_qmv_tc(3, 131, 1152, b ? 8 : 4, 64, MX_BF16, 2, 0, v);
+            test_qmv_tc(17, 131, 640, b ? 8 : 4, 32, MX_BF16, 3, 0, v);
+        }
+    test_qmv_tc(9, 1000, 2048, 4, 64, MX_BF16, 3, 0, 0);  /* many CTAs */
     test_qmv_tc(1, 17, 14336, 8, 128, MX_BF16, 1, 0, 0);  /* long K */
     test_qmv_tc_refusals();
     /* the dispatch every way: MLXCEL_QMV_TC / MLXCEL_QMV_BULK on and off */

@@ -1,9 +1,11 @@
 /* Matmul and MoE dispatch of the CUDA backend.
  *
- * out[n, N] = x[n, K] @ W[N, K]^T: n <= MLXCEL_DENSE_GEMV_ROWS (<= 8) runs the bf16 GEMV
- * kernel (each weight byte read once per step for all rows, 16-byte streaming loads); larger
- * n converts x to bf16 once and runs cuBLASLt (bf16 in, fp32 accumulate and output, plans
- * cached per shape). MLXCEL_DENSE_GEMV_ROWS=0 sends every row count to cuBLASLt. Shapes the
+ * out[n, N] = x[n, K] @ W[N, K]^T: n <= MLXCEL_DENSE_GEMV_ROWS (default 2, <= 8) runs the
+ * bf16 GEMV kernels on fp32 x (each weight byte read once per step for all rows, 16-byte
+ * streaming loads); larger n converts x to bf16 once (or has the norm / GLU before it write
+ * bf16) and runs the streaming tensor-core GEMV up to MLXCEL_GEMV_TC_ROWS (default 8), else
+ * cuBLASLt (bf16 in, fp32 accumulate and output, plans cached per shape).
+ * MLXCEL_DENSE_GEMV_ROWS=0 sends every row count to cuBLASLt. Shapes the
  * fast kernels cannot take (K % 8, strided views) use a simple generic GEMV.
  *
  * MoE: routing on the device; up to CU_MOE_PAIR_MAX_ROWS rows run per (row, expert) pair

@@ -165,8 +165,9 @@ struct gtc_variant {
     int kc, s, early;
 };
 static const gtc_variant k_gtc_variants[] = {
-    /* 0, the default: the fastest at 1..16 rows on every 8B / 1B shape (H200, cuda_ops_bench
-     * --only gemvtc, bench/results/2026-12-02-gemvtc-181f21f.log) */
+    /* 0, the default: the fastest of these at 1..16 rows on every 8B / 1B shape (H200,
+     * cuda_ops_bench --only gemvtc, bench/results/2026-12-02-gemvtc-181f21f.log, where it is
+     * listed as v1) */
     {512, 4, 1},
     {256, 8, 1},
     {256, 8, 0},

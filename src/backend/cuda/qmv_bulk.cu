@@ -263,7 +263,9 @@ static int qb_nt(const qmv_segs &segs, const cuda_qmv_args *a, cudaStream_t st) 
     return qb_go<BITS, 4, RB, S>(segs, a, st);
 }
 
-/* Variants {RB, S}: 0 is the engine's default. */
+/* Variants {RB, S}; 0, the default ({1, 8}), was the fastest on every 8B shape at 1, 8 and 32
+ * rows but one (H200, cuda_ops_bench --only qmv, bench/results/2026-12-02-qmv-fc0d664.log,
+ * where it is listed as variant 1). */
 #define QB_N_VARIANTS 4
 extern "C" int cuda_qmv_bulk_variants(void) { return QB_N_VARIANTS; }
 
@@ -283,15 +285,15 @@ extern "C" int cuda_qmv_bulk(const cuda_qmv_args *a, int variant, cudaStream_t s
     if (((size_t)a->K * a->bits / 8) % 16) return (int)cudaErrorInvalidValue; /* bulk copies: 16-byte rows */
     if (a->bits == 4) {
         switch (variant) {
-        case 0: return qb_nt<4, 2, 6>(segs, a, st);
-        case 1: return qb_nt<4, 1, 8>(segs, a, st);
+        case 0: return qb_nt<4, 1, 8>(segs, a, st);
+        case 1: return qb_nt<4, 2, 6>(segs, a, st);
         case 2: return qb_nt<4, 4, 4>(segs, a, st);
         default: return qb_nt<4, 2, 4>(segs, a, st);
         }
     }
     switch (variant) {
-    case 0: return qb_nt<8, 2, 6>(segs, a, st);
-    case 1: return qb_nt<8, 1, 8>(segs, a, st);
+    case 0: return qb_nt<8, 1, 8>(segs, a, st);
+    case 1: return qb_nt<8, 2, 6>(segs, a, st);
     case 2: return qb_nt<8, 4, 4>(segs, a, st);
     default: return qb_nt<8, 2, 4>(segs, a, st);
     }
