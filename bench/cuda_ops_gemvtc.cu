@@ -40,7 +40,7 @@ static void gt_tc(void *p, int rep) {
     cuda_gemv_segs segs;
     memset(&segs, 0, sizeof segs);
     segs.n = 1, segs.W[0] = c->W[s], segs.y[0] = c->y[s], segs.N[0] = c->N;
-    CKL(cuda_gemv_tc(&segs, c->xb[s], CUDA_OPS_BF16, c->R, c->K, c->variant, g_stream));
+    CKL(cuda_gemv_tc(&segs, c->xb[s], c->R, c->K, c->variant, g_stream));
 }
 
 static void gt_old(void *p, int rep) {

@@ -122,7 +122,7 @@ static void env_load(void) {
     }
     g_env.cuda_pinned_load = env_bool("MLXCEL_CUDA_PINNED_LOAD", true);
     g_env.profile_ttft = env_bool("MLXCEL_PROFILE_TTFT", false);
-    g_env.dense_gemv_rows = env_int("MLXCEL_DENSE_GEMV_ROWS", 8, 0, 64);
+    g_env.dense_gemv_rows = env_int("MLXCEL_DENSE_GEMV_ROWS", 2, 0, 64);
     g_env.sdpa_deterministic = env_bool("MLXCEL_SDPA_DETERMINISTIC", false);
     g_env.cuda_pdl = env_bool("MLXCEL_CUDA_PDL", true);
     g_env.lt_splitk = env_bool("MLXCEL_LT_SPLITK", true);

@@ -455,7 +455,7 @@ static void test_gemv_tc(int rows, int N, int K) {
             dout[sgi] = gt_dev_poison(2, (const int64_t[]){rows, Ns[sgi]});
             segs.W[sgi] = dw[sgi].data, segs.y[sgi] = dout[sgi].data, segs.N[sgi] = Ns[sgi];
         }
-        const int rc = cuda_gemv_tc(&segs, dxb.data, CUDA_OPS_BF16, rows, K, v, g_cu.st);
+        const int rc = cuda_gemv_tc(&segs, dxb.data, rows, K, v, g_cu.st);
         for (int sgi = 0; sgi < 2; sgi++) {
             char what[96];
             snprintf(what, sizeof what, "cuda_gemv_tc v%d rows %d [%d x %d] seg %d", v, rows,

@@ -61,7 +61,7 @@ static void tc_run(int n, const uint16_t *const *W, float *const *y, const int *
     memset(&segs, 0, sizeof segs);
     segs.n = n;
     for (int i = 0; i < n; i++) segs.W[i] = W[i], segs.y[i] = y[i], segs.N[i] = N[i];
-    if (cu_ck(cuda_gemv_tc(&segs, g_cu.xbf, CUDA_OPS_BF16, rows, K, 0, g_cu.st), "tensor-core gemv"))
+    if (cu_ck(cuda_gemv_tc(&segs, (const uint16_t *)g_cu.xbf, rows, K, 0, g_cu.st), "tensor-core gemv"))
         return;
     for (int i = 0; i < n; i++)
         if (B[i]) cu_ck(cuda_bias_add_f32(y[i], N[i], B[i], rows, N[i], g_cu.st), "bias");

@@ -42,13 +42,12 @@ typedef struct cuda_gemv_segs {
 } cuda_gemv_segs;
 int cuda_gemv_bf16_multi(const cuda_gemv_segs *segs, const void *x, int x_dtype, int y_dtype,
                          int rows, int K, cudaStream_t stream);
-/* Streaming tensor-core GEMV (gemv_tc.cu): x [rows, K] bf16 (1..CUDA_GEMV_TC_MAX_ROWS rows)
- * or fp32 (1..8 rows; split into bf16 hi + lo parts, ~16 mantissa bits kept); fp32 y per
- * segment (rows of stride N[i]); K % 8 == 0, W and x 16-byte aligned. variant picks a launch
- * shape (0: the default; 0 .. cuda_gemv_tc_variants() - 1, for the bench). */
+/* Tensor-core GEMV for 1..CUDA_GEMV_TC_MAX_ROWS rows with bf16 x [rows, K] (gemv_tc.cu):
+ * fp32 y per segment (rows of stride N[i]); K % 8 == 0, W and x 16-byte aligned. variant
+ * picks a launch shape (0: the default; 0 .. cuda_gemv_tc_variants() - 1, for the bench). */
 #define CUDA_GEMV_TC_MAX_ROWS 32
-int cuda_gemv_tc(const cuda_gemv_segs *segs, const void *x, int x_dtype, int rows, int K,
-                 int variant, cudaStream_t stream);
+int cuda_gemv_tc(const cuda_gemv_segs *segs, const uint16_t *x, int rows, int K, int variant,
+                 cudaStream_t stream);
 int cuda_gemv_tc_variants(void);
 /* Fusions of the 1..2-row GEMV (fp32 x and y), each saving a launch of a decode step:
  * - norm_w: x is taken through rms_norm(x) * (norm_w + norm_offset) (eps norm_eps) by every

@@ -1,7 +1,5 @@
 /* bf16 GEMV for decode: y[r, n] = sum_k x[r, k] * W[n, k] for 1..8 rows. One or two rows run
- * on the CUDA cores (below, "CUDA-core kernel"); 3..8 rows with fp32 output on the streaming
- * tensor-core GEMV (gemv_tc.cu), and with bf16 output on the register-fed tensor-core kernel
- * below: 
+ * on the CUDA cores (below, "CUDA-core kernel"); 3..8 rows on the tensor cores: 
  *
  * Decode at small batch is a weight stream: every weight byte is read exactly once per call
  * for all rows, so the time floor is N*K*2 bytes over memory bandwidth. The arithmetic goes to
@@ -519,10 +517,6 @@ extern "C" int cuda_gemv_bf16_multi(const cuda_gemv_segs *segs, const void *x, i
     if (rows == 2)
         return bf ? gemv_core_launch<2, uint16_t, false>(*segs, xb, y_bf16, rows, K, stream)
                   : gemv_core_launch<2, float, false>(*segs, xf, y_bf16, rows, K, stream);
-    /* 3..8 rows: the streaming tensor-core GEMV (gemv_tc.cu; measured faster on every 8B
-     * shape: H200, 8B bf16 B=8 decode 1,566 against 1,052 tok/s); the register-fed kernel above
-     * remains for bf16 outputs */
-    if (!y_bf16) return cuda_gemv_tc(segs, x, x_dtype, rows, K, 0, stream);
     return bf ? gemv_launch<uint16_t>(*segs, xb, y_bf16, rows, K, stream)
               : gemv_launch<float>(*segs, xf, y_bf16, rows, K, stream);
 }

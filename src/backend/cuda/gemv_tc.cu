@@ -1,7 +1,5 @@
-/* Streaming tensor-core GEMV for decode batches: y[r, n] = sum_k x[r, k] * W[n, k], fp32
- * accumulate and output; x bf16 (1..32 rows) or fp32 (1..8 rows, fed as bf16 hi + lo parts
- * through two MMAs each, so ~16 mantissa bits of x reach the product as in the fp32 CUDA-core
- * GEMV). Decode is a weight stream: the floor is N*K*2 bytes
+/* Tensor-core GEMV for decode batches of 1..32 rows with bf16 x: y[r, n] = sum_k x[r, k] *
+ * W[n, k], fp32 accumulate and output. Decode is a weight stream: the floor is N*K*2 bytes
  * over memory bandwidth, so what matters is keeping enough bytes in flight with few
  * instructions, which register loads cannot do (measured on the H200: 16-byte loads straight
  * into MMA fragments reached ~54% of copy bandwidth on the 8B Q/K/V shape where cuBLASLt's
@@ -36,17 +34,9 @@
 #define GTC_PAD 64 /* bytes after each staged row */
 
 /* ==== Kernel ==== */
-/* x fragments of one stage for a warp: bf16 pairs (hi) and, for fp32 x, the bf16 residuals
- * x - hi (lo: ~16 mantissa bits of x reach the product, as the CUDA-core GEMV keeps fp32) */
-template <int TPW, int NT, bool LO> struct gtc_xfrag {
-    uint4 h[TPW][NT];
-    uint4 l[LO ? TPW : 1][LO ? NT : 1];
-};
-
-template <typename XT, int NT, int KC, int S>
+template <int NT, int KC, int S>
 __global__ void __launch_bounds__((GTC_CW + 1) * 32)
-gemv_tc_kernel2(cuda_gemv_segs segs, const XT *__restrict__ x, int rows, int K, int early) {
-    constexpr bool LO = sizeof(XT) == 4;
+gemv_tc_kernel2(cuda_gemv_segs segs, const uint16_t *__restrict__ x, int rows, int K, int early) {
     constexpr int ROWB = KC * 2 + GTC_PAD;    /* bytes per staged row */
     constexpr int STAGE = GTC_ROWS * ROWB;    /* bytes per stage */
     constexpr int TPW = KC / GTC_KT / GTC_CW; /* k-tiles per consumer warp per stage */
@@ -97,7 +87,7 @@ gemv_tc_kernel2(cuda_gemv_segs segs, const XT *__restrict__ x, int rows, int K, 
     /* ==== consumers ==== */
     const int g = lane >> 2, t = lane & 3;
     const bool ok0 = g < nrows, ok8 = g + 8 < nrows;
-    const XT *xr[NT];
+    const uint16_t *xr[NT];
     bool okx[NT];
 #pragma unroll
     for (int i = 0; i < NT; i++) {
@@ -112,35 +102,18 @@ gemv_tc_kernel2(cuda_gemv_segs segs, const XT *__restrict__ x, int rows, int K, 
 
     pdl_wait(); /* x is the previous kernel's output */
     pdl_trigger();
-    gtc_xfrag<TPW, NT, LO> xa, xb;
-    auto load_x = [&](gtc_xfrag<TPW, NT, LO> &xv, int c) {
+    uint4 xa[TPW][NT], xb[TPW][NT];
+    auto load_x = [&](uint4 (&xv)[TPW][NT], int c) {
 #pragma unroll
         for (int j = 0; j < TPW; j++) {
             const int k = c * KC + (warp * TPW + j) * GTC_KT + 8 * t;
 #pragma unroll
-            for (int i = 0; i < NT; i++) {
-                const bool ok = c < nchunks && k < K && okx[i];
-                const XT *p = xr[i] + (size_t)(k - 8 * t);
-                if constexpr (LO) {
-                    uint4 h = make_uint4(0, 0, 0, 0), l = h;
-                    if (ok) {
-                        const float4 a = __ldg((const float4 *)p), b = __ldg((const float4 *)(p + 4));
-                        float f[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w}, hf[8];
-                        h = f32x8_to_bf16x8(f);
-                        bf16x8_to_f32(h, hf);
-#pragma unroll
-                        for (int e = 0; e < 8; e++) f[e] -= hf[e];
-                        l = f32x8_to_bf16x8(f);
-                    }
-                    xv.h[j][i] = h;
-                    xv.l[j][i] = l;
-                } else {
-                    xv.h[j][i] = ok ? __ldg((const uint4 *)p) : make_uint4(0, 0, 0, 0);
-                }
-            }
+            for (int i = 0; i < NT; i++)
+                xv[j][i] = c < nchunks && k < K && okx[i] ? __ldg((const uint4 *)(xr[i] + (size_t)(k - 8 * t)))
+                                                         : make_uint4(0, 0, 0, 0);
         }
     };
-    auto step = [&](const gtc_xfrag<TPW, NT, LO> &xv, int c) {
+    auto step = [&](const uint4 (&xv)[TPW][NT], int c) {
         const int s = c % S;
         mbar_wait(&full[s], (c / S) & 1);
         const uint8_t *st = gtc_buf + (size_t)s * STAGE;
@@ -152,12 +125,8 @@ gemv_tc_kernel2(cuda_gemv_segs segs, const XT *__restrict__ x, int rows, int K, 
             const uint4 b = in && ok8 ? *(const uint4 *)(st + (size_t)(g + 8) * ROWB + kl * 2) : make_uint4(0, 0, 0, 0);
 #pragma unroll
             for (int i = 0; i < NT; i++) {
-                mma_bf16_16816(acc[i], a.x, b.x, a.y, b.y, xv.h[j][i].x, xv.h[j][i].y);
-                mma_bf16_16816(acc[i], a.z, b.z, a.w, b.w, xv.h[j][i].z, xv.h[j][i].w);
-                if constexpr (LO) {
-                    mma_bf16_16816(acc[i], a.x, b.x, a.y, b.y, xv.l[j][i].x, xv.l[j][i].y);
-                    mma_bf16_16816(acc[i], a.z, b.z, a.w, b.w, xv.l[j][i].z, xv.l[j][i].w);
-                }
+                mma_bf16_16816(acc[i], a.x, b.x, a.y, b.y, xv[j][i].x, xv[j][i].y);
+                mma_bf16_16816(acc[i], a.z, b.z, a.w, b.w, xv[j][i].z, xv[j][i].w);
             }
         }
         fence_proxy_async(); /* these reads before the producer's next copy into the stage */
@@ -207,13 +176,13 @@ static const gtc_variant k_gtc_variants[] = {
 };
 #define GTC_N_VARIANTS ((int)(sizeof k_gtc_variants / sizeof k_gtc_variants[0]))
 
-template <typename XT, int NT, int KC, int S>
-static int gtc_go(cuda_gemv_segs segs, const XT *x, int rows, int K, int early, cudaStream_t st) {
+template <int NT, int KC, int S>
+static int gtc_go(cuda_gemv_segs segs, const uint16_t *x, int rows, int K, int early, cudaStream_t st) {
     constexpr size_t smem = (size_t)S * GTC_ROWS * (KC * 2 + GTC_PAD);
     static int s_set[CUDA_MAX_DEVICES]; /* cudaFuncSetAttribute is per device */
     const int cd = cuda_cur_device();
     if (!s_set[cd]) {
-        const cudaError_t e = cudaFuncSetAttribute(gemv_tc_kernel2<XT, NT, KC, S>,
+        const cudaError_t e = cudaFuncSetAttribute(gemv_tc_kernel2<NT, KC, S>,
                                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return (int)e;
         s_set[cd] = 1;
@@ -225,39 +194,34 @@ static int gtc_go(cuda_gemv_segs segs, const XT *x, int rows, int K, int early, 
     }
     pdl_launch l;
     pdl_launch_config(&l, dim3(grid), dim3((GTC_CW + 1) * 32), smem, st);
-    return (int)cudaLaunchKernelEx(&l.cfg, gemv_tc_kernel2<XT, NT, KC, S>, segs, x, rows, K, early);
+    return (int)cudaLaunchKernelEx(&l.cfg, gemv_tc_kernel2<NT, KC, S>, segs, x, rows, K, early);
 }
 
 template <int KC, int S>
-static int gtc_nt(const cuda_gemv_segs &segs, const void *x, int x_f32, int rows, int K,
-                  int early, cudaStream_t st) {
-    if (x_f32) /* <= 8 rows (checked) */
-        return gtc_go<float, 1, KC, S>(segs, (const float *)x, rows, K, early, st);
-    const uint16_t *xb = (const uint16_t *)x;
-    if (rows <= 8) return gtc_go<uint16_t, 1, KC, S>(segs, xb, rows, K, early, st);
-    if (rows <= 16) return gtc_go<uint16_t, 2, KC, S>(segs, xb, rows, K, early, st);
-    if (rows <= 24) return gtc_go<uint16_t, 3, KC, S>(segs, xb, rows, K, early, st);
-    return gtc_go<uint16_t, 4, KC, S>(segs, xb, rows, K, early, st);
+static int gtc_nt(const cuda_gemv_segs &segs, const uint16_t *x, int rows, int K, int early,
+                  cudaStream_t st) {
+    if (rows <= 8) return gtc_go<1, KC, S>(segs, x, rows, K, early, st);
+    if (rows <= 16) return gtc_go<2, KC, S>(segs, x, rows, K, early, st);
+    if (rows <= 24) return gtc_go<3, KC, S>(segs, x, rows, K, early, st);
+    return gtc_go<4, KC, S>(segs, x, rows, K, early, st);
 }
 
 extern "C" int cuda_gemv_tc_variants(void) { return GTC_N_VARIANTS; }
 
-extern "C" int cuda_gemv_tc(const cuda_gemv_segs *segs, const void *x, int x_dtype, int rows,
-                            int K, int variant, cudaStream_t st) {
-    const int x_f32 = x_dtype == CUDA_OPS_F32;
+extern "C" int cuda_gemv_tc(const cuda_gemv_segs *segs, const uint16_t *x, int rows, int K,
+                            int variant, cudaStream_t st) {
     if (!segs || segs->n < 1 || segs->n > CUDA_GEMV_MAX_SEGS || rows < 1 ||
-        rows > (x_f32 ? 8 : CUDA_GEMV_TC_MAX_ROWS) || K < 8 || K % 8 || !x || ((uintptr_t)x & 15) ||
-        (x_dtype != CUDA_OPS_F32 && x_dtype != CUDA_OPS_BF16) || variant < 0 ||
-        variant >= GTC_N_VARIANTS)
+        rows > CUDA_GEMV_TC_MAX_ROWS || K < 8 || K % 8 || !x || ((uintptr_t)x & 15) ||
+        variant < 0 || variant >= GTC_N_VARIANTS)
         return (int)cudaErrorInvalidValue;
     for (int i = 0; i < segs->n; i++)
         if (!segs->W[i] || !segs->y[i] || segs->N[i] < 1 || ((uintptr_t)segs->W[i] & 15))
             return (int)cudaErrorInvalidValue;
     const int early = k_gtc_variants[variant].early;
     switch (variant) {
-    case 0: return gtc_nt<512, 4>(*segs, x, x_f32, rows, K, early, st);
-    case 3: return gtc_nt<128, 12>(*segs, x, x_f32, rows, K, early, st);
-    case 4: return gtc_nt<512, 6>(*segs, x, x_f32, rows, K, early, st);
-    default: return gtc_nt<256, 8>(*segs, x, x_f32, rows, K, early, st); /* 1, 2 */
+    case 0: return gtc_nt<512, 4>(*segs, x, rows, K, early, st);
+    case 3: return gtc_nt<128, 12>(*segs, x, rows, K, early, st);
+    case 4: return gtc_nt<512, 6>(*segs, x, rows, K, early, st);
+    default: return gtc_nt<256, 8>(*segs, x, rows, K, early, st); /* 1, 2 */
     }
 }
