@@ -122,7 +122,7 @@ static void env_load(void) {
     }
     g_env.cuda_pinned_load = env_bool("MLXCEL_CUDA_PINNED_LOAD", true);
     g_env.profile_ttft = env_bool("MLXCEL_PROFILE_TTFT", false);
-    g_env.dense_gemv_rows = env_int("MLXCEL_DENSE_GEMV_ROWS", 2, 0, 64);
+    g_env.dense_gemv_rows = env_int("MLXCEL_DENSE_GEMV_ROWS", 8, 0, 64);
     g_env.sdpa_deterministic = env_bool("MLXCEL_SDPA_DETERMINISTIC", false);
     g_env.cuda_pdl = env_bool("MLXCEL_CUDA_PDL", true);
     g_env.lt_splitk = env_bool("MLXCEL_LT_SPLITK", true);
@@ -139,7 +139,7 @@ static void env_load(void) {
     g_env.qmv_multirow = env_choice("MLXCEL_QMV_MULTIROW", k_multirow, CUDA_QMV_MULTIROW_COUNT);
     g_env.qmm_tile_m = env_choice("MLXCEL_QMM_TILE_M", k_tile_m, CUDA_QMM_TILE_COUNT);
     g_env.qmv_tc = env_bool("MLXCEL_QMV_TC", false);
-    g_env.qmv_bulk = env_bool("MLXCEL_QMV_BULK", true);
+    g_env.qmv_bulk = env_bool("MLXCEL_QMV_BULK", false);
 }
 
 const mx_env_t *mx_env(void) {

@@ -22,7 +22,7 @@ typedef struct mx_env_t {
     bool lt_splitk;                /* MLXCEL_LT_SPLITK (1): cuBLASLt may pick split-K algorithms */
     bool gemv_fuse;                /* MLXCEL_GEMV_FUSE (1): norm/add/GLU fused into 1..2-row GEMVs */
     int gemv_prefetch_kb;          /* MLXCEL_GEMV_PREFETCH_KB (0): L2 prefetch per GEMV CTA */
-    int dense_gemv_rows;           /* MLXCEL_DENSE_GEMV_ROWS (2); 0 = cuBLASLt for all rows */
+    int dense_gemv_rows;           /* MLXCEL_DENSE_GEMV_ROWS (8); 0 = cuBLASLt for all rows */
     int gemv_tc_rows;              /* MLXCEL_GEMV_TC_ROWS (8): tensor-core GEMV up to these rows */
     bool sdpa_deterministic;       /* MLXCEL_SDPA_DETERMINISTIC (0) */
     int cuda_graph_cache_size;     /* MLX_CUDA_GRAPH_CACHE_SIZE (2000) */
@@ -30,7 +30,7 @@ typedef struct mx_env_t {
     int paged_decode_splits;       /* MLXCEL_PAGED_DECODE_SPLITS (0 = policy) */
     int qmv_multirow;              /* MLXCEL_QMV_MULTIROW (0 = policy) */
     bool qmv_tc;                   /* MLXCEL_QMV_TC (1): tensor-core qmv for 4/8-bit weights */
-    bool qmv_bulk;                 /* MLXCEL_QMV_BULK (1): streaming tensor-core qmv (qmv_bulk.cu) */
+    bool qmv_bulk;                 /* MLXCEL_QMV_BULK (0): streaming tensor-core qmv (qmv_bulk.cu) */
     int qmm_tile_m;                /* MLXCEL_QMM_TILE_M (0 = policy) */
     bool tp_group;                 /* MLXCEL_TP_GROUP (0): --tp-size 1 as a TP group of one rank */
 } mx_env_t;
