@@ -167,6 +167,19 @@ __device__ __forceinline__ void mbar_wait(uint64_t *b, uint32_t parity) {
         "r"(parity)
         : "memory");
 }
+/* The CTA's S stage pairs: "full" completes on the producer's expect + copies, "empty" on one
+ * arrival per consumer warp. Every thread calls it (it ends in a CTA barrier). */
+__device__ __forceinline__ void mbar_init_stages(uint64_t *full, uint64_t *empty, int S,
+                                                 int consumers) {
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < S; s++) {
+            mbar_init(&full[s], 1);
+            mbar_init(&empty[s], consumers);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+}
 __device__ __forceinline__ void bulk_g2s(void *dst, const void *src, uint32_t bytes, uint64_t *b) {
     asm volatile(
         "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(

@@ -59,14 +59,7 @@ gemv_tc_kernel2(cuda_gemv_segs segs, const uint16_t *__restrict__ x, int rows, i
     const int n0 = ((int)blockIdx.x - c0) * GTC_ROWS;
     const int nrows = min(GTC_ROWS, N - n0);
     const int nchunks = (K + KC - 1) / KC;
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < S; s++) {
-            mbar_init(&full[s], 1);
-            mbar_init(&empty[s], GTC_CW);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
+    mbar_init_stages(full, empty, S, GTC_CW);
 
     if (warp == GTC_CW) { /* ==== producer ==== */
         if (!early) pdl_wait();

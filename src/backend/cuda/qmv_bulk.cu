@@ -109,14 +109,7 @@ qmv_bulk_kernel(qmv_segs segs, const float *__restrict__ x, long ldx, int rows, 
     const int nrows = min(ROWS, sg.N - n0);
     const size_t row_bytes = (size_t)K * BITS / 8;
     const int nchunks = (K + C::KC - 1) / C::KC;
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < S; s++) {
-            mbar_init(&full[s], 1);
-            mbar_init(&empty[s], QB_CW);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
+    mbar_init_stages(full, empty, S, QB_CW);
 
     if (warp == QB_CW) { /* ==== producer ==== */
         const uint8_t *wb = (const uint8_t *)sg.w + (size_t)n0 * row_bytes;
