@@ -492,10 +492,13 @@ int gt_run_quant_tests(const char *src_dir) {
             test_qmv_tc(17, 131, 640, b ? 8 : 4, 32, MX_BF16, 3, 0, v);
         }
     test_qmv_tc(9, 1000, 2048, 4, 64, MX_BF16, 3, 0, 0);  /* many CTAs */
-    /* the tiny K of the quantized e2e fixtures (hidden 64, intermediate 128): one partial stage */
+    /* K that ends inside a warp's super-tile (4 lanes x 16 bytes): part of the warp has no
+     * codes yet must join the MMAs (4-bit: K % 128, 8-bit: K % 64); 64 and 128 are the K of
+     * the quantized e2e fixtures (hidden 64, intermediate 128) */
     test_qmv_tc(17, 64, 64, 4, 32, MX_BF16, 3, 0, 0);
-    test_qmv_tc(2, 64, 128, 4, 32, MX_BF16, 2, 0, 0);
-    test_qmv_tc(17, 64, 64, 8, 32, MX_BF16, 1, 0, 0);
+    test_qmv_tc(2, 64, 128 + 64, 4, 32, MX_BF16, 2, 0, 0);
+    test_qmv_tc(17, 64, 96, 8, 32, MX_BF16, 1, 0, 0);
+    test_qmv_tc(9, 40, 640 + 32, 8, 32, MX_BF16, 2, 0, 3);
     test_qmv_tc(1, 17, 14336, 8, 128, MX_BF16, 1, 0, 0);  /* long K */
     test_qmv_tc_refusals();
     /* the dispatch every way: MLXCEL_QMV_TC / MLXCEL_QMV_BULK on and off */

@@ -176,7 +176,8 @@ qmv_bulk_kernel(qmv_segs segs, const float *__restrict__ x, long ldx, int rows, 
             const int off = (sti * C::ST + t * C::LC) * BITS / 8;
             if (in && oka) wa = *(const uint4 *)(st + (size_t)ra * RS + off);
             if (in && okc) wc = *(const uint4 *)(st + (size_t)rc * RS + off);
-            if (!in) continue;
+            /* Lanes past K go on with zero codes, scales and x: mma.sync needs the whole warp
+             * (a partial last super-tile, K % (4 * LC) != 0, split a warp and hung the GPU). */
             const uint32_t wav[4] = {wa.x, wa.y, wa.z, wa.w}, wcv[4] = {wc.x, wc.y, wc.z, wc.w};
 #pragma unroll
             for (int j = 0; j < C::VT; j++) { /* virtual k-tile: 8 codes */
@@ -188,7 +189,7 @@ qmv_bulk_kernel(qmv_segs segs, const float *__restrict__ x, long ldx, int rows, 
                 for (int i = 0; i < NT; i++) {
                     /* x: L1-resident (every CTA of the SM reads the same rows) */
                     float f[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-                    if (okx[i]) {
+                    if (okx[i] && in) {
                         const float4 f0 = __ldg((const float4 *)(xr[i] + k0 + 8 * j));
                         const float4 f1 = __ldg((const float4 *)(xr[i] + k0 + 8 * j + 4));
                         f[0] = f0.x, f[1] = f0.y, f[2] = f0.z, f[3] = f0.w;
