@@ -139,7 +139,7 @@ static void env_load(void) {
     g_env.qmv_multirow = env_choice("MLXCEL_QMV_MULTIROW", k_multirow, CUDA_QMV_MULTIROW_COUNT);
     g_env.qmm_tile_m = env_choice("MLXCEL_QMM_TILE_M", k_tile_m, CUDA_QMM_TILE_COUNT);
     g_env.qmv_tc = env_bool("MLXCEL_QMV_TC", false);
-    g_env.qmv_bulk = env_bool("MLXCEL_QMV_BULK", false);
+    g_env.qmv_bulk = env_bool("MLXCEL_QMV_BULK", true);
 }
 
 const mx_env_t *mx_env(void) {
