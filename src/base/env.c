@@ -140,6 +140,7 @@ static void env_load(void) {
     g_env.qmm_tile_m = env_choice("MLXCEL_QMM_TILE_M", k_tile_m, CUDA_QMM_TILE_COUNT);
     g_env.qmv_tc = env_bool("MLXCEL_QMV_TC", false);
     g_env.qmv_bulk = env_bool("MLXCEL_QMV_BULK", true);
+    g_env.qmv_bulk_min_rows = env_int("MLXCEL_QMV_BULK_MIN_ROWS", 2, 1, 32);
 }
 
 const mx_env_t *mx_env(void) {

@@ -304,6 +304,11 @@ static void test_qmv_tc(int rows, int N, int K, int bits, int group, mx_dtype sb
     a.n_segs = n_segs;
     a.x = dx.data, a.ldx = K, a.rows = rows, a.K = K, a.bits = bits, a.group = group;
     a.sb_dtype = sb_code(sbt);
+    void *ws = NULL;
+    if (bulk_variant >= 0) {
+        a.ws_bytes = cuda_qmv_bulk_workspace_bytes(K);
+        a.ws = ws = g_gpu->alloc(a.ws_bytes);
+    }
     /* bulk_variant >= 0: the streaming kernel (qmv_bulk.cu; one pass, x rounded to bf16) */
     const int rc = bulk_variant >= 0 ? cuda_qmv_bulk(&a, bulk_variant, g_cu.st)
                                      : cuda_qmv_tc(&a, window, g_cu.st);
@@ -332,6 +337,7 @@ static void test_qmv_tc(int rows, int N, int K, int bits, int group, mx_dtype sb
         }
         free(ref[i]), gt_dev_free(&dout[i]), qmat_free(&m[i]);
     }
+    if (ws) g_gpu->free(ws);
     gt_dev_free(&dx);
     free(x);
 }

@@ -215,8 +215,10 @@ int cuda_qmv_tc_supported(const cuda_qmv_args *a);
 int cuda_qmv_tc(const cuda_qmv_args *a, int window, cudaStream_t st);
 /* Streaming tensor-core qmv (qmv_bulk.cu): bits 4 and 8, group 32 / 64 / 128, bf16 scales,
  * 1 <= rows <= CUDA_QMV_TC_MAX_ROWS, x 16-byte aligned with ldx % 4 == 0 (x is rounded to
- * bf16, the weights dequantized to the bf16 values the CPU reference computes); no
- * workspace. variant: a launch shape, 0 = the default (0 .. cuda_qmv_bulk_variants() - 1). */
+ * bf16, the weights dequantized to the bf16 values the CPU reference computes); ws: 16-byte
+ * aligned, cuda_qmv_bulk_workspace_bytes(K) (x in bf16, rewritten by every launch). variant:
+ * a launch shape, 0 = the default (0 .. cuda_qmv_bulk_variants() - 1). */
+size_t cuda_qmv_bulk_workspace_bytes(int K);
 int cuda_qmv_bulk_supported(const cuda_qmv_args *a);
 int cuda_qmv_bulk(const cuda_qmv_args *a, int variant, cudaStream_t st);
 int cuda_qmv_bulk_variants(void);

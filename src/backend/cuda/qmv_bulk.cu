@@ -18,6 +18,11 @@
  *   and x row g of each 8-row n-tile; the k of a lane's 16-byte chunk are its own slots of
  *   consecutive MMAs (a sum over k does not care where each k sits as long as A and B agree),
  *   so every weight read is one 16-byte shared-memory load per row.
+ * - x is rounded to bf16 once per launch by a small prep kernel into the workspace, already in
+ *   the B-fragment order of those MMAs: one 16-byte load per lane, consecutive lanes on
+ *   consecutive 16 bytes (4 L1 wavefronts a warp). Read straight from fp32 x, a warp's two
+ *   16-byte loads touched 32 rows x columns = 32 cache lines each, and those L1 wavefronts were
+ *   the kernel's limit at every row count (H200: 8.6 codes per SM cycle at 1 row, 1.4 at 32).
  * - The k-slice warps of a row block add their tiles in shared memory in a fixed order
  *   (no atomics: reproducible). */
 #include <cuda_bf16.h>
@@ -79,22 +84,46 @@ __device__ __forceinline__ void qb_dequant(const uint32_t *wd, uint32_t s2, uint
     }
 }
 
-/* x pairs of one virtual k-tile (8 fp32 values f[0..7], rounded to bf16) in the order of
- * qb_dequant. */
+/* ==== x in fragment order ====
+ * Quad q (16 bytes: the B registers of a lane's two MMAs for one virtual k-tile) of n-tile i,
+ * virtual tile j of global super-tile u, lane l = 4 g + t sits at ((u * VT + j) * NT + i) * 32
+ * + l and holds x row 8 i + g at codes u * ST + t * LC + 8 j .. + 7 as bf16 pairs in the order
+ * of qb_dequant (4-bit: (c_i, c_{i+4}); 8-bit: (c_2i, c_2i+1)); zeros past rows or K. */
+template <int BITS> __host__ __device__ constexpr size_t qb_xquads(int K, int nt) {
+    return (size_t)((K + qb_cfg<BITS>::ST - 1) / qb_cfg<BITS>::ST) * qb_cfg<BITS>::VT * nt * 32;
+}
+
 template <int BITS>
-__device__ __forceinline__ void qb_xpairs(const float f[8], uint32_t b[4]) {
-    if (BITS == 4) {
-#pragma unroll
-        for (int i = 0; i < 4; i++) b[i] = qb_pack(f[i], f[i + 4]);
-    } else {
-#pragma unroll
-        for (int i = 0; i < 4; i++) b[i] = qb_pack(f[2 * i], f[2 * i + 1]);
+__global__ void __launch_bounds__(256) qb_prep_kernel(uint4 *__restrict__ xq, const float *__restrict__ x,
+                                                      long ldx, int rows, int K, int nt) {
+    using C = qb_cfg<BITS>;
+    pdl_wait(); /* x is the previous kernel's output; an earlier qmv may still read xq */
+    pdl_trigger();
+    const size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (q >= qb_xquads<BITS>(K, nt)) return;
+    const int l = (int)(q % 32);
+    const size_t rest = q / 32;
+    const int i = (int)(rest % nt), j = (int)(rest / nt % C::VT);
+    const size_t u = rest / nt / C::VT;
+    const int r = 8 * i + l / 4;
+    const size_t k = u * C::ST + (size_t)(l % 4) * C::LC + 8 * j;
+    float f[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    if (r < rows && k < (size_t)K) { /* K % 32 == 0: all 8 codes or none */
+        const float4 f0 = *(const float4 *)(x + (size_t)r * ldx + k);
+        const float4 f1 = *(const float4 *)(x + (size_t)r * ldx + k + 4);
+        f[0] = f0.x, f[1] = f0.y, f[2] = f0.z, f[3] = f0.w;
+        f[4] = f1.x, f[5] = f1.y, f[6] = f1.z, f[7] = f1.w;
     }
+    uint32_t b[4];
+#pragma unroll
+    for (int e = 0; e < 4; e++)
+        b[e] = BITS == 4 ? qb_pack(f[e], f[e + 4]) : qb_pack(f[2 * e], f[2 * e + 1]);
+    xq[q] = make_uint4(b[0], b[1], b[2], b[3]);
 }
 
 template <int BITS, int NT, int RB, int S>
 __global__ void __launch_bounds__((QB_CW + 1) * 32)
-qmv_bulk_kernel(qmv_segs segs, const float *__restrict__ x, long ldx, int rows, int K, int group) {
+qmv_bulk_kernel(qmv_segs segs, const uint4 *__restrict__ xq, int rows, int K, int group) {
     using C = qb_cfg<BITS>;
     constexpr int KSPLIT = QB_CW / RB;
     constexpr int ROWS = 16 * RB;
@@ -138,13 +167,10 @@ qmv_bulk_kernel(qmv_segs segs, const float *__restrict__ x, long ldx, int rows, 
     const uint16_t *ba = (const uint16_t *)sg.b + (size_t)(n0 + (oka ? ra : 0)) * G;
     const uint16_t *sc = (const uint16_t *)sg.s + (size_t)(n0 + (okc ? rc : 0)) * G;
     const uint16_t *bc = (const uint16_t *)sg.b + (size_t)(n0 + (okc ? rc : 0)) * G;
-    const float *xr[NT];
+    const int nst = (K + C::ST - 1) / C::ST; /* super-tiles in x's fragment order */
     bool okx[NT];
 #pragma unroll
-    for (int i = 0; i < NT; i++) {
-        okx[i] = 8 * i + g < rows;
-        xr[i] = x + (size_t)(okx[i] ? 8 * i + g : 0) * ldx;
-    }
+    for (int i = 0; i < NT; i++) okx[i] = 8 * i + g < rows;
     float acc[NT][4];
 #pragma unroll
     for (int i = 0; i < NT; i++)
@@ -158,9 +184,10 @@ qmv_bulk_kernel(qmv_segs segs, const float *__restrict__ x, long ldx, int rows, 
         const uint8_t *st = qb_buf + (size_t)s * STAGE;
         bool waited = false;
 #pragma unroll
-        for (int u = 0; u < C::NST / KSPLIT; u++) {
-            const int sti = kp + u * KSPLIT;               /* super-tile within the stage */
-            const int k0 = c * C::KC + sti * C::ST + t * C::LC; /* this lane's first code */
+        for (int h = 0; h < C::NST / KSPLIT; h++) {
+            const int sti = kp + h * KSPLIT;               /* super-tile within the stage */
+            const int u = c * C::NST + sti;                /* global super-tile */
+            const int k0 = u * C::ST + t * C::LC;          /* this lane's first code */
             const bool in = k0 < K;                        /* K % 32 == 0: all LC codes or none */
             uint32_t s2a = 0, b2a = 0, s2c = 0, b2c = 0;
             if (in) {
@@ -187,18 +214,10 @@ qmv_bulk_kernel(qmv_segs segs, const float *__restrict__ x, long ldx, int rows, 
                 qb_dequant<BITS>(wcv + j * WPT, s2c, b2c, pc);
 #pragma unroll
                 for (int i = 0; i < NT; i++) {
-                    /* x: L1-resident (every CTA of the SM reads the same rows) */
-                    float f[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-                    if (okx[i] && in) {
-                        const float4 f0 = __ldg((const float4 *)(xr[i] + k0 + 8 * j));
-                        const float4 f1 = __ldg((const float4 *)(xr[i] + k0 + 8 * j + 4));
-                        f[0] = f0.x, f[1] = f0.y, f[2] = f0.z, f[3] = f0.w;
-                        f[4] = f1.x, f[5] = f1.y, f[6] = f1.z, f[7] = f1.w;
-                    }
-                    uint32_t xb[4];
-                    qb_xpairs<BITS>(f, xb);
-                    mma_bf16_16816(acc[i], pa[0], pc[0], pa[1], pc[1], xb[0], xb[1]);
-                    mma_bf16_16816(acc[i], pa[2], pc[2], pa[3], pc[3], xb[2], xb[3]);
+                    uint4 xb = make_uint4(0, 0, 0, 0); /* zeros past K come from the prep */
+                    if (okx[i] && u < nst) xb = __ldg(xq + ((size_t)(u * C::VT + j) * NT + i) * 32 + lane);
+                    mma_bf16_16816(acc[i], pa[0], pc[0], pa[1], pc[1], xb.x, xb.y);
+                    mma_bf16_16816(acc[i], pa[2], pc[2], pa[3], pc[3], xb.z, xb.w);
                 }
             }
         }
@@ -243,9 +262,15 @@ static int qb_go(qmv_segs segs, const cuda_qmv_args *a, cudaStream_t st) {
         segs.cta0[i] = grid;
         grid += (segs.N[i] + 16 * RB - 1) / (16 * RB);
     }
+    uint4 *xq = (uint4 *)a->ws;
+    const size_t quads = qb_xquads<BITS>(a->K, NT);
+    pdl_launch p;
+    pdl_launch_config(&p, dim3((unsigned)((quads + 255) / 256)), dim3(256), 0, st);
+    cudaError_t e = cudaLaunchKernelEx(&p.cfg, qb_prep_kernel<BITS>, xq, a->x, a->ldx, a->rows, a->K, NT);
+    if (e != cudaSuccess) return (int)e;
     pdl_launch l;
     pdl_launch_config(&l, dim3(grid), dim3((QB_CW + 1) * 32), smem, st);
-    return (int)cudaLaunchKernelEx(&l.cfg, qmv_bulk_kernel<BITS, NT, RB, S>, segs, a->x, a->ldx,
+    return (int)cudaLaunchKernelEx(&l.cfg, qmv_bulk_kernel<BITS, NT, RB, S>, segs, (const uint4 *)xq,
                                    a->rows, a->K, a->group);
 }
 
@@ -270,9 +295,15 @@ extern "C" int cuda_qmv_bulk_supported(const cuda_qmv_args *a) {
            a->ldx >= a->K && a->ldx % 4 == 0;
 }
 
+/* x in fragment order for CUDA_QMV_TC_MAX_ROWS rows; 4-bit super-tiles are the longer. */
+extern "C" size_t cuda_qmv_bulk_workspace_bytes(int K) {
+    return qb_xquads<4>(K, CUDA_QMV_TC_MAX_ROWS / 8) * sizeof(uint4);
+}
+
 extern "C" int cuda_qmv_bulk(const cuda_qmv_args *a, int variant, cudaStream_t st) {
     if (!cuda_qmv_bulk_supported(a) || a->n_segs < 1 || a->n_segs > CUDA_QMV_MAX_SEGS ||
-        variant < 0 || variant >= QB_N_VARIANTS)
+        variant < 0 || variant >= QB_N_VARIANTS || !a->ws || ((uintptr_t)a->ws & 15) ||
+        a->ws_bytes < cuda_qmv_bulk_workspace_bytes(a->K))
         return (int)cudaErrorInvalidValue;
     qmv_segs segs;
     if (qmv_segs_fill(a, &segs, true)) return (int)cudaErrorInvalidValue;
