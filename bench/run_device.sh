@@ -21,6 +21,7 @@
 #   compared with its bf16 reference (`mlxcel compare`, 256 tokens: top-1 agreement, KL)
 #   TP=1: then bench/tp_device.sh (tensor parallelism: NCCL group of one, TP 2/4 with >= 2 GPUs)
 #   AB_QMV_TC=0 (1: each quantized shape is also benched with MLXCEL_QMV_TC=0, printed only)
+#   QUANT_AB_ENV="" (as AB_ENV, for each quantized variant; same AB_BATCH)
 #   SERVE=1: for llama-3.1-8b, `mlxcel serve --device cuda` + `mlxcel loadtest` at SERVE_CONC
 #   (default 1,8,32,64,128,256), PROMPT/GEN tokens, within SERVE_BUDGET=150 s
 #   (bench/serve_loadtest.sh; needs the Llama 3 tokenizer that pack_device.sh packs); 0 skips
@@ -172,6 +173,12 @@ for shape in $SHAPES; do
     timeout "$(tl)" "$MLX" bench -m "$qdir" --device cuda --prompt-tokens "$PROMPT" --gen-tokens "$GEN" \
       --batch "$BATCH" --repeat "$REPEAT" --json > "$RES/$shape.$qt.mlxcel.json" 2> "$LOG/$shape.$qt.bench.log"
     tail -3 "$LOG/$shape.$qt.bench.log"
+    for ab in ${QUANT_AB_ENV:-}; do
+      stage "$shape $qt: decode (batch ${AB_BATCH:-1}) with $ab (A/B)"
+      env ${ab//,/ } timeout 90 "$MLX" bench -m "$qdir" --device cuda --prompt-tokens "$PROMPT" \
+        --gen-tokens "$GEN" --batch "${AB_BATCH:-1}" --repeat 2 2>/dev/null | grep -E '^ +[0-9]+ ' |
+        sed "s/^/$qt $ab /" | tee -a "$RES/$shape.ab.txt"
+    done
     if [ "${AB_QMV_TC:-0}" = 1 ]; then
       stage "$shape $qt: decode with MLXCEL_QMV_TC=0 (A/B: CUDA-core qmv + qmm, batch $BATCH)"
       MLXCEL_QMV_TC=0 timeout "$(tl)" "$MLX" bench -m "$qdir" --device cuda --prompt-tokens "$PROMPT" \
