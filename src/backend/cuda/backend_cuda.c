@@ -546,7 +546,6 @@ static int cu_init(int dev, mx_error *err) {
     g_cu.qmm_tile = env->qmm_tile_m;
     g_cu.qmv_tc = env->qmv_tc;
     g_cu.qmv_bulk = env->qmv_bulk;
-    g_cu.lt_timed = env->lt_timed;
     g_cu.deterministic = env->sdpa_deterministic;
     g_cu.forced_splits = env->paged_decode_splits > CUDA_ATTN_MAX_SPLITS ? CUDA_ATTN_MAX_SPLITS
                                                                          : env->paged_decode_splits;

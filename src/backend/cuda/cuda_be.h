@@ -120,7 +120,6 @@ typedef struct cu_state {
     size_t xbf_cap;
     void *lt_ws;
     size_t lt_ws_size;
-    bool lt_timed; /* MLXCEL_LT_TIMED */
     cublasLtHandle_t lt;
     cu_lt_plan plans[CU_LT_PLANS];
     uint64_t use_clock;

@@ -4,15 +4,23 @@
 
 #include <string.h>
 
+#define LT_CANDIDATES 16
+
 static bool g_splitk = true;
 void cu_lt_set_splitk(bool allow) { g_splitk = allow; }
 
-static bool lt_splits(const cublasLtMatmulAlgo_t *algo) {
-    int32_t splits = 1;
-    size_t got = 0;
-    return cublasLtMatmulAlgoConfigGetAttribute(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits,
-                                                sizeof splits, &got) == 0 &&
-           splits > 1;
+/* The heuristic's first candidate, or without split-K the first that reports one split. */
+static int lt_pick(const cublasLtMatmulHeuristicResult_t *res, int n) {
+    if (g_splitk) return 0;
+    for (int i = 0; i < n; i++) {
+        int32_t splits = 1;
+        size_t got = 0;
+        if (cublasLtMatmulAlgoConfigGetAttribute(&res[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+                                                 &splits, sizeof splits, &got) == 0 &&
+            splits <= 1)
+            return i;
+    }
+    return 0;
 }
 
 void cu_lt_desc_make(cu_lt_desc *d, cublasLtHandle_t lt, int N, int K, int rows, long lda,
@@ -20,7 +28,7 @@ void cu_lt_desc_make(cu_lt_desc *d, cublasLtHandle_t lt, int N, int K, int rows,
     const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     cublasLtMatmulPreference_t pref = NULL;
     int nres = 0;
-    cublasLtMatmulHeuristicResult_t res[CU_LT_CANDIDATES];
+    cublasLtMatmulHeuristicResult_t res[LT_CANDIDATES];
     memset(res, 0, sizeof res);
     if (cublasLtMatmulDescCreate(&d->op, CUBLAS_COMPUTE_32F, CUDA_R_32F) ||
         cublasLtMatmulDescSetAttribute(d->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) ||
@@ -37,15 +45,11 @@ void cu_lt_desc_make(cu_lt_desc *d, cublasLtHandle_t lt, int N, int K, int rows,
           cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                                &align_c, sizeof align_c))) ||
         cublasLtMatmulAlgoGetHeuristic(lt, d->op, d->a, d->b, d->c, d->c, pref,
-                                       CU_LT_CANDIDATES, res, &nres) ||
+                                       g_splitk ? 1 : LT_CANDIDATES, res, &nres) ||
         nres < 1) {
         d->ok = false;
     } else {
-        /* without split-K: only the candidates that report one split, when there is one */
-        for (int i = 0; i < nres; i++)
-            if (g_splitk || !lt_splits(&res[i].algo)) d->cand[d->n_cand++] = res[i].algo;
-        if (!d->n_cand) d->cand[d->n_cand++] = res[0].algo;
-        d->algo = d->cand[0];
+        d->algo = res[lt_pick(res, nres)].algo;
         d->ok = true;
     }
     if (pref) cublasLtMatmulPreferenceDestroy(pref);

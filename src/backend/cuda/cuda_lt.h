@@ -15,18 +15,11 @@
 extern "C" {
 #endif
 
-#define CU_LT_CANDIDATES 16
-
 typedef struct cu_lt_desc {
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t a, b, c; /* c serves as both C and D */
-    cublasLtMatmulAlgo_t algo;      /* the one every matmul runs */
+    cublasLtMatmulAlgo_t algo;
     bool ok; /* every descriptor made and the heuristic returned an algorithm */
-    /* the heuristic's candidates (split-K ones only if allowed), best first; algo starts as
-     * cand[0] */
-    cublasLtMatmulAlgo_t cand[CU_LT_CANDIDATES];
-    int n_cand;
-    bool timed; /* the candidates were timed and algo is the fastest (cuda_matmul.c) */
 } cu_lt_desc;
 
 /* Column-major view: D[N, rows] (fp32, ld ldo) = op(A)[N, K] * B[K, rows], with A a bf16

@@ -67,71 +67,6 @@ static void tc_run(int n, const uint16_t *const *W, float *const *y, const int *
         if (B[i]) cu_ck(cuda_bias_add_f32(y[i], N[i], B[i], rows, N[i], g_cu.st), "bias");
 }
 
-/* Decode-sized matmuls (rows <= LT_TIMED_MAX_ROWS) recur every step with the same shape, so
- * the first eager one (never during graph capture) times the heuristic's candidates on its
- * own operands (beta = 0: y is rewritten by the real run after) and keeps the fastest when it
- * beats the heuristic's pick by LT_TIMED_MIN_GAIN; prefill shapes vary with the prompt and
- * keep the heuristic's pick. MLXCEL_LT_TIMED=0 turns it off. In a decode step every weight
- * comes from HBM (the model is larger than L2), so each timed run follows a write of twice
- * the L2 size: a weight that fits in L2 would otherwise favour compute-bound candidates. */
-#define LT_TIMED_MAX_ROWS 64
-#define LT_TIMED_MIN_GAIN 0.02f
-#define LT_TIMED_REPS 3
-
-typedef struct lt_timer {
-    cudaEvent_t e0, e1;
-    void *flush;
-    size_t flush_bytes;
-} lt_timer;
-
-static float lt_time_one(cu_lt_desc *d, const cublasLtMatmulAlgo_t *algo, float *y, const uint16_t *W,
-                         const lt_timer *t) {
-    const float alpha = 1.0f, beta = 0.0f;
-    float total = 0.0f;
-    for (int r = 0; r <= LT_TIMED_REPS; r++) { /* r == 0: warm-up */
-        float ms = 0.0f;
-        if (cudaMemsetAsync(t->flush, r, t->flush_bytes, g_cu.st) || cudaEventRecord(t->e0, g_cu.st))
-            return -1.0f;
-        if (cublasLtMatmul(g_cu.lt, d->op, &alpha, W, d->a, g_cu.xbf, d->b, &beta, y, d->c, y, d->c,
-                           algo, g_cu.lt_ws, g_cu.lt_ws_size, g_cu.st))
-            return -1.0f; /* this candidate cannot run here */
-        if (cudaEventRecord(t->e1, g_cu.st) || cudaEventSynchronize(t->e1) ||
-            cudaEventElapsedTime(&ms, t->e0, t->e1))
-            return -1.0f;
-        if (r) total += ms;
-    }
-    return total;
-}
-
-static void lt_time(cu_lt_plan *p, float *y, const uint16_t *W) {
-    cu_lt_desc *d = &p->d;
-    d->timed = true;
-    if (d->n_cand < 2) return;
-    int l2 = 0;
-    lt_timer t = {0};
-    if (cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, cuda_cur_device()) || l2 <= 0) l2 = 64 << 20;
-    t.flush_bytes = 2 * (size_t)l2;
-    if (cudaEventCreate(&t.e0) || cudaEventCreate(&t.e1) || !(t.flush = cu_dev_alloc(t.flush_bytes)))
-        goto out;
-    const float base = lt_time_one(d, &d->cand[0], y, W, &t);
-    if (base <= 0.0f) goto out;
-    int best = 0;
-    float best_ms = base;
-    for (int i = 1; i < d->n_cand; i++) {
-        const float ms = lt_time_one(d, &d->cand[i], y, W, &t);
-        if (ms > 0.0f && ms < best_ms) best = i, best_ms = ms;
-    }
-    if (best != 0 && best_ms < base * (1.0f - LT_TIMED_MIN_GAIN)) d->algo = d->cand[best];
-    else best = 0, best_ms = base;
-    LOG_DEBUG("cuBLASLt [%d x %d] x [%d x %d]^T: candidate %d of %d, %.1f us (heuristic's first: %.1f us)",
-              p->rows, p->K, p->N, p->K, best, d->n_cand, 1e3f * best_ms / LT_TIMED_REPS,
-              1e3f * base / LT_TIMED_REPS);
-out:
-    if (t.flush) cu_dev_free(t.flush);
-    if (t.e0) cudaEventDestroy(t.e0);
-    if (t.e1) cudaEventDestroy(t.e1);
-}
-
 /* y = xbf @ W^T (+ bias) with the plan p; xbf = g_cu.xbf, already converted. */
 static void lt_run(cu_lt_plan *p, float *y, long ldy, int rows, const uint16_t *W, int N, int K,
                    const uint16_t *B) {
@@ -140,7 +75,6 @@ static void lt_run(cu_lt_plan *p, float *y, long ldy, int rows, const uint16_t *
         return;
     }
     const float alpha = 1.0f, beta = 0.0f;
-    if (g_cu.lt_timed && !p->d.timed && !g_cu.capturing && rows <= LT_TIMED_MAX_ROWS) lt_time(p, y, W);
     const cu_lt_desc *d = &p->d;
     if (cublasLtMatmul(g_cu.lt, d->op, &alpha, W, d->a, g_cu.xbf, d->b, &beta, y, d->c, y, d->c,
                        &d->algo, g_cu.lt_ws, g_cu.lt_ws_size, g_cu.st)) {
