@@ -171,11 +171,13 @@ qmv_bulk_kernel(qmv_segs segs, const uint4 *__restrict__ xq, int rows, int K, in
     bool okx[NT];
 #pragma unroll
     for (int i = 0; i < NT; i++) okx[i] = 8 * i + g < rows;
-    float acc[NT][4];
+    /* two accumulators per n-tile, one per MMA of a virtual tile: half the dependent chain
+     * (at one n-tile the chain of back-to-back MMAs is the warp's critical path) */
+    float acc[NT][4], acc2[NT][4];
 #pragma unroll
     for (int i = 0; i < NT; i++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) acc[i][e] = 0.f;
+        for (int e = 0; e < 4; e++) acc[i][e] = acc2[i][e] = 0.f;
 
     pdl_wait(); /* x is the previous kernel's output */
     pdl_trigger();
@@ -195,6 +197,14 @@ qmv_bulk_kernel(qmv_segs segs, const uint4 *__restrict__ xq, int rows, int K, in
                 s2a = (uint32_t)__ldg(sa + gi) * 0x10001u, b2a = (uint32_t)__ldg(ba + gi) * 0x10001u;
                 s2c = (uint32_t)__ldg(sc + gi) * 0x10001u, b2c = (uint32_t)__ldg(bc + gi) * 0x10001u;
             }
+            /* One n-tile: this super-tile's x quads are loaded before the stage wait, so their
+             * L2 latency overlaps it (the wait's memory clobber keeps later loads after it). */
+            uint4 xpre[NT == 1 ? C::VT : 1];
+            if (NT == 1)
+#pragma unroll
+                for (int j = 0; j < C::VT; j++)
+                    xpre[j] = okx[0] && u < nst ? __ldg(xq + (size_t)(u * C::VT + j) * 32 + lane)
+                                                : make_uint4(0, 0, 0, 0);
             if (!waited) {
                 mbar_wait(&full[s], (c / S) & 1);
                 waited = true;
@@ -215,9 +225,10 @@ qmv_bulk_kernel(qmv_segs segs, const uint4 *__restrict__ xq, int rows, int K, in
 #pragma unroll
                 for (int i = 0; i < NT; i++) {
                     uint4 xb = make_uint4(0, 0, 0, 0); /* zeros past K come from the prep */
-                    if (okx[i] && u < nst) xb = __ldg(xq + ((size_t)(u * C::VT + j) * NT + i) * 32 + lane);
+                    if (NT == 1) xb = xpre[j];
+                    else if (okx[i] && u < nst) xb = __ldg(xq + ((size_t)(u * C::VT + j) * NT + i) * 32 + lane);
                     mma_bf16_16816(acc[i], pa[0], pc[0], pa[1], pc[1], xb.x, xb.y);
-                    mma_bf16_16816(acc[i], pa[2], pc[2], pa[3], pc[3], xb.z, xb.w);
+                    mma_bf16_16816(acc2[i], pa[2], pc[2], pa[3], pc[3], xb.z, xb.w);
                 }
             }
         }
@@ -231,7 +242,7 @@ qmv_bulk_kernel(qmv_segs segs, const uint4 *__restrict__ xq, int rows, int K, in
 #pragma unroll
     for (int i = 0; i < NT; i++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) red[warp][i * 4 + e][lane] = acc[i][e];
+        for (int e = 0; e < 4; e++) red[warp][i * 4 + e][lane] = acc[i][e] + acc2[i][e];
     asm volatile("bar.sync 1, %0;" ::"n"(QB_CW * 32) : "memory"); /* consumers only */
     if (kp != 0) return;
     for (int q = 0; q < NT * 4; q++) {
