@@ -130,6 +130,9 @@ typedef struct backend_ops {
     /* Same, keeping the host dtype byte for byte (quantized weights: U32 packed codes and
      * their f16/bf16/f32 scales and biases). NULL: upload (which keeps dtypes on the CPU). */
     int (*upload_raw)(mx_tensor *dst, const mx_tensor *host, mx_error *err);
+    /* upload of n dense weights sharing their input (Q, K, V) into one device buffer, back to
+     * back in order, so that the backend may run their matmuls as one. NULL: upload each. */
+    int (*upload_group)(mx_tensor *dst, const mx_tensor *host, int n, mx_error *err);
     void (*copy_to_host)(void *dst, const mx_tensor *src);
     void (*copy_from_host)(mx_tensor *dst, const void *src);
 

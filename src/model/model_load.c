@@ -156,6 +156,48 @@ static int bind_lin(binder *b, model_weight *dst, bool required, int64_t d0, int
     return bind_any(b, full, &t, 2, shape, &dst->w, &dst->q, embedding) < 0 ? -1 : 0;
 }
 
+/* Q, K, V [QD | KD | KD, H]: when all three are dense in one float dtype and the backend takes
+ * groups, they go up as one buffer, back to back (the backend may then run the three matmuls
+ * as one); otherwise each is bound on its own, dense or quantized. */
+static int bind_qkv(binder *b, model_layer *L, int li, int64_t QD, int64_t KD, int64_t H) {
+    static const char *k_fmt[3] = {"layers.%d.self_attn.q_proj.weight",
+                                   "layers.%d.self_attn.k_proj.weight",
+                                   "layers.%d.self_attn.v_proj.weight"};
+    model_weight *dst[3] = {&L->wq, &L->wk, &L->wv};
+    const int64_t d0[3] = {QD, KD, KD};
+    char full[3][400];
+    mx_tensor t[3];
+    bool group = b->m->be->upload_group != NULL;
+    for (int i = 0; i < 3; i++) {
+        char name[320];
+        snprintf(name, sizeof name, k_fmt[i], li);
+        snprintf(full[i], sizeof full[i], "%s%s", b->prefix, name);
+        t[i] = b->fn(b->ctx, full[i]);
+        memset(dst[i], 0, sizeof *dst[i]);
+        group = group && t[i].data && t[i].ndim == 2 && t[i].shape[0] == d0[i] && t[i].shape[1] == H &&
+                t[i].dtype == t[0].dtype &&
+                (t[i].dtype == MX_BF16 || t[i].dtype == MX_F16 || t[i].dtype == MX_F32);
+    }
+    if (group) {
+        mx_tensor w[3];
+        if (b->m->be->upload_group(w, t, 3, b->err))
+            return mx_wrap(b->err, "tensors %slayers.%d.self_attn.{q,k,v}_proj.weight", b->prefix, li);
+        for (int i = 0; i < 3; i++) {
+            dst[i]->w = w[i];
+            b->m->n_params += (uint64_t)mx_tensor_numel(&t[i]);
+            count_weight(b, &t[i]);
+            b->m->n_lin++;
+        }
+        return 0;
+    }
+    for (int i = 0; i < 3; i++) {
+        if (!t[i].data) return mx_fail(b->err, "tensor %s: missing from the checkpoint", full[i]);
+        const int64_t shape[2] = {d0[i], H};
+        if (bind_any(b, full[i], &t[i], 2, shape, &dst[i]->w, &dst[i]->q, false) < 0) return -1;
+    }
+    return 0;
+}
+
 /* ==== MoE experts ====
  * Three layouts: MLX stacked `switch_mlp.{gate,up,down}_proj.weight` [E, out, in] (what
  * `mlxcel convert` and mlx_lm write; dense or quantized per projection), transformers 5.x fused
@@ -290,9 +332,7 @@ static int bind_layer(binder *b, int li) {
     /* this rank's slice: heads and MLP width divided by the TP degree (1 = the whole model) */
     const int H = s->hidden_size, D = s->head_dim, QD = m->hq * D, KD = m->hkv * D;
     if (bind(b, &L->attn_norm, true, H, 0, "layers.%d.input_layernorm.weight", li, -1) ||
-        bind_lin(b, &L->wq, true, QD, H, "layers.%d.self_attn.q_proj.weight", li, -1, false) ||
-        bind_lin(b, &L->wk, true, KD, H, "layers.%d.self_attn.k_proj.weight", li, -1, false) ||
-        bind_lin(b, &L->wv, true, KD, H, "layers.%d.self_attn.v_proj.weight", li, -1, false) ||
+        bind_qkv(b, L, li, QD, KD, H) ||
         bind_lin(b, &L->wo, true, H, QD, "layers.%d.self_attn.o_proj.weight", li, -1, false) ||
         bind(b, &L->bq, s->qkv_bias, QD, 0, "layers.%d.self_attn.q_proj.bias", li, -1) ||
         bind(b, &L->bk, s->qkv_bias, KD, 0, "layers.%d.self_attn.k_proj.bias", li, -1) ||

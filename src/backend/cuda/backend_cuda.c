@@ -497,6 +497,7 @@ static const backend_ops k_cuda_ops = {
     .free = be_free,
     .upload = cu_weight_upload,
     .upload_raw = cu_weight_upload_raw,
+    .upload_group = cu_weight_upload_group,
     .copy_to_host = be_copy_to_host,
     .copy_from_host = be_copy_from_host,
     .embed = be_embed,

@@ -118,6 +118,8 @@ typedef struct cu_state {
     /* ---- scratch on the device ---- */
     void *xbf;                /* [rows, max_k] bf16 input of cuBLASLt */
     size_t xbf_cap;
+    void *ycat;               /* [rows, sum N] fp32 output of a joined group (lt_run_joined) */
+    size_t ycat_cap;
     void *lt_ws;
     size_t lt_ws_size;
     cublasLtHandle_t lt;
@@ -263,6 +265,7 @@ void cu_graphs_clear(void);
 int cu_weight_upload(mx_tensor *dst, const mx_tensor *host, mx_error *err);
 /* Same, keeping the host dtype (U32 packed codes, f16/f32 scales and biases). */
 int cu_weight_upload_raw(mx_tensor *dst, const mx_tensor *host, mx_error *err);
+int cu_weight_upload_group(mx_tensor *dst, const mx_tensor *host, int n, mx_error *err);
 int cu_finish_load(mx_error *err);
 void cu_resident(const void *dptr);   /* lazy policy: makes the weight holding dptr resident */
 void cu_resident_all(void);

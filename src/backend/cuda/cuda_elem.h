@@ -40,6 +40,16 @@ int cuda_softcap_f32(float *x, size_t n, float cap, cudaStream_t st);
 /* out[i, :] = x[idx[i], :] (idx on the device) */
 int cuda_gather_rows_f32(float *out, long out_stride, const float *x, long x_stride,
                          const int32_t *idx, int n, int cols, cudaStream_t st);
+/* The columns of src [rows, N_0 + .. + N_{n-1}] (fp32, contiguous) into y_i [rows, N_i]
+ * (contiguous), plus bias_i (bf16 [N_i]) where not NULL; n <= 3: one GEMM over weights stored
+ * back to back, split into its segments' outputs. */
+typedef struct cuda_split_segs {
+    float *y[3];
+    const uint16_t *bias[3];
+    int N[3];
+    int n;
+} cuda_split_segs;
+int cuda_split_cols_f32(const cuda_split_segs *s, const float *src, int rows, cudaStream_t st);
 /* out[r, :] += bias (bf16) */
 int cuda_bias_add_f32(float *out, long out_stride, const uint16_t *bias, int rows, int cols,
                       cudaStream_t st);

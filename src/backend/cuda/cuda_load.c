@@ -106,8 +106,7 @@ static int copy_weight(char *dptr, const void *host, mx_dtype t, int64_t numel, 
 }
 
 /* ==== Upload op ==== */
-/* raw: keep the host dtype (U32 packed codes, f16/f32 scales); else convert to bf16. */
-static int upload(mx_tensor *dst, const mx_tensor *host, bool raw, mx_error *err) {
+static int check_host(const mx_tensor *host, bool raw, mx_error *err) {
     if (raw ? host->dtype != MX_BF16 && host->dtype != MX_F16 && host->dtype != MX_F32 &&
                   host->dtype != MX_U32
             : host->dtype != MX_BF16 && host->dtype != MX_F16 && host->dtype != MX_F32)
@@ -118,13 +117,18 @@ static int upload(mx_tensor *dst, const mx_tensor *host, bool raw, mx_error *err
         if (host->stride[d] != expect) return mx_fail(err, "non-contiguous host tensor");
         expect *= host->shape[d];
     }
+    return 0;
+}
+
+static size_t dev_bytes(const mx_tensor *host, bool raw) {
+    return (size_t)mx_tensor_numel(host) * dev_esize(host->dtype, raw);
+}
+
+/* host -> the device bytes at d (allocated by the caller, dev_bytes long). */
+static int place(mx_tensor *dst, const mx_tensor *host, bool raw, char *d, mx_error *err) {
     const int64_t numel = mx_tensor_numel(host);
-    const size_t nbytes = (size_t)numel * dev_esize(host->dtype, raw);
+    const size_t nbytes = dev_bytes(host, raw);
     const double t0 = mx_now();
-    char *d = cu_dev_alloc(nbytes);
-    if (!d)
-        return mx_fail(err, "out of GPU memory for %.1f MiB (%.2f GiB allocated so far)",
-                       nbytes / 1048576.0, g_cu.cur_bytes / 1073741824.0);
     *dst = *host;
     dst->data = d;
     dst->dtype = raw ? host->dtype : MX_BF16;
@@ -156,12 +160,44 @@ static int upload(mx_tensor *dst, const mx_tensor *host, bool raw, mx_error *err
     return 0;
 }
 
+static char *alloc_weights(size_t nbytes, mx_error *err) {
+    char *d = cu_dev_alloc(nbytes);
+    if (!d)
+        mx_fail(err, "out of GPU memory for %.1f MiB (%.2f GiB allocated so far)",
+                nbytes / 1048576.0, g_cu.cur_bytes / 1073741824.0);
+    return d;
+}
+
+/* raw: keep the host dtype (U32 packed codes, f16/f32 scales); else convert to bf16. */
+static int upload(mx_tensor *dst, const mx_tensor *host, bool raw, mx_error *err) {
+    if (check_host(host, raw, err)) return -1;
+    char *d = alloc_weights(dev_bytes(host, raw), err);
+    return d ? place(dst, host, raw, d, err) : -1;
+}
+
 int cu_weight_upload(mx_tensor *dst, const mx_tensor *host, mx_error *err) {
     return upload(dst, host, false, err);
 }
 
 int cu_weight_upload_raw(mx_tensor *dst, const mx_tensor *host, mx_error *err) {
     return upload(dst, host, true, err);
+}
+
+/* One allocation, tensors back to back (bf16 sizes are even; a tensor whose bytes are not a
+ * multiple of 16 leaves the next one unaligned, which the matmuls check and then run apart). */
+int cu_weight_upload_group(mx_tensor *dst, const mx_tensor *host, int n, mx_error *err) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++) {
+        if (check_host(&host[i], false, err)) return -1;
+        total += dev_bytes(&host[i], false);
+    }
+    char *d = alloc_weights(total, err);
+    if (!d) return -1;
+    for (int i = 0; i < n; i++) {
+        if (place(&dst[i], &host[i], false, d, err)) return -1;
+        d += dev_bytes(&host[i], false);
+    }
+    return 0;
 }
 
 int cu_finish_load(mx_error *err) {

@@ -302,6 +302,42 @@ __global__ void bias_kernel(float *out, long os, const uint16_t *b, int cols, si
     }
 }
 
+__global__ void split_cols_kernel(cuda_split_segs s, const float *src, int cols, size_t n) {
+    for (size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x; t < n;
+         t += (size_t)gridDim.x * blockDim.x) {
+        const size_t r = t / cols;
+        int c = (int)(t - r * cols);
+        /* compile-time indices only (a run-time index into s would copy it to local memory) */
+        float *y = s.y[0];
+        const uint16_t *b = s.bias[0];
+        int N = s.N[0];
+        if (c >= s.N[0]) {
+            c -= s.N[0];
+            y = s.y[1], b = s.bias[1], N = s.N[1];
+            if (c >= s.N[1]) {
+                c -= s.N[1];
+                y = s.y[2], b = s.bias[2], N = s.N[2];
+            }
+        }
+        y[r * N + c] = src[t] + (b ? bf16_lo(b[c]) : 0.0f);
+    }
+}
+
+extern "C" int cuda_split_cols_f32(const cuda_split_segs *s, const float *src, int rows,
+                                   cudaStream_t st) {
+    if (!s || s->n < 1 || s->n > 3 || rows < 1 || !src) return (int)cudaErrorInvalidValue;
+    cuda_split_segs a = *s;
+    int cols = 0;
+    for (int i = 0; i < a.n; i++) {
+        if (!a.y[i] || a.N[i] < 1) return (int)cudaErrorInvalidValue;
+        cols += a.N[i];
+    }
+    for (int i = a.n; i < 3; i++) a.y[i] = NULL, a.bias[i] = NULL, a.N[i] = 1 << 30;
+    const size_t n = (size_t)rows * cols;
+    split_cols_kernel<<<grid_for(n), EL_THREADS, 0, st>>>(a, src, cols, n);
+    LAUNCH_CHECK();
+}
+
 extern "C" int cuda_bias_add_f32(float *out, long out_stride, const uint16_t *bias, int rows,
                                  int cols, cudaStream_t st) {
     if (rows < 1 || cols < 1 || !out || !bias) return (int)cudaErrorInvalidValue;
