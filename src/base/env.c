@@ -126,6 +126,7 @@ static void env_load(void) {
     g_env.sdpa_deterministic = env_bool("MLXCEL_SDPA_DETERMINISTIC", false);
     g_env.cuda_pdl = env_bool("MLXCEL_CUDA_PDL", true);
     g_env.lt_splitk = env_bool("MLXCEL_LT_SPLITK", true);
+    g_env.join_qkv = env_bool("MLXCEL_JOIN_QKV", true);
     g_env.gemv_fuse = env_bool("MLXCEL_GEMV_FUSE", false);
     g_env.gemv_tc_rows = env_int("MLXCEL_GEMV_TC_ROWS", 8, 0, 32);
     g_env.gemv_prefetch_kb = env_int("MLXCEL_GEMV_PREFETCH_KB", 0, 0, 4096);

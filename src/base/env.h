@@ -20,6 +20,7 @@ typedef struct mx_env_t {
     bool profile_ttft;             /* MLXCEL_PROFILE_TTFT (0) */
     bool cuda_pdl;                 /* MLXCEL_CUDA_PDL (1): programmatic dependent launch */
     bool lt_splitk;                /* MLXCEL_LT_SPLITK (1): cuBLASLt may pick split-K algorithms */
+    bool join_qkv;                 /* MLXCEL_JOIN_QKV (1): Q/K/V in one device buffer, one GEMM */
     bool gemv_fuse;                /* MLXCEL_GEMV_FUSE (1): norm/add/GLU fused into 1..2-row GEMVs */
     int gemv_prefetch_kb;          /* MLXCEL_GEMV_PREFETCH_KB (0): L2 prefetch per GEMV CTA */
     int dense_gemv_rows;           /* MLXCEL_DENSE_GEMV_ROWS (8); 0 = cuBLASLt for all rows */

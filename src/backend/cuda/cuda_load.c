@@ -21,6 +21,7 @@
 
 #include "backend/cuda/cuda_be.h"
 #include "base/clock.h"
+#include "base/env.h"
 #include "base/log.h"
 
 /* ==== Host conversion into a staging buffer ==== */
@@ -186,6 +187,11 @@ int cu_weight_upload_raw(mx_tensor *dst, const mx_tensor *host, mx_error *err) {
 /* One allocation, tensors back to back (bf16 sizes are even; a tensor whose bytes are not a
  * multiple of 16 leaves the next one unaligned, which the matmuls check and then run apart). */
 int cu_weight_upload_group(mx_tensor *dst, const mx_tensor *host, int n, mx_error *err) {
+    if (!mx_env()->join_qkv) { /* MLXCEL_JOIN_QKV=0: apart, so their matmuls run apart */
+        for (int i = 0; i < n; i++)
+            if (upload(&dst[i], &host[i], false, err)) return -1;
+        return 0;
+    }
     size_t total = 0;
     for (int i = 0; i < n; i++) {
         if (check_host(&host[i], false, err)) return -1;
