@@ -116,6 +116,19 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   TESTS="default rc $rc1 ($(tail -1 "$LOG/tests.log")); deterministic rc $rc2; no graphs rc $rc3; no PDL rc $rc4; graph==eager tokens: $same"
 fi
 
+# A/B decode: ab_decode DIR SHAPE PREFIX ENV... runs AB_BATCH once per ENV ("A=1,B=2" sets
+# both), each printed line prefixed with PREFIX and the ENV, and kept in $RES/SHAPE.ab.txt.
+ab_decode() {
+  local dir=$1 shape=$2 prefix=$3 ab
+  shift 3
+  for ab in "$@"; do
+    stage "$shape ${prefix}: decode (batch ${AB_BATCH:-1}) with $ab (A/B)"
+    env ${ab//,/ } timeout 90 "$MLX" bench -m "$dir" --device cuda --prompt-tokens "$PROMPT" \
+      --gen-tokens "$GEN" --batch "${AB_BATCH:-1}" --repeat 2 2>/dev/null | grep -E '^ +[0-9]+ ' |
+      sed "s/^/$prefix$ab /" | tee -a "$RES/$shape.ab.txt"
+  done
+}
+
 # ==== Per shape: synthetic checkpoint, mlxcel bench, transformers, agreement ====
 for shape in $SHAPES; do
   dir=$WORK/$shape
@@ -129,12 +142,7 @@ for shape in $SHAPES; do
   MLXCEL_PROFILE_TTFT=1 timeout "$(tl)" "$MLX" bench -m "$dir" --device cuda --prompt-tokens "$PROMPT" \
     --gen-tokens "$GEN" --batch "$BATCH" --repeat "$REPEAT" --json > "$RES/$shape.mlxcel.json" 2> "$LOG/$shape.bench.log"
   tail -3 "$LOG/$shape.bench.log"
-  for ab in ${AB_ENV:-}; do
-    stage "$shape: decode (batch ${AB_BATCH:-1}) with $ab (A/B)"
-    env ${ab//,/ } timeout 60 "$MLX" bench -m "$dir" --device cuda --prompt-tokens "$PROMPT" \
-      --gen-tokens "$GEN" --batch "${AB_BATCH:-1}" --repeat 2 2>/dev/null | grep -E '^ +[0-9]+ ' |
-      sed "s/^/$ab /" | tee -a "$RES/$shape.ab.txt"
-  done
+  ab_decode "$dir" "$shape" "" ${AB_ENV:-}
   if [ "${AB_PDL:-0}" = 1 ]; then
     stage "$shape: B=1 decode with MLXCEL_CUDA_PDL=0 (A/B)"
     MLXCEL_CUDA_PDL=0 timeout 60 "$MLX" bench -m "$dir" --device cuda --prompt-tokens "$PROMPT" \
@@ -173,12 +181,7 @@ for shape in $SHAPES; do
     timeout "$(tl)" "$MLX" bench -m "$qdir" --device cuda --prompt-tokens "$PROMPT" --gen-tokens "$GEN" \
       --batch "$BATCH" --repeat "$REPEAT" --json > "$RES/$shape.$qt.mlxcel.json" 2> "$LOG/$shape.$qt.bench.log"
     tail -3 "$LOG/$shape.$qt.bench.log"
-    for ab in ${QUANT_AB_ENV:-}; do
-      stage "$shape $qt: decode (batch ${AB_BATCH:-1}) with $ab (A/B)"
-      env ${ab//,/ } timeout 90 "$MLX" bench -m "$qdir" --device cuda --prompt-tokens "$PROMPT" \
-        --gen-tokens "$GEN" --batch "${AB_BATCH:-1}" --repeat 2 2>/dev/null | grep -E '^ +[0-9]+ ' |
-        sed "s/^/$qt $ab /" | tee -a "$RES/$shape.ab.txt"
-    done
+    ab_decode "$qdir" "$shape" "$qt " ${QUANT_AB_ENV:-}
     if [ "${AB_QMV_TC:-0}" = 1 ]; then
       stage "$shape $qt: decode with MLXCEL_QMV_TC=0 (A/B: CUDA-core qmv + qmm, batch $BATCH)"
       MLXCEL_QMV_TC=0 timeout "$(tl)" "$MLX" bench -m "$qdir" --device cuda --prompt-tokens "$PROMPT" \
