@@ -139,8 +139,10 @@ void suite_qmv(void) {
                 fill_bf16(c.b[s], sbb / 2, next_seed(), 0.05f);
                 fill_f32(c.x[s], (size_t)32 * c.K, next_seed(), 1.0f);
             }
-            c.ws_bytes = cuda_qmv_workspace_bytes(c.K); /* the larger of cuda_qmv's and qmv_bulk's */
-            if (cuda_qmv_bulk_workspace_bytes(c.K) > c.ws_bytes) c.ws_bytes = cuda_qmv_bulk_workspace_bytes(c.K);
+            /* the larger of cuda_qmv's and qmv_bulk's */
+            c.ws_bytes = cuda_qmv_workspace_bytes(c.K);
+            if (cuda_qmv_bulk_workspace_bytes(c.K) > c.ws_bytes)
+                c.ws_bytes = cuda_qmv_bulk_workspace_bytes(c.K);
             c.ws = dmalloc(c.ws_bytes);
             c.scratch_bytes = cuda_qmm_scratch_bytes(32, c.N, c.K, cuda_qmm_default_tile_m(32, c.N, c.K, c.bits));
             c.scratch = dmalloc(c.scratch_bytes);

@@ -174,8 +174,8 @@ static int bind_qkv(binder *b, model_layer *L, int li, int64_t QD, int64_t KD, i
         snprintf(full[i], sizeof full[i], "%s%s", b->prefix, name);
         t[i] = b->fn(b->ctx, full[i]);
         memset(dst[i], 0, sizeof *dst[i]);
-        group = group && t[i].data && t[i].ndim == 2 && t[i].shape[0] == d0[i] && t[i].shape[1] == H &&
-                t[i].dtype == t[0].dtype &&
+        group = group && t[i].data && t[i].ndim == 2 && t[i].shape[0] == d0[i] &&
+                t[i].shape[1] == H && t[i].dtype == t[0].dtype &&
                 (t[i].dtype == MX_BF16 || t[i].dtype == MX_F16 || t[i].dtype == MX_F32);
     }
     if (group) {

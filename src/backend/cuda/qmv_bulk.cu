@@ -94,8 +94,8 @@ template <int BITS> __host__ __device__ constexpr size_t qb_xquads(int K, int nt
 }
 
 template <int BITS>
-__global__ void __launch_bounds__(256) qb_prep_kernel(uint4 *__restrict__ xq, const float *__restrict__ x,
-                                                      long ldx, int rows, int K, int nt) {
+__global__ void __launch_bounds__(256)
+qb_prep_kernel(uint4 *__restrict__ xq, const float *__restrict__ x, long ldx, int rows, int K, int nt) {
     using C = qb_cfg<BITS>;
     pdl_wait(); /* x is the previous kernel's output; an earlier qmv may still read xq */
     pdl_trigger();
@@ -229,7 +229,8 @@ qmv_bulk_kernel(qmv_segs segs, const uint4 *__restrict__ xq, int rows, int K, in
                 for (int i = 0; i < NT; i++) {
                     uint4 xb = make_uint4(0, 0, 0, 0); /* zeros past K come from the prep */
                     if (NT == 1) xb = xpre[j];
-                    else if (okx[i] && u < nst) xb = __ldg(xq + ((size_t)(u * C::VT + j) * NT + i) * 32 + lane);
+                    else if (okx[i] && u < nst)
+                        xb = __ldg(xq + ((size_t)(u * C::VT + j) * NT + i) * 32 + lane);
                     mma_bf16_16816(acc[i], pa[0], pc[0], pa[1], pc[1], xb.x, xb.y);
                     mma_bf16_16816(DUAL ? acc2[i] : acc[i], pa[2], pc[2], pa[3], pc[3], xb.z, xb.w);
                 }
@@ -245,7 +246,8 @@ qmv_bulk_kernel(qmv_segs segs, const uint4 *__restrict__ xq, int rows, int K, in
 #pragma unroll
     for (int i = 0; i < NT; i++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) red[warp][i * 4 + e][lane] = DUAL ? acc[i][e] + acc2[i][e] : acc[i][e];
+        for (int e = 0; e < 4; e++)
+            red[warp][i * 4 + e][lane] = DUAL ? acc[i][e] + acc2[i][e] : acc[i][e];
     asm volatile("bar.sync 1, %0;" ::"n"(QB_CW * 32) : "memory"); /* consumers only */
     if (kp != 0) return;
     for (int q = 0; q < NT * 4; q++) {
@@ -280,12 +282,13 @@ static int qb_go(qmv_segs segs, const cuda_qmv_args *a, cudaStream_t st) {
     const size_t quads = qb_xquads<BITS>(a->K, NT);
     pdl_launch p;
     pdl_launch_config(&p, dim3((unsigned)((quads + 255) / 256)), dim3(256), 0, st);
-    cudaError_t e = cudaLaunchKernelEx(&p.cfg, qb_prep_kernel<BITS>, xq, a->x, a->ldx, a->rows, a->K, NT);
+    cudaError_t e =
+        cudaLaunchKernelEx(&p.cfg, qb_prep_kernel<BITS>, xq, a->x, a->ldx, a->rows, a->K, NT);
     if (e != cudaSuccess) return (int)e;
     pdl_launch l;
     pdl_launch_config(&l, dim3(grid), dim3((QB_CW + 1) * 32), smem, st);
-    return (int)cudaLaunchKernelEx(&l.cfg, qmv_bulk_kernel<BITS, NT, RB, S>, segs, (const uint4 *)xq,
-                                   a->rows, a->K, a->group);
+    return (int)cudaLaunchKernelEx(&l.cfg, qmv_bulk_kernel<BITS, NT, RB, S>, segs,
+                                   (const uint4 *)xq, a->rows, a->K, a->group);
 }
 
 template <int BITS, int RB, int S>
