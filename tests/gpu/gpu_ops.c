@@ -156,8 +156,10 @@ static void test_matmul(int rows, int N, int K, bool bias) {
     free(x), free(xr), free(w), free(b), free(ref), free(wb), free(bb);
 }
 
-/* Q/K/V-style: three matmuls on one x are held and launched as one multi-segment GEMV. */
-static void test_matmul_fused(int rows) {
+/* Q/K/V-style: three matmuls on one x are held and launched as one multi-segment GEMV. joined:
+ * the weights go up as one buffer (upload_group, as the loader does for Q/K/V), so past the
+ * GEMV rows the three run as one cuBLASLt GEMM plus the column split (with the bias). */
+static void test_matmul_fused(int rows, bool joined) {
     const int K = 4096, Ns[3] = {4096, 1024, 1000};
     float *x = malloc((size_t)rows * K * 4);
     gt_fill(x, (size_t)rows * K, 1.0f);
@@ -183,16 +185,26 @@ static void test_matmul_fused(int rows) {
         mx_tensor ho = mx_tensor_2d(ref[i], MX_F32, rows, Ns[i], MX_DEV_CPU);
         g_cpu->matmul(&ho, &hx, &hw, i == 2 ? &hb : &none);
         const int64_t sw[2] = {Ns[i], K}, so[2] = {rows, Ns[i]};
-        dw[i] = gt_dev_weight(wb[i], 2, sw);
+        if (!joined) dw[i] = gt_dev_weight(wb[i], 2, sw);
         dout[i] = gt_dev_poison(2, so);
+    }
+    if (joined) {
+        mx_tensor hw[3];
+        mx_error err;
+        for (int i = 0; i < 3; i++) hw[i] = mx_tensor_2d(wb[i], MX_BF16, Ns[i], K, MX_DEV_CPU);
+        if (g_gpu->upload_group(dw, hw, 3, &err)) {
+            fprintf(stderr, "upload_group failed: %s\n", err.msg);
+            exit(2);
+        }
     }
     for (int i = 0; i < 3; i++) g_gpu->matmul(&dout[i], &dx, &dw[i], i == 2 ? &db : &none);
     for (int i = 0; i < 3; i++) {
         char what[96];
-        snprintf(what, sizeof what, "fused gemv rows %d segment %d (N %d%s)", rows, i, Ns[i],
-                 i == 2 ? " +bias" : "");
+        snprintf(what, sizeof what, "%s rows %d segment %d (N %d%s)",
+                 joined ? "joined weights" : "fused gemv", rows, i, Ns[i], i == 2 ? " +bias" : "");
         check_dev(what, &dout[i], ref[i], rows <= g_cu.gemv_rows ? 3e-5 : 1e-2);
-        gt_dev_free(&dw[i]), gt_dev_free(&dout[i]);
+        if (!joined || i == 0) gt_dev_free(&dw[i]); /* joined: one allocation, at dw[0] */
+        gt_dev_free(&dout[i]);
         free(ref[i]), free(wb[i]);
     }
     gt_dev_free(&dx), gt_dev_free(&db);
@@ -487,9 +499,11 @@ int gt_run_op_tests(void) {
         test_gemv_tc(tc_rows[i], 1003, i % 2 ? 4104 : 1160);
     test_matmul(7, 17, 8, false);      /* K = 8: one lane of four has k */
     test_matmul(300, 2048, 2048, true);
-    test_matmul_fused(1);
-    test_matmul_fused(6);
-    test_matmul_fused(20); /* cuBLASLt group: one bf16 conversion for the three */
+    test_matmul_fused(1, false);
+    test_matmul_fused(6, false);
+    test_matmul_fused(20, false); /* cuBLASLt group: one bf16 conversion for the three */
+    test_matmul_fused(20, true);  /* ... and one GEMM over the joined weights */
+    test_matmul_fused(3, true);   /* the GEMV path reads the joined weights as segments */
     test_glu_matmul_fused(1, ACT_SILU);
     test_glu_matmul_fused(2, ACT_GELU);
     test_glu_matmul_fused(40, ACT_SILU); /* GLU inside the conversion for cuBLASLt */
