@@ -124,4 +124,26 @@ static inline void ec_free(ec_collect *c) {
     }
 }
 
+/* Greedy n_gen tokens of a fixed 6-token prompt (paged KV) on models a and b: both must give
+ * n_gen tokens inside a's vocabulary, the same ones ("what b" in the failure message). */
+static inline void ec_expect_same_tokens(model *a, model *b, int n_gen, const char *what) {
+    const int32_t prompt[] = {1, 7, 42, 3, 99, 5};
+    const int32_t *pr[1] = {prompt};
+    const int np[1] = {6}, nw[1] = {n_gen};
+    const ec_variant v = {"paged", KV_STORAGE_PAGED, 512, 16, false, false};
+    ec_collect ca, cb;
+    ec_run(a, pr, np, nw, 1, &v, &ca);
+    ec_run(b, pr, np, nw, 1, &v, &cb);
+    if (ca.n[0] != n_gen || cb.n[0] != n_gen)
+        fail_msg("%s: %d and %d tokens, %d asked", what, ca.n[0], cb.n[0], n_gen);
+    for (int i = 0; i < n_gen; i++) {
+        if (ca.toks[0][i] < 0 || ca.toks[0][i] >= model_spec_of(a)->vocab_size)
+            fail_msg("%s: token %d is %d, outside the vocabulary", what, i, ca.toks[0][i]);
+        if (ca.toks[0][i] != cb.toks[0][i])
+            fail_msg("%s: token %d is %d, expected %d", what, i, cb.toks[0][i], ca.toks[0][i]);
+    }
+    ec_free(&ca);
+    ec_free(&cb);
+}
+
 #endif
