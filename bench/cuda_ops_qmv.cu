@@ -140,9 +140,9 @@ void suite_qmv(void) {
                 fill_f32(c.x[s], (size_t)32 * c.K, next_seed(), 1.0f);
             }
             /* the larger of cuda_qmv's and qmv_bulk's */
-            c.ws_bytes = cuda_qmv_workspace_bytes(c.K);
-            if (cuda_qmv_bulk_workspace_bytes(c.K) > c.ws_bytes)
-                c.ws_bytes = cuda_qmv_bulk_workspace_bytes(c.K);
+            const size_t ws_old = cuda_qmv_workspace_bytes(c.K);
+            const size_t ws_bulk = cuda_qmv_bulk_workspace_bytes(c.K);
+            c.ws_bytes = ws_old > ws_bulk ? ws_old : ws_bulk;
             c.ws = dmalloc(c.ws_bytes);
             c.scratch_bytes = cuda_qmm_scratch_bytes(32, c.N, c.K, cuda_qmm_default_tile_m(32, c.N, c.K, c.bits));
             c.scratch = dmalloc(c.scratch_bytes);

@@ -59,6 +59,13 @@ static void count_weight(binder *b, const mx_tensor *t) {
     b->m->weight_bytes += mx_tensor_nbytes(t);
 }
 
+/* The counts of one dense Linear weight t (shape already checked). */
+static void count_dense(binder *b, const mx_tensor *t) {
+    b->m->n_params += (uint64_t)mx_tensor_numel(t);
+    count_weight(b, t);
+    b->m->n_lin++;
+}
+
 /* The checkpoint tensor `full` (a ".weight" name) with logical shape shape[ndim] (2-D Linear,
  * 3-D stacked experts). A float tensor is bound dense into *w; a U32 one is MLX-packed: the
  * config must quantize that module (spec_quant_for), and `.scales` / `.biases` must exist with
@@ -85,9 +92,7 @@ static int bind_any(binder *b, const char *full, const mx_tensor *t, int ndim, c
             return mx_fail(b->err, "tensor %s: dtype %s not supported (bf16, f16, f32 or MLX-packed "
                            "u32)", full, mx_dtype_name(t->dtype));
         if (m->be->upload(w, t, b->err)) return mx_wrap(b->err, "tensor %s", full);
-        m->n_params += (uint64_t)numel;
-        count_weight(b, t);
-        m->n_lin++;
+        count_dense(b, t);
         return 0;
     }
     /* ---- MLX-packed ---- */
@@ -184,9 +189,7 @@ static int bind_qkv(binder *b, model_layer *L, int li, int64_t QD, int64_t KD, i
             return mx_wrap(b->err, "tensors %slayers.%d.self_attn.{q,k,v}_proj.weight", b->prefix, li);
         for (int i = 0; i < 3; i++) {
             dst[i]->w = w[i];
-            b->m->n_params += (uint64_t)mx_tensor_numel(&t[i]);
-            count_weight(b, &t[i]);
-            b->m->n_lin++;
+            count_dense(b, &t[i]);
         }
         return 0;
     }

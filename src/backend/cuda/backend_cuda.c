@@ -547,6 +547,7 @@ static int cu_init(int dev, mx_error *err) {
     g_cu.qmm_tile = env->qmm_tile_m;
     g_cu.qmv_tc = env->qmv_tc;
     g_cu.qmv_bulk = env->qmv_bulk;
+    g_cu.qmv_bulk_min_rows = env->qmv_bulk_min_rows;
     g_cu.deterministic = env->sdpa_deterministic;
     g_cu.forced_splits = env->paged_decode_splits > CUDA_ATTN_MAX_SPLITS ? CUDA_ATTN_MAX_SPLITS
                                                                          : env->paged_decode_splits;

@@ -88,6 +88,7 @@ typedef struct cu_state {
     int qmm_tile;             /* MLXCEL_QMM_TILE_M (0: the kernel's default) */
     bool qmv_tc;              /* MLXCEL_QMV_TC: tensor-core qmv (qmv_tc.cu) for bits 4 / 8 */
     bool qmv_bulk;            /* MLXCEL_QMV_BULK: streaming tensor-core qmv (qmv_bulk.cu) */
+    int qmv_bulk_min_rows;    /* MLXCEL_QMV_BULK_MIN_ROWS: fewest rows it takes */
     int graph_cache;          /* 0 = no graphs */
     bool deterministic;
     int forced_splits;

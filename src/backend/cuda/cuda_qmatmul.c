@@ -120,7 +120,7 @@ static int qmv_max_rows(const mx_qweight *w, const void *x, long ldx, int K) {
 /* One launch of a qmv (rows beyond CUDA_QMV_MAX_ROWS only reach here when tc_ok or bulk_ok). */
 static int qmv_launch(cuda_qmv_args *a) {
     if (tc_ok(a)) return cuda_qmv_tc(a, g_cu.qmv_multirow, g_cu.st);
-    if (a->rows >= mx_env()->qmv_bulk_min_rows && bulk_ok(a)) {
+    if (a->rows >= g_cu.qmv_bulk_min_rows && bulk_ok(a)) {
         if (cu_ensure(&g_cu.qmv_ws, &g_cu.qmv_ws_cap, cuda_qmv_bulk_workspace_bytes(a->K)))
             return -1;
         a->ws = g_cu.qmv_ws;

@@ -93,6 +93,12 @@ template <int BITS> __host__ __device__ constexpr size_t qb_xquads(int K, int nt
     return (size_t)((K + qb_cfg<BITS>::ST - 1) / qb_cfg<BITS>::ST) * qb_cfg<BITS>::VT * nt * 32;
 }
 
+/* This lane's quad of n-tile i, virtual tile j of super-tile u (zeros where not ok). */
+template <int VT, int NT>
+__device__ __forceinline__ uint4 qb_xload(const uint4 *xq, int u, int j, int i, int lane, bool ok) {
+    return ok ? __ldg(xq + ((size_t)(u * VT + j) * NT + i) * 32 + lane) : make_uint4(0, 0, 0, 0);
+}
+
 template <int BITS>
 __global__ void __launch_bounds__(256)
 qb_prep_kernel(uint4 *__restrict__ xq, const float *__restrict__ x, long ldx, int rows, int K, int nt) {
@@ -206,8 +212,7 @@ qmv_bulk_kernel(qmv_segs segs, const uint4 *__restrict__ xq, int rows, int K, in
             if (NT == 1)
 #pragma unroll
                 for (int j = 0; j < C::VT; j++)
-                    xpre[j] = okx[0] && u < nst ? __ldg(xq + (size_t)(u * C::VT + j) * 32 + lane)
-                                                : make_uint4(0, 0, 0, 0);
+                    xpre[j] = qb_xload<C::VT, NT>(xq, u, j, 0, lane, okx[0] && u < nst);
             if (!waited) {
                 mbar_wait(&full[s], (c / S) & 1);
                 waited = true;
@@ -227,10 +232,9 @@ qmv_bulk_kernel(qmv_segs segs, const uint4 *__restrict__ xq, int rows, int K, in
                 qb_dequant<BITS>(wcv + j * WPT, s2c, b2c, pc);
 #pragma unroll
                 for (int i = 0; i < NT; i++) {
-                    uint4 xb = make_uint4(0, 0, 0, 0); /* zeros past K come from the prep */
-                    if (NT == 1) xb = xpre[j];
-                    else if (okx[i] && u < nst)
-                        xb = __ldg(xq + ((size_t)(u * C::VT + j) * NT + i) * 32 + lane);
+                    /* zeros past K within a super-tile come from the prep */
+                    const bool ok = okx[i] && u < nst;
+                    const uint4 xb = NT == 1 ? xpre[j] : qb_xload<C::VT, NT>(xq, u, j, i, lane, ok);
                     mma_bf16_16816(acc[i], pa[0], pc[0], pa[1], pc[1], xb.x, xb.y);
                     mma_bf16_16816(DUAL ? acc2[i] : acc[i], pa[2], pc[2], pa[3], pc[3], xb.z, xb.w);
                 }
