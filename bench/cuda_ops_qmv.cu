@@ -116,12 +116,19 @@ void suite_qmv(void) {
         {"lm_head", 128256, 4096}};
     struct { int bits, group; } quants[] = {{4, 64}, {8, 64}};
     static const int rows[] = {1, 8, 32};
+    /* QMV_SHAPE / QMV_ROWS / QMV_BITS narrow the suite (one configuration under ncu) */
+    const char *only_shape = getenv("QMV_SHAPE");
+    const int only_rows = getenv("QMV_ROWS") ? atoi(getenv("QMV_ROWS")) : 0;
+    const int only_bits = getenv("QMV_BITS") ? atoi(getenv("QMV_BITS")) : 0;
     cuda_set_pdl(1);
     qb_ctx c;
     memset(&c, 0, sizeof c);
     lt_open(&c.lt, &c.lt_ws, &c.lt_ws_bytes);
     for (size_t qi = 0; qi < sizeof quants / sizeof quants[0]; qi++)
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            if ((only_shape && strcmp(only_shape, shapes[si].name)) ||
+                (only_bits && only_bits != quants[qi].bits))
+                continue;
             c.N = shapes[si].N, c.K = shapes[si].K;
             c.bits = quants[qi].bits, c.group = quants[qi].group;
             const size_t wb = (size_t)c.N * c.K * c.bits / 8, sbb = (size_t)c.N * (c.K / c.group) * 2;
@@ -150,6 +157,7 @@ void suite_qmv(void) {
                   c.K, c.bits, c.group, c.nsets, (wb + 2 * sbb) / 1e6);
             for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
                 c.R = rows[ri];
+                if (only_rows && only_rows != c.R) continue;
                 size_t nan;
                 const double rel = qb_check(&c, &nan, qb_new);
                 char what[96], shape[48], op[24];
