@@ -245,6 +245,8 @@ extern "C" int cuda_add_f32(float *x, long x_stride, const float *y, long y_stri
 
 __global__ void glu_kernel(float *out, long os, const float *g, long gs, const float *u, long us,
                            int cols, size_t n, int act) {
+    pdl_wait();
+    pdl_trigger();
     for (size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x; t < n;
          t += (size_t)gridDim.x * blockDim.x) {
         const size_t r = t / cols, c = t - r * cols;
@@ -258,9 +260,10 @@ extern "C" int cuda_glu_f32(float *out, long out_stride, const float *gate, long
     if (rows < 1 || cols < 1 || !out || !gate || !up || act < 0 || act > 2)
         return (int)cudaErrorInvalidValue;
     const size_t n = (size_t)rows * cols;
-    glu_kernel<<<grid_for(n), EL_THREADS, 0, st>>>(out, out_stride, gate, g_stride, up, u_stride,
-                                                   cols, n, act);
-    LAUNCH_CHECK();
+    pdl_launch l;
+    pdl_launch_config(&l, dim3(grid_for(n)), dim3(EL_THREADS), 0, st);
+    return (int)cudaLaunchKernelEx(&l.cfg, glu_kernel, out, out_stride, gate, g_stride, up,
+                                   u_stride, cols, n, act);
 }
 
 __global__ void softcap_kernel(float *x, size_t n, float cap) {

@@ -87,6 +87,8 @@ template <int BITS>
 __global__ void qmv_prep_kernel(float *xp, float *xs, const float *x, long ldx, int rows, int K,
                                 int Kp) {
     constexpr int EL = qg<BITS>::EL, WS = qg<BITS>::WS, CPW = qg<BITS>::CPW;
+    pdl_wait(); /* x is the previous kernel's output; the previous qmv may still read xp */
+    pdl_trigger(); /* the qmv's CTAs may start their weight loads */
     const int r = blockIdx.y, k = blockIdx.x * blockDim.x + threadIdx.x;
     if (blockIdx.x * blockDim.x >= (unsigned)K) return; /* whole warp-uniform CTA */
     /* K % 32 == 0: a warp is entirely inside or outside [0, K) */
@@ -134,6 +136,7 @@ qmv_fast_kernel(qmv_segs segs, const float *__restrict__ xp, const float *__rest
 #pragma unroll
         for (int r = 0; r < R; r++) acc[p][r] = 0.f;
 
+    bool waited = false;
     for (int base = wk * WS * QMV_U; base < K; base += kspl * WS * QMV_U) {
         uint4 wv[QMV_U][QMV_RPW];
         float sv[QMV_U][QMV_RPW], bv[QMV_U][QMV_RPW];
@@ -149,6 +152,13 @@ qmv_fast_kernel(qmv_segs segs, const float *__restrict__ xp, const float *__rest
                 sv[u][p] = ok ? q_sb_load<SBT>(sg.s, gb[p] + gi) : 0.f;
                 bv[u][p] = ok ? q_sb_load<SBT>(sg.b, gb[p] + gi) : 0.f;
             }
+        }
+        if (!waited) {
+            /* PDL: the first batch of (constant) weights is in flight while the prep kernel
+             * finishes x' */
+            pdl_wait();
+            pdl_trigger();
+            waited = true;
         }
 #pragma unroll
         for (int u = 0; u < QMV_U; u++) {
@@ -198,6 +208,7 @@ qmv_fast_kernel(qmv_segs segs, const float *__restrict__ xp, const float *__rest
         }
     }
 
+    if (!waited) pdl_wait(); /* a warp with no k: it still writes (red, y) after the wait */
     /* butterfly sums leave every total in every lane */
 #pragma unroll
     for (int p = 0; p < QMV_RPW; p++)
@@ -285,14 +296,14 @@ static int qmv_fast_go(qmv_segs &segs, const float *xp, const float *xs, const c
         segs.cta0[i] = grid;
         grid += (segs.N[i] + rows_per_cta - 1) / rows_per_cta;
     }
-    const dim3 g(grid, passes);
+    pdl_launch l;
+    pdl_launch_config(&l, dim3(grid, passes), dim3(QMV_WARPS * 32), 0, st);
     if (a->sb_dtype == CUDA_QSB_BF16)
-        qmv_fast_kernel<BITS, R, CUDA_QSB_BF16><<<g, QMV_WARPS * 32, 0, st>>>(segs, xp, xs, a->rows, a->K, Kp, a->group, kspl);
+        return (int)cudaLaunchKernelEx(&l.cfg, qmv_fast_kernel<BITS, R, CUDA_QSB_BF16>, segs, xp, xs, a->rows, a->K, Kp, a->group, kspl);
     else if (a->sb_dtype == CUDA_QSB_F16)
-        qmv_fast_kernel<BITS, R, CUDA_QSB_F16><<<g, QMV_WARPS * 32, 0, st>>>(segs, xp, xs, a->rows, a->K, Kp, a->group, kspl);
+        return (int)cudaLaunchKernelEx(&l.cfg, qmv_fast_kernel<BITS, R, CUDA_QSB_F16>, segs, xp, xs, a->rows, a->K, Kp, a->group, kspl);
     else
-        qmv_fast_kernel<BITS, R, CUDA_QSB_F32><<<g, QMV_WARPS * 32, 0, st>>>(segs, xp, xs, a->rows, a->K, Kp, a->group, kspl);
-    return (int)cudaGetLastError();
+        return (int)cudaLaunchKernelEx(&l.cfg, qmv_fast_kernel<BITS, R, CUDA_QSB_F32>, segs, xp, xs, a->rows, a->K, Kp, a->group, kspl);
 }
 
 template <int R>
@@ -350,10 +361,11 @@ extern "C" int cuda_qmv(const cuda_qmv_args *a, int multirow, cudaStream_t st) {
     float *xp = (float *)a->ws, *xs = xp + (size_t)CUDA_QMV_MAX_ROWS * Kp;
     const int rows_pad = passes * R; /* <= 8: passes * R <= rows rounded up to the window */
     const dim3 pg((a->K + 255) / 256, rows_pad);
-    if (a->bits == 4)
-        qmv_prep_kernel<4><<<pg, 256, 0, st>>>(xp, xs, a->x, a->ldx, a->rows, a->K, Kp);
-    else
-        qmv_prep_kernel<8><<<pg, 256, 0, st>>>(xp, xs, a->x, a->ldx, a->rows, a->K, Kp);
+    pdl_launch l;
+    pdl_launch_config(&l, pg, dim3(256), 0, st);
+    const int pe = (int)cudaLaunchKernelEx(&l.cfg, a->bits == 4 ? qmv_prep_kernel<4> : qmv_prep_kernel<8>,
+                                           xp, xs, (const float *)a->x, a->ldx, a->rows, a->K, Kp);
+    if (pe) return pe;
     if (a->bits == 4) {
         if (R == 1) return qmv_fast_go<4, 1>(segs, xp, xs, a, passes, Kp, st);
         if (R == 2) return qmv_fast_go<4, 2>(segs, xp, xs, a, passes, Kp, st);
