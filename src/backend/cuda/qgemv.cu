@@ -12,9 +12,9 @@
  *   their partial sums through shared memory (fixed order: reproducible).
  * - Dequantization in registers, bias hoisted: per lane chunk, sum_k (s q + b) x =
  *   s * sum(q x) + b * sum(x). Codes become floats without I2F (quarter rate): the code's
- *   bits are masked in place and OR-ed into the mantissa of 2^23, and one FADD of -2^23 gives
- *   q * 2^p exactly (p = the code's bit position, <= 16: high codes are first shifted down so
- *   they never touch the exponent). The 2^-p is folded into x once per call by a small prep
+ *   bits are masked in place and OR-ed into the mantissa of 2^23 (one LOP3; 8-bit: one PRMT
+ *   moves the byte to bits 0..7), and one FADD of -2^23 gives q * 2^p exactly (p = the code's
+ *   bit position, <= 16: high codes are first shifted down so they never touch the exponent). The 2^-p is folded into x once per call by a small prep
  *   kernel (exact: a power of two), so a code costs one LOP3, one FADD and one FFMA per row.
  * - x: the prep kernel writes x' = x * 2^-p in a lane-interleaved order (for warp step t and
  *   16-byte chunk j, the 32 lanes' chunks are adjacent: every x load of a warp reads 512
@@ -46,38 +46,50 @@ template <int BITS> struct qg {
     static constexpr int CPW = 32 / BITS; /* codes per word */
 };
 
-/* Bit position p of the code at position i of its word, after the extraction below. */
+/* Bit position p of the code at position i of its word, after the extraction below (8-bit
+ * codes are moved to bits 0..7 by a byte permute: p = 0). */
 template <int BITS> __host__ __device__ constexpr int qmv_shift(int i) {
-    return BITS == 4 ? (i < 5 ? 4 * i : 4 * i - 12) : (i & 1) * 8;
+    return BITS == 4 ? (i < 5 ? 4 * i : 4 * i - 12) : 0;
 }
 
-__device__ __forceinline__ float qmv_f(uint32_t bits) {
-    return __uint_as_float(bits | QMV_MAGIC) - 8388608.0f;
+/* (w & MASK) | magic as one LOP3. Written as C, the compiler emits an AND and an OR (a LOP3
+ * holds one immediate and both constants were immediates): 4 instructions per code instead
+ * of 3. Here the mask is the immediate and the magic a register the caller keeps. */
+template <uint32_t MASK> __device__ __forceinline__ float qmv_f4(uint32_t w, uint32_t magic) {
+    uint32_t r;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(w), "n"(MASK), "r"(magic));
+    return __uint_as_float(r) - 8388608.0f;
 }
 
-/* Codes 4j..4j+3 of a 16-byte chunk, each times 2^p (exact). */
-template <int BITS, int J> __device__ __forceinline__ void qmv_decode4(const uint4 &v, float m[4]) {
+/* Byte B of w under the exponent of 2^23 (one PRMT: bytes 1, 2 zero, byte 3 0x4B), minus 2^23. */
+template <int B> __device__ __forceinline__ float qmv_f8(uint32_t w, uint32_t magic) {
+    return __uint_as_float(__byte_perm(w, magic, 0x7440 | B)) - 8388608.0f;
+}
+
+/* Codes 4j..4j+3 of a 16-byte chunk, each times 2^p (exact). magic = QMV_MAGIC in a register. */
+template <int BITS, int J>
+__device__ __forceinline__ void qmv_decode4(const uint4 &v, float m[4], uint32_t magic) {
     const uint32_t wd[4] = {v.x, v.y, v.z, v.w};
     if (BITS == 4) {
         const uint32_t w = wd[J / 2];
         if ((J & 1) == 0) {
-            m[0] = qmv_f(w & 0xFu);
-            m[1] = qmv_f(w & 0xF0u);
-            m[2] = qmv_f(w & 0xF00u);
-            m[3] = qmv_f(w & 0xF000u);
+            m[0] = qmv_f4<0xFu>(w, magic);
+            m[1] = qmv_f4<0xF0u>(w, magic);
+            m[2] = qmv_f4<0xF00u>(w, magic);
+            m[3] = qmv_f4<0xF000u>(w, magic);
         } else {
             const uint32_t hi = w >> 12;
-            m[0] = qmv_f(w & 0xF0000u);
-            m[1] = qmv_f(hi & 0xF00u);
-            m[2] = qmv_f(hi & 0xF000u);
-            m[3] = qmv_f(hi & 0xF0000u);
+            m[0] = qmv_f4<0xF0000u>(w, magic);
+            m[1] = qmv_f4<0xF00u>(hi, magic);
+            m[2] = qmv_f4<0xF000u>(hi, magic);
+            m[3] = qmv_f4<0xF0000u>(hi, magic);
         }
     } else {
-        const uint32_t w = wd[J], hi = w >> 16;
-        m[0] = qmv_f(w & 0xFFu);
-        m[1] = qmv_f(w & 0xFF00u);
-        m[2] = qmv_f(hi & 0xFFu);
-        m[3] = qmv_f(hi & 0xFF00u);
+        const uint32_t w = wd[J];
+        m[0] = qmv_f8<0>(w, magic);
+        m[1] = qmv_f8<1>(w, magic);
+        m[2] = qmv_f8<2>(w, magic);
+        m[3] = qmv_f8<3>(w, magic);
     }
 }
 
@@ -121,6 +133,8 @@ qmv_fast_kernel(qmv_segs segs, const float *__restrict__ xp, const float *__rest
     const float *sr = xsum + (size_t)r0 * (Kp / EL);
     const int G = K / group;
     const size_t row_bytes = (size_t)K * BITS / 8;
+    uint32_t magic = QMV_MAGIC;
+    asm volatile("" : "+r"(magic)); /* a register, not an immediate (see qmv_f4) */
 
     const uint8_t *wp[QMV_RPW];
     size_t gb[QMV_RPW];
@@ -176,14 +190,14 @@ qmv_fast_kernel(qmv_segs segs, const float *__restrict__ xp, const float *__rest
                 for (int p = 0; p < QMV_RPW; p++) {
                     /* J is a template argument: expand the switch at compile time */
                     switch (j) {
-                    case 0: qmv_decode4<BITS, 0>(wv[u][p], m[p]); break;
-                    case 1: qmv_decode4<BITS, 1>(wv[u][p], m[p]); break;
-                    case 2: qmv_decode4<BITS, 2>(wv[u][p], m[p]); break;
-                    case 3: qmv_decode4<BITS, 3>(wv[u][p], m[p]); break;
-                    case 4: qmv_decode4<BITS, 4 % S>(wv[u][p], m[p]); break;
-                    case 5: qmv_decode4<BITS, 5 % S>(wv[u][p], m[p]); break;
-                    case 6: qmv_decode4<BITS, 6 % S>(wv[u][p], m[p]); break;
-                    default: qmv_decode4<BITS, 7 % S>(wv[u][p], m[p]); break;
+                    case 0: qmv_decode4<BITS, 0>(wv[u][p], m[p], magic); break;
+                    case 1: qmv_decode4<BITS, 1>(wv[u][p], m[p], magic); break;
+                    case 2: qmv_decode4<BITS, 2>(wv[u][p], m[p], magic); break;
+                    case 3: qmv_decode4<BITS, 3>(wv[u][p], m[p], magic); break;
+                    case 4: qmv_decode4<BITS, 4 % S>(wv[u][p], m[p], magic); break;
+                    case 5: qmv_decode4<BITS, 5 % S>(wv[u][p], m[p], magic); break;
+                    case 6: qmv_decode4<BITS, 6 % S>(wv[u][p], m[p], magic); break;
+                    default: qmv_decode4<BITS, 7 % S>(wv[u][p], m[p], magic); break;
                     }
                 }
 #pragma unroll
