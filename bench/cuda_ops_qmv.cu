@@ -50,6 +50,13 @@ static void qb_new(void *p, int rep) {
     CKL(cuda_qmv_tc(&a, 0, g_stream));
 }
 
+static void qb_mma(void *p, int rep) {
+    qb_ctx *c = (qb_ctx *)p;
+    cuda_qmv_args a;
+    qb_args(c, rep % c->nsets, &a, 0, c->R);
+    CKL(cuda_qmv_mma(&a, g_stream));
+}
+
 static void qb_bulk(void *p, int rep) {
     qb_ctx *c = (qb_ctx *)p;
     cuda_qmv_args a;
@@ -149,7 +156,9 @@ void suite_qmv(void) {
             /* the larger of cuda_qmv's and qmv_bulk's */
             const size_t ws_old = cuda_qmv_workspace_bytes(c.K);
             const size_t ws_bulk = cuda_qmv_bulk_workspace_bytes(c.K);
+            const size_t ws_mma = cuda_qmv_mma_workspace_bytes(c.K);
             c.ws_bytes = ws_old > ws_bulk ? ws_old : ws_bulk;
+            if (ws_mma > c.ws_bytes) c.ws_bytes = ws_mma;
             c.ws = dmalloc(c.ws_bytes);
             c.scratch_bytes = cuda_qmm_scratch_bytes(32, c.N, c.K, cuda_qmm_default_tile_m(32, c.N, c.K, c.bits));
             c.scratch = dmalloc(c.scratch_bytes);
@@ -173,6 +182,18 @@ void suite_qmv(void) {
                          c.bits, c.group);
                 t = bench_time(qb_old, &c, 5, 30);
                 result_add(op, shape, t, bytes, -1, 0);
+                cuda_qmv_args ma;
+                qb_args(&c, 0, &ma, 0, c.R);
+                if (cuda_qmv_mma_supported(&ma)) {
+                    const double rm = qb_check(&c, &nan, qb_mma);
+                    snprintf(what, sizeof what, "qmv_mma vs cuda_qmv %s R=%d q%d", shapes[si].name,
+                             c.R, c.bits);
+                    const int fm = g_fail;
+                    check_report(what, rm, 0, nan, 1e-3);
+                    snprintf(op, sizeof op, "qmv_mma q%dg%d", c.bits, c.group);
+                    t = bench_time(qb_mma, &c, 5, 30);
+                    result_add(op, shape, t, bytes, rm, g_fail > fm);
+                }
                 /* the streaming kernel rounds x and the dequantized weights to bf16 (as the CPU
                  * reference does for the weights), the old one keeps fp32: ~1e-3 apart */
                 for (c.variant = 0; c.variant < cuda_qmv_bulk_variants(); c.variant++) {

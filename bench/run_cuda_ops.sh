@@ -41,7 +41,7 @@ build_nvcc() {
     -gencode=arch=compute_90,code=compute_90 -I"$ROOT/src" -I"$ROOT/bench" \
     src/backend/cuda/gemv.cu src/backend/cuda/norm_rope.cu src/backend/cuda/attn_decode.cu \
     src/backend/cuda/argmax.cu src/backend/cuda/cuda_info.cu src/backend/cuda/qgemv.cu \
-    src/backend/cuda/qmv_tc.cu src/backend/cuda/qmm.cu src/backend/cuda/ops_elem.cu \
+    src/backend/cuda/qmv_tc.cu src/backend/cuda/qmv_bulk.cu src/backend/cuda/qmv_mma.cu src/backend/cuda/qmm.cu src/backend/cuda/ops_elem.cu \
     bench/cuda_ops.cu bench/cuda_ops_small.cu bench/cuda_ops_attn.cu bench/cuda_ops_qmv.cu \
     "$out/cuda_ops_ref.o" "$out/cuda_lt.o" ${LTDIR:+-L"$LTDIR"} -l:libcublasLt.so.13 -Xcompiler -fopenmp \
     -o "$out/cuda_ops_bench" &&

@@ -134,14 +134,15 @@ static void test_matmul_q(int rows, int N, int K, int bits, int group, mx_dtype 
     long bad = 0;
     /* the dispatch of cuda_qmatmul.c (x from the allocator: 16-byte aligned) */
     const bool tc = g_cu.qmv_tc && (bits == 4 || bits == 8) && rows <= CUDA_QMV_TC_MAX_ROWS;
-    const bool bulk = !g_cu.qmv_tc && g_cu.qmv_bulk && (bits == 4 || bits == 8) &&
+    const bool mma = !tc && bits == 4 && (group == 64 || group == 128) && rows <= g_cu.qmv_mma;
+    const bool bulk = !g_cu.qmv_tc && !mma && g_cu.qmv_bulk && (bits == 4 || bits == 8) &&
                       sbt == MX_BF16 && rows >= 2 && rows <= CUDA_QMV_TC_MAX_ROWS;
-    const bool qmm = !tc && !bulk && rows > CUDA_QMV_MAX_ROWS;
+    const bool qmm = !tc && !mma && !bulk && rows > CUDA_QMV_MAX_ROWS;
     /* qmm and the streaming qmv round x to bf16 */
     const double q = bound_ratio(o, N, ref, x, rows, &m, 0, eps_for(sbt, qmm || bulk), &bad);
     char what[160];
     snprintf(what, sizeof what, "matmul_q %s %d rows [%d x %d] %d-bit g%d %s%s",
-             qmm ? "qmm" : tc ? "qmv-tc" : bulk ? "qmv-bulk" : "qmv", rows, N, K, bits, group, sb_name(sbt),
+             qmm ? "qmm" : tc ? "qmv-tc" : mma ? "qmv-mma" : bulk ? "qmv-bulk" : "qmv", rows, N, K, bits, group, sb_name(sbt),
              bias ? " +bias" : "");
     gt_report(what, q, 1.0, bad);
     gt_dev_free(&dx), gt_dev_free(&dout), gt_dev_free(&db);
@@ -282,7 +283,9 @@ static void test_qmm_tiles(int rows, int N, int K, int bits, int group, mx_dtype
 /* ==== Tensor-core qmv: the launcher directly ====
  * n_segs weights of N, N + 38, N + 2 rows (odd: partial 16-row CTAs) sharing x, y with a
  * row stride of N_i + 5 whose padding columns must stay poisoned; window 0 (one pass) or a
- * row window (several passes, a partial last one). */
+ * row window (several passes, a partial last one). bulk_variant: >= 0 the streaming kernel's
+ * launch shape, QT_MMA the one-stream 4-bit kernel (qmv_mma.cu), else qmv_tc. */
+#define QT_MMA (-2)
 static void test_qmv_tc(int rows, int N, int K, int bits, int group, mx_dtype sbt, int n_segs,
                         int window, int bulk_variant) {
     qmat m[CUDA_QMV_MAX_SEGS];
@@ -305,16 +308,20 @@ static void test_qmv_tc(int rows, int N, int K, int bits, int group, mx_dtype sb
     a.x = dx.data, a.ldx = K, a.rows = rows, a.K = K, a.bits = bits, a.group = group;
     a.sb_dtype = sb_code(sbt);
     void *ws = NULL;
-    if (bulk_variant >= 0) {
-        a.ws_bytes = cuda_qmv_bulk_workspace_bytes(K);
+    if (bulk_variant >= 0 || bulk_variant == QT_MMA) {
+        a.ws_bytes = bulk_variant >= 0 ? cuda_qmv_bulk_workspace_bytes(K) : cuda_qmv_mma_workspace_bytes(K);
         a.ws = ws = g_gpu->alloc(a.ws_bytes);
     }
     /* bulk_variant >= 0: the streaming kernel (qmv_bulk.cu; one pass, x rounded to bf16) */
-    const int rc = bulk_variant >= 0 ? cuda_qmv_bulk(&a, bulk_variant, g_cu.st)
-                                     : cuda_qmv_tc(&a, window, g_cu.st);
+    const int rc = bulk_variant >= 0       ? cuda_qmv_bulk(&a, bulk_variant, g_cu.st)
+                   : bulk_variant == QT_MMA ? cuda_qmv_mma(&a, g_cu.st)
+                                           : cuda_qmv_tc(&a, window, g_cu.st);
     for (int i = 0; i < n_segs; i++) {
         char what[160];
-        if (bulk_variant >= 0)
+        if (bulk_variant == QT_MMA)
+            snprintf(what, sizeof what, "cuda_qmv_mma %d rows [%d x %d] %d-bit g%d %s, seg %d/%d",
+                     rows, m[i].N, K, bits, group, sb_name(sbt), i + 1, n_segs);
+        else if (bulk_variant >= 0)
             snprintf(what, sizeof what, "cuda_qmv_bulk v%d %d rows [%d x %d] %d-bit g%d %s, seg %d/%d",
                      bulk_variant, rows, m[i].N, K, bits, group, sb_name(sbt), i + 1, n_segs);
         else
@@ -358,6 +365,15 @@ static void test_qmv_tc_refusals(void) {
     a.x = dummy, a.K = 96, bad += cuda_qmv_tc_supported(&a);
     a.K = 64, bad += cuda_qmv_tc(&a, CUDA_QMV_TC_MAX_ROWS + 1, g_cu.st) != (int)cudaErrorInvalidValue;
     gt_report("cuda_qmv_tc refuses bits 3, 33 rows, group 16, unaligned x, K % group, window 33", bad, 0, 0);
+    a.x = dummy, a.K = 64, a.rows = 1, a.group = 64, a.bits = 4;
+    a.ws = dummy, a.ws_bytes = cuda_qmv_mma_workspace_bytes(64);
+    bad = !cuda_qmv_mma_supported(&a);
+    a.bits = 8, bad += cuda_qmv_mma_supported(&a) || cuda_qmv_mma(&a, g_cu.st) != (int)cudaErrorInvalidValue;
+    a.bits = 4, a.group = 32, bad += cuda_qmv_mma_supported(&a);
+    a.group = 64, a.rows = CUDA_QMV_MAX_ROWS + 1, bad += cuda_qmv_mma_supported(&a);
+    a.rows = 1, a.x = dummy + 1, bad += cuda_qmv_mma_supported(&a);
+    a.x = dummy, a.ws_bytes = 16, bad += cuda_qmv_mma(&a, g_cu.st) != (int)cudaErrorInvalidValue;
+    gt_report("cuda_qmv_mma refuses bits 8, group 32, 9 rows, unaligned x, a short workspace", bad, 0, 0);
     g_gpu->free(dummy);
 }
 
@@ -468,6 +484,7 @@ int gt_run_quant_tests(const char *src_dir) {
     test_matmul_q(4, 1024, 4096, 8, 32, MX_F16, false);
     test_qkv(1, 4096, 4096, 1024, 4);
     test_qkv(5, 2048, 2048, 256, 8);
+    test_qkv(3, 1024, 1024, 256, 4); /* the 4-bit tensor-core qmv, 3 segments */
     for (size_t b = 0; b < 6; b++) {
         test_qmv_multirow(8, 257, 1152, bits[b], 64, MX_BF16);
         test_qmv_multirow(5, 33, 512, bits[b], 128, MX_F32);
@@ -506,12 +523,25 @@ int gt_run_quant_tests(const char *src_dir) {
     test_qmv_tc(17, 64, 96, 8, 32, MX_BF16, 1, 0, 0);
     test_qmv_tc(9, 40, 640 + 32, 8, 32, MX_BF16, 2, 0, 3);
     test_qmv_tc(1, 17, 14336, 8, 128, MX_BF16, 1, 0, 0);  /* long K */
+    /* the one-stream 4-bit kernel: groups 64 / 128 x rows x segments x scale dtypes; K = 640
+     * (a partial load batch: 10 groups of 64, 5 of 128), odd N (partial 16-row tiles), K split
+     * over 1..8 warps (few rows: split; 4000 rows: not) */
+    static const int mma_rows[] = {1, 2, 3, 5, 8};
+    for (size_t g = 1; g < 3; g++)
+        for (size_t r = 0; r < sizeof mma_rows / sizeof mma_rows[0]; r++, c++)
+            test_qmv_tc(mma_rows[r], 131, r % 2 ? 640 : 4096, 4, groups[g], sbts[c % 3],
+                        1 + (int)(r % 3), 0, QT_MMA);
+    test_qmv_tc(1, 4000, 1024, 4, 64, MX_BF16, 3, 0, QT_MMA);
+    test_qmv_tc(8, 17, 14336, 4, 64, MX_F32, 1, 0, QT_MMA); /* long K */
+    test_qmv_tc(2, 40, 64, 4, 64, MX_BF16, 2, 0, QT_MMA);   /* one group */
     test_qmv_tc_refusals();
-    /* the dispatch every way: MLXCEL_QMV_TC / MLXCEL_QMV_BULK on and off */
+    /* the dispatch every way: MLXCEL_QMV_TC / MLXCEL_QMV_BULK / MLXCEL_QMV_MMA on and off */
     const bool tc_on = g_cu.qmv_tc, bulk_on = g_cu.qmv_bulk;
-    for (int on = 0; on < 3; on++) { /* CUDA-core qmv + qmm, qmv_tc, streaming qmv */
+    const int mma_on = g_cu.qmv_mma;
+    for (int on = 0; on < 4; on++) { /* CUDA-core qmv + qmm, qmv_tc, streaming qmv, qmv_mma */
         g_cu.qmv_tc = on == 1;
-        g_cu.qmv_bulk = on == 2;
+        g_cu.qmv_bulk = on >= 2;
+        g_cu.qmv_mma = on == 3 ? 8 : 0;
         test_matmul_q(8, 131, 640, 4, 64, MX_BF16, true);
         test_matmul_q(17, 131, 640, 8, 32, MX_F16, false);
         test_matmul_q(32, 257, 1152, 4, 128, MX_BF16, true);
@@ -519,6 +549,7 @@ int gt_run_quant_tests(const char *src_dir) {
     }
     g_cu.qmv_tc = tc_on;
     g_cu.qmv_bulk = bulk_on;
+    g_cu.qmv_mma = mma_on;
     test_qmm_tiles(17, 1000, 256, 4, 64, MX_BF16);
     test_qmm_tiles(100, 2100, 384, 8, 128, MX_F16);
     test_qmm_tiles(300, 600, 512, 3, 32, MX_F32);

@@ -414,7 +414,7 @@ static void be_describe(char *buf, size_t len) {
     snprintf(buf, len,
              "%s, compute capability %d.%d, %d SMs, %.1f GiB (%.1f GiB free) | GEMV rows <= %d "
              "(tensor-core GEMV on bf16 x to %d, cuBLASLt above; L2 prefetch %d KB per CTA, fusions %s) | CUDA graphs %s (cache %d) | "
-             "PDL %s | decode splits %s | qmv window %s%s, qmm slab %s | weights %s%s | KV bf16",
+             "PDL %s | decode splits %s | qmv window %s%s%s, qmm slab %s | weights %s%s | KV bf16",
              f->name, f->cc_major, f->cc_minor, f->sm_count, f->total_bytes / 1073741824.0,
              f->free_bytes / 1073741824.0, g_cu.gemv_rows,
              g_cu.gemv_tc_rows > g_cu.gemv_rows ? g_cu.gemv_tc_rows : g_cu.gemv_rows,
@@ -423,6 +423,7 @@ static void be_describe(char *buf, size_t len) {
              g_cu.graph_cache, cuda_pdl_enabled() ? "on" : "off", splits, mr,
              g_cu.qmv_tc ? " (qmv_tc for 4/8-bit, <= 32 rows)"
                          : g_cu.qmv_bulk ? " (streaming tensor-core qmv for 4/8-bit, <= 32 rows)" : "",
+             g_cu.qmv_tc || !g_cu.qmv_mma ? "" : " (4-bit g64/g128 tensor-core qmv to 8 rows)",
              tm,
              g_cu.lazy ? "lazy" : "eager",
              g_cu.lazy ? "" : g_cu.pinned ? " (pinned 4 x 64 MiB)" : " (pageable)");
@@ -548,6 +549,7 @@ static int cu_init(int dev, mx_error *err) {
     g_cu.qmv_tc = env->qmv_tc;
     g_cu.qmv_bulk = env->qmv_bulk;
     g_cu.qmv_bulk_min_rows = env->qmv_bulk_min_rows;
+    g_cu.qmv_mma = env->qmv_mma;
     g_cu.deterministic = env->sdpa_deterministic;
     g_cu.forced_splits = env->paged_decode_splits > CUDA_ATTN_MAX_SPLITS ? CUDA_ATTN_MAX_SPLITS
                                                                          : env->paged_decode_splits;

@@ -17,6 +17,15 @@ __device__ __forceinline__ uint4 ldg_stream16(const void *p) {
     return v;
 }
 
+/* The same, 8 bytes. */
+__device__ __forceinline__ uint2 ldg_stream8(const void *p) {
+    uint2 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];"
+                 : "=r"(v.x), "=r"(v.y)
+                 : "l"(p));
+    return v;
+}
+
 /* L2 prefetch of [p, p + bytes) (p 16-byte aligned, bytes a multiple of 16), one bulk request
  * per 16 KB, issued by threads first..first+n-1 of the calling group (tid = the caller's index
  * in it, stride = its size). A hint: no completion to wait for, nothing to undo. */
@@ -186,6 +195,13 @@ __device__ __forceinline__ void bulk_g2s(void *dst, const void *src, uint32_t by
             smem_u32(dst)),
         "l"(src), "r"(bytes), "r"(smem_u32(b))
         : "memory");
+}
+
+/* bf16x2 of (lo, hi): lo in the low half, each rounded to nearest even. */
+__device__ __forceinline__ uint32_t bf16x2_pack(float lo, float hi) {
+    uint32_t d;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
 }
 
 /* ==== Tensor cores ==== */

@@ -1,6 +1,7 @@
 /* Quantized matmul dispatch of the CUDA backend (backend_ops.matmul_q).
  *
- * 4- and 8-bit weights with bf16 scales, rows <= CUDA_QMV_TC_MAX_ROWS (32): the streaming
+ * 4-bit weights, group 64 / 128, rows <= MLXCEL_QMV_MMA (8): the one-stream tensor-core qmv
+ * (qmv_mma.cu). Then 4- and 8-bit weights with bf16 scales, rows <= CUDA_QMV_TC_MAX_ROWS (32): the streaming
  * tensor-core qmv (qmv_bulk.cu) unless MLXCEL_QMV_BULK=0, or with MLXCEL_QMV_TC=1 the
  * helper-built tensor-core qmv (qmv_tc.cu); x must be 16-byte aligned; other widths (and those without it),
  * rows <= CUDA_QMV_MAX_ROWS (8): the CUDA-core qmv (qgemv.cu). Several consecutive matmul_q
@@ -120,6 +121,13 @@ static int qmv_max_rows(const mx_qweight *w, const void *x, long ldx, int K) {
 /* One launch of a qmv (rows beyond CUDA_QMV_MAX_ROWS only reach here when tc_ok or bulk_ok). */
 static int qmv_launch(cuda_qmv_args *a) {
     if (tc_ok(a)) return cuda_qmv_tc(a, g_cu.qmv_multirow, g_cu.st);
+    if (a->rows <= g_cu.qmv_mma && cuda_qmv_mma_supported(a)) {
+        if (cu_ensure(&g_cu.qmv_ws, &g_cu.qmv_ws_cap, cuda_qmv_mma_workspace_bytes(a->K)))
+            return -1;
+        a->ws = g_cu.qmv_ws;
+        a->ws_bytes = g_cu.qmv_ws_cap;
+        return cuda_qmv_mma(a, g_cu.st);
+    }
     if (a->rows >= g_cu.qmv_bulk_min_rows && bulk_ok(a)) {
         if (cu_ensure(&g_cu.qmv_ws, &g_cu.qmv_ws_cap, cuda_qmv_bulk_workspace_bytes(a->K)))
             return -1;

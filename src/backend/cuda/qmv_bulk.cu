@@ -54,13 +54,6 @@ __device__ __forceinline__ uint32_t qb_bf2_sub128(uint32_t p) {
     __nv_bfloat162 r = __hsub2(*(const __nv_bfloat162 *)&p, *(const __nv_bfloat162 *)&k128);
     return *(uint32_t *)&r;
 }
-/* bf16x2 of (lo, hi), round to nearest even. */
-__device__ __forceinline__ uint32_t qb_pack(float lo, float hi) {
-    uint32_t d;
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
-    return d;
-}
-
 /* Word w of a lane chunk -> the 4 A registers of one virtual k-tile (8 codes): pairs in MMA
  * slot order {a0/a2 of the first MMA, a0/a2 of the second}. 4-bit: one word holds the tile
  * (pairs c_i, c_{i+4}); 8-bit: two words (pairs c_2i, c_2i+1). */
@@ -123,7 +116,7 @@ qb_prep_kernel(uint4 *__restrict__ xq, const float *__restrict__ x, long ldx, in
     uint32_t b[4];
 #pragma unroll
     for (int e = 0; e < 4; e++)
-        b[e] = BITS == 4 ? qb_pack(f[e], f[e + 4]) : qb_pack(f[2 * e], f[2 * e + 1]);
+        b[e] = BITS == 4 ? bf16x2_pack(f[e], f[e + 4]) : bf16x2_pack(f[2 * e], f[2 * e + 1]);
     xq[q] = make_uint4(b[0], b[1], b[2], b[3]);
 }
 
