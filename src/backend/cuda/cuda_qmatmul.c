@@ -1,7 +1,7 @@
 /* Quantized matmul dispatch of the CUDA backend (backend_ops.matmul_q).
  *
- * 4-bit weights, group 64 / 128, rows <= MLXCEL_QMV_MMA (8): the one-stream tensor-core qmv
- * (qmv_mma.cu). Then 4- and 8-bit weights with bf16 scales, rows <= CUDA_QMV_TC_MAX_ROWS (32): the streaming
+ * 4-bit weights, group 64 / 128, 2..MLXCEL_QMV_MMA (8) rows, <= 4096 output rows per launch:
+ * the one-stream tensor-core qmv (qmv_mma.cu; see mma_ok). Then 4- and 8-bit weights with bf16 scales, rows <= CUDA_QMV_TC_MAX_ROWS (32): the streaming
  * tensor-core qmv (qmv_bulk.cu) unless MLXCEL_QMV_BULK=0, or with MLXCEL_QMV_TC=1 the
  * helper-built tensor-core qmv (qmv_tc.cu); x must be 16-byte aligned; other widths (and those without it),
  * rows <= CUDA_QMV_MAX_ROWS (8): the CUDA-core qmv (qgemv.cu). Several consecutive matmul_q
@@ -106,6 +106,18 @@ static bool bulk_ok(const cuda_qmv_args *a) {
  * B=1 301.9 against 238.2 tok/s with 1); from 2 rows the streaming kernel's cost barely grows
  * with the rows while the CUDA-core kernel's does. */
 
+/* The one-stream tensor-core qmv takes 2..MLXCEL_QMV_MMA rows of launches of <= 4096 output
+ * rows in all: there it splits K over up to 8 warps where the streaming kernel has one CTA per
+ * 16 rows (H200, 8B q4g64, 8 rows: o 12.4 against 14.2 us, down 27.2 against 40.9); on wider
+ * launches (qkv 19.8 / 16.4, gate+up 57.1 / 39.7, lm_head 210 / 144) and at one row (o 12.0
+ * against the CUDA-core 10.3, down 26.0 / 21.0) it is the slower
+ * (bench/results/2026-12-03-qmv-96630a5.log). */
+static bool mma_ok(const cuda_qmv_args *a) {
+    int n = 0;
+    for (int i = 0; i < a->n_segs; i++) n += a->N[i];
+    return a->rows >= 2 && a->rows <= g_cu.qmv_mma && n <= 4096 && cuda_qmv_mma_supported(a);
+}
+
 /* Rows a qmv handles for this weight and x (else qmm): the tensor-core kernel's limit when
  * it takes them. */
 static int qmv_max_rows(const mx_qweight *w, const void *x, long ldx, int K) {
@@ -121,7 +133,7 @@ static int qmv_max_rows(const mx_qweight *w, const void *x, long ldx, int K) {
 /* One launch of a qmv (rows beyond CUDA_QMV_MAX_ROWS only reach here when tc_ok or bulk_ok). */
 static int qmv_launch(cuda_qmv_args *a) {
     if (tc_ok(a)) return cuda_qmv_tc(a, g_cu.qmv_multirow, g_cu.st);
-    if (a->rows <= g_cu.qmv_mma && cuda_qmv_mma_supported(a)) {
+    if (mma_ok(a)) {
         if (cu_ensure(&g_cu.qmv_ws, &g_cu.qmv_ws_cap, cuda_qmv_mma_workspace_bytes(a->K)))
             return -1;
         a->ws = g_cu.qmv_ws;

@@ -2,11 +2,15 @@
  * y[r, n] = sum_k x[r, k] * (s q + b)[n, k] (MLX affine weights, src/quant/quant.h), fp32 x
  * and y, scales / biases in any dtype. Same contract as cuda_qmv (segments, ldy, workspace).
  *
- * Why: the CUDA-core qmv (qgemv.cu) spends a LOP3, an FADD and an FFMA per code and row; at
- * one row it issues a warp instruction per ~3 bytes of weights and tops out near 1.4 TB/s
- * (H200, ncu: issue-bound). Here a code pair costs one LOP3 (plus a shift per 4 codes) into
- * exact bf16 integers 128 + q, and the multiply-adds of 16 weight rows x 8 x rows go to
- * mma.sync m16n8k16: ~1 instruction per 9 bytes, the same at 8 rows as at one.
+ * Why: the CUDA-core qmv (qgemv.cu) spends a LOP3, an FADD and an FFMA per code and row, so
+ * its cost grows with the rows. Here a code pair costs one LOP3 (plus a shift per 4 codes)
+ * into exact bf16 integers 128 + q, and the multiply-adds of 16 weight rows x 8 x rows go to
+ * mma.sync m16n8k16: the same instructions at 8 rows as at one. Measured (H200, 8B q4g64,
+ * bench/results/2026-12-03-qmv-96630a5.log) it wins at 2..8 rows on launches of <= 4096
+ * output rows (o, down: K split over 8 warps where the streaming kernel has one CTA per 16
+ * rows) and loses elsewhere: its 8-byte quarter-group loads (32 bytes of a row per 4 lanes)
+ * stream at ~1.3 TB/s against the CUDA-core kernel's 2 TB/s at one row. The dispatch
+ * (cuda_qmatmul.c, mma_ok) follows that.
  *
  * Layout:
  * - A warp owns 16 weight rows (lane (g, t): rows g and g + 8, the MMA's A rows) and a
