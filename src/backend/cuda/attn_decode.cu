@@ -276,17 +276,9 @@ extern "C" int cuda_paged_attn_splits(const cuda_paged_attn_args *a) {
     if (S <= 0 && a->deterministic) S = CUDA_ATTN_DET_SPLITS;
     if (S <= 0) {
         /* Auto: about two CTAs per SM, at least one block per warp in each split. */
-        static int s_sm_count[CUDA_MAX_DEVICES]; /* per device: one thread per GPU under TP */
-        const int cd = cuda_cur_device();
-        if (!s_sm_count[cd]) {
-            int sms = 0;
-            if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, cd) != cudaSuccess)
-                sms = 132;
-            s_sm_count[cd] = sms;
-        }
         const long ctas = (long)a->B * a->n_kv_heads;
         const int max_blk = (a->max_seq_len + ATTN_BS - 1) / ATTN_BS;
-        S = (int)((2L * s_sm_count[cd] + ctas - 1) / ctas);
+        S = (int)((2L * cuda_sm_count() + ctas - 1) / ctas);
         S = min(S, max(1, max_blk / ATTN_WARPS));
     }
     return max(1, min(S, CUDA_ATTN_MAX_SPLITS));

@@ -19,6 +19,18 @@ extern "C" int cuda_cur_device(void) {
     return dev >= 0 && dev < CUDA_MAX_DEVICES ? dev : 0;
 }
 
+extern "C" int cuda_sm_count(void) {
+    static int s_sms[CUDA_MAX_DEVICES]; /* per device: one thread per GPU under TP */
+    const int cd = cuda_cur_device();
+    if (!s_sms[cd]) {
+        int sms = 0;
+        if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, cd) != cudaSuccess || sms < 1)
+            return 132;
+        s_sms[cd] = sms;
+    }
+    return s_sms[cd];
+}
+
 extern "C" int cuda_device_info(cuda_device_facts *out) { return cuda_device_info_of(0, out); }
 
 extern "C" int cuda_device_info_of(int dev, cuda_device_facts *out) {

@@ -27,6 +27,8 @@ int cuda_device_count(void);
 /* The calling thread's current device, clamped to [0, CUDA_MAX_DEVICES): index of the
  * launchers' per-device caches (SM counts, cudaFuncSetAttribute done flags). */
 int cuda_cur_device(void);
+/* SMs of the current device (cached per device; 132 if the query fails): grid sizing. */
+int cuda_sm_count(void);
 
 /* Programmatic dependent launch (compute capability >= 9.0): decode kernels may start while
  * their predecessor finishes (see cuda_kernels.cuh). On unless MLXCEL_CUDA_PDL=0 (set by the backend at start). */

@@ -283,18 +283,6 @@ qmv_generic_kernel(qmv_segs segs, const float *__restrict__ x, long ldx, int row
 }
 
 /* ==== Launchers ==== */
-static int qmv_sm_count(void) {
-    static int s_sms[CUDA_MAX_DEVICES]; /* per device: one thread per GPU under TP */
-    const int cd = cuda_cur_device();
-    if (!s_sms[cd]) {
-        int sms = 0;
-        if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, cd) != cudaSuccess)
-            return 132;
-        s_sms[cd] = sms;
-    }
-    return s_sms[cd];
-}
-
 static size_t qmv_kp(int K) { return ((size_t)K + QMV_WS_MAX - 1) / QMV_WS_MAX * QMV_WS_MAX; }
 
 template <int BITS, int R>
@@ -303,7 +291,7 @@ static int qmv_fast_go(qmv_segs &segs, const float *xp, const float *xs, const c
     /* few warps in the grid: split K over 2 warps of a CTA (more loads in flight) */
     int n_total = 0;
     for (int i = 0; i < segs.n; i++) n_total += segs.N[i];
-    const int kspl = (n_total + QMV_RPW - 1) / QMV_RPW * passes < 16 * qmv_sm_count() ? 2 : 1;
+    const int kspl = (n_total + QMV_RPW - 1) / QMV_RPW * passes < 16 * cuda_sm_count() ? 2 : 1;
     const int rows_per_cta = QMV_WARPS / kspl * QMV_RPW;
     int grid = 0;
     for (int i = 0; i < segs.n; i++) {

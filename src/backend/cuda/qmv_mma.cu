@@ -197,18 +197,6 @@ qmv_mma_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restr
 }
 
 /* ==== Launch ==== */
-static int qm_sm_count(void) {
-    static int s_sms[CUDA_MAX_DEVICES]; /* per device: one thread per GPU under TP */
-    const int cd = cuda_cur_device();
-    if (!s_sms[cd]) {
-        int sms = 0;
-        if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, cd) != cudaSuccess)
-            return 132;
-        s_sms[cd] = sms;
-    }
-    return s_sms[cd];
-}
-
 template <int G, int SBT>
 static int qm_go(qmv_segs &segs, const cuda_qmv_args *a, cudaStream_t st) {
     uint4 *xq = (uint4 *)a->ws;
@@ -223,7 +211,7 @@ static int qm_go(qmv_segs &segs, const cuda_qmv_args *a, cudaStream_t st) {
     int tiles = 0;
     for (int i = 0; i < segs.n; i++) tiles += (segs.N[i] + 15) / 16;
     int ks = 1;
-    while (ks < QM_WARPS && tiles * ks < 16 * qm_sm_count() && NG >= 2 * ks * QM_U) ks *= 2;
+    while (ks < QM_WARPS && tiles * ks < 16 * cuda_sm_count() && NG >= 2 * ks * QM_U) ks *= 2;
     const int tiles_per_cta = QM_WARPS / ks;
     int grid = 0;
     for (int i = 0; i < segs.n; i++) {
