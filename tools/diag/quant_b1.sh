@@ -3,6 +3,7 @@
 # more with spaces), then `mlxcel bench` decode at BATCH (prompt 512, gen 128) on each, once
 # per environment in AB (space-separated; "-" = as is; "A=1,B=2" sets both). Short lines only.
 #   BATCH=1 AB="- MLXCEL_CUDA_PDL=0" QUANT="4:64" BF16=1 bash tools/diag/quant_b1.sh
+# BF16_AB: the environments for the bf16 checkpoint (default: AB).
 set -u
 ROOT=$PWD
 [ -d .carry/dev ] || tar xJf .carry/devpack.tar.xz -C .carry
@@ -25,7 +26,9 @@ for q in ${QUANT-4:64}; do
 done
 echo "== converted: $((SECONDS - T0)) s"
 for d in $dirs; do
-  for ab in ${AB:--}; do
+  abs=${AB:--}
+  [ "$d" = "$D" ] && abs=${BF16_AB:-$abs}
+  for ab in $abs; do
     e=""; [ "$ab" != - ] && e=${ab//,/ }
     env $e timeout 120 "$M" bench -m "$d" --device cuda --prompt-tokens 512 --gen-tokens 128 \
       --batch "${BATCH:-1}" --repeat "${REPEAT:-2}" 2>/dev/null | grep -E '^ +[0-9]+ ' |
