@@ -485,7 +485,7 @@ int gt_run_quant_tests(const char *src_dir) {
     test_matmul_q(4, 1024, 4096, 8, 32, MX_F16, false);
     test_qkv(1, 4096, 4096, 1024, 4);
     test_qkv(5, 2048, 2048, 256, 8);
-    test_qkv(3, 1024, 1024, 256, 4); /* the 4-bit tensor-core qmv, 3 segments */
+    test_qkv(3, 1024, 1024, 256, 4); /* 4-bit, 3 rows, 3 segments */
     for (size_t b = 0; b < 6; b++) {
         test_qmv_multirow(8, 257, 1152, bits[b], 64, MX_BF16);
         test_qmv_multirow(5, 33, 512, bits[b], 128, MX_F32);

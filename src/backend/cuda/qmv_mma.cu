@@ -9,8 +9,10 @@
  * bench/results/2026-12-03-qmv-96630a5.log) it wins at 2..8 rows on launches of <= 4096
  * output rows (o, down: K split over 8 warps where the streaming kernel has one CTA per 16
  * rows) and loses elsewhere: its 8-byte quarter-group loads (32 bytes of a row per 4 lanes)
- * stream at ~1.3 TB/s against the CUDA-core kernel's 2 TB/s at one row. The dispatch
- * (cuda_qmatmul.c, mma_ok) follows that.
+ * stream at ~1.3 TB/s against the CUDA-core kernel's 2 TB/s at one row. End to end even the
+ * o / down use lost (8B q4g64 B=8 1,796.9 against 2,093.3 tok/s), so it is opt-in
+ * (MLXCEL_QMV_MMA; cuda_qmatmul.c, mma_ok). A 16-byte-load layout (weights re-laid out at
+ * upload so a lane's 16 bytes feed whole-group MMAs) is the next step, not done.
  *
  * Layout:
  * - A warp owns 16 weight rows (lane (g, t): rows g and g + 8, the MMA's A rows) and a
