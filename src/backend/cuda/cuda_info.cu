@@ -24,7 +24,8 @@ extern "C" int cuda_sm_count(void) {
     const int cd = cuda_cur_device();
     if (!s_sms[cd]) {
         int sms = 0;
-        if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, cd) != cudaSuccess || sms < 1)
+        if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, cd) != cudaSuccess ||
+            sms < 1)
             return 132;
         s_sms[cd] = sms;
     }

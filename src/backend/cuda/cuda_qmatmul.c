@@ -1,7 +1,8 @@
 /* Quantized matmul dispatch of the CUDA backend (backend_ops.matmul_q).
  *
  * With MLXCEL_QMV_MMA=N (off by default): 4-bit weights, group 64 / 128, 2..N rows, <= 4096
- * output rows per launch: the one-stream tensor-core qmv (qmv_mma.cu; see mma_ok). Then 4- and 8-bit weights with bf16 scales, rows <= CUDA_QMV_TC_MAX_ROWS (32): the streaming
+ * output rows per launch: the one-stream tensor-core qmv (qmv_mma.cu; see mma_ok). Then 4-
+ * and 8-bit weights with bf16 scales, rows <= CUDA_QMV_TC_MAX_ROWS (32): the streaming
  * tensor-core qmv (qmv_bulk.cu) unless MLXCEL_QMV_BULK=0, or with MLXCEL_QMV_TC=1 the
  * helper-built tensor-core qmv (qmv_tc.cu); x must be 16-byte aligned; other widths (and those without it),
  * rows <= CUDA_QMV_MAX_ROWS (8): the CUDA-core qmv (qgemv.cu). Several consecutive matmul_q

@@ -14,8 +14,10 @@
  *   s * sum(q x) + b * sum(x). Codes become floats without I2F (quarter rate): the code's
  *   bits are masked in place and OR-ed into the mantissa of 2^23 (one LOP3; 8-bit: one PRMT
  *   moves the byte to bits 0..7), and one FADD of -2^23 gives q * 2^p exactly (p = the code's
- *   bit position, <= 16: high codes are first shifted down so they never touch the exponent). The 2^-p is folded into x once per call by a small prep
- *   kernel (exact: a power of two), so a code costs one LOP3, one FADD and one FFMA per row.
+ *   bit position, <= 16: high codes are first shifted down so they never touch the
+ *   exponent). The 2^-p is folded into x once per call by a small prep kernel (exact: a power
+ *   of two), so a code costs one LOP3, one FADD and one FFMA per row. Prep and qmv launch with
+ *   PDL: the qmv's first weight batch is in flight before it waits for x'.
  * - x: the prep kernel writes x' = x * 2^-p in a lane-interleaved order (for warp step t and
  *   16-byte chunk j, the 32 lanes' chunks are adjacent: every x load of a warp reads 512
  *   contiguous bytes) plus sum(x) per lane chunk; the main kernel reads both through L1 (one
@@ -301,11 +303,14 @@ static int qmv_fast_go(qmv_segs &segs, const float *xp, const float *xs, const c
     pdl_launch l;
     pdl_launch_config(&l, dim3(grid, passes), dim3(QMV_WARPS * 32), 0, st);
     if (a->sb_dtype == CUDA_QSB_BF16)
-        return (int)cudaLaunchKernelEx(&l.cfg, qmv_fast_kernel<BITS, R, CUDA_QSB_BF16>, segs, xp, xs, a->rows, a->K, Kp, a->group, kspl);
+        return (int)cudaLaunchKernelEx(&l.cfg, qmv_fast_kernel<BITS, R, CUDA_QSB_BF16>, segs, xp,
+                                       xs, a->rows, a->K, Kp, a->group, kspl);
     else if (a->sb_dtype == CUDA_QSB_F16)
-        return (int)cudaLaunchKernelEx(&l.cfg, qmv_fast_kernel<BITS, R, CUDA_QSB_F16>, segs, xp, xs, a->rows, a->K, Kp, a->group, kspl);
+        return (int)cudaLaunchKernelEx(&l.cfg, qmv_fast_kernel<BITS, R, CUDA_QSB_F16>, segs, xp,
+                                       xs, a->rows, a->K, Kp, a->group, kspl);
     else
-        return (int)cudaLaunchKernelEx(&l.cfg, qmv_fast_kernel<BITS, R, CUDA_QSB_F32>, segs, xp, xs, a->rows, a->K, Kp, a->group, kspl);
+        return (int)cudaLaunchKernelEx(&l.cfg, qmv_fast_kernel<BITS, R, CUDA_QSB_F32>, segs, xp,
+                                       xs, a->rows, a->K, Kp, a->group, kspl);
 }
 
 template <int R>
@@ -365,8 +370,10 @@ extern "C" int cuda_qmv(const cuda_qmv_args *a, int multirow, cudaStream_t st) {
     const dim3 pg((a->K + 255) / 256, rows_pad);
     pdl_launch l;
     pdl_launch_config(&l, pg, dim3(256), 0, st);
-    const int pe = (int)cudaLaunchKernelEx(&l.cfg, a->bits == 4 ? qmv_prep_kernel<4> : qmv_prep_kernel<8>,
-                                           xp, xs, (const float *)a->x, a->ldx, a->rows, a->K, Kp);
+    const int pe = (int)cudaLaunchKernelEx(&l.cfg, a->bits == 4 ? qmv_prep_kernel<4>
+                                                                 : qmv_prep_kernel<8>,
+                                           xp, xs, (const float *)a->x, a->ldx, a->rows, a->K,
+                                           Kp);
     if (pe) return pe;
     if (a->bits == 4) {
         if (R == 1) return qmv_fast_go<4, 1>(segs, xp, xs, a, passes, Kp, st);

@@ -206,7 +206,8 @@ static int qm_go(qmv_segs &segs, const cuda_qmv_args *a, cudaStream_t st) {
     const int NG = a->K / G;
     pdl_launch p;
     pdl_launch_config(&p, dim3((unsigned)((NG + 7) / 8)), dim3(256), 0, st);
-    cudaError_t e = cudaLaunchKernelEx(&p.cfg, qm_prep_kernel<G>, xq, xs, a->x, a->ldx, a->rows, a->K);
+    cudaError_t e =
+        cudaLaunchKernelEx(&p.cfg, qm_prep_kernel<G>, xq, xs, a->x, a->ldx, a->rows, a->K);
     if (e != cudaSuccess) return (int)e;
     /* warps on the same rows split K until the grid holds ~16 warps per SM (loads in flight),
      * keeping at least one load batch per warp */
@@ -241,7 +242,8 @@ extern "C" int cuda_qmv_mma_supported(const cuda_qmv_args *a) {
 }
 
 extern "C" size_t cuda_qmv_mma_workspace_bytes(int K) {
-    return qm_xquads<64>(K) * sizeof(uint4) + (size_t)(K / 64) * 8 * sizeof(float); /* g64: the larger */
+    /* g64's is the larger */
+    return qm_xquads<64>(K) * sizeof(uint4) + (size_t)(K / 64) * 8 * sizeof(float);
 }
 
 extern "C" int cuda_qmv_mma(const cuda_qmv_args *a, cudaStream_t st) {
