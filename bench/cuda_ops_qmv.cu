@@ -153,12 +153,12 @@ void suite_qmv(void) {
                 fill_bf16(c.b[s], sbb / 2, next_seed(), 0.05f);
                 fill_f32(c.x[s], (size_t)32 * c.K, next_seed(), 1.0f);
             }
-            /* the larger of cuda_qmv's and qmv_bulk's */
-            const size_t ws_old = cuda_qmv_workspace_bytes(c.K);
-            const size_t ws_bulk = cuda_qmv_bulk_workspace_bytes(c.K);
-            const size_t ws_mma = cuda_qmv_mma_workspace_bytes(c.K);
-            c.ws_bytes = ws_old > ws_bulk ? ws_old : ws_bulk;
-            if (ws_mma > c.ws_bytes) c.ws_bytes = ws_mma;
+            /* the largest of cuda_qmv's, qmv_bulk's and qmv_mma's */
+            const size_t ws[3] = {cuda_qmv_workspace_bytes(c.K), cuda_qmv_bulk_workspace_bytes(c.K),
+                                  cuda_qmv_mma_workspace_bytes(c.K)};
+            c.ws_bytes = 0;
+            for (int i = 0; i < 3; i++)
+                if (ws[i] > c.ws_bytes) c.ws_bytes = ws[i];
             c.ws = dmalloc(c.ws_bytes);
             c.scratch_bytes = cuda_qmm_scratch_bytes(32, c.N, c.K, cuda_qmm_default_tile_m(32, c.N, c.K, c.bits));
             c.scratch = dmalloc(c.scratch_bytes);

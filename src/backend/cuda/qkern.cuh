@@ -89,6 +89,14 @@ __device__ __forceinline__ float q_round_sb(float v, int sbt) {
 }
 
 /* ==== Codes ==== */
+/* Nibbles 0 and 4 of w as bf16x2 (128 + q_0, 128 + q_4), exact: OR-ed into the mantissa of 128
+ * by one LOP3 (written as C, the compiler may emit an AND and an OR). */
+__device__ __forceinline__ uint32_t q4_pair_bf16(uint32_t w) {
+    uint32_t r;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(w), "n"(0x000F000Fu), "n"(0x43004300u));
+    return r;
+}
+
 /* Code k of a packed row (any bit width). A straddling code reads the next word, which
  * exists: the row holds K * bits bits, a multiple of 32, and the code ends inside it. */
 __device__ __forceinline__ uint32_t q_code(const uint32_t *row, int k, int bits) {

@@ -63,7 +63,7 @@ __device__ __forceinline__ void qb_dequant(const uint32_t *wd, uint32_t s2, uint
         const uint32_t w = wd[0];
 #pragma unroll
         for (int i = 0; i < 4; i++)
-            p[i] = qb_bf2_fma(qb_bf2_sub128(((w >> (4 * i)) & 0x000F000Fu) | 0x43004300u), s2, b2);
+            p[i] = qb_bf2_fma(qb_bf2_sub128(q4_pair_bf16(w >> (4 * i))), s2, b2);
     } else {
 #pragma unroll
         for (int h = 0; h < 2; h++)

@@ -104,13 +104,6 @@ template <> struct qm_q<128> {
     }
 };
 
-/* Nibbles 0 and 4 of w as bf16x2 (128 + q_0, 128 + q_4): one LOP3. */
-__device__ __forceinline__ uint32_t qm_pair(uint32_t w) {
-    uint32_t r;
-    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(w), "n"(0x000F000Fu), "n"(0x43004300u));
-    return r;
-}
-
 template <int G, int SBT>
 __global__ void __launch_bounds__(QM_WARPS * 32)
 qmv_mma_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restrict__ xs,
@@ -162,12 +155,12 @@ qmv_mma_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restr
                 const uint4 *xp = xq + ((size_t)gi * WPL + w) * 2 * 32 + lane;
                 const uint4 bh = xon ? __ldg(xp) : make_uint4(0, 0, 0, 0);
                 const uint4 bl = xon ? __ldg(xp + 32) : make_uint4(0, 0, 0, 0);
-                const uint32_t a0 = qm_pair(xa), a1 = qm_pair(xb);
-                const uint32_t a2 = qm_pair(xa >> 4), a3 = qm_pair(xb >> 4);
+                const uint32_t a0 = q4_pair_bf16(xa), a1 = q4_pair_bf16(xb);
+                const uint32_t a2 = q4_pair_bf16(xa >> 4), a3 = q4_pair_bf16(xb >> 4);
                 mma_bf16_16816(d, a0, a1, a2, a3, bh.x, bh.y);
                 mma_bf16_16816(d, a0, a1, a2, a3, bl.x, bl.y);
-                const uint32_t c0 = qm_pair(xa >> 8), c1 = qm_pair(xb >> 8);
-                const uint32_t c2 = qm_pair(xa >> 12), c3 = qm_pair(xb >> 12);
+                const uint32_t c0 = q4_pair_bf16(xa >> 8), c1 = q4_pair_bf16(xb >> 8);
+                const uint32_t c2 = q4_pair_bf16(xa >> 12), c3 = q4_pair_bf16(xb >> 12);
                 mma_bf16_16816(d, c0, c1, c2, c3, bh.z, bh.w);
                 mma_bf16_16816(d, c0, c1, c2, c3, bl.z, bl.w);
             }

@@ -33,6 +33,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "backend/cuda/cuda_info.h"
 #include "backend/cuda/qkern.cuh"
 #include "backend/cuda/qmv_tc_map.h"
 
@@ -367,18 +368,6 @@ qmv_tc_kernel(qmv_segs segs, const float *__restrict__ x, long ldx, int rows, in
 }
 
 /* ==== Launchers ==== */
-static int qtc_sm_count(void) {
-    static int s_sms = 0;
-    if (!s_sms) {
-        int dev = 0, sms = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-            return 132;
-        s_sms = sms;
-    }
-    return s_sms;
-}
-
 template <int BITS, int G, int NT>
 static int qtc_go(qmv_segs segs, const cuda_qmv_args *a, int win, int passes, cudaStream_t st) {
     using C = qtc_cfg<BITS, G, NT>;
@@ -391,7 +380,7 @@ static int qtc_go(qmv_segs segs, const cuda_qmv_args *a, int win, int passes, cu
     /* 8 warps per CTA (2 CTAs per SM) when the grid fits one such wave (o, down: 256 CTAs),
      * else 4 (4 per SM: qkv's 384 CTAs still run as one wave, no half-empty second wave;
      * many waves: finer tail). Either way up to 16 warps per SM. */
-    const int nw = ctas * passes <= 2 * qtc_sm_count() ? 8 : 4;
+    const int nw = ctas * passes <= 2 * cuda_sm_count() ? 8 : 4;
     const size_t smem = (size_t)nw * C::WARP_WORDS * 4;
     if (!s_attr) {
         const cudaError_t e = cudaFuncSetAttribute(qmv_tc_kernel<BITS, G, NT>,
