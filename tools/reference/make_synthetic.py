@@ -102,6 +102,14 @@ def tensor_list(c):
     return out
 
 
+def write_configs(outdir, c):
+    with open(os.path.join(outdir, "config.json"), "w") as f:
+        json.dump({k: v for k, v in c.items() if v is not None or k == "rope_scaling"}, f, indent=2)
+    with open(os.path.join(outdir, "generation_config.json"), "w") as f:
+        json.dump({"bos_token_id": c["bos_token_id"], "eos_token_id": c["eos_token_id"],
+                   "do_sample": False}, f, indent=2)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -110,12 +118,11 @@ def main():
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--layers", type=int, default=0, help="truncate to N layers (quick checks)")
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--config-only", action="store_true",
+                    help="write config.json and generation_config.json only (for mlxcel's "
+                         "--load-format dummy: timing without weight files)")
     a = ap.parse_args()
 
-    import torch
-    from safetensors.torch import save_file
-
-    dev = a.device if (a.device != "cuda" or torch.cuda.is_available()) else "cpu"
     c = dict(SHAPES[a.shape])
     if a.layers:
         c["num_hidden_layers"] = min(a.layers, c["num_hidden_layers"])
@@ -124,6 +131,14 @@ def main():
         c["_synthetic_truncated_from"] = SHAPES[a.shape]["num_hidden_layers"]
     c["_synthetic"] = f"tools/reference/make_synthetic.py --shape {a.shape} --seed {a.seed}"
     os.makedirs(a.outdir, exist_ok=True)
+    if a.config_only:
+        write_configs(a.outdir, c)
+        return 0
+
+    import torch
+    from safetensors.torch import save_file
+
+    dev = a.device if (a.device != "cuda" or torch.cuda.is_available()) else "cpu"
     H = c["hidden_size"]
     tensors = tensor_list(c)
     total = sum(2 * math.prod(s) for _, s, _ in tensors)
@@ -169,11 +184,7 @@ def main():
     if n_shards > 1:
         with open(os.path.join(a.outdir, "model.safetensors.index.json"), "w") as f:
             json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=1)
-    with open(os.path.join(a.outdir, "config.json"), "w") as f:
-        json.dump({k: v for k, v in c.items() if v is not None or k == "rope_scaling"}, f, indent=2)
-    with open(os.path.join(a.outdir, "generation_config.json"), "w") as f:
-        json.dump({"bos_token_id": c["bos_token_id"], "eos_token_id": c["eos_token_id"],
-                   "do_sample": False}, f, indent=2)
+    write_configs(a.outdir, c)
     print(f"done: {a.outdir} in {time.time() - t0:.0f} s", flush=True)
     return 0
 

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# GPU machine: where the time of one decode step goes. Runs `mlxcel generate` on dummy weights
+# of SHAPES (make_synthetic.py --config-only) under Nsight Compute with only the kernel
+# duration metric, skipping the prefill and the first steps, and prints per kernel name the
+# launches and microseconds per step (steps counted by the argmax kernel), then the wall-clock
+# step time of the same command without the profiler: the gap is launch and dependency time.
+# Carry .carry/devpack.tar.xz. Output: $OUT/diag/step_*.csv.
+#   SHAPES="llama-3.1-8b llama-3.2-1b" AB="- MLXCEL_GEMV_FUSE=1" bash tools/diag/step_ncu.sh
+set -u
+ROOT=$PWD
+[ -d .carry/dev ] || tar xJf .carry/devpack.tar.xz -C .carry
+. bench/device_env.sh
+device_libs
+D=${OUT:-/tmp}/diag; mkdir -p "$D"
+M=.carry/dev/mlxcel
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+for s in ${SHAPES:-llama-3.1-8b}; do
+  C=/tmp/mlxcel-cfg/$s
+  python3 tools/reference/make_synthetic.py "$C" --shape "$s" --config-only || exit 1
+  for ab in ${AB:--}; do
+    e=""; [ "$ab" != - ] && e=${ab//,/ }
+    tag=$s${ab//[^A-Za-z0-9]/_}
+    gen=("$M" generate -m "$C" --load-format dummy --prompt-ids 1,2,3,4 --ignore-eos
+         --device cuda --json)
+    wall=$(env $e timeout 120 "${gen[@]}" -n 256 2>/dev/null |
+      python3 -c 'import json,sys; print("%.1f" % json.load(sys.stdin)["decode_tokens_per_s"])')
+    env $e timeout 240 "$NCU" --clock-control none --csv --page raw \
+      --metrics gpu__time_duration.sum --launch-skip "${SKIP:-3000}" \
+      --launch-count "${COUNT:-1200}" "${gen[@]}" -n 64 > "$D/step_$tag.csv" 2>"$D/step_$tag.err"
+    echo "== $s $ab: generate decode ${wall} tok/s = $(python3 -c "print('%.1f' % (1e6 / $wall))") us/step"
+    python3 - "$D/step_$tag.csv" <<'PY'
+import csv, sys, re, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 5]
+rows = rows[next((i for i, r in enumerate(rows) if "Kernel Name" in r), len(rows)):]
+if not rows:
+    print("no ncu rows"); raise SystemExit
+h = rows[0]; ki = h.index("Kernel Name"); vi = len(h) - 1
+unit = rows[1][vi] if len(rows) > 1 else ""
+t = collections.OrderedDict(); n = collections.Counter(); steps = 0; total = 0.0
+for r in rows[1:]:
+    try: v = float(r[vi].replace(",", ""))
+    except ValueError: continue
+    name = re.sub(r"\(.*", "", r[ki]).split("<")[0].replace("void ", "").strip()
+    if "argmax" in name: steps += 1
+    t[name] = t.get(name, 0.0) + v; n[name] += 1; total += v
+steps = max(steps, 1)
+sc = 1e-3 if "ns" in unit or unit == "" else 1.0  # ns -> us
+print(f"{'kernel':40s} {'launch/step':>11s} {'us/step':>9s} {'us/launch':>9s}")
+for k, v in sorted(t.items(), key=lambda kv: -kv[1]):
+    print(f"{k[:40]:40s} {n[k] / steps:11.1f} {v * sc / steps:9.1f} {v * sc / n[k]:9.2f}")
+print(f"{'total (' + str(steps) + ' steps)':40s} {sum(n.values()) / steps:11.1f} {total * sc / steps:9.1f}")
+PY
+  done
+done
