@@ -2,7 +2,7 @@
  * (src/backend/cuda/cuda_ops.h) in one run, with the device's own copy bandwidth as the
  * roofline. Prints every check, then a table; exits 1 if any check failed.
  *
- *   cuda_ops_bench [--only gemv|gemvtc|norm|rope|attn|argmax|qmv] [--log FILE]
+ *   cuda_ops_bench [--only gemv|gemvtc|gemvks|norm|rope|attn|argmax|qmv] [--log FILE]
  *
  * This file: harness (fills, timing, table), main, and the GEMV suite next to cuBLASLt. */
 #include <cublasLt.h>
@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cuda/cuda_info.h"
 #include "backend/cuda/cuda_ops.h"
 #include "cuda_ops_bench.h"
 #include "cuda_ops_ref.h"
@@ -432,6 +433,58 @@ static void suite_gemv(void) {
     cublasLtDestroy(g.lt);
 }
 
+/* ==== GEMV K split sweep: the decode shapes at one row (fp32 x and y, as the engine runs
+ * them), each K split of the CUDA-core kernel and the per-shape choice (auto) ==== */
+static void suite_gemv_ks(void) {
+    struct { const char *name; int N, K; } shapes[] = {
+        {"8B qkv", 6144, 4096},     {"8B o", 4096, 4096},    {"8B gate+up", 28672, 4096},
+        {"8B down", 4096, 14336},   {"1B qkv", 3072, 2048},  {"1B o", 2048, 2048},
+        {"1B gate+up", 16384, 2048}, {"1B down", 2048, 8192},
+    };
+    gemv_ctx g;
+    memset(&g, 0, sizeof g);
+    const int ks_prev = cuda_gemv_ksplit();
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        g.N = shapes[si].N;
+        g.K = shapes[si].K;
+        g.R = 1;
+        g.x_dt = g.y_dt = CUDA_OPS_F32;
+        const size_t wbytes = (size_t)g.N * g.K * 2;
+        g.nsets = (int)((240e6 + wbytes - 1) / wbytes);
+        g.nsets = g.nsets < 2 ? 2 : g.nsets > GEMV_MAX_SETS ? GEMV_MAX_SETS : g.nsets;
+        for (int s = 0; s < g.nsets; s++) {
+            g.W[s] = (uint16_t *)dmalloc(wbytes);
+            fill_bf16(g.W[s], (size_t)g.N * g.K, next_seed(), 1.0f);
+            g.x[s] = dmalloc((size_t)8 * g.K * 4);
+            g.y[s] = dmalloc((size_t)8 * g.N * 4);
+        }
+        g.wh = (uint16_t *)d2h(g.W[0], wbytes);
+        logf_("\n== gemv K split %s %dx%d R=1 (%d weight sets)\n", shapes[si].name, g.N, g.K,
+              g.nsets);
+        static const int ks_list[] = {0, 1, 2, 4};
+        for (int i = 0; i < 4; i++) {
+            cuda_set_gemv_ksplit(ks_list[i]);
+            char label[48], op[24];
+            snprintf(label, sizeof label, "%s ks %d", shapes[si].name, ks_list[i]);
+            const int fails_before = g_fail;
+            const double rel = gemv_check(&g, 0, label);
+            snprintf(op, sizeof op, ks_list[i] ? "gemv ks=%d" : "gemv ks=auto", ks_list[i]);
+            char shape[48];
+            snprintf(shape, sizeof shape, "%s %dx%d", shapes[si].name, g.N, g.K);
+            timing t = bench_time(gemv_rep, &g, 5, 30);
+            result_add(op, shape, t, (double)wbytes + g.K * 4.0 + g.N * 4.0, rel,
+                       g_fail > fails_before);
+        }
+        for (int s = 0; s < g.nsets; s++) {
+            CK(cudaFree(g.W[s]));
+            CK(cudaFree(g.x[s]));
+            CK(cudaFree(g.y[s]));
+        }
+        free(g.wh);
+    }
+    cuda_set_gemv_ksplit(ks_prev);
+}
+
 /* ==== main ==== */
 
 int main(int argc, char **argv) {
@@ -442,7 +495,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--log") && i + 1 < argc)
             log_path = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [--only gemv|gemvtc|norm|rope|attn|argmax|qmv] [--log FILE]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--only gemv|gemvtc|gemvks|norm|rope|attn|argmax|qmv] [--log FILE]\n", argv[0]);
             return 2;
         }
     }
@@ -473,6 +526,7 @@ int main(int argc, char **argv) {
     if (!only || !strcmp(only, "argmax")) suite_argmax();
     if (!only || !strcmp(only, "qmv")) suite_qmv();
     if (!only || !strcmp(only, "gemvtc")) suite_gemvtc();
+    if (!only || !strcmp(only, "gemvks")) suite_gemv_ks();
 
     result_print_table();
     if (g_log) fclose(g_log);

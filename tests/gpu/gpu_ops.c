@@ -149,8 +149,10 @@ static void test_matmul(int rows, int N, int K, bool bias) {
     mx_tensor dout = gt_dev_poison(2, so);
     g_gpu->matmul(&dout, &dx, &dw, bias ? &db : &none);
     char what[96];
-    snprintf(what, sizeof what, "matmul rows %d N %d K %d%s (%s)", rows, N, K, bias ? " +bias" : "",
-             gemv ? (K % 8 ? "generic gemv" : "gemv") : "cuBLASLt");
+    char ks[16] = "";
+    if (gemv && rows <= 2 && cuda_gemv_ksplit()) snprintf(ks, sizeof ks, " K split %d", cuda_gemv_ksplit());
+    snprintf(what, sizeof what, "matmul rows %d N %d K %d%s (%s%s)", rows, N, K, bias ? " +bias" : "",
+             gemv ? (K % 8 ? "generic gemv" : "gemv") : "cuBLASLt", ks);
     check_dev(what, &dout, ref, gemv ? 3e-5 : 1e-2);
     gt_dev_free(&dx), gt_dev_free(&dw), gt_dev_free(&db), gt_dev_free(&dout);
     free(x), free(xr), free(w), free(b), free(ref), free(wb), free(bb);
@@ -494,6 +496,17 @@ int gt_run_op_tests(void) {
     test_matmul(2, 1000, 100, true);  /* odd N, K % 8 != 0: generic GEMV */
     test_matmul(20, 97, 44, false);   /* cuBLASLt refuses K % 8: generic fallback */
     test_matmul(3, 1003, 4104, false); /* partial 16-row tile, K % 32 != 0 */
+    /* every K split of the 1..2-row kernel: partial row groups, a K that is no whole batch,
+     * a K of one batch (parts without work), two x chunks (rows 2, K 14336 fp32) */
+    const int ks_prev = cuda_gemv_ksplit();
+    for (int ks = 1; ks <= 4; ks *= 2) {
+        cuda_set_gemv_ksplit(ks);
+        test_matmul(1, 1003, 4104, true);
+        test_matmul(2, 2048, 1024, false);
+        test_matmul(2, 4096, 14336, false);
+        test_matmul(1, 96, 3072, false);
+    }
+    cuda_set_gemv_ksplit(ks_prev);
     static const int tc_rows[] = {1, 3, 8, 9, 17, 32};
     for (size_t i = 0; i < sizeof tc_rows / sizeof tc_rows[0]; i++)
         test_gemv_tc(tc_rows[i], 1003, i % 2 ? 4104 : 1160);

@@ -406,19 +406,21 @@ static void be_describe(char *buf, size_t len) {
     const char *at = mx_env()->autotune == MX_AUTOTUNE_CACHE ? " + autotune cache"
                      : mx_env()->autotune == MX_AUTOTUNE_ON  ? " + autotune 1"
                                                              : "";
-    char mr[40], tm[40];
+    char mr[40], tm[40], ks[24];
+    if (cuda_gemv_ksplit()) snprintf(ks, sizeof ks, "%d (forced)", cuda_gemv_ksplit());
+    else snprintf(ks, sizeof ks, "auto");
     if (g_cu.qmv_multirow) snprintf(mr, sizeof mr, "%d (forced)", g_cu.qmv_multirow);
     else snprintf(mr, sizeof mr, "auto%s", at);
     if (g_cu.qmm_tile) snprintf(tm, sizeof tm, "%d (forced)", g_cu.qmm_tile);
     else snprintf(tm, sizeof tm, "auto%s", at);
     snprintf(buf, len,
              "%s, compute capability %d.%d, %d SMs, %.1f GiB (%.1f GiB free) | GEMV rows <= %d "
-             "(tensor-core GEMV on bf16 x to %d, cuBLASLt above; L2 prefetch %d KB per CTA, fusions %s) | CUDA graphs %s (cache %d) | "
+             "(tensor-core GEMV on bf16 x to %d, cuBLASLt above; K split %s, L2 prefetch %d KB per CTA, fusions %s) | CUDA graphs %s (cache %d) | "
              "PDL %s | decode splits %s | qmv window %s%s%s, qmm slab %s | weights %s%s | KV bf16",
              f->name, f->cc_major, f->cc_minor, f->sm_count, f->total_bytes / 1073741824.0,
              f->free_bytes / 1073741824.0, g_cu.gemv_rows,
              g_cu.gemv_tc_rows > g_cu.gemv_rows ? g_cu.gemv_tc_rows : g_cu.gemv_rows,
-             cuda_gemv_prefetch() / 1024,
+             ks, cuda_gemv_prefetch() / 1024,
              g_cu.gemv_fuse ? "on" : "off", g_cu.graph_cache ? "on" : "off",
              g_cu.graph_cache, cuda_pdl_enabled() ? "on" : "off", splits, mr,
              g_cu.qmv_tc ? " (qmv_tc for 4/8-bit, <= 32 rows)"
@@ -559,6 +561,7 @@ static int cu_init(int dev, mx_error *err) {
     if (dev == 0) cuda_set_pdl(env->cuda_pdl && g_cu.facts.cc_major >= 9); /* process-wide */
     /* cp.async.bulk.prefetch is sm_90+; the kernels compile it out below, this keeps it honest */
     if (dev == 0) cuda_set_gemv_prefetch(g_cu.facts.cc_major >= 9 ? env->gemv_prefetch_kb * 1024 : 0);
+    if (dev == 0) cuda_set_gemv_ksplit(env->gemv_ksplit);
     if (cudaHostAlloc(&g_cu.misc, CU_MISC_BYTES, cudaHostAllocDefault) != cudaSuccess ||
         cudaEventCreateWithFlags(&g_cu.misc_ev, cudaEventDisableTiming) != cudaSuccess)
         return mx_fail(err, "--device cuda: cannot allocate %zu MiB of pinned host memory",

@@ -59,3 +59,6 @@ extern "C" int cuda_pdl_enabled(void) { return g_pdl; }
 static int g_gemv_prefetch = 0;
 extern "C" void cuda_set_gemv_prefetch(int bytes) { g_gemv_prefetch = bytes < 0 ? 0 : bytes; }
 extern "C" int cuda_gemv_prefetch(void) { return g_gemv_prefetch; }
+static int g_gemv_ksplit = 0;
+extern "C" void cuda_set_gemv_ksplit(int ks) { g_gemv_ksplit = ks == 1 || ks == 2 || ks == 4 ? ks : 0; }
+extern "C" int cuda_gemv_ksplit(void) { return g_gemv_ksplit; }

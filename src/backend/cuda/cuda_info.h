@@ -39,6 +39,10 @@ int cuda_pdl_enabled(void);
  * so the weight stream starts while the previous kernel finishes); MLXCEL_GEMV_PREFETCH_KB. */
 void cuda_set_gemv_prefetch(int bytes);
 int cuda_gemv_prefetch(void);
+/* K split of the 1..2-row CUDA-core GEMV (warps sharing a row group): 1, 2 or 4; 0 = chosen
+ * per shape (MLXCEL_GEMV_KSPLIT). */
+void cuda_set_gemv_ksplit(int ks);
+int cuda_gemv_ksplit(void);
 
 #ifdef __cplusplus
 }

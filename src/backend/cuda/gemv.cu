@@ -117,14 +117,17 @@ __device__ __forceinline__ void gemv_core_x8(const uint16_t *xs, float f[8]) {
 /* ==== Kernel ==== */
 
 template <int R, typename XT, bool NRM>
-__global__ void __launch_bounds__(256, 1)
+__global__ void __launch_bounds__(256, 2)
 gemv_bf16_kernel(cuda_gemv_segs segs,           /* W [N, K] -> y [rows, N] per segment */
                  const XT *__restrict__ x,       /* [rows, K] */
                  int y_bf16, int rows, int K, int KC, int pf_row,
-                 cuda_gemv_fuse f) {             /* all zero for XT = bf16 */
+                 cuda_gemv_fuse f,               /* all zero for XT = bf16 */
+                 int ks) {                       /* warps per row group (K split); 1 if fused */
     extern __shared__ uint4 gemv_smem[]; /* [2][R][KC] XT, or [R][KC] with one chunk */
+    __shared__ float gemv_red[8][GEMV_RPW * R]; /* K-split partial totals, per warp */
     XT *xbuf = (XT *)gemv_smem;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int part = warp % ks, group = warp / ks; /* warps of a group share rows, split K */
     const uint16_t *W;
     void *y;
     int N, c0;
@@ -138,7 +141,8 @@ gemv_bf16_kernel(cuda_gemv_segs segs,           /* W [N, K] -> y [rows, N] per s
         N = segs.N[0];
         c0 = 0;
     }
-    const int n0 = (((int)blockIdx.x - c0) * (blockDim.x >> 5) + warp) * (glu ? 2 : GEMV_RPW);
+    const int n0 = (((int)blockIdx.x - c0) * ((blockDim.x >> 5) / ks) + group) *
+                   (glu ? 2 : GEMV_RPW);
     const int nchunks = (K + KC - 1) / KC;
 
     float acc[GEMV_RPW][R], ss[R];
@@ -168,11 +172,28 @@ gemv_bf16_kernel(cuda_gemv_segs segs,           /* W [N, K] -> y [rows, N] per s
     }
 
     uint4 w[GEMV_U][GEMV_RPW];
+    /* One batch: GEMV_U steps of 256 k of each of the warp's rows, at chunk offset k0 + base. */
+    auto load_batch = [&](int k0, int base, int len) {
+#pragma unroll
+        for (int u = 0; u < GEMV_U; u++) {
+            const int kk = base + u * GEMV_STEP + lane * 8;
+#pragma unroll
+            for (int p = 0; p < GEMV_RPW; p++)
+                w[u][p] = (kk < len && ok[p]) ? ldg_stream16(wrow[p] + k0 + kk)
+                                              : make_uint4(0, 0, 0, 0);
+        }
+    };
 
     pdl_wait(); /* x is the previous kernel's output */
     pdl_trigger();
     gemv_stage_x<R, XT>(xbuf, x, rows, K, KC, 0, min(KC, K));
     cp_async_commit();
+    /* The first batch goes out while x is still in flight: both latencies overlap. (Issuing it
+     * before the PDL wait measured slower on the H200: 213.8 against 221.9 tok/s at B=1 on
+     * the 8B shape.) A warp of a K-split group takes every ks-th batch, starting at its part. */
+    const int batch = GEMV_STEP * GEMV_U;
+    bool preloaded = part * batch < min(KC, K);
+    if (preloaded) load_batch(0, part * batch, min(KC, K));
 
     for (int c = 0; c < nchunks; c++) {
         /* Chunk c has landed for this thread; the barrier makes it visible to all and also
@@ -187,18 +208,10 @@ gemv_bf16_kernel(cuda_gemv_segs segs,           /* W [N, K] -> y [rows, N] per s
         }
         const XT *xs = xbuf + (size_t)(c & 1) * R * KC;
 
-        for (int base = 0; base < len; base += GEMV_STEP * GEMV_U) {
-            /* All loads first: RPW*U independent 16-byte loads in flight per lane. (Issuing
-             * the first batch before the PDL wait measured slower on the H200: 213.8 against
-             * 221.9 tok/s at B=1 on the 8B shape.) */
-#pragma unroll
-            for (int u = 0; u < GEMV_U; u++) {
-                const int kk = base + u * GEMV_STEP + lane * 8;
-#pragma unroll
-                for (int p = 0; p < GEMV_RPW; p++)
-                    w[u][p] = (kk < len && ok[p]) ? ldg_stream16(wrow[p] + k0 + kk)
-                                                  : make_uint4(0, 0, 0, 0);
-            }
+        for (int base = part * batch; base < len; base += ks * batch) {
+            /* All loads first: RPW*U independent 16-byte loads in flight per lane. */
+            if (!preloaded) load_batch(k0, base, len);
+            preloaded = false;
 #pragma unroll
             for (int u = 0; u < GEMV_U; u++) {
                 const int kk = base + u * GEMV_STEP + lane * 8;
@@ -240,6 +253,23 @@ gemv_bf16_kernel(cuda_gemv_segs segs,           /* W [N, K] -> y [rows, N] per s
     for (int p = 0; p < GEMV_RPW; p++)
 #pragma unroll
         for (int r = 0; r < R; r++) tot[p][r] = warp_sum(acc[p][r]);
+    if (ks > 1) { /* the group's parts, summed in a fixed order by part 0 */
+        if (lane == 0)
+#pragma unroll
+            for (int p = 0; p < GEMV_RPW; p++)
+#pragma unroll
+                for (int r = 0; r < R; r++) gemv_red[warp][p * R + r] = tot[p][r];
+        __syncthreads();
+        if (part != 0) return;
+#pragma unroll
+        for (int p = 0; p < GEMV_RPW; p++)
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                float v = 0.f;
+                for (int i = 0; i < ks; i++) v += gemv_red[warp + i][p * R + r];
+                tot[p][r] = v;
+            }
+    }
     if (NRM) {
 #pragma unroll
         for (int r = 0; r < R; r++) {
@@ -457,9 +487,21 @@ static int gemv_core_launch(cuda_gemv_segs segs, const XT *x, int y_bf16, int ro
     for (int i = 0; i < segs.n; i++) n_total += segs.N[i];
     int warps = 8;
     if ((n_total + 8 * GEMV_RPW - 1) / (8 * GEMV_RPW) < 2 * s_sm_count[cd]) warps = 4;
-    const int rows_per_cta = warps * GEMV_RPW;
+    /* K split: small matrices leave too few warps to keep enough loads in flight, and each
+     * walks K in many serial batches; ks warps sharing a row group each take every ks-th
+     * batch (the fusions keep whole-K warps: the norm's sum of squares is per warp) */
+    const int groups = (n_total + GEMV_RPW - 1) / GEMV_RPW;
+    const int batches = (K + GEMV_STEP * GEMV_U - 1) / (GEMV_STEP * GEMV_U);
+    int ks = cuda_gemv_ksplit();
+    if (ks <= 0) {
+        ks = 1;
+        while (ks < 4 && groups * ks < 16 * s_sm_count[cd] && batches >= 2 * ks) ks *= 2;
+    }
+    if (f.norm_w || f.glu || ks > batches) ks = 1;
+    if (ks > 1) warps = 8;
+    const int rows_per_cta = warps / ks * GEMV_RPW;
     int grid = 0;
-    if (f.glu) { /* N units of two weight rows each, two units per warp */
+    if (f.glu) { /* N units of two weight rows each, two units per warp (ks = 1) */
         grid = (segs.N[0] + 2 * warps - 1) / (2 * warps);
         segs.cta0[0] = 0;
         segs.cta0[1] = grid; /* unused by the kernel in this mode; keep it out of range */
@@ -471,8 +513,8 @@ static int gemv_core_launch(cuda_gemv_segs segs, const XT *x, int y_bf16, int ro
     }
     pdl_launch l;
     pdl_launch_config(&l, dim3(grid), dim3(warps * 32), smem, stream);
-    return (int)cudaLaunchKernelEx(&l.cfg, gemv_bf16_kernel<R, XT, NRM>, segs, x, y_bf16, rows, K, KC,
-                                   gemv_pf_row(rows_per_cta, K), f);
+    return (int)cudaLaunchKernelEx(&l.cfg, gemv_bf16_kernel<R, XT, NRM>, segs, x, y_bf16, rows,
+                                   K, KC, gemv_pf_row(rows_per_cta, K), f, ks);
 }
 
 template <typename XT>

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# GPU machine: `mlxcel bench` on dummy weights (make_synthetic.py --config-only) of SHAPES,
+# once per environment in AB ("-" = as is; "A=1,B=2" sets both), at BATCH (prompt 512,
+# gen 128, REPEAT runs, medians). Quick A/Bs of decode settings without weight files; the
+# dummy weights are random like the synthetic ones, and decode time does not depend on values.
+# Carry .carry/devpack.tar.xz.
+#   SHAPES="llama-3.1-8b llama-3.2-1b" AB="- MLXCEL_GEMV_KSPLIT=1" BATCH=1 bash tools/diag/bench_ab.sh
+set -u
+ROOT=$PWD
+[ -d .carry/dev ] || tar xJf .carry/devpack.tar.xz -C .carry
+. bench/device_env.sh
+device_libs
+M=.carry/dev/mlxcel
+for s in ${SHAPES:-llama-3.1-8b}; do
+  C=/tmp/mlxcel-cfg/$s
+  python3 tools/reference/make_synthetic.py "$C" --shape "$s" --config-only || exit 1
+  for ab in ${AB:--}; do
+    e=""; [ "$ab" != - ] && e=${ab//,/ }
+    env $e timeout 120 "$M" bench -m "$C" --load-format dummy --device cuda --prompt-tokens 512 \
+      --gen-tokens 128 --batch "${BATCH:-1}" --repeat "${REPEAT:-2}" 2>/dev/null |
+      grep -E '^ +[0-9]+ ' | sed "s|^|$s $ab |"
+  done
+done
