@@ -562,13 +562,6 @@ static int cu_init(int dev, mx_error *err) {
     /* cp.async.bulk.prefetch is sm_90+; the kernels compile it out below, this keeps it honest */
     if (dev == 0) cuda_set_gemv_prefetch(g_cu.facts.cc_major >= 9 ? env->gemv_prefetch_kb * 1024 : 0);
     if (dev == 0) cuda_set_gemv_ksplit(env->gemv_ksplit);
-    g_cu.lookahead = g_cu.facts.cc_major >= 9 ? (size_t)env->l2_lookahead_mb << 20 : 0;
-    if (g_cu.lookahead &&
-        (cudaStreamCreateWithFlags(&g_cu.la_st, cudaStreamNonBlocking) != cudaSuccess ||
-         cudaEventCreateWithFlags(&g_cu.la_mark, cudaEventDisableTiming) != cudaSuccess ||
-         cudaEventCreateWithFlags(&g_cu.la_join, cudaEventDisableTiming) != cudaSuccess))
-        return mx_fail(err, "--device cuda: cannot create the L2 lookahead stream: %s",
-                       cudaGetErrorString(cudaGetLastError()));
     if (cudaHostAlloc(&g_cu.misc, CU_MISC_BYTES, cudaHostAllocDefault) != cudaSuccess ||
         cudaEventCreateWithFlags(&g_cu.misc_ev, cudaEventDisableTiming) != cudaSuccess)
         return mx_fail(err, "--device cuda: cannot allocate %zu MiB of pinned host memory",

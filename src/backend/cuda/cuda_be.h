@@ -91,7 +91,6 @@ typedef struct cu_state {
     int qmv_bulk_min_rows;    /* MLXCEL_QMV_BULK_MIN_ROWS: fewest rows it takes */
     int qmv_mma;              /* MLXCEL_QMV_MMA: most rows the 4-bit tensor-core qmv takes */
     int graph_cache;          /* 0 = no graphs */
-    size_t lookahead;         /* MLXCEL_L2_LOOKAHEAD_MB in bytes (0: off) */
     bool deterministic;
     int forced_splits;
     bool lazy, pinned, profile;
@@ -139,11 +138,6 @@ typedef struct cu_state {
     void *moe_zero;           /* [moe_zero_cap] zero bf16: other TP ranks' experts */
     size_t moe_zero_cap;
     bool warned_lt;
-    /* ---- L2 lookahead (cuda_matmul.c): a side stream asks L2 for the next decode matmul's
-     * weights as soon as the previous one is done ---- */
-    cudaStream_t la_st;
-    cudaEvent_t la_mark, la_join;
-    bool la_marked, la_pending;
     void *qmv_ws;             /* qmv: x' and chunk sums (cuda_qmv_workspace_bytes) */
     size_t qmv_ws_cap;
     void *qmm_buf;            /* qmm: bf16 x + dequantized slab */
@@ -318,11 +312,6 @@ int cu_q_shape(const mx_qweight *w, int *N, int *K); /* -1 (recorded) when unusa
 void cu_matmul_q(mx_tensor *out, const mx_tensor *x, const mx_qweight *w, const mx_tensor *bias);
 void cu_matmul_q_raw(float *y, long ldy, const float *x, long ldx, int rows, const mx_qweight *w,
                      const mx_tensor *bias);
-/* L2 lookahead around a decode matmul launch: cu_lookahead before it (ranges: its weights in
- * the order its CTAs read them), cu_lookahead_mark after it; cu_lookahead_join at step end. */
-void cu_lookahead(const cuda_l2_ranges *r);
-void cu_lookahead_mark(void);
-void cu_lookahead_join(void);
 void cu_flush_qmv(void);                          /* part of cu_flush_mm */
 
 #endif

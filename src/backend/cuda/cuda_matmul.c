@@ -84,58 +84,6 @@ static void lt_run(cu_lt_plan *p, float *y, long ldy, int rows, const uint16_t *
     if (B) cu_ck(cuda_bias_add_f32(y, ldy, B, rows, N, g_cu.st), "bias");
 }
 
-/* ==== L2 lookahead ====
- * Between two decode matmuls run the small kernels (norm, RoPE + KV write, attention, GLU):
- * ~20 us per Llama-8B layer at B=1 during which HBM is nearly idle, and every matmul then
- * starts its stream cold. With MLXCEL_L2_LOOKAHEAD_MB > 0 a side stream, forked from the end
- * of the previous matmul, asks L2 for the first MB of the next matmul's weights while the small
- * kernels run; the matmul itself does not wait for it (a hint), the step joins it at its end
- * (a captured graph needs every fork joined). */
-static size_t la_bytes(size_t b, size_t *left) {
-    const size_t t = (b < *left ? b : *left) & ~(size_t)15;
-    *left -= t;
-    return t;
-}
-
-void cu_lookahead(const cuda_l2_ranges *r) {
-    if (!g_cu.lookahead || !g_cu.in_step || !g_cu.la_marked) return;
-    cuda_l2_ranges t;
-    memset(&t, 0, sizeof t);
-    size_t left = g_cu.lookahead;
-    for (int i = 0; i < r->n && left >= 16; i++) {
-        t.p[t.n] = r->p[i];
-        t.bytes[t.n] = la_bytes(r->bytes[i], &left);
-        if (t.bytes[t.n]) t.n++;
-    }
-    if (!t.n || cu_ck(cudaStreamWaitEvent(g_cu.la_st, g_cu.la_mark, 0), "lookahead wait") ||
-        cu_ck(cuda_l2_prefetch(&t, g_cu.la_st), "lookahead prefetch"))
-        return;
-    g_cu.la_pending = true;
-}
-
-void cu_lookahead_mark(void) {
-    if (!g_cu.lookahead || !g_cu.in_step) return;
-    g_cu.la_marked = !cu_ck(cudaEventRecord(g_cu.la_mark, g_cu.st), "lookahead mark");
-}
-
-void cu_lookahead_join(void) {
-    g_cu.la_marked = false;
-    if (!g_cu.la_pending) return;
-    g_cu.la_pending = false;
-    if (!cu_ck(cudaEventRecord(g_cu.la_join, g_cu.la_st), "lookahead join"))
-        cu_ck(cudaStreamWaitEvent(g_cu.st, g_cu.la_join, 0), "lookahead join");
-}
-
-static void gemv_lookahead(const cuda_gemv_segs *segs, int K) {
-    cuda_l2_ranges r;
-    memset(&r, 0, sizeof r);
-    for (int i = 0; i < segs->n && i < CUDA_L2_RANGES; i++, r.n++) {
-        r.p[i] = segs->W[i];
-        r.bytes[i] = (size_t)segs->N[i] * K * 2;
-    }
-    cu_lookahead(&r);
-}
-
 void cu_matmul_raw(float *y, long ldy, const float *x, long ldx, int rows, const mx_tensor *w,
                    const mx_tensor *bias) {
     if (rows <= 0) return;
@@ -150,15 +98,9 @@ void cu_matmul_raw(float *y, long ldy, const float *x, long ldx, int rows, const
     bool generic = false;
     if (rows <= g_cu.gemv_rows) {
         if (K % 8 == 0 && ldw == K && ldx == K && ldy == N && aligned) {
-            cuda_gemv_segs one;
-            memset(&one, 0, sizeof one);
-            one.n = 1, one.W[0] = W, one.y[0] = y, one.N[0] = N;
-            gemv_lookahead(&one, K);
-            if (cu_ck(cuda_gemv_bf16_multi(&one, x, CUDA_OPS_F32, CUDA_OPS_F32, rows, K, g_cu.st),
-                      "gemv"))
-                return;
-            cu_lookahead_mark();
-            if (B) cu_ck(cuda_bias_add_f32(y, ldy, B, rows, N, g_cu.st), "bias");
+            if (!cu_ck(cuda_gemv_bf16(W, x, CUDA_OPS_F32, y, CUDA_OPS_F32, rows, N, K, g_cu.st),
+                       "gemv") && B)
+                cu_ck(cuda_bias_add_f32(y, ldy, B, rows, N, g_cu.st), "bias");
             return;
         }
         generic = true;
@@ -196,7 +138,6 @@ static void flush_gemv(void) {
     memset(&g_cu.pend_mm.fuse, 0, sizeof g_cu.pend_mm.fuse);
     const int rows = g_cu.pend_mm.rows, K = g_cu.pend_mm.K;
     const bool fused = f.norm_w || f.res || f.glu;
-    gemv_lookahead(&segs, K);
     int rc = fused ? cuda_gemv_bf16_fused(&segs, &f, g_cu.pend_mm.x, rows, K, g_cu.st)
                    : (int)cudaErrorInvalidValue;
     /* unfused, or a fusion that did not apply after all: the plain ops in the forward's order
@@ -211,7 +152,6 @@ static void flush_gemv(void) {
                                   CUDA_OPS_F32, rows, K, g_cu.st);
     }
     if (cu_ck(rc, fused ? "fused gemv" : "gemv")) return;
-    cu_lookahead_mark();
     /* biases: the epilogue fusions refuse them, so a fused launch has them only with the norm */
     for (int i = 0; i < segs.n; i++)
         if (g_cu.pend_mm.bias[i])

@@ -67,17 +67,6 @@ typedef struct cuda_gemv_fuse {
 int cuda_gemv_bf16_fused(const cuda_gemv_segs *segs, const cuda_gemv_fuse *f, const float *x,
                          int rows, int K, cudaStream_t stream);
 
-/* ==== L2 lookahead (gemv.cu): asks L2 for up to CUDA_L2_RANGES byte ranges
- * (cp.async.bulk.prefetch, 16 KiB pieces spread over the grid; sm_90+, a no-op below). The
- * kernel ends as soon as the requests are issued; the lines arrive behind it. ==== */
-#define CUDA_L2_RANGES 12
-typedef struct cuda_l2_ranges {
-    const void *p[CUDA_L2_RANGES];
-    size_t bytes[CUDA_L2_RANGES]; /* multiples of 16 */
-    int n;
-} cuda_l2_ranges;
-int cuda_l2_prefetch(const cuda_l2_ranges *r, cudaStream_t stream);
-
 /* ==== RMSNorm: y[r, :] = x[r, :] * rsqrt(mean(x[r, :]^2) + eps) * (w + offset) ====
  * x: [rows, H] (x_dtype), w: [H] bf16, y: [rows, H] (y_dtype), fp32 accumulation.
  * offset is 0 for Llama, 1 for Gemma-style (1 + w). Needs H % 8 == 0, 16-byte aligned rows. */

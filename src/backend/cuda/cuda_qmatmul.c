@@ -163,29 +163,13 @@ static int qmv_launch(cuda_qmv_args *a) {
     return cuda_qmv(a, qmv_window(a), g_cu.st);
 }
 
-/* The segments' packed weights, scales and biases, segment by segment (the CTA order). */
-static void qmv_lookahead(const cuda_qmv_args *a) {
-    cuda_l2_ranges r;
-    memset(&r, 0, sizeof r);
-    const size_t sb = a->sb_dtype == CUDA_QSB_F32 ? 4 : 2;
-    for (int i = 0; i < a->n_segs && r.n + 3 <= CUDA_L2_RANGES; i++) {
-        const size_t groups = (size_t)a->N[i] * (size_t)(a->K / a->group);
-        r.p[r.n] = a->w[i], r.bytes[r.n++] = (size_t)a->N[i] * a->K / 8 * a->bits;
-        r.p[r.n] = a->scales[i], r.bytes[r.n++] = groups * sb;
-        r.p[r.n] = a->biases[i], r.bytes[r.n++] = groups * sb;
-    }
-    cu_lookahead(&r);
-}
-
 /* ==== Deferred multi-segment qmv ==== */
 void cu_flush_qmv(void) {
     if (!g_cu.pend_q.a.n_segs) return;
     cuda_qmv_args a = g_cu.pend_q.a;
     g_cu.pend_q.a.n_segs = 0;
-    qmv_lookahead(&a);
     const int rc = qmv_launch(&a);
     if (rc < 0 || cu_ck(rc, "qmv")) return;
-    cu_lookahead_mark();
     for (int i = 0; i < a.n_segs; i++)
         if (g_cu.pend_q.bias[i])
             cu_ck(cuda_bias_add_f32(a.y[i], a.ldy[i], g_cu.pend_q.bias[i], a.rows, a.N[i], g_cu.st),

@@ -204,7 +204,6 @@ int cu_step_begin(const mx_step *st, mx_error *err) {
 
 int cu_step_end(mx_error *err) {
     cu_flush();
-    cu_lookahead_join();
     g_cu.in_step = false;
     int rc = 0;
     if (g_cu.capturing) {

@@ -438,43 +438,6 @@ gemv_tc_kernel(cuda_gemv_segs segs,        /* W [N, K] -> y [rows, N] per segmen
     }
 }
 
-/* ==== L2 lookahead ==== */
-
-__global__ void l2_prefetch_kernel(cuda_l2_ranges r) {
-    const size_t piece = 16384;
-    const int tid = blockIdx.x * blockDim.x + threadIdx.x, nt = gridDim.x * blockDim.x;
-    size_t first = 0; /* pieces before range i, over all ranges: one global numbering */
-#pragma unroll
-    for (int i = 0; i < CUDA_L2_RANGES; i++) {
-        if (i >= r.n) break;
-        const size_t n = (r.bytes[i] + piece - 1) / piece;
-        /* this thread's first piece of range i */
-        size_t j = (size_t)tid >= first % nt ? (size_t)tid - first % nt : (size_t)tid + nt - first % nt;
-        for (; j < n; j += nt) {
-            const size_t off = j * piece;
-            prefetch_l2((const char *)r.p[i] + off, r.bytes[i] - off < piece ? r.bytes[i] - off : piece,
-                        0, 1);
-        }
-        first += n;
-    }
-}
-
-extern "C" int cuda_l2_prefetch(const cuda_l2_ranges *r, cudaStream_t stream) {
-    if (!r || r->n < 1 || r->n > CUDA_L2_RANGES) return (int)cudaErrorInvalidValue;
-    size_t pieces = 0;
-    for (int i = 0; i < r->n; i++) {
-        if (!r->p[i] || (r->bytes[i] & 15) || ((uintptr_t)r->p[i] & 15))
-            return (int)cudaErrorInvalidValue;
-        pieces += (r->bytes[i] + 16383) / 16384;
-    }
-    if (!pieces) return 0;
-    const int threads = 128;
-    size_t grid = (pieces + threads - 1) / threads;
-    if (grid > (size_t)cuda_sm_count()) grid = (size_t)cuda_sm_count();
-    l2_prefetch_kernel<<<(unsigned)grid, threads, 0, stream>>>(*r);
-    return (int)cudaGetLastError();
-}
-
 /* ==== Launchers ==== */
 
 /* Prefetch bytes per weight row: the CTA budget over its rows, whole 16-byte units, at most
