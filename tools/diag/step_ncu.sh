@@ -20,7 +20,7 @@ for s in ${SHAPES:-llama-3.1-8b}; do
   for ab in ${AB:--}; do
     e=""; [ "$ab" != - ] && e=${ab//,/ }
     tag=$s${ab//[^A-Za-z0-9]/_}
-    gen=("$M" generate -m "$C" --load-format dummy --prompt-ids 1,2,3,4 --ignore-eos
+    gen=("$M" generate -m "$C" --load-format dummy --prompt-ids "$(seq -s, 1 "${PROMPT:-512}")" --ignore-eos
          --device cuda --json)
     wall=$(env $e timeout 120 "${gen[@]}" -n 256 2>/dev/null |
       python3 -c 'import json,sys; print("%.1f" % json.load(sys.stdin)["decode_tokens_per_s"])')
@@ -32,23 +32,29 @@ for s in ${SHAPES:-llama-3.1-8b}; do
 import csv, sys, re, collections
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 5]
 rows = rows[next((i for i, r in enumerate(rows) if "Kernel Name" in r), len(rows)):]
-if not rows:
+if len(rows) < 3:
     print("no ncu rows"); raise SystemExit
-h = rows[0]; ki = h.index("Kernel Name"); vi = len(h) - 1
-unit = rows[1][vi] if len(rows) > 1 else ""
-t = collections.OrderedDict(); n = collections.Counter(); steps = 0; total = 0.0
-for r in rows[1:]:
-    try: v = float(r[vi].replace(",", ""))
-    except ValueError: continue
-    name = re.sub(r"\(.*", "", r[ki]).split("<")[0].replace("void ", "").strip()
-    if "argmax" in name: steps += 1
-    t[name] = t.get(name, 0.0) + v; n[name] += 1; total += v
-steps = max(steps, 1)
-sc = 1e-3 if "ns" in unit or unit == "" else 1.0  # ns -> us
-print(f"{'kernel':40s} {'launch/step':>11s} {'us/step':>9s} {'us/launch':>9s}")
+h = rows[0]; ki = h.index("Kernel Name"); vi = h.index("gpu__time_duration.sum")
+gi = h.index("Grid Size"); unit = rows[1][vi]
+sc = 1e-3 if unit.startswith("n") else 1.0  # ns -> us
+ks = []
+for r in rows[2:]:
+    name = re.sub(r"\(.*", "", r[ki]).replace("void ", "").strip()
+    ks.append((name + " " + r[gi].replace(", 1, 1)", ")").replace(" ", ""),
+               float(r[vi].replace(",", "")) * sc))
+# whole steps only: from after the first sampling kernel to the last one
+ends = [i for i, (k, _) in enumerate(ks) if "greedy" in k or "argmax" in k]
+if len(ends) < 2:
+    print("fewer than two steps in the window; raise COUNT"); raise SystemExit
+steps = len(ends) - 1
+t = collections.defaultdict(float); n = collections.Counter()
+for k, v in ks[ends[0] + 1:ends[-1] + 1]:
+    t[k] += v; n[k] += 1
+print(f"{'kernel (grid)':48s} {'launch/step':>11s} {'us/step':>9s} {'us/launch':>9s}")
 for k, v in sorted(t.items(), key=lambda kv: -kv[1]):
-    print(f"{k[:40]:40s} {n[k] / steps:11.1f} {v * sc / steps:9.1f} {v * sc / n[k]:9.2f}")
-print(f"{'total (' + str(steps) + ' steps)':40s} {sum(n.values()) / steps:11.1f} {total * sc / steps:9.1f}")
+    print(f"{k[:48]:48s} {n[k] / steps:11.1f} {v / steps:9.1f} {v / n[k]:9.2f}")
+print(f"{'sum of kernel times (' + str(steps) + ' steps)':48s} {sum(n.values()) / steps:11.1f} "
+      f"{sum(t.values()) / steps:9.1f}")
 PY
   done
 done
