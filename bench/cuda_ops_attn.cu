@@ -116,6 +116,8 @@ void suite_attention(void) {
     uint16_t *kc_h = (uint16_t *)d2h(kc, pool_elems * 2), *vc_h = (uint16_t *)d2h(vc, pool_elems * 2);
     const size_t ws_bytes = cuda_paged_attn_workspace_bytes(32, A_HQ, A_D, CUDA_ATTN_MAX_SPLITS);
     void *ws = dmalloc(ws_bytes);
+    int *cnt = (int *)dmalloc(32 * A_HKV * sizeof(int)); /* split merge counters */
+    CK(cudaMemset(cnt, 0, 32 * A_HKV * sizeof(int)));
     const int Bs[] = {1, 8, 32}, ctxs[] = {512, 2048, 8192, 16384};
     for (int bi = 0; bi < 3; bi++) {
         for (int ci = 0; ci < 4; ci++) {
@@ -160,6 +162,7 @@ void suite_attention(void) {
             a->o_dtype = CUDA_OPS_BF16;
             a->workspace = ws;
             a->workspace_bytes = ws_bytes;
+            a->split_counters = cnt;
             a->B = B;
             a->n_q_heads = A_HQ;
             a->n_kv_heads = A_HKV;
@@ -204,5 +207,5 @@ void suite_attention(void) {
         }
     }
     free(kc_h); free(vc_h);
-    CK(cudaFree(kc)); CK(cudaFree(vc)); CK(cudaFree(ws));
+    CK(cudaFree(kc)); CK(cudaFree(vc)); CK(cudaFree(ws)); CK(cudaFree(cnt));
 }

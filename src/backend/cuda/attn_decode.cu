@@ -7,11 +7,15 @@
  * issues 8 K + 8 V loads per block before the first use. Online softmax per block (one
  * rescale per block), in the log2 domain (q is pre-scaled by scale * log2 e, so exp is one
  * ex2). At the end the 4 warps merge in shared memory; a single split writes the output,
- * otherwise the split writes its normalised partial output and log-sum-exp.
- * Phase 2 merges the splits of each (sequence, q head) in a fixed order.
+ * otherwise the split writes its normalised partial output and log-sum-exp, and the last
+ * split of a (sequence, kv head) to finish (one atomic counter per pair, left at zero for the
+ * next launch) merges the splits of its G query heads in a fixed order. The merge used to be
+ * its own kernel: at B=1 on the 8B shape that launch cost ~6 us per layer, more than the
+ * merge's own work.
  *
- * No atomics anywhere: for a fixed split count the result is bitwise reproducible, and with
- * num_splits > 0 the splits of a sequence depend only on its own length (batch-invariant).
+ * The only atomic elects the merging CTA: for a fixed split count the result is bitwise
+ * reproducible, and with num_splits > 0 the splits of a sequence depend only on its own
+ * length (batch-invariant).
  * Template parameters: G (query heads per kv head) and D (head_dim); instantiated for
  * D in {64, 128}, G in {1, 2, 4, 8}.
  *
@@ -45,6 +49,7 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
                         void *__restrict__ o, int o_bf16,       /* [B, Hq, D] when 1 split */
                         float *__restrict__ part_o,             /* [B, Hq, S, D] */
                         float *__restrict__ part_lse,           /* [B, Hq, S] */
+                        int *__restrict__ done,                 /* [B, Hkv] zero counters */
                         int Hkv, int pt_stride, int cpb, int window, float qscale,
                         float cap2) {
     constexpr int LPT = D / 8;       /* lanes per token */
@@ -230,26 +235,35 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
             if (d == 0) part_lse[hq * S + split] = L > 0.f ? M + log2f(L) : -INFINITY;
         }
     }
-}
+    if (S == 1) return;
 
-/* ==== Phase 2: merge splits by log-sum-exp (fixed order) ==== */
-
-__global__ void __launch_bounds__(128)
-paged_attn_merge_kernel(const float *__restrict__ part_o, const float *__restrict__ part_lse,
-                        void *__restrict__ o, int o_bf16, int S, int D) {
-    pdl_wait();
-    pdl_trigger();
-    const size_t hq = blockIdx.x;
-    const float *lse = part_lse + hq * S;
-    float M = -INFINITY;
-    for (int s = 0; s < S; s++) M = fmaxf(M, lse[s]);
-    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    /* ==== Merge of the splits by log-sum-exp, by the last of them (fixed order) ====
+     * The partials were written by other CTAs: the fences order them before the counter,
+     * and the reads go around L1 (__ldcg). */
+    __shared__ int sm_last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int *cnt = done + (size_t)b * Hkv + h;
+        sm_last = atomicAdd(cnt, 1) == S - 1;
+        if (sm_last) *cnt = 0; /* every split has counted: ready for the next launch */
+    }
+    __syncthreads();
+    if (!sm_last) return;
+    __threadfence();
+    for (int idx = threadIdx.x; idx < G * D; idx += ATTN_WARPS * 32) {
+        const int g = idx / D, d = idx - g * D;
+        const size_t hq = (size_t)b * Hq + h * G + g;
+        const float *lse = part_lse + hq * S;
+        float M = -INFINITY;
+        for (int s = 0; s < S; s++) M = fmaxf(M, __ldcg(lse + s));
         float W = 0.f, A = 0.f;
         if (M != -INFINITY) {
             for (int s = 0; s < S; s++) {
-                const float c = lse[s] == -INFINITY ? 0.f : exp2f(lse[s] - M);
+                const float ls = __ldcg(lse + s);
+                const float c = ls == -INFINITY ? 0.f : exp2f(ls - M);
                 W += c;
-                A = fmaf(c, part_o[(hq * S + s) * D + d], A);
+                A = fmaf(c, __ldcg(part_o + (hq * S + s) * D + d), A);
             }
         }
         const float v = W > 0.f ? A / W : 0.f;
@@ -293,7 +307,8 @@ static void attn_launch(const cuda_paged_attn_args *a, int S, float *part_o, flo
     pdl_launch_config(&l, grid, dim3(ATTN_WARPS * 32), 0, stream);
     cudaLaunchKernelEx(&l.cfg, paged_attn_split_kernel<G, D>,
         a->q, a->q_f32, a->k_cache, a->v_cache, a->page_table, a->seq_lens, a->pos, a->row_seq,
-        a->o, a->o_dtype == CUDA_OPS_BF16, part_o, part_lse, a->n_kv_heads, a->pt_stride,
+        a->o, a->o_dtype == CUDA_OPS_BF16, part_o, part_lse, a->split_counters, a->n_kv_heads,
+        a->pt_stride,
         a->block_size / ATTN_BS, a->window, a->scale * log2e,
         a->softcap > 0.f ? a->softcap * log2e : 0.f);
 }
@@ -312,7 +327,8 @@ extern "C" int cuda_paged_decode_attn(const cuda_paged_attn_args *a, cudaStream_
     float *part_o = NULL, *part_lse = NULL;
     if (S > 1) {
         const size_t need = cuda_paged_attn_workspace_bytes(a->B, a->n_q_heads, a->head_dim, S);
-        if (!a->workspace || a->workspace_bytes < need || ((uintptr_t)a->workspace & 15))
+        if (!a->workspace || a->workspace_bytes < need || ((uintptr_t)a->workspace & 15) ||
+            !a->split_counters)
             return (int)cudaErrorInvalidValue;
         part_o = (float *)a->workspace;
         const size_t o_bytes = (size_t)a->B * a->n_q_heads * S * a->head_dim * sizeof(float);
@@ -333,11 +349,5 @@ extern "C" int cuda_paged_decode_attn(const cuda_paged_attn_args *a, cudaStream_
         default: attn_launch<8, 64>(a, S, part_o, part_lse, stream); break;
         }
     }
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess || S == 1) return (int)e;
-    pdl_launch l;
-    pdl_launch_config(&l, dim3(a->B * a->n_q_heads), dim3(128), 0, stream);
-    return (int)cudaLaunchKernelEx(&l.cfg, paged_attn_merge_kernel, (const float *)part_o,
-                                   (const float *)part_lse, a->o,
-                                   (int)(a->o_dtype == CUDA_OPS_BF16), S, a->head_dim);
+    return (int)cudaGetLastError();
 }

@@ -103,7 +103,8 @@ int cu_ensure(void **buf, size_t *cap, size_t need) {
     }
     *buf = p;
     *cap = n;
-    return 0;
+    /* zeroed: some scratch (the attention merge counters) must start at zero */
+    return cu_ck(cudaMemsetAsync(p, 0, n, g_cu.st), "scratch zero") ? -1 : 0;
 }
 
 static void *be_alloc(size_t nbytes) {

@@ -129,6 +129,8 @@ typedef struct cu_state {
     uint64_t use_clock;
     void *attn_ws;            /* split-K partials */
     size_t attn_ws_cap;
+    void *attn_cnt;           /* split-K merge counters (zero at rest) */
+    size_t attn_cnt_cap;
     void *moe_buf;            /* MoE pair / group buffers */
     size_t moe_cap;
     void *ids_buf;            /* ids / indices that are not this step's (eager only) */

@@ -113,7 +113,9 @@ void cuda_rope_default_inv_freq(float *inv_freq, int head_dim, float theta);
  * batch-invariant and bitwise reproducible); num_splits == 0 picks a count from the grid
  * size (fills the SMs; results then depend on the batch shape, still reproducible run to
  * run). deterministic != 0 with num_splits == 0 means CUDA_ATTN_DET_SPLITS.
- * Workspace: cuda_paged_attn_workspace_bytes(B, Hq, D, max splits) bytes, 16-aligned.
+ * Workspace: cuda_paged_attn_workspace_bytes(B, Hq, D, max splits) bytes, 16-aligned, and
+ * split_counters: B * Hkv ints, zero before the first call, left zero by every call (the
+ * last split of a (row, kv head) merges; with more than one split both are required).
  * Supported: head_dim 64 or 128, block_size a multiple of 16 (dense storage: the slot size),
  * Hq / Hkv in {1, 2, 4, 8}.
  * Row mode (pos != NULL, the engine's form): row b is one query at position pos[b] of the
@@ -132,6 +134,7 @@ typedef struct cuda_paged_attn_args {
     int o_dtype;
     void *workspace;                          /* see cuda_paged_attn_workspace_bytes */
     size_t workspace_bytes;
+    int *split_counters;                      /* [B * Hkv], zero (see above) */
     int B, n_q_heads, n_kv_heads, head_dim, block_size, pt_stride;
     int max_seq_len;                          /* host-side bound on seq_lens (sizes the grid) */
     float scale;                              /* usually 1 / sqrt(head_dim) */

@@ -350,7 +350,10 @@ void cu_attention(mx_tensor *out, const mx_tensor *q, const mx_tensor *k_pool,
         const int S = cu_decode_splits(b->n_rows, p->n_heads, p->n_kv_heads, D, b->block_size,
                                        cap_tokens);
         const size_t ws = cuda_paged_attn_workspace_bytes(b->n_rows, p->n_heads, D, S);
-        if (S > 1 && cu_ensure(&g_cu.attn_ws, &g_cu.attn_ws_cap, ws)) return;
+        if (S > 1 && (cu_ensure(&g_cu.attn_ws, &g_cu.attn_ws_cap, ws) ||
+                      cu_ensure(&g_cu.attn_cnt, &g_cu.attn_cnt_cap,
+                                (size_t)b->n_rows * p->n_kv_heads * sizeof(int))))
+            return;
         cuda_paged_attn_args a = {0};
         a.q = q->data;
         a.q_f32 = 1;
@@ -363,6 +366,7 @@ void cu_attention(mx_tensor *out, const mx_tensor *q, const mx_tensor *k_pool,
         a.o_dtype = CUDA_OPS_F32;
         a.workspace = g_cu.attn_ws;
         a.workspace_bytes = g_cu.attn_ws_cap;
+        a.split_counters = (int *)g_cu.attn_cnt;
         a.B = b->n_rows;
         a.n_q_heads = p->n_heads;
         a.n_kv_heads = p->n_kv_heads;

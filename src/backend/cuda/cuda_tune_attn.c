@@ -23,6 +23,7 @@ typedef struct attn_bench {
     int32_t *d_table;          /* [R, B, cap_blocks] */
     int32_t *d_pos;            /* [B] = context - 1 */
     void *d_ws;                /* split partials for the largest candidate */
+    int *d_cnt;                /* split merge counters, zero at rest */
     float *h_out, *h_ref;      /* [B, Hq, D] */
     size_t n_out, table_elems; /* B * Hq * D; B * cap_blocks */
     int L, R;                  /* launches per run; data replicas */
@@ -31,7 +32,7 @@ typedef struct attn_bench {
 static void bench_free(attn_bench *b) {
     cuda_tune_timer_free(&b->tm); /* waits for the stream first */
     cudaFree(b->d_q), cudaFree(b->d_o), cudaFree(b->d_k), cudaFree(b->d_v);
-    cudaFree(b->d_table), cudaFree(b->d_pos), cudaFree(b->d_ws);
+    cudaFree(b->d_table), cudaFree(b->d_pos), cudaFree(b->d_ws), cudaFree(b->d_cnt);
     free(b->h_out), free(b->h_ref);
     cudaGetLastError();
     memset(b, 0, sizeof *b);
@@ -117,7 +118,10 @@ static int bench_init(attn_bench *b, const tune_point *p, const tune_geom *g, mx
         cuda_tune_ck(cudaMalloc((void **)&b->d_v, pool_elems * 2), "alloc V pool", err) ||
         cuda_tune_ck(cudaMalloc((void **)&b->d_table, table_all * 4), "alloc page table", err) ||
         cuda_tune_ck(cudaMalloc((void **)&b->d_pos, (size_t)B * 4), "alloc positions", err) ||
-        cuda_tune_ck(cudaMalloc(&b->d_ws, ws), "alloc workspace", err))
+        cuda_tune_ck(cudaMalloc(&b->d_ws, ws), "alloc workspace", err) ||
+        cuda_tune_ck(cudaMalloc((void **)&b->d_cnt, (size_t)B * Hkv * sizeof(int)), "alloc counters",
+                     err) ||
+        cuda_tune_ck(cudaMemset(b->d_cnt, 0, (size_t)B * Hkv * sizeof(int)), "zero counters", err))
         return -1;
     b->h_out = malloc(b->n_out * sizeof(float));
     b->h_ref = malloc(b->n_out * sizeof(float));
@@ -173,6 +177,7 @@ static int bench_init(attn_bench *b, const tune_point *p, const tune_geom *g, mx
     a->o_dtype = CUDA_OPS_F32;
     a->workspace = b->d_ws;
     a->workspace_bytes = ws;
+    a->split_counters = b->d_cnt;
     a->B = B, a->n_q_heads = Hq, a->n_kv_heads = Hkv, a->head_dim = D;
     a->block_size = bs;
     a->pt_stride = (int)cap_blocks;
