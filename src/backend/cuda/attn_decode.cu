@@ -241,6 +241,7 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
      * The partials were written by other CTAs: the fences order them before the counter,
      * and the reads go around L1 (__ldcg). */
     __shared__ int sm_last;
+    __shared__ float sm_c[G * CUDA_ATTN_MAX_SPLITS], sm_w[G];
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -251,26 +252,44 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
     __syncthreads();
     if (!sm_last) return;
     __threadfence();
-    for (int idx = threadIdx.x; idx < G * D; idx += ATTN_WARPS * 32) {
-        const int g = idx / D, d = idx - g * D;
-        const size_t hq = (size_t)b * Hq + h * G + g;
-        const float *lse = part_lse + hq * S;
-        float M = -INFINITY;
-        for (int s = 0; s < S; s++) M = fmaxf(M, __ldcg(lse + s));
-        float W = 0.f, A = 0.f;
-        if (M != -INFINITY) {
-            for (int s = 0; s < S; s++) {
-                const float ls = __ldcg(lse + s);
-                const float c = ls == -INFINITY ? 0.f : exp2f(ls - M);
-                W += c;
-                A = fmaf(c, __ldcg(part_o + (hq * S + s) * D + d), A);
-            }
+    /* The G heads' log-sum-exps are contiguous: one parallel load, then per head the weights
+     * c_s = exp2(lse_s - max) and their sum W (serial over s: the fixed order), then every
+     * output sums c_s * o_s over the splits with all its loads in flight. */
+    const size_t hq0 = (size_t)b * Hq + h * G;
+    for (int i = threadIdx.x; i < G * S; i += ATTN_WARPS * 32) sm_c[i] = __ldcg(part_lse + hq0 * S + i);
+    __syncthreads();
+    if (threadIdx.x < G) {
+        float *c = sm_c + threadIdx.x * S, M = -INFINITY, W = 0.f;
+        for (int s = 0; s < S; s++) M = fmaxf(M, c[s]);
+        for (int s = 0; s < S; s++) {
+            c[s] = M == -INFINITY || c[s] == -INFINITY ? 0.f : exp2f(c[s] - M);
+            W += c[s];
         }
-        const float v = W > 0.f ? A / W : 0.f;
+        sm_w[threadIdx.x] = W;
+    }
+    __syncthreads();
+    constexpr int OPT = (G * D + ATTN_WARPS * 32 - 1) / (ATTN_WARPS * 32); /* outputs per thread */
+    constexpr int SU = OPT >= 8 ? 1 : 4; /* G = 8: more would spill */
+    float A[OPT];
+#pragma unroll
+    for (int j = 0; j < OPT; j++) A[j] = 0.f;
+#pragma unroll SU
+    for (int s = 0; s < S; s++)
+#pragma unroll
+        for (int j = 0; j < OPT; j++) {
+            const int idx = threadIdx.x + j * ATTN_WARPS * 32, g = idx / D, d = idx - g * D;
+            if (idx < G * D)
+                A[j] = fmaf(sm_c[g * S + s], __ldcg(part_o + ((hq0 + g) * S + s) * D + d), A[j]);
+        }
+#pragma unroll
+    for (int j = 0; j < OPT; j++) {
+        const int idx = threadIdx.x + j * ATTN_WARPS * 32, g = idx / D, d = idx - g * D;
+        if (idx >= G * D) continue;
+        const float v = sm_w[g] > 0.f ? A[j] / sm_w[g] : 0.f;
         if (o_bf16)
-            ((uint16_t *)o)[hq * D + d] = (uint16_t)f32_to_bf16_bits(v);
+            ((uint16_t *)o)[(hq0 + g) * D + d] = (uint16_t)f32_to_bf16_bits(v);
         else
-            ((float *)o)[hq * D + d] = v;
+            ((float *)o)[(hq0 + g) * D + d] = v;
     }
 }
 
