@@ -306,6 +306,31 @@ static void lt_unplan(gemv_ctx *g) {
     cublasLtMatmulDescDestroy(g->desc);
 }
 
+/* Weight sets for g->N x g->K (enough copies that the rotation spans >= 4x the 60 MB L2),
+ * x and y for up to 8 rows each, and a host copy of set 0; returns the bytes of one set. */
+static size_t gemv_sets_alloc(gemv_ctx *g) {
+    const size_t wbytes = (size_t)g->N * g->K * 2;
+    g->nsets = (int)((240e6 + wbytes - 1) / wbytes);
+    g->nsets = g->nsets < 2 ? 2 : g->nsets > GEMV_MAX_SETS ? GEMV_MAX_SETS : g->nsets;
+    for (int s = 0; s < g->nsets; s++) {
+        g->W[s] = (uint16_t *)dmalloc(wbytes);
+        fill_bf16(g->W[s], (size_t)g->N * g->K, next_seed(), 1.0f);
+        g->x[s] = dmalloc((size_t)8 * g->K * 4);
+        g->y[s] = dmalloc((size_t)8 * g->N * 4);
+    }
+    g->wh = (uint16_t *)d2h(g->W[0], wbytes);
+    return wbytes;
+}
+
+static void gemv_sets_free(gemv_ctx *g) {
+    for (int s = 0; s < g->nsets; s++) {
+        CK(cudaFree(g->W[s]));
+        CK(cudaFree(g->x[s]));
+        CK(cudaFree(g->y[s]));
+    }
+    free(g->wh);
+}
+
 /* Fresh x on every set, reference on set 0, then the GEMV (and cuBLASLt) checked on set 0. */
 static double gemv_check(gemv_ctx *g, int use_lt, const char *label) {
     const int xb = g->x_dt == CUDA_OPS_BF16, yb = g->y_dt == CUDA_OPS_BF16;
@@ -359,17 +384,7 @@ static void suite_gemv(void) {
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         g.N = shapes[si].N;
         g.K = shapes[si].K;
-        const size_t wbytes = (size_t)g.N * g.K * 2;
-        /* Enough weight copies that the rotation spans >= 4x the 60 MB L2. */
-        g.nsets = (int)((240e6 + wbytes - 1) / wbytes);
-        g.nsets = g.nsets < 2 ? 2 : g.nsets > GEMV_MAX_SETS ? GEMV_MAX_SETS : g.nsets;
-        for (int s = 0; s < g.nsets; s++) {
-            g.W[s] = (uint16_t *)dmalloc(wbytes);
-            fill_bf16(g.W[s], (size_t)g.N * g.K, next_seed(), 1.0f);
-            g.x[s] = dmalloc((size_t)8 * g.K * 4);
-            g.y[s] = dmalloc((size_t)8 * g.N * 4);
-        }
-        g.wh = (uint16_t *)d2h(g.W[0], wbytes);
+        const size_t wbytes = gemv_sets_alloc(&g);
         logf_("\n== gemv %s (%d weight sets, %.1f MB each)\n", shapes[si].name, g.nsets,
               wbytes / 1e6);
         /* Correctness over the row counts and dtype pairs (masking, chunked x staging). */
@@ -386,12 +401,7 @@ static void suite_gemv(void) {
             gemv_check(&g, 0, shapes[si].name);
         }
         if (g.N == 1003) {
-            free(g.wh);
-            for (int s = 0; s < g.nsets; s++) {
-                CK(cudaFree(g.W[s]));
-                CK(cudaFree(g.x[s]));
-                CK(cudaFree(g.y[s]));
-            }
+            gemv_sets_free(&g);
             continue;
         }
         /* Timed configurations: x bf16 (the engine's activations), R = 1 and 8, next to
@@ -422,12 +432,7 @@ static void suite_gemv(void) {
                 lt_unplan(&g);
             }
         }
-        for (int s = 0; s < g.nsets; s++) {
-            CK(cudaFree(g.W[s]));
-            CK(cudaFree(g.x[s]));
-            CK(cudaFree(g.y[s]));
-        }
-        free(g.wh);
+        gemv_sets_free(&g);
     }
     CK(cudaFree(g.ws));
     cublasLtDestroy(g.lt);
@@ -449,16 +454,7 @@ static void suite_gemv_ks(void) {
         g.K = shapes[si].K;
         g.R = 1;
         g.x_dt = g.y_dt = CUDA_OPS_F32;
-        const size_t wbytes = (size_t)g.N * g.K * 2;
-        g.nsets = (int)((240e6 + wbytes - 1) / wbytes);
-        g.nsets = g.nsets < 2 ? 2 : g.nsets > GEMV_MAX_SETS ? GEMV_MAX_SETS : g.nsets;
-        for (int s = 0; s < g.nsets; s++) {
-            g.W[s] = (uint16_t *)dmalloc(wbytes);
-            fill_bf16(g.W[s], (size_t)g.N * g.K, next_seed(), 1.0f);
-            g.x[s] = dmalloc((size_t)8 * g.K * 4);
-            g.y[s] = dmalloc((size_t)8 * g.N * 4);
-        }
-        g.wh = (uint16_t *)d2h(g.W[0], wbytes);
+        const size_t wbytes = gemv_sets_alloc(&g);
         logf_("\n== gemv K split %s %dx%d R=1 (%d weight sets)\n", shapes[si].name, g.N, g.K,
               g.nsets);
         static const int ks_list[] = {0, 1, 2, 4};
@@ -475,12 +471,7 @@ static void suite_gemv_ks(void) {
             result_add(op, shape, t, (double)wbytes + g.K * 4.0 + g.N * 4.0, rel,
                        g_fail > fails_before);
         }
-        for (int s = 0; s < g.nsets; s++) {
-            CK(cudaFree(g.W[s]));
-            CK(cudaFree(g.x[s]));
-            CK(cudaFree(g.y[s]));
-        }
-        free(g.wh);
+        gemv_sets_free(&g);
     }
     cuda_set_gemv_ksplit(ks_prev);
 }

@@ -33,6 +33,16 @@ device_libs() {
   export LD_LIBRARY_PATH="$ROOT/.carry/dev/lib${LTDIR:+:$LTDIR}:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 }
 
+# The tools/diag scripts' start: the carried pack unpacked (once), the libraries, NCU (the
+# Nsight Compute binary, or empty) and D=$OUT/diag.
+diag_init() {
+  ROOT=$PWD
+  [ -d .carry/dev ] || tar xJf .carry/devpack.tar.xz -C .carry
+  device_libs
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+  D=${OUT:-/tmp}/diag; mkdir -p "$D"
+}
+
 # ==== Binaries ====
 # Whether $1 is an executable whose shared libraries all resolve here.
 runnable() { [ -x "$1" ] && ! ldd "$1" 2>/dev/null | grep -q "not found"; }

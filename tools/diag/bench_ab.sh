@@ -6,10 +6,8 @@
 # Carry .carry/devpack.tar.xz.
 #   SHAPES="llama-3.1-8b llama-3.2-1b" AB="- MLXCEL_GEMV_KSPLIT=1" BATCH=1 bash tools/diag/bench_ab.sh
 set -u
-ROOT=$PWD
-[ -d .carry/dev ] || tar xJf .carry/devpack.tar.xz -C .carry
 . bench/device_env.sh
-device_libs
+diag_init
 M=.carry/dev/mlxcel
 for s in ${SHAPES:-llama-3.1-8b}; do
   C=/tmp/mlxcel-cfg/$s

@@ -5,11 +5,8 @@
 # kernel. Carry .carry/devpack.tar.xz (unpacked to .carry/dev). Output: $OUT/diag/.
 #   KERNELS="qmv_fast_kernel qmv_bulk_kernel" SHAPES="gate+up o" ROWS=1 BITS=4
 set -u
-ROOT=$PWD
-[ -d .carry/dev ] || tar xJf .carry/devpack.tar.xz -C .carry
 . bench/device_env.sh
-device_libs
-D=${OUT:-/tmp}/diag; mkdir -p "$D"
+diag_init
 T=.carry/dev/test_cuda
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   timeout 300 $T . > "$D/tests.log" 2>&1; r1=$?
@@ -22,7 +19,6 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   echo "rc: $r1 $r2 $r3 $r4"
   grep '^FAIL' "$D"/*.log | head -10
 fi
-NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 B=.carry/dev/cuda_ops_bench
 for s in ${SHAPES:-gate+up o}; do
   for k in ${KERNELS:-qmv_fast_kernel qmv_bulk_kernel}; do

@@ -5,10 +5,8 @@
 #   BATCH=1 AB="- MLXCEL_CUDA_PDL=0" QUANT="4:64" BF16=1 bash tools/diag/quant_b1.sh
 # BF16_AB: the environments for the bf16 checkpoint (default: AB).
 set -u
-ROOT=$PWD
-[ -d .carry/dev ] || tar xJf .carry/devpack.tar.xz -C .carry
 . bench/device_env.sh
-device_libs
+diag_init
 W=/tmp/mlxcel-dev; mkdir -p "$W"
 M=.carry/dev/mlxcel
 D=$W/llama-3.1-8b

@@ -7,13 +7,9 @@
 # Carry .carry/devpack.tar.xz. Output: $OUT/diag/step_*.csv.
 #   SHAPES="llama-3.1-8b llama-3.2-1b" AB="- MLXCEL_GEMV_FUSE=1" bash tools/diag/step_ncu.sh
 set -u
-ROOT=$PWD
-[ -d .carry/dev ] || tar xJf .carry/devpack.tar.xz -C .carry
 . bench/device_env.sh
-device_libs
-D=${OUT:-/tmp}/diag; mkdir -p "$D"
+diag_init
 M=.carry/dev/mlxcel
-NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
 for s in ${SHAPES:-llama-3.1-8b}; do
   C=/tmp/mlxcel-cfg/$s
   python3 tools/reference/make_synthetic.py "$C" --shape "$s" --config-only || exit 1
