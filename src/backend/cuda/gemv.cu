@@ -164,7 +164,8 @@ gemv_bf16_kernel(cuda_gemv_segs segs,           /* W [N, K] -> y [rows, N] per s
                  const XT *__restrict__ x,       /* [rows, K] */
                  int y_bf16, int rows, int K, int KC, int pf_row,
                  cuda_gemv_fuse f,               /* all zero for XT = bf16 */
-                 int ks) {                       /* warps per row group (K split); 1 if fused */
+                 int ks,                         /* warps per row group (K split); 1 if fused */
+                 int early) {                    /* first weight batch before the PDL wait */
     extern __shared__ uint4 gemv_smem[]; /* [2][R][KC] XT, or [R][KC] with one chunk */
     __shared__ float gemv_red[8][GEMV_RPW * R]; /* K-split partial totals, per warp */
     XT *xbuf = (XT *)gemv_smem;
@@ -224,16 +225,19 @@ gemv_bf16_kernel(cuda_gemv_segs segs,           /* W [N, K] -> y [rows, N] per s
         }
     };
 
+    /* The first batch goes out while x is still in flight: both latencies overlap; with
+     * early (MLXCEL_GEMV_EARLY) already before the PDL wait, while the previous kernel runs
+     * (weights are constants). (Before the wait measured slower on the H200 once: 213.8
+     * against 221.9 tok/s at B=1 on the 8B shape, with one CTA per SM.) A warp of a K-split
+     * group takes every ks-th batch, starting at its part. */
+    const int batch = GEMV_STEP * GEMV_U;
+    bool preloaded = part * batch < min(KC, K);
+    if (preloaded && early) load_batch(0, part * batch, min(KC, K));
     pdl_wait(); /* x is the previous kernel's output */
     pdl_trigger();
     gemv_stage_x<R, XT>(xbuf, x, rows, K, KC, 0, min(KC, K));
     cp_async_commit();
-    /* The first batch goes out while x is still in flight: both latencies overlap. (Issuing it
-     * before the PDL wait measured slower on the H200: 213.8 against 221.9 tok/s at B=1 on
-     * the 8B shape.) A warp of a K-split group takes every ks-th batch, starting at its part. */
-    const int batch = GEMV_STEP * GEMV_U;
-    bool preloaded = part * batch < min(KC, K);
-    if (preloaded) load_batch(0, part * batch, min(KC, K));
+    if (preloaded && !early) load_batch(0, part * batch, min(KC, K));
 
     for (int c = 0; c < nchunks; c++) {
         /* Chunk c has landed for this thread; the barrier makes it visible to all and also
@@ -545,7 +549,7 @@ static int gemv_core_launch(cuda_gemv_segs segs, const XT *x, int y_bf16, int ro
     pdl_launch l;
     pdl_launch_config(&l, dim3(grid), dim3(warps * 32), smem, stream);
     return (int)cudaLaunchKernelEx(&l.cfg, gemv_bf16_kernel<R, XT, NRM>, segs, x, y_bf16, rows,
-                                   K, KC, gemv_pf_row(rows_per_cta, K), f, ks);
+                                   K, KC, gemv_pf_row(rows_per_cta, K), f, ks, cuda_gemv_early());
 }
 
 template <typename XT>
