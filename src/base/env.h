@@ -23,7 +23,7 @@ typedef struct mx_env_t {
     bool join_qkv;                 /* MLXCEL_JOIN_QKV (1): Q/K/V in one device buffer, one GEMM */
     bool gemv_fuse;                /* MLXCEL_GEMV_FUSE (1): norm/add/GLU fused into 1..2-row GEMVs */
     int gemv_prefetch_kb;          /* MLXCEL_GEMV_PREFETCH_KB (0): L2 prefetch per GEMV CTA */
-    bool gemv_early;               /* MLXCEL_GEMV_EARLY: first weight batch before the PDL wait */
+    bool gemv_early;               /* MLXCEL_GEMV_EARLY (1): first weight batch before the PDL wait */
     int gemv_ksplit;               /* MLXCEL_GEMV_KSPLIT (0 = per shape): 1..2-row GEMV K split */
     int dense_gemv_rows;           /* MLXCEL_DENSE_GEMV_ROWS (8); 0 = cuBLASLt for all rows */
     int gemv_tc_rows;              /* MLXCEL_GEMV_TC_ROWS (8): tensor-core GEMV up to these rows */

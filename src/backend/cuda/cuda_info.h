@@ -43,7 +43,8 @@ int cuda_gemv_prefetch(void);
  * per shape (MLXCEL_GEMV_KSPLIT). */
 void cuda_set_gemv_ksplit(int ks);
 int cuda_gemv_ksplit(void);
-/* 1..2-row GEMV: its first weight batch is loaded before the PDL wait (MLXCEL_GEMV_EARLY). */
+/* 1..2-row GEMV: its first weight batch is loaded before the PDL wait (MLXCEL_GEMV_EARLY,
+ * default on). */
 void cuda_set_gemv_early(int on);
 int cuda_gemv_early(void);
 

@@ -225,11 +225,12 @@ gemv_bf16_kernel(cuda_gemv_segs segs,           /* W [N, K] -> y [rows, N] per s
         }
     };
 
-    /* The first batch goes out while x is still in flight: both latencies overlap; with
-     * early (MLXCEL_GEMV_EARLY) already before the PDL wait, while the previous kernel runs
-     * (weights are constants). (Before the wait measured slower on the H200 once: 213.8
-     * against 221.9 tok/s at B=1 on the 8B shape, with one CTA per SM.) A warp of a K-split
-     * group takes every ks-th batch, starting at its part. */
+    /* The first batch goes out before the PDL wait, while the previous kernel runs (weights
+     * are constants; early, MLXCEL_GEMV_EARLY, the default), or else right after x's staging
+     * is issued, so both latencies overlap. H200, B=1, two runs each: 8B 214.7 / 213.9 tok/s
+     * early against 211.6 / 211.9, 1B 976.4 / 986.4 against 955.2 / 951.4. (With one 8-warp
+     * CTA per SM, before the 128-register bound, early measured slower: 213.8 against 221.9.)
+     * A warp of a K-split group takes every ks-th batch, starting at its part. */
     const int batch = GEMV_STEP * GEMV_U;
     bool preloaded = part * batch < min(KC, K);
     if (preloaded && early) load_batch(0, part * batch, min(KC, K));
