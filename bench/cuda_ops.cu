@@ -486,7 +486,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--log") && i + 1 < argc)
             log_path = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [--only gemv|gemvtc|gemvks|norm|rope|attn|argmax|qmv] [--log FILE]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--only gemv|gemvtc|gemvks|norm|rope|attn|argmax|qmv] "
+                            "[--log FILE]\n", argv[0]);
             return 2;
         }
     }

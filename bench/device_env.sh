@@ -39,7 +39,8 @@ diag_init() {
   ROOT=$PWD
   [ -d .carry/dev ] || tar xJf .carry/devpack.tar.xz -C .carry
   device_libs
-  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+  NCU=$(command -v ncu ||
+        ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
   D=${OUT:-/tmp}/diag; mkdir -p "$D"
 }
 

@@ -256,7 +256,8 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
      * c_s = exp2(lse_s - max) and their sum W (serial over s: the fixed order), then every
      * output sums c_s * o_s over the splits with all its loads in flight. */
     const size_t hq0 = (size_t)b * Hq + h * G;
-    for (int i = threadIdx.x; i < G * S; i += ATTN_WARPS * 32) sm_c[i] = __ldcg(part_lse + hq0 * S + i);
+    for (int i = threadIdx.x; i < G * S; i += ATTN_WARPS * 32)
+        sm_c[i] = __ldcg(part_lse + hq0 * S + i);
     __syncthreads();
     if (threadIdx.x < G) {
         float *c = sm_c + threadIdx.x * S, M = -INFINITY, W = 0.f;

@@ -416,7 +416,8 @@ static void be_describe(char *buf, size_t len) {
     else snprintf(tm, sizeof tm, "auto%s", at);
     snprintf(buf, len,
              "%s, compute capability %d.%d, %d SMs, %.1f GiB (%.1f GiB free) | GEMV rows <= %d "
-             "(tensor-core GEMV on bf16 x to %d, cuBLASLt above; K split %s, early loads %s, L2 prefetch %d KB per CTA, fusions %s) | CUDA graphs %s (cache %d) | "
+             "(tensor-core GEMV on bf16 x to %d, cuBLASLt above; K split %s, early loads %s, "
+             "L2 prefetch %d KB per CTA, fusions %s) | CUDA graphs %s (cache %d) | "
              "PDL %s | decode splits %s | qmv window %s%s%s, qmm slab %s | weights %s%s | KV bf16",
              f->name, f->cc_major, f->cc_minor, f->sm_count, f->total_bytes / 1073741824.0,
              f->free_bytes / 1073741824.0, g_cu.gemv_rows,

@@ -60,7 +60,9 @@ static int g_gemv_prefetch = 0;
 extern "C" void cuda_set_gemv_prefetch(int bytes) { g_gemv_prefetch = bytes < 0 ? 0 : bytes; }
 extern "C" int cuda_gemv_prefetch(void) { return g_gemv_prefetch; }
 static int g_gemv_ksplit = 0;
-extern "C" void cuda_set_gemv_ksplit(int ks) { g_gemv_ksplit = ks == 1 || ks == 2 || ks == 4 ? ks : 0; }
+extern "C" void cuda_set_gemv_ksplit(int ks) {
+    g_gemv_ksplit = ks == 1 || ks == 2 || ks == 4 ? ks : 0;
+}
 extern "C" int cuda_gemv_ksplit(void) { return g_gemv_ksplit; }
 static int g_gemv_early = 1; /* the backend sets MLXCEL_GEMV_EARLY at start */
 extern "C" void cuda_set_gemv_early(int on) { g_gemv_early = on != 0; }

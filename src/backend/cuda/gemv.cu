@@ -253,7 +253,7 @@ gemv_bf16_kernel(cuda_gemv_segs segs,           /* W [N, K] -> y [rows, N] per s
         }
         const XT *xs = xbuf + (size_t)(c & 1) * R * KC;
         if (NRM) /* one chunk (the launcher's rule): all of x is in xbuf */
-            gemv_norm_x<R>((float *)xbuf, KC, K, f, gemv_red[0], inv);
+            gemv_norm_x<R>((float *)xbuf, KC, K, f, &gemv_red[0][0], inv); /* 8 * 4R floats */
 
         for (int base = part * batch; base < len; base += ks * batch) {
             /* All loads first: RPW*U independent 16-byte loads in flight per lane. */
@@ -525,7 +525,8 @@ static int gemv_core_launch(cuda_gemv_segs segs, const XT *x, int y_bf16, int ro
     if ((n_total + 8 * GEMV_RPW - 1) / (8 * GEMV_RPW) < 2 * s_sm_count[cd]) warps = 4;
     /* K split: small matrices leave too few warps to keep enough loads in flight, and each
      * walks K in many serial batches; ks warps sharing a row group each take every ks-th
-     * batch (the fusions keep whole-K warps: the norm's sum of squares is per warp) */
+     * batch (the fused launches keep ks = 1: their epilogues, the GLU's two-units-per-warp
+     * mapping among them, assume one warp per row group) */
     const int groups = (n_total + GEMV_RPW - 1) / GEMV_RPW;
     const int batches = (K + GEMV_STEP * GEMV_U - 1) / (GEMV_STEP * GEMV_U);
     int ks = cuda_gemv_ksplit();

@@ -46,7 +46,8 @@ __global__ void embed_kernel(float *out, const uint16_t *table, const int32_t *i
     float *dst = out + (size_t)i * H;
     const float s = round ? bf16_round(scale) : scale;
     if (H % 8 != 0 || ((uintptr_t)table & 15) || ((uintptr_t)out & 15)) {
-        for (int j = threadIdx.x; j < H; j += blockDim.x) dst[j] = embed_scale(bf16_lo(src[j]), s, round);
+        for (int j = threadIdx.x; j < H; j += blockDim.x)
+            dst[j] = embed_scale(bf16_lo(src[j]), s, round);
         return;
     }
     const int step = blockDim.x * 8;
@@ -314,7 +315,8 @@ __global__ void gather_kernel(float *out, long os, const float *x, long xs, cons
     const int i = blockIdx.x;
     const float *src = x + (size_t)idx[i] * xs;
     float *dst = out + (size_t)i * os;
-    if (cols % 4 != 0 || xs % 4 != 0 || os % 4 != 0 || ((uintptr_t)x & 15) || ((uintptr_t)out & 15)) {
+    if (cols % 4 != 0 || xs % 4 != 0 || os % 4 != 0 || ((uintptr_t)x & 15) ||
+        ((uintptr_t)out & 15)) {
         for (int c = threadIdx.x; c < cols; c += blockDim.x) dst[c] = src[c];
         return;
     }
