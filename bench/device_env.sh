@@ -44,6 +44,24 @@ diag_init() {
   D=${OUT:-/tmp}/diag; mkdir -p "$D"
 }
 
+# The synthetic SHAPE's config.json alone (for --load-format dummy), under /tmp/mlxcel-cfg;
+# prints its directory.
+dummy_config() {
+  local c=/tmp/mlxcel-cfg/$1
+  python3 tools/reference/make_synthetic.py "$c" --shape "$1" --config-only >/dev/null && echo "$c"
+}
+# The environment assignments of one A/B entry: "-" = none, "A=1,B=2" = two.
+ab_env() { [ "$1" = - ] || echo "${1//,/ }"; }
+# Calls "$@" SHAPE CONFIG_DIR ENV AB for every shape of SHAPES (default llama-3.1-8b) and
+# entry of AB (default "-"), ENV as ab_env gives it.
+each_shape_ab() {
+  local s c ab
+  for s in ${SHAPES:-llama-3.1-8b}; do
+    c=$(dummy_config "$s") || return 1
+    for ab in ${AB:--}; do "$@" "$s" "$c" "$(ab_env "$ab")" "$ab"; done
+  done
+}
+
 # ==== Binaries ====
 # Whether $1 is an executable whose shared libraries all resolve here.
 runnable() { [ -x "$1" ] && ! ldd "$1" 2>/dev/null | grep -q "not found"; }

@@ -9,13 +9,9 @@ set -u
 . bench/device_env.sh
 diag_init
 M=.carry/dev/mlxcel
-for s in ${SHAPES:-llama-3.1-8b}; do
-  C=/tmp/mlxcel-cfg/$s
-  python3 tools/reference/make_synthetic.py "$C" --shape "$s" --config-only || exit 1
-  for ab in ${AB:--}; do
-    e=""; [ "$ab" != - ] && e=${ab//,/ }
-    env $e timeout 120 "$M" bench -m "$C" --load-format dummy --device cuda --prompt-tokens 512 \
-      --gen-tokens 128 --batch "${BATCH:-1}" --repeat "${REPEAT:-2}" 2>/dev/null |
-      grep -E '^ +[0-9]+ ' | sed "s|^|$s $ab |"
-  done
-done
+one() { # shape, config dir, environment, A/B entry
+  env $3 timeout 120 "$M" bench -m "$2" --load-format dummy --device cuda --prompt-tokens 512 \
+    --gen-tokens 128 --batch "${BATCH:-1}" --repeat "${REPEAT:-2}" 2>/dev/null |
+    grep -E '^ +[0-9]+ ' | sed "s|^|$1 $4 |"
+}
+each_shape_ab one

@@ -10,21 +10,19 @@ set -u
 . bench/device_env.sh
 diag_init
 M=.carry/dev/mlxcel
-for s in ${SHAPES:-llama-3.1-8b}; do
-  C=/tmp/mlxcel-cfg/$s
-  python3 tools/reference/make_synthetic.py "$C" --shape "$s" --config-only || exit 1
-  for ab in ${AB:--}; do
-    e=""; [ "$ab" != - ] && e=${ab//,/ }
-    tag=$s${ab//[^A-Za-z0-9]/_}
-    gen=("$M" generate -m "$C" --load-format dummy --prompt-ids "$(seq -s, 1 "${PROMPT:-512}")" --ignore-eos
-         --device cuda --json)
-    wall=$(env $e timeout 120 "${gen[@]}" -n 256 2>/dev/null |
-      python3 -c 'import json,sys; print("%.1f" % json.load(sys.stdin)["decode_tokens_per_s"])')
-    env $e timeout 240 "$NCU" --clock-control none --csv --page raw \
-      --metrics gpu__time_duration.sum --launch-skip "${SKIP:-3000}" \
-      --launch-count "${COUNT:-1200}" "${gen[@]}" -n 64 > "$D/step_$tag.csv" 2>"$D/step_$tag.err"
-    echo "== $s $ab: generate decode ${wall} tok/s = $(python3 -c "print('%.1f' % (1e6 / $wall))") us/step"
-    python3 - "$D/step_$tag.csv" <<'PY'
+one() { # shape, config dir, environment, A/B entry
+  local s=$1 C=$2 e=$3 ab=$4
+  tag=$s${ab//[^A-Za-z0-9]/_}
+  gen=("$M" generate -m "$C" --load-format dummy --ignore-eos --device cuda --json
+       --prompt-ids "$(seq -s, 1 "${PROMPT:-512}")")
+  wall=$(env $e timeout 120 "${gen[@]}" -n 256 2>/dev/null |
+    python3 -c 'import json,sys; print("%.1f" % json.load(sys.stdin)["decode_tokens_per_s"])')
+  env $e timeout 240 "$NCU" --clock-control none --csv --page raw \
+    --metrics gpu__time_duration.sum --launch-skip "${SKIP:-3000}" \
+    --launch-count "${COUNT:-1200}" "${gen[@]}" -n 64 > "$D/step_$tag.csv" 2>"$D/step_$tag.err"
+  us=$(python3 -c "print('%.1f' % (1e6 / $wall))")
+  echo "== $s $ab: generate decode ${wall} tok/s = $us us/step"
+  python3 - "$D/step_$tag.csv" <<'PY'
 import csv, sys, re, collections
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 5]
 rows = rows[next((i for i, r in enumerate(rows) if "Kernel Name" in r), len(rows)):]
@@ -52,5 +50,5 @@ for k, v in sorted(t.items(), key=lambda kv: -kv[1]):
 print(f"{'sum of kernel times (' + str(steps) + ' steps)':48s} {sum(n.values()) / steps:11.1f} "
       f"{sum(t.values()) / steps:9.1f}")
 PY
-  done
-done
+}
+each_shape_ab one
