@@ -10,6 +10,7 @@
 #include "gpu_test.h"
 
 #include "backend/cuda/cuda_be.h"
+#include "backend/cuda/cuda_elem.h"
 #include "model/model_spec.h"
 
 const backend_ops *g_cpu, *g_gpu;
@@ -487,6 +488,115 @@ static void test_gemv_tc(int rows, int N, int K) {
     free(x), free(xb);
 }
 
+/* Pools [slots, Hkv, D] (bf16 or fp32) as floats on the host. */
+static float *pool_to_host(const void *d, size_t n, bool bf16) {
+    float *h = malloc(n * 4);
+    if (bf16) {
+        uint16_t *b = malloc(n * 2);
+        cudaMemcpy(b, d, n * 2, cudaMemcpyDeviceToHost);
+        for (size_t i = 0; i < n; i++) h[i] = mx_bf16_to_f32(b[i]);
+        free(b);
+    } else {
+        cudaMemcpy(h, d, n * 4, cudaMemcpyDeviceToHost);
+    }
+    return h;
+}
+
+/* The q/k/v GEMV with RoPE + KV write in its epilogue (cuda_gemv_fuse.rope_cs) against the
+ * plain launches on the same inputs (the GEMV, then cuda_rope_kv_f32): rotated q and k, v,
+ * and both pools, including a row whose slot is -1 (not written). K split 1 for both, so the
+ * sums are the same; the rotation may contract differently (tolerance 1e-6, pools one bf16
+ * rounding). */
+static void test_gemv_rope(int rows, int Hq, int Hkv, int D, int K, bool pool_bf16) {
+    const int N[3] = {Hq * D, Hkv * D, Hkv * D}, half = D / 2, slots = 6;
+    const size_t pool_n = (size_t)slots * Hkv * D, esz = pool_bf16 ? 2 : 4;
+    float *x = malloc((size_t)rows * K * 4), *cs = malloc((size_t)rows * D * 4);
+    gt_fill(x, (size_t)rows * K, 1.0f);
+    for (int i = 0; i < rows * half; i++) {
+        const float ang = 0.37f * (float)(i % half) + 11.0f * (float)(i / half);
+        cs[2 * i] = cosf(ang), cs[2 * i + 1] = sinf(ang);
+    }
+    mx_tensor dx = gt_dev_f32(x, 2, (const int64_t[]){rows, K});
+    mx_tensor dcs = gt_dev_f32(cs, 2, (const int64_t[]){rows, D});
+    mx_tensor dw[3], y[2][3];
+    for (int i = 0; i < 3; i++) {
+        float *w = malloc((size_t)N[i] * K * 4);
+        gt_fill(w, (size_t)N[i] * K, 1.0f / sqrtf((float)K));
+        uint16_t *wb = gt_bf16(w, (size_t)N[i] * K);
+        dw[i] = gt_dev_weight(wb, 2, (const int64_t[]){N[i], K});
+        for (int pth = 0; pth < 2; pth++)
+            y[pth][i] = gt_dev_poison(2, (const int64_t[]){rows, N[i]});
+        free(w), free(wb);
+    }
+    const int64_t slot_h[2] = {4, -1};
+    int64_t *slot_d = NULL;
+    void *kp[2] = {NULL, NULL}, *vp[2] = {NULL, NULL};
+    cudaMalloc((void **)&slot_d, sizeof slot_h);
+    cudaMemcpy(slot_d, slot_h, sizeof slot_h, cudaMemcpyHostToDevice);
+    for (int pth = 0; pth < 2; pth++) {
+        cudaMalloc(&kp[pth], pool_n * esz), cudaMalloc(&vp[pth], pool_n * esz);
+        cudaMemset(kp[pth], 0, pool_n * esz), cudaMemset(vp[pth], 0, pool_n * esz);
+    }
+    const int ks_prev = cuda_gemv_ksplit();
+    cuda_set_gemv_ksplit(1);
+    int rc[2] = {-1, -1};
+    for (int pth = 0; pth < 2; pth++) {
+        cuda_gemv_segs segs;
+        memset(&segs, 0, sizeof segs);
+        segs.n = 3;
+        for (int i = 0; i < 3; i++)
+            segs.W[i] = dw[i].data, segs.y[i] = y[pth][i].data, segs.N[i] = N[i];
+        if (pth == 0) {
+            rc[0] = cuda_gemv_bf16_multi(&segs, dx.data, CUDA_OPS_F32, CUDA_OPS_F32, rows, K,
+                                         g_cu.st);
+            if (!rc[0])
+                rc[0] = cuda_rope_kv_f32(y[0][0].data, N[0], y[0][1].data, N[1], y[0][2].data, N[2],
+                                         dcs.data, rows, Hq, Hkv, D, D, slot_d, kp[0], vp[0],
+                                         pool_bf16, g_cu.st);
+        } else {
+            cuda_gemv_fuse f;
+            memset(&f, 0, sizeof f);
+            f.rope_cs = dcs.data, f.rope_rows = slot_d, f.k_pool = kp[1], f.v_pool = vp[1];
+            f.pool_bf16 = pool_bf16, f.head_dim = D;
+            rc[1] = cuda_gemv_bf16_fused(&segs, &f, dx.data, rows, K, g_cu.st);
+        }
+    }
+    cudaStreamSynchronize(g_cu.st);
+    cuda_set_gemv_ksplit(ks_prev);
+    static const char *names[3] = {"q", "k", "v"};
+    char what[120];
+    for (int i = 0; i < 3; i++) {
+        snprintf(what, sizeof what, "gemv + rope + kv write, rows %d, %d/%d heads of %d, K %d: %s",
+                 rows, Hq, Hkv, D, K, names[i]);
+        if (rc[0] || rc[1]) {
+            gt_report(what, 1.0, 0, 1);
+            continue;
+        }
+        float *ref = malloc((size_t)rows * N[i] * 4);
+        gt_to_host(ref, &y[0][i]);
+        check_dev(what, &y[1][i], ref, 1e-6);
+        free(ref);
+    }
+    for (int i = 0; i < 2 && !rc[0] && !rc[1]; i++) {
+        float *a = pool_to_host(i ? vp[0] : kp[0], pool_n, pool_bf16);
+        float *b = pool_to_host(i ? vp[1] : kp[1], pool_n, pool_bf16);
+        long bad = 0;
+        const double rel = gt_rel_err(b, a, pool_n, &bad);
+        snprintf(what, sizeof what, "gemv + rope + kv write, rows %d, %s pool (%s)", rows,
+                 i ? "v" : "k", pool_bf16 ? "bf16" : "fp32");
+        gt_report(what, rel, pool_bf16 ? 8e-3 : 1e-6, bad);
+        free(a), free(b);
+    }
+    for (int i = 0; i < 3; i++) {
+        gt_dev_free(&dw[i]);
+        for (int pth = 0; pth < 2; pth++) gt_dev_free(&y[pth][i]);
+    }
+    for (int pth = 0; pth < 2; pth++) cudaFree(kp[pth]), cudaFree(vp[pth]);
+    cudaFree(slot_d);
+    gt_dev_free(&dx), gt_dev_free(&dcs);
+    free(x), free(cs);
+}
+
 int gt_run_op_tests(void) {
     test_greedy();
     const int rows[] = {1, 2, 3, 5, 8, 9, 33, 128};
@@ -521,6 +631,8 @@ int gt_run_op_tests(void) {
     test_glu_matmul_fused(2, ACT_GELU);
     test_glu_matmul_fused(40, ACT_SILU); /* GLU inside the conversion for cuBLASLt */
     test_glu_matmul_fused(5, ACT_GELU_TANH);
+    test_gemv_rope(1, 32, 8, 128, 4096, true); /* the 8B shape's q/k/v */
+    test_gemv_rope(2, 4, 2, 64, 1024, false);  /* two rows (one slot -1), fp32 pools */
     test_glu_matmul_fused(8, ACT_SILU);
     test_norm_rope_elem();
     test_moe(1, 128, 8, 2048, 768);

@@ -417,13 +417,15 @@ static void be_describe(char *buf, size_t len) {
     snprintf(buf, len,
              "%s, compute capability %d.%d, %d SMs, %.1f GiB (%.1f GiB free) | GEMV rows <= %d "
              "(tensor-core GEMV on bf16 x to %d, cuBLASLt above; K split %s, early loads %s, "
-             "L2 prefetch %d KB per CTA, fusions %s) | CUDA graphs %s (cache %d) | "
+             "L2 prefetch %d KB per CTA, fusions %s, RoPE in GEMV %s) | "
+             "CUDA graphs %s (cache %d) | "
              "PDL %s | decode splits %s | qmv window %s%s%s, qmm slab %s | weights %s%s | KV bf16",
              f->name, f->cc_major, f->cc_minor, f->sm_count, f->total_bytes / 1073741824.0,
              f->free_bytes / 1073741824.0, g_cu.gemv_rows,
              g_cu.gemv_tc_rows > g_cu.gemv_rows ? g_cu.gemv_tc_rows : g_cu.gemv_rows,
              ks, cuda_gemv_early() ? "on" : "off", cuda_gemv_prefetch() / 1024,
-             g_cu.gemv_fuse ? "on" : "off", g_cu.graph_cache ? "on" : "off",
+             g_cu.gemv_fuse ? "on" : "off", g_cu.gemv_rope ? "on" : "off",
+             g_cu.graph_cache ? "on" : "off",
              g_cu.graph_cache, cuda_pdl_enabled() ? "on" : "off", splits, mr,
              g_cu.qmv_tc ? " (qmv_tc for 4/8-bit, <= 32 rows)"
                          : g_cu.qmv_bulk ? " (streaming tensor-core qmv for 4/8-bit, <= 32 rows)" : "",
@@ -545,6 +547,7 @@ static int cu_init(int dev, mx_error *err) {
     const mx_env_t *env = mx_env();
     g_cu.gemv_rows = env->dense_gemv_rows > CU_GEMV_MAX_ROWS ? CU_GEMV_MAX_ROWS : env->dense_gemv_rows;
     g_cu.gemv_fuse = env->gemv_fuse;
+    g_cu.gemv_rope = env->gemv_rope;
     /* MLXCEL_DENSE_GEMV_ROWS=0 means cuBLASLt for every row count: no tensor-core GEMV either */
     g_cu.gemv_tc_rows = g_cu.gemv_rows ? env->gemv_tc_rows : 0;
     g_cu.graph_cache = env->cuda_graph_cache_size;

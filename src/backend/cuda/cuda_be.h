@@ -84,6 +84,7 @@ typedef struct cu_state {
     int gemv_rows;            /* rows <= this use the GEMV kernels */
     int gemv_tc_rows;         /* gemv_rows < rows <= this: tensor-core GEMV on the bf16 input */
     bool gemv_fuse;           /* MLXCEL_GEMV_FUSE: norm / residual add / GLU inside 1..2-row GEMVs */
+    bool gemv_rope;           /* MLXCEL_GEMV_ROPE: RoPE + KV write inside the q/k/v GEMV */
     int qmv_multirow;         /* MLXCEL_QMV_MULTIROW (0: the kernel's default) */
     int qmm_tile;             /* MLXCEL_QMM_TILE_M (0: the kernel's default) */
     bool qmv_tc;              /* MLXCEL_QMV_TC: tensor-core qmv (qmv_tc.cu) for bits 4 / 8 */

@@ -137,11 +137,11 @@ static void flush_gemv(void) {
     g_cu.pend_mm.segs.n = 0;
     memset(&g_cu.pend_mm.fuse, 0, sizeof g_cu.pend_mm.fuse);
     const int rows = g_cu.pend_mm.rows, K = g_cu.pend_mm.K;
-    const bool fused = f.norm_w || f.res || f.glu;
+    const bool fused = f.norm_w || f.res || f.glu || f.rope_cs;
     int rc = fused ? cuda_gemv_bf16_fused(&segs, &f, g_cu.pend_mm.x, rows, K, g_cu.st)
                    : (int)cudaErrorInvalidValue;
     /* unfused, or a fusion that did not apply after all: the plain ops in the forward's order
-     * (norm, GEMV, bias, residual add, GLU) */
+     * (norm, GEMV, bias, residual add, GLU, RoPE + KV write) */
     const bool plain = rc == (int)cudaErrorInvalidValue;
     if (plain) {
         if (f.norm_w &&
@@ -162,6 +162,13 @@ static void flush_gemv(void) {
     if (plain && f.glu)
         cu_ck(cuda_glu_f32(f.glu, segs.N[0], segs.y[0], segs.N[0], segs.y[1], segs.N[0], rows,
                            segs.N[0], f.act, g_cu.st), "glu");
+    if (plain && f.rope_cs) {
+        const int D = f.head_dim;
+        cu_ck(cuda_rope_kv_f32(segs.y[0], segs.N[0], segs.y[1], segs.N[1], segs.y[2], segs.N[2],
+                               f.rope_cs, rows, segs.N[0] / D, segs.N[1] / D, D, D, f.rope_rows,
+                               f.k_pool, f.v_pool, f.pool_bf16, g_cu.st),
+              "rope + kv_write");
+    }
 }
 
 /* ==== GEMV fusions (1..2 rows; the kernel side is in gemv.cu) ==== */

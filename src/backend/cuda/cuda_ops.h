@@ -53,7 +53,12 @@ int cuda_gemv_tc_variants(void);
  * - norm_w: x is taken through rms_norm(x) * (norm_w + norm_offset) (eps norm_eps) by every
  *   CTA in its prologue (rows * K * 4 <= 64 KB); the normalized rows are stored in xn too;
  * - res (one segment): res[r, n] += y[r, n], the residual add (res must not be x);
- * - glu (two segments gate, up with equal N): glu[r, n] = act(gate[r, n]) * up[r, n].
+ * - glu (two segments gate, up with equal N): glu[r, n] = act(gate[r, n]) * up[r, n];
+ * - rope_cs (three segments q, k, v of head_dim-row heads, N % head_dim == 0, k and v equal):
+ *   RoPE (neox pairs (j, j + head_dim / 2), all of head_dim rotated) on q and k with row r's
+ *   (cos, sin) pairs rope_cs[r, head_dim / 2, 2], written rotated to y as cuda_rope_kv_f32
+ *   leaves them; k and v also go to the pools (bf16 when pool_bf16, [slot, Hkv, head_dim]) at
+ *   slot rope_rows[r] (< 0: not written). One launch for the projections, RoPE and KV write.
  * y of every segment is written as usual. cudaErrorInvalidValue when a fusion does not apply
  * (the caller then runs the plain ops). */
 typedef struct cuda_gemv_fuse {
@@ -63,6 +68,10 @@ typedef struct cuda_gemv_fuse {
     float *res;
     float *glu;
     int act;
+    const float *rope_cs;
+    const int64_t *rope_rows;
+    void *k_pool, *v_pool;
+    int pool_bf16, head_dim;
 } cuda_gemv_fuse;
 int cuda_gemv_bf16_fused(const cuda_gemv_segs *segs, const cuda_gemv_fuse *f, const float *x,
                          int rows, int K, cudaStream_t stream);

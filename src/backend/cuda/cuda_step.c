@@ -251,12 +251,44 @@ static const void *step_array(const void *host, const void *h_step, const void *
     return cu_upload_small(g_cu.ids_buf, host, nbytes);
 }
 
+/* MLXCEL_GEMV_ROPE: the held q/k/v GEMV (1..2 rows, no biases, nothing else fused into its
+ * epilogue) whose outputs are the held rope(q), rope(k) and this write's k and v, with all of
+ * head_dim rotated: it can rotate and write the KV pools itself (cuda_gemv_fuse.rope_cs). */
+static bool rope_in_gemv(const mx_tensor *k, const mx_tensor *v, const mx_attn_batch *b) {
+    const cuda_gemv_segs *s = &g_cu.pend_mm.segs;
+    const int D = g_cu.pend_rope.D;
+    return g_cu.gemv_rope && g_cu.pend_rope.count == 2 && s->n == 3 &&
+           g_cu.pend_mm.rows == b->n_rows && g_cu.pend_mm.rows <= 2 &&
+           g_cu.pend_rope.rot == D && D % 8 == 0 && s->y[0] == g_cu.pend_rope.x[0] &&
+           s->y[1] == k->data && s->y[2] == v->data && g_cu.pend_rope.stride[0] == s->N[0] &&
+           k->stride[0] == s->N[1] && v->stride[0] == s->N[2] &&
+           g_cu.pend_rope.heads[0] * D == s->N[0] && (int)k->shape[1] * D == s->N[1] &&
+           s->N[2] == s->N[1] && !g_cu.pend_mm.bias[0] && !g_cu.pend_mm.bias[1] &&
+           !g_cu.pend_mm.bias[2] && !g_cu.pend_mm.fuse.res && !g_cu.pend_mm.fuse.glu;
+}
+
 void cu_kv_write(mx_tensor *k_pool, mx_tensor *v_pool, const mx_tensor *k, const mx_tensor *v,
                  const mx_attn_batch *b) {
     const int nr = g_cu.pend_rope.count;
     const bool fuse = nr > 0 && g_cu.pend_rope.x[nr - 1] == k->data && g_cu.pend_rope.n == b->n_rows &&
                       g_cu.pend_rope.D == (int)k->shape[2] && g_cu.pend_rope.heads[nr - 1] == (int)k->shape[1] &&
                       (nr == 1 || g_cu.pend_rope.x[0] != v->data);
+    if (fuse && rope_in_gemv(k, v, b)) {
+        const int64_t *rows = step_array(b->write_rows, g_cu.ab ? g_cu.ab->write_rows : NULL,
+                                         g_cu.d_write, (size_t)b->n_rows * 8);
+        if (rows) { /* else the plain path below reports it */
+            cuda_gemv_fuse *f = &g_cu.pend_mm.fuse;
+            f->rope_cs = g_cu.pend_rope.cs;
+            f->rope_rows = rows;
+            f->k_pool = k_pool->data;
+            f->v_pool = v_pool->data;
+            f->pool_bf16 = k_pool->dtype == MX_BF16;
+            f->head_dim = g_cu.pend_rope.D;
+            g_cu.pend_rope.count = 0;
+            cu_flush_mm();
+            return;
+        }
+    }
     if (!fuse) cu_flush();
     else cu_flush_mm();
     const int64_t *rows = step_array(b->write_rows, g_cu.ab ? g_cu.ab->write_rows : NULL,

@@ -49,11 +49,12 @@
 /* This CTA's segment: CTAs [cta0[s], cta0[s + 1]) belong to segment s. Compile-time indices
  * only: a run-time index into the parameter struct would copy it to local memory. */
 __device__ __forceinline__ void gemv_segment(const cuda_gemv_segs &segs, const uint16_t *&W,
-                                             void *&y, int &N, int &c0) {
+                                             void *&y, int &N, int &c0, int &seg) {
     W = segs.W[0];
     y = segs.y[0];
     N = segs.N[0];
     c0 = 0;
+    seg = 0;
 #pragma unroll
     for (int i = 1; i < CUDA_GEMV_MAX_SEGS; i++)
         if (i < segs.n && (int)blockIdx.x >= segs.cta0[i]) {
@@ -61,6 +62,7 @@ __device__ __forceinline__ void gemv_segment(const cuda_gemv_segs &segs, const u
             y = segs.y[i];
             N = segs.N[i];
             c0 = segs.cta0[i];
+            seg = i;
         }
 }
 
@@ -156,6 +158,45 @@ __device__ __forceinline__ void gemv_norm_x(float *xs, int KC, int K, const cuda
     __syncthreads(); /* the scaled x is visible to all; red may be reused */
 }
 
+/* The RoPE + KV-write epilogue (f.rope_cs): seg 0 (q) and 1 (k) hold rotation pairs p, p + 2
+ * (dims j, j + D/2 of one head), seg 2 (v) plain rows. Hkv = N of k / D. Lane (p * R + r) % 32
+ * writes pair (or row) p of x row r, as the plain epilogue does; the arithmetic is
+ * rope_kv_f32_kernel's. */
+template <int R>
+__device__ __forceinline__ void gemv_rope_store(const cuda_gemv_fuse &f, int seg,
+                                                const int nrow[GEMV_RPW], const bool ok[GEMV_RPW],
+                                                const float tot[GEMV_RPW][R], float *y, int N,
+                                                int Nk, int rows, int lane) {
+    const int D = f.head_dim, half = D / 2, Hkv = Nk / D;
+#pragma unroll
+    for (int p = 0; p < GEMV_RPW; p++)
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            if (lane != ((p * R + r) & 31) || r >= rows || !ok[p] || (seg < 2 && p >= 2)) continue;
+            const int64_t slot = f.rope_rows[r];
+            const int n = nrow[p], h = n / D, j = n - h * D;
+            float v0 = tot[p][r], v1 = 0.f;
+            if (seg < 2) { /* (j, j + half) */
+                const float *cs = f.rope_cs + (size_t)r * D;
+                const float c = cs[2 * j], sn = cs[2 * j + 1], b = tot[p + 2][r];
+                v1 = b * c + v0 * sn;
+                v0 = v0 * c - b * sn;
+                y[(size_t)r * N + n + half] = v1;
+            }
+            y[(size_t)r * N + n] = v0;
+            if (seg == 0 || slot < 0) continue;
+            const size_t o = ((size_t)slot * Hkv + h) * D + j;
+            void *pool = seg == 1 ? f.k_pool : f.v_pool;
+            if (f.pool_bf16) {
+                ((uint16_t *)pool)[o] = (uint16_t)f32_to_bf16_bits(v0);
+                if (seg == 1) ((uint16_t *)pool)[o + half] = (uint16_t)f32_to_bf16_bits(v1);
+            } else {
+                ((float *)pool)[o] = v0;
+                if (seg == 1) ((float *)pool)[o + half] = v1;
+            }
+        }
+}
+
 /* ==== Kernel ==== */
 
 template <int R, typename XT, bool NRM>
@@ -173,8 +214,8 @@ gemv_bf16_kernel(cuda_gemv_segs segs,           /* W [N, K] -> y [rows, N] per s
     const int part = warp % ks, group = warp / ks; /* warps of a group share rows, split K */
     const uint16_t *W;
     void *y;
-    int N, c0;
-    gemv_segment(segs, W, y, N, c0);
+    int N, c0, seg;
+    gemv_segment(segs, W, y, N, c0, seg);
     /* GLU: the grid covers N output units; a warp owns units u0, u0 + 1: its rows p = 0, 1 are
      * gate rows u0 + p and p = 2, 3 the up rows of the same units */
     const bool glu = f.glu != NULL;
@@ -186,6 +227,13 @@ gemv_bf16_kernel(cuda_gemv_segs segs,           /* W [N, K] -> y [rows, N] per s
     }
     const int n0 = (((int)blockIdx.x - c0) * ((blockDim.x >> 5) / ks) + group) *
                    (glu ? 2 : GEMV_RPW);
+    /* RoPE (q, k segments): a warp owns the rotation pairs of two adjacent dims, rows
+     * {2w, 2w + 1, 2w + D/2, 2w + 1 + D/2} of head h for the warp's index h * D/4 + w, so the
+     * epilogue rotates in registers (ks = 1 here: n0 / 4 is the warp's index) */
+    const bool rope = f.rope_cs != NULL && seg < 2;
+    const int rope_base = rope ? n0 / GEMV_RPW / (f.head_dim / 4) * f.head_dim +
+                                     2 * (n0 / GEMV_RPW % (f.head_dim / 4))
+                               : 0;
     const int nchunks = (K + KC - 1) / KC;
 
     float acc[GEMV_RPW][R], inv[R];
@@ -197,9 +245,13 @@ gemv_bf16_kernel(cuda_gemv_segs segs,           /* W [N, K] -> y [rows, N] per s
     /* Row pointers; rows past N are clamped (loads skipped below, never written). */
     const uint16_t *wrow[GEMV_RPW];
     bool ok[GEMV_RPW];
+    int nrow[GEMV_RPW]; /* the weight / output row of each of the warp's rows */
 #pragma unroll
     for (int p = 0; p < GEMV_RPW; p++) {
-        const int n = glu ? n0 + (p & 1) : n0 + p;
+        const int n = glu    ? n0 + (p & 1)
+                      : rope ? rope_base + (p & 1) + (p >= 2 ? f.head_dim / 2 : 0)
+                             : n0 + p;
+        nrow[p] = n;
         ok[p] = n < N;
         wrow[p] = (glu && p >= 2 ? segs.W[1] : W) + (size_t)min(n, N - 1) * K;
     }
@@ -319,6 +371,10 @@ gemv_bf16_kernel(cuda_gemv_segs segs,           /* W [N, K] -> y [rows, N] per s
             }
         }
     }
+    if (f.rope_cs) { /* q, k rotated; k and v also to the KV pools */
+        gemv_rope_store<R>(f, seg, nrow, ok, tot, (float *)y, N, segs.N[1], rows, lane);
+        return;
+    }
     if (glu) { /* gate and up rows as usual, and act(gate) * up */
 #pragma unroll
         for (int i = 0; i < 2; i++)
@@ -391,8 +447,9 @@ gemv_tc_kernel(cuda_gemv_segs segs,        /* W [N, K] -> y [rows, N] per segmen
     const int g = lane >> 2, t = lane & 3;
     const uint16_t *W;
     void *y;
-    int N, c0;
-    gemv_segment(segs, W, y, N, c0);
+    int N, c0, seg;
+    gemv_segment(segs, W, y, N, c0, seg);
+    (void)seg;
     const int n0 = ((int)blockIdx.x - c0) * 16;
     const bool ok0 = n0 + g < N, ok8 = n0 + g + 8 < N;
     const uint16_t *w0 = W + (size_t)(ok0 ? n0 + g : 0) * K + 8 * t;
@@ -534,7 +591,7 @@ static int gemv_core_launch(cuda_gemv_segs segs, const XT *x, int y_bf16, int ro
         ks = 1;
         while (ks < 4 && groups * ks < 16 * s_sm_count[cd] && batches >= 2 * ks) ks *= 2;
     }
-    if (f.norm_w || f.glu || ks > batches) ks = 1;
+    if (f.norm_w || f.glu || f.rope_cs || ks > batches) ks = 1;
     if (ks > 1) warps = 8;
     const int rows_per_cta = warps / ks * GEMV_RPW;
     int grid = 0;
@@ -615,6 +672,10 @@ extern "C" int cuda_gemv_bf16_fused(const cuda_gemv_segs *segs, const cuda_gemv_
     if (!f || !gemv_args_ok(segs, x, rows, 2, K)) return (int)cudaErrorInvalidValue;
     if ((f->glu && (segs->n != 2 || segs->N[0] != segs->N[1] || f->res)) ||
         (f->res && segs->n != 1) || (f->norm_w && (!f->xn || (const float *)f->res == x)))
+        return (int)cudaErrorInvalidValue;
+    if (f->rope_cs && (segs->n != 3 || f->glu || f->res || f->head_dim < 8 || f->head_dim % 8 ||
+                       segs->N[0] % f->head_dim || segs->N[1] % f->head_dim ||
+                       segs->N[2] != segs->N[1] || !f->rope_rows || !f->k_pool || !f->v_pool))
         return (int)cudaErrorInvalidValue;
     if (f->norm_w && ((uintptr_t)f->norm_w & 15)) return (int)cudaErrorInvalidValue;
     if (f->norm_w)
