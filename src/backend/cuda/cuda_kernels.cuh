@@ -84,6 +84,19 @@ __device__ __forceinline__ void load8_any(const void *base, int is_bf16, size_t 
     }
 }
 
+/* One element of an fp32 or bf16 array. */
+__device__ __forceinline__ void store1_any(void *base, int is_bf16, size_t i, float v) {
+    if (is_bf16) ((uint16_t *)base)[i] = (uint16_t)f32_to_bf16_bits(v);
+    else ((float *)base)[i] = v;
+}
+
+/* RoPE on one neox pair (a, b) = (x[j], x[j + half]) with (c, s) = (cos, sin) of its angle. */
+__device__ __forceinline__ void rope_rotate(float a, float b, float c, float s, float &na,
+                                            float &nb) {
+    na = a * c - b * s;
+    nb = b * c + a * s;
+}
+
 __device__ __forceinline__ void store8_any(void *base, int is_bf16, size_t i, const float f[8]) {
     if (is_bf16) {
         *(uint4 *)((uint16_t *)base + i) = f32x8_to_bf16x8(f);
@@ -226,6 +239,29 @@ __device__ __forceinline__ float warp_sum(float v) {
 
 /* Sum over the CTA in a fixed order (warps' sums, then warp 0..n-1): the total in every
  * thread. red: blockDim.x / 32 floats of shared memory, free for reuse after a barrier. */
+/* K split: groups of ks consecutive warps (part = warp % ks) hold partial totals t of the same
+ * P x R outputs (every lane holds them, after warp_sum). Part 0 of each group gets the
+ * group's sum, in a fixed order (its own, then parts 1, 2, ...); the other parts get false
+ * and have nothing left to do. red: [warps][P * R] shared floats. A CTA barrier: every
+ * thread calls it. */
+template <int P, int R>
+__device__ __forceinline__ bool ksplit_sum(float (&t)[P][R], float (*red)[P * R], int warp,
+                                           int part, int ks) {
+    if ((threadIdx.x & 31) == 0)
+#pragma unroll
+        for (int p = 0; p < P; p++)
+#pragma unroll
+            for (int r = 0; r < R; r++) red[warp][p * R + r] = t[p][r];
+    __syncthreads();
+    if (part != 0) return false;
+    for (int i = 1; i < ks; i++)
+#pragma unroll
+        for (int p = 0; p < P; p++)
+#pragma unroll
+            for (int r = 0; r < R; r++) t[p][r] += red[warp + i][p * R + r];
+    return true;
+}
+
 __device__ __forceinline__ float block_sum(float v, float *red) {
     v = warp_sum(v);
     if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;

@@ -119,7 +119,7 @@ __device__ __forceinline__ void gemv_core_x8(const uint16_t *xs, float f[8]) {
  * normalized rows x (w + offset) inv in f.xn for any other reader. */
 
 /* x [R][KC] in shared memory becomes x (w + offset); inv[r] = rsqrt(mean(x[r]^2) + eps) in
- * every thread (warp sums, then the warps in a fixed order). red: 8 * R floats. K % 8 == 0. */
+ * every thread (block_sum: fixed order). red: blockDim.x / 32 floats. K % 8 == 0. */
 template <int R>
 __device__ __forceinline__ void gemv_norm_x(float *xs, int KC, int K, const cuda_gemv_fuse &f,
                                             float *red, float inv[R]) {
@@ -142,20 +142,11 @@ __device__ __forceinline__ void gemv_norm_x(float *xs, int KC, int K, const cuda
             p[0] = a, p[1] = b;
         }
     }
-    const int warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
 #pragma unroll
     for (int r = 0; r < R; r++) {
-        ss[r] = warp_sum(ss[r]);
-        if ((threadIdx.x & 31) == 0) red[warp * R + r] = ss[r];
+        inv[r] = 1.0f / sqrtf(block_sum(ss[r], red) / (float)K + f.norm_eps);
+        __syncthreads(); /* red is reused; after the last: the scaled x is visible to all */
     }
-    __syncthreads();
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-        float t = 0.f;
-        for (int w = 0; w < nw; w++) t += red[w * R + r];
-        inv[r] = 1.0f / sqrtf(t / (float)K + f.norm_eps);
-    }
-    __syncthreads(); /* the scaled x is visible to all; red may be reused */
 }
 
 /* The RoPE + KV-write epilogue (f.rope_cs): seg 0 (q) and 1 (k) hold rotation pairs p, p + 2
@@ -178,22 +169,14 @@ __device__ __forceinline__ void gemv_rope_store(const cuda_gemv_fuse &f, int seg
             float v0 = tot[p][r], v1 = 0.f;
             if (seg < 2) { /* (j, j + half) */
                 const float *cs = f.rope_cs + (size_t)r * D;
-                const float c = cs[2 * j], sn = cs[2 * j + 1], b = tot[p + 2][r];
-                v1 = b * c + v0 * sn;
-                v0 = v0 * c - b * sn;
+                rope_rotate(tot[p][r], tot[p + 2][r], cs[2 * j], cs[2 * j + 1], v0, v1);
                 y[(size_t)r * N + n + half] = v1;
             }
             y[(size_t)r * N + n] = v0;
             if (seg == 0 || slot < 0) continue;
             const size_t o = ((size_t)slot * Hkv + h) * D + j;
-            void *pool = seg == 1 ? f.k_pool : f.v_pool;
-            if (f.pool_bf16) {
-                ((uint16_t *)pool)[o] = (uint16_t)f32_to_bf16_bits(v0);
-                if (seg == 1) ((uint16_t *)pool)[o + half] = (uint16_t)f32_to_bf16_bits(v1);
-            } else {
-                ((float *)pool)[o] = v0;
-                if (seg == 1) ((float *)pool)[o + half] = v1;
-            }
+            store1_any(seg == 1 ? f.k_pool : f.v_pool, f.pool_bf16, o, v0);
+            if (seg == 1) store1_any(f.k_pool, f.pool_bf16, o + half, v1);
         }
 }
 
@@ -305,7 +288,7 @@ gemv_bf16_kernel(cuda_gemv_segs segs,           /* W [N, K] -> y [rows, N] per s
         }
         const XT *xs = xbuf + (size_t)(c & 1) * R * KC;
         if (NRM) /* one chunk (the launcher's rule): all of x is in xbuf */
-            gemv_norm_x<R>((float *)xbuf, KC, K, f, &gemv_red[0][0], inv); /* 8 * 4R floats */
+            gemv_norm_x<R>((float *)xbuf, KC, K, f, &gemv_red[0][0], inv); /* >= 8 floats */
 
         for (int base = part * batch; base < len; base += ks * batch) {
             /* All loads first: RPW*U independent 16-byte loads in flight per lane. */
@@ -341,23 +324,7 @@ gemv_bf16_kernel(cuda_gemv_segs segs,           /* W [N, K] -> y [rows, N] per s
     for (int p = 0; p < GEMV_RPW; p++)
 #pragma unroll
         for (int r = 0; r < R; r++) tot[p][r] = warp_sum(acc[p][r]);
-    if (ks > 1) { /* the group's parts, summed in a fixed order by part 0 */
-        if (lane == 0)
-#pragma unroll
-            for (int p = 0; p < GEMV_RPW; p++)
-#pragma unroll
-                for (int r = 0; r < R; r++) gemv_red[warp][p * R + r] = tot[p][r];
-        __syncthreads();
-        if (part != 0) return;
-#pragma unroll
-        for (int p = 0; p < GEMV_RPW; p++)
-#pragma unroll
-            for (int r = 0; r < R; r++) {
-                float v = 0.f;
-                for (int i = 0; i < ks; i++) v += gemv_red[warp + i][p * R + r];
-                tot[p][r] = v;
-            }
-    }
+    if (ks > 1 && !ksplit_sum<GEMV_RPW, R>(tot, gemv_red, warp, part, ks)) return;
     if (NRM) {
 #pragma unroll
         for (int r = 0; r < R; r++)

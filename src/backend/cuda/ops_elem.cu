@@ -465,13 +465,8 @@ __global__ void kv_write_kernel(void *kp, void *vp, int bf16, const float *k, lo
     for (int c = threadIdx.x; c < width; c += blockDim.x) {
         const float kv = k[(size_t)i * ks + c], vv = v[(size_t)i * vs + c];
         const size_t o = (size_t)r * width + c;
-        if (bf16) {
-            ((uint16_t *)kp)[o] = (uint16_t)f32_to_bf16_bits(kv);
-            ((uint16_t *)vp)[o] = (uint16_t)f32_to_bf16_bits(vv);
-        } else {
-            ((float *)kp)[o] = kv;
-            ((float *)vp)[o] = vv;
-        }
+        store1_any(kp, bf16, o, kv);
+        store1_any(vp, bf16, o, vv);
     }
 }
 
@@ -549,20 +544,14 @@ __global__ void rope_kv_f32_kernel(float *q, long qs, float *k, long ks, const f
         const bool is_q = hh < hq;
         const int h = is_q ? hh : hh - hq;
         float *vec = is_q ? q + (size_t)i * qs + (size_t)h * D : k + (size_t)i * ks + (size_t)h * D;
-        const float c = cs[2 * j], sn = cs[2 * j + 1];
-        const float a = vec[j], b = vec[j + half];
-        const float na = a * c - b * sn, nb = b * c + a * sn;
+        float na, nb;
+        rope_rotate(vec[j], vec[j + half], cs[2 * j], cs[2 * j + 1], na, nb);
         vec[j] = na;
         vec[j + half] = nb;
         if (!is_q && r >= 0) {
             const size_t o = ((size_t)r * Hkv + h) * D;
-            if (bf16) {
-                ((uint16_t *)kp)[o + j] = (uint16_t)f32_to_bf16_bits(na);
-                ((uint16_t *)kp)[o + j + half] = (uint16_t)f32_to_bf16_bits(nb);
-            } else {
-                ((float *)kp)[o + j] = na;
-                ((float *)kp)[o + j + half] = nb;
-            }
+            store1_any(kp, bf16, o + j, na);
+            store1_any(kp, bf16, o + j + half, nb);
         }
         return;
     }
@@ -574,9 +563,7 @@ __global__ void rope_kv_f32_kernel(float *q, long qs, float *k, long ks, const f
     const int d = is_k ? 2 * half + e : e - rest;
     const float val = is_k ? k[(size_t)i * ks + (size_t)h * D + d] : v[(size_t)i * vs + (size_t)h * D + d];
     const size_t o = ((size_t)r * Hkv + h) * D + d;
-    void *pool = is_k ? kp : vp;
-    if (bf16) ((uint16_t *)pool)[o] = (uint16_t)f32_to_bf16_bits(val);
-    else ((float *)pool)[o] = val;
+    store1_any(is_k ? kp : vp, bf16, o, val);
 }
 
 extern "C" int cuda_rope_kv_f32(float *q, long q_stride, float *k, long k_stride, const float *v,

@@ -230,20 +230,7 @@ qmv_fast_kernel(qmv_segs segs, const float *__restrict__ xp, const float *__rest
     for (int p = 0; p < QMV_RPW; p++)
 #pragma unroll
         for (int r = 0; r < R; r++) acc[p][r] = warp_sum(acc[p][r]);
-    if (kspl > 1) {
-        if (lane == 0)
-#pragma unroll
-            for (int p = 0; p < QMV_RPW; p++)
-#pragma unroll
-                for (int r = 0; r < R; r++) red[warp][p * R + r] = acc[p][r];
-        __syncthreads();
-        if (wk != 0) return;
-        for (int w = 1; w < kspl; w++)
-#pragma unroll
-            for (int p = 0; p < QMV_RPW; p++)
-#pragma unroll
-                for (int r = 0; r < R; r++) acc[p][r] += red[warp + w][p * R + r];
-    }
+    if (kspl > 1 && !ksplit_sum<QMV_RPW, R>(acc, red, warp, wk, kspl)) return;
 #pragma unroll
     for (int p = 0; p < QMV_RPW; p++)
 #pragma unroll
