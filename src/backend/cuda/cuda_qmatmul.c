@@ -1,7 +1,7 @@
 /* Quantized matmul dispatch of the CUDA backend (backend_ops.matmul_q).
  *
- * With MLXCEL_QMV_MMA=N (off by default): 4-bit weights, group 64 / 128, 2..N rows, <= 4096
- * output rows per launch: the one-stream tensor-core qmv (qmv_mma.cu; see mma_ok). Then 4-
+ * With MLXCEL_QMV_MMA=N (off by default): 4-bit weights, group 64 / 128, 1..N rows: the
+ * tensor-core qmv (qmv_mma.cu; see mma_ok). Then 4-
  * and 8-bit weights with bf16 scales, rows <= CUDA_QMV_TC_MAX_ROWS (32): the streaming
  * tensor-core qmv (qmv_bulk.cu) unless MLXCEL_QMV_BULK=0, or with MLXCEL_QMV_TC=1 the
  * helper-built tensor-core qmv (qmv_tc.cu); x must be 16-byte aligned; other widths (and those without it),
@@ -107,15 +107,10 @@ static bool bulk_ok(const cuda_qmv_args *a) {
  * B=1 301.9 against 238.2 tok/s with 1); from 2 rows the streaming kernel's cost barely grows
  * with the rows while the CUDA-core kernel's does. */
 
-/* Opt-in (MLXCEL_QMV_MMA=N): the one-stream tensor-core qmv takes 2..N rows of launches of
- * <= 4096 output rows in all, where the op bench had it faster (H200, 8B q4g64, 8 rows: o 12.4
- * against 14.2 us, down 27.2 against 40.9; wider launches and one row slower:
- * bench/results/2026-12-03-qmv-96630a5.log). End to end it was not: B=8 1,796.9 against
- * 2,093.3 tok/s without it (bench/results/2026-12-03-4fedd58-llama-3.1-8b-decode.md). */
+/* MLXCEL_QMV_MMA=N: the tensor-core qmv (qmv_mma.cu: 16-byte chunk loads, groups kept apart in
+ * the MMA's columns) takes 1..N rows of 4-bit g64 / g128 launches. */
 static bool mma_ok(const cuda_qmv_args *a) {
-    int n = 0;
-    for (int i = 0; i < a->n_segs; i++) n += a->N[i];
-    return a->rows >= 2 && a->rows <= g_cu.qmv_mma && n <= 4096 && cuda_qmv_mma_supported(a);
+    return a->rows >= 1 && a->rows <= g_cu.qmv_mma && cuda_qmv_mma_supported(a);
 }
 
 /* Rows a qmv handles for this weight and x (else qmm): the tensor-core kernel's limit when
