@@ -135,7 +135,7 @@ static void test_matmul_q(int rows, int N, int K, int bits, int group, mx_dtype 
     /* the dispatch of cuda_qmatmul.c (x from the allocator: 16-byte aligned) */
     const bool tc = g_cu.qmv_tc && (bits == 4 || bits == 8) && rows <= CUDA_QMV_TC_MAX_ROWS;
     const bool mma = !tc && bits == 4 && (group == 64 || group == 128) && rows >= 1 &&
-                     rows <= g_cu.qmv_mma;
+                     rows <= g_cu.qmv_mma && sbt != MX_F32;
     const bool bulk = !g_cu.qmv_tc && !mma && g_cu.qmv_bulk && (bits == 4 || bits == 8) &&
                       sbt == MX_BF16 && rows >= 2 && rows <= CUDA_QMV_TC_MAX_ROWS;
     const bool qmm = !tc && !mma && !bulk && rows > CUDA_QMV_MAX_ROWS;
@@ -373,8 +373,11 @@ static void test_qmv_tc_refusals(void) {
     a.bits = 4, a.group = 32, bad += cuda_qmv_mma_supported(&a);
     a.group = 64, a.rows = CUDA_QMV_MAX_ROWS + 1, bad += cuda_qmv_mma_supported(&a);
     a.rows = 1, a.x = dummy + 1, bad += cuda_qmv_mma_supported(&a);
-    a.x = dummy, a.ws_bytes = 16, bad += cuda_qmv_mma(&a, g_cu.st) != (int)cudaErrorInvalidValue;
-    gt_report("cuda_qmv_mma refuses bits 8, group 32, 9 rows, unaligned x, a short workspace", bad, 0, 0);
+    a.x = dummy, a.sb_dtype = CUDA_QSB_F32, bad += cuda_qmv_mma_supported(&a);
+    a.sb_dtype = CUDA_QSB_BF16, a.ws_bytes = 16;
+    bad += cuda_qmv_mma(&a, g_cu.st) != (int)cudaErrorInvalidValue;
+    gt_report("cuda_qmv_mma refuses bits 8, group 32, 9 rows, unaligned x, f32 scales, a short "
+              "workspace", bad, 0, 0);
     g_gpu->free(dummy);
 }
 
@@ -530,10 +533,11 @@ int gt_run_quant_tests(const char *src_dir) {
     static const int mma_rows[] = {1, 2, 3, 5, 8};
     for (size_t g = 1; g < 3; g++)
         for (size_t r = 0; r < sizeof mma_rows / sizeof mma_rows[0]; r++, c++)
-            test_qmv_tc(mma_rows[r], 131, r % 2 ? 640 : 4096, 4, groups[g], sbts[c % 3],
+            test_qmv_tc(mma_rows[r], 131, r % 2 ? 640 : 4096, 4, groups[g], sbts[c % 2],
                         1 + (int)(r % 3), 0, QT_MMA);
     test_qmv_tc(1, 4000, 1024, 4, 64, MX_BF16, 3, 0, QT_MMA);
-    test_qmv_tc(8, 17, 14336, 4, 64, MX_F32, 1, 0, QT_MMA); /* long K */
+    test_qmv_tc(8, 17, 14336, 4, 64, MX_F16, 1, 0, QT_MMA); /* long K */
+    test_qmv_tc(3, 17, 14336 + 128, 4, 128, MX_BF16, 2, 0, QT_MMA); /* a partial last batch */
     test_qmv_tc(2, 40, 64, 4, 64, MX_BF16, 2, 0, QT_MMA);   /* one group */
     test_qmv_tc_refusals();
     /* the dispatch every way: MLXCEL_QMV_TC / MLXCEL_QMV_BULK / MLXCEL_QMV_MMA on and off */

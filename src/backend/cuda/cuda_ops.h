@@ -234,10 +234,10 @@ size_t cuda_qmv_bulk_workspace_bytes(int K);
 int cuda_qmv_bulk_supported(const cuda_qmv_args *a);
 int cuda_qmv_bulk(const cuda_qmv_args *a, int variant, cudaStream_t st);
 int cuda_qmv_bulk_variants(void);
-/* Tensor-core qmv of one weight stream (qmv_mma.cu): 4-bit, group 64 / 128, scales in any
- * dtype, 1 <= rows <= CUDA_QMV_MAX_ROWS, x 16-byte aligned with ldx % 4 == 0 (x split into
- * bf16 hi + lo, fp32 scale / bias math per group); ws: 16-byte aligned,
- * cuda_qmv_mma_workspace_bytes(K), rewritten by every launch. */
+/* Tensor-core qmv (qmv_mma.cu): 4-bit, group 64 / 128, bf16 or f16 scales, 1 <= rows <=
+ * CUDA_QMV_MAX_ROWS, x 16-byte aligned with ldx % 4 == 0 (x split into bf16 hi + lo, fp32
+ * scale / bias math per group); ws: 16-byte aligned, cuda_qmv_mma_workspace_bytes(K),
+ * rewritten by every launch. */
 size_t cuda_qmv_mma_workspace_bytes(int K);
 int cuda_qmv_mma_supported(const cuda_qmv_args *a);
 int cuda_qmv_mma(const cuda_qmv_args *a, cudaStream_t st);

@@ -1,6 +1,6 @@
 /* Tensor-core quantized GEMV (qmv) for decode: 4-bit codes, group 64 or 128, 1..8 rows,
  * y[r, n] = sum_k x[r, k] * (s q + b)[n, k] (MLX affine weights, src/quant/quant.h), fp32 x
- * and y, scales / biases in any dtype. Same contract as cuda_qmv (segments, ldy, workspace).
+ * and y, bf16 or f16 scales / biases. Same contract as cuda_qmv (segments, ldy, workspace).
  *
  * Why: the CUDA-core qmv (qgemv.cu) spends a LOP3, an FADD and an FFMA per code and row and
  * is issue-bound (~2 TB/s at one row). Here a code pair costs one LOP3 (plus a shift per 4
@@ -37,10 +37,11 @@
 #define QM_XW 32   /* sum columns per step: up to 4 n-tiles of 8 */
 #define QM_ROWS 8  /* x rows the workspace holds (CUDA_QMV_MAX_ROWS) */
 
-/* Workspace, in uint4: x quads [QM_ROWS][S][8 (4 words hi, 4 lo)][4 chunks], then a zero
- * block of 32, then the sums [S][QM_XW] fp32. S = steps = ceil(K / 128). */
+/* Workspace, in uint4: x quads [QM_ROWS][S][8 (4 words hi, 4 lo)][8] (chunks 0..3, then 4
+ * zero quads the lanes off the diagonal read: same 128-byte line, one L1 wavefront for the
+ * warp's load), then the sums [S][QM_XW] fp32. S = steps = ceil(K / 128). */
 __host__ __device__ constexpr int qm_steps(int K) { return (K + 127) / 128; }
-__host__ __device__ constexpr size_t qm_quads(int K) { return (size_t)QM_ROWS * qm_steps(K) * 32; }
+__host__ __device__ constexpr size_t qm_quads(int K) { return (size_t)QM_ROWS * qm_steps(K) * 64; }
 
 /* x row r (blockIdx.y, all QM_ROWS: rows >= `rows` only zero their sums), one thread per
  * (step, chunk t, word i): 8 values -> a hi and a lo quad, and the class sums (class = the
@@ -55,7 +56,6 @@ qm_prep_kernel(uint4 *__restrict__ xq, float *__restrict__ xs, const float *__re
     pdl_trigger();
     const int S = qm_steps(K), r = blockIdx.y;
     const int u = blockIdx.x * 256 + threadIdx.x, s = u >> 4, t = (u >> 2) & 3, i = u & 3;
-    if (r == 0 && u < 32) xq[qm_quads(K) + u] = make_uint4(0, 0, 0, 0);
     /* no early return: the class sums below shuffle across the warp */
     const bool in = s < S;
     const int k = s * 128 + 32 * t + 8 * i;
@@ -76,9 +76,10 @@ qm_prep_kernel(uint4 *__restrict__ xq, float *__restrict__ xs, const float *__re
         sum += (ha + bf16_lo(o[e])) + (hb + bf16_hi(o[e]));
     }
     if (in && r < rows) {
-        const size_t q = (((size_t)r * S + s) * 8 + i) * 4 + t;
+        const size_t q = (((size_t)r * S + s) * 8 + i) * 8 + t;
         xq[q] = make_uint4(h[0], h[1], h[2], h[3]);
-        xq[q + 16] = make_uint4(o[0], o[1], o[2], o[3]);
+        xq[q + 32] = make_uint4(o[0], o[1], o[2], o[3]);
+        if (r == 0) xq[q + 4] = xq[q + 36] = make_uint4(0, 0, 0, 0);
     }
     /* the 4 * CPG threads of a class are adjacent (t * 4 + i) */
 #pragma unroll
@@ -87,10 +88,36 @@ qm_prep_kernel(uint4 *__restrict__ xq, float *__restrict__ xs, const float *__re
         xs[(size_t)s * QM_XW + r * C + t / CPG] = sum;
 }
 
-/* Scales or biases of groups i (x) and i + 1 (y); only x when `pair` is false. */
+/* Scale or bias j of a batch's raw 16-bit words (bf16 or f16) as fp32. */
 template <int SBT>
-__device__ __forceinline__ float2 qm_sb2(const void *p, size_t i, bool pair) {
-    return make_float2(q_sb_load<SBT>(p, i), pair ? q_sb_load<SBT>(p, i + 1) : 0.f);
+__device__ __forceinline__ float qm_sb(const uint32_t *r, int j) {
+    const uint32_t w = r[j >> 1];
+    if (SBT == CUDA_QSB_BF16) return __uint_as_float((j & 1) ? w & 0xffff0000u : w << 16);
+    return __half2float(__ushort_as_half((unsigned short)((j & 1) ? w >> 16 : w & 0xffffu)));
+}
+
+/* The NW words (2 * NW groups from group index i of a [N, NG] array) of one row: one 8- or
+ * 16-byte load when vec (aligned, inside the row), else group by group (zeros past NG). */
+template <int NW>
+__device__ __forceinline__ void qm_sb_batch(uint32_t r[NW], const void *p, size_t row0, int i,
+                                            int NG, bool vec) {
+    const uint16_t *h = (const uint16_t *)p + row0 + i;
+    if (vec) {
+        if (NW == 4) {
+            const uint4 v = __ldg((const uint4 *)h);
+            r[0] = v.x, r[1] = v.y, r[2 % NW] = v.z, r[3 % NW] = v.w;
+        } else {
+            const uint2 v = __ldg((const uint2 *)h);
+            r[0] = v.x, r[1 % NW] = v.y;
+        }
+        return;
+    }
+#pragma unroll
+    for (int j = 0; j < NW; j++) {
+        const uint32_t lo = i + 2 * j < NG ? __ldg(h + 2 * j) : 0u;
+        const uint32_t hi = i + 2 * j + 1 < NG ? __ldg(h + 2 * j + 1) : 0u;
+        r[j] = lo | hi << 16;
+    }
 }
 
 template <int G, int SBT, int NT>
@@ -103,22 +130,24 @@ qmv_mma_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restr
     const qmv_seg sg = qmv_pick(segs);
     const int n0 = (((int)blockIdx.x - sg.c0) * (QM_WARPS / ks) + warp / ks) * 16;
     const int wk = warp % ks, S = qm_steps(K), NG = K / G;
-    const int per = (S + ks - 1) / ks, sbeg = wk * per, send = min(S, sbeg + per);
+    /* whole load batches per warp: the batch's scales are one aligned load */
+    const int per = ((S + ks - 1) / ks + QM_U - 1) / QM_U * QM_U;
+    const int sbeg = wk * per, send = min(S, sbeg + per);
+    constexpr int NW = QM_U * C / 2; /* 16-bit scale words per row and batch */
+    const bool sb_vec = NG % (QM_U * C) == 0;
     /* rows past N are clamped for the loads and never written */
     const int na = min(n0 + g, sg.N - 1), nb = min(n0 + g + 8, sg.N - 1);
     const uint8_t *wa = (const uint8_t *)sg.w + (size_t)na * (K / 2) + t * 16;
     const uint8_t *wb = (const uint8_t *)sg.w + (size_t)nb * (K / 2) + t * 16;
     const size_t sa = (size_t)na * NG, sb = (size_t)nb * NG;
     /* B source per n-tile: column g is x row nt * RPT + g / C, class g % C; chunk t is in
-     * class t / CPG. Lanes off the diagonal read the zero block (stride 0). */
+     * class t / CPG. Lanes off the diagonal read the zero quads beside x row 0's. */
     const uint4 *xl[NT];
-    int xst[NT];
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) {
         const int br = nt * RPT + g / C;
         const bool on = g % C == t / CPG && br < rows;
-        xl[nt] = on ? xq + (size_t)br * S * 32 + t : xq + qm_quads(K) + t;
-        xst[nt] = on ? 32 : 0;
+        xl[nt] = on ? xq + (size_t)br * S * 64 + t : xq + 4 + t;
     }
     /* this lane's D columns 2t, 2t + 1: groups s * C + (2t) % C and s * C + (2t + 1) % C */
     float acc[NT][4];
@@ -127,27 +156,23 @@ qmv_mma_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restr
     bool waited = false;
     for (int s0 = sbeg; s0 < send; s0 += QM_U) {
         uint4 qa[QM_U], qb[QM_U];
-        float2 s_a[QM_U], s_b[QM_U], b_a[QM_U], b_b[QM_U];
 #pragma unroll
         for (int u = 0; u < QM_U; u++) {
             const int s = s0 + u;
-            const bool in = s < send;
-            if (in && s * 128 + 32 * t < K) {
+            if (s < send && s * 128 + 32 * t < K) {
                 qa[u] = ldg_stream16(wa + (size_t)s * 64);
                 qb[u] = ldg_stream16(wb + (size_t)s * 64);
             } else {
                 qa[u] = qb[u] = make_uint4(0, 0, 0, 0);
             }
-            const int gi = s * C; /* (2t) % C == 0 */
-            const bool two = C == 2 && gi + 1 < NG;
-            if (in) {
-                s_a[u] = qm_sb2<SBT>(sg.s, sa + gi, two), b_a[u] = qm_sb2<SBT>(sg.b, sa + gi, two);
-                s_b[u] = qm_sb2<SBT>(sg.s, sb + gi, two), b_b[u] = qm_sb2<SBT>(sg.b, sb + gi, two);
-            } else {
-                s_a[u] = s_b[u] = b_a[u] = b_b[u] = make_float2(0.f, 0.f);
-            }
-            if (C == 1) s_a[u].y = s_a[u].x, b_a[u].y = b_a[u].x, s_b[u].y = s_b[u].x, b_b[u].y = b_b[u].x;
         }
+        /* scales / biases of groups s0 * C .. (s0 + U) * C - 1 of rows na, nb */
+        uint32_t rs_a[NW], rb_a[NW], rs_b[NW], rb_b[NW];
+        const bool vec = sb_vec && s0 + QM_U <= S;
+        qm_sb_batch<NW>(rs_a, sg.s, sa, s0 * C, NG, vec);
+        qm_sb_batch<NW>(rb_a, sg.b, sa, s0 * C, NG, vec);
+        qm_sb_batch<NW>(rs_b, sg.s, sb, s0 * C, NG, vec);
+        qm_sb_batch<NW>(rb_b, sg.b, sb, s0 * C, NG, vec);
         if (!waited) { /* the first batch is in flight while the prep kernel finishes x */
             pdl_wait();
             pdl_trigger();
@@ -171,8 +196,8 @@ qmv_mma_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restr
                 const uint32_t c2 = q4_pair_bf16(xa >> 12), c3 = q4_pair_bf16(xb >> 12);
 #pragma unroll
                 for (int nt = 0; nt < NT; nt++) {
-                    const uint4 *xp = xl[nt] + (size_t)s * xst[nt] + w * 4;
-                    const uint4 bh = __ldg(xp), bl = __ldg(xp + 16);
+                    const uint4 *xp = xl[nt] + (size_t)s * 64 + w * 8;
+                    const uint4 bh = __ldg(xp), bl = __ldg(xp + 32);
                     mma_bf16_16816(d[nt], a0, a1, a2, a3, bh.x, bh.y);
                     mma_bf16_16816(d[nt], a0, a1, a2, a3, bl.x, bl.y);
                     mma_bf16_16816(d[nt], c0, c1, c2, c3, bh.z, bh.w);
@@ -180,15 +205,21 @@ qmv_mma_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restr
                 }
             }
             /* D: (row g, column 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1) */
-            const float ba0 = fmaf(-128.f, s_a[u].x, b_a[u].x), ba1 = fmaf(-128.f, s_a[u].y, b_a[u].y);
-            const float bb0 = fmaf(-128.f, s_b[u].x, b_b[u].x), bb1 = fmaf(-128.f, s_b[u].y, b_b[u].y);
+            /* groups u * C + (2t) % C and u * C + (2t + 1) % C of the batch */
+            const int j0 = u * C, j1 = u * C + (C - 1);
+            const float sa0 = qm_sb<SBT>(rs_a, j0), sa1 = qm_sb<SBT>(rs_a, j1);
+            const float sb0 = qm_sb<SBT>(rs_b, j0), sb1 = qm_sb<SBT>(rs_b, j1);
+            const float ba0 = fmaf(-128.f, sa0, qm_sb<SBT>(rb_a, j0));
+            const float ba1 = fmaf(-128.f, sa1, qm_sb<SBT>(rb_a, j1));
+            const float bb0 = fmaf(-128.f, sb0, qm_sb<SBT>(rb_b, j0));
+            const float bb1 = fmaf(-128.f, sb1, qm_sb<SBT>(rb_b, j1));
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
                 const float2 sx = __ldg((const float2 *)(xs + (size_t)s * QM_XW + nt * 8 + 2 * t));
-                acc[nt][0] = fmaf(s_a[u].x, d[nt][0], fmaf(ba0, sx.x, acc[nt][0]));
-                acc[nt][1] = fmaf(s_a[u].y, d[nt][1], fmaf(ba1, sx.y, acc[nt][1]));
-                acc[nt][2] = fmaf(s_b[u].x, d[nt][2], fmaf(bb0, sx.x, acc[nt][2]));
-                acc[nt][3] = fmaf(s_b[u].y, d[nt][3], fmaf(bb1, sx.y, acc[nt][3]));
+                acc[nt][0] = fmaf(sa0, d[nt][0], fmaf(ba0, sx.x, acc[nt][0]));
+                acc[nt][1] = fmaf(sa1, d[nt][1], fmaf(ba1, sx.y, acc[nt][1]));
+                acc[nt][2] = fmaf(sb0, d[nt][2], fmaf(bb0, sx.x, acc[nt][2]));
+                acc[nt][3] = fmaf(sb1, d[nt][3], fmaf(bb1, sx.y, acc[nt][3]));
             }
         }
     }
@@ -229,7 +260,7 @@ qmv_mma_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restr
 template <int G, int SBT, int NT>
 static int qm_go(qmv_segs &segs, const cuda_qmv_args *a, cudaStream_t st) {
     uint4 *xq = (uint4 *)a->ws;
-    float *xs = (float *)(xq + qm_quads(a->K) + 32);
+    float *xs = (float *)(xq + qm_quads(a->K));
     const int S = qm_steps(a->K);
     pdl_launch p;
     pdl_launch_config(&p, dim3((unsigned)((S * 16 + 255) / 256), QM_ROWS), dim3(256), 0, st);
@@ -257,23 +288,24 @@ static int qm_go(qmv_segs &segs, const cuda_qmv_args *a, cudaStream_t st) {
 template <int G>
 static int qm_sbt(qmv_segs &segs, const cuda_qmv_args *a, cudaStream_t st) {
     /* n-tiles: 8 / C x rows each (g64: 4, g128: 8) */
-    const bool two = G == 64 && a->rows > 4;
-    if (a->sb_dtype == CUDA_QSB_BF16)
-        return two ? qm_go<G, CUDA_QSB_BF16, 2>(segs, a, st) : qm_go<G, CUDA_QSB_BF16, 1>(segs, a, st);
-    if (a->sb_dtype == CUDA_QSB_F16)
-        return two ? qm_go<G, CUDA_QSB_F16, 2>(segs, a, st) : qm_go<G, CUDA_QSB_F16, 1>(segs, a, st);
-    return two ? qm_go<G, CUDA_QSB_F32, 2>(segs, a, st) : qm_go<G, CUDA_QSB_F32, 1>(segs, a, st);
+    if constexpr (G == 64) {
+        if (a->rows > 4)
+            return a->sb_dtype == CUDA_QSB_BF16 ? qm_go<G, CUDA_QSB_BF16, 2>(segs, a, st)
+                                                : qm_go<G, CUDA_QSB_F16, 2>(segs, a, st);
+    }
+    return a->sb_dtype == CUDA_QSB_BF16 ? qm_go<G, CUDA_QSB_BF16, 1>(segs, a, st)
+                                        : qm_go<G, CUDA_QSB_F16, 1>(segs, a, st);
 }
 
 extern "C" int cuda_qmv_mma_supported(const cuda_qmv_args *a) {
     return a && a->bits == 4 && (a->group == 64 || a->group == 128) && a->rows >= 1 &&
            a->rows <= CUDA_QMV_MAX_ROWS && a->K >= a->group && a->K % a->group == 0 && a->x &&
            ((uintptr_t)a->x & 15) == 0 && a->ldx >= a->K && a->ldx % 4 == 0 &&
-           a->sb_dtype >= CUDA_QSB_BF16 && a->sb_dtype <= CUDA_QSB_F32;
+           (a->sb_dtype == CUDA_QSB_BF16 || a->sb_dtype == CUDA_QSB_F16);
 }
 
 extern "C" size_t cuda_qmv_mma_workspace_bytes(int K) {
-    return (qm_quads(K) + 32) * sizeof(uint4) + (size_t)qm_steps(K) * QM_XW * sizeof(float);
+    return qm_quads(K) * sizeof(uint4) + (size_t)qm_steps(K) * QM_XW * sizeof(float);
 }
 
 extern "C" int cuda_qmv_mma(const cuda_qmv_args *a, cudaStream_t st) {
