@@ -39,12 +39,6 @@ __device__ __forceinline__ void fa_ldsm_x4_t(uint32_t &r0, uint32_t &r1, uint32_
 }
 
 
-__device__ __forceinline__ void fa_cp16(void *smem, const void *gmem, bool ok) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem),
-                 "r"(ok ? 16 : 0));
-}
-
 template <int D>
 __global__ void __launch_bounds__(FA_WARPS * 32) attn_flash_kernel(cuda_attn_rows_args a) {
     constexpr int LD = D + FA_PAD; /* smem row stride (bf16) */
@@ -120,8 +114,8 @@ __global__ void __launch_bounds__(FA_WARPS * 32) attn_flash_kernel(cuda_attn_row
             const int j = idx / (D / 8), c = (idx - j * (D / 8)) * 8;
             const int64_t r = sPhys[j];
             const size_t off = r >= 0 ? ((size_t)r * Hkv + h) * D + c : 0;
-            fa_cp16(&sK[j * LD + c], kp + off, r >= 0);
-            fa_cp16(&sV[j * LD + c], vp + off, r >= 0);
+            cp_async16(&sK[j * LD + c], kp + off, r >= 0 ? 16 : 0);
+            cp_async16(&sV[j * LD + c], vp + off, r >= 0 ? 16 : 0);
         }
         asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
         __syncthreads();

@@ -157,6 +157,26 @@ static inline void pdl_launch_config(pdl_launch *l, dim3 grid, dim3 block, size_
     l->cfg.numAttrs = cuda_pdl_enabled() ? 1 : 0;
 }
 
+/* ==== cp.async (global -> shared, per thread) ====
+ * src_bytes < the copy's size zero-fills the rest (0: nothing is read; gmem must still be a
+ * valid address). Completion is per thread: cp_async_wait<N>() returns once at most N of this
+ * thread's committed groups are pending; other threads' copies need a barrier after it. */
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, int src_bytes) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem),
+                 "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async8(void *smem, const void *gmem, int src_bytes) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(s), "l"(gmem),
+                 "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit(void) { asm volatile("cp.async.commit_group;"); }
+template <int N> __device__ __forceinline__ void cp_async_wait(void) {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all(void) { cp_async_wait<0>(); }
+
 /* ==== mbarrier and bulk async copies (sm_90) ====
  * A stage of shared memory filled by cp.async.bulk copies completes its "full" mbarrier
  * (mbar_expect announces the bytes, each copy's completion subtracts its own); consumers

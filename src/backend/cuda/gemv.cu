@@ -77,16 +77,6 @@ __device__ __forceinline__ void gemv_segment(const cuda_gemv_segs &segs, const u
  * double-buffered chunks. Measured on the H200: ~80% of copy bandwidth on the 8B shapes at
  * one row, where the tensor-core kernel below reached ~50% (fewer bytes in flight per SM). */
 
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, int src_bytes) {
-    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem),
-                 "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit(void) { asm volatile("cp.async.commit_group;"); }
-__device__ __forceinline__ void cp_async_wait_all(void) {
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
-}
-
 /* Copy x[:, k0 : k0 + len] into xs [R, KC]; rows >= rows are zero-filled (src-size 0). */
 template <int R, typename XT>
 __device__ __forceinline__ void gemv_stage_x(XT *xs, const XT *x, int rows, int K, int KC,
