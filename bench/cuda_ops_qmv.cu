@@ -190,13 +190,9 @@ void suite_qmv(void) {
                              c.R, c.bits);
                     const int fm = g_fail;
                     check_report(what, rm, 0, nan, 1e-3);
-                    for (int ns = 3; ns >= 2; ns--) { /* ring depth */
-                        cuda_qmv_mma_set_stages(ns);
-                        snprintf(op, sizeof op, "qmv_mma%d q%dg%d", ns, c.bits, c.group);
-                        t = bench_time(qb_mma, &c, 5, 30);
-                        result_add(op, shape, t, bytes, rm, g_fail > fm);
-                    }
-                    cuda_qmv_mma_set_stages(3);
+                    snprintf(op, sizeof op, "qmv_mma q%dg%d", c.bits, c.group);
+                    t = bench_time(qb_mma, &c, 5, 30);
+                    result_add(op, shape, t, bytes, rm, g_fail > fm);
                 }
                 /* the streaming kernel rounds x and the dequantized weights to bf16 (as the CPU
                  * reference does for the weights), the old one keeps fp32: ~1e-3 apart */

@@ -135,7 +135,7 @@ static void test_matmul_q(int rows, int N, int K, int bits, int group, mx_dtype 
     /* the dispatch of cuda_qmatmul.c (x from the allocator: 16-byte aligned) */
     const bool tc = g_cu.qmv_tc && (bits == 4 || bits == 8) && rows <= CUDA_QMV_TC_MAX_ROWS;
     const bool mma = !tc && bits == 4 && (group == 64 || group == 128) && rows >= 1 &&
-                     rows <= g_cu.qmv_mma && sbt != MX_F32;
+                     rows <= g_cu.qmv_mma && sbt != MX_F32 && N <= 4096;
     const bool bulk = !g_cu.qmv_tc && !mma && g_cu.qmv_bulk && (bits == 4 || bits == 8) &&
                       sbt == MX_BF16 && rows >= 2 && rows <= CUDA_QMV_TC_MAX_ROWS;
     const bool qmm = !tc && !mma && !bulk && rows > CUDA_QMV_MAX_ROWS;

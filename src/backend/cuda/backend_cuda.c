@@ -429,7 +429,7 @@ static void be_describe(char *buf, size_t len) {
              g_cu.graph_cache, cuda_pdl_enabled() ? "on" : "off", splits, mr,
              g_cu.qmv_tc ? " (qmv_tc for 4/8-bit, <= 32 rows)"
                          : g_cu.qmv_bulk ? " (streaming tensor-core qmv for 4/8-bit, <= 32 rows)" : "",
-             g_cu.qmv_tc || !g_cu.qmv_mma ? "" : " (qmv_mma for 4-bit g64/g128)",
+             g_cu.qmv_tc || !g_cu.qmv_mma ? "" : " (qmv_mma for 4-bit launches of <= 4096 outputs)",
              tm,
              g_cu.lazy ? "lazy" : "eager",
              g_cu.lazy ? "" : g_cu.pinned ? " (pinned 4 x 64 MiB)" : " (pageable)");

@@ -241,8 +241,6 @@ int cuda_qmv_bulk_variants(void);
 size_t cuda_qmv_mma_workspace_bytes(int K);
 int cuda_qmv_mma_supported(const cuda_qmv_args *a);
 int cuda_qmv_mma(const cuda_qmv_args *a, cudaStream_t st);
-/* Ring depth of cuda_qmv_mma (2 or 3 load batches; default 3): for the op bench. */
-void cuda_qmv_mma_set_stages(int ns);
 
 typedef struct cuda_qmm_args {
     const uint32_t *w;                     /* [N, K * bits / 32] */

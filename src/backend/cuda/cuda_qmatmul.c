@@ -1,7 +1,7 @@
 /* Quantized matmul dispatch of the CUDA backend (backend_ops.matmul_q).
  *
- * With MLXCEL_QMV_MMA=N (off by default): 4-bit weights, group 64 / 128, 1..N rows: the
- * tensor-core qmv (qmv_mma.cu; see mma_ok). Then 4-
+ * With MLXCEL_QMV_MMA=N (off by default): 4-bit weights, group 64 / 128, 1..N rows, <= 4096
+ * output rows per launch: the tensor-core qmv (qmv_mma.cu; see mma_ok). Then 4-
  * and 8-bit weights with bf16 scales, rows <= CUDA_QMV_TC_MAX_ROWS (32): the streaming
  * tensor-core qmv (qmv_bulk.cu) unless MLXCEL_QMV_BULK=0, or with MLXCEL_QMV_TC=1 the
  * helper-built tensor-core qmv (qmv_tc.cu); x must be 16-byte aligned; other widths (and those without it),
@@ -108,9 +108,15 @@ static bool bulk_ok(const cuda_qmv_args *a) {
  * with the rows while the CUDA-core kernel's does. */
 
 /* MLXCEL_QMV_MMA=N: the tensor-core qmv (qmv_mma.cu: 16-byte chunk loads, groups kept apart in
- * the MMA's columns) takes 1..N rows of 4-bit g64 / g128 launches. */
+ * the MMA's columns) takes 1..N rows of 4-bit g64 / g128 launches of <= 4096 output rows in
+ * all (o, down on the 8B shape), where the op bench had it ahead (H200 q4g64, 8 rows: o 12.7
+ * against the streaming 14.0 us, down 27.7 against 37.2; one row: o 10.1 / down 20.2 against
+ * the CUDA-core 10.2 / 21.0); on wider launches the other kernels lead (8 rows gate+up 50.9
+ * against 37.5, bench/results/2026-12-03-qmv-mma.md). */
 static bool mma_ok(const cuda_qmv_args *a) {
-    return a->rows >= 1 && a->rows <= g_cu.qmv_mma && cuda_qmv_mma_supported(a);
+    int n = 0;
+    for (int i = 0; i < a->n_segs; i++) n += a->N[i];
+    return a->rows >= 1 && a->rows <= g_cu.qmv_mma && n <= 4096 && cuda_qmv_mma_supported(a);
 }
 
 /* Rows a qmv handles for this weight and x (else qmm): the tensor-core kernel's limit when

@@ -25,7 +25,10 @@
  *   the per-group sums of hi + lo, so the 128 offset cancels what the MMAs added.
  * - The ks warps of a CTA on the same rows split the steps and add their totals in shared
  *   memory in a fixed order (no atomics: reproducible).
- * - PDL: the first batch of weights, scales and biases is loaded before pdl_wait(). */
+ * - PDL: the first batch of weights, scales and biases is loaded before pdl_wait().
+ * Tried: the weights and scales by cp.async into a per-warp ring of 2..3 load batches (4.5 KB
+ * each, twice the bytes in flight at ~100 registers): slower at one row on every 8B shape but
+ * lm_head (H200 q4g64, gate+up 36.5 / 38.7 against 33.6 us in registers), so not the limit. */
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -120,54 +123,26 @@ __device__ __forceinline__ void qm_sb_batch(uint32_t r[NW], const void *p, size_
     }
 }
 
-/* Per lane and ring stage: QM_U steps x 2 rows of weight quads, then one scale quad. */
-#define QM_LQ (QM_U * 2 + 1)
-__host__ __device__ constexpr size_t qm_smem_bytes(int ns) {
-    return (size_t)QM_WARPS * ns * QM_LQ * 32 * 16;
-}
-
-template <int G, int SBT, int NT, int NS>
+template <int G, int SBT, int NT>
 __global__ void __launch_bounds__(QM_WARPS * 32, 2)
 qmv_mma_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restrict__ xs,
                int rows, int K, int ks) {
     constexpr int C = 128 / G, CPG = G / 32, RPT = 8 / C;
-    constexpr int NW = QM_U * C / 2; /* 16-bit scale words per row and batch */
-    extern __shared__ uint4 qm_smem[];
+    __shared__ float red[QM_WARPS][NT * 4][32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const qmv_seg sg = qmv_pick(segs);
     const int n0 = (((int)blockIdx.x - sg.c0) * (QM_WARPS / ks) + warp / ks) * 16;
     const int wk = warp % ks, S = qm_steps(K), NG = K / G;
-    /* whole load batches per warp: a batch's scales are one aligned copy per row */
+    /* whole load batches per warp: the batch's scales are one aligned load */
     const int per = ((S + ks - 1) / ks + QM_U - 1) / QM_U * QM_U;
     const int sbeg = wk * per, send = min(S, sbeg + per);
-    const int nb = send > sbeg ? (send - sbeg + QM_U - 1) / QM_U : 0;
-    /* NG % (U * C) == 0 also makes S % U == 0: every batch is whole */
+    constexpr int NW = QM_U * C / 2; /* 16-bit scale words per row and batch */
     const bool sb_vec = NG % (QM_U * C) == 0;
     /* rows past N are clamped for the loads and never written */
-    const int na = min(n0 + g, sg.N - 1), nb_ = min(n0 + g + 8, sg.N - 1);
+    const int na = min(n0 + g, sg.N - 1), nb = min(n0 + g + 8, sg.N - 1);
     const uint8_t *wa = (const uint8_t *)sg.w + (size_t)na * (K / 2) + t * 16;
-    const uint8_t *wb = (const uint8_t *)sg.w + (size_t)nb_ * (K / 2) + t * 16;
-    const size_t sa = (size_t)na * NG, sb = (size_t)nb_ * NG;
-    /* the scale quad this lane copies: t 0 / 1: scales / biases of row na, 2 / 3: of row nb */
-    const uint16_t *sbsrc = (const uint16_t *)((t & 1) ? sg.b : sg.s) + (t < 2 ? sa : sb);
-    /* this warp's ring: [NS][QM_LQ][32 lanes] quads; a lane reads back its own weight quads
-     * (cp_async_wait suffices) and the scale quads of lanes 4g..4g+3 (after __syncwarp) */
-    uint4 *ring = qm_smem + (size_t)warp * NS * QM_LQ * 32;
-    auto issue = [&](int b) {
-        uint4 *st = ring + (size_t)(b % NS) * QM_LQ * 32 + lane;
-        const int s0 = sbeg + b * QM_U;
-#pragma unroll
-        for (int u = 0; u < QM_U; u++) {
-            const int s = s0 + u;
-            const bool ok = s < send && s * 128 + 32 * t < K;
-            cp_async16(st + (2 * u) * 32, ok ? wa + (size_t)s * 64 : wa, ok ? 16 : 0);
-            cp_async16(st + (2 * u + 1) * 32, ok ? wb + (size_t)s * 64 : wb, ok ? 16 : 0);
-        }
-        if (sb_vec) {
-            if (C == 2) cp_async16(st + 2 * QM_U * 32, sbsrc + s0 * C, 16);
-            else cp_async8(st + 2 * QM_U * 32, sbsrc + s0 * C, 8);
-        }
-    };
+    const uint8_t *wb = (const uint8_t *)sg.w + (size_t)nb * (K / 2) + t * 16;
+    const size_t sa = (size_t)na * NG, sb = (size_t)nb * NG;
     /* B source per n-tile: column g is x row nt * RPT + g / C, class g % C; chunk t is in
      * class t / CPG. Lanes off the diagonal read the zero quads beside x row 0's. */
     const uint4 *xl[NT];
@@ -181,49 +156,40 @@ qmv_mma_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restr
     float acc[NT][4];
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
-    /* the first NS - 1 batches of (constant) weights are in flight while the prep kernel
-     * finishes x */
+    bool waited = false;
+    for (int s0 = sbeg; s0 < send; s0 += QM_U) {
+        uint4 qa[QM_U], qb[QM_U];
 #pragma unroll
-    for (int b = 0; b < NS - 1; b++) {
-        if (b < nb) issue(b);
-        cp_async_commit();
-    }
-    pdl_wait();
-    pdl_trigger();
-    for (int b = 0; b < nb; b++) {
-        if (b + NS - 1 < nb) issue(b + NS - 1);
-        cp_async_commit();
-        cp_async_wait<NS - 1>(); /* batch b's copies (this lane's) */
-        __syncwarp();
-        const uint4 *st = ring + (size_t)(b % NS) * QM_LQ * 32;
-        const int s0 = sbeg + b * QM_U;
+        for (int u = 0; u < QM_U; u++) {
+            const int s = s0 + u;
+            if (s < send && s * 128 + 32 * t < K) {
+                qa[u] = ldg_stream16(wa + (size_t)s * 64);
+                qb[u] = ldg_stream16(wb + (size_t)s * 64);
+            } else {
+                qa[u] = qb[u] = make_uint4(0, 0, 0, 0);
+            }
+        }
         /* scales / biases of groups s0 * C .. (s0 + U) * C - 1 of rows na, nb */
         uint32_t rs_a[NW], rb_a[NW], rs_b[NW], rb_b[NW];
-        if (sb_vec) {
-            const uint4 *q = st + 2 * QM_U * 32 + 4 * g;
-            const uint4 v0 = q[0], v1 = q[1], v2 = q[2], v3 = q[3];
-            rs_a[0] = v0.x, rs_a[1] = v0.y, rb_a[0] = v1.x, rb_a[1] = v1.y;
-            rs_b[0] = v2.x, rs_b[1] = v2.y, rb_b[0] = v3.x, rb_b[1] = v3.y;
-            if (NW == 4) {
-                rs_a[2 % NW] = v0.z, rs_a[3 % NW] = v0.w, rb_a[2 % NW] = v1.z, rb_a[3 % NW] = v1.w;
-                rs_b[2 % NW] = v2.z, rs_b[3 % NW] = v2.w, rb_b[2 % NW] = v3.z, rb_b[3 % NW] = v3.w;
-            }
-        } else {
-            qm_sb_batch<NW>(rs_a, sg.s, sa, s0 * C, NG, false);
-            qm_sb_batch<NW>(rb_a, sg.b, sa, s0 * C, NG, false);
-            qm_sb_batch<NW>(rs_b, sg.s, sb, s0 * C, NG, false);
-            qm_sb_batch<NW>(rb_b, sg.b, sb, s0 * C, NG, false);
+        const bool vec = sb_vec && s0 + QM_U <= S;
+        qm_sb_batch<NW>(rs_a, sg.s, sa, s0 * C, NG, vec);
+        qm_sb_batch<NW>(rb_a, sg.b, sa, s0 * C, NG, vec);
+        qm_sb_batch<NW>(rs_b, sg.s, sb, s0 * C, NG, vec);
+        qm_sb_batch<NW>(rb_b, sg.b, sb, s0 * C, NG, vec);
+        if (!waited) { /* the first batch is in flight while the prep kernel finishes x */
+            pdl_wait();
+            pdl_trigger();
+            waited = true;
         }
 #pragma unroll
         for (int u = 0; u < QM_U; u++) {
             const int s = s0 + u;
             if (s >= send) break; /* warp-uniform */
-            const uint4 qa = st[(2 * u) * 32 + lane], qb = st[(2 * u + 1) * 32 + lane];
             float d[NT][4];
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) d[nt][0] = d[nt][1] = d[nt][2] = d[nt][3] = 0.f;
-            const uint32_t wda[4] = {qa.x, qa.y, qa.z, qa.w};
-            const uint32_t wdb[4] = {qb.x, qb.y, qb.z, qb.w};
+            const uint32_t wda[4] = {qa[u].x, qa[u].y, qa[u].z, qa[u].w};
+            const uint32_t wdb[4] = {qb[u].x, qb[u].y, qb[u].z, qb[u].w};
 #pragma unroll
             for (int w = 0; w < 4; w++) {
                 const uint32_t xa = wda[w], xb = wdb[w];
@@ -241,6 +207,7 @@ qmv_mma_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restr
                     mma_bf16_16816(d[nt], c0, c1, c2, c3, bl.z, bl.w);
                 }
             }
+            /* D: (row g, column 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1) */
             /* groups u * C + (2t) % C and u * C + (2t + 1) % C of the batch */
             const int j0 = u * C, j1 = u * C + (C - 1);
             const float sa0 = qm_sb<SBT>(rs_a, j0), sa1 = qm_sb<SBT>(rs_a, j1);
@@ -258,11 +225,9 @@ qmv_mma_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restr
                 acc[nt][3] = fmaf(sb1, d[nt][3], fmaf(bb1, sx.y, acc[nt][3]));
             }
         }
-        __syncwarp(); /* every lane is done with this stage before it is refilled */
     }
-    if (ks > 1) { /* the rings are free: the partial totals go where they were */
-        float(*red)[NT * 4][32] = (float(*)[NT * 4][32])qm_smem;
-        __syncthreads();
+    if (!waited) pdl_wait(); /* a warp with no steps still writes after the wait */
+    if (ks > 1) {
 #pragma unroll
         for (int nt = 0; nt < NT; nt++)
 #pragma unroll
@@ -295,26 +260,6 @@ qmv_mma_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restr
 }
 
 /* ==== Launch ==== */
-/* Ring stages (2 or 3: the bytes in flight per warp, 4.5 KB each); cuda_qmv_mma_set_stages
- * (the op bench) picks. */
-static int g_qm_stages = 3;
-extern "C" void cuda_qmv_mma_set_stages(int ns) { g_qm_stages = ns == 2 ? 2 : 3; }
-
-template <int G, int SBT, int NT, int NS>
-static int qm_launch(qmv_segs &segs, const cuda_qmv_args *a, const uint4 *xq, const float *xs,
-                     int grid, int ks, cudaStream_t st) {
-    /* > 48 KB of dynamic shared memory (a host-side attribute: set at every launch, so every
-     * device of the process has it) */
-    const cudaError_t e = cudaFuncSetAttribute(qmv_mma_kernel<G, SBT, NT, NS>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               (int)qm_smem_bytes(NS));
-    if (e != cudaSuccess) return (int)e;
-    pdl_launch l;
-    pdl_launch_config(&l, dim3(grid), dim3(QM_WARPS * 32), qm_smem_bytes(NS), st);
-    return (int)cudaLaunchKernelEx(&l.cfg, qmv_mma_kernel<G, SBT, NT, NS>, segs, xq, xs, a->rows,
-                                   a->K, ks);
-}
-
 template <int G, int SBT, int NT>
 static int qm_go(qmv_segs &segs, const cuda_qmv_args *a, cudaStream_t st) {
     uint4 *xq = (uint4 *)a->ws;
@@ -325,8 +270,8 @@ static int qm_go(qmv_segs &segs, const cuda_qmv_args *a, cudaStream_t st) {
     cudaError_t e =
         cudaLaunchKernelEx(&p.cfg, qm_prep_kernel<G>, xq, xs, a->x, a->ldx, a->rows, a->K);
     if (e != cudaSuccess) return (int)e;
-    /* warps on the same rows split K until the grid holds ~16 warps per SM, keeping at least
-     * two load batches per warp */
+    /* warps on the same rows split K until the grid holds ~16 warps per SM (loads in flight),
+     * keeping at least one load batch per warp */
     int tiles = 0;
     for (int i = 0; i < segs.n; i++) tiles += (segs.N[i] + 15) / 16;
     int ks = 1;
@@ -337,8 +282,10 @@ static int qm_go(qmv_segs &segs, const cuda_qmv_args *a, cudaStream_t st) {
         segs.cta0[i] = grid;
         grid += ((segs.N[i] + 15) / 16 + tiles_per_cta - 1) / tiles_per_cta;
     }
-    return g_qm_stages == 2 ? qm_launch<G, SBT, NT, 2>(segs, a, xq, xs, grid, ks, st)
-                            : qm_launch<G, SBT, NT, 3>(segs, a, xq, xs, grid, ks, st);
+    pdl_launch l;
+    pdl_launch_config(&l, dim3(grid), dim3(QM_WARPS * 32), 0, st);
+    return (int)cudaLaunchKernelEx(&l.cfg, qmv_mma_kernel<G, SBT, NT>, segs, (const uint4 *)xq,
+                                   (const float *)xs, a->rows, a->K, ks);
 }
 
 template <int G>
