@@ -16,6 +16,12 @@ Scales keep activations sane and the greedy choice well defined: every linear we
 N(0, 1/fan_in) (each projection keeps unit RMS), norms 1 + N(0, 0.05^2), the embedding and
 the lm_head N(0, 16/hidden), so the final logits have a standard deviation near 4 and top-1
 margins far above bf16 rounding (top-1 agreement between implementations is meaningful).
+The projections that write into the residual stream (o_proj, down_proj) are further scaled
+by --resid-scale (default 1/sqrt(2 * layers), GPT-2's scaled init): at full scale a random
+32-layer stack is chaotic, a bf16 rounding difference in layer 0 grows into a different
+argmax at ~6% of positions even between transformers' own generate() and its teacher-forced
+forward (Llama-3.1-8B shape), so top-1 agreement measured the chaos, not the implementation.
+--resid-scale 1 gives the earlier checkpoints back.
 --layers N truncates the depth (quick checks); the file then says so in config.json.
 """
 import argparse
@@ -78,7 +84,7 @@ def tensor_list(c):
                 (p + "self_attn.q_proj.weight", (Hq * D, H), "linear"),
                 (p + "self_attn.k_proj.weight", (Hkv * D, H), "linear"),
                 (p + "self_attn.v_proj.weight", (Hkv * D, H), "linear"),
-                (p + "self_attn.o_proj.weight", (H, Hq * D), "linear")]
+                (p + "self_attn.o_proj.weight", (H, Hq * D), "resid")]
         if c["model_type"] in ("qwen3", "qwen3_moe"):
             out += [(p + "self_attn.q_norm.weight", (D,), "norm"),
                     (p + "self_attn.k_norm.weight", (D,), "norm")]
@@ -90,12 +96,12 @@ def tensor_list(c):
                 q = f"{p}mlp.experts.{e}."
                 out += [(q + "gate_proj.weight", (I, H), "linear"),
                         (q + "up_proj.weight", (I, H), "linear"),
-                        (q + "down_proj.weight", (H, I), "linear")]
+                        (q + "down_proj.weight", (H, I), "resid")]
         else:
             I = c["intermediate_size"]
             out += [(p + "mlp.gate_proj.weight", (I, H), "linear"),
                     (p + "mlp.up_proj.weight", (I, H), "linear"),
-                    (p + "mlp.down_proj.weight", (H, I), "linear")]
+                    (p + "mlp.down_proj.weight", (H, I), "resid")]
     out.append(("model.norm.weight", (H,), "norm"))
     if not c["tie_word_embeddings"]:
         out.append(("lm_head.weight", (V, H), "head"))
@@ -118,6 +124,8 @@ def main():
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--layers", type=int, default=0, help="truncate to N layers (quick checks)")
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--resid-scale", type=float, default=0.0,
+                    help="extra factor on o_proj / down_proj (default 0: 1/sqrt(2 * layers))")
     ap.add_argument("--config-only", action="store_true",
                     help="write config.json and generation_config.json only (for mlxcel's "
                          "--load-format dummy: timing without weight files)")
@@ -129,7 +137,9 @@ def main():
         if "max_window_layers" in c:
             c["max_window_layers"] = c["num_hidden_layers"]
         c["_synthetic_truncated_from"] = SHAPES[a.shape]["num_hidden_layers"]
-    c["_synthetic"] = f"tools/reference/make_synthetic.py --shape {a.shape} --seed {a.seed}"
+    resid = a.resid_scale or 1.0 / math.sqrt(2 * c["num_hidden_layers"])
+    c["_synthetic"] = (f"tools/reference/make_synthetic.py --shape {a.shape} --seed {a.seed} "
+                       f"--resid-scale {resid:.6g}")
     os.makedirs(a.outdir, exist_ok=True)
     if a.config_only:
         write_configs(a.outdir, c)
@@ -176,7 +186,8 @@ def main():
         elif kind in ("embed", "head"):
             t = torch.randn(shape, generator=gen, device=dev) * (4.0 / math.sqrt(H))
         else:
-            t = torch.randn(shape, generator=gen, device=dev) * (1.0 / math.sqrt(shape[-1]))
+            scale = resid if kind == "resid" else 1.0
+            t = torch.randn(shape, generator=gen, device=dev) * (scale / math.sqrt(shape[-1]))
         shard[name] = t.to(torch.bfloat16).cpu().contiguous()
         shard_bytes += nbytes
     flush()
