@@ -190,9 +190,16 @@ void suite_qmv(void) {
                              c.R, c.bits);
                     const int fm = g_fail;
                     check_report(what, rm, 0, nan, 1e-3);
-                    snprintf(op, sizeof op, "qmv_mma q%dg%d", c.bits, c.group);
-                    t = bench_time(qb_mma, &c, 5, 30);
-                    result_add(op, shape, t, bytes, rm, g_fail > fm);
+                    /* K split variants: warps per SM x least load batches per warp */
+                    static const int split[][2] = {{16, 2}, {32, 1}, {64, 1}};
+                    for (int v = 0; v < 3; v++) {
+                        cuda_qmv_mma_set_split(split[v][0], split[v][1]);
+                        snprintf(op, sizeof op, "qmv_mma%d/%d q%dg%d", split[v][0], split[v][1],
+                                 c.bits, c.group);
+                        t = bench_time(qb_mma, &c, 5, 30);
+                        result_add(op, shape, t, bytes, rm, g_fail > fm);
+                    }
+                    cuda_qmv_mma_set_split(0, 0);
                 }
                 /* the streaming kernel rounds x and the dequantized weights to bf16 (as the CPU
                  * reference does for the weights), the old one keeps fp32: ~1e-3 apart */

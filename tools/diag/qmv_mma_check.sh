@@ -15,5 +15,5 @@ for e in MLXCEL_QMV_MMA=8 -; do
 done
 QMV_BITS=4 timeout 240 .carry/dev/cuda_ops_bench --only qmv > "$D/qmv.log" 2>&1
 echo "== op bench: rc $? $((SECONDS - T0)) s"
-grep -E '^ +time (qmv_mma.|old qmv|qmv_bulk0)|FAIL|qmv_mma vs' "$D/qmv.log" |
+grep -E '^ +time (qmv_mma|old qmv|qmv_bulk0)|FAIL|qmv_mma vs' "$D/qmv.log" |
   sed -E 's/ +min +[0-9.]+ us//; s/ +/ /g' | cut -c1-110

@@ -241,6 +241,10 @@ int cuda_qmv_bulk_variants(void);
 size_t cuda_qmv_mma_workspace_bytes(int K);
 int cuda_qmv_mma_supported(const cuda_qmv_args *a);
 int cuda_qmv_mma(const cuda_qmv_args *a, cudaStream_t st);
+/* cuda_qmv_mma's K split: warps on the same rows split K until the grid holds warps_per_sm
+ * warps per SM (default 16), keeping >= min_batches load batches per warp (default 2); 0
+ * restores a default. For the op bench. */
+void cuda_qmv_mma_set_split(int warps_per_sm, int min_batches);
 
 typedef struct cuda_qmm_args {
     const uint32_t *w;                     /* [N, K * bits / 32] */

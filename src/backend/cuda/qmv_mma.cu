@@ -260,6 +260,14 @@ qmv_mma_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restr
 }
 
 /* ==== Launch ==== */
+/* K split rule: split until the grid holds g_qm_wps warps per SM, keeping >= g_qm_mb load
+ * batches per warp (cuda_qmv_mma_set_split: the op bench's variants). */
+static int g_qm_wps = 16, g_qm_mb = 2;
+extern "C" void cuda_qmv_mma_set_split(int warps_per_sm, int min_batches) {
+    g_qm_wps = warps_per_sm > 0 ? warps_per_sm : 16;
+    g_qm_mb = min_batches > 0 ? min_batches : 2;
+}
+
 template <int G, int SBT, int NT>
 static int qm_go(qmv_segs &segs, const cuda_qmv_args *a, cudaStream_t st) {
     uint4 *xq = (uint4 *)a->ws;
@@ -275,7 +283,8 @@ static int qm_go(qmv_segs &segs, const cuda_qmv_args *a, cudaStream_t st) {
     int tiles = 0;
     for (int i = 0; i < segs.n; i++) tiles += (segs.N[i] + 15) / 16;
     int ks = 1;
-    while (ks < QM_WARPS && tiles * ks < 16 * cuda_sm_count() && S >= 2 * ks * QM_U) ks *= 2;
+    while (ks < QM_WARPS && tiles * ks < g_qm_wps * cuda_sm_count() && S >= g_qm_mb * ks * QM_U)
+        ks *= 2;
     const int tiles_per_cta = QM_WARPS / ks;
     int grid = 0;
     for (int i = 0; i < segs.n; i++) {
