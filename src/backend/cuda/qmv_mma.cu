@@ -185,9 +185,14 @@ qmv_mma_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restr
         for (int u = 0; u < QM_U; u++) {
             const int s = s0 + u;
             if (s >= send) break; /* warp-uniform */
-            float d[NT][4];
+            /* CH independent accumulator chains per n-tile (hi / lo x parts, then the two
+             * pairs of a word): a chain of 16 dependent MMAs stalled on their latency */
+            constexpr int CH = NT == 1 ? 4 : 2;
+            float d[NT][CH][4];
 #pragma unroll
-            for (int nt = 0; nt < NT; nt++) d[nt][0] = d[nt][1] = d[nt][2] = d[nt][3] = 0.f;
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int c = 0; c < CH; c++) d[nt][c][0] = d[nt][c][1] = d[nt][c][2] = d[nt][c][3] = 0.f;
             const uint32_t wda[4] = {qa[u].x, qa[u].y, qa[u].z, qa[u].w};
             const uint32_t wdb[4] = {qb[u].x, qb[u].y, qb[u].z, qb[u].w};
 #pragma unroll
@@ -201,12 +206,20 @@ qmv_mma_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restr
                 for (int nt = 0; nt < NT; nt++) {
                     const uint4 *xp = xl[nt] + (size_t)s * 64 + w * 8;
                     const uint4 bh = __ldg(xp), bl = __ldg(xp + 32);
-                    mma_bf16_16816(d[nt], a0, a1, a2, a3, bh.x, bh.y);
-                    mma_bf16_16816(d[nt], a0, a1, a2, a3, bl.x, bl.y);
-                    mma_bf16_16816(d[nt], c0, c1, c2, c3, bh.z, bh.w);
-                    mma_bf16_16816(d[nt], c0, c1, c2, c3, bl.z, bl.w);
+                    mma_bf16_16816(d[nt][0], a0, a1, a2, a3, bh.x, bh.y);
+                    mma_bf16_16816(d[nt][1], a0, a1, a2, a3, bl.x, bl.y);
+                    mma_bf16_16816(d[nt][2 % CH], c0, c1, c2, c3, bh.z, bh.w);
+                    mma_bf16_16816(d[nt][3 % CH], c0, c1, c2, c3, bl.z, bl.w);
                 }
             }
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    float v = d[nt][0][i] + d[nt][1][i];
+                    if (CH == 4) v += d[nt][2 % CH][i] + d[nt][3 % CH][i];
+                    d[nt][0][i] = v;
+                }
             /* D: (row g, column 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1) */
             /* groups u * C + (2t) % C and u * C + (2t + 1) % C of the batch */
             const int j0 = u * C, j1 = u * C + (C - 1);
@@ -219,10 +232,10 @@ qmv_mma_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restr
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
                 const float2 sx = __ldg((const float2 *)(xs + (size_t)s * QM_XW + nt * 8 + 2 * t));
-                acc[nt][0] = fmaf(sa0, d[nt][0], fmaf(ba0, sx.x, acc[nt][0]));
-                acc[nt][1] = fmaf(sa1, d[nt][1], fmaf(ba1, sx.y, acc[nt][1]));
-                acc[nt][2] = fmaf(sb0, d[nt][2], fmaf(bb0, sx.x, acc[nt][2]));
-                acc[nt][3] = fmaf(sb1, d[nt][3], fmaf(bb1, sx.y, acc[nt][3]));
+                acc[nt][0] = fmaf(sa0, d[nt][0][0], fmaf(ba0, sx.x, acc[nt][0]));
+                acc[nt][1] = fmaf(sa1, d[nt][0][1], fmaf(ba1, sx.y, acc[nt][1]));
+                acc[nt][2] = fmaf(sb0, d[nt][0][2], fmaf(bb0, sx.x, acc[nt][2]));
+                acc[nt][3] = fmaf(sb1, d[nt][0][3], fmaf(bb1, sx.y, acc[nt][3]));
             }
         }
     }
