@@ -36,7 +36,7 @@ typedef struct mx_env_t {
     bool qmv_tc;                   /* MLXCEL_QMV_TC (1): tensor-core qmv for 4/8-bit weights */
     bool qmv_bulk;                 /* MLXCEL_QMV_BULK (1): streaming tensor-core qmv (qmv_bulk.cu) */
     int qmv_bulk_min_rows;         /* MLXCEL_QMV_BULK_MIN_ROWS (2): fewest rows it takes */
-    int qmv_mma;                   /* MLXCEL_QMV_MMA (0): most rows qmv_mma.cu takes (0: off) */
+    int qmv_mma;                   /* MLXCEL_QMV_MMA (1): most rows qmv_mma.cu takes (0: off) */
     int qmm_tile_m;                /* MLXCEL_QMM_TILE_M (0 = policy) */
     bool tp_group;                 /* MLXCEL_TP_GROUP (0): --tp-size 1 as a TP group of one rank */
 } mx_env_t;

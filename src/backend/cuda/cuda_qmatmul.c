@@ -1,6 +1,6 @@
 /* Quantized matmul dispatch of the CUDA backend (backend_ops.matmul_q).
  *
- * With MLXCEL_QMV_MMA=N (off by default): 4-bit weights, group 64 / 128, 1..N rows, <= 4096
+ * With MLXCEL_QMV_MMA=N (default 1: one row): 4-bit weights, group 64 / 128, 1..N rows, <= 4096
  * output rows per launch: the tensor-core qmv (qmv_mma.cu; see mma_ok). Then 4-
  * and 8-bit weights with bf16 scales, rows <= CUDA_QMV_TC_MAX_ROWS (32): the streaming
  * tensor-core qmv (qmv_bulk.cu) unless MLXCEL_QMV_BULK=0, or with MLXCEL_QMV_TC=1 the
@@ -107,12 +107,13 @@ static bool bulk_ok(const cuda_qmv_args *a) {
  * B=1 301.9 against 238.2 tok/s with 1); from 2 rows the streaming kernel's cost barely grows
  * with the rows while the CUDA-core kernel's does. */
 
-/* MLXCEL_QMV_MMA=N: the tensor-core qmv (qmv_mma.cu: 16-byte chunk loads, groups kept apart in
- * the MMA's columns) takes 1..N rows of 4-bit g64 / g128 launches of <= 4096 output rows in
- * all (o, down on the 8B shape), where the op bench had it ahead (H200 q4g64, 8 rows: o 12.7
- * against the streaming 14.0 us, down 27.7 against 37.2; one row: o 10.1 / down 20.2 against
- * the CUDA-core 10.2 / 21.0); on wider launches the other kernels lead (8 rows gate+up 50.9
- * against 37.5, bench/results/2026-12-03-qmv-mma.md). */
+/* MLXCEL_QMV_MMA=N (default 1): the tensor-core qmv (qmv_mma.cu: 16-byte chunk loads, groups
+ * kept apart in the MMA's columns) takes 1..N rows of 4-bit g64 / g128 launches of <= 4096
+ * output rows in all (o, down on the 8B shape). One row: H200 8B q4g64 B=1 345.6 / 340.1
+ * against 333.3 / 333.5 tok/s without it (two calls; op bench o 10.1, down 19.7 against the
+ * CUDA-core 10.3, 20.8 us). More rows stay on the streaming kernel: although the op bench has
+ * qmv_mma ahead on these launches at 8 rows (o 13.1, down 28.5 against 14.3, 37.5 us), the
+ * B=8 step was slower with it (1,964.5 against 2,154.7; bench/results/2026-12-03-qmv-mma.md). */
 static bool mma_ok(const cuda_qmv_args *a) {
     int n = 0;
     for (int i = 0; i < a->n_segs; i++) n += a->N[i];
