@@ -8,7 +8,8 @@ set -u
 diag_init
 T0=$SECONDS
 for e in MLXCEL_QMV_MMA=8 -; do
-  env $(ab_env $e) TEST_CUDA_ONLY=quant timeout 150 .carry/dev/test_cuda . > "$D/test-${e%%=*}.log" 2>&1
+  env $(ab_env $e) TEST_CUDA_ONLY=quant timeout 150 .carry/dev/test_cuda . \
+    > "$D/test-${e%%=*}.log" 2>&1
   echo "== test quant $e: rc $? $(grep -c '^FAIL' "$D/test-${e%%=*}.log") FAIL, $((SECONDS - T0)) s"
   grep '^FAIL' "$D/test-${e%%=*}.log" | head -5 | cut -c1-160
   tail -1 "$D/test-${e%%=*}.log" | cut -c1-160

@@ -9,10 +9,12 @@ set -u
 diag_init
 M=.carry/dev/mlxcel; S=${SHAPE:-llama-3.1-8b}; W=/tmp/mlxcel-top1; mkdir -p "$W"
 T0=$SECONDS
-python3 tools/reference/make_synthetic.py "$W/$S" --shape "$S" ${SYNTH_ARGS:-} > "$W/synth.log" 2>&1 ||
-  { tail -3 "$W/synth.log"; exit 1; }
+python3 tools/reference/make_synthetic.py "$W/$S" --shape "$S" ${SYNTH_ARGS:-} \
+  > "$W/synth.log" 2>&1 || { tail -3 "$W/synth.log"; exit 1; }
 echo "== synthetic $S ($(grep -o 'resid-scale [0-9.e-]*' "$W/$S/config.json")): $((SECONDS - T0)) s"
-ids=$(python3 -c "import random; r=random.Random(7); print(','.join(str(r.randrange(1000, 100000)) for _ in range(32)))")
+# the prompt bench/run_device.sh uses for its agreement check
+ids=$(python3 -c "import random; r=random.Random(7)
+print(','.join(str(r.randrange(1000, 100000)) for _ in range(32)))")
 "$M" generate -m "$W/$S" --device cuda --prompt-ids "$ids" -n 256 --temp 0 --ignore-eos --json \
   > "$D/$S.generate.json" 2> "$D/$S.generate.log" || tail -3 "$D/$S.generate.log"
 python3 tools/reference/transformers_bench.py "$W/$S" --no-timing --agree "$D/$S.generate.json" \

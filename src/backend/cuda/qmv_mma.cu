@@ -26,6 +26,10 @@
  * - The ks warps of a CTA on the same rows split the steps and add their totals in shared
  *   memory in a fixed order (no atomics: reproducible).
  * - PDL: the first batch of weights, scales and biases is loaded before pdl_wait().
+ * Dispatch (cuda_qmatmul.c, mma_ok): one-row launches of <= 4096 outputs by default. ncu at one
+ * row (gate+up): half the CUDA-core kernel's instructions but 0.37 issued per scheduler, the
+ * warps waiting on memory (long scoreboard ~4 cycles per instruction) with neither DRAM (34%)
+ * nor L1 saturated: why it stays at ~2 TB/s is open (bench/results/2026-12-03-qmv-mma.md).
  * Tried: the weights and scales by cp.async into a per-warp ring of 2..3 load batches (4.5 KB
  * each, twice the bytes in flight at ~100 registers): slower at one row on every 8B shape but
  * lm_head (H200 q4g64, gate+up 36.5 / 38.7 against 33.6 us in registers), so not the limit. */
@@ -192,7 +196,8 @@ qmv_mma_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restr
 #pragma unroll
             for (int nt = 0; nt < NT; nt++)
 #pragma unroll
-                for (int c = 0; c < CH; c++) d[nt][c][0] = d[nt][c][1] = d[nt][c][2] = d[nt][c][3] = 0.f;
+                for (int c = 0; c < CH; c++)
+                    d[nt][c][0] = d[nt][c][1] = d[nt][c][2] = d[nt][c][3] = 0.f;
             const uint32_t wda[4] = {qa[u].x, qa[u].y, qa[u].z, qa[u].w};
             const uint32_t wdb[4] = {qb[u].x, qb[u].y, qb[u].z, qb[u].w};
 #pragma unroll
