@@ -407,7 +407,10 @@ static void be_describe(char *buf, size_t len) {
     const char *at = mx_env()->autotune == MX_AUTOTUNE_CACHE ? " + autotune cache"
                      : mx_env()->autotune == MX_AUTOTUNE_ON  ? " + autotune 1"
                                                              : "";
-    char mr[40], tm[40], ks[24];
+    char mr[40], tm[40], ks[24], mm[72] = "";
+    if (!g_cu.qmv_tc && g_cu.qmv_mma)
+        snprintf(mm, sizeof mm, " (qmv_mma for 4-bit launches of <= 4096 outputs, <= %d rows)",
+                 g_cu.qmv_mma);
     if (cuda_gemv_ksplit()) snprintf(ks, sizeof ks, "%d (forced)", cuda_gemv_ksplit());
     else snprintf(ks, sizeof ks, "auto");
     if (g_cu.qmv_multirow) snprintf(mr, sizeof mr, "%d (forced)", g_cu.qmv_multirow);
@@ -429,8 +432,7 @@ static void be_describe(char *buf, size_t len) {
              g_cu.graph_cache, cuda_pdl_enabled() ? "on" : "off", splits, mr,
              g_cu.qmv_tc ? " (qmv_tc for 4/8-bit, <= 32 rows)"
                          : g_cu.qmv_bulk ? " (streaming tensor-core qmv for 4/8-bit, <= 32 rows)" : "",
-             g_cu.qmv_tc || !g_cu.qmv_mma ? "" : " (qmv_mma for 4-bit launches of <= 4096 outputs)",
-             tm,
+             mm, tm,
              g_cu.lazy ? "lazy" : "eager",
              g_cu.lazy ? "" : g_cu.pinned ? " (pinned 4 x 64 MiB)" : " (pageable)");
 }
