@@ -57,6 +57,13 @@ static void qb_mma(void *p, int rep) {
     CKL(cuda_qmv_mma(&a, g_stream));
 }
 
+static void qb_i8(void *p, int rep) {
+    qb_ctx *c = (qb_ctx *)p;
+    cuda_qmv_args a;
+    qb_args(c, rep % c->nsets, &a, 0, c->R);
+    CKL(cuda_qmv_i8(&a, g_stream));
+}
+
 static void qb_bulk(void *p, int rep) {
     qb_ctx *c = (qb_ctx *)p;
     cuda_qmv_args a;
@@ -153,11 +160,11 @@ void suite_qmv(void) {
                 fill_bf16(c.b[s], sbb / 2, next_seed(), 0.05f);
                 fill_f32(c.x[s], (size_t)32 * c.K, next_seed(), 1.0f);
             }
-            /* the largest of cuda_qmv's, qmv_bulk's and qmv_mma's */
-            const size_t ws[3] = {cuda_qmv_workspace_bytes(c.K), cuda_qmv_bulk_workspace_bytes(c.K),
-                                  cuda_qmv_mma_workspace_bytes(c.K)};
+            /* the largest of cuda_qmv's, qmv_bulk's, qmv_mma's and qmv_i8's */
+            const size_t ws[4] = {cuda_qmv_workspace_bytes(c.K), cuda_qmv_bulk_workspace_bytes(c.K),
+                                  cuda_qmv_mma_workspace_bytes(c.K), cuda_qmv_i8_workspace_bytes(c.K)};
             c.ws_bytes = 0;
-            for (int i = 0; i < 3; i++)
+            for (int i = 0; i < 4; i++)
                 if (ws[i] > c.ws_bytes) c.ws_bytes = ws[i];
             c.ws = dmalloc(c.ws_bytes);
             c.scratch_bytes = cuda_qmm_scratch_bytes(32, c.N, c.K, cuda_qmm_default_tile_m(32, c.N, c.K, c.bits));
@@ -200,6 +207,16 @@ void suite_qmv(void) {
                         result_add(op, shape, t, bytes, rm, g_fail > fm);
                     }
                     cuda_qmv_mma_set_split(0, 0);
+                }
+                if (cuda_qmv_i8_supported(&ma)) { /* x rounded to int8 per group: ~1e-2 */
+                    const double ri = qb_check(&c, &nan, qb_i8);
+                    snprintf(what, sizeof what, "qmv_i8 vs cuda_qmv %s R=%d q%d", shapes[si].name,
+                             c.R, c.bits);
+                    const int fi = g_fail;
+                    check_report(what, ri, 0, nan, 3e-2);
+                    snprintf(op, sizeof op, "qmv_i8 q%dg%d", c.bits, c.group);
+                    t = bench_time(qb_i8, &c, 5, 30);
+                    result_add(op, shape, t, bytes, ri, g_fail > fi);
                 }
                 /* the streaming kernel rounds x and the dequantized weights to bf16 (as the CPU
                  * reference does for the weights), the old one keeps fp32: ~1e-3 apart */

@@ -85,6 +85,10 @@ static double eps_for(mx_dtype t, bool qmm) {
     return t == MX_BF16 ? 1.0 / 256 : t == MX_F16 ? 1.0 / 1024 : 1.0 / 4096;
 }
 
+/* qmv_i8 rounds x to int8 per group: each product is off by up to |w| * absmax / 254, far
+ * below 1/128 of sum |w x| once signs average (K >= 64, x uniform in [-1, 1]). */
+#define I8_EPS (1.0 / 128)
+
 /* Largest |out - ref| / (eps * sum|w x| + 1e-6); non-finite outputs counted in *bad. */
 static double bound_ratio(const float *out, long ldo, const float *ref, const float *x, int rows,
                           const qmat *m, int n_off, double eps, long *bad) {
@@ -134,16 +138,20 @@ static void test_matmul_q(int rows, int N, int K, int bits, int group, mx_dtype 
     long bad = 0;
     /* the dispatch of cuda_qmatmul.c (x from the allocator: 16-byte aligned) */
     const bool tc = g_cu.qmv_tc && (bits == 4 || bits == 8) && rows <= CUDA_QMV_TC_MAX_ROWS;
-    const bool mma = !tc && bits == 4 && (group == 64 || group == 128) && rows >= 1 &&
+    const bool i8 = !tc && bits == 4 && (group == 64 || group == 128) && rows >= 1 &&
+                    rows <= g_cu.qmv_i8 && sbt != MX_F32;
+    const bool mma = !tc && !i8 && bits == 4 && (group == 64 || group == 128) && rows >= 1 &&
                      rows <= g_cu.qmv_mma && sbt != MX_F32 && N <= 4096;
-    const bool bulk = !g_cu.qmv_tc && !mma && g_cu.qmv_bulk && (bits == 4 || bits == 8) &&
+    const bool bulk = !g_cu.qmv_tc && !i8 && !mma && g_cu.qmv_bulk && (bits == 4 || bits == 8) &&
                       sbt == MX_BF16 && rows >= 2 && rows <= CUDA_QMV_TC_MAX_ROWS;
-    const bool qmm = !tc && !mma && !bulk && rows > CUDA_QMV_MAX_ROWS;
-    /* qmm and the streaming qmv round x to bf16 */
-    const double q = bound_ratio(o, N, ref, x, rows, &m, 0, eps_for(sbt, qmm || bulk), &bad);
+    const bool qmm = !tc && !i8 && !mma && !bulk && rows > CUDA_QMV_MAX_ROWS;
+    /* qmm and the streaming qmv round x to bf16, qmv_i8 to int8 per group */
+    const double q = bound_ratio(o, N, ref, x, rows, &m, 0,
+                                 eps_for(sbt, qmm || bulk) + (i8 ? I8_EPS : 0), &bad);
     char what[160];
     snprintf(what, sizeof what, "matmul_q %s %d rows [%d x %d] %d-bit g%d %s%s",
-             qmm ? "qmm" : tc ? "qmv-tc" : mma ? "qmv-mma" : bulk ? "qmv-bulk" : "qmv", rows, N, K, bits, group, sb_name(sbt),
+             qmm ? "qmm" : tc ? "qmv-tc" : i8 ? "qmv-i8" : mma ? "qmv-mma" : bulk ? "qmv-bulk" : "qmv",
+             rows, N, K, bits, group, sb_name(sbt),
              bias ? " +bias" : "");
     gt_report(what, q, 1.0, bad);
     gt_dev_free(&dx), gt_dev_free(&dout), gt_dev_free(&db);
@@ -287,6 +295,7 @@ static void test_qmm_tiles(int rows, int N, int K, int bits, int group, mx_dtype
  * row window (several passes, a partial last one). bulk_variant: >= 0 the streaming kernel's
  * launch shape, QT_MMA the one-stream 4-bit kernel (qmv_mma.cu), else qmv_tc. */
 #define QT_MMA (-2)
+#define QT_I8 (-3) /* the int8-activation kernel (qmv_i8.cu) */
 static void test_qmv_tc(int rows, int N, int K, int bits, int group, mx_dtype sbt, int n_segs,
                         int window, int bulk_variant) {
     qmat m[CUDA_QMV_MAX_SEGS];
@@ -309,19 +318,23 @@ static void test_qmv_tc(int rows, int N, int K, int bits, int group, mx_dtype sb
     a.x = dx.data, a.ldx = K, a.rows = rows, a.K = K, a.bits = bits, a.group = group;
     a.sb_dtype = sb_code(sbt);
     void *ws = NULL;
-    if (bulk_variant >= 0 || bulk_variant == QT_MMA) {
-        a.ws_bytes = bulk_variant >= 0 ? cuda_qmv_bulk_workspace_bytes(K) : cuda_qmv_mma_workspace_bytes(K);
+    if (bulk_variant >= 0 || bulk_variant == QT_MMA || bulk_variant == QT_I8) {
+        a.ws_bytes = bulk_variant >= 0       ? cuda_qmv_bulk_workspace_bytes(K)
+                     : bulk_variant == QT_I8 ? cuda_qmv_i8_workspace_bytes(K)
+                                             : cuda_qmv_mma_workspace_bytes(K);
         a.ws = ws = g_gpu->alloc(a.ws_bytes);
     }
     /* bulk_variant >= 0: the streaming kernel (qmv_bulk.cu; one pass, x rounded to bf16) */
     const int rc = bulk_variant >= 0       ? cuda_qmv_bulk(&a, bulk_variant, g_cu.st)
                    : bulk_variant == QT_MMA ? cuda_qmv_mma(&a, g_cu.st)
+                   : bulk_variant == QT_I8  ? cuda_qmv_i8(&a, g_cu.st)
                                            : cuda_qmv_tc(&a, window, g_cu.st);
     for (int i = 0; i < n_segs; i++) {
         char what[160];
-        if (bulk_variant == QT_MMA)
-            snprintf(what, sizeof what, "cuda_qmv_mma %d rows [%d x %d] %d-bit g%d %s, seg %d/%d",
-                     rows, m[i].N, K, bits, group, sb_name(sbt), i + 1, n_segs);
+        if (bulk_variant == QT_MMA || bulk_variant == QT_I8)
+            snprintf(what, sizeof what, "cuda_qmv_%s %d rows [%d x %d] %d-bit g%d %s, seg %d/%d",
+                     bulk_variant == QT_I8 ? "i8" : "mma", rows, m[i].N, K, bits, group,
+                     sb_name(sbt), i + 1, n_segs);
         else if (bulk_variant >= 0)
             snprintf(what, sizeof what, "cuda_qmv_bulk v%d %d rows [%d x %d] %d-bit g%d %s, seg %d/%d",
                      bulk_variant, rows, m[i].N, K, bits, group, sb_name(sbt), i + 1, n_segs);
@@ -337,7 +350,9 @@ static void test_qmv_tc(int rows, int N, int K, int bits, int group, mx_dtype sb
             gt_to_host(o, &dout[i]);
             long bad = 0, pad_written = 0;
             const double q = bound_ratio(o, ld, ref[i], x, rows, &m[i], 0,
-                                         eps_for(sbt, bulk_variant >= 0), &bad);
+                                         eps_for(sbt, bulk_variant >= 0) +
+                                             (bulk_variant == QT_I8 ? I8_EPS : 0),
+                                         &bad);
             for (int r = 0; r < rows; r++)
                 for (long n = m[i].N; n < ld; n++) pad_written += !isnan(o[(size_t)r * ld + n]);
             gt_report(what, q, 1.0, bad + pad_written);
@@ -377,6 +392,18 @@ static void test_qmv_tc_refusals(void) {
     a.sb_dtype = CUDA_QSB_BF16, a.ws_bytes = 16;
     bad += cuda_qmv_mma(&a, g_cu.st) != (int)cudaErrorInvalidValue;
     gt_report("cuda_qmv_mma refuses bits 8, group 32, 9 rows, unaligned x, f32 scales, a short "
+              "workspace", bad, 0, 0);
+    a.x = dummy, a.K = 64, a.rows = 1, a.group = 64, a.bits = 4, a.sb_dtype = CUDA_QSB_BF16;
+    a.ws = dummy, a.ws_bytes = cuda_qmv_i8_workspace_bytes(64);
+    bad = !cuda_qmv_i8_supported(&a);
+    a.bits = 8, bad += cuda_qmv_i8_supported(&a) || cuda_qmv_i8(&a, g_cu.st) != (int)cudaErrorInvalidValue;
+    a.bits = 4, a.group = 32, bad += cuda_qmv_i8_supported(&a);
+    a.group = 64, a.rows = CUDA_QMV_MAX_ROWS + 1, bad += cuda_qmv_i8_supported(&a);
+    a.rows = 1, a.x = dummy + 1, bad += cuda_qmv_i8_supported(&a);
+    a.x = dummy, a.sb_dtype = CUDA_QSB_F32, bad += cuda_qmv_i8_supported(&a);
+    a.sb_dtype = CUDA_QSB_BF16, a.ws_bytes = 16;
+    bad += cuda_qmv_i8(&a, g_cu.st) != (int)cudaErrorInvalidValue;
+    gt_report("cuda_qmv_i8 refuses bits 8, group 32, 9 rows, unaligned x, f32 scales, a short "
               "workspace", bad, 0, 0);
     g_gpu->free(dummy);
 }
@@ -539,14 +566,24 @@ int gt_run_quant_tests(const char *src_dir) {
     test_qmv_tc(8, 17, 14336, 4, 64, MX_F16, 1, 0, QT_MMA); /* long K */
     test_qmv_tc(3, 17, 14336 + 128, 4, 128, MX_BF16, 2, 0, QT_MMA); /* a partial last batch */
     test_qmv_tc(2, 40, 64, 4, 64, MX_BF16, 2, 0, QT_MMA);   /* one group */
+    /* the int8-activation kernel: the same cases */
+    for (size_t g = 1; g < 3; g++)
+        for (size_t r = 0; r < sizeof mma_rows / sizeof mma_rows[0]; r++, c++)
+            test_qmv_tc(mma_rows[r], 131, r % 2 ? 640 : 4096, 4, groups[g], sbts[c % 2],
+                        1 + (int)(r % 3), 0, QT_I8);
+    test_qmv_tc(1, 4000, 1024, 4, 64, MX_BF16, 3, 0, QT_I8);
+    test_qmv_tc(8, 17, 14336, 4, 64, MX_F16, 1, 0, QT_I8);
+    test_qmv_tc(3, 17, 14336 + 128, 4, 128, MX_BF16, 2, 0, QT_I8);
+    test_qmv_tc(2, 40, 64, 4, 64, MX_BF16, 2, 0, QT_I8);
     test_qmv_tc_refusals();
-    /* the dispatch every way: MLXCEL_QMV_TC / MLXCEL_QMV_BULK / MLXCEL_QMV_MMA on and off */
+    /* the dispatch every way: MLXCEL_QMV_TC / _BULK / _MMA / _I8 on and off */
     const bool tc_on = g_cu.qmv_tc, bulk_on = g_cu.qmv_bulk;
-    const int mma_on = g_cu.qmv_mma;
-    for (int on = 0; on < 4; on++) { /* CUDA-core qmv + qmm, qmv_tc, streaming qmv, qmv_mma */
+    const int mma_on = g_cu.qmv_mma, i8_on = g_cu.qmv_i8;
+    for (int on = 0; on < 5; on++) { /* CUDA-core qmv + qmm, qmv_tc, streaming, mma, i8 */
         g_cu.qmv_tc = on == 1;
         g_cu.qmv_bulk = on >= 2;
         g_cu.qmv_mma = on == 3 ? 8 : 0;
+        g_cu.qmv_i8 = on == 4 ? 8 : 0;
         test_matmul_q(8, 131, 640, 4, 64, MX_BF16, true);
         test_matmul_q(17, 131, 640, 8, 32, MX_F16, false);
         test_matmul_q(32, 257, 1152, 4, 128, MX_BF16, true);
@@ -555,6 +592,7 @@ int gt_run_quant_tests(const char *src_dir) {
     g_cu.qmv_tc = tc_on;
     g_cu.qmv_bulk = bulk_on;
     g_cu.qmv_mma = mma_on;
+    g_cu.qmv_i8 = i8_on;
     test_qmm_tiles(17, 1000, 256, 4, 64, MX_BF16);
     test_qmm_tiles(100, 2100, 384, 8, 128, MX_F16);
     test_qmm_tiles(300, 600, 512, 3, 32, MX_F32);

@@ -91,6 +91,7 @@ typedef struct cu_state {
     bool qmv_bulk;            /* MLXCEL_QMV_BULK: streaming tensor-core qmv (qmv_bulk.cu) */
     int qmv_bulk_min_rows;    /* MLXCEL_QMV_BULK_MIN_ROWS: fewest rows it takes */
     int qmv_mma;              /* MLXCEL_QMV_MMA: most rows the 4-bit tensor-core qmv takes */
+    int qmv_i8;               /* MLXCEL_QMV_I8: most rows the int8-activation qmv takes */
     int graph_cache;          /* 0 = no graphs */
     bool deterministic;
     int forced_splits;

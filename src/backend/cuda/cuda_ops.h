@@ -241,6 +241,13 @@ int cuda_qmv_bulk_variants(void);
 size_t cuda_qmv_mma_workspace_bytes(int K);
 int cuda_qmv_mma_supported(const cuda_qmv_args *a);
 int cuda_qmv_mma(const cuda_qmv_args *a, cudaStream_t st);
+/* Int8 tensor-core qmv (qmv_i8.cu): the contract of cuda_qmv_mma, but x is quantized to int8
+ * per group (scale absmax / 127), as llama.cpp's q8_1 activations: results differ from the
+ * fp32-x kernels by that rounding. ws: cuda_qmv_i8_workspace_bytes(K), rewritten by every
+ * launch. */
+size_t cuda_qmv_i8_workspace_bytes(int K);
+int cuda_qmv_i8_supported(const cuda_qmv_args *a);
+int cuda_qmv_i8(const cuda_qmv_args *a, cudaStream_t st);
 /* cuda_qmv_mma's K split: warps on the same rows split K until the grid holds warps_per_sm
  * warps per SM (default 16), keeping >= min_batches load batches per warp (default 2); 0
  * restores a default. For the op bench. */

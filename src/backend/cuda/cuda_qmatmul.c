@@ -1,7 +1,9 @@
 /* Quantized matmul dispatch of the CUDA backend (backend_ops.matmul_q).
  *
- * With MLXCEL_QMV_MMA=N (default 1: one row): 4-bit weights, group 64 / 128, 1..N rows, <= 4096
- * output rows per launch: the tensor-core qmv (qmv_mma.cu; see mma_ok). Then 4-
+ * With MLXCEL_QMV_I8=N (off by default): 4-bit weights, group 64 / 128, 1..N rows: the
+ * int8-activation tensor-core qmv (qmv_i8.cu). With MLXCEL_QMV_MMA=N (default 1: one row):
+ * the same weights, 1..N rows, <= 4096 output rows per launch: the tensor-core qmv
+ * (qmv_mma.cu; see mma_ok). Then 4-
  * and 8-bit weights with bf16 scales, rows <= CUDA_QMV_TC_MAX_ROWS (32): the streaming
  * tensor-core qmv (qmv_bulk.cu) unless MLXCEL_QMV_BULK=0, or with MLXCEL_QMV_TC=1 the
  * helper-built tensor-core qmv (qmv_tc.cu); x must be 16-byte aligned; other widths (and those without it),
@@ -120,6 +122,12 @@ static bool mma_ok(const cuda_qmv_args *a) {
     return a->rows >= 1 && a->rows <= g_cu.qmv_mma && n <= 4096 && cuda_qmv_mma_supported(a);
 }
 
+/* MLXCEL_QMV_I8=N (off by default, not yet measured): the int8-activation tensor-core qmv
+ * (qmv_i8.cu) takes 1..N rows of every 4-bit g64 / g128 launch, ahead of qmv_mma. */
+static bool i8_ok(const cuda_qmv_args *a) {
+    return !g_cu.qmv_tc && a->rows >= 1 && a->rows <= g_cu.qmv_i8 && cuda_qmv_i8_supported(a);
+}
+
 /* Rows a qmv handles for this weight and x (else qmm): the tensor-core kernel's limit when
  * it takes them. */
 static int qmv_max_rows(const mx_qweight *w, const void *x, long ldx, int K) {
@@ -135,6 +143,13 @@ static int qmv_max_rows(const mx_qweight *w, const void *x, long ldx, int K) {
 /* One launch of a qmv (rows beyond CUDA_QMV_MAX_ROWS only reach here when tc_ok or bulk_ok). */
 static int qmv_launch(cuda_qmv_args *a) {
     if (tc_ok(a)) return cuda_qmv_tc(a, g_cu.qmv_multirow, g_cu.st);
+    if (i8_ok(a)) {
+        if (cu_ensure(&g_cu.qmv_ws, &g_cu.qmv_ws_cap, cuda_qmv_i8_workspace_bytes(a->K)))
+            return -1;
+        a->ws = g_cu.qmv_ws;
+        a->ws_bytes = g_cu.qmv_ws_cap;
+        return cuda_qmv_i8(a, g_cu.st);
+    }
     if (mma_ok(a)) {
         if (cu_ensure(&g_cu.qmv_ws, &g_cu.qmv_ws_cap, cuda_qmv_mma_workspace_bytes(a->K)))
             return -1;

@@ -95,38 +95,6 @@ qm_prep_kernel(uint4 *__restrict__ xq, float *__restrict__ xs, const float *__re
         xs[(size_t)s * QM_XW + r * C + t / CPG] = sum;
 }
 
-/* Scale or bias j of a batch's raw 16-bit words (bf16 or f16) as fp32. */
-template <int SBT>
-__device__ __forceinline__ float qm_sb(const uint32_t *r, int j) {
-    const uint32_t w = r[j >> 1];
-    if (SBT == CUDA_QSB_BF16) return __uint_as_float((j & 1) ? w & 0xffff0000u : w << 16);
-    return __half2float(__ushort_as_half((unsigned short)((j & 1) ? w >> 16 : w & 0xffffu)));
-}
-
-/* The NW words (2 * NW groups from group index i of a [N, NG] array) of one row: one 8- or
- * 16-byte load when vec (aligned, inside the row), else group by group (zeros past NG). */
-template <int NW>
-__device__ __forceinline__ void qm_sb_batch(uint32_t r[NW], const void *p, size_t row0, int i,
-                                            int NG, bool vec) {
-    const uint16_t *h = (const uint16_t *)p + row0 + i;
-    if (vec) {
-        if (NW == 4) {
-            const uint4 v = __ldg((const uint4 *)h);
-            r[0] = v.x, r[1] = v.y, r[2 % NW] = v.z, r[3 % NW] = v.w;
-        } else {
-            const uint2 v = __ldg((const uint2 *)h);
-            r[0] = v.x, r[1 % NW] = v.y;
-        }
-        return;
-    }
-#pragma unroll
-    for (int j = 0; j < NW; j++) {
-        const uint32_t lo = i + 2 * j < NG ? __ldg(h + 2 * j) : 0u;
-        const uint32_t hi = i + 2 * j + 1 < NG ? __ldg(h + 2 * j + 1) : 0u;
-        r[j] = lo | hi << 16;
-    }
-}
-
 template <int G, int SBT, int NT>
 __global__ void __launch_bounds__(QM_WARPS * 32, 2)
 qmv_mma_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restrict__ xs,
