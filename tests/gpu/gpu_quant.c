@@ -381,30 +381,31 @@ static void test_qmv_tc_refusals(void) {
     a.x = dummy, a.K = 96, bad += cuda_qmv_tc_supported(&a);
     a.K = 64, bad += cuda_qmv_tc(&a, CUDA_QMV_TC_MAX_ROWS + 1, g_cu.st) != (int)cudaErrorInvalidValue;
     gt_report("cuda_qmv_tc refuses bits 3, 33 rows, group 16, unaligned x, K % group, window 33", bad, 0, 0);
-    a.x = dummy, a.K = 64, a.rows = 1, a.group = 64, a.bits = 4;
-    a.ws = dummy, a.ws_bytes = cuda_qmv_mma_workspace_bytes(64);
-    bad = !cuda_qmv_mma_supported(&a);
-    a.bits = 8, bad += cuda_qmv_mma_supported(&a) || cuda_qmv_mma(&a, g_cu.st) != (int)cudaErrorInvalidValue;
-    a.bits = 4, a.group = 32, bad += cuda_qmv_mma_supported(&a);
-    a.group = 64, a.rows = CUDA_QMV_MAX_ROWS + 1, bad += cuda_qmv_mma_supported(&a);
-    a.rows = 1, a.x = dummy + 1, bad += cuda_qmv_mma_supported(&a);
-    a.x = dummy, a.sb_dtype = CUDA_QSB_F32, bad += cuda_qmv_mma_supported(&a);
-    a.sb_dtype = CUDA_QSB_BF16, a.ws_bytes = 16;
-    bad += cuda_qmv_mma(&a, g_cu.st) != (int)cudaErrorInvalidValue;
-    gt_report("cuda_qmv_mma refuses bits 8, group 32, 9 rows, unaligned x, f32 scales, a short "
-              "workspace", bad, 0, 0);
-    a.x = dummy, a.K = 64, a.rows = 1, a.group = 64, a.bits = 4, a.sb_dtype = CUDA_QSB_BF16;
-    a.ws = dummy, a.ws_bytes = cuda_qmv_i8_workspace_bytes(64);
-    bad = !cuda_qmv_i8_supported(&a);
-    a.bits = 8, bad += cuda_qmv_i8_supported(&a) || cuda_qmv_i8(&a, g_cu.st) != (int)cudaErrorInvalidValue;
-    a.bits = 4, a.group = 32, bad += cuda_qmv_i8_supported(&a);
-    a.group = 64, a.rows = CUDA_QMV_MAX_ROWS + 1, bad += cuda_qmv_i8_supported(&a);
-    a.rows = 1, a.x = dummy + 1, bad += cuda_qmv_i8_supported(&a);
-    a.x = dummy, a.sb_dtype = CUDA_QSB_F32, bad += cuda_qmv_i8_supported(&a);
-    a.sb_dtype = CUDA_QSB_BF16, a.ws_bytes = 16;
-    bad += cuda_qmv_i8(&a, g_cu.st) != (int)cudaErrorInvalidValue;
-    gt_report("cuda_qmv_i8 refuses bits 8, group 32, 9 rows, unaligned x, f32 scales, a short "
-              "workspace", bad, 0, 0);
+    /* the two 4-bit tensor-core qmv kernels share their limits */
+    static const struct {
+        const char *name;
+        int (*supported)(const cuda_qmv_args *);
+        int (*run)(const cuda_qmv_args *, cudaStream_t);
+        size_t (*ws_bytes)(int);
+    } k4[] = {{"cuda_qmv_mma", cuda_qmv_mma_supported, cuda_qmv_mma, cuda_qmv_mma_workspace_bytes},
+              {"cuda_qmv_i8", cuda_qmv_i8_supported, cuda_qmv_i8, cuda_qmv_i8_workspace_bytes}};
+    for (size_t i = 0; i < sizeof k4 / sizeof k4[0]; i++) {
+        a.x = dummy, a.K = 64, a.rows = 1, a.group = 64, a.bits = 4, a.sb_dtype = CUDA_QSB_BF16;
+        a.ws = dummy, a.ws_bytes = k4[i].ws_bytes(64);
+        bad = !k4[i].supported(&a);
+        a.bits = 8;
+        bad += k4[i].supported(&a) || k4[i].run(&a, g_cu.st) != (int)cudaErrorInvalidValue;
+        a.bits = 4, a.group = 32, bad += k4[i].supported(&a);
+        a.group = 64, a.rows = CUDA_QMV_MAX_ROWS + 1, bad += k4[i].supported(&a);
+        a.rows = 1, a.x = dummy + 1, bad += k4[i].supported(&a);
+        a.x = dummy, a.sb_dtype = CUDA_QSB_F32, bad += k4[i].supported(&a);
+        a.sb_dtype = CUDA_QSB_BF16, a.ws_bytes = 16;
+        bad += k4[i].run(&a, g_cu.st) != (int)cudaErrorInvalidValue;
+        char what[160];
+        snprintf(what, sizeof what, "%s refuses bits 8, group 32, 9 rows, unaligned x, f32 "
+                 "scales, a short workspace", k4[i].name);
+        gt_report(what, bad, 0, 0);
+    }
     g_gpu->free(dummy);
 }
 

@@ -140,28 +140,22 @@ static int qmv_max_rows(const mx_qweight *w, const void *x, long ldx, int K) {
     return tc_ok(&a) || bulk_ok(&a) ? CUDA_QMV_TC_MAX_ROWS : CUDA_QMV_MAX_ROWS;
 }
 
+/* The shared qmv workspace, grown to bytes, into a (-1, recorded, when it cannot grow). */
+static int qmv_ws(cuda_qmv_args *a, size_t bytes) {
+    if (cu_ensure(&g_cu.qmv_ws, &g_cu.qmv_ws_cap, bytes)) return -1;
+    a->ws = g_cu.qmv_ws;
+    a->ws_bytes = g_cu.qmv_ws_cap;
+    return 0;
+}
+
 /* One launch of a qmv (rows beyond CUDA_QMV_MAX_ROWS only reach here when tc_ok or bulk_ok). */
 static int qmv_launch(cuda_qmv_args *a) {
     if (tc_ok(a)) return cuda_qmv_tc(a, g_cu.qmv_multirow, g_cu.st);
-    if (i8_ok(a)) {
-        if (cu_ensure(&g_cu.qmv_ws, &g_cu.qmv_ws_cap, cuda_qmv_i8_workspace_bytes(a->K)))
-            return -1;
-        a->ws = g_cu.qmv_ws;
-        a->ws_bytes = g_cu.qmv_ws_cap;
-        return cuda_qmv_i8(a, g_cu.st);
-    }
-    if (mma_ok(a)) {
-        if (cu_ensure(&g_cu.qmv_ws, &g_cu.qmv_ws_cap, cuda_qmv_mma_workspace_bytes(a->K)))
-            return -1;
-        a->ws = g_cu.qmv_ws;
-        a->ws_bytes = g_cu.qmv_ws_cap;
-        return cuda_qmv_mma(a, g_cu.st);
-    }
+    if (i8_ok(a)) return qmv_ws(a, cuda_qmv_i8_workspace_bytes(a->K)) ? -1 : cuda_qmv_i8(a, g_cu.st);
+    if (mma_ok(a))
+        return qmv_ws(a, cuda_qmv_mma_workspace_bytes(a->K)) ? -1 : cuda_qmv_mma(a, g_cu.st);
     if (a->rows >= g_cu.qmv_bulk_min_rows && bulk_ok(a)) {
-        if (cu_ensure(&g_cu.qmv_ws, &g_cu.qmv_ws_cap, cuda_qmv_bulk_workspace_bytes(a->K)))
-            return -1;
-        a->ws = g_cu.qmv_ws;
-        a->ws_bytes = g_cu.qmv_ws_cap;
+        if (qmv_ws(a, cuda_qmv_bulk_workspace_bytes(a->K))) return -1;
         /* all rows in one pass, unless MLXCEL_QMV_MULTIROW forces a window */
         const int win = g_cu.qmv_multirow > 0 ? g_cu.qmv_multirow : a->rows;
         for (int r0 = 0; r0 < a->rows; r0 += win) {
@@ -174,9 +168,7 @@ static int qmv_launch(cuda_qmv_args *a) {
         }
         return 0;
     }
-    if (cu_ensure(&g_cu.qmv_ws, &g_cu.qmv_ws_cap, cuda_qmv_workspace_bytes(a->K))) return -1;
-    a->ws = g_cu.qmv_ws;
-    a->ws_bytes = g_cu.qmv_ws_cap;
+    if (qmv_ws(a, cuda_qmv_workspace_bytes(a->K))) return -1;
     return cuda_qmv(a, qmv_window(a), g_cu.st);
 }
 

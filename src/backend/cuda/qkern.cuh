@@ -88,39 +88,6 @@ __device__ __forceinline__ float q_round_sb(float v, int sbt) {
     return v;
 }
 
-/* Scale or bias j of a batch's raw 16-bit words (bf16 or f16) as fp32 (the tensor-core
- * qmv kernels, qmv_mma.cu and qmv_i8.cu, load a batch's scales as raw words). */
-template <int SBT>
-__device__ __forceinline__ float qm_sb(const uint32_t *r, int j) {
-    const uint32_t w = r[j >> 1];
-    if (SBT == CUDA_QSB_BF16) return __uint_as_float((j & 1) ? w & 0xffff0000u : w << 16);
-    return __half2float(__ushort_as_half((unsigned short)((j & 1) ? w >> 16 : w & 0xffffu)));
-}
-
-/* The NW words (2 * NW groups from group index i of a [N, NG] array) of one row: one 8- or
- * 16-byte load when vec (aligned, inside the row), else group by group (zeros past NG). */
-template <int NW>
-__device__ __forceinline__ void qm_sb_batch(uint32_t r[NW], const void *p, size_t row0, int i,
-                                            int NG, bool vec) {
-    const uint16_t *h = (const uint16_t *)p + row0 + i;
-    if (vec) {
-        if (NW == 4) {
-            const uint4 v = __ldg((const uint4 *)h);
-            r[0] = v.x, r[1] = v.y, r[2 % NW] = v.z, r[3 % NW] = v.w;
-        } else {
-            const uint2 v = __ldg((const uint2 *)h);
-            r[0] = v.x, r[1 % NW] = v.y;
-        }
-        return;
-    }
-#pragma unroll
-    for (int j = 0; j < NW; j++) {
-        const uint32_t lo = i + 2 * j < NG ? __ldg(h + 2 * j) : 0u;
-        const uint32_t hi = i + 2 * j + 1 < NG ? __ldg(h + 2 * j + 1) : 0u;
-        r[j] = lo | hi << 16;
-    }
-}
-
 /* ==== Codes ==== */
 /* Nibbles 0 and 4 of w as bf16x2 (128 + q_0, 128 + q_4), exact: OR-ed into the mantissa of 128
  * by one LOP3 (written as C, the compiler may emit an AND and an OR). */

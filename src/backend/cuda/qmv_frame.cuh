@@ -1,0 +1,276 @@
+/* The frame the two tensor-core qmv kernels share (qmv_mma.cu: bf16 MMAs on fp32 x split
+ * into hi + lo; qmv_i8.cu: int8 MMAs on x rounded to int8): which weight rows and steps a
+ * warp owns, its load batches of packed codes and raw 16-bit scales, the B-source lane
+ * mapping, the in-CTA K-split reduction and the output write, and the launch grid. Included
+ * by those .cu files only.
+ *
+ * A step is 128 codes of K; a lane's chunk is 32 codes (one 16-byte load). A warp owns 16
+ * weight rows (lane (g, t): rows g and g + 8, the MMA's A rows) and a contiguous range of
+ * steps, whole load batches of QW_U steps; lane t loads chunk t of both rows. The MMA's B
+ * columns are (x row, group class): C = 128 / G groups per step, an n-tile holds 8 / C x
+ * rows, and a lane's D columns 2t, 2t + 1 are groups u * C + (2t) % C, u * C + (2t + 1) % C
+ * of batch step u. */
+#ifndef MLXCEL_BACKEND_CUDA_QMV_FRAME_CUH
+#define MLXCEL_BACKEND_CUDA_QMV_FRAME_CUH
+
+#include "backend/cuda/cuda_info.h"
+#include "backend/cuda/qkern.cuh"
+
+#define QW_WARPS 8 /* warps per CTA */
+#define QW_U 4     /* steps per load batch */
+#define QW_XW 32   /* per-step x columns (scales, sums): up to 4 n-tiles of 8 */
+#define QW_ROWS 8  /* x rows the workspaces hold (CUDA_QMV_MAX_ROWS) */
+
+__host__ __device__ constexpr int qw_steps(int K) { return (K + 127) / 128; }
+
+/* Scale or bias j of a batch's raw 16-bit words (bf16 or f16) as fp32. */
+template <int SBT>
+__device__ __forceinline__ float qw_sb(const uint32_t *r, int j) {
+    const uint32_t w = r[j >> 1];
+    if (SBT == CUDA_QSB_BF16) return __uint_as_float((j & 1) ? w & 0xffff0000u : w << 16);
+    return __half2float(__ushort_as_half((unsigned short)((j & 1) ? w >> 16 : w & 0xffffu)));
+}
+
+/* The NW words (2 * NW groups from group index i of a [N, NG] array) of one row: one 8- or
+ * 16-byte load when vec (aligned, inside the row), else group by group (zeros past NG). */
+template <int NW>
+__device__ __forceinline__ void qw_sb_batch(uint32_t r[NW], const void *p, size_t row0, int i,
+                                            int NG, bool vec) {
+    const uint16_t *h = (const uint16_t *)p + row0 + i;
+    if (vec) {
+        if (NW == 4) {
+            const uint4 v = __ldg((const uint4 *)h);
+            r[0] = v.x, r[1] = v.y, r[2 % NW] = v.z, r[3 % NW] = v.w;
+        } else {
+            const uint2 v = __ldg((const uint2 *)h);
+            r[0] = v.x, r[1 % NW] = v.y;
+        }
+        return;
+    }
+#pragma unroll
+    for (int j = 0; j < NW; j++) {
+        const uint32_t lo = i + 2 * j < NG ? __ldg(h + 2 * j) : 0u;
+        const uint32_t hi = i + 2 * j + 1 < NG ? __ldg(h + 2 * j + 1) : 0u;
+        r[j] = lo | hi << 16;
+    }
+}
+
+/* Prep kernels (256 threads a block, grid (ceil(S * 16 / 256), QW_ROWS)): the thread's x row
+ * r = blockIdx.y, step s, chunk t and word j (codes 8j..8j+7 of the chunk), and f = those 8
+ * values of x (zeros past K or `rows`). in: the step exists; threads past it must still
+ * take part in the caller's shuffles. The 4 * (G / 32) threads of a group are adjacent. */
+struct qw_prep_at {
+    int r, s, t, j;
+    bool in;
+};
+__device__ __forceinline__ qw_prep_at qw_prep_x(const float *x, long ldx, int rows, int K,
+                                                float f[8]) {
+    const int u = blockIdx.x * 256 + threadIdx.x;
+    const qw_prep_at at = {(int)blockIdx.y, u >> 4, (u >> 2) & 3, u & 3, (u >> 4) < qw_steps(K)};
+    const int k = at.s * 128 + 32 * at.t + 8 * at.j;
+#pragma unroll
+    for (int e = 0; e < 8; e++) f[e] = 0.f;
+    if (at.in && at.r < rows && k < K) {
+        const float *p = x + (size_t)at.r * ldx + k;
+        const float4 f0 = *(const float4 *)p, f1 = *(const float4 *)(p + 4);
+        f[0] = f0.x, f[1] = f0.y, f[2] = f0.z, f[3] = f0.w;
+        f[4] = f1.x, f[5] = f1.y, f[6] = f1.z, f[7] = f1.w;
+    }
+    return at;
+}
+
+/* One load batch: the packed chunks of QW_U steps (zeros past the warp's range or K) and the
+ * raw scales / biases of their groups for rows a and b. */
+template <int NW> struct qw_batch {
+    uint4 qa[QW_U], qb[QW_U];
+    uint32_t rs_a[NW], rb_a[NW], rs_b[NW], rb_b[NW];
+};
+
+template <int G, int NT> struct qw_frame {
+    static constexpr int C = 128 / G, CPG = G / 32, RPT = 8 / C;
+    static constexpr int NW = QW_U * C / 2; /* 16-bit scale words per row and batch */
+    qmv_seg sg;
+    int lane, warp, g, t, n0, wk, S, NG, sbeg, send;
+    bool sb_vec;
+    const uint8_t *wa, *wb;
+    size_t sa, sb;
+
+    __device__ __forceinline__ qw_frame(const qmv_segs &segs, int K, int ks) : sg(qmv_pick(segs)) {
+        lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+        n0 = (((int)blockIdx.x - sg.c0) * (QW_WARPS / ks) + warp / ks) * 16;
+        wk = warp % ks, S = qw_steps(K), NG = K / G;
+        /* whole load batches per warp: a batch's scales are one aligned load */
+        const int per = ((S + ks - 1) / ks + QW_U - 1) / QW_U * QW_U;
+        sbeg = wk * per, send = min(S, sbeg + per);
+        sb_vec = NG % (QW_U * C) == 0;
+        /* rows past N are clamped for the loads and never written */
+        const int na = min(n0 + g, sg.N - 1), nb = min(n0 + g + 8, sg.N - 1);
+        wa = (const uint8_t *)sg.w + (size_t)na * (K / 2) + t * 16;
+        wb = (const uint8_t *)sg.w + (size_t)nb * (K / 2) + t * 16;
+        sa = (size_t)na * NG, sb = (size_t)nb * NG;
+    }
+
+    /* B source of n-tile nt for x quads laid out [x row][step][QPS] with the zero quads at
+     * slot 4 + t of x row 0's: column g is x row nt * RPT + g / C, class g % C; chunk t is
+     * in class t / CPG, and lanes off that diagonal read zeros. */
+    __device__ __forceinline__ const uint4 *xsrc(const uint4 *xq, int nt, int rows,
+                                                 int qps) const {
+        const int br = nt * RPT + g / C;
+        const bool on = g % C == t / CPG && br < rows;
+        return on ? xq + (size_t)br * S * qps + t : xq + 4 + t;
+    }
+
+    __device__ __forceinline__ void load(qw_batch<NW> &bt, int s0, int K) const {
+#pragma unroll
+        for (int u = 0; u < QW_U; u++) {
+            const int s = s0 + u;
+            if (s < send && s * 128 + 32 * t < K) {
+                bt.qa[u] = ldg_stream16(wa + (size_t)s * 64);
+                bt.qb[u] = ldg_stream16(wb + (size_t)s * 64);
+            } else {
+                bt.qa[u] = bt.qb[u] = make_uint4(0, 0, 0, 0);
+            }
+        }
+        const bool vec = sb_vec && s0 + QW_U <= S;
+        qw_sb_batch<NW>(bt.rs_a, sg.s, sa, s0 * C, NG, vec);
+        qw_sb_batch<NW>(bt.rb_a, sg.b, sa, s0 * C, NG, vec);
+        qw_sb_batch<NW>(bt.rs_b, sg.s, sb, s0 * C, NG, vec);
+        qw_sb_batch<NW>(bt.rb_b, sg.b, sb, s0 * C, NG, vec);
+    }
+
+    /* Scales (s) and biases (b) of this lane's D entries at batch step u, in D order:
+     * (row a, column 2t), (a, 2t + 1), (row b, 2t), (b, 2t + 1). */
+    template <int SBT>
+    __device__ __forceinline__ void scales(const qw_batch<NW> &bt, int u, float s[4],
+                                           float b[4]) const {
+        const int j0 = u * C, j1 = u * C + (C - 1);
+        s[0] = qw_sb<SBT>(bt.rs_a, j0), s[1] = qw_sb<SBT>(bt.rs_a, j1);
+        s[2] = qw_sb<SBT>(bt.rs_b, j0), s[3] = qw_sb<SBT>(bt.rs_b, j1);
+        b[0] = qw_sb<SBT>(bt.rb_a, j0), b[1] = qw_sb<SBT>(bt.rb_a, j1);
+        b[2] = qw_sb<SBT>(bt.rb_b, j0), b[3] = qw_sb<SBT>(bt.rb_b, j1);
+    }
+
+    /* The ks warps on the same rows add their totals in a fixed order (reproducible), then
+     * warp wk 0 writes: C == 1: columns 2t, 2t + 1 are x rows; C == 2: the two groups of x
+     * row t. */
+    __device__ __forceinline__ void finish(float acc[NT][4], float (*red)[NT * 4][32], int rows,
+                                           int ks) const {
+        if (ks > 1) {
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) red[warp][nt * 4 + i][lane] = acc[nt][i];
+            __syncthreads();
+            if (wk != 0) return;
+            for (int w = 1; w < ks; w++)
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                    for (int i = 0; i < 4; i++) acc[nt][i] += red[warp + w][nt * 4 + i][lane];
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int n = n0 + g + 8 * h;
+                if (n >= sg.N) continue;
+                if (C == 1) {
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const int r = nt * 8 + 2 * t + e;
+                        if (r < rows) sg.y[(size_t)r * sg.ldy + n] = acc[nt][2 * h + e];
+                    }
+                } else {
+                    const int r = nt * RPT + t;
+                    if (r < rows)
+                        sg.y[(size_t)r * sg.ldy + n] = acc[nt][2 * h] + acc[nt][2 * h + 1];
+                }
+            }
+    }
+};
+
+/* The kernels' walk: the warp's frame, its B sources (x quads, qps per x row and step),
+ * the load batches (the first before pdl_wait: the prep kernel may still be writing x),
+ * step(f, batch, u, s, xl, acc) per step of each batch, then the K-split sum and the write. */
+template <int G, int NT, class Step>
+__device__ __forceinline__ void qw_run(const qmv_segs &segs, const uint4 *xq, int qps, int rows,
+                                       int K, int ks, float (*red)[NT * 4][32], Step step) {
+    const qw_frame<G, NT> f(segs, K, ks);
+    const uint4 *xl[NT];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) xl[nt] = f.xsrc(xq, nt, rows, qps);
+    float acc[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
+    bool waited = false;
+    for (int s0 = f.sbeg; s0 < f.send; s0 += QW_U) {
+        qw_batch<qw_frame<G, NT>::NW> bt;
+        f.load(bt, s0, K);
+        if (!waited) {
+            pdl_wait();
+            pdl_trigger();
+            waited = true;
+        }
+#pragma unroll
+        for (int u = 0; u < QW_U; u++) {
+            const int s = s0 + u;
+            if (s >= f.send) break; /* warp-uniform */
+            step(f, bt, u, s, xl, acc);
+        }
+    }
+    if (!waited) pdl_wait(); /* a warp with no steps still writes after the wait */
+    f.finish(acc, red, rows, ks);
+}
+
+/* Host: the K split and the grid. Warps on the same rows split K until the grid holds wps
+ * warps per SM, keeping >= mb load batches per warp; segs.cta0 is filled. Returns ks. */
+static inline int qw_grid(qmv_segs &segs, int S, int wps, int mb, int *grid) {
+    int tiles = 0;
+    for (int i = 0; i < segs.n; i++) tiles += (segs.N[i] + 15) / 16;
+    int ks = 1;
+    while (ks < QW_WARPS && tiles * ks < wps * cuda_sm_count() && S >= mb * ks * QW_U) ks *= 2;
+    const int tiles_per_cta = QW_WARPS / ks;
+    *grid = 0;
+    for (int i = 0; i < segs.n; i++) {
+        segs.cta0[i] = *grid;
+        *grid += ((segs.N[i] + 15) / 16 + tiles_per_cta - 1) / tiles_per_cta;
+    }
+    return ks;
+}
+
+/* Host: the arguments both kernels take: 4-bit, group 64 / 128, 1..CUDA_QMV_MAX_ROWS rows,
+ * x 16-byte aligned with ldx % 4 == 0, bf16 / f16 scales. */
+static inline int qw_supported(const cuda_qmv_args *a) {
+    return a && a->bits == 4 && (a->group == 64 || a->group == 128) && a->rows >= 1 &&
+           a->rows <= CUDA_QMV_MAX_ROWS && a->K >= a->group && a->K % a->group == 0 && a->x &&
+           ((uintptr_t)a->x & 15) == 0 && a->ldx >= a->K && a->ldx % 4 == 0 &&
+           (a->sb_dtype == CUDA_QSB_BF16 || a->sb_dtype == CUDA_QSB_F16);
+}
+
+/* Host: a supported launch with its segments and a workspace of >= ws_bytes (16-byte
+ * aligned) into segs; else cudaErrorInvalidValue. */
+static inline int qw_args(const cuda_qmv_args *a, size_t ws_bytes, qmv_segs *segs) {
+    if (!qw_supported(a) || a->n_segs < 1 || a->n_segs > CUDA_QMV_MAX_SEGS || !a->ws ||
+        ((uintptr_t)a->ws & 15) || a->ws_bytes < ws_bytes || qmv_segs_fill(a, segs, true))
+        return (int)cudaErrorInvalidValue;
+    return 0;
+}
+
+/* Host: L<G, SBT, NT>::go for the launch's group, scale dtype and n-tiles (8 / C x rows
+ * each: g64 4, g128 8). */
+template <template <int, int, int> class L, int G>
+static int qw_dispatch_g(qmv_segs &segs, const cuda_qmv_args *a, cudaStream_t st) {
+    if constexpr (G == 64) {
+        if (a->rows > 4)
+            return a->sb_dtype == CUDA_QSB_BF16 ? L<G, CUDA_QSB_BF16, 2>::go(segs, a, st)
+                                                : L<G, CUDA_QSB_F16, 2>::go(segs, a, st);
+    }
+    return a->sb_dtype == CUDA_QSB_BF16 ? L<G, CUDA_QSB_BF16, 1>::go(segs, a, st)
+                                        : L<G, CUDA_QSB_F16, 1>::go(segs, a, st);
+}
+template <template <int, int, int> class L>
+static int qw_dispatch(qmv_segs &segs, const cuda_qmv_args *a, cudaStream_t st) {
+    return a->group == 64 ? qw_dispatch_g<L, 64>(segs, a, st) : qw_dispatch_g<L, 128>(segs, a, st);
+}
+
+#endif
