@@ -138,8 +138,8 @@ static void test_matmul_q(int rows, int N, int K, int bits, int group, mx_dtype 
     long bad = 0;
     /* the dispatch of cuda_qmatmul.c (x from the allocator: 16-byte aligned) */
     const bool tc = g_cu.qmv_tc && (bits == 4 || bits == 8) && rows <= CUDA_QMV_TC_MAX_ROWS;
-    const bool i8 = !tc && bits == 4 && (group == 64 || group == 128) && rows >= 1 &&
-                    rows <= g_cu.qmv_i8 && sbt != MX_F32;
+    const bool i8 = !tc && (bits == 4 || bits == 8) && (group == 64 || group == 128) &&
+                    rows >= 1 && rows <= g_cu.qmv_i8 && sbt != MX_F32;
     const bool mma = !tc && !i8 && bits == 4 && (group == 64 || group == 128) && rows >= 1 &&
                      rows <= g_cu.qmv_mma && sbt != MX_F32 && N <= 4096;
     const bool bulk = !g_cu.qmv_tc && !i8 && !mma && g_cu.qmv_bulk && (bits == 4 || bits == 8) &&
@@ -150,7 +150,12 @@ static void test_matmul_q(int rows, int N, int K, int bits, int group, mx_dtype 
                                  eps_for(sbt, qmm || bulk) + (i8 ? I8_EPS : 0), &bad);
     char what[160];
     snprintf(what, sizeof what, "matmul_q %s %d rows [%d x %d] %d-bit g%d %s%s",
-             qmm ? "qmm" : tc ? "qmv-tc" : i8 ? "qmv-i8" : mma ? "qmv-mma" : bulk ? "qmv-bulk" : "qmv",
+             qmm    ? "qmm"
+             : tc   ? "qmv-tc"
+             : i8   ? "qmv-i8"
+             : mma  ? "qmv-mma"
+             : bulk ? "qmv-bulk"
+                    : "qmv",
              rows, N, K, bits, group, sb_name(sbt),
              bias ? " +bias" : "");
     gt_report(what, q, 1.0, bad);
@@ -387,13 +392,15 @@ static void test_qmv_tc_refusals(void) {
         int (*supported)(const cuda_qmv_args *);
         int (*run)(const cuda_qmv_args *, cudaStream_t);
         size_t (*ws_bytes)(int);
-    } k4[] = {{"cuda_qmv_mma", cuda_qmv_mma_supported, cuda_qmv_mma, cuda_qmv_mma_workspace_bytes},
-              {"cuda_qmv_i8", cuda_qmv_i8_supported, cuda_qmv_i8, cuda_qmv_i8_workspace_bytes}};
+        int bad_bits; /* the first width it refuses */
+    } k4[] = {
+        {"cuda_qmv_mma", cuda_qmv_mma_supported, cuda_qmv_mma, cuda_qmv_mma_workspace_bytes, 8},
+        {"cuda_qmv_i8", cuda_qmv_i8_supported, cuda_qmv_i8, cuda_qmv_i8_workspace_bytes, 3}};
     for (size_t i = 0; i < sizeof k4 / sizeof k4[0]; i++) {
         a.x = dummy, a.K = 64, a.rows = 1, a.group = 64, a.bits = 4, a.sb_dtype = CUDA_QSB_BF16;
         a.ws = dummy, a.ws_bytes = k4[i].ws_bytes(64);
         bad = !k4[i].supported(&a);
-        a.bits = 8;
+        a.bits = k4[i].bad_bits;
         bad += k4[i].supported(&a) || k4[i].run(&a, g_cu.st) != (int)cudaErrorInvalidValue;
         a.bits = 4, a.group = 32, bad += k4[i].supported(&a);
         a.group = 64, a.rows = CUDA_QMV_MAX_ROWS + 1, bad += k4[i].supported(&a);
@@ -402,8 +409,8 @@ static void test_qmv_tc_refusals(void) {
         a.sb_dtype = CUDA_QSB_BF16, a.ws_bytes = 16;
         bad += k4[i].run(&a, g_cu.st) != (int)cudaErrorInvalidValue;
         char what[160];
-        snprintf(what, sizeof what, "%s refuses bits 8, group 32, 9 rows, unaligned x, f32 "
-                 "scales, a short workspace", k4[i].name);
+        snprintf(what, sizeof what, "%s refuses bits %d, group 32, 9 rows, unaligned x, f32 "
+                 "scales, a short workspace", k4[i].name, k4[i].bad_bits);
         gt_report(what, bad, 0, 0);
     }
     g_gpu->free(dummy);
@@ -567,11 +574,14 @@ int gt_run_quant_tests(const char *src_dir) {
     test_qmv_tc(8, 17, 14336, 4, 64, MX_F16, 1, 0, QT_MMA); /* long K */
     test_qmv_tc(3, 17, 14336 + 128, 4, 128, MX_BF16, 2, 0, QT_MMA); /* a partial last batch */
     test_qmv_tc(2, 40, 64, 4, 64, MX_BF16, 2, 0, QT_MMA);   /* one group */
-    /* the int8-activation kernel: the same cases */
-    for (size_t g = 1; g < 3; g++)
-        for (size_t r = 0; r < sizeof mma_rows / sizeof mma_rows[0]; r++, c++)
-            test_qmv_tc(mma_rows[r], 131, r % 2 ? 640 : 4096, 4, groups[g], sbts[c % 2],
-                        1 + (int)(r % 3), 0, QT_I8);
+    /* the int8-activation kernel: the same cases, 4- and 8-bit */
+    for (int b8 = 0; b8 < 2; b8++)
+        for (size_t g = 1; g < 3; g++)
+            for (size_t r = 0; r < sizeof mma_rows / sizeof mma_rows[0]; r++, c++)
+                test_qmv_tc(mma_rows[r], 131, r % 2 ? 640 : 4096, b8 ? 8 : 4, groups[g],
+                            sbts[c % 2], 1 + (int)(r % 3), 0, QT_I8);
+    test_qmv_tc(8, 17, 14336, 8, 64, MX_BF16, 1, 0, QT_I8);
+    test_qmv_tc(2, 40, 64, 8, 64, MX_F16, 2, 0, QT_I8);
     test_qmv_tc(1, 4000, 1024, 4, 64, MX_BF16, 3, 0, QT_I8);
     test_qmv_tc(8, 17, 14336, 4, 64, MX_F16, 1, 0, QT_I8);
     test_qmv_tc(3, 17, 14336 + 128, 4, 128, MX_BF16, 2, 0, QT_I8);

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # GPU machine, one call: the int8-activation qmv (qmv_i8.cu) checked and timed. The quant and
 # e2e groups of test_cuda as is and with MLXCEL_QMV_I8=8; the 4-bit op bench (qmv_i8 against
-# qmv_mma, the CUDA-core and the streaming qmv, 8B shapes, 1 / 8 / 32 rows); 8B q4g64 decode
-# at B=1 and 8 with MLXCEL_QMV_I8 off / 1 / 8; then `mlxcel compare` of that checkpoint
-# against its bf16 source as is and with MLXCEL_QMV_I8=8 (top-1, KL). Short lines only.
+# qmv_mma, the CUDA-core and the streaming qmv, 8B shapes, 1 / 8 / 32 rows, 4- and 8-bit);
+# 8B q4g64 and q8g64 decode at B=1 and 8 with MLXCEL_QMV_I8 off / 1 / 8; then `mlxcel
+# compare` of those checkpoints against their bf16 source as is and with MLXCEL_QMV_I8=8
+# (top-1, KL). Short lines only.
 #   bash tools/diag/qmv_i8_check.sh
 set -u
 . bench/device_env.sh
@@ -16,18 +17,21 @@ for e in - MLXCEL_QMV_I8=8; do
   echo "== test quant,e2e $e: rc $? $(tail -1 "$D/test-$n.log"), $((SECONDS - T0)) s"
   grep '^FAIL' "$D/test-$n.log" | head -5 | cut -c1-160
 done
-QMV_BITS=4 timeout 150 .carry/dev/cuda_ops_bench --only qmv > "$D/qmv.log" 2>&1
+timeout 200 .carry/dev/cuda_ops_bench --only qmv > "$D/qmv.log" 2>&1
 echo "== op bench: rc $? $((SECONDS - T0)) s"
 grep -E '^ +time (qmv_i8|qmv_mma16|old qmv|qmv_bulk0)|FAIL|qmv_i8 vs' "$D/qmv.log" |
-  sed -E 's/ +min +[0-9.]+ us//; s/ +/ /g; s/ GB.s.*//; s/q4g64 //' | cut -c1-90
-BATCH=1,8 AB="- MLXCEL_QMV_I8=1 MLXCEL_QMV_I8=8" QUANT="4:64" BF16=0 REPEAT=2 \
-  timeout 240 bash tools/diag/quant_b1.sh 2>&1 | grep -E "^llama|==" | awk '{print $2,$3,$6,$12}'
+  sed -E 's/ +min +[0-9.]+ us//; s/ +/ /g; s/ GB.s.*//' | cut -c1-90
+BATCH=1,8 AB="- MLXCEL_QMV_I8=1 MLXCEL_QMV_I8=8" QUANT="4:64 8:64" BF16=0 REPEAT=2 \
+  timeout 330 bash tools/diag/quant_b1.sh 2>&1 | grep -E "^llama|==" | awk '{print $1,$2,$3,$6,$12}'
 W=/tmp/mlxcel-dev; S=$W/llama-3.1-8b
 ids=$(python3 -c "import random; r=random.Random(7)
 print(','.join(str(r.randrange(1000, 100000)) for _ in range(32)))")
-for e in - MLXCEL_QMV_I8=8; do
-  env $(ab_env $e) timeout 90 .carry/dev/mlxcel compare -m "$S-q4g64" --ref "$S" \
-    --prompt-ids "$ids" -n 256 --device cuda --json 2> /dev/null |
-    python3 -c "import json,sys; j=json.load(sys.stdin); print('compare $e', j['top1_agreement_pct'], j['kl_mean'])"
+for q in q4g64 q8g64; do
+  for e in - MLXCEL_QMV_I8=8; do
+    env $(ab_env $e) timeout 90 .carry/dev/mlxcel compare -m "$S-$q" --ref "$S" \
+      --prompt-ids "$ids" -n 256 --device cuda --json 2> /dev/null |
+      python3 -c "import json,sys; j=json.load(sys.stdin)
+print('compare $q $e', j['top1_agreement_pct'], j['kl_mean'])"
+  done
 done
 echo "== done: $((SECONDS - T0)) s"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Pure-Python model of qmv_i8.cu's index math (prep layout, m16n8k32 u8 x s8 fragments per the
+"""Pure-Python model of qmv_i8.cu's index math (4- and 8-bit) (prep layout, m16n8k32 u8 x s8 fragments per the
 PTX ISA, the column trick, the per-group scaling) against the plain dot product, on small
 shapes: a design check (not wired into the tests; the GPU tests check the kernel itself).
 Prints the worst |y - ref| / sum |w x| per case (int8 x: ~1e-3; a wrong mapping: ~1).
@@ -9,19 +9,22 @@ import random, struct
 random.seed(1)
 def u32(x): return x & 0xffffffff
 def s8(b): return b - 256 if b >= 128 else b
-def run(N, K, G, rows):
+def run(N, K, G, rows, BITS=4):
     C, CPG, RPT = 128 // G, G // 32, 8 // (128 // G)
     NT = 2 if (G == 64 and rows > 4) else 1
     S = (K + 127) // 128; NG = K // G
-    W = [[random.randrange(16) for _ in range(K)] for _ in range(N)]
+    W = [[random.randrange(1 << BITS) for _ in range(K)] for _ in range(N)]
     sc = [[random.uniform(-0.1, 0.1) for _ in range(NG)] for _ in range(N)]
     bi = [[random.uniform(-0.1, 0.1) for _ in range(NG)] for _ in range(N)]
     X = [[random.uniform(-1, 1) for _ in range(K)] for _ in range(rows)]
     # packed bytes per row
     def rowbytes(n):
-        bs = bytearray(K // 2)
+        bs = bytearray(K * BITS // 8)
         for i in range(K):
-            bs[i // 2] |= W[n][i] << (4 * (i % 2))
+            if BITS == 4:
+                bs[i // 2] |= W[n][i] << (4 * (i % 2))
+            else:
+                bs[i] = W[n][i]
         return bs
     RB = [rowbytes(n) for n in range(N)]
     # prep
@@ -49,8 +52,12 @@ def run(N, K, G, rows):
                         if r < rows:
                             key = (r, s, j // 2, t)
                             xq.setdefault(key, [0, 0, 0, 0])
-                            xq[key][(j & 1) * 2] = pk(q[0], q[2], q[4], q[6])
-                            xq[key][(j & 1) * 2 + 1] = pk(q[1], q[3], q[5], q[7])
+                            if BITS == 4:
+                                xq[key][(j & 1) * 2] = pk(q[0], q[2], q[4], q[6])
+                                xq[key][(j & 1) * 2 + 1] = pk(q[1], q[3], q[5], q[7])
+                            else:
+                                xq[key][(j & 1) * 2] = pk(q[0], q[1], q[2], q[3])
+                                xq[key][(j & 1) * 2 + 1] = pk(q[4], q[5], q[6], q[7])
                             if r == 0:
                                 xq[(0, s, j // 2, 4 + t)] = [0, 0, 0, 0]
     # kernel, ks = 1, one warp per 16 rows
@@ -65,12 +72,18 @@ def run(N, K, G, rows):
                     for lane in range(32):
                         g, t = lane >> 2, lane & 3
                         na, nb = min(n0 + g, N - 1), min(n0 + g + 8, N - 1)
-                        def word(n):
-                            off = s * 64 + 16 * t + 4 * w
+                        LQ = BITS // 4
+                        def word(n, i):
+                            off = s * 64 * LQ + 16 * LQ * t + 4 * i
                             if s * 128 + 32 * t >= K: return 0
                             return struct.unpack('<I', bytes(RB[n][off:off + 4]))[0]
-                        wa, wb = word(na), word(nb)
-                        regs = [wa & 0x0F0F0F0F, wb & 0x0F0F0F0F, (wa >> 4) & 0x0F0F0F0F, (wb >> 4) & 0x0F0F0F0F]
+                        if BITS == 4:
+                            wa, wb = word(na, w), word(nb, w)
+                            regs = [wa & 0x0F0F0F0F, wb & 0x0F0F0F0F, (wa >> 4) & 0x0F0F0F0F,
+                                    (wb >> 4) & 0x0F0F0F0F]
+                        else:
+                            regs = [word(na, 2 * w), word(nb, 2 * w), word(na, 2 * w + 1),
+                                    word(nb, 2 * w + 1)]
                         for ri, reg in enumerate(regs):
                             m = g + (8 if ri in (1, 3) else 0)
                             kb = 4 * t + (16 if ri >= 2 else 0)
@@ -118,5 +131,7 @@ def run(N, K, G, rows):
             assert Y[r][n] is not None, (r, n)
             worst = max(worst, abs(Y[r][n] - ref) / den)
     return worst
-for (N, K, G, rows) in [(16, 256, 64, 1), (20, 384, 64, 3), (16, 256, 128, 1), (24, 256, 128, 8), (16, 256, 64, 6), (16, 64, 64, 2), (17, 640, 64, 5)]:
-    print(N, K, G, rows, "worst rel", run(N, K, G, rows))
+for BITS in (4, 8):
+    for (N, K, G, rows) in [(16, 256, 64, 1), (20, 384, 64, 3), (16, 256, 128, 1), (24, 256, 128, 8),
+                            (16, 256, 64, 6), (16, 64, 64, 2), (17, 640, 64, 5)]:
+        print(f"{BITS}-bit", N, K, G, rows, "worst rel", run(N, K, G, rows, BITS))

@@ -409,7 +409,7 @@ static void be_describe(char *buf, size_t len) {
                                                              : "";
     char mr[40], tm[40], ks[24], mm[128] = "";
     if (!g_cu.qmv_tc && g_cu.qmv_i8)
-        snprintf(mm, sizeof mm, " (qmv_i8, int8 x, for 4-bit launches of <= %d rows)",
+        snprintf(mm, sizeof mm, " (qmv_i8, int8 x, for 4/8-bit launches of <= %d rows)",
                  g_cu.qmv_i8);
     else if (!g_cu.qmv_tc && g_cu.qmv_mma)
         snprintf(mm, sizeof mm, " (qmv_mma for 4-bit launches of <= 4096 outputs, <= %d rows)",

@@ -241,7 +241,8 @@ int cuda_qmv_bulk_variants(void);
 size_t cuda_qmv_mma_workspace_bytes(int K);
 int cuda_qmv_mma_supported(const cuda_qmv_args *a);
 int cuda_qmv_mma(const cuda_qmv_args *a, cudaStream_t st);
-/* Int8 tensor-core qmv (qmv_i8.cu): the contract of cuda_qmv_mma, but x is quantized to int8
+/* Int8 tensor-core qmv (qmv_i8.cu): the contract of cuda_qmv_mma, bits 4 and 8 (8-bit codes
+ * feed the u8 MMA as they are), but x is quantized to int8
  * per group (scale absmax / 127), as llama.cpp's q8_1 activations: results differ from the
  * fp32-x kernels by that rounding. ws: cuda_qmv_i8_workspace_bytes(K), rewritten by every
  * launch. */

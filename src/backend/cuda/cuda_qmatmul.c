@@ -1,6 +1,6 @@
 /* Quantized matmul dispatch of the CUDA backend (backend_ops.matmul_q).
  *
- * With MLXCEL_QMV_I8=N (off by default): 4-bit weights, group 64 / 128, 1..N rows: the
+ * With MLXCEL_QMV_I8=N (off by default): 4- and 8-bit weights, group 64 / 128, 1..N rows: the
  * int8-activation tensor-core qmv (qmv_i8.cu). With MLXCEL_QMV_MMA=N (default 1: one row):
  * the same weights, 1..N rows, <= 4096 output rows per launch: the tensor-core qmv
  * (qmv_mma.cu; see mma_ok). Then 4-
@@ -123,7 +123,7 @@ static bool mma_ok(const cuda_qmv_args *a) {
 }
 
 /* MLXCEL_QMV_I8=N (off by default, not yet measured): the int8-activation tensor-core qmv
- * (qmv_i8.cu) takes 1..N rows of every 4-bit g64 / g128 launch, ahead of qmv_mma. */
+ * (qmv_i8.cu) takes 1..N rows of every 4- and 8-bit g64 / g128 launch, ahead of qmv_mma. */
 static bool i8_ok(const cuda_qmv_args *a) {
     return !g_cu.qmv_tc && a->rows >= 1 && a->rows <= g_cu.qmv_i8 && cuda_qmv_i8_supported(a);
 }

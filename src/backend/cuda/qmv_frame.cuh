@@ -6,7 +6,8 @@
  *
  * A step is 128 codes of K; a lane's chunk is 32 codes (one 16-byte load). A warp owns 16
  * weight rows (lane (g, t): rows g and g + 8, the MMA's A rows) and a contiguous range of
- * steps, whole load batches of QW_U steps; lane t loads chunk t of both rows. The MMA's B
+ * steps, whole load batches of U steps; lane t loads chunk t of both rows (BITS / 4 16-byte
+ * loads: 8-bit codes take twice the bytes, and a batch half the steps). The MMA's B
  * columns are (x row, group class): C = 128 / G groups per step, an n-tile holds 8 / C x
  * rows, and a lane's D columns 2t, 2t + 1 are groups u * C + (2t) % C, u * C + (2t + 1) % C
  * of batch step u. */
@@ -17,7 +18,6 @@
 #include "backend/cuda/qkern.cuh"
 
 #define QW_WARPS 8 /* warps per CTA */
-#define QW_U 4     /* steps per load batch */
 #define QW_XW 32   /* per-step x columns (scales, sums): up to 4 n-tiles of 8 */
 #define QW_ROWS 8  /* x rows the workspaces hold (CUDA_QMV_MAX_ROWS) */
 
@@ -38,7 +38,9 @@ __device__ __forceinline__ void qw_sb_batch(uint32_t r[NW], const void *p, size_
                                             int NG, bool vec) {
     const uint16_t *h = (const uint16_t *)p + row0 + i;
     if (vec) {
-        if (NW == 4) {
+        if (NW == 1) {
+            r[0] = __ldg((const uint32_t *)h);
+        } else if (NW == 4) {
             const uint4 v = __ldg((const uint4 *)h);
             r[0] = v.x, r[1] = v.y, r[2 % NW] = v.z, r[3 % NW] = v.w;
         } else {
@@ -79,16 +81,19 @@ __device__ __forceinline__ qw_prep_at qw_prep_x(const float *x, long ldx, int ro
     return at;
 }
 
-/* One load batch: the packed chunks of QW_U steps (zeros past the warp's range or K) and the
- * raw scales / biases of their groups for rows a and b. */
-template <int NW> struct qw_batch {
-    uint4 qa[QW_U], qb[QW_U];
+/* One load batch: the packed chunks of U steps (LQ 16-byte quads a row; zeros past the
+ * warp's range or K) and the raw scales / biases of their groups for rows a and b. */
+template <int NW, int U, int LQ> struct qw_batch {
+    uint4 qa[U][LQ], qb[U][LQ];
     uint32_t rs_a[NW], rb_a[NW], rs_b[NW], rb_b[NW];
 };
 
-template <int G, int NT> struct qw_frame {
+template <int G, int NT, int BITS = 4> struct qw_frame {
     static constexpr int C = 128 / G, CPG = G / 32, RPT = 8 / C;
-    static constexpr int NW = QW_U * C / 2; /* 16-bit scale words per row and batch */
+    static constexpr int LQ = BITS / 4;         /* 16-byte loads per lane, row and step */
+    static constexpr int U = BITS == 4 ? 4 : 2; /* steps per load batch: the same bytes */
+    static constexpr int NW = U * C / 2;        /* 16-bit scale words per row and batch */
+    using batch = qw_batch<NW, U, LQ>;
     qmv_seg sg;
     int lane, warp, g, t, n0, wk, S, NG, sbeg, send;
     bool sb_vec;
@@ -100,13 +105,13 @@ template <int G, int NT> struct qw_frame {
         n0 = (((int)blockIdx.x - sg.c0) * (QW_WARPS / ks) + warp / ks) * 16;
         wk = warp % ks, S = qw_steps(K), NG = K / G;
         /* whole load batches per warp: a batch's scales are one aligned load */
-        const int per = ((S + ks - 1) / ks + QW_U - 1) / QW_U * QW_U;
+        const int per = ((S + ks - 1) / ks + U - 1) / U * U;
         sbeg = wk * per, send = min(S, sbeg + per);
-        sb_vec = NG % (QW_U * C) == 0;
+        sb_vec = NG % (U * C) == 0;
         /* rows past N are clamped for the loads and never written */
         const int na = min(n0 + g, sg.N - 1), nb = min(n0 + g + 8, sg.N - 1);
-        wa = (const uint8_t *)sg.w + (size_t)na * (K / 2) + t * 16;
-        wb = (const uint8_t *)sg.w + (size_t)nb * (K / 2) + t * 16;
+        wa = (const uint8_t *)sg.w + (size_t)na * (K * BITS / 8) + t * 16 * LQ;
+        wb = (const uint8_t *)sg.w + (size_t)nb * (K * BITS / 8) + t * 16 * LQ;
         sa = (size_t)na * NG, sb = (size_t)nb * NG;
     }
 
@@ -120,18 +125,22 @@ template <int G, int NT> struct qw_frame {
         return on ? xq + (size_t)br * S * qps + t : xq + 4 + t;
     }
 
-    __device__ __forceinline__ void load(qw_batch<NW> &bt, int s0, int K) const {
+    __device__ __forceinline__ void load(batch &bt, int s0, int K) const {
 #pragma unroll
-        for (int u = 0; u < QW_U; u++) {
+        for (int u = 0; u < U; u++) {
             const int s = s0 + u;
             if (s < send && s * 128 + 32 * t < K) {
-                bt.qa[u] = ldg_stream16(wa + (size_t)s * 64);
-                bt.qb[u] = ldg_stream16(wb + (size_t)s * 64);
+#pragma unroll
+                for (int q = 0; q < LQ; q++) {
+                    bt.qa[u][q] = ldg_stream16(wa + (size_t)s * 64 * LQ + 16 * q);
+                    bt.qb[u][q] = ldg_stream16(wb + (size_t)s * 64 * LQ + 16 * q);
+                }
             } else {
-                bt.qa[u] = bt.qb[u] = make_uint4(0, 0, 0, 0);
+#pragma unroll
+                for (int q = 0; q < LQ; q++) bt.qa[u][q] = bt.qb[u][q] = make_uint4(0, 0, 0, 0);
             }
         }
-        const bool vec = sb_vec && s0 + QW_U <= S;
+        const bool vec = sb_vec && s0 + U <= S;
         qw_sb_batch<NW>(bt.rs_a, sg.s, sa, s0 * C, NG, vec);
         qw_sb_batch<NW>(bt.rb_a, sg.b, sa, s0 * C, NG, vec);
         qw_sb_batch<NW>(bt.rs_b, sg.s, sb, s0 * C, NG, vec);
@@ -141,7 +150,7 @@ template <int G, int NT> struct qw_frame {
     /* Scales (s) and biases (b) of this lane's D entries at batch step u, in D order:
      * (row a, column 2t), (a, 2t + 1), (row b, 2t), (b, 2t + 1). */
     template <int SBT>
-    __device__ __forceinline__ void scales(const qw_batch<NW> &bt, int u, float s[4],
+    __device__ __forceinline__ void scales(const batch &bt, int u, float s[4],
                                            float b[4]) const {
         const int j0 = u * C, j1 = u * C + (C - 1);
         s[0] = qw_sb<SBT>(bt.rs_a, j0), s[1] = qw_sb<SBT>(bt.rs_a, j1);
@@ -192,10 +201,11 @@ template <int G, int NT> struct qw_frame {
 /* The kernels' walk: the warp's frame, its B sources (x quads, qps per x row and step),
  * the load batches (the first before pdl_wait: the prep kernel may still be writing x),
  * step(f, batch, u, s, xl, acc) per step of each batch, then the K-split sum and the write. */
-template <int G, int NT, class Step>
+template <int G, int NT, int BITS, class Step>
 __device__ __forceinline__ void qw_run(const qmv_segs &segs, const uint4 *xq, int qps, int rows,
                                        int K, int ks, float (*red)[NT * 4][32], Step step) {
-    const qw_frame<G, NT> f(segs, K, ks);
+    using F = qw_frame<G, NT, BITS>;
+    const F f(segs, K, ks);
     const uint4 *xl[NT];
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) xl[nt] = f.xsrc(xq, nt, rows, qps);
@@ -203,8 +213,8 @@ __device__ __forceinline__ void qw_run(const qmv_segs &segs, const uint4 *xq, in
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
     bool waited = false;
-    for (int s0 = f.sbeg; s0 < f.send; s0 += QW_U) {
-        qw_batch<qw_frame<G, NT>::NW> bt;
+    for (int s0 = f.sbeg; s0 < f.send; s0 += F::U) {
+        typename F::batch bt;
         f.load(bt, s0, K);
         if (!waited) {
             pdl_wait();
@@ -212,7 +222,7 @@ __device__ __forceinline__ void qw_run(const qmv_segs &segs, const uint4 *xq, in
             waited = true;
         }
 #pragma unroll
-        for (int u = 0; u < QW_U; u++) {
+        for (int u = 0; u < F::U; u++) {
             const int s = s0 + u;
             if (s >= f.send) break; /* warp-uniform */
             step(f, bt, u, s, xl, acc);
@@ -223,12 +233,13 @@ __device__ __forceinline__ void qw_run(const qmv_segs &segs, const uint4 *xq, in
 }
 
 /* Host: the K split and the grid. Warps on the same rows split K until the grid holds wps
- * warps per SM, keeping >= mb load batches per warp; segs.cta0 is filled. Returns ks. */
-static inline int qw_grid(qmv_segs &segs, int S, int wps, int mb, int *grid) {
+ * warps per SM, keeping >= mb load batches of u steps per warp; segs.cta0 is filled.
+ * Returns ks. */
+static inline int qw_grid(qmv_segs &segs, int S, int u, int wps, int mb, int *grid) {
     int tiles = 0;
     for (int i = 0; i < segs.n; i++) tiles += (segs.N[i] + 15) / 16;
     int ks = 1;
-    while (ks < QW_WARPS && tiles * ks < wps * cuda_sm_count() && S >= mb * ks * QW_U) ks *= 2;
+    while (ks < QW_WARPS && tiles * ks < wps * cuda_sm_count() && S >= mb * ks * u) ks *= 2;
     const int tiles_per_cta = QW_WARPS / ks;
     *grid = 0;
     for (int i = 0; i < segs.n; i++) {
@@ -238,10 +249,11 @@ static inline int qw_grid(qmv_segs &segs, int S, int wps, int mb, int *grid) {
     return ks;
 }
 
-/* Host: the arguments both kernels take: 4-bit, group 64 / 128, 1..CUDA_QMV_MAX_ROWS rows,
- * x 16-byte aligned with ldx % 4 == 0, bf16 / f16 scales. */
-static inline int qw_supported(const cuda_qmv_args *a) {
-    return a && a->bits == 4 && (a->group == 64 || a->group == 128) && a->rows >= 1 &&
+/* Host: the arguments both kernels take: bits 4 (and 8 where bits8), group 64 / 128,
+ * 1..CUDA_QMV_MAX_ROWS rows, x 16-byte aligned with ldx % 4 == 0, bf16 / f16 scales. */
+static inline int qw_supported(const cuda_qmv_args *a, bool bits8) {
+    return a && (a->bits == 4 || (bits8 && a->bits == 8)) && (a->group == 64 || a->group == 128) &&
+           a->rows >= 1 &&
            a->rows <= CUDA_QMV_MAX_ROWS && a->K >= a->group && a->K % a->group == 0 && a->x &&
            ((uintptr_t)a->x & 15) == 0 && a->ldx >= a->K && a->ldx % 4 == 0 &&
            (a->sb_dtype == CUDA_QSB_BF16 || a->sb_dtype == CUDA_QSB_F16);
@@ -249,8 +261,8 @@ static inline int qw_supported(const cuda_qmv_args *a) {
 
 /* Host: a supported launch with its segments and a workspace of >= ws_bytes (16-byte
  * aligned) into segs; else cudaErrorInvalidValue. */
-static inline int qw_args(const cuda_qmv_args *a, size_t ws_bytes, qmv_segs *segs) {
-    if (!qw_supported(a) || a->n_segs < 1 || a->n_segs > CUDA_QMV_MAX_SEGS || !a->ws ||
+static inline int qw_args(const cuda_qmv_args *a, bool bits8, size_t ws_bytes, qmv_segs *segs) {
+    if (!qw_supported(a, bits8) || a->n_segs < 1 || a->n_segs > CUDA_QMV_MAX_SEGS || !a->ws ||
         ((uintptr_t)a->ws & 15) || a->ws_bytes < ws_bytes || qmv_segs_fill(a, segs, true))
         return (int)cudaErrorInvalidValue;
     return 0;

@@ -1,4 +1,4 @@
-/* Quantized GEMV (qmv) on the int8 tensor cores for decode: 4-bit codes, group 64 or 128,
+/* Quantized GEMV (qmv) on the int8 tensor cores for decode: 4- or 8-bit codes, group 64 or 128,
  * 1..8 rows, y[r, n] = sum_k x[r, k] * (s q + b)[n, k] (MLX affine weights), fp32 x and y,
  * bf16 or f16 scales. Same contract as cuda_qmv_mma (segments, ldy, workspace). Opt-in
  * (MLXCEL_QMV_I8): x is quantized to int8 per group, so results differ from the fp32-x
@@ -9,7 +9,8 @@
  * batch takes to arrive, so the loads of a warp are in flight for only ~1/3 of its time and
  * the one-row launch streams at ~2 TB/s. Here a word of 8 codes is two u8x4 registers (one
  * LOP3, one SHF + LOP3) and mma.sync m16n8k32 (u8 x s8 -> s32) takes 32 k per instruction:
- * ~4 MMAs and ~70 instructions a step.
+ * ~4 MMAs and ~70 instructions a step. 8-bit codes are u8 MMA operands as they are (a
+ * chunk is two 16-byte loads; the A bytes and the x bytes both in code order).
  *
  * Layout (as qmv_mma.cu; a step is 128 codes, a lane's chunk 32 codes = 16 bytes):
  * - A warp owns 16 weight rows (lane (g, t): rows g and g + 8, the MMA's A rows) and a
@@ -44,7 +45,7 @@ __device__ __forceinline__ uint32_t qi_pack4(int a, int b, int c, int d) {
 /* x row r (blockIdx.y; rows >= `rows` only zero their scales and sums), one thread per
  * (step, chunk t, word j): codes 8j..8j+7 of the chunk. A group is the 4 * (G / 32) adjacent
  * threads of a class: its absmax and sum go through shuffles (no early return). */
-template <int G>
+template <int G, int BITS>
 __global__ void __launch_bounds__(256)
 qi_prep_kernel(uint4 *__restrict__ xq, float *__restrict__ xsc, float *__restrict__ xsum,
                const float *__restrict__ x, long ldx, int rows, int K) {
@@ -70,7 +71,11 @@ qi_prep_kernel(uint4 *__restrict__ xq, float *__restrict__ xsc, float *__restric
     if (in && r < rows) {
         /* quad j / 2 of chunk t, words 2 (j % 2) .. + 1 */
         uint2 *dst = (uint2 *)(xq + (((size_t)r * S + s) * 2 + j / 2) * 8 + t) + (j & 1);
-        *dst = make_uint2(qi_pack4(q[0], q[2], q[4], q[6]), qi_pack4(q[1], q[3], q[5], q[7]));
+        /* the B bytes in the order of the A bytes: 4-bit (c0, c2, c4, c6), (c1, c3, c5, c7) of
+         * the nibble split; 8-bit the codes in order */
+        *dst = BITS == 4
+                   ? make_uint2(qi_pack4(q[0], q[2], q[4], q[6]), qi_pack4(q[1], q[3], q[5], q[7]))
+                   : make_uint2(qi_pack4(q[0], q[1], q[2], q[3]), qi_pack4(q[4], q[5], q[6], q[7]));
         if (r == 0) dst[8] = make_uint2(0u, 0u); /* 64 bytes on: slot 4 + t, same half */
     }
     if (in && j == 0 && t % CPG == 0) {
@@ -80,15 +85,15 @@ qi_prep_kernel(uint4 *__restrict__ xq, float *__restrict__ xsc, float *__restric
     }
 }
 
-template <int G, int SBT, int NT>
+template <int BITS, int G, int SBT, int NT>
 __global__ void __launch_bounds__(QW_WARPS * 32, 2)
 qmv_i8_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restrict__ xsc,
               const float *__restrict__ xsum, int rows, int K, int ks) {
     __shared__ float red[QW_WARPS][NT * 4][32];
-    using F = qw_frame<G, NT>;
+    using F = qw_frame<G, NT, BITS>;
     /* one step of a load batch: D of the step's MMAs, scaled into acc per group */
-    qw_run<G, NT>(segs, xq, 16, rows, K, ks, red,
-        [&](const F &f, const qw_batch<F::NW> &bt, int u, int s, const uint4 *const *xl,
+    qw_run<G, NT, BITS>(segs, xq, 16, rows, K, ks, red,
+        [&](const F &f, const typename F::batch &bt, int u, int s, const uint4 *const *xl,
             float (*acc)[4]) {
         /* two accumulator chains per n-tile (even / odd words) */
         int d[NT][2][4];
@@ -97,8 +102,14 @@ qmv_i8_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restri
 #pragma unroll
             for (int c = 0; c < 2; c++)
                 d[nt][c][0] = d[nt][c][1] = d[nt][c][2] = d[nt][c][3] = 0;
-        const uint32_t wda[4] = {bt.qa[u].x, bt.qa[u].y, bt.qa[u].z, bt.qa[u].w};
-        const uint32_t wdb[4] = {bt.qb[u].x, bt.qb[u].y, bt.qb[u].z, bt.qb[u].w};
+        /* the chunk's words: 4 (4-bit, 8 codes each) or 8 (8-bit, 4 codes each) */
+        uint32_t wda[4 * F::LQ], wdb[4 * F::LQ];
+#pragma unroll
+        for (int q = 0; q < F::LQ; q++) {
+            const uint4 &a = bt.qa[u][q], &b = bt.qb[u][q];
+            wda[4 * q] = a.x, wda[4 * q + 1] = a.y, wda[4 * q + 2] = a.z, wda[4 * q + 3] = a.w;
+            wdb[4 * q] = b.x, wdb[4 * q + 1] = b.y, wdb[4 * q + 2] = b.z, wdb[4 * q + 3] = b.w;
+        }
         uint4 bx[NT][2];
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
@@ -107,8 +118,14 @@ qmv_i8_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restri
         }
 #pragma unroll
         for (int w = 0; w < 4; w++) {
-            const uint32_t a0 = wda[w] & 0x0F0F0F0Fu, a1 = wdb[w] & 0x0F0F0F0Fu;
-            const uint32_t a2 = (wda[w] >> 4) & 0x0F0F0F0Fu, a3 = (wdb[w] >> 4) & 0x0F0F0F0Fu;
+            /* MMA w: codes 8w..8w+7 of the chunk, k slots {a0 | a1} then {a2 | a3} */
+            uint32_t a0, a1, a2, a3;
+            if (BITS == 4) {
+                a0 = wda[w] & 0x0F0F0F0Fu, a1 = wdb[w] & 0x0F0F0F0Fu;
+                a2 = (wda[w] >> 4) & 0x0F0F0F0Fu, a3 = (wdb[w] >> 4) & 0x0F0F0F0Fu;
+            } else {
+                a0 = wda[2 * w], a1 = wdb[2 * w], a2 = wda[2 * w + 1], a3 = wdb[2 * w + 1];
+            }
 #pragma unroll
             for (int nt = 0; nt < NT; nt++) {
                 const uint4 &b = bx[nt][w >> 1];
@@ -135,26 +152,31 @@ qmv_i8_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restri
 
 /* ==== Launch ==== */
 /* The prep and main launches of one configuration (qw_dispatch picks it). */
-template <int G, int SBT, int NT> struct qi_launch {
+template <int BITS, int G, int SBT, int NT> struct qi_launch {
     static int go(qmv_segs &segs, const cuda_qmv_args *a, cudaStream_t st) {
         uint4 *xq = (uint4 *)a->ws;
         const int S = qw_steps(a->K);
         float *xsc = (float *)(xq + qi_quads(a->K)), *xsum = xsc + (size_t)S * QW_XW;
         pdl_launch p;
         pdl_launch_config(&p, dim3((unsigned)((S * 16 + 255) / 256), QW_ROWS), dim3(256), 0, st);
-        cudaError_t e = cudaLaunchKernelEx(&p.cfg, qi_prep_kernel<G>, xq, xsc, xsum, a->x, a->ldx,
-                                           a->rows, a->K);
+        cudaError_t e = cudaLaunchKernelEx(&p.cfg, qi_prep_kernel<G, BITS>, xq, xsc, xsum, a->x,
+                                           a->ldx, a->rows, a->K);
         if (e != cudaSuccess) return (int)e;
         int grid;
-        const int ks = qw_grid(segs, S, 16, 2, &grid); /* ~16 warps per SM, >= 2 batches a warp */
+        /* ~16 warps per SM, >= 2 load batches a warp */
+        const int ks = qw_grid(segs, S, qw_frame<G, NT, BITS>::U, 16, 2, &grid);
         pdl_launch l;
         pdl_launch_config(&l, dim3(grid), dim3(QW_WARPS * 32), 0, st);
-        return (int)cudaLaunchKernelEx(&l.cfg, qmv_i8_kernel<G, SBT, NT>, segs, (const uint4 *)xq,
-                                       (const float *)xsc, (const float *)xsum, a->rows, a->K, ks);
+        return (int)cudaLaunchKernelEx(&l.cfg, qmv_i8_kernel<BITS, G, SBT, NT>, segs,
+                                       (const uint4 *)xq, (const float *)xsc, (const float *)xsum,
+                                       a->rows, a->K, ks);
     }
 };
 
-extern "C" int cuda_qmv_i8_supported(const cuda_qmv_args *a) { return qw_supported(a); }
+template <int G, int SBT, int NT> using qi_launch4 = qi_launch<4, G, SBT, NT>;
+template <int G, int SBT, int NT> using qi_launch8 = qi_launch<8, G, SBT, NT>;
+
+extern "C" int cuda_qmv_i8_supported(const cuda_qmv_args *a) { return qw_supported(a, true); }
 
 extern "C" size_t cuda_qmv_i8_workspace_bytes(int K) {
     return qi_quads(K) * sizeof(uint4) + 2 * (size_t)qw_steps(K) * QW_XW * sizeof(float);
@@ -162,6 +184,8 @@ extern "C" size_t cuda_qmv_i8_workspace_bytes(int K) {
 
 extern "C" int cuda_qmv_i8(const cuda_qmv_args *a, cudaStream_t st) {
     qmv_segs segs;
-    const int rc = qw_args(a, a ? cuda_qmv_i8_workspace_bytes(a->K) : 0, &segs);
-    return rc ? rc : qw_dispatch<qi_launch>(segs, a, st);
+    const int rc = qw_args(a, true, a ? cuda_qmv_i8_workspace_bytes(a->K) : 0, &segs);
+    if (rc) return rc;
+    return a->bits == 4 ? qw_dispatch<qi_launch4>(segs, a, st)
+                        : qw_dispatch<qi_launch8>(segs, a, st);
 }

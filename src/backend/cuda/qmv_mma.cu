@@ -88,8 +88,8 @@ qmv_mma_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restr
     __shared__ float red[QW_WARPS][NT * 4][32];
     using F = qw_frame<G, NT>;
     /* one step of a load batch: D of the step's MMAs, scaled into acc per group */
-    qw_run<G, NT>(segs, xq, 64, rows, K, ks, red,
-        [&](const F &f, const qw_batch<F::NW> &bt, int u, int s, const uint4 *const *xl,
+    qw_run<G, NT, 4>(segs, xq, 64, rows, K, ks, red,
+        [&](const F &f, const typename F::batch &bt, int u, int s, const uint4 *const *xl,
             float (*acc)[4]) {
         /* CH independent accumulator chains per n-tile (hi / lo x parts, then the two
          * pairs of a word): a chain of 16 dependent MMAs stalled on their latency */
@@ -100,8 +100,8 @@ qmv_mma_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restr
 #pragma unroll
             for (int c = 0; c < CH; c++)
                 d[nt][c][0] = d[nt][c][1] = d[nt][c][2] = d[nt][c][3] = 0.f;
-        const uint32_t wda[4] = {bt.qa[u].x, bt.qa[u].y, bt.qa[u].z, bt.qa[u].w};
-        const uint32_t wdb[4] = {bt.qb[u].x, bt.qb[u].y, bt.qb[u].z, bt.qb[u].w};
+        const uint4 &qa = bt.qa[u][0], &qb = bt.qb[u][0];
+        const uint32_t wda[4] = {qa.x, qa.y, qa.z, qa.w}, wdb[4] = {qb.x, qb.y, qb.z, qb.w};
 #pragma unroll
         for (int w = 0; w < 4; w++) {
             const uint32_t xa = wda[w], xb = wdb[w];
@@ -165,7 +165,7 @@ template <int G, int SBT, int NT> struct qm_launch {
             cudaLaunchKernelEx(&p.cfg, qm_prep_kernel<G>, xq, xs, a->x, a->ldx, a->rows, a->K);
         if (e != cudaSuccess) return (int)e;
         int grid;
-        const int ks = qw_grid(segs, S, g_qm_wps, g_qm_mb, &grid);
+        const int ks = qw_grid(segs, S, qw_frame<G, NT>::U, g_qm_wps, g_qm_mb, &grid);
         pdl_launch l;
         pdl_launch_config(&l, dim3(grid), dim3(QW_WARPS * 32), 0, st);
         return (int)cudaLaunchKernelEx(&l.cfg, qmv_mma_kernel<G, SBT, NT>, segs, (const uint4 *)xq,
@@ -173,7 +173,7 @@ template <int G, int SBT, int NT> struct qm_launch {
     }
 };
 
-extern "C" int cuda_qmv_mma_supported(const cuda_qmv_args *a) { return qw_supported(a); }
+extern "C" int cuda_qmv_mma_supported(const cuda_qmv_args *a) { return qw_supported(a, false); }
 
 extern "C" size_t cuda_qmv_mma_workspace_bytes(int K) {
     return qm_quads(K) * sizeof(uint4) + (size_t)qw_steps(K) * QW_XW * sizeof(float);
@@ -181,6 +181,6 @@ extern "C" size_t cuda_qmv_mma_workspace_bytes(int K) {
 
 extern "C" int cuda_qmv_mma(const cuda_qmv_args *a, cudaStream_t st) {
     qmv_segs segs;
-    const int rc = qw_args(a, a ? cuda_qmv_mma_workspace_bytes(a->K) : 0, &segs);
+    const int rc = qw_args(a, false, a ? cuda_qmv_mma_workspace_bytes(a->K) : 0, &segs);
     return rc ? rc : qw_dispatch<qm_launch>(segs, a, st);
 }
