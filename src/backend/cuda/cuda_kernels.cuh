@@ -270,25 +270,26 @@ __device__ __forceinline__ float warp_sum(float v) {
 /* Sum over the CTA in a fixed order (warps' sums, then warp 0..n-1): the total in every
  * thread. red: blockDim.x / 32 floats of shared memory, free for reuse after a barrier. */
 /* K split: groups of ks consecutive warps (part = warp % ks) hold partial totals t of the same
- * P x R outputs (every lane holds them, after warp_sum). Part 0 of each group gets the
- * group's sum, in a fixed order (its own, then parts 1, 2, ...); the other parts get false
- * and have nothing left to do. red: [warps][P * R] shared floats. A CTA barrier: every
- * thread calls it. */
-template <int P, int R>
-__device__ __forceinline__ bool ksplit_sum(float (&t)[P][R], float (*red)[P * R], int warp,
+ * P x R outputs: the same in every lane (after warp_sum, L = 1) or each lane its own (L = 32,
+ * MMA fragments). Part 0 of each group gets the group's sum, in a fixed order (its own, then
+ * parts 1, 2, ...); the other parts get false and have nothing left to do. red: [warps]
+ * [P * R * L] shared floats. A CTA barrier: every thread calls it. */
+template <int P, int R, int L = 1>
+__device__ __forceinline__ bool ksplit_sum(float (&t)[P][R], float (*red)[P * R * L], int warp,
                                            int part, int ks) {
-    if ((threadIdx.x & 31) == 0)
+    const int l = L == 1 ? 0 : (int)(threadIdx.x & 31);
+    if (L == 32 || (threadIdx.x & 31) == 0)
 #pragma unroll
         for (int p = 0; p < P; p++)
 #pragma unroll
-            for (int r = 0; r < R; r++) red[warp][p * R + r] = t[p][r];
+            for (int r = 0; r < R; r++) red[warp][(p * R + r) * L + l] = t[p][r];
     __syncthreads();
     if (part != 0) return false;
     for (int i = 1; i < ks; i++)
 #pragma unroll
         for (int p = 0; p < P; p++)
 #pragma unroll
-            for (int r = 0; r < R; r++) t[p][r] += red[warp + i][p * R + r];
+            for (int r = 0; r < R; r++) t[p][r] += red[warp + i][(p * R + r) * L + l];
     return true;
 }
 

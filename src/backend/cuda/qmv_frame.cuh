@@ -162,21 +162,9 @@ template <int G, int NT, int BITS = 4> struct qw_frame {
     /* The ks warps on the same rows add their totals in a fixed order (reproducible), then
      * warp wk 0 writes: C == 1: columns 2t, 2t + 1 are x rows; C == 2: the two groups of x
      * row t. */
-    __device__ __forceinline__ void finish(float acc[NT][4], float (*red)[NT * 4][32], int rows,
-                                           int ks) const {
-        if (ks > 1) {
-#pragma unroll
-            for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-                for (int i = 0; i < 4; i++) red[warp][nt * 4 + i][lane] = acc[nt][i];
-            __syncthreads();
-            if (wk != 0) return;
-            for (int w = 1; w < ks; w++)
-#pragma unroll
-                for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-                    for (int i = 0; i < 4; i++) acc[nt][i] += red[warp + w][nt * 4 + i][lane];
-        }
+    __device__ __forceinline__ void finish(float (&acc)[NT][4], float (*red)[NT * 4 * 32],
+                                           int rows, int ks) const {
+        if (ks > 1 && !ksplit_sum<NT, 4, 32>(acc, red, warp, wk, ks)) return;
 #pragma unroll
         for (int nt = 0; nt < NT; nt++)
 #pragma unroll
@@ -203,7 +191,7 @@ template <int G, int NT, int BITS = 4> struct qw_frame {
  * step(f, batch, u, s, xl, acc) per step of each batch, then the K-split sum and the write. */
 template <int G, int NT, int BITS, class Step>
 __device__ __forceinline__ void qw_run(const qmv_segs &segs, const uint4 *xq, int qps, int rows,
-                                       int K, int ks, float (*red)[NT * 4][32], Step step) {
+                                       int K, int ks, float (*red)[NT * 4 * 32], Step step) {
     using F = qw_frame<G, NT, BITS>;
     const F f(segs, K, ks);
     const uint4 *xl[NT];

@@ -89,7 +89,7 @@ template <int BITS, int G, int SBT, int NT>
 __global__ void __launch_bounds__(QW_WARPS * 32, 2)
 qmv_i8_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restrict__ xsc,
               const float *__restrict__ xsum, int rows, int K, int ks) {
-    __shared__ float red[QW_WARPS][NT * 4][32];
+    __shared__ float red[QW_WARPS][NT * 4 * 32]; /* K-split partials, per lane */
     using F = qw_frame<G, NT, BITS>;
     /* one step of a load batch: D of the step's MMAs, scaled into acc per group */
     qw_run<G, NT, BITS>(segs, xq, 16, rows, K, ks, red,

@@ -85,7 +85,7 @@ template <int G, int SBT, int NT>
 __global__ void __launch_bounds__(QW_WARPS * 32, 2)
 qmv_mma_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restrict__ xs,
                int rows, int K, int ks) {
-    __shared__ float red[QW_WARPS][NT * 4][32];
+    __shared__ float red[QW_WARPS][NT * 4 * 32]; /* K-split partials, per lane */
     using F = qw_frame<G, NT>;
     /* one step of a load batch: D of the step's MMAs, scaled into acc per group */
     qw_run<G, NT, 4>(segs, xq, 64, rows, K, ks, red,
