@@ -29,6 +29,28 @@ __device__ __forceinline__ float bf16_round(float f) {
  * memory latency per element and took ~8 us for one 4096-wide row on the H200. */
 #define EMBED_V 4 /* 16-byte loads in flight per thread */
 
+/* One row of n elements, E per 16-byte quad T: each thread issues EMBED_V loads (load(j): the
+ * quad at element j) before their stores (store(j, quad)). Used by embed_kernel and
+ * gather_kernel. */
+template <int E, class T, class Load, class Store>
+__device__ __forceinline__ void row_copy16(int n, Load load, Store store) {
+    const int step = blockDim.x * E;
+    for (int base = threadIdx.x * E; base < n; base += step * EMBED_V) {
+        T v[EMBED_V];
+#pragma unroll
+        for (int e = 0; e < EMBED_V; e++) {
+            const int j = base + e * step;
+            v[e] = j < n ? load(j) : T{};
+        }
+#pragma unroll
+        for (int e = 0; e < EMBED_V; e++) {
+            const int j = base + e * step;
+            if (j >= n) break;
+            store(j, v[e]);
+        }
+    }
+}
+
 __device__ __forceinline__ float embed_scale(float v, float s, int round) {
     if (s == 1.0f) return v;
     v *= s;
@@ -50,26 +72,16 @@ __global__ void embed_kernel(float *out, const uint16_t *table, const int32_t *i
             dst[j] = embed_scale(bf16_lo(src[j]), s, round);
         return;
     }
-    const int step = blockDim.x * 8;
-    for (int base = threadIdx.x * 8; base < H; base += step * EMBED_V) {
-        uint4 v[EMBED_V];
-#pragma unroll
-        for (int e = 0; e < EMBED_V; e++) {
-            const int j = base + e * step;
-            v[e] = j < H ? __ldg((const uint4 *)(src + j)) : make_uint4(0, 0, 0, 0);
-        }
-#pragma unroll
-        for (int e = 0; e < EMBED_V; e++) {
-            const int j = base + e * step;
-            if (j >= H) break;
+    row_copy16<8, uint4>(
+        H, [&](int j) { return __ldg((const uint4 *)(src + j)); },
+        [&](int j, const uint4 &v) {
             float f[8];
-            bf16x8_to_f32(v[e], f);
+            bf16x8_to_f32(v, f);
 #pragma unroll
             for (int k = 0; k < 8; k++) f[k] = embed_scale(f[k], s, round);
             *(float4 *)(dst + j) = make_float4(f[0], f[1], f[2], f[3]);
             *(float4 *)(dst + j + 4) = make_float4(f[4], f[5], f[6], f[7]);
-        }
-    }
+        });
 }
 
 extern "C" int cuda_embed(float *out, const uint16_t *table, const int32_t *ids, int n, int H,
@@ -321,18 +333,9 @@ __global__ void gather_kernel(float *out, long os, const float *x, long xs, cons
         return;
     }
     /* 16 bytes at a time, loads before stores (see embed_kernel) */
-    const int step = blockDim.x * 4;
-    for (int base = threadIdx.x * 4; base < cols; base += step * EMBED_V) {
-        float4 v[EMBED_V];
-#pragma unroll
-        for (int e = 0; e < EMBED_V; e++) {
-            const int c = base + e * step;
-            v[e] = c < cols ? *(const float4 *)(src + c) : make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-#pragma unroll
-        for (int e = 0; e < EMBED_V; e++)
-            if (base + e * step < cols) *(float4 *)(dst + base + e * step) = v[e];
-    }
+    row_copy16<4, float4>(
+        cols, [&](int c) { return *(const float4 *)(src + c); },
+        [&](int c, const float4 &v) { *(float4 *)(dst + c) = v; });
 }
 
 extern "C" int cuda_gather_rows_f32(float *out, long out_stride, const float *x, long x_stride,
