@@ -3,8 +3,8 @@
  * With MLXCEL_QMV_I8=N (off by default): 4- and 8-bit weights, group 64 / 128, 1..N rows: the
  * int8-activation tensor-core qmv (qmv_i8.cu). With MLXCEL_QMV_MMA=N (default 1: one row):
  * the same weights, 1..N rows, <= 4096 output rows per launch: the tensor-core qmv
- * (qmv_mma.cu; see mma_ok). Then 4-
- * and 8-bit weights with bf16 scales, rows <= CUDA_QMV_TC_MAX_ROWS (32): the streaming
+ * (qmv_mma.cu; see mma_ok). Then 4- and 8-bit weights with bf16 scales, rows <=
+ * CUDA_QMV_TC_MAX_ROWS (32): the streaming
  * tensor-core qmv (qmv_bulk.cu) unless MLXCEL_QMV_BULK=0, or with MLXCEL_QMV_TC=1 the
  * helper-built tensor-core qmv (qmv_tc.cu); x must be 16-byte aligned; other widths (and those without it),
  * rows <= CUDA_QMV_MAX_ROWS (8): the CUDA-core qmv (qgemv.cu). Several consecutive matmul_q
