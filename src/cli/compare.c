@@ -7,6 +7,8 @@
  *   KL(B || A)       sum_v p_B(v) (log p_B(v) - log p_A(v)), mean and max (nats)
  *   margin           B's top-1 minus top-2 logit, median over all positions and over the
  *                    positions where A disagrees (disagreements at near-ties are benign)
+ * With --decode, A runs the prompt as prefill and then one token per forward, as generation
+ * does: the one-row decode kernels (GEMV / qmv) are what is compared, not the prefill ones.
  * One model is resident at a time (B is freed before A loads). Same device for both. */
 #include <math.h>
 #include <stdio.h>
@@ -26,6 +28,7 @@ typedef struct cmp_opts {
     int n;
     int tp_size;   /* --tp-size: tensor-parallel ranks of model A (-m); the reference runs whole */
     bool json;
+    bool decode;   /* --decode: A's generated positions one token per forward (decode kernels) */
 } cmp_opts;
 
 /* ==== One model over a sequence ==== */
@@ -119,8 +122,11 @@ static double median(double *v, int n) {
 static int usage(void) {
     fprintf(stderr,
             "usage: mlxcel compare -m A --ref B (--prompt-ids 1,2,3 | -p TEXT) [-n 256]\n"
-            "                      [--device cpu|cuda] [--tp-size N (model A)] [--json]\n"
-            "  B generates n tokens greedily; A runs teacher-forced over the same sequence.\n"
+            "                      [--device cpu|cuda] [--tp-size N (model A)] [--decode]\n"
+            "                      [--json]\n"
+            "  B generates n tokens greedily; A runs teacher-forced over the same sequence\n"
+            "  (chunked prefill; --decode: one token per forward after the prompt, as in\n"
+            "  generation, so the decode kernels are compared).\n"
             "  Reports top-1 agreement, KL(B||A) mean/max, median margin of B's top-1.\n");
     return 2;
 }
@@ -139,6 +145,7 @@ static int parse(cmp_opts *o, int argc, char **argv) {
         else if (!strcmp(a, "--prompt-ids") && has) o->ids = argv[++i];
         else if (!strcmp(a, "--device") && has) o->device = argv[++i];
         else if (!strcmp(a, "--json")) o->json = true;
+        else if (!strcmp(a, "--decode")) o->decode = true;
         else if (!strcmp(a, "--tp-size") && has) {
             char *end = NULL;
             const long v = strtol(argv[++i], &end, 10);
@@ -246,8 +253,9 @@ int cmd_compare(int argc, char **argv) {
     }
     int agree = 0, nd = 0, done = 0;
     double kl_sum = 0, kl_max = 0;
-    for (int p0 = 0; p0 < T - 1; p0 += CMP_CHUNK) {
-        const int p1 = p0 + CMP_CHUNK < T - 1 ? p0 + CMP_CHUNK : T - 1;
+    for (int p0 = 0, p1; p0 < T - 1; p0 = p1) {
+        p1 = p0 + CMP_CHUNK < T - 1 ? p0 + CMP_CHUNK : T - 1;
+        if (o.decode) p1 = p0 < P ? (p1 < P ? p1 : P) : p0 + 1;
         if (cm_forward(&c, seq, p0, p1, P - 1, T - 1, lg, &no, &err)) goto fail;
         for (int i = 0; i < no; i++, done++) {
             float *la = lg + (size_t)i * V;
@@ -277,8 +285,10 @@ int cmd_compare(int argc, char **argv) {
         else snprintf(dis, sizeof dis, "null");
         printf("{\"model\": \"%s\", \"ref\": \"%s\", \"device\": \"%s\", \"prompt_tokens\": %d, "
                "\"positions\": %d, \"top1_agreement_pct\": %.3f, \"kl_mean\": %.6g, \"kl_max\": %.6g, "
-               "\"median_margin\": %.6g, \"median_margin_disagree\": %s, \"disagree\": %d}\n",
-               o.a, o.b, o.device, P, n, top1, kl_mean, kl_max, med, dis, nd);
+               "\"median_margin\": %.6g, \"median_margin_disagree\": %s, "
+               "\"disagree\": %d, \"decode\": %s}\n",
+               o.a, o.b, o.device, P, n, top1, kl_mean, kl_max, med, dis, nd,
+               o.decode ? "true" : "false");
     }
     else
         printf("compare %s vs ref %s (%s): %d positions after a %d-token prompt\n"

@@ -1,7 +1,7 @@
 #!/bin/sh
-# mlxcel compare on the CPU: a model against itself agrees 100% with KL exactly 0; a 2-bit
-# conversion of it disagrees somewhere (< 100%) with KL > 0; a quantized fixture against its
-# dequantized twin (bit-identical weights on the CPU) is again 100% / 0; bad flags fail.
+# mlxcel compare on the CPU: a model against itself agrees 100% with KL exactly 0 (also with
+# --decode, one token per forward); a 2-bit conversion of it disagrees somewhere (< 100%)
+# with KL > 0; a quantized fixture against its dequantized twin (bit-identical weights on the CPU) is again 100% / 0; bad flags fail.
 # usage: compare_cli.sh MLXCEL_BIN SOURCE_DIR
 set -eu
 BIN=$1
@@ -18,6 +18,10 @@ field() { # field NAME FILE -> value of "NAME": in a one-line JSON object
 "$BIN" compare -m "$M" --ref "$M" --prompt-ids $IDS -n 48 --json > "$TMP/self.json"
 [ "$(field top1_agreement_pct "$TMP/self.json")" = "100.000" ] || { echo "self: not 100%"; cat "$TMP/self.json"; exit 1; }
 [ "$(field kl_max "$TMP/self.json")" = "0" ] || { echo "self: KL not 0"; cat "$TMP/self.json"; exit 1; }
+# --decode: A runs one token per forward after the prompt, exactly as B generated: again 100% / 0
+"$BIN" compare -m "$M" --ref "$M" --prompt-ids $IDS -n 16 --decode --json > "$TMP/dec.json"
+[ "$(field decode "$TMP/dec.json")" = "true" ] && [ "$(field top1_agreement_pct "$TMP/dec.json")" = "100.000" ] &&
+    [ "$(field kl_max "$TMP/dec.json")" = "0" ] || { echo "self --decode: expected 100% and KL 0"; cat "$TMP/dec.json"; exit 1; }
 
 "$BIN" convert --hf-path "$M" --mlx-path "$TMP/q2" -q --q-bits 2 --q-group-size 32 > /dev/null 2>&1
 "$BIN" compare -m "$TMP/q2" --ref "$M" --prompt-ids $IDS -n 48 --json > "$TMP/q2.json"
