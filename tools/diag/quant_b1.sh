@@ -3,7 +3,7 @@
 # more with spaces), then `mlxcel bench` decode at BATCH (prompt 512, gen 128) on each, once
 # per environment in AB (space-separated; "-" = as is; "A=1,B=2" sets both). Short lines only.
 #   BATCH=1 AB="- MLXCEL_CUDA_PDL=0" QUANT="4:64" BF16=1 bash tools/diag/quant_b1.sh
-# BF16_AB: the environments for the bf16 checkpoint (default: AB).
+# BF16_AB: the environments for the bf16 checkpoint (default: AB). BENCH=0: the checkpoints only.
 set -u
 . bench/device_env.sh
 diag_init
@@ -23,6 +23,7 @@ for q in ${QUANT-4:64}; do
   dirs="$dirs $qd"
 done
 echo "== converted: $((SECONDS - T0)) s"
+[ "${BENCH:-1}" = 1 ] || dirs=""
 for d in $dirs; do
   abs=${AB:--}
   [ "$d" = "$D" ] && abs=${BF16_AB:-$abs}
