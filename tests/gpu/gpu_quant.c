@@ -139,7 +139,8 @@ static void test_matmul_q(int rows, int N, int K, int bits, int group, mx_dtype 
     /* the dispatch of cuda_qmatmul.c (x from the allocator: 16-byte aligned) */
     const bool tc = g_cu.qmv_tc && (bits == 4 || bits == 8) && rows <= CUDA_QMV_TC_MAX_ROWS;
     const bool i8 = !tc && (bits == 4 || bits == 8) && (group == 64 || group == 128) &&
-                    rows >= 1 && rows <= g_cu.qmv_i8 && sbt != MX_F32;
+                    rows >= 1 && rows <= (bits == 8 ? g_cu.qmv_i8_q8 : g_cu.qmv_i8) &&
+                    sbt != MX_F32;
     const bool mma = !tc && !i8 && bits == 4 && (group == 64 || group == 128) && rows >= 1 &&
                      rows <= g_cu.qmv_mma && sbt != MX_F32 && N <= 4096;
     const bool bulk = !g_cu.qmv_tc && !i8 && !mma && g_cu.qmv_bulk && (bits == 4 || bits == 8) &&
@@ -589,12 +590,12 @@ int gt_run_quant_tests(const char *src_dir) {
     test_qmv_tc_refusals();
     /* the dispatch every way: MLXCEL_QMV_TC / _BULK / _MMA / _I8 on and off */
     const bool tc_on = g_cu.qmv_tc, bulk_on = g_cu.qmv_bulk;
-    const int mma_on = g_cu.qmv_mma, i8_on = g_cu.qmv_i8;
+    const int mma_on = g_cu.qmv_mma, i8_on = g_cu.qmv_i8, i8_q8 = g_cu.qmv_i8_q8;
     for (int on = 0; on < 5; on++) { /* CUDA-core qmv + qmm, qmv_tc, streaming, mma, i8 */
         g_cu.qmv_tc = on == 1;
         g_cu.qmv_bulk = on >= 2;
         g_cu.qmv_mma = on == 3 ? 8 : 0;
-        g_cu.qmv_i8 = on == 4 ? 8 : 0;
+        g_cu.qmv_i8 = g_cu.qmv_i8_q8 = on == 4 ? 8 : 0;
         test_matmul_q(8, 131, 640, 4, 64, MX_BF16, true);
         test_matmul_q(17, 131, 640, 8, 32, MX_F16, false);
         test_matmul_q(32, 257, 1152, 4, 128, MX_BF16, true);
@@ -604,6 +605,7 @@ int gt_run_quant_tests(const char *src_dir) {
     g_cu.qmv_bulk = bulk_on;
     g_cu.qmv_mma = mma_on;
     g_cu.qmv_i8 = i8_on;
+    g_cu.qmv_i8_q8 = i8_q8;
     test_qmm_tiles(17, 1000, 256, 4, 64, MX_BF16);
     test_qmm_tiles(100, 2100, 384, 8, 128, MX_F16);
     test_qmm_tiles(300, 600, 512, 3, 32, MX_F32);

@@ -408,9 +408,9 @@ static void be_describe(char *buf, size_t len) {
                      : mx_env()->autotune == MX_AUTOTUNE_ON  ? " + autotune 1"
                                                              : "";
     char mr[40], tm[40], ks[24], mm[128] = "";
-    if (!g_cu.qmv_tc && g_cu.qmv_i8)
-        snprintf(mm, sizeof mm, " (qmv_i8, int8 x, for 4/8-bit launches of <= %d rows)",
-                 g_cu.qmv_i8);
+    if (!g_cu.qmv_tc && (g_cu.qmv_i8 || g_cu.qmv_i8_q8))
+        snprintf(mm, sizeof mm, " (qmv_i8, int8 x: 4-bit <= %d rows, 8-bit <= %d rows)",
+                 g_cu.qmv_i8, g_cu.qmv_i8_q8);
     else if (!g_cu.qmv_tc && g_cu.qmv_mma)
         snprintf(mm, sizeof mm, " (qmv_mma for 4-bit launches of <= 4096 outputs, <= %d rows)",
                  g_cu.qmv_mma);
@@ -563,6 +563,7 @@ static int cu_init(int dev, mx_error *err) {
     g_cu.qmv_bulk_min_rows = env->qmv_bulk_min_rows;
     g_cu.qmv_mma = env->qmv_mma;
     g_cu.qmv_i8 = env->qmv_i8;
+    g_cu.qmv_i8_q8 = env->qmv_i8_q8;
     g_cu.deterministic = env->sdpa_deterministic;
     g_cu.forced_splits = env->paged_decode_splits > CUDA_ATTN_MAX_SPLITS ? CUDA_ATTN_MAX_SPLITS
                                                                          : env->paged_decode_splits;

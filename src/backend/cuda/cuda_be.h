@@ -91,7 +91,8 @@ typedef struct cu_state {
     bool qmv_bulk;            /* MLXCEL_QMV_BULK: streaming tensor-core qmv (qmv_bulk.cu) */
     int qmv_bulk_min_rows;    /* MLXCEL_QMV_BULK_MIN_ROWS: fewest rows it takes */
     int qmv_mma;              /* MLXCEL_QMV_MMA: most rows the 4-bit tensor-core qmv takes */
-    int qmv_i8;               /* MLXCEL_QMV_I8: most rows the int8-activation qmv takes */
+    int qmv_i8;               /* MLXCEL_QMV_I8: most 4-bit rows the int8-activation qmv takes */
+    int qmv_i8_q8;            /* MLXCEL_QMV_I8_Q8: the same for 8-bit weights */
     int graph_cache;          /* 0 = no graphs */
     bool deterministic;
     int forced_splits;

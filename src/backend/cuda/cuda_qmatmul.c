@@ -1,7 +1,7 @@
 /* Quantized matmul dispatch of the CUDA backend (backend_ops.matmul_q).
  *
- * With MLXCEL_QMV_I8=N (off by default): 4- and 8-bit weights, group 64 / 128, 1..N rows: the
- * int8-activation tensor-core qmv (qmv_i8.cu). With MLXCEL_QMV_MMA=N (default 1: one row):
+ * With MLXCEL_QMV_I8=N (default 8; 8-bit: MLXCEL_QMV_I8_Q8=N, default 0): 4-bit weights,
+ * group 64 / 128, 1..N rows: the int8-activation tensor-core qmv (qmv_i8.cu). With MLXCEL_QMV_MMA=N (default 1: one row):
  * the same weights, 1..N rows, <= 4096 output rows per launch: the tensor-core qmv
  * (qmv_mma.cu; see mma_ok). Then 4- and 8-bit weights with bf16 scales, rows <=
  * CUDA_QMV_TC_MAX_ROWS (32): the streaming
@@ -122,10 +122,16 @@ static bool mma_ok(const cuda_qmv_args *a) {
     return a->rows >= 1 && a->rows <= g_cu.qmv_mma && n <= 4096 && cuda_qmv_mma_supported(a);
 }
 
-/* MLXCEL_QMV_I8=N (off by default, not yet measured): the int8-activation tensor-core qmv
- * (qmv_i8.cu) takes 1..N rows of every 4- and 8-bit g64 / g128 launch, ahead of qmv_mma. */
+/* The int8-activation tensor-core qmv (qmv_i8.cu: x rounded to int8 per group) takes 1..N
+ * rows of a 4-bit g64 / g128 launch, MLXCEL_QMV_I8=N (default 8), or of an 8-bit one,
+ * MLXCEL_QMV_I8_Q8=N (default 0), ahead of qmv_mma. H200 8B q4g64 (synthetic weights):
+ * B=1 386.7 against 344.4 tok/s, B=8 2,579.0 against 2,165.9; KL to bf16 through the decode
+ * path (compare --decode) 1.815 against 1.788 nats. 8-bit is opt-in: there the x rounding is
+ * as large as the weights' own (B=1 285.5 against 269.8 tok/s, but top-1 78.1% against 91.0%,
+ * KL 0.0495 against 0.0150; bench/results/2026-12-03-qmv-i8.md). */
 static bool i8_ok(const cuda_qmv_args *a) {
-    return !g_cu.qmv_tc && a->rows >= 1 && a->rows <= g_cu.qmv_i8 && cuda_qmv_i8_supported(a);
+    const int n = a->bits == 8 ? g_cu.qmv_i8_q8 : g_cu.qmv_i8;
+    return !g_cu.qmv_tc && a->rows >= 1 && a->rows <= n && cuda_qmv_i8_supported(a);
 }
 
 /* Rows a qmv handles for this weight and x (else qmm): the tensor-core kernel's limit when
