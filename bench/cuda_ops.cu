@@ -2,7 +2,7 @@
  * (src/backend/cuda/cuda_ops.h) in one run, with the device's own copy bandwidth as the
  * roofline. Prints every check, then a table; exits 1 if any check failed.
  *
- *   cuda_ops_bench [--only gemv|gemvtc|gemvks|norm|rope|attn|argmax|qmv] [--log FILE]
+ *   cuda_ops_bench [--only gemv|gemvtc|gemvks|norm|rope|attn|argmax|qmv|stream] [--log FILE]
  *
  * This file: harness (fills, timing, table), main, and the GEMV suite next to cuBLASLt. */
 #include <cublasLt.h>
@@ -486,8 +486,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--log") && i + 1 < argc)
             log_path = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [--only gemv|gemvtc|gemvks|norm|rope|attn|argmax|qmv] "
-                            "[--log FILE]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--only gemv|gemvtc|gemvks|norm|rope|attn|argmax|qmv|"
+                            "stream] [--log FILE]\n", argv[0]);
             return 2;
         }
     }
@@ -519,6 +519,7 @@ int main(int argc, char **argv) {
     if (!only || !strcmp(only, "qmv")) suite_qmv();
     if (!only || !strcmp(only, "gemvtc")) suite_gemvtc();
     if (!only || !strcmp(only, "gemvks")) suite_gemv_ks();
+    if (!only || !strcmp(only, "stream")) suite_stream();
 
     result_print_table();
     if (g_log) fclose(g_log);

@@ -78,6 +78,8 @@ void suite_attention(void);
 void suite_argmax(void);
 /* ==== Suite qmv (cuda_ops_qmv.cu) ==== */
 void suite_qmv(void);
+/* ==== Suite stream (cuda_ops_stream.cu): weight reads by access pattern ==== */
+void suite_stream(void);
 /* ==== Suite gemvtc (cuda_ops_gemvtc.cu) ==== */
 void suite_gemvtc(void);
 

@@ -4,16 +4,20 @@
 # duration metric, skipping the prefill and the first steps, and prints per kernel name the
 # launches and microseconds per step (steps counted by the argmax kernel), then the wall-clock
 # step time of the same command without the profiler: the gap is launch and dependency time.
-# Carry .carry/devpack.tar.xz. Output: $OUT/diag/step_*.csv.
+# Carry .carry/devpack.tar.xz. Output: $OUT/diag/step_*.csv. MODELS="DIR ..." instead of
+# SHAPES: checkpoints on disk (quantized ones, say), loaded as they are.
 #   SHAPES="llama-3.1-8b llama-3.2-1b" AB="- MLXCEL_GEMV_FUSE=1" bash tools/diag/step_ncu.sh
+#   MODELS=/tmp/mlxcel-dev/llama-3.1-8b-q4g64 bash tools/diag/step_ncu.sh
 set -u
 . bench/device_env.sh
 diag_init
 M=.carry/dev/mlxcel
 one() { # shape, config dir, environment, A/B entry
   local s=$1 C=$2 e=$3 ab=$4
-  tag=$s${ab//[^A-Za-z0-9]/_}
-  gen=("$M" generate -m "$C" --load-format dummy --ignore-eos --device cuda --json
+  tag=$(basename "$s")${ab//[^A-Za-z0-9]/_}
+  local lf=(--load-format dummy)
+  [ -n "${MODELS:-}" ] && lf=()
+  gen=("$M" generate -m "$C" "${lf[@]}" --ignore-eos --device cuda --json
        --prompt-ids "$(seq -s, 1 "${PROMPT:-512}")")
   wall=$(env $e timeout 120 "${gen[@]}" -n 256 2>/dev/null |
     python3 -c 'import json,sys; print("%.1f" % json.load(sys.stdin)["decode_tokens_per_s"])')
@@ -51,4 +55,8 @@ print(f"{'sum of kernel times (' + str(steps) + ' steps)':48s} {sum(n.values()) 
       f"{sum(t.values()) / steps:9.1f}")
 PY
 }
-each_shape_ab one
+if [ -n "${MODELS:-}" ]; then
+  for c in $MODELS; do for ab in ${AB:--}; do one "$c" "$c" "$(ab_env "$ab")" "$ab"; done; done
+else
+  each_shape_ab one
+fi
