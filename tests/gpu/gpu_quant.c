@@ -197,6 +197,51 @@ static void test_qkv(int rows, int H, int NQ, int NKV, int bits) {
     free(x);
 }
 
+/* GLU then matmul_q on its output (down projection): with qmv_i8 taking the launch and
+ * MLXCEL_QMV_I8_GLU on, its prep kernel computes the GLU (no GLU launch); the result and the
+ * GLU output must match the CPU either way (fused, or plain GLU + qmv when off / 8-bit). */
+static void test_glu_qmv(int rows, int N, int K, int bits, int act, bool fuse) {
+    qmat m;
+    qmat_make(&m, N, K, bits, 64, MX_BF16);
+    const size_t n = (size_t)rows * K;
+    float *g = malloc(n * 4), *u = malloc(n * 4), *h = malloc(n * 4), *o = malloc(n * 4);
+    gt_fill(g, n, 3.0f);
+    gt_fill(u, n, 1.0f);
+    mx_tensor hg = mx_tensor_2d(g, MX_F32, rows, K, MX_DEV_CPU);
+    mx_tensor hu = mx_tensor_2d(u, MX_F32, rows, K, MX_DEV_CPU);
+    mx_tensor hh = mx_tensor_2d(h, MX_F32, rows, K, MX_DEV_CPU);
+    g_cpu->glu(&hh, &hg, &hu, act);
+    float *ref = cpu_ref(h, rows, &m, NULL, NULL);
+    const int64_t sx[2] = {rows, K};
+    mx_tensor dg = gt_dev_f32(g, 2, sx), du = gt_dev_f32(u, 2, sx), dh = gt_dev_poison(2, sx);
+    mx_tensor dy = gt_dev_poison(2, (const int64_t[]){rows, N}), none = {0};
+    const bool was = g_cu.qmv_i8_glu;
+    g_cu.qmv_i8_glu = fuse;
+    g_gpu->glu(&dh, &dg, &du, act);
+    g_gpu->matmul_q(&dy, &dh, &m.dev, &none);
+    float *y = malloc((size_t)rows * N * 4);
+    gt_to_host(y, &dy);
+    gt_to_host(o, &dh);
+    g_cu.qmv_i8_glu = was;
+    const bool i8 = rows <= (bits == 8 ? g_cu.qmv_i8_q8 : g_cu.qmv_i8);
+    long bad;
+    const double q = bound_ratio(y, N, ref, h, rows, &m, 0,
+                                 eps_for(MX_BF16, false) + (i8 ? I8_EPS : 0), &bad);
+    double gw = 0; /* the GLU output itself, relative */
+    for (size_t i = 0; i < n; i++) {
+        const double d = fabs((double)o[i] - h[i]) / (fabs(h[i]) + 1e-3);
+        gw = isfinite(o[i]) ? (d > gw ? d : gw) : INFINITY;
+    }
+    char what[160];
+    snprintf(what, sizeof what, "glu (act %d) + matmul_q %d rows [%d x %d] %d-bit, %s", act, rows,
+             N, K, bits, fuse && i8 ? "GLU in the qmv_i8 prep" : "GLU launched");
+    gt_report(what, q, 1.0, bad);
+    snprintf(what, sizeof what, "  ... its GLU output [%d x %d] (relative)", rows, K);
+    gt_report(what, gw, 1e-5, 0);
+    free(g), free(u), free(h), free(o), free(y), free(ref);
+    gt_dev_free(&dg), gt_dev_free(&du), gt_dev_free(&dh), gt_dev_free(&dy), qmat_free(&m);
+}
+
 /* ==== The launchers with every tunable value ==== */
 /* One direct-launcher case: the weight, x [rows, K] on host and device, the CPU reference. */
 typedef struct launch_case {
@@ -606,6 +651,12 @@ int gt_run_quant_tests(const char *src_dir) {
     g_cu.qmv_mma = mma_on;
     g_cu.qmv_i8 = i8_on;
     g_cu.qmv_i8_q8 = i8_q8;
+    for (int f = 0; f < 2; f++) {
+        test_glu_qmv(1, 300, 1024, 4, f ? ACT_GELU_TANH : ACT_SILU, f == 0);
+        test_glu_qmv(5, 130, 14336 / 8, 4, ACT_SILU, f == 0);
+        test_glu_qmv(8, 64, 512, 4, ACT_GELU, f == 0);
+        test_glu_qmv(2, 100, 1024, 8, ACT_SILU, f == 0);
+    }
     test_qmm_tiles(17, 1000, 256, 4, 64, MX_BF16);
     test_qmm_tiles(100, 2100, 384, 8, 128, MX_F16);
     test_qmm_tiles(300, 600, 512, 3, 32, MX_F32);

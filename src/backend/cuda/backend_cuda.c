@@ -409,8 +409,8 @@ static void be_describe(char *buf, size_t len) {
                                                              : "";
     char mr[40], tm[40], ks[24], mm[128] = "";
     if (!g_cu.qmv_tc && (g_cu.qmv_i8 || g_cu.qmv_i8_q8))
-        snprintf(mm, sizeof mm, " (qmv_i8, int8 x: 4-bit <= %d rows, 8-bit <= %d rows)",
-                 g_cu.qmv_i8, g_cu.qmv_i8_q8);
+        snprintf(mm, sizeof mm, " (qmv_i8, int8 x: 4-bit <= %d rows, 8-bit <= %d rows%s)",
+                 g_cu.qmv_i8, g_cu.qmv_i8_q8, g_cu.qmv_i8_glu ? ", GLU in its prep" : "");
     else if (!g_cu.qmv_tc && g_cu.qmv_mma)
         snprintf(mm, sizeof mm, " (qmv_mma for 4-bit launches of <= 4096 outputs, <= %d rows)",
                  g_cu.qmv_mma);
@@ -564,6 +564,7 @@ static int cu_init(int dev, mx_error *err) {
     g_cu.qmv_mma = env->qmv_mma;
     g_cu.qmv_i8 = env->qmv_i8;
     g_cu.qmv_i8_q8 = env->qmv_i8_q8;
+    g_cu.qmv_i8_glu = env->qmv_i8_glu;
     g_cu.deterministic = env->sdpa_deterministic;
     g_cu.forced_splits = env->paged_decode_splits > CUDA_ATTN_MAX_SPLITS ? CUDA_ATTN_MAX_SPLITS
                                                                          : env->paged_decode_splits;

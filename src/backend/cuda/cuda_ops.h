@@ -209,6 +209,12 @@ typedef struct cuda_qmv_args {
     int rows, K, bits, group, sb_dtype;    /* 1 <= rows <= CUDA_QMV_MAX_ROWS (tc: _TC_) */
     void *ws;                              /* cuda_qmv_workspace_bytes(K), 16-byte aligned */
     size_t ws_bytes;
+    /* cuda_qmv_i8 only (others refuse it): with glu_out set, x is a GLU's gate and glu_up its
+     * up, both [rows, ldx]; the input is act(x) * up (act: 0 silu, 1 gelu tanh, 2 gelu
+     * erf), also written to glu_out [rows, ldx], so the GLU needs no launch of its own */
+    float *glu_out;
+    const float *glu_up;
+    int glu_act;
 } cuda_qmv_args;
 size_t cuda_qmv_workspace_bytes(int K);
 /* multirow: one of CUDA_QMV_MULTIROW_VALUES (else cudaErrorInvalidValue). */

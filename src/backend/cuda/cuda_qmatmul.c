@@ -156,6 +156,13 @@ static int qmv_ws(cuda_qmv_args *a, size_t bytes) {
 
 /* One launch of a qmv (rows beyond CUDA_QMV_MAX_ROWS only reach here when tc_ok or bulk_ok). */
 static int qmv_launch(cuda_qmv_args *a) {
+    if (a->glu_out && !i8_ok(a)) { /* cannot happen (checked when fused): stay correct */
+        if (cu_ck(cuda_glu_f32(a->glu_out, a->ldx, a->x, a->ldx, a->glu_up, a->ldx, a->rows, a->K,
+                               a->glu_act, g_cu.st),
+                  "glu"))
+            return -1;
+        a->x = a->glu_out, a->glu_out = NULL, a->glu_up = NULL;
+    }
     if (tc_ok(a)) return cuda_qmv_tc(a, g_cu.qmv_multirow, g_cu.st);
     if (i8_ok(a)) return qmv_ws(a, cuda_qmv_i8_workspace_bytes(a->K)) ? -1 : cuda_qmv_i8(a, g_cu.st);
     if (mma_ok(a))
@@ -243,10 +250,37 @@ void cu_matmul_q_raw(float *y, long ldy, const float *x, long ldx, int rows, con
 }
 
 /* ==== Ops table entry ==== */
+/* A held GLU whose output x this qmv reads, when qmv_i8 takes the launch: its prep kernel
+ * computes act(gate) * up (and writes x) instead of a GLU launch of its own
+ * (MLXCEL_QMV_I8_GLU). Fills the GLU fields of g into a and drops the held GLU. */
+static bool glu_into_i8(cuda_qmv_args *a, const mx_tensor *x, const mx_qweight *w, int rows, int K) {
+    if (!g_cu.qmv_i8_glu || !g_cu.pend_glu.on || g_cu.pend_glu.out != x->data ||
+        g_cu.pend_glu.rows != rows || g_cu.pend_glu.cols != K || g_cu.pend_glu.os != K ||
+        g_cu.pend_glu.gs != K || g_cu.pend_glu.us != K || x->stride[0] != K ||
+        x->dtype != MX_F32 || x->shape[x->ndim - 1] != K)
+        return false;
+    cuda_qmv_args t;
+    memset(&t, 0, sizeof t);
+    t.x = g_cu.pend_glu.gate, t.ldx = K, t.rows = rows, t.K = K, t.bits = w->bits;
+    t.group = w->group_size, t.sb_dtype = cu_q_sb(w->scales.dtype);
+    t.glu_out = g_cu.pend_glu.out, t.glu_up = g_cu.pend_glu.up, t.glu_act = g_cu.pend_glu.act;
+    if (!i8_ok(&t)) return false;
+    a->x = t.x, a->glu_out = t.glu_out, a->glu_up = t.glu_up, a->glu_act = t.glu_act;
+    g_cu.pend_glu.on = false;
+    return true;
+}
+
 void cu_matmul_q(mx_tensor *out, const mx_tensor *x, const mx_qweight *w, const mx_tensor *bias) {
     const int rows = (int)x->shape[0];
     int N, K;
-    cu_flush_glu(); /* a GLU feeding this matmul runs first (only bf16 GEMVs fuse it) */
+    cuda_qmv_args glu;
+    memset(&glu, 0, sizeof glu);
+    bool glu_fused = false;
+    if (g_cu.pend_glu.on && !cu_q_shape(w, &N, &K)) {
+        cu_flush_norm();
+        glu_fused = glu_into_i8(&glu, x, w, rows, K);
+    }
+    cu_flush_glu(); /* a GLU feeding this matmul runs first unless fused just above */
     cu_flush_rope();
     if (g_cu.pend_add.on) cu_flush();
     if (cu_q_shape(w, &N, &K)) return;
@@ -260,13 +294,15 @@ void cu_matmul_q(mx_tensor *out, const mx_tensor *x, const mx_qweight *w, const 
     if (mx_tensor_present(bias)) cu_resident(bias->data);
     const int sbt = cu_q_sb(w->scales.dtype);
     cuda_qmv_args *a = &g_cu.pend_q.a;
-    bool join = a->n_segs > 0 && a->x == x->data && a->ldx == (long)x->stride[0] &&
+    bool join = !glu_fused && !a->glu_out && a->n_segs > 0 && a->x == x->data &&
+                a->ldx == (long)x->stride[0] &&
                 a->rows == rows && a->K == K && a->bits == w->bits && a->group == w->group_size &&
                 a->sb_dtype == sbt && a->n_segs < CUDA_QMV_MAX_SEGS;
     for (int i = 0; join && i < a->n_segs; i++) /* x must not be a held output */
         if ((const void *)a->y[i] == x->data || (void *)a->y[i] == out->data) join = false;
     if (!join) cu_flush_mm(); /* the held bf16 GEMVs or qmv group launch first */
     const int i = a->n_segs++;
+    if (i == 0) a->glu_out = NULL, a->glu_up = NULL, a->glu_act = 0;
     a->x = x->data;
     a->ldx = (long)x->stride[0];
     a->rows = rows, a->K = K, a->bits = w->bits, a->group = w->group_size, a->sb_dtype = sbt;
@@ -277,4 +313,8 @@ void cu_matmul_q(mx_tensor *out, const mx_tensor *x, const mx_qweight *w, const 
     a->ldy[i] = (long)out->stride[0];
     a->N[i] = N;
     g_cu.pend_q.bias[i] = mx_tensor_present(bias) ? bias->data : NULL;
+    if (glu_fused) {
+        a->x = glu.x, a->glu_out = glu.glu_out, a->glu_up = glu.glu_up;
+        a->glu_act = glu.glu_act;
+    }
 }

@@ -237,10 +237,15 @@ static inline int qw_grid(qmv_segs &segs, int S, int u, int wps, int mb, int *gr
     return ks;
 }
 
-/* Host: the arguments both kernels take: bits 4 (and 8 where bits8), group 64 / 128,
- * 1..CUDA_QMV_MAX_ROWS rows, x 16-byte aligned with ldx % 4 == 0, bf16 / f16 scales. */
-static inline int qw_supported(const cuda_qmv_args *a, bool bits8) {
-    return a && (a->bits == 4 || (bits8 && a->bits == 8)) && (a->group == 64 || a->group == 128) &&
+/* Host: the arguments both kernels take: bits 4 (and 8 where i8), group 64 / 128,
+ * 1..CUDA_QMV_MAX_ROWS rows, x 16-byte aligned with ldx % 4 == 0, bf16 / f16 scales; a GLU
+ * input (glu_out) where i8, with up 16-byte aligned and act 0..2. */
+static inline int qw_supported(const cuda_qmv_args *a, bool i8) {
+    if (a && a->glu_out &&
+        (!i8 || !a->glu_up || ((uintptr_t)a->glu_up & 15) || ((uintptr_t)a->glu_out & 15) ||
+         a->glu_act < 0 || a->glu_act > 2))
+        return 0;
+    return a && (a->bits == 4 || (i8 && a->bits == 8)) && (a->group == 64 || a->group == 128) &&
            a->rows >= 1 &&
            a->rows <= CUDA_QMV_MAX_ROWS && a->K >= a->group && a->K % a->group == 0 && a->x &&
            ((uintptr_t)a->x & 15) == 0 && a->ldx >= a->K && a->ldx % 4 == 0 &&
@@ -249,8 +254,8 @@ static inline int qw_supported(const cuda_qmv_args *a, bool bits8) {
 
 /* Host: a supported launch with its segments and a workspace of >= ws_bytes (16-byte
  * aligned) into segs; else cudaErrorInvalidValue. */
-static inline int qw_args(const cuda_qmv_args *a, bool bits8, size_t ws_bytes, qmv_segs *segs) {
-    if (!qw_supported(a, bits8) || a->n_segs < 1 || a->n_segs > CUDA_QMV_MAX_SEGS || !a->ws ||
+static inline int qw_args(const cuda_qmv_args *a, bool i8, size_t ws_bytes, qmv_segs *segs) {
+    if (!qw_supported(a, i8) || a->n_segs < 1 || a->n_segs > CUDA_QMV_MAX_SEGS || !a->ws ||
         ((uintptr_t)a->ws & 15) || a->ws_bytes < ws_bytes || qmv_segs_fill(a, segs, true))
         return (int)cudaErrorInvalidValue;
     return 0;

@@ -44,11 +44,13 @@ __device__ __forceinline__ uint32_t qi_pack4(int a, int b, int c, int d) {
 
 /* x row r (blockIdx.y; rows >= `rows` only zero their scales and sums), one thread per
  * (step, chunk t, word j): codes 8j..8j+7 of the chunk. A group is the 4 * (G / 32) adjacent
- * threads of a class: its absmax and sum go through shuffles (no early return). */
+ * threads of a class: its absmax and sum go through shuffles (no early return). With glu_out,
+ * x is a GLU's gate: the values are act(x) * up, written to glu_out as well. */
 template <int G, int BITS>
 __global__ void __launch_bounds__(256)
 qi_prep_kernel(uint4 *__restrict__ xq, float *__restrict__ xsc, float *__restrict__ xsum,
-               const float *__restrict__ x, long ldx, int rows, int K) {
+               const float *__restrict__ x, long ldx, int rows, int K, float *glu_out,
+               const float *__restrict__ glu_up, int glu_act) {
     constexpr int C = 128 / G, CPG = G / 32;
     pdl_wait(); /* x is the previous kernel's output; the previous qmv may still read xq */
     pdl_trigger();
@@ -56,6 +58,16 @@ qi_prep_kernel(uint4 *__restrict__ xq, float *__restrict__ xsc, float *__restric
     const qw_prep_at at = qw_prep_x(x, ldx, rows, K, f);
     const int S = qw_steps(K), r = at.r, s = at.s, t = at.t, j = at.j;
     const bool in = at.in;
+    const int k = s * 128 + 32 * t + 8 * j;
+    if (glu_out && in && r < rows && k < K) {
+        const size_t o = (size_t)r * ldx + k;
+        const float4 u0 = *(const float4 *)(glu_up + o), u1 = *(const float4 *)(glu_up + o + 4);
+        const float u[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
+#pragma unroll
+        for (int e = 0; e < 8; e++) f[e] = act_apply(f[e], glu_act) * u[e];
+        *(float4 *)(glu_out + o) = make_float4(f[0], f[1], f[2], f[3]);
+        *(float4 *)(glu_out + o + 4) = make_float4(f[4], f[5], f[6], f[7]);
+    }
     float amax = 0.f, sum = 0.f;
 #pragma unroll
     for (int e = 0; e < 8; e++) amax = fmaxf(amax, fabsf(f[e])), sum += f[e];
@@ -160,7 +172,8 @@ template <int BITS, int G, int SBT, int NT> struct qi_launch {
         pdl_launch p;
         pdl_launch_config(&p, dim3((unsigned)((S * 16 + 255) / 256), QW_ROWS), dim3(256), 0, st);
         cudaError_t e = cudaLaunchKernelEx(&p.cfg, qi_prep_kernel<G, BITS>, xq, xsc, xsum, a->x,
-                                           a->ldx, a->rows, a->K);
+                                           a->ldx, a->rows, a->K, a->glu_out, a->glu_up,
+                                           a->glu_act);
         if (e != cudaSuccess) return (int)e;
         int grid;
         /* ~16 warps per SM, >= 2 load batches a warp */
