@@ -227,16 +227,18 @@ static void test_glu_qmv(int rows, int N, int K, int bits, int act, bool fuse) {
     long bad;
     const double q = bound_ratio(y, N, ref, h, rows, &m, 0,
                                  eps_for(MX_BF16, false) + (i8 ? I8_EPS : 0), &bad);
-    double gw = 0; /* the GLU output itself, relative */
+    double gw = 0, hmax = 0; /* the GLU output itself, relative to its largest value (the
+                              * device's expf / erff differ from the CPU's in the last bits) */
+    for (size_t i = 0; i < n; i++) hmax = fmax(hmax, fabs(h[i]));
     for (size_t i = 0; i < n; i++) {
-        const double d = fabs((double)o[i] - h[i]) / (fabs(h[i]) + 1e-3);
+        const double d = fabs((double)o[i] - h[i]) / hmax;
         gw = isfinite(o[i]) ? (d > gw ? d : gw) : INFINITY;
     }
     char what[160];
     snprintf(what, sizeof what, "glu (act %d) + matmul_q %d rows [%d x %d] %d-bit, %s", act, rows,
              N, K, bits, fuse && i8 ? "GLU in the qmv_i8 prep" : "GLU launched");
     gt_report(what, q, 1.0, bad);
-    snprintf(what, sizeof what, "  ... its GLU output [%d x %d] (relative)", rows, K);
+    snprintf(what, sizeof what, "  ... its GLU output [%d x %d] (relative to max)", rows, K);
     gt_report(what, gw, 1e-5, 0);
     free(g), free(u), free(h), free(o), free(y), free(ref);
     gt_dev_free(&dg), gt_dev_free(&du), gt_dev_free(&dh), gt_dev_free(&dy), qmat_free(&m);
