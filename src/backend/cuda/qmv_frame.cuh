@@ -188,10 +188,8 @@ template <int G, int NT, int BITS = 4> struct qw_frame {
 
 /* The kernels' walk: the warp's frame, its B sources (x quads, qps per x row and step),
  * the load batches (the first before pdl_wait: the prep kernel may still be writing x),
- * step(f, batch, u, s, xl, acc) per step of each batch, then the K-split sum and the write.
- * PIPE: two batches in registers, the next one's loads issued before the current one is
- * computed, so a warp's loads stay in flight while it computes (more registers). */
-template <int G, int NT, int BITS, bool PIPE = false, class Step>
+ * step(f, batch, u, s, xl, acc) per step of each batch, then the K-split sum and the write. */
+template <int G, int NT, int BITS, class Step>
 __device__ __forceinline__ void qw_run(const qmv_segs &segs, const uint4 *xq, int qps, int rows,
                                        int K, int ks, float (*red)[NT * 4 * 32], Step step) {
     using F = qw_frame<G, NT, BITS>;
@@ -202,28 +200,6 @@ __device__ __forceinline__ void qw_run(const qmv_segs &segs, const uint4 *xq, in
     float acc[NT][4];
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
-    if constexpr (PIPE) {
-        typename F::batch ba, bb;
-        const auto run = [&](const typename F::batch &bt, int s0) {
-#pragma unroll
-            for (int u = 0; u < F::U; u++) {
-                if (s0 + u >= f.send) break; /* warp-uniform */
-                step(f, bt, u, s0 + u, xl, acc);
-            }
-        };
-        if (f.sbeg < f.send) f.load(ba, f.sbeg, K);
-        pdl_wait();
-        pdl_trigger();
-        for (int s0 = f.sbeg; s0 < f.send; s0 += 2 * F::U) {
-            if (s0 + F::U < f.send) f.load(bb, s0 + F::U, K);
-            run(ba, s0);
-            if (s0 + F::U >= f.send) break;
-            if (s0 + 2 * F::U < f.send) f.load(ba, s0 + 2 * F::U, K);
-            run(bb, s0 + F::U);
-        }
-        f.finish(acc, red, rows, ks);
-        return;
-    }
     bool waited = false;
     for (int s0 = f.sbeg; s0 < f.send; s0 += F::U) {
         typename F::batch bt;
