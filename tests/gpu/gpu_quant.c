@@ -244,6 +244,70 @@ static void test_glu_qmv(int rows, int N, int K, int bits, int act, bool fuse) {
     gt_dev_free(&dg), gt_dev_free(&du), gt_dev_free(&dh), gt_dev_free(&dy), qmat_free(&m);
 }
 
+/* (x += y;) h = rms_norm(x) then Q and K matmul_q on h (one joined qmv group): with qmv_i8
+ * taking it and MLXCEL_QMV_I8_NORM on, its prep kernel computes the norm (no norm launch).
+ * Q, K, the updated residual x and h itself must match the CPU either way. */
+static void test_norm_qmv(int rows, int K, int bits, int group, bool residual, bool fuse) {
+    qmat m[2];
+    const int Ns[2] = {192, 64};
+    const size_t n = (size_t)rows * K;
+    float *x = malloc(n * 4), *y = malloc(n * 4), *h = malloc(n * 4), *o = malloc(n * 4);
+    float *wf = malloc((size_t)K * 4);
+    gt_fill(x, n, 2.0f);
+    gt_fill(y, n, 1.0f);
+    gt_fill(wf, (size_t)K, 1.0f);
+    uint16_t *wb = gt_bf16(wf, (size_t)K);
+    const int64_t sx[2] = {rows, K}, sk[1] = {K};
+    mx_tensor dx = gt_dev_f32(x, 2, sx), dy = gt_dev_f32(y, 2, sx), dh = gt_dev_poison(2, sx);
+    mx_tensor dw = gt_dev_weight(wb, 1, sk), none = {0}, dq[2];
+    mx_tensor hx = mx_tensor_2d(x, MX_F32, rows, K, MX_DEV_CPU);
+    mx_tensor hy = mx_tensor_2d(y, MX_F32, rows, K, MX_DEV_CPU);
+    mx_tensor hh = mx_tensor_2d(h, MX_F32, rows, K, MX_DEV_CPU);
+    mx_tensor hw = mx_tensor_1d(wb, MX_BF16, K, MX_DEV_CPU);
+    if (residual) g_cpu->add(&hx, &hy);
+    g_cpu->rms_norm(&hh, &hx, &hw, 1e-5f, 0.f);
+    const bool was = g_cu.qmv_i8_norm;
+    g_cu.qmv_i8_norm = fuse;
+    if (residual) g_gpu->add(&dx, &dy);
+    g_gpu->rms_norm(&dh, &dx, &dw, 1e-5f, 0.f);
+    float *ref[2];
+    for (int i = 0; i < 2; i++) {
+        qmat_make(&m[i], Ns[i], K, bits, group, MX_BF16);
+        ref[i] = cpu_ref(h, rows, &m[i], NULL, NULL);
+        dq[i] = gt_dev_poison(2, (const int64_t[]){rows, Ns[i]});
+        g_gpu->matmul_q(&dq[i], &dh, &m[i].dev, &none);
+    }
+    const bool i8 = rows <= (bits == 8 ? g_cu.qmv_i8_q8 : g_cu.qmv_i8);
+    char what[160];
+    for (int i = 0; i < 2; i++) {
+        float *q = malloc((size_t)rows * Ns[i] * 4);
+        gt_to_host(q, &dq[i]);
+        long bad;
+        const double b = bound_ratio(q, Ns[i], ref[i], h, rows, &m[i], 0,
+                                     eps_for(MX_BF16, false) + (i8 ? I8_EPS : 0), &bad);
+        snprintf(what, sizeof what, "%snorm + matmul_q seg %d: %d rows [%d x %d] %d-bit g%d, %s",
+                 residual ? "add + " : "", i, rows, Ns[i], K, bits, group,
+                 fuse && i8 ? "norm in the qmv_i8 prep" : "norm launched");
+        gt_report(what, b, 1.0, bad);
+        free(q), free(ref[i]), gt_dev_free(&dq[i]), qmat_free(&m[i]);
+    }
+    g_cu.qmv_i8_norm = was;
+    /* the norm's outputs themselves: h and the residual sum, relative to their largest */
+    for (int pass = 0; pass < 2; pass++) {
+        const float *want = pass ? x : h;
+        gt_to_host(o, pass ? &dx : &dh);
+        double err = 0, mx = 0;
+        for (size_t i = 0; i < n; i++) mx = fmax(mx, fabs(want[i]));
+        for (size_t i = 0; i < n; i++)
+            err = isfinite(o[i]) ? fmax(err, fabs((double)o[i] - want[i]) / mx) : INFINITY;
+        snprintf(what, sizeof what, "  ... its %s [%d x %d] (relative to max)",
+                 pass ? "residual x" : "norm output", rows, K);
+        gt_report(what, err, 1e-5, 0);
+    }
+    free(x), free(y), free(h), free(o), free(wf), free(wb);
+    gt_dev_free(&dx), gt_dev_free(&dy), gt_dev_free(&dh), gt_dev_free(&dw);
+}
+
 /* ==== The launchers with every tunable value ==== */
 /* One direct-launcher case: the weight, x [rows, K] on host and device, the CPU reference. */
 typedef struct launch_case {
@@ -658,6 +722,10 @@ int gt_run_quant_tests(const char *src_dir) {
         test_glu_qmv(5, 130, 14336 / 8, 4, ACT_SILU, f == 0);
         test_glu_qmv(8, 64, 512, 4, ACT_GELU, f == 0);
         test_glu_qmv(2, 100, 1024, 8, ACT_SILU, f == 0);
+        test_norm_qmv(1, 4096, 4, 64, true, f == 0);
+        test_norm_qmv(3, 1024, 4, 128, false, f == 0);
+        test_norm_qmv(8, 2560, 4, 64, true, f == 0);
+        test_norm_qmv(2, 512, 8, 64, true, f == 0);
     }
     test_qmm_tiles(17, 1000, 256, 4, 64, MX_BF16);
     test_qmm_tiles(100, 2100, 384, 8, 128, MX_F16);

@@ -261,9 +261,12 @@ static void norm_run_or_hold(float *x, const float *y, float *out, const uint16_
     g_cu.pend_norm.rows = rows;
     g_cu.pend_norm.D = D;
     g_cu.pend_norm.on = true;
-    /* held past the GEMV rows (cuBLASLt input) and at 1..2 GEMV rows (the GEMV prologue) */
+    /* held past the GEMV rows (cuBLASLt input), at 1..2 GEMV rows (the GEMV prologue) and at
+     * the int8 qmv's rows (its prep kernel computes the norm, cuda_qmatmul.c norm_into_i8) */
     const bool lt = rows > g_cu.gemv_rows, gemv = g_cu.gemv_fuse && rows <= 2 && rows <= g_cu.gemv_rows && !y;
-    if (!(lt || gemv) || out == x || D % 8) cu_flush_norm();
+    const int i8_rows = g_cu.qmv_i8 > g_cu.qmv_i8_q8 ? g_cu.qmv_i8 : g_cu.qmv_i8_q8;
+    const bool i8 = g_cu.qmv_i8_norm && rows <= i8_rows;
+    if (!(lt || gemv || i8) || out == x || D % 8) cu_flush_norm();
 }
 
 static void be_rms_norm(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, float eps,
@@ -409,8 +412,9 @@ static void be_describe(char *buf, size_t len) {
                                                              : "";
     char mr[40], tm[40], ks[24], mm[128] = "";
     if (!g_cu.qmv_tc && (g_cu.qmv_i8 || g_cu.qmv_i8_q8))
-        snprintf(mm, sizeof mm, " (qmv_i8, int8 x: 4-bit <= %d rows, 8-bit <= %d rows%s)",
-                 g_cu.qmv_i8, g_cu.qmv_i8_q8, g_cu.qmv_i8_glu ? ", GLU in its prep" : "");
+        snprintf(mm, sizeof mm, " (qmv_i8, int8 x: 4-bit <= %d rows, 8-bit <= %d rows%s%s)",
+                 g_cu.qmv_i8, g_cu.qmv_i8_q8, g_cu.qmv_i8_norm ? ", norm" : "",
+                 g_cu.qmv_i8_glu ? ", GLU" : "");
     else if (!g_cu.qmv_tc && g_cu.qmv_mma)
         snprintf(mm, sizeof mm, " (qmv_mma for 4-bit launches of <= 4096 outputs, <= %d rows)",
                  g_cu.qmv_mma);
@@ -565,6 +569,7 @@ static int cu_init(int dev, mx_error *err) {
     g_cu.qmv_i8 = env->qmv_i8;
     g_cu.qmv_i8_q8 = env->qmv_i8_q8;
     g_cu.qmv_i8_glu = env->qmv_i8_glu;
+    g_cu.qmv_i8_norm = env->qmv_i8_norm;
     g_cu.deterministic = env->sdpa_deterministic;
     g_cu.forced_splits = env->paged_decode_splits > CUDA_ATTN_MAX_SPLITS ? CUDA_ATTN_MAX_SPLITS
                                                                          : env->paged_decode_splits;

@@ -94,6 +94,7 @@ typedef struct cu_state {
     int qmv_i8;               /* MLXCEL_QMV_I8: most 4-bit rows the int8-activation qmv takes */
     int qmv_i8_q8;            /* MLXCEL_QMV_I8_Q8: the same for 8-bit weights */
     bool qmv_i8_glu;          /* MLXCEL_QMV_I8_GLU: qmv_i8's prep computes the GLU it reads */
+    bool qmv_i8_norm;         /* MLXCEL_QMV_I8_NORM: ... and the RMSNorm it reads */
     int graph_cache;          /* 0 = no graphs */
     bool deterministic;
     int forced_splits;

@@ -215,6 +215,14 @@ typedef struct cuda_qmv_args {
     float *glu_out;
     const float *glu_up;
     int glu_act;
+    /* cuda_qmv_i8 only, not with glu_out: with norm_w set, x (written, row stride ldx) is
+     * first computed as rms_norm(norm_x += norm_y) * (norm_w + norm_offset) over rows of K
+     * (norm_x, norm_y contiguous [rows, K]; norm_y may be NULL: no residual add), as
+     * cuda_add_rms_norm_f32 / cuda_rms_norm_f32 would, so the norm needs no launch either */
+    float *norm_x;
+    const float *norm_y;
+    const uint16_t *norm_w; /* bf16 [K] */
+    float norm_eps, norm_offset;
 } cuda_qmv_args;
 size_t cuda_qmv_workspace_bytes(int K);
 /* multirow: one of CUDA_QMV_MULTIROW_VALUES (else cudaErrorInvalidValue). */

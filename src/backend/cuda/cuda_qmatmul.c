@@ -163,6 +163,16 @@ static int qmv_launch(cuda_qmv_args *a) {
             return -1;
         a->x = a->glu_out, a->glu_out = NULL, a->glu_up = NULL;
     }
+    if (a->norm_w && !i8_ok(a)) { /* likewise */
+        const int rc = a->norm_y ? cuda_add_rms_norm_f32(a->norm_x, a->norm_y, (float *)a->x,
+                                                         a->norm_w, a->norm_eps, a->norm_offset,
+                                                         a->rows, a->K, g_cu.st)
+                                 : cuda_rms_norm_f32((float *)a->x, a->ldx, a->norm_x, a->K,
+                                                     a->norm_w, a->norm_eps, a->norm_offset,
+                                                     a->rows, a->K, g_cu.st);
+        if (cu_ck(rc, "rms_norm")) return -1;
+        a->norm_w = NULL;
+    }
     if (tc_ok(a)) return cuda_qmv_tc(a, g_cu.qmv_multirow, g_cu.st);
     if (i8_ok(a)) return qmv_ws(a, cuda_qmv_i8_workspace_bytes(a->K)) ? -1 : cuda_qmv_i8(a, g_cu.st);
     if (mma_ok(a))
@@ -270,17 +280,41 @@ static bool glu_into_i8(cuda_qmv_args *a, const mx_tensor *x, const mx_qweight *
     return true;
 }
 
+/* A held RMSNorm whose output x this qmv reads, when qmv_i8 takes the launch: its prep
+ * kernel computes the norm (and writes x) instead of the norm's own launch
+ * (MLXCEL_QMV_I8_NORM). Fills the norm fields into a and drops the held norm. */
+static bool norm_into_i8(cuda_qmv_args *a, const mx_tensor *x, const mx_qweight *w, int rows,
+                         int K) {
+    if (!g_cu.qmv_i8_norm || !g_cu.pend_norm.on || g_cu.pend_norm.out != x->data ||
+        g_cu.pend_norm.rows != rows || g_cu.pend_norm.D != K || x->stride[0] != K ||
+        x->dtype != MX_F32 || x->shape[x->ndim - 1] != K)
+        return false;
+    cuda_qmv_args t;
+    memset(&t, 0, sizeof t);
+    t.x = x->data, t.ldx = K, t.rows = rows, t.K = K, t.bits = w->bits;
+    t.group = w->group_size, t.sb_dtype = cu_q_sb(w->scales.dtype);
+    t.norm_x = g_cu.pend_norm.x, t.norm_y = g_cu.pend_norm.y, t.norm_w = g_cu.pend_norm.w;
+    t.norm_eps = g_cu.pend_norm.eps, t.norm_offset = g_cu.pend_norm.offset;
+    if (!i8_ok(&t)) return false;
+    *a = t;
+    g_cu.pend_norm.on = false;
+    return true;
+}
+
 void cu_matmul_q(mx_tensor *out, const mx_tensor *x, const mx_qweight *w, const mx_tensor *bias) {
     const int rows = (int)x->shape[0];
     int N, K;
-    cuda_qmv_args glu;
-    memset(&glu, 0, sizeof glu);
-    bool glu_fused = false;
-    if (g_cu.pend_glu.on && !cu_q_shape(w, &N, &K)) {
-        cu_flush_norm();
-        glu_fused = glu_into_i8(&glu, x, w, rows, K);
+    cuda_qmv_args fz; /* a held norm or GLU this qmv computes in its prep kernel */
+    memset(&fz, 0, sizeof fz);
+    bool glu_fused = false, norm_fused = false;
+    if ((g_cu.pend_norm.on || g_cu.pend_glu.on) && !cu_q_shape(w, &N, &K)) {
+        norm_fused = norm_into_i8(&fz, x, w, rows, K);
+        if (!norm_fused && g_cu.pend_glu.on) {
+            cu_flush_norm();
+            glu_fused = glu_into_i8(&fz, x, w, rows, K);
+        }
     }
-    cu_flush_glu(); /* a GLU feeding this matmul runs first unless fused just above */
+    cu_flush_glu(); /* a norm or GLU feeding this matmul runs first unless fused just above */
     cu_flush_rope();
     if (g_cu.pend_add.on) cu_flush();
     if (cu_q_shape(w, &N, &K)) return;
@@ -294,7 +328,7 @@ void cu_matmul_q(mx_tensor *out, const mx_tensor *x, const mx_qweight *w, const 
     if (mx_tensor_present(bias)) cu_resident(bias->data);
     const int sbt = cu_q_sb(w->scales.dtype);
     cuda_qmv_args *a = &g_cu.pend_q.a;
-    bool join = !glu_fused && !a->glu_out && a->n_segs > 0 && a->x == x->data &&
+    bool join = !glu_fused && !norm_fused && !a->glu_out && a->n_segs > 0 && a->x == x->data &&
                 a->ldx == (long)x->stride[0] &&
                 a->rows == rows && a->K == K && a->bits == w->bits && a->group == w->group_size &&
                 a->sb_dtype == sbt && a->n_segs < CUDA_QMV_MAX_SEGS;
@@ -302,7 +336,10 @@ void cu_matmul_q(mx_tensor *out, const mx_tensor *x, const mx_qweight *w, const 
         if ((const void *)a->y[i] == x->data || (void *)a->y[i] == out->data) join = false;
     if (!join) cu_flush_mm(); /* the held bf16 GEMVs or qmv group launch first */
     const int i = a->n_segs++;
-    if (i == 0) a->glu_out = NULL, a->glu_up = NULL, a->glu_act = 0;
+    if (i == 0) { /* the fused-input fields of an earlier group */
+        a->glu_out = NULL, a->glu_up = NULL, a->glu_act = 0;
+        a->norm_x = NULL, a->norm_y = NULL, a->norm_w = NULL;
+    }
     a->x = x->data;
     a->ldx = (long)x->stride[0];
     a->rows = rows, a->K = K, a->bits = w->bits, a->group = w->group_size, a->sb_dtype = sbt;
@@ -314,7 +351,11 @@ void cu_matmul_q(mx_tensor *out, const mx_tensor *x, const mx_qweight *w, const 
     a->N[i] = N;
     g_cu.pend_q.bias[i] = mx_tensor_present(bias) ? bias->data : NULL;
     if (glu_fused) {
-        a->x = glu.x, a->glu_out = glu.glu_out, a->glu_up = glu.glu_up;
-        a->glu_act = glu.glu_act;
+        a->x = fz.x, a->glu_out = fz.glu_out, a->glu_up = fz.glu_up;
+        a->glu_act = fz.glu_act;
+    }
+    if (norm_fused) { /* x stays the norm's output: Q, K, V on it join this group */
+        a->norm_x = fz.norm_x, a->norm_y = fz.norm_y, a->norm_w = fz.norm_w;
+        a->norm_eps = fz.norm_eps, a->norm_offset = fz.norm_offset;
     }
 }

@@ -336,7 +336,7 @@ extern "C" int cuda_qmv(const cuda_qmv_args *a, int multirow, cudaStream_t st) {
         a->rows > CUDA_QMV_MAX_ROWS || !cuda_qmv_valid_multirow(multirow) || !a->x ||
         a->ldx < a->K || (a->group != 32 && a->group != 64 && a->group != 128) || a->K < a->group ||
         a->K % a->group || (a->bits < 2 || a->bits > 8 || a->bits == 7) ||
-        a->sb_dtype < CUDA_QSB_BF16 || a->sb_dtype > CUDA_QSB_F32 || a->glu_out)
+        a->sb_dtype < CUDA_QSB_BF16 || a->sb_dtype > CUDA_QSB_F32 || a->glu_out || a->norm_w)
         return (int)cudaErrorInvalidValue;
     qmv_segs segs;
     if (qmv_segs_fill(a, &segs, true)) return (int)cudaErrorInvalidValue;

@@ -306,7 +306,7 @@ extern "C" int cuda_qmv_bulk_supported(const cuda_qmv_args *a) {
     return a && (a->bits == 4 || a->bits == 8) && a->sb_dtype == CUDA_QSB_BF16 && a->rows >= 1 &&
            a->rows <= CUDA_QMV_TC_MAX_ROWS && (a->group == 32 || a->group == 64 || a->group == 128) &&
            a->K >= a->group && a->K % a->group == 0 && a->x && ((uintptr_t)a->x & 15) == 0 &&
-           a->ldx >= a->K && a->ldx % 4 == 0 && !a->glu_out;
+           a->ldx >= a->K && a->ldx % 4 == 0 && !a->glu_out && !a->norm_w;
 }
 
 /* x in fragment order for CUDA_QMV_TC_MAX_ROWS rows; 4-bit super-tiles are the longer. */

@@ -245,6 +245,11 @@ static inline int qw_supported(const cuda_qmv_args *a, bool i8) {
         (!i8 || !a->glu_up || ((uintptr_t)a->glu_up & 15) || ((uintptr_t)a->glu_out & 15) ||
          a->glu_act < 0 || a->glu_act > 2))
         return 0;
+    if (a && a->norm_w &&
+        (!i8 || a->glu_out || !a->norm_x || ((uintptr_t)a->norm_x & 15) ||
+         ((uintptr_t)a->norm_y & 15) || ((uintptr_t)a->norm_w & 15) ||
+         (const float *)a->norm_x == a->x || a->norm_y == a->x))
+        return 0;
     return a && (a->bits == 4 || (i8 && a->bits == 8)) && (a->group == 64 || a->group == 128) &&
            a->rows >= 1 &&
            a->rows <= CUDA_QMV_MAX_ROWS && a->K >= a->group && a->K % a->group == 0 && a->x &&

@@ -42,32 +42,16 @@ __device__ __forceinline__ uint32_t qi_pack4(int a, int b, int c, int d) {
            (uint32_t)(d & 255) << 24;
 }
 
-/* x row r (blockIdx.y; rows >= `rows` only zero their scales and sums), one thread per
- * (step, chunk t, word j): codes 8j..8j+7 of the chunk. A group is the 4 * (G / 32) adjacent
- * threads of a class: its absmax and sum go through shuffles (no early return). With glu_out,
- * x is a GLU's gate: the values are act(x) * up, written to glu_out as well. */
+/* One thread's 8 values f of x row at.r (step at.s, chunk at.t, word at.j: codes 8j..8j+7
+ * of the chunk) rounded to int8 and stored in B-fragment order, with the group's scale and
+ * exact sum. A group is the 4 * (G / 32) adjacent threads of a class: its absmax and sum go
+ * through shuffles, so every thread of the warp calls this (f = 0 past K or `rows`; rows >=
+ * `rows` only zero their scales and sums). */
 template <int G, int BITS>
-__global__ void __launch_bounds__(256)
-qi_prep_kernel(uint4 *__restrict__ xq, float *__restrict__ xsc, float *__restrict__ xsum,
-               const float *__restrict__ x, long ldx, int rows, int K, float *glu_out,
-               const float *__restrict__ glu_up, int glu_act) {
+__device__ __forceinline__ void qi_quant_store(uint4 *xq, float *xsc, float *xsum,
+                                               const float f[8], qw_prep_at at, int rows, int S) {
     constexpr int C = 128 / G, CPG = G / 32;
-    pdl_wait(); /* x is the previous kernel's output; the previous qmv may still read xq */
-    pdl_trigger();
-    float f[8];
-    const qw_prep_at at = qw_prep_x(x, ldx, rows, K, f);
-    const int S = qw_steps(K), r = at.r, s = at.s, t = at.t, j = at.j;
-    const bool in = at.in;
-    const int k = s * 128 + 32 * t + 8 * j;
-    if (glu_out && in && r < rows && k < K) {
-        const size_t o = (size_t)r * ldx + k;
-        const float4 u0 = *(const float4 *)(glu_up + o), u1 = *(const float4 *)(glu_up + o + 4);
-        const float u[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
-#pragma unroll
-        for (int e = 0; e < 8; e++) f[e] = act_apply(f[e], glu_act) * u[e];
-        *(float4 *)(glu_out + o) = make_float4(f[0], f[1], f[2], f[3]);
-        *(float4 *)(glu_out + o + 4) = make_float4(f[4], f[5], f[6], f[7]);
-    }
+    const int r = at.r, s = at.s, t = at.t, j = at.j;
     float amax = 0.f, sum = 0.f;
 #pragma unroll
     for (int e = 0; e < 8; e++) amax = fmaxf(amax, fabsf(f[e])), sum += f[e];
@@ -80,7 +64,7 @@ qi_prep_kernel(uint4 *__restrict__ xq, float *__restrict__ xsc, float *__restric
     int q[8];
 #pragma unroll
     for (int e = 0; e < 8; e++) q[e] = __float2int_rn(f[e] * inv);
-    if (in && r < rows) {
+    if (at.in && r < rows) {
         /* quad j / 2 of chunk t, words 2 (j % 2) .. + 1 */
         uint2 *dst = (uint2 *)(xq + (((size_t)r * S + s) * 2 + j / 2) * 8 + t) + (j & 1);
         /* the B bytes in the order of the A bytes: 4-bit (c0, c2, c4, c6), (c1, c3, c5, c7) of
@@ -90,10 +74,86 @@ qi_prep_kernel(uint4 *__restrict__ xq, float *__restrict__ xsc, float *__restric
                    : make_uint2(qi_pack4(q[0], q[1], q[2], q[3]), qi_pack4(q[4], q[5], q[6], q[7]));
         if (r == 0) dst[8] = make_uint2(0u, 0u); /* 64 bytes on: slot 4 + t, same half */
     }
-    if (in && j == 0 && t % CPG == 0) {
+    if (at.in && j == 0 && t % CPG == 0) {
         const size_t c = (size_t)s * QW_XW + r * C + t / CPG;
         xsc[c] = amax / 127.f;
         xsum[c] = sum;
+    }
+}
+
+/* x row r = blockIdx.y, one thread per 8 values (qw_prep_x). With glu_out, x is a GLU's gate:
+ * the values are act(x) * up, written to glu_out as well. */
+template <int G, int BITS>
+__global__ void __launch_bounds__(256)
+qi_prep_kernel(uint4 *__restrict__ xq, float *__restrict__ xsc, float *__restrict__ xsum,
+               const float *__restrict__ x, long ldx, int rows, int K, float *glu_out,
+               const float *__restrict__ glu_up, int glu_act) {
+    pdl_wait(); /* x is the previous kernel's output; the previous qmv may still read xq */
+    pdl_trigger();
+    float f[8];
+    const qw_prep_at at = qw_prep_x(x, ldx, rows, K, f);
+    const int k = at.s * 128 + 32 * at.t + 8 * at.j;
+    if (glu_out && at.in && at.r < rows && k < K) {
+        const size_t o = (size_t)at.r * ldx + k;
+        const float4 u0 = *(const float4 *)(glu_up + o), u1 = *(const float4 *)(glu_up + o + 4);
+        const float u[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
+#pragma unroll
+        for (int e = 0; e < 8; e++) f[e] = act_apply(f[e], glu_act) * u[e];
+        *(float4 *)(glu_out + o) = make_float4(f[0], f[1], f[2], f[3]);
+        *(float4 *)(glu_out + o + 4) = make_float4(f[4], f[5], f[6], f[7]);
+    }
+    qi_quant_store<G, BITS>(xq, xsc, xsum, f, at, rows, qw_steps(K));
+}
+
+/* The prep with the RMSNorm that produces x: CTA r (grid QW_ROWS) adds ny into nx (when
+ * given) and normalises row r of it, out = nx / rms(nx) * (w + offset) written to x (row
+ * stride ldx), as add_rms_norm_vec_kernel does, then rounds out as qi_prep_kernel does; the
+ * thread of 8 values k = 8u is the same in both passes, so it re-reads only what it wrote. */
+template <int G, int BITS>
+__global__ void __launch_bounds__(256)
+qi_prep_norm_kernel(uint4 *__restrict__ xq, float *__restrict__ xsc, float *__restrict__ xsum,
+                    float *x, long ldx, int rows, int K, float *nx, const float *ny,
+                    const uint16_t *__restrict__ nw, float eps, float offset) {
+    __shared__ float red[32];
+    pdl_wait();
+    pdl_trigger();
+    const int r = blockIdx.x, S = qw_steps(K);
+    float *xr = nx + (size_t)r * K;
+    float inv = 0.f;
+    if (r < rows) { /* CTA-uniform */
+        float ss = 0.f;
+        for (int k = 8 * (int)threadIdx.x; k < K; k += 8 * 256) {
+            float4 a = *(float4 *)(xr + k), b = *(float4 *)(xr + k + 4);
+            if (ny) {
+                const float4 c = *(const float4 *)(ny + (size_t)r * K + k);
+                const float4 d = *(const float4 *)(ny + (size_t)r * K + k + 4);
+                a.x += c.x, a.y += c.y, a.z += c.z, a.w += c.w;
+                b.x += d.x, b.y += d.y, b.z += d.z, b.w += d.w;
+                *(float4 *)(xr + k) = a, *(float4 *)(xr + k + 4) = b;
+            }
+            ss = fmaf(a.x, a.x, ss), ss = fmaf(a.y, a.y, ss), ss = fmaf(a.z, a.z, ss);
+            ss = fmaf(a.w, a.w, ss), ss = fmaf(b.x, b.x, ss), ss = fmaf(b.y, b.y, ss);
+            ss = fmaf(b.z, b.z, ss), ss = fmaf(b.w, b.w, ss);
+        }
+        inv = 1.0f / sqrtf(block_sum(ss, red) / (float)K + eps);
+    }
+    for (int u0 = 0; u0 < S * 16; u0 += 256) { /* uniform trip count: the shuffles */
+        const int u = u0 + (int)threadIdx.x, k = 8 * u;
+        const qw_prep_at at = {r, u >> 4, (u >> 2) & 3, u & 3, u < S * 16};
+        float f[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+        if (r < rows && k < K) {
+            const float4 a = *(const float4 *)(xr + k), b = *(const float4 *)(xr + k + 4);
+            const uint4 wb = __ldg((const uint4 *)(nw + k));
+            const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+            const uint32_t ww[4] = {wb.x, wb.y, wb.z, wb.w};
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                f[e] = (v[e] * inv) * ((e & 1 ? bf16_hi(ww[e / 2]) : bf16_lo(ww[e / 2])) + offset);
+            float *o = x + (size_t)r * ldx + k;
+            *(float4 *)o = make_float4(f[0], f[1], f[2], f[3]);
+            *(float4 *)(o + 4) = make_float4(f[4], f[5], f[6], f[7]);
+        }
+        qi_quant_store<G, BITS>(xq, xsc, xsum, f, at, rows, S);
     }
 }
 
@@ -170,10 +230,18 @@ template <int BITS, int G, int SBT, int NT> struct qi_launch {
         const int S = qw_steps(a->K);
         float *xsc = (float *)(xq + qi_quads(a->K)), *xsum = xsc + (size_t)S * QW_XW;
         pdl_launch p;
-        pdl_launch_config(&p, dim3((unsigned)((S * 16 + 255) / 256), QW_ROWS), dim3(256), 0, st);
-        cudaError_t e = cudaLaunchKernelEx(&p.cfg, qi_prep_kernel<G, BITS>, xq, xsc, xsum, a->x,
-                                           a->ldx, a->rows, a->K, a->glu_out, a->glu_up,
-                                           a->glu_act);
+        cudaError_t e;
+        if (a->norm_w) { /* one CTA a row: the norm's sum of squares spans the row */
+            pdl_launch_config(&p, dim3(QW_ROWS), dim3(256), 0, st);
+            e = cudaLaunchKernelEx(&p.cfg, qi_prep_norm_kernel<G, BITS>, xq, xsc, xsum,
+                                   (float *)a->x, a->ldx, a->rows, a->K, a->norm_x, a->norm_y,
+                                   a->norm_w, a->norm_eps, a->norm_offset);
+        } else {
+            pdl_launch_config(&p, dim3((unsigned)((S * 16 + 255) / 256), QW_ROWS), dim3(256), 0,
+                              st);
+            e = cudaLaunchKernelEx(&p.cfg, qi_prep_kernel<G, BITS>, xq, xsc, xsum, a->x, a->ldx,
+                                   a->rows, a->K, a->glu_out, a->glu_up, a->glu_act);
+        }
         if (e != cudaSuccess) return (int)e;
         int grid;
         /* ~16 warps per SM, >= 2 load batches a warp */
