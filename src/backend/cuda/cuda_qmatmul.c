@@ -1,14 +1,15 @@
 /* Quantized matmul dispatch of the CUDA backend (backend_ops.matmul_q).
  *
- * With MLXCEL_QMV_I8=N (default 8; 8-bit: MLXCEL_QMV_I8_Q8=N, default 0): 4-bit weights,
- * group 64 / 128, 1..N rows: the int8-activation tensor-core qmv (qmv_i8.cu). With MLXCEL_QMV_MMA=N (default 1: one row):
- * the same weights, 1..N rows, <= 4096 output rows per launch: the tensor-core qmv
- * (qmv_mma.cu; see mma_ok). Then 4- and 8-bit weights with bf16 scales, rows <=
- * CUDA_QMV_TC_MAX_ROWS (32): the streaming
- * tensor-core qmv (qmv_bulk.cu) unless MLXCEL_QMV_BULK=0, or with MLXCEL_QMV_TC=1 the
- * helper-built tensor-core qmv (qmv_tc.cu); x must be 16-byte aligned; other widths (and those without it),
- * rows <= CUDA_QMV_MAX_ROWS (8): the CUDA-core qmv (qgemv.cu). Several consecutive matmul_q
- * on the same x with the same quantization (Q/K/V, gate/up) are held back and launched as one
+ * With MLXCEL_QMV_I8=N (default 8; 8-bit: MLXCEL_QMV_I8_Q8=N, default 0): 4-bit weights, group
+ * 64 / 128, 1..N rows: the int8-activation tensor-core qmv (qmv_i8.cu), whose prep kernel also
+ * computes a held RMSNorm or GLU that produces x (MLXCEL_QMV_I8_NORM / _GLU). With
+ * MLXCEL_QMV_MMA=N (default 1: one row): the same weights, 1..N rows, <= 4096 output rows per
+ * launch: the tensor-core qmv (qmv_mma.cu; see mma_ok). Then 4- and 8-bit weights with bf16
+ * scales, rows <= CUDA_QMV_TC_MAX_ROWS (32): the streaming tensor-core qmv (qmv_bulk.cu)
+ * unless MLXCEL_QMV_BULK=0, or with MLXCEL_QMV_TC=1 the helper-built tensor-core qmv
+ * (qmv_tc.cu); x must be 16-byte aligned; other widths (and those without it), rows <=
+ * CUDA_QMV_MAX_ROWS (8): the CUDA-core qmv (qgemv.cu). Several consecutive matmul_q on the
+ * same x with the same quantization (Q/K/V, gate/up) are held back and launched as one
  * multi-segment qmv, as cu_matmul does for bf16. More rows: qmm (qmm.cu: dequantized slabs +
  * cuBLASLt). Row window and slab size: MLXCEL_QMV_MULTIROW / MLXCEL_QMM_TILE_M > the
  * autotuner's stored winner (MLXCEL_AUTOTUNE cache or 1) > the kernels' defaults; the
@@ -262,8 +263,9 @@ void cu_matmul_q_raw(float *y, long ldy, const float *x, long ldx, int rows, con
 /* ==== Ops table entry ==== */
 /* A held GLU whose output x this qmv reads, when qmv_i8 takes the launch: its prep kernel
  * computes act(gate) * up (and writes x) instead of a GLU launch of its own
- * (MLXCEL_QMV_I8_GLU). Fills the GLU fields of g into a and drops the held GLU. */
-static bool glu_into_i8(cuda_qmv_args *a, const mx_tensor *x, const mx_qweight *w, int rows, int K) {
+ * (MLXCEL_QMV_I8_GLU). Fills a's x (the gate) and GLU fields and drops the held GLU. */
+static bool glu_into_i8(cuda_qmv_args *a, const mx_tensor *x, const mx_qweight *w, int rows,
+                        int K) {
     if (!g_cu.qmv_i8_glu || !g_cu.pend_glu.on || g_cu.pend_glu.out != x->data ||
         g_cu.pend_glu.rows != rows || g_cu.pend_glu.cols != K || g_cu.pend_glu.os != K ||
         g_cu.pend_glu.gs != K || g_cu.pend_glu.us != K || x->stride[0] != K ||

@@ -414,8 +414,8 @@ extern "C" int cuda_qmv_tc_supported(const cuda_qmv_args *a) {
         (a->group != 32 && a->group != 64 && a->group != 128) || a->rows < 1 ||
         a->rows > CUDA_QMV_TC_MAX_ROWS || a->K < a->group || a->K % a->group || !a->x ||
         ((uintptr_t)a->x & 15) || a->ldx < a->K || a->ldx % 4 || a->n_segs < 1 ||
-        a->n_segs > CUDA_QMV_MAX_SEGS || a->sb_dtype < CUDA_QSB_BF16 || a->sb_dtype > CUDA_QSB_F32 ||
-        a->glu_out || a->norm_w)
+        a->n_segs > CUDA_QMV_MAX_SEGS || a->sb_dtype < CUDA_QSB_BF16 ||
+        a->sb_dtype > CUDA_QSB_F32 || a->glu_out || a->norm_w)
         return 0;
     for (int i = 0; i < a->n_segs; i++)
         if (!a->w[i] || ((uintptr_t)a->w[i] & 15)) return 0;
