@@ -62,6 +62,25 @@ each_shape_ab() {
   done
 }
 
+# ==== The diag scripts' common stages (read D and T0) ====
+# test_cuda with every group as is, then its quant and e2e groups once per further A/B entry
+# ("A=1,B=2"); logs $D/test-*.log; one summary line each and the first failures.
+diag_tests() {
+  local e n g
+  for e in - "$@"; do
+    n=${e%%=*}; g=""; [ "$e" != - ] && g=TEST_CUDA_ONLY=quant,e2e
+    env $(ab_env "$e") $g timeout 200 .carry/dev/test_cuda . > "$D/test-$n.log" 2>&1
+    echo "== test ${g:-all} $e: rc $? $(tail -1 "$D/test-$n.log"), $((SECONDS - T0)) s"
+    grep '^FAIL' "$D/test-$n.log" | head -5 | cut -c1-160
+  done
+}
+# cuda_ops_bench --only qmv (log $D/qmv.log), then its lines matching the regex $1, shortened.
+diag_qmv_bench() {
+  timeout 200 .carry/dev/cuda_ops_bench --only qmv > "$D/qmv.log" 2>&1
+  echo "== op bench: rc $? $((SECONDS - T0)) s"
+  grep -E "$1" "$D/qmv.log" | sed -E 's/ +min +[0-9.]+ us//; s/ +/ /g; s/ GB.s.*//' | cut -c1-90
+}
+
 # ==== Binaries ====
 # Whether $1 is an executable whose shared libraries all resolve here.
 runnable() { [ -x "$1" ] && ! ldd "$1" 2>/dev/null | grep -q "not found"; }

@@ -8,12 +8,7 @@ set -u
 . bench/device_env.sh
 diag_init
 T0=$SECONDS
-for e in - MLXCEL_QMV_I8_NORM=0,MLXCEL_QMV_I8_GLU=0; do
-  n=${e%%=*}; g=""; [ "$e" != - ] && g=TEST_CUDA_ONLY=quant,e2e
-  env $(ab_env $e) $g timeout 200 .carry/dev/test_cuda . > "$D/test-$n.log" 2>&1
-  echo "== test ${g:-all} $e: rc $? $(tail -1 "$D/test-$n.log"), $((SECONDS - T0)) s"
-  grep '^FAIL' "$D/test-$n.log" | head -5 | cut -c1-160
-done
+diag_tests MLXCEL_QMV_I8_NORM=0,MLXCEL_QMV_I8_GLU=0
 BATCH=1,8 AB="- MLXCEL_QMV_I8_NORM=0 MLXCEL_QMV_I8_NORM=0,MLXCEL_QMV_I8_GLU=0" QUANT="4:64" \
   BF16=0 REPEAT=2 timeout 280 bash tools/diag/quant_b1.sh 2>&1 | grep -E "^llama|==" |
   awk '{print $1,$2,$3,$6,$12}'
