@@ -175,7 +175,8 @@ static int qmv_launch(cuda_qmv_args *a) {
         a->norm_w = NULL;
     }
     if (tc_ok(a)) return cuda_qmv_tc(a, g_cu.qmv_multirow, g_cu.st);
-    if (i8_ok(a)) return qmv_ws(a, cuda_qmv_i8_workspace_bytes(a->K)) ? -1 : cuda_qmv_i8(a, g_cu.st);
+    if (i8_ok(a))
+        return qmv_ws(a, cuda_qmv_i8_workspace_bytes(a->K)) ? -1 : cuda_qmv_i8(a, g_cu.st);
     if (mma_ok(a))
         return qmv_ws(a, cuda_qmv_mma_workspace_bytes(a->K)) ? -1 : cuda_qmv_mma(a, g_cu.st);
     if (a->rows >= g_cu.qmv_bulk_min_rows && bulk_ok(a)) {
@@ -261,6 +262,13 @@ void cu_matmul_q_raw(float *y, long ldy, const float *x, long ldx, int rows, con
 }
 
 /* ==== Ops table entry ==== */
+/* The launch arguments a fusion check asks i8_ok about: x [rows, K] contiguous, w's format. */
+static void i8_probe(cuda_qmv_args *t, const float *x, int rows, int K, const mx_qweight *w) {
+    memset(t, 0, sizeof *t);
+    t->x = x, t->ldx = K, t->rows = rows, t->K = K, t->bits = w->bits;
+    t->group = w->group_size, t->sb_dtype = cu_q_sb(w->scales.dtype);
+}
+
 /* A held GLU whose output x this qmv reads, when qmv_i8 takes the launch: its prep kernel
  * computes act(gate) * up (and writes x) instead of a GLU launch of its own
  * (MLXCEL_QMV_I8_GLU). Fills a's x (the gate) and GLU fields and drops the held GLU. */
@@ -272,9 +280,7 @@ static bool glu_into_i8(cuda_qmv_args *a, const mx_tensor *x, const mx_qweight *
         x->dtype != MX_F32 || x->shape[x->ndim - 1] != K)
         return false;
     cuda_qmv_args t;
-    memset(&t, 0, sizeof t);
-    t.x = g_cu.pend_glu.gate, t.ldx = K, t.rows = rows, t.K = K, t.bits = w->bits;
-    t.group = w->group_size, t.sb_dtype = cu_q_sb(w->scales.dtype);
+    i8_probe(&t, g_cu.pend_glu.gate, rows, K, w);
     t.glu_out = g_cu.pend_glu.out, t.glu_up = g_cu.pend_glu.up, t.glu_act = g_cu.pend_glu.act;
     if (!i8_ok(&t)) return false;
     a->x = t.x, a->glu_out = t.glu_out, a->glu_up = t.glu_up, a->glu_act = t.glu_act;
@@ -292,9 +298,7 @@ static bool norm_into_i8(cuda_qmv_args *a, const mx_tensor *x, const mx_qweight 
         x->dtype != MX_F32 || x->shape[x->ndim - 1] != K)
         return false;
     cuda_qmv_args t;
-    memset(&t, 0, sizeof t);
-    t.x = x->data, t.ldx = K, t.rows = rows, t.K = K, t.bits = w->bits;
-    t.group = w->group_size, t.sb_dtype = cu_q_sb(w->scales.dtype);
+    i8_probe(&t, x->data, rows, K, w);
     t.norm_x = g_cu.pend_norm.x, t.norm_y = g_cu.pend_norm.y, t.norm_w = g_cu.pend_norm.w;
     t.norm_eps = g_cu.pend_norm.eps, t.norm_offset = g_cu.pend_norm.offset;
     if (!i8_ok(&t)) return false;
@@ -306,10 +310,11 @@ static bool norm_into_i8(cuda_qmv_args *a, const mx_tensor *x, const mx_qweight 
 void cu_matmul_q(mx_tensor *out, const mx_tensor *x, const mx_qweight *w, const mx_tensor *bias) {
     const int rows = (int)x->shape[0];
     int N, K;
+    const bool shape_ok = !cu_q_shape(w, &N, &K);
     cuda_qmv_args fz; /* a held norm or GLU this qmv computes in its prep kernel */
     memset(&fz, 0, sizeof fz);
     bool glu_fused = false, norm_fused = false;
-    if ((g_cu.pend_norm.on || g_cu.pend_glu.on) && !cu_q_shape(w, &N, &K)) {
+    if (shape_ok && (g_cu.pend_norm.on || g_cu.pend_glu.on)) {
         norm_fused = norm_into_i8(&fz, x, w, rows, K);
         if (!norm_fused && g_cu.pend_glu.on) {
             cu_flush_norm();
@@ -319,7 +324,7 @@ void cu_matmul_q(mx_tensor *out, const mx_tensor *x, const mx_qweight *w, const 
     cu_flush_glu(); /* a norm or GLU feeding this matmul runs first unless fused just above */
     cu_flush_rope();
     if (g_cu.pend_add.on) cu_flush();
-    if (cu_q_shape(w, &N, &K)) return;
+    if (!shape_ok) return;
     if (rows < 1 || x->dtype != MX_F32 || x->shape[x->ndim - 1] != K ||
         rows > qmv_max_rows(w, x->data, (long)x->stride[0], K)) {
         cu_flush();

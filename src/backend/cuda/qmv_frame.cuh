@@ -72,12 +72,7 @@ __device__ __forceinline__ qw_prep_at qw_prep_x(const float *x, long ldx, int ro
     const int k = at.s * 128 + 32 * at.t + 8 * at.j;
 #pragma unroll
     for (int e = 0; e < 8; e++) f[e] = 0.f;
-    if (at.in && at.r < rows && k < K) {
-        const float *p = x + (size_t)at.r * ldx + k;
-        const float4 f0 = *(const float4 *)p, f1 = *(const float4 *)(p + 4);
-        f[0] = f0.x, f[1] = f0.y, f[2] = f0.z, f[3] = f0.w;
-        f[4] = f1.x, f[5] = f1.y, f[6] = f1.z, f[7] = f1.w;
-    }
+    if (at.in && at.r < rows && k < K) load8_any(x, 0, (size_t)at.r * ldx + k, f);
     return at;
 }
 
@@ -206,15 +201,16 @@ __device__ __forceinline__ void qw_run(const qmv_segs &segs, const uint4 *xq, in
     float acc[NT][4];
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
+    /* the steps of the batch at s0 that exist */
+    const auto run = [&](const typename F::batch &bt, int s0) {
+#pragma unroll
+        for (int u = 0; u < F::U; u++) {
+            if (s0 + u >= f.send) break; /* warp-uniform */
+            step(f, bt, u, s0 + u, xl, acc);
+        }
+    };
     if constexpr (PIPE) {
         typename F::batch ba, bb;
-        const auto run = [&](const typename F::batch &bt, int s0) {
-#pragma unroll
-            for (int u = 0; u < F::U; u++) {
-                if (s0 + u >= f.send) break; /* warp-uniform */
-                step(f, bt, u, s0 + u, xl, acc);
-            }
-        };
         if (f.sbeg < f.send) f.load(ba, f.sbeg, K);
         pdl_wait();
         pdl_trigger();
@@ -237,12 +233,7 @@ __device__ __forceinline__ void qw_run(const qmv_segs &segs, const uint4 *xq, in
             pdl_trigger();
             waited = true;
         }
-#pragma unroll
-        for (int u = 0; u < F::U; u++) {
-            const int s = s0 + u;
-            if (s >= f.send) break; /* warp-uniform */
-            step(f, bt, u, s, xl, acc);
-        }
+        run(bt, s0);
     }
     if (!waited) pdl_wait(); /* a warp with no steps still writes after the wait */
     f.finish(acc, red, rows, ks);

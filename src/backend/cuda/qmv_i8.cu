@@ -95,12 +95,11 @@ qi_prep_kernel(uint4 *__restrict__ xq, float *__restrict__ xsc, float *__restric
     const int k = at.s * 128 + 32 * at.t + 8 * at.j;
     if (glu_out && at.in && at.r < rows && k < K) {
         const size_t o = (size_t)at.r * ldx + k;
-        const float4 u0 = *(const float4 *)(glu_up + o), u1 = *(const float4 *)(glu_up + o + 4);
-        const float u[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
+        float u[8];
+        load8_any(glu_up, 0, o, u);
 #pragma unroll
         for (int e = 0; e < 8; e++) f[e] = act_apply(f[e], glu_act) * u[e];
-        *(float4 *)(glu_out + o) = make_float4(f[0], f[1], f[2], f[3]);
-        *(float4 *)(glu_out + o + 4) = make_float4(f[4], f[5], f[6], f[7]);
+        store8_any(glu_out, 0, o, f);
     }
     qi_quant_store<G, BITS>(xq, xsc, xsum, f, at, rows, qw_steps(K));
 }
@@ -123,17 +122,17 @@ qi_prep_norm_kernel(uint4 *__restrict__ xq, float *__restrict__ xsc, float *__re
     if (r < rows) { /* CTA-uniform */
         float ss = 0.f;
         for (int k = 8 * (int)threadIdx.x; k < K; k += 8 * 256) {
-            float4 a = *(float4 *)(xr + k), b = *(float4 *)(xr + k + 4);
+            float v[8];
+            load8_any(xr, 0, k, v);
             if (ny) {
-                const float4 c = *(const float4 *)(ny + (size_t)r * K + k);
-                const float4 d = *(const float4 *)(ny + (size_t)r * K + k + 4);
-                a.x += c.x, a.y += c.y, a.z += c.z, a.w += c.w;
-                b.x += d.x, b.y += d.y, b.z += d.z, b.w += d.w;
-                *(float4 *)(xr + k) = a, *(float4 *)(xr + k + 4) = b;
+                float y8[8];
+                load8_any(ny, 0, (size_t)r * K + k, y8);
+#pragma unroll
+                for (int e = 0; e < 8; e++) v[e] += y8[e];
+                store8_any(xr, 0, k, v);
             }
-            ss = fmaf(a.x, a.x, ss), ss = fmaf(a.y, a.y, ss), ss = fmaf(a.z, a.z, ss);
-            ss = fmaf(a.w, a.w, ss), ss = fmaf(b.x, b.x, ss), ss = fmaf(b.y, b.y, ss);
-            ss = fmaf(b.z, b.z, ss), ss = fmaf(b.w, b.w, ss);
+#pragma unroll
+            for (int e = 0; e < 8; e++) ss = fmaf(v[e], v[e], ss);
         }
         inv = 1.0f / sqrtf(block_sum(ss, red) / (float)K + eps);
     }
@@ -142,16 +141,12 @@ qi_prep_norm_kernel(uint4 *__restrict__ xq, float *__restrict__ xsc, float *__re
         const qw_prep_at at = {r, u >> 4, (u >> 2) & 3, u & 3, u < S * 16};
         float f[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
         if (r < rows && k < K) {
-            const float4 a = *(const float4 *)(xr + k), b = *(const float4 *)(xr + k + 4);
-            const uint4 wb = __ldg((const uint4 *)(nw + k));
-            const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-            const uint32_t ww[4] = {wb.x, wb.y, wb.z, wb.w};
+            float v[8], wv[8];
+            load8_any(xr, 0, k, v);
+            load8_any(nw, 1, k, wv);
 #pragma unroll
-            for (int e = 0; e < 8; e++)
-                f[e] = (v[e] * inv) * ((e & 1 ? bf16_hi(ww[e / 2]) : bf16_lo(ww[e / 2])) + offset);
-            float *o = x + (size_t)r * ldx + k;
-            *(float4 *)o = make_float4(f[0], f[1], f[2], f[3]);
-            *(float4 *)(o + 4) = make_float4(f[4], f[5], f[6], f[7]);
+            for (int e = 0; e < 8; e++) f[e] = (v[e] * inv) * (wv[e] + offset);
+            store8_any(x, 0, (size_t)r * ldx + k, f);
         }
         qi_quant_store<G, BITS>(xq, xsc, xsum, f, at, rows, S);
     }
