@@ -208,20 +208,15 @@ void suite_qmv(void) {
                     }
                     cuda_qmv_mma_set_split(0, 0);
                 }
-                /* x rounded to int8 per group: ~1e-2; whole batches, then (4-bit) the
-                 * half-batch pipeline */
-                for (int pipe = 0; pipe < 1 + (c.bits == 4) && cuda_qmv_i8_supported(&ma);
-                     pipe++) {
-                    cuda_qmv_i8_set_pipe(pipe);
+                if (cuda_qmv_i8_supported(&ma)) { /* x rounded to int8 per group: ~1e-2 */
                     const double ri = qb_check(&c, &nan, qb_i8);
-                    snprintf(what, sizeof what, "qmv_i8%s vs cuda_qmv %s R=%d q%d",
-                             pipe ? " pipe" : "", shapes[si].name, c.R, c.bits);
+                    snprintf(what, sizeof what, "qmv_i8 vs cuda_qmv %s R=%d q%d", shapes[si].name,
+                             c.R, c.bits);
                     const int fi = g_fail;
                     check_report(what, ri, 0, nan, 3e-2);
-                    snprintf(op, sizeof op, "qmv_i8%s q%dg%d", pipe ? "p" : "", c.bits, c.group);
+                    snprintf(op, sizeof op, "qmv_i8 q%dg%d", c.bits, c.group);
                     t = bench_time(qb_i8, &c, 5, 30);
                     result_add(op, shape, t, bytes, ri, g_fail > fi);
-                    cuda_qmv_i8_set_pipe(0);
                 }
                 /* the streaming kernel rounds x and the dequantized weights to bf16 (as the CPU
                  * reference does for the weights), the old one keeps fp32: ~1e-3 apart */

@@ -16,7 +16,6 @@
 
 #include "backend/cuda/cuda_be.h"
 #include "backend/cuda/cuda_ops.h"
-#include "base/env.h"
 #include "model/model_spec.h"
 #include "quant/quant.h"
 
@@ -414,7 +413,6 @@ static void test_qmm_tiles(int rows, int N, int K, int bits, int group, mx_dtype
  * launch shape, QT_MMA the one-stream 4-bit kernel (qmv_mma.cu), else qmv_tc. */
 #define QT_MMA (-2)
 #define QT_I8 (-3) /* the int8-activation kernel (qmv_i8.cu) */
-static int qt_i8_pipe; /* the cuda_qmv_i8_set_pipe value the QT_I8 cases run with */
 static void test_qmv_tc(int rows, int N, int K, int bits, int group, mx_dtype sbt, int n_segs,
                         int window, int bulk_variant) {
     qmat m[CUDA_QMV_MAX_SEGS];
@@ -452,7 +450,7 @@ static void test_qmv_tc(int rows, int N, int K, int bits, int group, mx_dtype sb
         char what[160];
         if (bulk_variant == QT_MMA || bulk_variant == QT_I8)
             snprintf(what, sizeof what, "cuda_qmv_%s %d rows [%d x %d] %d-bit g%d %s, seg %d/%d",
-                     bulk_variant != QT_I8 ? "mma" : qt_i8_pipe && bits == 4 ? "i8 (pipe)" : "i8",
+                     bulk_variant == QT_I8 ? "i8" : "mma",
                      rows, m[i].N, K, bits, group, sb_name(sbt), i + 1, n_segs);
         else if (bulk_variant >= 0)
             snprintf(what, sizeof what, "cuda_qmv_bulk v%d %d rows [%d x %d] %d-bit g%d %s, seg %d/%d",
@@ -688,27 +686,19 @@ int gt_run_quant_tests(const char *src_dir) {
     test_qmv_tc(8, 17, 14336, 4, 64, MX_F16, 1, 0, QT_MMA); /* long K */
     test_qmv_tc(3, 17, 14336 + 128, 4, 128, MX_BF16, 2, 0, QT_MMA); /* a partial last batch */
     test_qmv_tc(2, 40, 64, 4, 64, MX_BF16, 2, 0, QT_MMA);   /* one group */
-    /* the int8-activation kernel: the same cases, 4- and 8-bit; 4-bit again with the
-     * half-batch pipeline (MLXCEL_QMV_I8_PIPE), then back to the environment's setting */
-    for (qt_i8_pipe = 0; qt_i8_pipe < 2; qt_i8_pipe++) {
-        cuda_qmv_i8_set_pipe(qt_i8_pipe);
-        for (int b8 = 0; b8 < 2 - qt_i8_pipe; b8++)
-            for (size_t g = 1; g < 3; g++)
-                for (size_t r = 0; r < sizeof mma_rows / sizeof mma_rows[0]; r++, c++)
-                    test_qmv_tc(mma_rows[r], 131, r % 2 ? 640 : 4096, b8 ? 8 : 4, groups[g],
-                                sbts[c % 2], 1 + (int)(r % 3), 0, QT_I8);
-        if (!qt_i8_pipe) {
-            test_qmv_tc(8, 17, 14336, 8, 64, MX_BF16, 1, 0, QT_I8);
-            test_qmv_tc(2, 40, 64, 8, 64, MX_F16, 2, 0, QT_I8);
-        }
-        test_qmv_tc(1, 4000, 1024, 4, 64, MX_BF16, 3, 0, QT_I8);
-        test_qmv_tc(8, 17, 14336, 4, 64, MX_F16, 1, 0, QT_I8);
-        test_qmv_tc(3, 17, 14336 + 128, 4, 128, MX_BF16, 2, 0, QT_I8); /* partial batches */
-        test_qmv_tc(2, 40, 64, 4, 64, MX_BF16, 2, 0, QT_I8);
-        test_qmv_tc(1, 64, 384, 4, 64, MX_BF16, 1, 0, QT_I8); /* 3 steps: an odd half batch */
-    }
-    qt_i8_pipe = 0;
-    cuda_qmv_i8_set_pipe(mx_env()->qmv_i8_pipe);
+    /* the int8-activation kernel: the same cases, 4- and 8-bit */
+    for (int b8 = 0; b8 < 2; b8++)
+        for (size_t g = 1; g < 3; g++)
+            for (size_t r = 0; r < sizeof mma_rows / sizeof mma_rows[0]; r++, c++)
+                test_qmv_tc(mma_rows[r], 131, r % 2 ? 640 : 4096, b8 ? 8 : 4, groups[g],
+                            sbts[c % 2], 1 + (int)(r % 3), 0, QT_I8);
+    test_qmv_tc(8, 17, 14336, 8, 64, MX_BF16, 1, 0, QT_I8);
+    test_qmv_tc(2, 40, 64, 8, 64, MX_F16, 2, 0, QT_I8);
+    test_qmv_tc(1, 4000, 1024, 4, 64, MX_BF16, 3, 0, QT_I8);
+    test_qmv_tc(8, 17, 14336, 4, 64, MX_F16, 1, 0, QT_I8);
+    test_qmv_tc(3, 17, 14336 + 128, 4, 128, MX_BF16, 2, 0, QT_I8); /* a partial last batch */
+    test_qmv_tc(2, 40, 64, 4, 64, MX_BF16, 2, 0, QT_I8);
+    test_qmv_tc(1, 64, 384, 4, 64, MX_BF16, 1, 0, QT_I8); /* 3 steps: one partial batch */
     test_qmv_tc_refusals();
     /* the dispatch every way: MLXCEL_QMV_TC / _BULK / _MMA / _I8 on and off */
     const bool tc_on = g_cu.qmv_tc, bulk_on = g_cu.qmv_bulk;

@@ -570,7 +570,6 @@ static int cu_init(int dev, mx_error *err) {
     g_cu.qmv_i8_q8 = env->qmv_i8_q8;
     g_cu.qmv_i8_glu = env->qmv_i8_glu;
     g_cu.qmv_i8_norm = env->qmv_i8_norm;
-    cuda_qmv_i8_set_pipe(env->qmv_i8_pipe);
     g_cu.deterministic = env->sdpa_deterministic;
     g_cu.forced_splits = env->paged_decode_splits > CUDA_ATTN_MAX_SPLITS ? CUDA_ATTN_MAX_SPLITS
                                                                          : env->paged_decode_splits;

@@ -263,11 +263,6 @@ int cuda_qmv_mma(const cuda_qmv_args *a, cudaStream_t st);
 size_t cuda_qmv_i8_workspace_bytes(int K);
 int cuda_qmv_i8_supported(const cuda_qmv_args *a);
 int cuda_qmv_i8(const cuda_qmv_args *a, cudaStream_t st);
-/* 4-bit qmv_i8 with two half batches (2 steps) in flight, the next one's loads issued before
- * the current one is computed (1), or whole batches one at a time (0, the default). Not
- * thread-safe: set before launches (the backend from MLXCEL_QMV_I8_PIPE, tests and the op
- * bench directly). Not yet measured on the device. */
-void cuda_qmv_i8_set_pipe(int on);
 /* cuda_qmv_mma's K split: warps on the same rows split K until the grid holds warps_per_sm
  * warps per SM (default 16), keeping >= min_batches load batches per warp (default 2); 0
  * restores a default. For the op bench. */

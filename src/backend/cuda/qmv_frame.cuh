@@ -83,12 +83,10 @@ template <int NW, int U, int LQ> struct qw_batch {
     uint32_t rs_a[NW], rb_a[NW], rs_b[NW], rb_b[NW];
 };
 
-template <int G, int NT, int BITS = 4, int UB = 0> struct qw_frame {
+template <int G, int NT, int BITS = 4> struct qw_frame {
     static constexpr int C = 128 / G, CPG = G / 32, RPT = 8 / C;
-    static constexpr int LQ = BITS / 4; /* 16-byte loads per lane, row and step */
-    /* steps per load batch: the same bytes at either width, or UB */
-    static constexpr int U = UB ? UB : BITS == 4 ? 4 : 2;
-    static_assert(U * C >= 2, "a batch's scales are whole 32-bit words");
+    static constexpr int LQ = BITS / 4;         /* 16-byte loads per lane, row and step */
+    static constexpr int U = BITS == 4 ? 4 : 2; /* steps per load batch: the same bytes */
     static constexpr int NW = U * C / 2;        /* 16-bit scale words per row and batch */
     using batch = qw_batch<NW, U, LQ>;
     qmv_seg sg;
@@ -186,14 +184,12 @@ template <int G, int NT, int BITS = 4, int UB = 0> struct qw_frame {
 /* The kernels' walk: the warp's frame, its B sources (x quads, qps per x row and step),
  * the load batches (the first before pdl_wait: the prep kernel may still be writing x),
  * step(f, batch, u, s, xl, acc) per step of each batch, then the K-split sum and the write.
- * PIPE: two batches of UB steps in registers, the next one's loads issued before the
- * current one is computed, so a warp's loads stay in flight while it computes. With UB half
- * the default batch the registers stay those of one default batch (session 10 measured two
- * full batches: 170-194 registers, 8 warps a SM, slower everywhere). */
-template <int G, int NT, int BITS, bool PIPE = false, int UB = 0, class Step>
+ * One batch in flight per warp: two (software pipelines of whole batches, session 10, and of
+ * half batches, session 11) measured slower; warps hide the latency better here. */
+template <int G, int NT, int BITS, class Step>
 __device__ __forceinline__ void qw_run(const qmv_segs &segs, const uint4 *xq, int qps, int rows,
                                        int K, int ks, float (*red)[NT * 4 * 32], Step step) {
-    using F = qw_frame<G, NT, BITS, UB>;
+    using F = qw_frame<G, NT, BITS>;
     const F f(segs, K, ks);
     const uint4 *xl[NT];
 #pragma unroll
@@ -209,21 +205,6 @@ __device__ __forceinline__ void qw_run(const qmv_segs &segs, const uint4 *xq, in
             step(f, bt, u, s0 + u, xl, acc);
         }
     };
-    if constexpr (PIPE) {
-        typename F::batch ba, bb;
-        if (f.sbeg < f.send) f.load(ba, f.sbeg, K);
-        pdl_wait();
-        pdl_trigger();
-        for (int s0 = f.sbeg; s0 < f.send; s0 += 2 * F::U) {
-            if (s0 + F::U < f.send) f.load(bb, s0 + F::U, K);
-            run(ba, s0);
-            if (s0 + F::U >= f.send) break;
-            if (s0 + 2 * F::U < f.send) f.load(ba, s0 + 2 * F::U, K);
-            run(bb, s0 + F::U);
-        }
-        f.finish(acc, red, rows, ks);
-        return;
-    }
     bool waited = false;
     for (int s0 = f.sbeg; s0 < f.send; s0 += F::U) {
         typename F::batch bt;

@@ -152,16 +152,14 @@ qi_prep_norm_kernel(uint4 *__restrict__ xq, float *__restrict__ xsc, float *__re
     }
 }
 
-/* PIPE (4-bit only): half batches (2 steps), two in flight (qw_run). */
-template <int BITS, int G, int SBT, int NT, bool PIPE>
+template <int BITS, int G, int SBT, int NT>
 __global__ void __launch_bounds__(QW_WARPS * 32, 2)
 qmv_i8_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restrict__ xsc,
               const float *__restrict__ xsum, int rows, int K, int ks) {
     __shared__ float red[QW_WARPS][NT * 4 * 32]; /* K-split partials, per lane */
-    constexpr int UB = PIPE ? 2 : 0;
-    using F = qw_frame<G, NT, BITS, UB>;
+    using F = qw_frame<G, NT, BITS>;
     /* one step of a load batch: D of the step's MMAs, scaled into acc per group */
-    qw_run<G, NT, BITS, PIPE, UB>(segs, xq, 16, rows, K, ks, red,
+    qw_run<G, NT, BITS>(segs, xq, 16, rows, K, ks, red,
         [&](const F &f, const typename F::batch &bt, int u, int s, const uint4 *const *xl,
             float (*acc)[4]) {
         /* two accumulator chains per n-tile (even / odd words) */
@@ -220,10 +218,6 @@ qmv_i8_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restri
 }
 
 /* ==== Launch ==== */
-/* cuda_qmv_i8_set_pipe: 4-bit launches run the half-batch pipeline (1) or not (0). */
-static int g_qi_pipe = 0;
-extern "C" void cuda_qmv_i8_set_pipe(int on) { g_qi_pipe = on != 0; }
-
 /* The prep and main launches of one configuration (qw_dispatch picks it). */
 template <int BITS, int G, int SBT, int NT> struct qi_launch {
     static int go(qmv_segs &segs, const cuda_qmv_args *a, cudaStream_t st) {
@@ -245,19 +239,13 @@ template <int BITS, int G, int SBT, int NT> struct qi_launch {
         }
         if (e != cudaSuccess) return (int)e;
         int grid;
-        /* ~16 warps per SM, >= 2 load batches a warp (pipelined: >= 4 half batches, the same
-         * steps) */
-        const bool pipe = BITS == 4 && g_qi_pipe;
-        const int U = qw_frame<G, NT, BITS>::U;
-        const int ks = pipe ? qw_grid(segs, S, U / 2, 16, 4, &grid)
-                            : qw_grid(segs, S, U, 16, 2, &grid);
+        /* ~16 warps per SM, >= 2 load batches a warp */
+        const int ks = qw_grid(segs, S, qw_frame<G, NT, BITS>::U, 16, 2, &grid);
         pdl_launch l;
         pdl_launch_config(&l, dim3(grid), dim3(QW_WARPS * 32), 0, st);
-        void (*k)(qmv_segs, const uint4 *, const float *, const float *, int, int, int) =
-            pipe ? qmv_i8_kernel<BITS, G, SBT, NT, BITS == 4>
-                 : qmv_i8_kernel<BITS, G, SBT, NT, false>;
-        return (int)cudaLaunchKernelEx(&l.cfg, k, segs, (const uint4 *)xq, (const float *)xsc,
-                                       (const float *)xsum, a->rows, a->K, ks);
+        return (int)cudaLaunchKernelEx(&l.cfg, qmv_i8_kernel<BITS, G, SBT, NT>, segs,
+                                       (const uint4 *)xq, (const float *)xsc, (const float *)xsum,
+                                       a->rows, a->K, ks);
     }
 };
 
