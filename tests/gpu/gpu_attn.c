@@ -195,6 +195,17 @@ static void attn_case(const acase *c) {
         char what[128];
         snprintf(what, sizeof what, "  rerun bitwise identical");
         gt_report(what, memcmp(out, out2, qn * 4) ? 1.0 : 0.0, 0, 0);
+        /* the split merge inside a cluster and through global memory: the same bits (graphs
+         * cleared so the step runs eagerly under the other setting) */
+        const int cl = cuda_attn_cluster();
+        cuda_set_attn_cluster(cl ? 0 : 16);
+        cu_graphs_clear();
+        qb.step_id = ++g_step;
+        run_gpu_queries(&s, c, &qb, q, out2);
+        cuda_set_attn_cluster(cl);
+        cu_graphs_clear();
+        snprintf(what, sizeof what, "  cluster merge %s: bitwise identical", cl ? "off" : "on");
+        gt_report(what, memcmp(out, out2, qn * 4) ? 1.0 : 0.0, 0, 0);
         if (g_cu.deterministic && c->n_seqs > 1) {
             /* sequence 0 alone must give the bits it gets inside the batch */
             mx_attn_batch one = qb;
@@ -316,5 +327,22 @@ int gt_run_attn_tests(void) {
         {"prefill chunks dense D128 G1", 8, 8, 128, 1024, true, 3, lens3, from3, 0, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) attn_case(&cases[i]);
+    /* split counts of every merge form: 2, odd, the largest cluster (16, non-portable), and
+     * one past it (global) */
+    static const int forced[] = {2, 7, 16, 17};
+    const int keep = g_cu.forced_splits;
+    for (size_t f = 0; f < sizeof forced / sizeof forced[0]; f++) {
+        g_cu.forced_splits = forced[f];
+        cu_graphs_clear();
+        for (size_t i = 0; i < 5; i++) {
+            acase c = cases[i];
+            char name[160];
+            snprintf(name, sizeof name, "%s, %d splits", c.name, forced[f]);
+            c.name = name;
+            attn_case(&c);
+        }
+    }
+    g_cu.forced_splits = keep;
+    cu_graphs_clear();
     return 0;
 }

@@ -7,15 +7,26 @@
  * issues 8 K + 8 V loads per block before the first use. Online softmax per block (one
  * rescale per block), in the log2 domain (q is pre-scaled by scale * log2 e, so exp is one
  * ex2). At the end the 4 warps merge in shared memory; a single split writes the output,
- * otherwise the split writes its normalised partial output and log-sum-exp, and the last
- * split of a (sequence, kv head) to finish (one atomic counter per pair, left at zero for the
- * next launch) merges the splits of its G query heads in a fixed order. The merge used to be
- * its own kernel: at B=1 on the 8B shape that launch cost ~6 us per layer, more than the
- * merge's own work.
+ * otherwise the splits of a (sequence, kv head) merge their normalised partial outputs by
+ * log-sum-exp in a fixed order, one of two ways:
+ * - cluster (S <= cuda_attn_cluster(), sm_90): the S splits are one thread-block cluster;
+ *   each keeps its partial in shared memory, and after a cluster barrier split r merges the
+ *   r-th slice of the G x D outputs reading every split's shared memory (DSMEM). At B=1 on
+ *   the 8B shape the global path below spent ~9-10 us of a 12.9 us launch on fixed costs:
+ *   partials to global memory, fence, counter, re-reads.
+ * - global: each split writes its partial and log-sum-exp to the workspace, and the last
+ *   split to finish (one atomic counter per pair, left at zero for the next launch) merges.
+ *   The merge used to be its own kernel: at B=1 on the 8B shape that launch cost ~6 us per
+ *   layer, more than the merge's own work.
+ * Both compute the same arithmetic in the same order (the same bits). The only atomic elects
+ * the merging CTA: for a fixed split count the result is bitwise reproducible, and with
+ * num_splits > 0 the splits of a sequence depend only on its own length (batch-invariant).
  *
- * The only atomic elects the merging CTA: for a fixed split count the result is bitwise
- * reproducible, and with num_splits > 0 the splits of a sequence depend only on its own
- * length (batch-invariant).
+ * PDL: the positions / lengths and the page table are host uploads (the step arena), so they
+ * are read before pdl_wait(), and each warp asks L2 for its first blocks' K and V rows then
+ * (a hint: only the newest token may still be in the writing, and a prefetch changes no
+ * value). Callers must not produce page_table, seq_lens, pos or row_seq in the kernel
+ * launched just before.
  * Template parameters: G (query heads per kv head) and D (head_dim); instantiated for
  * D in {64, 128}, G in {1, 2, 4, 8}.
  *
@@ -34,6 +45,30 @@
 
 #define ATTN_WARPS 4
 #define ATTN_BS 16 /* tokens per KV chunk (fixed: the loop is unrolled over it) */
+#define ATTN_PF_CHUNKS 4 /* chunks per warp prefetched into L2 before pdl_wait */
+#define ATTN_CLUSTER_MAX 16
+
+/* The merge weights c_s = exp2(lse_s - max) of the G heads (in place over lse [G][S], serial
+ * over s: the fixed order) and their sums W; threads 0..G-1 of the CTA. */
+template <int G>
+__device__ __forceinline__ void attn_merge_weights(float *c_all, float *w, int S) {
+    if (threadIdx.x < G) {
+        float *c = c_all + threadIdx.x * S, M = -INFINITY, W = 0.f;
+        for (int s = 0; s < S; s++) M = fmaxf(M, c[s]);
+        for (int s = 0; s < S; s++) {
+            c[s] = M == -INFINITY || c[s] == -INFINITY ? 0.f : exp2f(c[s] - M);
+            W += c[s];
+        }
+        w[threadIdx.x] = W;
+    }
+}
+
+__device__ __forceinline__ void attn_store(void *o, int o_bf16, size_t i, float v) {
+    if (o_bf16)
+        ((uint16_t *)o)[i] = (uint16_t)f32_to_bf16_bits(v);
+    else
+        ((float *)o)[i] = v;
+}
 
 /* ==== Phase 1: one split of one (sequence, kv head) ==== */
 
@@ -51,7 +86,7 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
                         float *__restrict__ part_lse,           /* [B, Hq, S] */
                         int *__restrict__ done,                 /* [B, Hkv] zero counters */
                         int Hkv, int pt_stride, int cpb, int window, float qscale,
-                        float cap2) {
+                        float cap2, int cluster) {
     constexpr int LPT = D / 8;       /* lanes per token */
     constexpr int TPW = 32 / LPT;    /* tokens per warp load */
     constexpr int J = ATTN_BS / TPW; /* loads per lane per block, for K and for V each */
@@ -60,9 +95,9 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
 
     __shared__ float sm_m[ATTN_WARPS][G], sm_l[ATTN_WARPS][G];
     __shared__ __align__(16) float sm_acc[ATTN_WARPS][G][D];
+    __shared__ float sm_po[G][D], sm_lse[G]; /* the split's partial (cluster merge) */
+    __shared__ float sm_c[G * CUDA_ATTN_MAX_SPLITS], sm_w[G];
 
-    pdl_wait();
-    pdl_trigger();
     const int split = blockIdx.x, S = gridDim.x, h = blockIdx.y, b = blockIdx.z;
     const int Hq = Hkv * G;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -74,6 +109,28 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
     const int blk0 = start / ATTN_BS;
     const int bps = (nblk - blk0 + S - 1) / S;
     const int blk_begin = blk0 + split * bps, blk_end = min(nblk, blk_begin + bps);
+
+    /* lane i holds the physical chunk of this warp's i-th upcoming chunk */
+    const int32_t *pt = page_table + (size_t)(pos && row_seq ? row_seq[b] : b) * pt_stride;
+    const auto pt_fetch = [&](int it) {
+        const int bb = blk_begin + warp + ATTN_WARPS * (it + lane); /* chunk bb of 16 tokens */
+        return bb < blk_end ? pt[bb / cpb] * cpb + bb % cpb : 0;   /* chunk bb % cpb of a block */
+    };
+    int pt_reg = pt_fetch(0);
+    {   /* L2 prefetch: lanes 0-15 the K rows of a chunk, 16-31 its V rows */
+        const int r = lane & (ATTN_BS - 1);
+        const uint16_t *kv = lane < ATTN_BS ? k_cache : v_cache;
+#pragma unroll
+        for (int it = 0; it < ATTN_PF_CHUNKS; it++) {
+            const int bi = blk_begin + warp + ATTN_WARPS * it, t = bi * ATTN_BS + r;
+            if (bi >= blk_end) break; /* warp-uniform */
+            const size_t phys = (size_t)__shfl_sync(0xffffffffu, pt_reg, it);
+            if (t < len && t >= start)
+                prefetch_l2(kv + ((phys * ATTN_BS + r) * Hkv + h) * D, D * 2, 0, 1);
+        }
+    }
+    pdl_wait(); /* q and the newest token's K / V are the previous kernels' output */
+    pdl_trigger();
 
     float qf[G][8];
 #pragma unroll
@@ -93,15 +150,9 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
         for (int e = 0; e < 8; e++) acc[g][e] = 0.f;
     }
 
-    const int32_t *pt = page_table + (size_t)(pos && row_seq ? row_seq[b] : b) * pt_stride;
-    int pt_reg = 0; /* lane i holds the block id of this warp's i-th upcoming block */
     int it = 0;
     for (int bi = blk_begin + warp; bi < blk_end; bi += ATTN_WARPS, it++) {
-        if ((it & 31) == 0) {
-            /* chunk bb of 16 tokens: chunk bb % cpb of table block bb / cpb */
-            const int bb = bi + ATTN_WARPS * lane;
-            pt_reg = bb < blk_end ? pt[bb / cpb] * cpb + bb % cpb : 0;
-        }
+        if (it > 0 && (it & 31) == 0) pt_reg = pt_fetch(it);
         const size_t phys = (size_t)__shfl_sync(0xffffffffu, pt_reg, it & 31);
         const int tok0 = bi * ATTN_BS;
 
@@ -224,24 +275,42 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
             }
         }
         const size_t hq = (size_t)b * Hq + h * G + g;
+        const float v = L > 0.f ? A / L : 0.f, lse = L > 0.f ? M + log2f(L) : -INFINITY;
         if (S == 1) {
-            const float v = L > 0.f ? A / L : 0.f;
-            if (o_bf16)
-                ((uint16_t *)o)[hq * D + d] = (uint16_t)f32_to_bf16_bits(v);
-            else
-                ((float *)o)[hq * D + d] = v;
+            attn_store(o, o_bf16, hq * D + d, v);
+        } else if (cluster) {
+            sm_po[g][d] = v;
+            if (d == 0) sm_lse[g] = lse;
         } else {
-            part_o[(hq * S + split) * D + d] = L > 0.f ? A / L : 0.f;
-            if (d == 0) part_lse[hq * S + split] = L > 0.f ? M + log2f(L) : -INFINITY;
+            part_o[(hq * S + split) * D + d] = v;
+            if (d == 0) part_lse[hq * S + split] = lse;
         }
     }
     if (S == 1) return;
+    const size_t hq0 = (size_t)b * Hq + h * G;
 
-    /* ==== Merge of the splits by log-sum-exp, by the last of them (fixed order) ====
-     * The partials were written by other CTAs: the fences order them before the counter,
-     * and the reads go around L1 (__ldcg). */
+    /* ==== Merge of the splits by log-sum-exp (fixed order) ==== */
+    if (cluster) { /* split = the CTA's rank in the cluster */
+        cluster_sync_all();
+        for (int i = threadIdx.x; i < G * S; i += ATTN_WARPS * 32)
+            sm_c[i] = dsmem_ld_f32(&sm_lse[i / S], i % S);
+        __syncthreads();
+        attn_merge_weights<G>(sm_c, sm_w, S);
+        __syncthreads();
+        const int per = (G * D + S - 1) / S, lo = split * per, hi = min(G * D, lo + per);
+        for (int idx = lo + threadIdx.x; idx < hi; idx += ATTN_WARPS * 32) {
+            const int g = idx / D, d = idx - g * D;
+            float A = 0.f;
+#pragma unroll 4
+            for (int s = 0; s < S; s++) A = fmaf(sm_c[g * S + s], dsmem_ld_f32(&sm_po[g][d], s), A);
+            attn_store(o, o_bf16, (hq0 + g) * D + d, sm_w[g] > 0.f ? A / sm_w[g] : 0.f);
+        }
+        cluster_sync_all(); /* no CTA leaves while another still reads its shared memory */
+        return;
+    }
+    /* global: by the last split to finish. The partials were written by other CTAs: the
+     * fences order them before the counter, and the reads go around L1 (__ldcg). */
     __shared__ int sm_last;
-    __shared__ float sm_c[G * CUDA_ATTN_MAX_SPLITS], sm_w[G];
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -252,22 +321,12 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
     __syncthreads();
     if (!sm_last) return;
     __threadfence();
-    /* The G heads' log-sum-exps are contiguous: one parallel load, then per head the weights
-     * c_s = exp2(lse_s - max) and their sum W (serial over s: the fixed order), then every
+    /* The G heads' log-sum-exps are contiguous: one parallel load, the weights, then every
      * output sums c_s * o_s over the splits with all its loads in flight. */
-    const size_t hq0 = (size_t)b * Hq + h * G;
     for (int i = threadIdx.x; i < G * S; i += ATTN_WARPS * 32)
         sm_c[i] = __ldcg(part_lse + hq0 * S + i);
     __syncthreads();
-    if (threadIdx.x < G) {
-        float *c = sm_c + threadIdx.x * S, M = -INFINITY, W = 0.f;
-        for (int s = 0; s < S; s++) M = fmaxf(M, c[s]);
-        for (int s = 0; s < S; s++) {
-            c[s] = M == -INFINITY || c[s] == -INFINITY ? 0.f : exp2f(c[s] - M);
-            W += c[s];
-        }
-        sm_w[threadIdx.x] = W;
-    }
+    attn_merge_weights<G>(sm_c, sm_w, S);
     __syncthreads();
     constexpr int OPT = (G * D + ATTN_WARPS * 32 - 1) / (ATTN_WARPS * 32); /* outputs per thread */
     constexpr int SU = OPT >= 8 ? 1 : 4; /* G = 8: more would spill */
@@ -286,11 +345,7 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
     for (int j = 0; j < OPT; j++) {
         const int idx = threadIdx.x + j * ATTN_WARPS * 32, g = idx / D, d = idx - g * D;
         if (idx >= G * D) continue;
-        const float v = sm_w[g] > 0.f ? A[j] / sm_w[g] : 0.f;
-        if (o_bf16)
-            ((uint16_t *)o)[(hq0 + g) * D + d] = (uint16_t)f32_to_bf16_bits(v);
-        else
-            ((float *)o)[(hq0 + g) * D + d] = v;
+        attn_store(o, o_bf16, (hq0 + g) * D + d, sm_w[g] > 0.f ? A[j] / sm_w[g] : 0.f);
     }
 }
 
@@ -318,19 +373,45 @@ extern "C" int cuda_paged_attn_splits(const cuda_paged_attn_args *a) {
     return max(1, min(S, CUDA_ATTN_MAX_SPLITS));
 }
 
+/* Whether S splits fit one cluster (asked once per instantiation and S: above 8 is a
+ * non-portable size the device may refuse). */
+template <int G, int D> static bool attn_cluster_fits(int S) {
+    static signed char fit[ATTN_CLUSTER_MAX + 1]; /* 0 unknown, 1 yes, -1 no */
+    if (S < 2 || S > ATTN_CLUSTER_MAX) return false;
+    if (!fit[S]) {
+        bool ok = S <= 8 || cudaFuncSetAttribute(paged_attn_split_kernel<G, D>,
+                                                 cudaFuncAttributeNonPortableClusterSizeAllowed,
+                                                 1) == cudaSuccess;
+        if (ok) {
+            pdl_launch l;
+            pdl_launch_config(&l, dim3(S), dim3(ATTN_WARPS * 32), 0, 0);
+            l.cfg.numAttrs = 0;
+            pdl_launch_cluster(&l, (unsigned)S);
+            int n = 0;
+            ok = cudaOccupancyMaxActiveClusters(&n, paged_attn_split_kernel<G, D>, &l.cfg) ==
+                     cudaSuccess && n > 0;
+        }
+        cudaGetLastError(); /* a refusal is an answer, not a pending error */
+        fit[S] = ok ? 1 : -1;
+    }
+    return fit[S] > 0;
+}
+
 template <int G, int D>
 static void attn_launch(const cuda_paged_attn_args *a, int S, float *part_o, float *part_lse,
                         cudaStream_t stream) {
     const dim3 grid(S, a->n_kv_heads, a->B);
     const float log2e = 1.4426950408889634f; /* softmax via exp2 */
+    const int cluster = S > 1 && S <= cuda_attn_cluster() && attn_cluster_fits<G, D>(S);
     pdl_launch l;
     pdl_launch_config(&l, grid, dim3(ATTN_WARPS * 32), 0, stream);
+    if (cluster) pdl_launch_cluster(&l, (unsigned)S);
     cudaLaunchKernelEx(&l.cfg, paged_attn_split_kernel<G, D>,
         a->q, a->q_f32, a->k_cache, a->v_cache, a->page_table, a->seq_lens, a->pos, a->row_seq,
         a->o, a->o_dtype == CUDA_OPS_BF16, part_o, part_lse, a->split_counters, a->n_kv_heads,
         a->pt_stride,
         a->block_size / ATTN_BS, a->window, a->scale * log2e,
-        a->softcap > 0.f ? a->softcap * log2e : 0.f);
+        a->softcap > 0.f ? a->softcap * log2e : 0.f, cluster);
 }
 
 extern "C" int cuda_paged_decode_attn(const cuda_paged_attn_args *a, cudaStream_t stream) {

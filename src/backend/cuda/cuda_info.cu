@@ -59,6 +59,9 @@ extern "C" int cuda_pdl_enabled(void) { return g_pdl; }
 static int g_gemv_prefetch = 0;
 extern "C" void cuda_set_gemv_prefetch(int bytes) { g_gemv_prefetch = bytes < 0 ? 0 : bytes; }
 extern "C" int cuda_gemv_prefetch(void) { return g_gemv_prefetch; }
+static int g_attn_cluster = 16;
+extern "C" void cuda_set_attn_cluster(int n) { g_attn_cluster = n < 0 ? 0 : n > 16 ? 16 : n; }
+extern "C" int cuda_attn_cluster(void) { return g_attn_cluster; }
 static int g_gemv_ksplit = 0;
 extern "C" void cuda_set_gemv_ksplit(int ks) {
     g_gemv_ksplit = ks == 1 || ks == 2 || ks == 4 ? ks : 0;

@@ -47,6 +47,11 @@ int cuda_gemv_ksplit(void);
  * default on). */
 void cuda_set_gemv_early(int on);
 int cuda_gemv_early(void);
+/* Decode attention: split counts 2..n merge inside one thread-block cluster (distributed
+ * shared memory) instead of through global partials; 0 = never (MLXCEL_ATTN_CLUSTER,
+ * default 16, at most 16). */
+void cuda_set_attn_cluster(int n);
+int cuda_attn_cluster(void);
 
 #ifdef __cplusplus
 }

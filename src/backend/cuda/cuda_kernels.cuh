@@ -139,7 +139,7 @@ __device__ __forceinline__ void pdl_trigger(void) {
  * (cfg.attrs points into the struct) and launch with cudaLaunchKernelEx(&l.cfg, ...). */
 typedef struct pdl_launch {
     cudaLaunchConfig_t cfg;
-    cudaLaunchAttribute attr[1];
+    cudaLaunchAttribute attr[2]; /* PDL, and a cluster shape (pdl_launch_cluster) */
 } pdl_launch;
 
 extern "C" int cuda_pdl_enabled(void);
@@ -155,6 +155,37 @@ static inline void pdl_launch_config(pdl_launch *l, dim3 grid, dim3 block, size_
     l->attr[0].val.programmaticStreamSerializationAllowed = 1;
     l->cfg.attrs = l->attr;
     l->cfg.numAttrs = cuda_pdl_enabled() ? 1 : 0;
+}
+
+/* Adds a cluster shape of cx x 1 x 1 CTAs to a configuration from pdl_launch_config. */
+static inline void pdl_launch_cluster(pdl_launch *l, unsigned cx) {
+    cudaLaunchAttribute *at = &l->attr[l->cfg.numAttrs++];
+    at->id = cudaLaunchAttributeClusterDimension;
+    at->val.clusterDim.x = cx;
+    at->val.clusterDim.y = 1;
+    at->val.clusterDim.z = 1;
+}
+
+/* ==== Thread-block clusters (sm_90) ==== */
+/* Every thread of every CTA of the cluster: shared-memory writes before it are visible to
+ * the cluster's reads after it. */
+__device__ __forceinline__ void cluster_sync_all(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
+                 "barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+/* The float at this CTA's shared-memory address p, read in the shared memory of the
+ * cluster's CTA of rank r (the same variable there). */
+__device__ __forceinline__ float dsmem_ld_f32(const float *p, int r) {
+    float v = 0.f;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    unsigned ra;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(r));
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(ra) : "memory");
+#endif
+    return v;
 }
 
 /* ==== cp.async (global -> shared, per thread) ====
