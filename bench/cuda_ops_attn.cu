@@ -194,6 +194,13 @@ void suite_attention(void) {
             snprintf(shape, sizeof shape, "%s S=%d", label, cuda_paged_attn_splits(a));
             timing t = bench_time(attn_rep, &x, 5, 30);
             result_add("attn auto", shape, t, bytes, rel, fail);
+            { /* one chunk in flight per warp (the kernel before the stage ring) */
+                const int keep = cuda_attn_stages();
+                cuda_set_attn_stages(1);
+                t = bench_time(attn_rep, &x, 5, 30);
+                result_add("attn 1 stage", shape, t, bytes, rel, fail);
+                cuda_set_attn_stages(keep);
+            }
             if (B <= 8) { /* the split merge in a cluster against global partials */
                 const int keep = cuda_attn_cluster(), keep_s = a->num_splits;
                 for (int s16 = 0; s16 < 2; s16++) {

@@ -206,6 +206,16 @@ static void attn_case(const acase *c) {
         cu_graphs_clear();
         snprintf(what, sizeof what, "  cluster merge %s: bitwise identical", cl ? "off" : "on");
         gt_report(what, memcmp(out, out2, qn * 4) ? 1.0 : 0.0, 0, 0);
+        /* one chunk in flight per warp against the ring's stages: the same bits */
+        const int ns = cuda_attn_stages();
+        cuda_set_attn_stages(ns > 1 ? 1 : 3);
+        cu_graphs_clear();
+        qb.step_id = ++g_step;
+        run_gpu_queries(&s, c, &qb, q, out2);
+        cuda_set_attn_stages(ns);
+        cu_graphs_clear();
+        snprintf(what, sizeof what, "  %d stage(s): bitwise identical", ns > 1 ? 1 : 3);
+        gt_report(what, memcmp(out, out2, qn * 4) ? 1.0 : 0.0, 0, 0);
         if (g_cu.deterministic && c->n_seqs > 1) {
             /* sequence 0 alone must give the bits it gets inside the batch */
             mx_attn_batch one = qb;

@@ -20,7 +20,9 @@ timeout 200 .carry/dev/cuda_ops_bench --only attn > "$D/attn.log" 2>&1
 echo "== op bench: rc $? $((SECONDS - T0)) s"
 grep -E "time attn .*B=(1|8) " "$D/attn.log" | sed -E 's/ +min +[0-9.]+ us//; s/ +/ /g' | cut -c1-80
 grep -E "FAIL" "$D/attn.log" | head -3
-SHAPES="llama-3.1-8b llama-3.2-1b" AB="- MLXCEL_ATTN_CLUSTER=0" BATCH=1 REPEAT=3 \
+SHAPES="llama-3.1-8b llama-3.2-1b" AB="- MLXCEL_ATTN_CLUSTER=0 MLXCEL_ATTN_STAGES=1" BATCH=1 \
+  REPEAT=3 timeout 200 bash tools/diag/bench_ab.sh | awk '{print $1,$2,$3,$6,$12}'
+SHAPES="llama-3.1-8b" AB="- MLXCEL_ATTN_STAGES=1" BATCH=8,32 REPEAT=2 \
   timeout 200 bash tools/diag/bench_ab.sh | awk '{print $1,$2,$3,$6,$12}'
 echo "== bf16: $((SECONDS - T0)) s"
 BATCH=1 AB="- MLXCEL_ATTN_CLUSTER=0" QUANT="4:64" BF16=0 REPEAT=2 \

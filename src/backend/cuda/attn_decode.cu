@@ -47,6 +47,7 @@
 #define ATTN_BS 16 /* tokens per KV chunk (fixed: the loop is unrolled over it) */
 #define ATTN_PF_CHUNKS 4 /* chunks per warp prefetched into L2 before pdl_wait */
 #define ATTN_CLUSTER_MAX 16
+#define ATTN_MAX_STAGES 3 /* chunk stages in flight per warp (cuda_attn_stages() caps it) */
 
 /* The merge weights c_s = exp2(lse_s - max) of the G heads (in place over lse [G][S], serial
  * over s: the fixed order) and their sums W; threads 0..G-1 of the CTA. */
@@ -86,7 +87,7 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
                         float *__restrict__ part_lse,           /* [B, Hq, S] */
                         int *__restrict__ done,                 /* [B, Hkv] zero counters */
                         int Hkv, int pt_stride, int cpb, int window, float qscale,
-                        float cap2, int cluster) {
+                        float cap2, int cluster, int nst) {
     constexpr int LPT = D / 8;       /* lanes per token */
     constexpr int TPW = 32 / LPT;    /* tokens per warp load */
     constexpr int J = ATTN_BS / TPW; /* loads per lane per block, for K and for V each */
@@ -150,23 +151,48 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
         for (int e = 0; e < 8; e++) acc[g][e] = 0.f;
     }
 
+    /* The warp's ring of nst chunk stages: [stage][K, V][J][lane], 16 bytes each. A lane
+     * reads back only what it copied itself, so its own cp.async wait is the only sync. */
+    extern __shared__ uint4 kv_ring[];
+    uint4 *ring = kv_ring + (size_t)warp * nst * 2 * J * 32;
+    int it_in = 0; /* chunks copied so far (this warp's order) */
+    const auto issue = [&]() { /* copy the warp's chunk it_in into stage it_in % nst */
+        const int bi = blk_begin + warp + ATTN_WARPS * it_in;
+        if (bi < blk_end) {
+            if (it_in > 0 && (it_in & 31) == 0) pt_reg = pt_fetch(it_in);
+            const size_t phys = (size_t)__shfl_sync(0xffffffffu, pt_reg, it_in & 31);
+            uint4 *st = ring + (size_t)(it_in % nst) * 2 * J * 32 + lane;
+#pragma unroll
+            for (int j = 0; j < J; j++) {
+                const int row = j * TPW + sub, t = bi * ATTN_BS + row;
+                const size_t off = ((phys * ATTN_BS + row) * Hkv + h) * D + dl * 8;
+                const bool ok = t < len && t >= start; /* else zeros (a valid address) */
+                cp_async16(st + j * 32, k_cache + (ok ? off : 0), ok ? 16 : 0);
+                cp_async16(st + (J + j) * 32, v_cache + (ok ? off : 0), ok ? 16 : 0);
+            }
+        }
+        cp_async_commit(); /* empty past the end: the group count stays uniform */
+        it_in++;
+    };
+    for (int i = 1; i < nst; i++) issue();
+
     int it = 0;
     for (int bi = blk_begin + warp; bi < blk_end; bi += ATTN_WARPS, it++) {
-        if (it > 0 && (it & 31) == 0) pt_reg = pt_fetch(it);
-        const size_t phys = (size_t)__shfl_sync(0xffffffffu, pt_reg, it & 31);
+        issue(); /* chunk it + nst - 1 */
+        if (nst == 3) cp_async_wait<2>();
+        else if (nst == 2) cp_async_wait<1>();
+        else cp_async_wait<0>();
+        const uint4 *stg = ring + (size_t)(it % nst) * 2 * J * 32 + lane;
         const int tok0 = bi * ATTN_BS;
 
-        /* G = 8 keeps half a block of loads in registers at a time (no spills). */
+        /* G = 8 keeps half a chunk in registers at a time (no spills). */
 #pragma unroll
         for (int jt = 0; jt < J; jt += JT) {
             uint4 kr[JT], vr[JT];
 #pragma unroll
             for (int j = 0; j < JT; j++) {
-                const int row = (jt + j) * TPW + sub;
-                const size_t off = ((phys * ATTN_BS + row) * Hkv + h) * D + dl * 8;
-                const bool ok = tok0 + row < len && tok0 + row >= start;
-                kr[j] = ok ? ldg_stream16(k_cache + off) : make_uint4(0, 0, 0, 0);
-                vr[j] = ok ? ldg_stream16(v_cache + off) : make_uint4(0, 0, 0, 0);
+                kr[j] = stg[(jt + j) * 32];
+                vr[j] = stg[(J + jt + j) * 32];
             }
 
             /* Scores: partial dot over this lane's 8 dims, summed over the token's LPT lanes. */
@@ -236,6 +262,8 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
             }
         }
     }
+
+    cp_async_wait<0>(); /* the empty groups issued past the end */
 
     /* The TPW token lanes of a dim group share m: add their l and acc. */
 #pragma unroll
@@ -373,18 +401,34 @@ extern "C" int cuda_paged_attn_splits(const cuda_paged_attn_args *a) {
     return max(1, min(S, CUDA_ATTN_MAX_SPLITS));
 }
 
-/* Whether S splits fit one cluster (asked once per instantiation and S: above 8 is a
- * non-portable size the device may refuse). */
-template <int G, int D> static bool attn_cluster_fits(int S) {
-    static signed char fit[ATTN_CLUSTER_MAX + 1]; /* 0 unknown, 1 yes, -1 no */
+/* Dynamic shared memory of nst chunk stages (the K / V ring of every warp). */
+static size_t attn_ring_bytes(int D, int nst) {
+    return (size_t)ATTN_WARPS * nst * 2 * ATTN_BS * D * sizeof(uint16_t);
+}
+
+/* Lets the kernel have the ring of ATTN_MAX_STAGES stages (above the default 48 KB); once. */
+template <int G, int D> static void attn_allow_ring(void) {
+    static bool done;
+    if (done) return;
+    cudaFuncSetAttribute(paged_attn_split_kernel<G, D>,
+                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         (int)attn_ring_bytes(D, ATTN_MAX_STAGES));
+    cudaGetLastError();
+    done = true;
+}
+
+/* Whether S splits with an nst-stage ring fit one cluster (asked once per instantiation, S
+ * and nst: above 8 is a non-portable size the device may refuse). */
+template <int G, int D> static bool attn_cluster_fits(int S, int nst) {
+    static signed char fit[ATTN_CLUSTER_MAX + 1][ATTN_MAX_STAGES + 1]; /* 0 ?, 1 yes, -1 no */
     if (S < 2 || S > ATTN_CLUSTER_MAX) return false;
-    if (!fit[S]) {
+    if (!fit[S][nst]) {
         bool ok = S <= 8 || cudaFuncSetAttribute(paged_attn_split_kernel<G, D>,
                                                  cudaFuncAttributeNonPortableClusterSizeAllowed,
                                                  1) == cudaSuccess;
         if (ok) {
             pdl_launch l;
-            pdl_launch_config(&l, dim3(S), dim3(ATTN_WARPS * 32), 0, 0);
+            pdl_launch_config(&l, dim3(S), dim3(ATTN_WARPS * 32), attn_ring_bytes(D, nst), 0);
             l.cfg.numAttrs = 0;
             pdl_launch_cluster(&l, (unsigned)S);
             int n = 0;
@@ -392,9 +436,9 @@ template <int G, int D> static bool attn_cluster_fits(int S) {
                      cudaSuccess && n > 0;
         }
         cudaGetLastError(); /* a refusal is an answer, not a pending error */
-        fit[S] = ok ? 1 : -1;
+        fit[S][nst] = ok ? 1 : -1;
     }
-    return fit[S] > 0;
+    return fit[S][nst] > 0;
 }
 
 template <int G, int D>
@@ -402,16 +446,21 @@ static void attn_launch(const cuda_paged_attn_args *a, int S, float *part_o, flo
                         cudaStream_t stream) {
     const dim3 grid(S, a->n_kv_heads, a->B);
     const float log2e = 1.4426950408889634f; /* softmax via exp2 */
-    const int cluster = S > 1 && S <= cuda_attn_cluster() && attn_cluster_fits<G, D>(S);
+    /* stages: as many chunks as a warp may walk (the grid's bound), at most the setting */
+    const long chunks = ((long)a->max_seq_len + ATTN_BS - 1) / ATTN_BS + 1;
+    const long per_warp = (chunks + (long)S * ATTN_WARPS - 1) / ((long)S * ATTN_WARPS);
+    const int nst = (int)max(1L, min((long)cuda_attn_stages(), per_warp));
+    attn_allow_ring<G, D>();
+    const int cluster = S > 1 && S <= cuda_attn_cluster() && attn_cluster_fits<G, D>(S, nst);
     pdl_launch l;
-    pdl_launch_config(&l, grid, dim3(ATTN_WARPS * 32), 0, stream);
+    pdl_launch_config(&l, grid, dim3(ATTN_WARPS * 32), attn_ring_bytes(D, nst), stream);
     if (cluster) pdl_launch_cluster(&l, (unsigned)S);
     cudaLaunchKernelEx(&l.cfg, paged_attn_split_kernel<G, D>,
         a->q, a->q_f32, a->k_cache, a->v_cache, a->page_table, a->seq_lens, a->pos, a->row_seq,
         a->o, a->o_dtype == CUDA_OPS_BF16, part_o, part_lse, a->split_counters, a->n_kv_heads,
         a->pt_stride,
         a->block_size / ATTN_BS, a->window, a->scale * log2e,
-        a->softcap > 0.f ? a->softcap * log2e : 0.f, cluster);
+        a->softcap > 0.f ? a->softcap * log2e : 0.f, cluster, nst);
 }
 
 extern "C" int cuda_paged_decode_attn(const cuda_paged_attn_args *a, cudaStream_t stream) {

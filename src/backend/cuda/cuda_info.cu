@@ -62,6 +62,9 @@ extern "C" int cuda_gemv_prefetch(void) { return g_gemv_prefetch; }
 static int g_attn_cluster = 16;
 extern "C" void cuda_set_attn_cluster(int n) { g_attn_cluster = n < 0 ? 0 : n > 16 ? 16 : n; }
 extern "C" int cuda_attn_cluster(void) { return g_attn_cluster; }
+static int g_attn_stages = 3;
+extern "C" void cuda_set_attn_stages(int n) { g_attn_stages = n < 1 ? 1 : n > 3 ? 3 : n; }
+extern "C" int cuda_attn_stages(void) { return g_attn_stages; }
 static int g_gemv_ksplit = 0;
 extern "C" void cuda_set_gemv_ksplit(int ks) {
     g_gemv_ksplit = ks == 1 || ks == 2 || ks == 4 ? ks : 0;

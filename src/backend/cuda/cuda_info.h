@@ -52,6 +52,10 @@ int cuda_gemv_early(void);
  * default 16, at most 16). */
 void cuda_set_attn_cluster(int n);
 int cuda_attn_cluster(void);
+/* Decode attention: chunks a warp keeps in flight through its shared-memory ring, 1..3 (1: it
+ * copies one chunk and waits for it before computing); MLXCEL_ATTN_STAGES, default 3. */
+void cuda_set_attn_stages(int n);
+int cuda_attn_stages(void);
 
 #ifdef __cplusplus
 }
