@@ -338,14 +338,24 @@ int gt_run_attn_tests(void) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) attn_case(&cases[i]);
     /* split counts of every merge form: 2, odd, the largest cluster (16, non-portable), and
-     * one past it (global) */
+     * one past it (global); the short cases (a chunk a warp at most) take the cluster merge,
+     * the longer ones the stage ring */
+    static const int lens_short[3] = {20, 33, 64};
+    static const acase short_cases[] = {
+        {"decode paged D128 G4 short", 32, 8, 128, 16, false, 3, lens_short, NULL, 0, 0},
+        {"decode paged D64 G8 short softcap 30", 32, 4, 64, 16, false, 3, lens_short, NULL, 0, 30},
+    };
     static const int forced[] = {2, 7, 16, 17};
     const int keep = g_cu.forced_splits;
     for (size_t f = 0; f < sizeof forced / sizeof forced[0]; f++) {
         g_cu.forced_splits = forced[f];
         cu_graphs_clear();
-        for (size_t i = 0; i < 5; i++) {
-            acase c = cases[i];
+        for (size_t i = 0; i < 7; i++) {
+            acase c = i < 5 ? cases[i] : short_cases[i - 5];
+            /* the page-table stride (the kernel's length bound) only grows in a process:
+             * start it afresh, as a new server's would be (graphs are keyed by it) */
+            g_cu.table_cap = 0;
+            cu_graphs_clear();
             char name[160];
             snprintf(name, sizeof name, "%s, %d splits", c.name, forced[f]);
             c.name = name;

@@ -417,6 +417,25 @@ template <int G, int D> static void attn_allow_ring(void) {
     done = true;
 }
 
+/* Waves of ctas CTAs with an nst-stage ring (CTAs a SM from the occupancy query, once per
+ * instantiation and nst). */
+template <int G, int D> static long attn_waves(long ctas, int nst) {
+    static int per_sm[ATTN_MAX_STAGES + 1];
+    if (!per_sm[nst]) {
+        int n = 0;
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, paged_attn_split_kernel<G, D>,
+                                                          ATTN_WARPS * 32,
+                                                          attn_ring_bytes(D, nst)) != cudaSuccess ||
+            n < 1) {
+            cudaGetLastError();
+            n = 1;
+        }
+        per_sm[nst] = n;
+    }
+    const long slots = (long)per_sm[nst] * cuda_sm_count();
+    return (ctas + slots - 1) / slots;
+}
+
 /* Whether S splits with an nst-stage ring fit one cluster (asked once per instantiation, S
  * and nst: above 8 is a non-portable size the device may refuse). */
 template <int G, int D> static bool attn_cluster_fits(int S, int nst) {
@@ -446,12 +465,23 @@ static void attn_launch(const cuda_paged_attn_args *a, int S, float *part_o, flo
                         cudaStream_t stream) {
     const dim3 grid(S, a->n_kv_heads, a->B);
     const float log2e = 1.4426950408889634f; /* softmax via exp2 */
-    /* stages: as many chunks as a warp may walk (the grid's bound), at most the setting */
-    const long chunks = ((long)a->max_seq_len + ATTN_BS - 1) / ATTN_BS + 1;
+    /* Chunks a warp may walk (the grid's bound: max_seq_len, or the window's span) */
+    long chunks = ((long)a->max_seq_len + ATTN_BS - 1) / ATTN_BS;
+    if (a->window > 0) chunks = min(chunks, ((long)a->window + ATTN_BS - 1) / ATTN_BS + 1);
     const long per_warp = (chunks + (long)S * ATTN_WARPS - 1) / ((long)S * ATTN_WARPS);
-    const int nst = (int)max(1L, min((long)cuda_attn_stages(), per_warp));
+    /* Stages: up to the setting and the chunks a warp walks, but never so many that the
+     * ring's shared memory adds a wave of CTAs (H200: 3 stages at B=8, 5 splits took two
+     * waves and 40% longer than 1; at B=32 both take two and 3 stages won 4-10%). */
     attn_allow_ring<G, D>();
-    const int cluster = S > 1 && S <= cuda_attn_cluster() && attn_cluster_fits<G, D>(S, nst);
+    const long ctas = (long)S * a->n_kv_heads * a->B;
+    const long waves1 = attn_waves<G, D>(ctas, 1);
+    int nst = (int)max(1L, min((long)cuda_attn_stages(), per_warp));
+    while (nst > 1 && attn_waves<G, D>(ctas, nst) > waves1) nst--;
+    /* The cluster merge only where the merge is most of the work (a chunk a warp at most):
+     * there it saved ~0.8 us of 13 (8B, B=1, 512 tokens); on longer walks a cluster's CTAs
+     * packed onto fewer SMs lost up to 25%. */
+    const int cluster = S > 1 && S <= cuda_attn_cluster() && per_warp <= 1 &&
+                        attn_cluster_fits<G, D>(S, nst);
     pdl_launch l;
     pdl_launch_config(&l, grid, dim3(ATTN_WARPS * 32), attn_ring_bytes(D, nst), stream);
     if (cluster) pdl_launch_cluster(&l, (unsigned)S);
