@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU machine: 8B bf16 decode (dummy weights, prompt 512, gen 128) at B=32 and B=8 with the
+# GPU machine: 8B bf16 decode (dummy weights, prompt 512, gen 128) at B=32, 16 and 8 with the
 # built-in decode split count and forced ones (MLXCEL_PAGED_DECODE_SPLITS), to check the
 # policy (tune_cuda_default_splits). Short lines only. Carry .carry/devpack.tar.xz.
 #   bash tools/diag/splits_sweep.sh
@@ -8,8 +8,10 @@ set -u
 diag_init
 T0=$SECONDS
 P=MLXCEL_PAGED_DECODE_SPLITS
-SHAPES=llama-3.1-8b AB="- $P=1 $P=4 $P=8" BATCH=32 REPEAT=2 \
-  timeout 250 bash tools/diag/bench_ab.sh | awk '{print $1,$2,$3,$6,$12}'
-SHAPES=llama-3.1-8b AB="- $P=2 $P=8 $P=16" BATCH=8 REPEAT=2 \
-  timeout 200 bash tools/diag/bench_ab.sh | awk '{print $1,$2,$3,$6,$12}'
+SHAPES=llama-3.1-8b AB="- $P=1" BATCH=32 REPEAT=2 \
+  timeout 150 bash tools/diag/bench_ab.sh | awk '{print $1,$2,$3,$6,$12}'
+SHAPES=llama-3.1-8b AB="- $P=2 $P=4" BATCH=16 REPEAT=2 \
+  timeout 150 bash tools/diag/bench_ab.sh | awk '{print $1,$2,$3,$6,$12}'
+SHAPES=llama-3.1-8b AB="- $P=4" BATCH=8 REPEAT=2 \
+  timeout 150 bash tools/diag/bench_ab.sh | awk '{print $1,$2,$3,$6,$12}'
 echo "== done: $((SECONDS - T0)) s"
