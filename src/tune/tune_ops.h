@@ -81,9 +81,9 @@ void tune_bucket_qmat(char *buf, size_t n, int rows, const tune_geom *g);
 #define TUNE_CUDA_DEFAULT_SMS 132
 
 /* The CUDA backend's built-in split count (cu_decode_splits): about two CTAs per SM over the
- * B x kv_heads (sequence, kv head) pairs, but at least one 16-token chunk per warp (4 warps)
- * in each split of the table capacity, in [1, TUNE_CUDA_MAX_SPLITS]. sm_count <= 0 means
- * TUNE_CUDA_DEFAULT_SMS. */
+ * B x kv_heads (sequence, kv head) pairs, or 1 when the pairs alone fill every SM, but at
+ * least one 16-token chunk per warp (4 warps) in each split of the table capacity, in [1,
+ * TUNE_CUDA_MAX_SPLITS]. sm_count <= 0 means TUNE_CUDA_DEFAULT_SMS. */
 int tune_cuda_default_splits(int batch, int kv_heads, int capacity_tokens, int sm_count);
 /* Table capacity the CUDA engine has for a step whose longest sequence holds `context`
  * tokens: the page-table stride grows in powers of two, so ceil(context / block) blocks

@@ -45,6 +45,9 @@ static void test_default_splits(void **st) {
     assert_int_equal(tune_cuda_default_splits(2, 8, 16384, 132), 17);
     assert_int_equal(tune_cuda_default_splits(8, 8, 16384, 132), 5);
     assert_int_equal(tune_cuda_default_splits(64, 8, 16384, 132), 1);
+    assert_int_equal(tune_cuda_default_splits(16, 8, 1024, 132), 3);
+    assert_int_equal(tune_cuda_default_splits(32, 8, 1024, 132), 1); /* 256 pairs >= 132 SMs */
+    assert_int_equal(tune_cuda_default_splits(17, 8, 1024, 132), 1);
     /* capped at one 16-token chunk per warp (4 warps): 1024 tokens = 64 chunks -> 16 */
     assert_int_equal(tune_cuda_default_splits(1, 8, 1024, 132), 16);
     assert_int_equal(tune_cuda_default_splits(1, 1, 16, 132), 1);

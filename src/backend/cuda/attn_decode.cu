@@ -392,10 +392,11 @@ extern "C" int cuda_paged_attn_splits(const cuda_paged_attn_args *a) {
     int S = a->num_splits;
     if (S <= 0 && a->deterministic) S = CUDA_ATTN_DET_SPLITS;
     if (S <= 0) {
-        /* Auto: about two CTAs per SM, at least one block per warp in each split. */
-        const long ctas = (long)a->B * a->n_kv_heads;
+        /* Auto (tune_cuda_default_splits' rule): about two CTAs per SM, none when the pairs
+         * alone fill every SM, at least one block per warp in each split. */
+        const long ctas = (long)a->B * a->n_kv_heads, sms = cuda_sm_count();
         const int max_blk = (a->max_seq_len + ATTN_BS - 1) / ATTN_BS;
-        S = (int)((2L * cuda_sm_count() + ctas - 1) / ctas);
+        S = ctas >= sms ? 1 : (int)((2L * sms + ctas - 1) / ctas);
         S = min(S, max(1, max_blk / ATTN_WARPS));
     }
     return max(1, min(S, CUDA_ATTN_MAX_SPLITS));
