@@ -488,6 +488,41 @@ static void test_gemv_tc(int rows, int N, int K) {
     free(x), free(xb);
 }
 
+/* x as bf16 hi + lo parts (cuda_bf16_split_rows on the device) into the streaming GEMV: the
+ * reference multiplies the fp32 x itself (tolerance 1e-4, as the fp32-x kernels). */
+static void test_gemv_tc_split(int rows, int N, int K) {
+    float *x = calloc((size_t)rows * K, 4), *w = malloc((size_t)N * K * 4);
+    float *ref = malloc((size_t)rows * N * 4);
+    gt_fill(x, (size_t)rows * K, 1.0f);
+    gt_fill(w, (size_t)N * K, 1.0f / sqrtf((float)K));
+    uint16_t *wb = gt_bf16(w, (size_t)N * K);
+    mx_tensor hx = mx_tensor_2d(x, MX_F32, rows, K, MX_DEV_CPU);
+    mx_tensor hw = mx_tensor_2d(wb, MX_BF16, N, K, MX_DEV_CPU);
+    mx_tensor ho = mx_tensor_2d(ref, MX_F32, rows, N, MX_DEV_CPU), none = {0};
+    g_cpu->matmul(&ho, &hx, &hw, &none);
+    mx_tensor dw = gt_dev_weight(wb, 2, (const int64_t[]){N, K});
+    mx_tensor dx = gt_dev_f32(x, 2, (const int64_t[]){rows, K});
+    mx_tensor dxs = gt_dev_poison(2, (const int64_t[]){rows, K}); /* 2 rows x K bf16 = rows x K f32 */
+    const int rc0 = cuda_bf16_split_rows(dxs.data, dx.data, NULL, 0, rows, K, g_cu.st);
+    for (int v = 0; v < cuda_gemv_tc_variants(); v++) {
+        mx_tensor dout = gt_dev_poison(2, (const int64_t[]){rows, N});
+        cuda_gemv_segs segs;
+        memset(&segs, 0, sizeof segs);
+        segs.n = 1;
+        segs.W[0] = dw.data, segs.y[0] = dout.data, segs.N[0] = N;
+        const int rc = rc0 ? rc0 : cuda_gemv_tc_split(&segs, dxs.data, rows, K, v, g_cu.st);
+        char what[96];
+        snprintf(what, sizeof what, "cuda_gemv_tc_split v%d rows %d [%d x %d]", v, rows, N, K);
+        if (rc)
+            gt_report(what, 1.0, 0, 1);
+        else
+            check_dev(what, &dout, ref, 1e-4);
+        gt_dev_free(&dout);
+    }
+    gt_dev_free(&dw), gt_dev_free(&dx), gt_dev_free(&dxs);
+    free(x), free(w), free(wb), free(ref);
+}
+
 /* Pools [slots, Hkv, D] (bf16 or fp32) as floats on the host. */
 static float *pool_to_host(const void *d, size_t n, bool bf16) {
     float *h = malloc(n * 4);
@@ -620,6 +655,9 @@ int gt_run_op_tests(void) {
     static const int tc_rows[] = {1, 3, 8, 9, 17, 32};
     for (size_t i = 0; i < sizeof tc_rows / sizeof tc_rows[0]; i++)
         test_gemv_tc(tc_rows[i], 1003, i % 2 ? 4104 : 1160);
+    static const int split_rows[] = {1, 3, 5, 8, 16};
+    for (size_t i = 0; i < sizeof split_rows / sizeof split_rows[0]; i++)
+        test_gemv_tc_split(split_rows[i], 1003, i % 2 ? 4104 : 1160);
     test_matmul(7, 17, 8, false);      /* K = 8: one lane of four has k */
     test_matmul(300, 2048, 2048, true);
     test_matmul_fused(1, false);

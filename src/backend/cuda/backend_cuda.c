@@ -426,13 +426,14 @@ static void be_describe(char *buf, size_t len) {
     else snprintf(tm, sizeof tm, "auto%s", at);
     snprintf(buf, len,
              "%s, compute capability %d.%d, %d SMs, %.1f GiB (%.1f GiB free) | GEMV rows <= %d "
-             "(tensor-core GEMV on bf16 x to %d, cuBLASLt above; K split %s, early loads %s, "
+             "(tensor-core GEMV on bf16 x to %d, its x as bf16 hi + lo to %d, cuBLASLt above; K split %s, early loads %s, "
              "L2 prefetch %d KB per CTA, fusions %s, RoPE in GEMV %s) | "
              "CUDA graphs %s (cache %d) | "
              "PDL %s | decode splits %s, cluster merge <= %d, %d stages | qmv window %s%s%s, qmm slab %s | weights %s%s | KV bf16",
              f->name, f->cc_major, f->cc_minor, f->sm_count, f->total_bytes / 1073741824.0,
              f->free_bytes / 1073741824.0, g_cu.gemv_rows,
              g_cu.gemv_tc_rows > g_cu.gemv_rows ? g_cu.gemv_tc_rows : g_cu.gemv_rows,
+             g_cu.gemv_tc_rows < g_cu.gemv_split_rows ? g_cu.gemv_tc_rows : g_cu.gemv_split_rows,
              ks, cuda_gemv_early() ? "on" : "off", cuda_gemv_prefetch() / 1024,
              g_cu.gemv_fuse ? "on" : "off", g_cu.gemv_rope ? "on" : "off",
              g_cu.graph_cache ? "on" : "off",
@@ -559,6 +560,7 @@ static int cu_init(int dev, mx_error *err) {
     g_cu.gemv_rope = env->gemv_rope;
     /* MLXCEL_DENSE_GEMV_ROWS=0 means cuBLASLt for every row count: no tensor-core GEMV either */
     g_cu.gemv_tc_rows = g_cu.gemv_rows ? env->gemv_tc_rows : 0;
+    g_cu.gemv_split_rows = env->gemv_split_rows;
     g_cu.graph_cache = env->cuda_graph_cache_size;
     g_cu.qmv_multirow = env->qmv_multirow; /* validated by env.c against the kernels' values */
     g_cu.qmm_tile = env->qmm_tile_m;

@@ -83,6 +83,7 @@ typedef struct cu_state {
     /* ---- settings (from mx_env, resolved once) ---- */
     int gemv_rows;            /* rows <= this use the GEMV kernels */
     int gemv_tc_rows;         /* gemv_rows < rows <= this: tensor-core GEMV on the bf16 input */
+    int gemv_split_rows;      /* ... as bf16 hi + lo parts up to these rows */
     bool gemv_fuse;           /* MLXCEL_GEMV_FUSE: norm / residual add / GLU inside 1..2-row GEMVs */
     bool gemv_rope;           /* MLXCEL_GEMV_ROPE: RoPE + KV write inside the q/k/v GEMV */
     int qmv_multirow;         /* MLXCEL_QMV_MULTIROW (0: the kernel's default) */

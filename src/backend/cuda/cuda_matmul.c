@@ -53,24 +53,37 @@ static cu_lt_plan *lt_plan(int N, int K, int rows, long ldw, long ldo) {
 }
 
 /* ==== Matmul ==== */
-/* Up to CUDA_GEMV_MAX_SEGS weights on the converted bf16 input g_cu.xbf, one launch of the
- * tensor-core GEMV (rows <= g_cu.gemv_tc_rows); y[i] rows of stride N[i], biases after. */
+/* Rows whose tensor-core GEMV takes x as bf16 hi + lo (cuda_bf16_split_rows into xbf): fp32-x
+ * precision at the bf16 kernel's weight stream. With bf16 x the 3..8-row decode was 50% faster
+ * than the register-fed fp32-x kernel but moved an MoE e2e token (a router near-tie). */
+static bool split_rows(int rows) {
+    return rows <= g_cu.gemv_split_rows && rows <= g_cu.gemv_tc_rows &&
+           2 * rows <= CUDA_GEMV_TC_MAX_ROWS;
+}
+
+/* Up to CUDA_GEMV_MAX_SEGS weights on the converted input g_cu.xbf (bf16, or its hi + lo
+ * parts when split_rows), one launch of the tensor-core GEMV (rows <= g_cu.gemv_tc_rows);
+ * y[i] rows of stride N[i], biases after. */
 static void tc_run(int n, const uint16_t *const *W, float *const *y, const int *N,
                    const uint16_t *const *B, int rows, int K) {
     cuda_gemv_segs segs;
     memset(&segs, 0, sizeof segs);
     segs.n = n;
     for (int i = 0; i < n; i++) segs.W[i] = W[i], segs.y[i] = y[i], segs.N[i] = N[i];
-    if (cu_ck(cuda_gemv_tc(&segs, (const uint16_t *)g_cu.xbf, rows, K, 0, g_cu.st), "tensor-core gemv"))
+    const uint16_t *xb = (const uint16_t *)g_cu.xbf;
+    if (cu_ck(split_rows(rows) ? cuda_gemv_tc_split(&segs, xb, rows, K, 0, g_cu.st)
+                               : cuda_gemv_tc(&segs, xb, rows, K, 0, g_cu.st),
+              "tensor-core gemv"))
         return;
     for (int i = 0; i < n; i++)
         if (B[i]) cu_ck(cuda_bias_add_f32(y[i], N[i], B[i], rows, N[i], g_cu.st), "bias");
 }
 
-/* y = xbf @ W^T (+ bias) with the plan p; xbf = g_cu.xbf, already converted. */
+/* y = xbf @ W^T (+ bias) with the plan p; xbf = g_cu.xbf, already converted (as tc_run
+ * reads it when tc, else plain bf16). */
 static void lt_run(cu_lt_plan *p, float *y, long ldy, int rows, const uint16_t *W, int N, int K,
-                   const uint16_t *B) {
-    if (rows <= g_cu.gemv_tc_rows && ldy == N) {
+                   const uint16_t *B, bool tc) {
+    if (tc && rows <= g_cu.gemv_tc_rows && ldy == N) {
         tc_run(1, &W, &y, &N, &B, rows, K);
         return;
     }
@@ -109,10 +122,17 @@ void cu_matmul_raw(float *y, long ldy, const float *x, long ldx, int rows, const
         cu_lt_plan *p = aligned && K % 8 == 0 ? lt_plan(N, K, rows, ldw, ldy) : NULL;
         if (p && p->d.ok) {
             g_cu.xbf_of = NULL;
-            if (cu_ensure(&g_cu.xbf, &g_cu.xbf_cap, (size_t)rows * K * 2) ||
-                cu_ck(cuda_f32_to_bf16_rows((uint16_t *)g_cu.xbf, x, ldx, rows, K, g_cu.st), "bf16 input"))
+            /* hi + lo needs contiguous x; lt_run's tensor-core path needs ldy == N */
+            const bool split = split_rows(rows) && ldx == K && ldy == N;
+            if (cu_ensure(&g_cu.xbf, &g_cu.xbf_cap, (size_t)rows * K * (split ? 4 : 2)) ||
+                cu_ck(split ? cuda_bf16_split_rows((uint16_t *)g_cu.xbf, x, NULL, 0, rows, K,
+                                                   g_cu.st)
+                            : cuda_f32_to_bf16_rows((uint16_t *)g_cu.xbf, x, ldx, rows, K,
+                                                    g_cu.st),
+                      "bf16 input"))
                 return;
-            lt_run(p, y, ldy, rows, W, N, K, B);
+            /* strided x at split rows: cuBLASLt (the bf16 GEMV would take xbf as split) */
+            lt_run(p, y, ldy, rows, W, N, K, B, split || !split_rows(rows));
             return;
         }
         if (!g_cu.warned_lt) {
@@ -220,7 +240,7 @@ static bool lt_run_joined(int n, int rows, int K) {
     }
     cu_lt_plan *p = lt_plan(Nt, K, rows, K, Nt);
     if (!p->d.ok || cu_ensure(&g_cu.ycat, &g_cu.ycat_cap, (size_t)rows * Nt * 4)) return false;
-    lt_run(p, g_cu.ycat, Nt, rows, g_cu.pend_lt.W[0], Nt, K, NULL);
+    lt_run(p, g_cu.ycat, Nt, rows, g_cu.pend_lt.W[0], Nt, K, NULL, false); /* rows > tc rows */
     cuda_split_segs s;
     memset(&s, 0, sizeof s);
     s.n = n;
@@ -255,11 +275,17 @@ static void flush_lt(void) {
             return;
         }
     }
-    const bool ready = g_cu.xbf_of == g_cu.pend_lt.x && !g_cu.pend_lt.up;
+    const bool split = split_rows(rows);
+    const bool ready = g_cu.xbf_of == g_cu.pend_lt.x && !g_cu.pend_lt.up && !split;
     g_cu.xbf_of = NULL; /* consumed by this group: x may hold other data after it */
-    if (!ready && cu_ensure(&g_cu.xbf, &g_cu.xbf_cap, (size_t)rows * K * 2)) return;
+    if (!ready && cu_ensure(&g_cu.xbf, &g_cu.xbf_cap, (size_t)rows * K * (split ? 4 : 2))) return;
     if (ready) {
         /* the norm that produced x wrote it as bf16 too */
+    } else if (split) {
+        if (cu_ck(cuda_bf16_split_rows((uint16_t *)g_cu.xbf, g_cu.pend_lt.x, g_cu.pend_lt.up,
+                                       g_cu.pend_lt.act, rows, K, g_cu.st),
+                  "bf16 hi + lo input"))
+            return;
     } else if (g_cu.pend_lt.up) {
         if (cu_ck(cuda_glu_to_bf16_rows((uint16_t *)g_cu.xbf, g_cu.pend_lt.x, g_cu.pend_lt.up, rows,
                                         K, g_cu.pend_lt.act, g_cu.st), "glu -> bf16 input"))
@@ -275,7 +301,7 @@ static void flush_lt(void) {
     if (n >= 2 && lt_run_joined(n, rows, K)) return;
     for (int i = 0; i < n; i++)
         lt_run(plans[i], g_cu.pend_lt.y[i], g_cu.pend_lt.N[i], rows, g_cu.pend_lt.W[i],
-               g_cu.pend_lt.N[i], K, g_cu.pend_lt.bias[i]);
+               g_cu.pend_lt.N[i], K, g_cu.pend_lt.bias[i], false); /* rows > gemv_tc_rows */
 }
 
 /* Joins (or starts) the pending cuBLASLt group; false when the shape does not qualify. */
@@ -312,9 +338,10 @@ static bool defer_lt(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, con
 static void norm_into_xbf(const mx_tensor *out, const mx_tensor *x, const mx_tensor *w) {
     const int rows = (int)x->shape[0], N = (int)w->shape[0], K = (int)w->shape[1];
     if (x->data != g_cu.pend_norm.out || rows != g_cu.pend_norm.rows || K != g_cu.pend_norm.D ||
-        rows <= g_cu.gemv_rows || w->stride[0] != K || x->stride[0] != K || out->stride[0] != N ||
-        ((uintptr_t)w->data & 15) || ((uintptr_t)x->data & 15) || !lt_plan(N, K, rows, K, N)->d.ok)
-        return;
+        rows <= g_cu.gemv_rows || split_rows(rows) || w->stride[0] != K || x->stride[0] != K ||
+        out->stride[0] != N || ((uintptr_t)w->data & 15) || ((uintptr_t)x->data & 15) ||
+        !lt_plan(N, K, rows, K, N)->d.ok)
+        return; /* at split rows the plain norm runs: the split conversion reads fp32 x */
     flush_lt(); /* an earlier group still holding xbf goes first (cannot be pending: safety) */
     if (cu_ensure(&g_cu.xbf, &g_cu.xbf_cap, (size_t)rows * K * 2)) return;
     if (cuda_rms_norm_bf16copy(g_cu.pend_norm.x, g_cu.pend_norm.y, g_cu.pend_norm.out,

@@ -49,6 +49,16 @@ int cuda_gemv_bf16_multi(const cuda_gemv_segs *segs, const void *x, int x_dtype,
 int cuda_gemv_tc(const cuda_gemv_segs *segs, const uint16_t *x, int rows, int K, int variant,
                  cudaStream_t stream);
 int cuda_gemv_tc_variants(void);
+/* The same with x given as bf16 hi + lo parts (cuda_bf16_split_rows): x [2 rows, K], rows
+ * 0..rows-1 hi, rows..2 rows-1 lo; y = W (hi + lo), ~fp32-x precision at the bf16 kernel's
+ * weight stream (the two parts are two MMA column groups sharing every weight fragment).
+ * rows <= CUDA_GEMV_TC_MAX_ROWS / 2. */
+int cuda_gemv_tc_split(const cuda_gemv_segs *segs, const uint16_t *x, int rows, int K,
+                       int variant, cudaStream_t stream);
+/* dst [2 rows, cols] bf16: rows 0..rows-1 bf16(v), rows..2 rows-1 bf16(v - bf16(v)), where
+ * v = x, or act(x) * up when up != NULL (act as cuda_glu_f32); x, up [rows, cols]. */
+int cuda_bf16_split_rows(uint16_t *dst, const float *x, const float *up, int act, int rows,
+                         int cols, cudaStream_t stream);
 /* Fusions of the 1..2-row GEMV (fp32 x and y), each saving a launch of a decode step:
  * - norm_w: x is taken through rms_norm(x) * (norm_w + norm_offset) (eps norm_eps) by every
  *   CTA in its prologue (rows * K * 4 <= 64 KB); the normalized rows are stored in xn too;

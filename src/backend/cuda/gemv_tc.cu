@@ -36,7 +36,8 @@
 /* ==== Kernel ==== */
 template <int NT, int KC, int S>
 __global__ void __launch_bounds__((GTC_CW + 1) * 32)
-gemv_tc_kernel2(cuda_gemv_segs segs, const uint16_t *__restrict__ x, int rows, int K, int early) {
+gemv_tc_kernel2(cuda_gemv_segs segs, const uint16_t *__restrict__ x, int rows, int K, int early,
+                int fold) {
     constexpr int ROWB = KC * 2 + GTC_PAD;    /* bytes per staged row */
     constexpr int STAGE = GTC_ROWS * ROWB;    /* bytes per stage */
     constexpr int TPW = KC / GTC_KT / GTC_CW; /* k-tiles per consumer warp per stage */
@@ -141,6 +142,22 @@ gemv_tc_kernel2(cuda_gemv_segs segs, const uint16_t *__restrict__ x, int rows, i
 #pragma unroll
         for (int e = 0; e < 4; e++) red[warp][i * 4 + e][lane] = acc[i][e];
     asm volatile("bar.sync 1, %0;" ::"n"(GTC_CW * 32) : "memory"); /* consumers only */
+    if (fold) { /* x rows r and r + fold are the hi and lo parts of output row r */
+        for (int o = threadIdx.x; o < GTC_ROWS * fold; o += GTC_CW * 32) {
+            const int nl = o / fold, r = o - nl * fold, n = n0 + nl;
+            float sum = 0.f;
+#pragma unroll
+            for (int part = 0; part < 2; part++) { /* the inverse of the index map below */
+                const int xr = r + part * fold, m = xr & 7;
+                const int l = ((nl & 7) << 2) | (m >> 1), e = ((nl >> 3) << 1) | (m & 1);
+                const int q = (xr >> 3) * 4 + e;
+#pragma unroll
+                for (int w = 0; w < GTC_CW; w++) sum += red[w][q][l];
+            }
+            if (n < N) y[(size_t)r * N + n] = sum;
+        }
+        return;
+    }
     for (int o = threadIdx.x; o < NT * 4 * 32; o += GTC_CW * 32) {
         const int l = o & 31, q = o >> 5, e = q & 3, i = q >> 2;
         float sum = 0.f;
@@ -170,7 +187,8 @@ static const gtc_variant k_gtc_variants[] = {
 #define GTC_N_VARIANTS ((int)(sizeof k_gtc_variants / sizeof k_gtc_variants[0]))
 
 template <int NT, int KC, int S>
-static int gtc_go(cuda_gemv_segs segs, const uint16_t *x, int rows, int K, int early, cudaStream_t st) {
+static int gtc_go(cuda_gemv_segs segs, const uint16_t *x, int rows, int K, int early, int fold,
+                  cudaStream_t st) {
     constexpr size_t smem = (size_t)S * GTC_ROWS * (KC * 2 + GTC_PAD);
     static int s_set[CUDA_MAX_DEVICES]; /* cudaFuncSetAttribute is per device */
     const int cd = cuda_cur_device();
@@ -187,22 +205,24 @@ static int gtc_go(cuda_gemv_segs segs, const uint16_t *x, int rows, int K, int e
     }
     pdl_launch l;
     pdl_launch_config(&l, dim3(grid), dim3((GTC_CW + 1) * 32), smem, st);
-    return (int)cudaLaunchKernelEx(&l.cfg, gemv_tc_kernel2<NT, KC, S>, segs, x, rows, K, early);
+    return (int)cudaLaunchKernelEx(&l.cfg, gemv_tc_kernel2<NT, KC, S>, segs, x, rows, K, early,
+                                   fold);
 }
 
 template <int KC, int S>
 static int gtc_nt(const cuda_gemv_segs &segs, const uint16_t *x, int rows, int K, int early,
-                  cudaStream_t st) {
-    if (rows <= 8) return gtc_go<1, KC, S>(segs, x, rows, K, early, st);
-    if (rows <= 16) return gtc_go<2, KC, S>(segs, x, rows, K, early, st);
-    if (rows <= 24) return gtc_go<3, KC, S>(segs, x, rows, K, early, st);
-    return gtc_go<4, KC, S>(segs, x, rows, K, early, st);
+                  int fold, cudaStream_t st) {
+    if (rows <= 8) return gtc_go<1, KC, S>(segs, x, rows, K, early, fold, st);
+    if (rows <= 16) return gtc_go<2, KC, S>(segs, x, rows, K, early, fold, st);
+    if (rows <= 24) return gtc_go<3, KC, S>(segs, x, rows, K, early, fold, st);
+    return gtc_go<4, KC, S>(segs, x, rows, K, early, fold, st);
 }
 
 extern "C" int cuda_gemv_tc_variants(void) { return GTC_N_VARIANTS; }
 
-extern "C" int cuda_gemv_tc(const cuda_gemv_segs *segs, const uint16_t *x, int rows, int K,
-                            int variant, cudaStream_t st) {
+/* rows x rows of x; fold > 0: rows = 2 fold, hi and lo parts of fold output rows */
+static int gtc_run(const cuda_gemv_segs *segs, const uint16_t *x, int rows, int K, int variant,
+                   int fold, cudaStream_t st) {
     if (!segs || segs->n < 1 || segs->n > CUDA_GEMV_MAX_SEGS || rows < 1 ||
         rows > CUDA_GEMV_TC_MAX_ROWS || K < 8 || K % 8 || !x || ((uintptr_t)x & 15) ||
         variant < 0 || variant >= GTC_N_VARIANTS)
@@ -212,9 +232,20 @@ extern "C" int cuda_gemv_tc(const cuda_gemv_segs *segs, const uint16_t *x, int r
             return (int)cudaErrorInvalidValue;
     const int early = k_gtc_variants[variant].early;
     switch (variant) {
-    case 0: return gtc_nt<512, 4>(*segs, x, rows, K, early, st);
-    case 3: return gtc_nt<128, 12>(*segs, x, rows, K, early, st);
-    case 4: return gtc_nt<512, 6>(*segs, x, rows, K, early, st);
-    default: return gtc_nt<256, 8>(*segs, x, rows, K, early, st); /* 1, 2 */
+    case 0: return gtc_nt<512, 4>(*segs, x, rows, K, early, fold, st);
+    case 3: return gtc_nt<128, 12>(*segs, x, rows, K, early, fold, st);
+    case 4: return gtc_nt<512, 6>(*segs, x, rows, K, early, fold, st);
+    default: return gtc_nt<256, 8>(*segs, x, rows, K, early, fold, st); /* 1, 2 */
     }
+}
+
+extern "C" int cuda_gemv_tc(const cuda_gemv_segs *segs, const uint16_t *x, int rows, int K,
+                            int variant, cudaStream_t st) {
+    return gtc_run(segs, x, rows, K, variant, 0, st);
+}
+
+extern "C" int cuda_gemv_tc_split(const cuda_gemv_segs *segs, const uint16_t *x, int rows,
+                                  int K, int variant, cudaStream_t st) {
+    if (rows < 1 || 2 * rows > CUDA_GEMV_TC_MAX_ROWS) return (int)cudaErrorInvalidValue;
+    return gtc_run(segs, x, 2 * rows, K, variant, rows, st);
 }

@@ -443,6 +443,28 @@ extern "C" int cuda_f32_to_bf16_rows(uint16_t *dst, const float *src, long src_s
     LAUNCH_CHECK();
 }
 
+/* v = x (up == NULL) or act(x) * up, [rows, cols] contiguous; dst rows 0..rows-1 get bf16(v)
+ * and rows rows..2 rows-1 bf16(v - bf16(v)): together ~16 bits of v's mantissa. */
+__global__ void bf16_split_kernel(uint16_t *__restrict__ dst, const float *__restrict__ x,
+                                  const float *__restrict__ up, int act, size_t n) {
+    for (size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x; t < n;
+         t += (size_t)gridDim.x * blockDim.x) {
+        const float v = up ? act_apply(x[t], act) * up[t] : x[t];
+        const uint32_t hi = f32_to_bf16_bits(v);
+        dst[t] = (uint16_t)hi;
+        dst[n + t] = (uint16_t)f32_to_bf16_bits(v - __uint_as_float(hi << 16));
+    }
+}
+
+extern "C" int cuda_bf16_split_rows(uint16_t *dst, const float *x, const float *up, int act,
+                                    int rows, int cols, cudaStream_t st) {
+    if (rows < 1 || cols < 1 || !dst || !x || (up && (act < 0 || act > 2)))
+        return (int)cudaErrorInvalidValue;
+    const size_t n = (size_t)rows * cols;
+    bf16_split_kernel<<<grid_for(n), EL_THREADS, 0, st>>>(dst, x, up, act, n);
+    LAUNCH_CHECK();
+}
+
 __global__ void glu_to_bf16_kernel(uint16_t *__restrict__ dst, const float *__restrict__ g,
                                    const float *__restrict__ u, size_t n, int act) {
     for (size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x; t < n;
