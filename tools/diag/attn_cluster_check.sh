@@ -2,16 +2,14 @@
 # GPU machine, one call: decode attention with the split merge in a thread-block cluster
 # (MLXCEL_ATTN_CLUSTER, default 16) against global partials (=0). test_cuda as is (its attn
 # group compares both merges bitwise), attn + e2e groups with the cluster off; the attention
-# op bench (B=1 / 8 rows: auto, 16 splits, global); 8B and 1B bf16 and 8B q4g64 decode at B=1
+# op bench (auto, 1 stage, global merge); 8B and 1B bf16 and 8B q4g64 decode at B=1
 # both ways. Short lines only.
 #   bash tools/diag/attn_cluster_check.sh
 set -u
 . bench/device_env.sh
 diag_init
 T0=$SECONDS
-timeout 200 .carry/dev/test_cuda . > "$D/test-all.log" 2>&1
-echo "== test all: rc $? $(tail -1 "$D/test-all.log"), $((SECONDS - T0)) s"
-grep '^FAIL' "$D/test-all.log" | head -5 | cut -c1-160
+diag_tests
 MLXCEL_ATTN_CLUSTER=0 TEST_CUDA_ONLY=attn,e2e timeout 200 .carry/dev/test_cuda . \
   > "$D/test-nocl.log" 2>&1
 echo "== test attn,e2e cluster off: rc $? $(tail -1 "$D/test-nocl.log"), $((SECONDS - T0)) s"

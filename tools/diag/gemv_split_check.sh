@@ -8,10 +8,8 @@ set -u
 . bench/device_env.sh
 diag_init
 T0=$SECONDS
-timeout 200 .carry/dev/test_cuda . > "$D/test-all.log" 2>&1
-echo "== test all: rc $? $(tail -1 "$D/test-all.log"), $((SECONDS - T0)) s"
-grep -E '^FAIL' "$D/test-all.log" | head -8 | cut -c1-200
-grep -E 'e2e .*differ' "$D/test-all.log" | head -12 | cut -c1-120
+diag_tests
+grep -E 'e2e .*differ' "$D/test--.log" | head -12 | cut -c1-120
 SHAPES="llama-3.1-8b" AB="- MLXCEL_GEMV_TC_SPLIT_ROWS=0 MLXCEL_DENSE_GEMV_ROWS=8" BATCH=4,8 \
   REPEAT=2 timeout 150 bash tools/diag/bench_ab.sh | awk '{print $1,$2,$3,$6,$12}'
 SHAPES="llama-3.2-1b" AB="- MLXCEL_DENSE_GEMV_ROWS=8" BATCH=8 \
