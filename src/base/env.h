@@ -30,7 +30,7 @@ typedef struct mx_env_t {
     int gemv_ksplit;               /* MLXCEL_GEMV_KSPLIT (0 = per shape): 1..2-row GEMV K split */
     int dense_gemv_rows;           /* MLXCEL_DENSE_GEMV_ROWS (8); 0 = cuBLASLt for all rows */
     int gemv_tc_rows;              /* MLXCEL_GEMV_TC_ROWS (8): tensor-core GEMV up to these rows */
-    int gemv_split_rows;           /* MLXCEL_GEMV_TC_SPLIT_ROWS (8): ... on x as bf16 hi + lo */
+    int gemv_split_rows;           /* MLXCEL_GEMV_TC_SPLIT_ROWS (0): ... on x as bf16 hi + lo */
     bool sdpa_deterministic;       /* MLXCEL_SDPA_DETERMINISTIC (0) */
     int cuda_graph_cache_size;     /* MLX_CUDA_GRAPH_CACHE_SIZE (2000) */
     int cuda_sdpa_cache_size;      /* MLX_CUDA_SDPA_CACHE_SIZE (2000) */
