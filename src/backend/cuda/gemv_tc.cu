@@ -20,7 +20,12 @@
  * {2t, 2t+1, 2t+8, 2t+9} of the first and 8t + {4..7} of the second (a sum over k does not
  * care which k sits in which slot as long as A and B agree). Up to 4 n-tiles (32 x rows)
  * share every weight fragment. The consumer warps' partial tiles are summed in shared memory
- * in a fixed order (no atomics: reproducible). */
+ * in a fixed order (no atomics: reproducible).
+ *
+ * Split x (cuda_gemv_tc_split): x holds 2R rows, the bf16 hi parts of R rows then their lo
+ * parts (x - hi, rounded); the MMAs treat them as 2R rows sharing each weight fragment, and
+ * the epilogue adds rows r and r + R (fold = R): fp32-x precision (~16 bits of x) for the
+ * price of R more MMA columns, which the weight stream hides. */
 #include <cuda_runtime.h>
 #include <stdint.h>
 
