@@ -24,20 +24,6 @@
 #define FA_KT 64   /* keys per tile */
 #define FA_PAD 8   /* bf16 elements of padding per smem row */
 
-__device__ __forceinline__ void fa_ldsm_x4(uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3,
-                                           const void *p) {
-    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(a));
-}
-
-__device__ __forceinline__ void fa_ldsm_x4_t(uint32_t &r0, uint32_t &r1, uint32_t &r2,
-                                             uint32_t &r3, const void *p) {
-    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(a));
-}
-
 
 template <int D>
 __global__ void __launch_bounds__(FA_WARPS * 32) attn_flash_kernel(cuda_attn_rows_args a) {
@@ -92,7 +78,7 @@ __global__ void __launch_bounds__(FA_WARPS * 32) attn_flash_kernel(cuda_attn_row
 #pragma unroll
     for (int ks = 0; ks < KS; ks++) {
         const int r = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, c = ks * 16 + (lane >> 4) * 8;
-        fa_ldsm_x4(qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3], &sQ[r * LD + c]);
+        ldsm_x4(qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3], &sQ[r * LD + c]);
     }
     const int qa_row = warp * 16 + (lane >> 2), qb_row = qa_row + 8; /* accumulator rows */
     const int pa = sPos[qa_row], pb = sPos[qb_row], sa = sStart[qa_row], sb = sStart[qb_row];
@@ -128,7 +114,7 @@ __global__ void __launch_bounds__(FA_WARPS * 32) attn_flash_kernel(cuda_attn_row
 #pragma unroll
             for (int ks = 0; ks < KS; ks += 2) {
                 uint32_t b0, b1, b2, b3;
-                fa_ldsm_x4(b0, b1, b2, b3, &sK[(j * 8 + (lane & 7)) * LD + ks * 16 + (lane >> 3) * 8]);
+                ldsm_x4(b0, b1, b2, b3, &sK[(j * 8 + (lane & 7)) * LD + ks * 16 + (lane >> 3) * 8]);
                 mma_bf16_16816(s[j], qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3], b0, b1);
                 mma_bf16_16816(s[j], qa[ks + 1][0], qa[ks + 1][1], qa[ks + 1][2], qa[ks + 1][3], b2, b3);
             }
@@ -192,7 +178,7 @@ __global__ void __launch_bounds__(FA_WARPS * 32) attn_flash_kernel(cuda_attn_row
             for (int dn = 0; dn < DN; dn += 2) {
                 uint32_t b0, b1, b2, b3;
                 const int key = kt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-                fa_ldsm_x4_t(b0, b1, b2, b3, &sV[key * LD + dn * 8 + (lane >> 4) * 8]);
+                ldsm_x4_t(b0, b1, b2, b3, &sV[key * LD + dn * 8 + (lane >> 4) * 8]);
                 mma_bf16_16816(o[dn], a0, a1, a2, a3, b0, b1);
                 mma_bf16_16816(o[dn + 1], a0, a1, a2, a3, b2, b3);
             }
