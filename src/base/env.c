@@ -134,6 +134,7 @@ static void env_load(void) {
     g_env.gemv_prefetch_kb = env_int("MLXCEL_GEMV_PREFETCH_KB", 0, 0, 4096);
     g_env.attn_cluster = env_int("MLXCEL_ATTN_CLUSTER", 16, 0, 16);
     g_env.attn_stages = env_int("MLXCEL_ATTN_STAGES", 3, 1, 3);
+    g_env.attn_tc = env_bool("MLXCEL_ATTN_TC", false);
     g_env.gemv_early = env_bool("MLXCEL_GEMV_EARLY", true);
     static const int k_ksplit[] = {1, 2, 4};
     g_env.gemv_ksplit = env_choice("MLXCEL_GEMV_KSPLIT", k_ksplit, 3);

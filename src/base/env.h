@@ -26,6 +26,7 @@ typedef struct mx_env_t {
     int gemv_prefetch_kb;          /* MLXCEL_GEMV_PREFETCH_KB (0): L2 prefetch per GEMV CTA */
     int attn_cluster;              /* MLXCEL_ATTN_CLUSTER (16): largest cluster-merged split count */
     int attn_stages;               /* MLXCEL_ATTN_STAGES (3): decode-attention chunks in flight */
+    bool attn_tc;                  /* MLXCEL_ATTN_TC (0): decode attention on the tensor cores */
     bool gemv_early;               /* MLXCEL_GEMV_EARLY (1): first weight batch before the PDL wait */
     int gemv_ksplit;               /* MLXCEL_GEMV_KSPLIT (0 = per shape): 1..2-row GEMV K split */
     int dense_gemv_rows;           /* MLXCEL_DENSE_GEMV_ROWS (8); 0 = cuBLASLt for all rows */

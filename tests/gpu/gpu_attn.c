@@ -216,6 +216,17 @@ static void attn_case(const acase *c) {
         cu_graphs_clear();
         snprintf(what, sizeof what, "  %d stage(s): bitwise identical", ns > 1 ? 1 : 3);
         gt_report(what, memcmp(out, out2, qn * 4) ? 1.0 : 0.0, 0, 0);
+        /* the other walk (CUDA cores / tensor cores with q and P as bf16 hi + lo) against
+         * the CPU, at the same tolerance */
+        const int tc = cuda_attn_tc();
+        cuda_set_attn_tc(!tc);
+        cu_graphs_clear();
+        qb.step_id = ++g_step;
+        run_gpu_queries(&s, c, &qb, q, out2);
+        cuda_set_attn_tc(tc);
+        cu_graphs_clear();
+        snprintf(what, sizeof what, "  %s walk vs CPU", tc ? "CUDA-core" : "tensor-core");
+        gt_report_err(what, gt_rel_err(out2, ref, qn, &bad), flash ? 1e-2 : 1e-4, &bad);
         if (g_cu.deterministic && c->n_seqs > 1) {
             /* sequence 0 alone must give the bits it gets inside the batch */
             mx_attn_batch one = qb;

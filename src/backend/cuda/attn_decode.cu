@@ -71,9 +71,164 @@ __device__ __forceinline__ void attn_store(void *o, int o_bf16, size_t i, float 
         ((float *)o)[i] = v;
 }
 
+/* ==== Tensor-core walk (TC: MLXCEL_ATTN_TC) ====
+ * The FA2 layout (attn_flash.cu) with the kv head's G query heads as the MMA rows: row g < G
+ * holds head g's q rounded to bf16 (hi) and row g + 8 the rest (q - hi, rounded), so S = hi K^T
+ * + lo K^T keeps ~16 bits of q; P goes in as hi and lo rows the same way, so the result keeps
+ * the CUDA-core walk's precision (K and V are bf16 already). Per 16-token chunk: 2 x D/16
+ * MMAs for S and D/8 for O, against ~1,100 instructions a lane on the CUDA cores. K and V
+ * chunks go through the warp's ring as [16][D + 8] bf16 rows (cp.async; the 8 pad elements
+ * put ldmatrix rows on distinct banks), K read as B fragments by ldmatrix, V by
+ * ldmatrix.trans. Lane (g, t) keeps head g's running max and sum over its keys and
+ * O[g][8 dn + 2t + {0, 1}]; at the end it writes the warp's state as the CUDA-core walk does
+ * (wm, wl, wacc [G][D]: max, sum, unnormalised output). */
+template <int D> __host__ __device__ constexpr int attn_tc_ld() { return D + 8; }
+
+template <int G, int D, class PtFetch>
+__device__ __forceinline__ void attn_tc_walk(const void *q, int q_f32, const uint16_t *k_cache,
+                                             const uint16_t *v_cache, int b, int h, int Hkv,
+                                             int blk_begin, int blk_end, int len, int start,
+                                             float qscale, float cap2, int nst, int &pt_reg,
+                                             PtFetch pt_fetch, uint16_t *ring, float *wm,
+                                             float *wl, float *wacc) {
+    constexpr int LD = attn_tc_ld<D>(), KS = D / 16, DN = D / 8, CH = ATTN_BS * LD;
+    static_assert(G <= 8 && KS % 2 == 0 && DN % 2 == 0, "tensor-core walk shape");
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int Hq = Hkv * G;
+
+    /* A fragments of q: {row g, row g + 8} x {dims 16 ks + 2t + (0, 1), + 8} */
+    uint32_t qa[KS][4];
+#pragma unroll
+    for (int ks = 0; ks < KS; ks++)
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            float x0 = 0.f, x1 = 0.f;
+            if (g < G) {
+                const size_t qo = ((size_t)b * Hq + h * G + g) * D + ks * 16 + half * 8 + 2 * t;
+                x0 = (q_f32 ? ((const float *)q)[qo]
+                            : bf16_lo(((const uint16_t *)q)[qo])) * qscale;
+                x1 = (q_f32 ? ((const float *)q)[qo + 1]
+                            : bf16_lo(((const uint16_t *)q)[qo + 1])) * qscale;
+            }
+            const uint32_t hi = pack_bf16x2(x0, x1);
+            qa[ks][2 * half] = hi;
+            qa[ks][2 * half + 1] = pack_bf16x2(x0 - bf16_lo(hi), x1 - bf16_hi(hi));
+        }
+
+    float o[DN][4];
+#pragma unroll
+    for (int i = 0; i < DN; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    float m = -INFINITY, l = 0.f;
+
+    int it_in = 0; /* chunks copied so far (this warp's order) */
+    const auto issue = [&]() { /* the warp's chunk it_in into stage it_in % nst */
+        const int bi = blk_begin + warp + ATTN_WARPS * it_in;
+        if (bi < blk_end) {
+            if (it_in > 0 && (it_in & 31) == 0) pt_reg = pt_fetch(it_in);
+            const size_t phys = (size_t)__shfl_sync(0xffffffffu, pt_reg, it_in & 31);
+            uint16_t *sk = ring + (size_t)(it_in % nst) * 2 * CH, *sv = sk + CH;
+#pragma unroll
+            for (int p = lane; p < ATTN_BS * (D / 8); p += 32) {
+                const int r = p / (D / 8), c = (p % (D / 8)) * 8, tk = bi * ATTN_BS + r;
+                const bool ok = tk < len && tk >= start; /* else zeros (a valid address) */
+                const size_t off = ok ? ((phys * ATTN_BS + r) * Hkv + h) * D + c : 0;
+                cp_async16(sk + r * LD + c, k_cache + off, ok ? 16 : 0);
+                cp_async16(sv + r * LD + c, v_cache + off, ok ? 16 : 0);
+            }
+        }
+        cp_async_commit(); /* empty past the end: the group count stays uniform */
+        it_in++;
+    };
+    for (int i = 1; i < nst; i++) issue();
+
+    int it = 0;
+    for (int bi = blk_begin + warp; bi < blk_end; bi += ATTN_WARPS, it++) {
+        __syncwarp(); /* every lane's ldmatrix of the stage refilled next is done */
+        issue();      /* chunk it + nst - 1 */
+        if (nst == 3) cp_async_wait<2>();
+        else if (nst == 2) cp_async_wait<1>();
+        else cp_async_wait<0>();
+        __syncwarp(); /* the chunk's rows, copied by every lane, visible to every lane */
+        const uint16_t *sk = ring + (size_t)(it % nst) * 2 * CH, *sv = sk + CH;
+        const int tok0 = bi * ATTN_BS;
+
+        /* S: keys 8j + 0..7 (j = 0, 1); [0], [1] hi rows, [2], [3] lo rows */
+        float s[2][4];
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+            for (int ks = 0; ks < KS; ks += 2) {
+                uint32_t b0, b1, b2, b3;
+                ldsm_x4(b0, b1, b2, b3, sk + (j * 8 + (lane & 7)) * LD + ks * 16 + (lane >> 3) * 8);
+                mma_bf16_16816(s[j], qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3], b0, b1);
+                mma_bf16_16816(s[j], qa[ks + 1][0], qa[ks + 1][1], qa[ks + 1][2], qa[ks + 1][3],
+                               b2, b3);
+            }
+        }
+        /* head g's scores of keys tok0 + 8j + 2t + e, masked; the max over the quad */
+        float sf[2][2], tmax = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                float v = s[j][e] + s[j][2 + e];
+                if (cap2 > 0.f) v = cap2 * tanhf(v / cap2);
+                const int tk = tok0 + 8 * j + 2 * t + e;
+                sf[j][e] = tk < len && tk >= start ? v : -INFINITY;
+                tmax = fmaxf(tmax, sf[j][e]);
+            }
+        tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
+        tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 2));
+        const float mn = fmaxf(m, tmax);
+        /* 0 on the first live chunk (m = -inf); 1 while everything is masked */
+        const float alpha = m == -INFINITY ? (mn == -INFINITY ? 1.f : 0.f) : exp2f(m - mn);
+        m = mn;
+        l *= alpha;
+#pragma unroll
+        for (int i = 0; i < DN; i++) o[i][0] *= alpha, o[i][1] *= alpha, o[i][2] *= alpha,
+                                     o[i][3] *= alpha;
+        float p[2][2];
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                p[j][e] = m == -INFINITY ? 0.f : exp2f(sf[j][e] - m); /* masked: exp2(-inf) */
+                l += p[j][e];
+            }
+        /* P as A: row g hi, row g + 8 lo; keys 2t, 2t + 1 and 8 + 2t, 8 + 2t + 1 */
+        const uint32_t ph0 = pack_bf16x2(p[0][0], p[0][1]), ph1 = pack_bf16x2(p[1][0], p[1][1]);
+        const uint32_t pl0 = pack_bf16x2(p[0][0] - bf16_lo(ph0), p[0][1] - bf16_hi(ph0));
+        const uint32_t pl1 = pack_bf16x2(p[1][0] - bf16_lo(ph1), p[1][1] - bf16_hi(ph1));
+#pragma unroll
+        for (int dn = 0; dn < DN; dn += 2) {
+            uint32_t b0, b1, b2, b3;
+            ldsm_x4_t(b0, b1, b2, b3,
+                      sv + ((lane & 7) + ((lane >> 3) & 1) * 8) * LD + dn * 8 + (lane >> 4) * 8);
+            mma_bf16_16816(o[dn], ph0, pl0, ph1, pl1, b0, b1);
+            mma_bf16_16816(o[dn + 1], ph0, pl0, ph1, pl1, b2, b3);
+        }
+    }
+    cp_async_wait<0>(); /* the empty groups issued past the end */
+
+    /* the sum over the quad's keys; O = hi rows + lo rows */
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    if (g < G) {
+#pragma unroll
+        for (int dn = 0; dn < DN; dn++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) wacc[g * D + dn * 8 + 2 * t + e] = o[dn][e] + o[dn][2 + e];
+        if (t == 0) {
+            wm[g] = m;
+            wl[g] = l;
+        }
+    }
+}
+
 /* ==== Phase 1: one split of one (sequence, kv head) ==== */
 
-template <int G, int D>
+template <int G, int D, bool TC>
 __global__ void __launch_bounds__(ATTN_WARPS * 32)
 paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] */
                         const uint16_t *__restrict__ k_cache,  /* [nb, BS, Hkv, D] */
@@ -98,6 +253,7 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
     __shared__ __align__(16) float sm_acc[ATTN_WARPS][G][D];
     __shared__ float sm_po[G][D], sm_lse[G]; /* the split's partial (cluster merge) */
     __shared__ float sm_c[G * CUDA_ATTN_MAX_SPLITS], sm_w[G];
+    extern __shared__ uint4 kv_ring[]; /* the warps' K / V rings (nst stages each) */
 
     const int split = blockIdx.x, S = gridDim.x, h = blockIdx.y, b = blockIdx.z;
     const int Hq = Hkv * G;
@@ -133,155 +289,161 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
     pdl_wait(); /* q and the newest token's K / V are the previous kernels' output */
     pdl_trigger();
 
-    float qf[G][8];
+    if constexpr (TC) {
+        attn_tc_walk<G, D>(q, q_f32, k_cache, v_cache, b, h, Hkv, blk_begin, blk_end, len, start,
+                           qscale, cap2, nst, pt_reg, pt_fetch,
+                           (uint16_t *)kv_ring + (size_t)warp * nst * 2 * ATTN_BS * attn_tc_ld<D>(),
+                           sm_m[warp], sm_l[warp], &sm_acc[warp][0][0]);
+    } else {
+        float qf[G][8];
 #pragma unroll
-    for (int g = 0; g < G; g++) {
-        const size_t qo = ((size_t)b * Hq + h * G + g) * D + dl * 8;
-        load8_any(q, !q_f32, qo, qf[g]);
+        for (int g = 0; g < G; g++) {
+            const size_t qo = ((size_t)b * Hq + h * G + g) * D + dl * 8;
+            load8_any(q, !q_f32, qo, qf[g]);
 #pragma unroll
-        for (int e = 0; e < 8; e++) qf[g][e] *= qscale;
-    }
-
-    float m[G], l[G], acc[G][8];
-#pragma unroll
-    for (int g = 0; g < G; g++) {
-        m[g] = -INFINITY;
-        l[g] = 0.f;
-#pragma unroll
-        for (int e = 0; e < 8; e++) acc[g][e] = 0.f;
-    }
-
-    /* The warp's ring of nst chunk stages: [stage][K, V][J][lane], 16 bytes each. A lane
-     * reads back only what it copied itself, so its own cp.async wait is the only sync. */
-    extern __shared__ uint4 kv_ring[];
-    uint4 *ring = kv_ring + (size_t)warp * nst * 2 * J * 32;
-    int it_in = 0; /* chunks copied so far (this warp's order) */
-    const auto issue = [&]() { /* copy the warp's chunk it_in into stage it_in % nst */
-        const int bi = blk_begin + warp + ATTN_WARPS * it_in;
-        if (bi < blk_end) {
-            if (it_in > 0 && (it_in & 31) == 0) pt_reg = pt_fetch(it_in);
-            const size_t phys = (size_t)__shfl_sync(0xffffffffu, pt_reg, it_in & 31);
-            uint4 *st = ring + (size_t)(it_in % nst) * 2 * J * 32 + lane;
-#pragma unroll
-            for (int j = 0; j < J; j++) {
-                const int row = j * TPW + sub, t = bi * ATTN_BS + row;
-                const size_t off = ((phys * ATTN_BS + row) * Hkv + h) * D + dl * 8;
-                const bool ok = t < len && t >= start; /* else zeros (a valid address) */
-                cp_async16(st + j * 32, k_cache + (ok ? off : 0), ok ? 16 : 0);
-                cp_async16(st + (J + j) * 32, v_cache + (ok ? off : 0), ok ? 16 : 0);
-            }
+            for (int e = 0; e < 8; e++) qf[g][e] *= qscale;
         }
-        cp_async_commit(); /* empty past the end: the group count stays uniform */
-        it_in++;
-    };
-    for (int i = 1; i < nst; i++) issue();
 
-    int it = 0;
-    for (int bi = blk_begin + warp; bi < blk_end; bi += ATTN_WARPS, it++) {
-        issue(); /* chunk it + nst - 1 */
-        if (nst == 3) cp_async_wait<2>();
-        else if (nst == 2) cp_async_wait<1>();
-        else cp_async_wait<0>();
-        const uint4 *stg = ring + (size_t)(it % nst) * 2 * J * 32 + lane;
-        const int tok0 = bi * ATTN_BS;
+        float m[G], l[G], acc[G][8];
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            m[g] = -INFINITY;
+            l[g] = 0.f;
+#pragma unroll
+            for (int e = 0; e < 8; e++) acc[g][e] = 0.f;
+        }
 
-        /* G = 8 keeps half a chunk in registers at a time (no spills). */
+        /* The warp's ring of nst chunk stages: [stage][K, V][J][lane], 16 bytes each. A lane
+         * reads back only what it copied itself, so its own cp.async wait is the only sync. */
+        uint4 *ring = kv_ring + (size_t)warp * nst * 2 * J * 32;
+        int it_in = 0; /* chunks copied so far (this warp's order) */
+        const auto issue = [&]() { /* copy the warp's chunk it_in into stage it_in % nst */
+            const int bi = blk_begin + warp + ATTN_WARPS * it_in;
+            if (bi < blk_end) {
+                if (it_in > 0 && (it_in & 31) == 0) pt_reg = pt_fetch(it_in);
+                const size_t phys = (size_t)__shfl_sync(0xffffffffu, pt_reg, it_in & 31);
+                uint4 *st = ring + (size_t)(it_in % nst) * 2 * J * 32 + lane;
 #pragma unroll
-        for (int jt = 0; jt < J; jt += JT) {
-            uint4 kr[JT], vr[JT];
-#pragma unroll
-            for (int j = 0; j < JT; j++) {
-                kr[j] = stg[(jt + j) * 32];
-                vr[j] = stg[(J + jt + j) * 32];
-            }
-
-            /* Scores: partial dot over this lane's 8 dims, summed over the token's LPT lanes. */
-            float s[JT][G];
-#pragma unroll
-            for (int j = 0; j < JT; j++) {
-                float kf[8];
-                bf16x8_to_f32(kr[j], kf);
-#pragma unroll
-                for (int g = 0; g < G; g++) {
-                    float d = 0.f;
-#pragma unroll
-                    for (int e = 0; e < 8; e++) d = fmaf(qf[g][e], kf[e], d);
-                    s[j][g] = d;
+                for (int j = 0; j < J; j++) {
+                    const int row = j * TPW + sub, t = bi * ATTN_BS + row;
+                    const size_t off = ((phys * ATTN_BS + row) * Hkv + h) * D + dl * 8;
+                    const bool ok = t < len && t >= start; /* else zeros (a valid address) */
+                    cp_async16(st + j * 32, k_cache + (ok ? off : 0), ok ? 16 : 0);
+                    cp_async16(st + (J + j) * 32, v_cache + (ok ? off : 0), ok ? 16 : 0);
                 }
             }
-#pragma unroll
-            for (int o2 = LPT / 2; o2 > 0; o2 >>= 1)
-#pragma unroll
-                for (int j = 0; j < JT; j++)
-#pragma unroll
-                    for (int g = 0; g < G; g++)
-                        s[j][g] += __shfl_xor_sync(0xffffffffu, s[j][g], o2);
-            /* soft-capping in the log2 domain: cap2 = cap * log2 e */
-            if (cap2 > 0.f) {
-#pragma unroll
-                for (int j = 0; j < JT; j++)
-#pragma unroll
-                    for (int g = 0; g < G; g++) s[j][g] = cap2 * tanhf(s[j][g] / cap2);
-            }
+            cp_async_commit(); /* empty past the end: the group count stays uniform */
+            it_in++;
+        };
+        for (int i = 1; i < nst; i++) issue();
 
-            /* Online softmax, one rescale per sub-tile. A sub-tile can be fully masked (before
-             * the window start): m stays -inf, and -inf - -inf is kept out of exp2. */
+        int it = 0;
+        for (int bi = blk_begin + warp; bi < blk_end; bi += ATTN_WARPS, it++) {
+            issue(); /* chunk it + nst - 1 */
+            if (nst == 3) cp_async_wait<2>();
+            else if (nst == 2) cp_async_wait<1>();
+            else cp_async_wait<0>();
+            const uint4 *stg = ring + (size_t)(it % nst) * 2 * J * 32 + lane;
+            const int tok0 = bi * ATTN_BS;
+
+            /* G = 8 keeps half a chunk in registers at a time (no spills). */
 #pragma unroll
-            for (int g = 0; g < G; g++) {
-                float mt = -INFINITY;
+            for (int jt = 0; jt < J; jt += JT) {
+                uint4 kr[JT], vr[JT];
 #pragma unroll
                 for (int j = 0; j < JT; j++) {
-                    const int t = tok0 + (jt + j) * TPW + sub;
-                    if (t >= len || t < start) s[j][g] = -INFINITY;
-                    mt = fmaxf(mt, s[j][g]);
+                    kr[j] = stg[(jt + j) * 32];
+                    vr[j] = stg[(J + jt + j) * 32];
+                }
+
+                /* Scores: partial dot over this lane's 8 dims, summed over the token's LPT lanes. */
+                float s[JT][G];
+#pragma unroll
+                for (int j = 0; j < JT; j++) {
+                    float kf[8];
+                    bf16x8_to_f32(kr[j], kf);
+#pragma unroll
+                    for (int g = 0; g < G; g++) {
+                        float d = 0.f;
+#pragma unroll
+                        for (int e = 0; e < 8; e++) d = fmaf(qf[g][e], kf[e], d);
+                        s[j][g] = d;
+                    }
                 }
 #pragma unroll
-                for (int o2 = LPT; o2 < 32; o2 <<= 1)
-                    mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, o2));
-                const float mn = fmaxf(m[g], mt);
-                /* 0 on the first live sub-tile (m = -inf); 1 while everything is masked */
-                const float alpha = m[g] == -INFINITY ? (mn == -INFINITY ? 1.f : 0.f)
-                                                      : exp2f(m[g] - mn);
-                m[g] = mn;
-                l[g] *= alpha;
+                for (int o2 = LPT / 2; o2 > 0; o2 >>= 1)
 #pragma unroll
-                for (int e = 0; e < 8; e++) acc[g][e] *= alpha;
-            }
+                    for (int j = 0; j < JT; j++)
 #pragma unroll
-            for (int j = 0; j < JT; j++) {
-                float vf[8];
-                bf16x8_to_f32(vr[j], vf);
+                        for (int g = 0; g < G; g++)
+                            s[j][g] += __shfl_xor_sync(0xffffffffu, s[j][g], o2);
+                /* soft-capping in the log2 domain: cap2 = cap * log2 e */
+                if (cap2 > 0.f) {
+#pragma unroll
+                    for (int j = 0; j < JT; j++)
+#pragma unroll
+                        for (int g = 0; g < G; g++) s[j][g] = cap2 * tanhf(s[j][g] / cap2);
+                }
+
+                /* Online softmax, one rescale per sub-tile. A sub-tile can be fully masked (before
+                 * the window start): m stays -inf, and -inf - -inf is kept out of exp2. */
 #pragma unroll
                 for (int g = 0; g < G; g++) {
-                    /* masked: exp2(-inf) = 0; m = -inf only while all is masked */
-                    const float p = m[g] == -INFINITY ? 0.f : exp2f(s[j][g] - m[g]);
-                    l[g] += p;
+                    float mt = -INFINITY;
 #pragma unroll
-                    for (int e = 0; e < 8; e++) acc[g][e] = fmaf(p, vf[e], acc[g][e]);
+                    for (int j = 0; j < JT; j++) {
+                        const int t = tok0 + (jt + j) * TPW + sub;
+                        if (t >= len || t < start) s[j][g] = -INFINITY;
+                        mt = fmaxf(mt, s[j][g]);
+                    }
+#pragma unroll
+                    for (int o2 = LPT; o2 < 32; o2 <<= 1)
+                        mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, o2));
+                    const float mn = fmaxf(m[g], mt);
+                    /* 0 on the first live sub-tile (m = -inf); 1 while everything is masked */
+                    const float alpha = m[g] == -INFINITY ? (mn == -INFINITY ? 1.f : 0.f)
+                                                          : exp2f(m[g] - mn);
+                    m[g] = mn;
+                    l[g] *= alpha;
+#pragma unroll
+                    for (int e = 0; e < 8; e++) acc[g][e] *= alpha;
+                }
+#pragma unroll
+                for (int j = 0; j < JT; j++) {
+                    float vf[8];
+                    bf16x8_to_f32(vr[j], vf);
+#pragma unroll
+                    for (int g = 0; g < G; g++) {
+                        /* masked: exp2(-inf) = 0; m = -inf only while all is masked */
+                        const float p = m[g] == -INFINITY ? 0.f : exp2f(s[j][g] - m[g]);
+                        l[g] += p;
+#pragma unroll
+                        for (int e = 0; e < 8; e++) acc[g][e] = fmaf(p, vf[e], acc[g][e]);
+                    }
                 }
             }
         }
-    }
 
-    cp_async_wait<0>(); /* the empty groups issued past the end */
+        cp_async_wait<0>(); /* the empty groups issued past the end */
 
-    /* The TPW token lanes of a dim group share m: add their l and acc. */
+        /* The TPW token lanes of a dim group share m: add their l and acc. */
 #pragma unroll
-    for (int o2 = LPT; o2 < 32; o2 <<= 1)
+        for (int o2 = LPT; o2 < 32; o2 <<= 1)
 #pragma unroll
-        for (int g = 0; g < G; g++) {
-            l[g] += __shfl_xor_sync(0xffffffffu, l[g], o2);
+            for (int g = 0; g < G; g++) {
+                l[g] += __shfl_xor_sync(0xffffffffu, l[g], o2);
 #pragma unroll
-            for (int e = 0; e < 8; e++) acc[g][e] += __shfl_xor_sync(0xffffffffu, acc[g][e], o2);
-        }
-    if (sub == 0) {
+                for (int e = 0; e < 8; e++) acc[g][e] += __shfl_xor_sync(0xffffffffu, acc[g][e], o2);
+            }
+        if (sub == 0) {
 #pragma unroll
-        for (int g = 0; g < G; g++) {
+            for (int g = 0; g < G; g++) {
 #pragma unroll
-            for (int e = 0; e < 8; e++) sm_acc[warp][g][dl * 8 + e] = acc[g][e];
-            if (dl == 0) {
-                sm_m[warp][g] = m[g];
-                sm_l[warp][g] = l[g];
+                for (int e = 0; e < 8; e++) sm_acc[warp][g][dl * 8 + e] = acc[g][e];
+                if (dl == 0) {
+                    sm_m[warp][g] = m[g];
+                    sm_l[warp][g] = l[g];
+                }
             }
         }
     }
@@ -402,31 +564,32 @@ extern "C" int cuda_paged_attn_splits(const cuda_paged_attn_args *a) {
     return max(1, min(S, CUDA_ATTN_MAX_SPLITS));
 }
 
-/* Dynamic shared memory of nst chunk stages (the K / V ring of every warp). */
-static size_t attn_ring_bytes(int D, int nst) {
-    return (size_t)ATTN_WARPS * nst * 2 * ATTN_BS * D * sizeof(uint16_t);
+/* Dynamic shared memory of nst chunk stages (the K / V ring of every warp; the tensor-core
+ * walk pads its rows). */
+static size_t attn_ring_bytes(int D, int nst, bool tc) {
+    return (size_t)ATTN_WARPS * nst * 2 * ATTN_BS * (tc ? D + 8 : D) * sizeof(uint16_t);
 }
 
 /* Lets the kernel have the ring of ATTN_MAX_STAGES stages (above the default 48 KB); once. */
-template <int G, int D> static void attn_allow_ring(void) {
+template <int G, int D, bool TC> static void attn_allow_ring(void) {
     static bool done;
     if (done) return;
-    cudaFuncSetAttribute(paged_attn_split_kernel<G, D>,
+    cudaFuncSetAttribute(paged_attn_split_kernel<G, D, TC>,
                          cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         (int)attn_ring_bytes(D, ATTN_MAX_STAGES));
+                         (int)attn_ring_bytes(D, ATTN_MAX_STAGES, TC));
     cudaGetLastError();
     done = true;
 }
 
 /* Waves of ctas CTAs with an nst-stage ring (CTAs a SM from the occupancy query, once per
  * instantiation and nst). */
-template <int G, int D> static long attn_waves(long ctas, int nst) {
+template <int G, int D, bool TC> static long attn_waves(long ctas, int nst) {
     static int per_sm[ATTN_MAX_STAGES + 1];
     if (!per_sm[nst]) {
         int n = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, paged_attn_split_kernel<G, D>,
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, paged_attn_split_kernel<G, D, TC>,
                                                           ATTN_WARPS * 32,
-                                                          attn_ring_bytes(D, nst)) != cudaSuccess ||
+                                                          attn_ring_bytes(D, nst, TC)) != cudaSuccess ||
             n < 1) {
             cudaGetLastError();
             n = 1;
@@ -439,20 +602,20 @@ template <int G, int D> static long attn_waves(long ctas, int nst) {
 
 /* Whether S splits with an nst-stage ring fit one cluster (asked once per instantiation, S
  * and nst: above 8 is a non-portable size the device may refuse). */
-template <int G, int D> static bool attn_cluster_fits(int S, int nst) {
+template <int G, int D, bool TC> static bool attn_cluster_fits(int S, int nst) {
     static signed char fit[ATTN_CLUSTER_MAX + 1][ATTN_MAX_STAGES + 1]; /* 0 ?, 1 yes, -1 no */
     if (S < 2 || S > ATTN_CLUSTER_MAX) return false;
     if (!fit[S][nst]) {
-        bool ok = S <= 8 || cudaFuncSetAttribute(paged_attn_split_kernel<G, D>,
+        bool ok = S <= 8 || cudaFuncSetAttribute(paged_attn_split_kernel<G, D, TC>,
                                                  cudaFuncAttributeNonPortableClusterSizeAllowed,
                                                  1) == cudaSuccess;
         if (ok) {
             pdl_launch l;
-            pdl_launch_config(&l, dim3(S), dim3(ATTN_WARPS * 32), attn_ring_bytes(D, nst), 0);
+            pdl_launch_config(&l, dim3(S), dim3(ATTN_WARPS * 32), attn_ring_bytes(D, nst, TC), 0);
             l.cfg.numAttrs = 0;
             pdl_launch_cluster(&l, (unsigned)S);
             int n = 0;
-            ok = cudaOccupancyMaxActiveClusters(&n, paged_attn_split_kernel<G, D>, &l.cfg) ==
+            ok = cudaOccupancyMaxActiveClusters(&n, paged_attn_split_kernel<G, D, TC>, &l.cfg) ==
                      cudaSuccess && n > 0;
         }
         cudaGetLastError(); /* a refusal is an answer, not a pending error */
@@ -461,7 +624,7 @@ template <int G, int D> static bool attn_cluster_fits(int S, int nst) {
     return fit[S][nst] > 0;
 }
 
-template <int G, int D>
+template <int G, int D, bool TC>
 static void attn_launch(const cuda_paged_attn_args *a, int S, float *part_o, float *part_lse,
                         cudaStream_t stream) {
     const dim3 grid(S, a->n_kv_heads, a->B);
@@ -473,20 +636,20 @@ static void attn_launch(const cuda_paged_attn_args *a, int S, float *part_o, flo
     /* Stages: up to the setting and the chunks a warp walks, but never so many that the
      * ring's shared memory adds a wave of CTAs (H200: 3 stages at B=8, 5 splits took two
      * waves and 40% longer than 1; at B=32 both take two and 3 stages won 4-10%). */
-    attn_allow_ring<G, D>();
+    attn_allow_ring<G, D, TC>();
     const long ctas = (long)S * a->n_kv_heads * a->B;
-    const long waves1 = attn_waves<G, D>(ctas, 1);
+    const long waves1 = attn_waves<G, D, TC>(ctas, 1);
     int nst = (int)max(1L, min((long)cuda_attn_stages(), per_warp));
-    while (nst > 1 && attn_waves<G, D>(ctas, nst) > waves1) nst--;
+    while (nst > 1 && attn_waves<G, D, TC>(ctas, nst) > waves1) nst--;
     /* The cluster merge only where the merge is most of the work (a chunk a warp at most):
      * there it saved ~0.8 us of 13 (8B, B=1, 512 tokens); on longer walks a cluster's CTAs
      * packed onto fewer SMs lost up to 25%. */
     const int cluster = S > 1 && S <= cuda_attn_cluster() && per_warp <= 1 &&
-                        attn_cluster_fits<G, D>(S, nst);
+                        attn_cluster_fits<G, D, TC>(S, nst);
     pdl_launch l;
-    pdl_launch_config(&l, grid, dim3(ATTN_WARPS * 32), attn_ring_bytes(D, nst), stream);
+    pdl_launch_config(&l, grid, dim3(ATTN_WARPS * 32), attn_ring_bytes(D, nst, TC), stream);
     if (cluster) pdl_launch_cluster(&l, (unsigned)S);
-    cudaLaunchKernelEx(&l.cfg, paged_attn_split_kernel<G, D>,
+    cudaLaunchKernelEx(&l.cfg, paged_attn_split_kernel<G, D, TC>,
         a->q, a->q_f32, a->k_cache, a->v_cache, a->page_table, a->seq_lens, a->pos, a->row_seq,
         a->o, a->o_dtype == CUDA_OPS_BF16, part_o, part_lse, a->split_counters, a->n_kv_heads,
         a->pt_stride,
@@ -515,20 +678,18 @@ extern "C" int cuda_paged_decode_attn(const cuda_paged_attn_args *a, cudaStream_
         const size_t o_bytes = (size_t)a->B * a->n_q_heads * S * a->head_dim * sizeof(float);
         part_lse = (float *)((char *)a->workspace + align16(o_bytes));
     }
-    if (a->head_dim == 128) {
-        switch (G) {
-        case 1: attn_launch<1, 128>(a, S, part_o, part_lse, stream); break;
-        case 2: attn_launch<2, 128>(a, S, part_o, part_lse, stream); break;
-        case 4: attn_launch<4, 128>(a, S, part_o, part_lse, stream); break;
-        default: attn_launch<8, 128>(a, S, part_o, part_lse, stream); break;
-        }
-    } else {
-        switch (G) {
-        case 1: attn_launch<1, 64>(a, S, part_o, part_lse, stream); break;
-        case 2: attn_launch<2, 64>(a, S, part_o, part_lse, stream); break;
-        case 4: attn_launch<4, 64>(a, S, part_o, part_lse, stream); break;
-        default: attn_launch<8, 64>(a, S, part_o, part_lse, stream); break;
-        }
-    }
+    /* the walk (CUDA cores, or tensor cores with cuda_attn_tc()) for G and D */
+    typedef void (*launch_fn)(const cuda_paged_attn_args *, int, float *, float *, cudaStream_t);
+    static const launch_fn fns[2][2][4] = {
+        {{attn_launch<1, 64, false>, attn_launch<2, 64, false>, attn_launch<4, 64, false>,
+          attn_launch<8, 64, false>},
+         {attn_launch<1, 128, false>, attn_launch<2, 128, false>, attn_launch<4, 128, false>,
+          attn_launch<8, 128, false>}},
+        {{attn_launch<1, 64, true>, attn_launch<2, 64, true>, attn_launch<4, 64, true>,
+          attn_launch<8, 64, true>},
+         {attn_launch<1, 128, true>, attn_launch<2, 128, true>, attn_launch<4, 128, true>,
+          attn_launch<8, 128, true>}}};
+    const int gi = G == 1 ? 0 : G == 2 ? 1 : G == 4 ? 2 : 3;
+    fns[cuda_attn_tc() ? 1 : 0][a->head_dim == 128][gi](a, S, part_o, part_lse, stream);
     return (int)cudaGetLastError();
 }

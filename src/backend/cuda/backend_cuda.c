@@ -429,7 +429,7 @@ static void be_describe(char *buf, size_t len) {
              "(tensor-core GEMV on bf16 x to %d, its x as bf16 hi + lo to %d, cuBLASLt above; K split %s, early loads %s, "
              "L2 prefetch %d KB per CTA, fusions %s, RoPE in GEMV %s) | "
              "CUDA graphs %s (cache %d) | "
-             "PDL %s | decode splits %s, cluster merge <= %d, %d stages | qmv window %s%s%s, qmm slab %s | weights %s%s | KV bf16",
+             "PDL %s | decode splits %s, cluster merge <= %d, %d stages%s | qmv window %s%s%s, qmm slab %s | weights %s%s | KV bf16",
              f->name, f->cc_major, f->cc_minor, f->sm_count, f->total_bytes / 1073741824.0,
              f->free_bytes / 1073741824.0, g_cu.gemv_rows,
              g_cu.gemv_tc_rows > g_cu.gemv_rows ? g_cu.gemv_tc_rows : g_cu.gemv_rows,
@@ -437,7 +437,7 @@ static void be_describe(char *buf, size_t len) {
              ks, cuda_gemv_early() ? "on" : "off", cuda_gemv_prefetch() / 1024,
              g_cu.gemv_fuse ? "on" : "off", g_cu.gemv_rope ? "on" : "off",
              g_cu.graph_cache ? "on" : "off",
-             g_cu.graph_cache, cuda_pdl_enabled() ? "on" : "off", splits, cuda_attn_cluster(), cuda_attn_stages(), mr,
+             g_cu.graph_cache, cuda_pdl_enabled() ? "on" : "off", splits, cuda_attn_cluster(), cuda_attn_stages(), cuda_attn_tc() ? ", tensor cores" : "", mr,
              g_cu.qmv_tc ? " (qmv_tc for 4/8-bit, <= 32 rows)"
                          : g_cu.qmv_bulk ? " (streaming tensor-core qmv for 4/8-bit, <= 32 rows)" : "",
              mm, tm,
@@ -583,6 +583,7 @@ static int cu_init(int dev, mx_error *err) {
     if (dev == 0) cuda_set_gemv_prefetch(g_cu.facts.cc_major >= 9 ? env->gemv_prefetch_kb * 1024 : 0);
     if (dev == 0) cuda_set_attn_cluster(g_cu.facts.cc_major >= 9 ? env->attn_cluster : 0);
     if (dev == 0) cuda_set_attn_stages(env->attn_stages);
+    if (dev == 0) cuda_set_attn_tc(g_cu.facts.cc_major >= 8 && env->attn_tc);
     if (dev == 0) cuda_set_gemv_ksplit(env->gemv_ksplit);
     if (dev == 0) cuda_set_gemv_early(env->gemv_early);
     if (cudaHostAlloc(&g_cu.misc, CU_MISC_BYTES, cudaHostAllocDefault) != cudaSuccess ||

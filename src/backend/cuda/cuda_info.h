@@ -56,6 +56,10 @@ int cuda_attn_cluster(void);
  * copies one chunk and waits for it before computing); MLXCEL_ATTN_STAGES, default 3. */
 void cuda_set_attn_stages(int n);
 int cuda_attn_stages(void);
+/* Decode attention on the tensor cores (q and P as bf16 hi + lo MMA rows); MLXCEL_ATTN_TC,
+ * default 0 (not yet measured). */
+void cuda_set_attn_tc(int on);
+int cuda_attn_tc(void);
 
 #ifdef __cplusplus
 }
