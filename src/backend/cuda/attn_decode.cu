@@ -356,7 +356,8 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
                     vr[j] = stg[(J + jt + j) * 32];
                 }
 
-                /* Scores: partial dot over this lane's 8 dims, summed over the token's LPT lanes. */
+                /* Scores: partial dot over this lane's 8 dims, summed over the token's LPT
+                 * lanes. */
                 float s[JT][G];
 #pragma unroll
                 for (int j = 0; j < JT; j++) {
@@ -433,7 +434,8 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
             for (int g = 0; g < G; g++) {
                 l[g] += __shfl_xor_sync(0xffffffffu, l[g], o2);
 #pragma unroll
-                for (int e = 0; e < 8; e++) acc[g][e] += __shfl_xor_sync(0xffffffffu, acc[g][e], o2);
+                for (int e = 0; e < 8; e++)
+                    acc[g][e] += __shfl_xor_sync(0xffffffffu, acc[g][e], o2);
             }
         if (sub == 0) {
 #pragma unroll
