@@ -91,6 +91,18 @@ static void run_gpu_queries(kvset *s, const acase *c, const mx_attn_batch *ab, c
     gt_dev_free(&dout);
 }
 
+/* The case's queries again under another decode-attention setting (set(value); graphs
+ * cleared so the step runs eagerly under it), then set(keep). */
+static void run_setting(void (*set)(int), int value, int keep, kvset *s, const acase *c,
+                        mx_attn_batch *qb, const float *q, float *out) {
+    set(value);
+    cu_graphs_clear();
+    qb->step_id = ++g_step;
+    run_gpu_queries(s, c, qb, q, out);
+    set(keep);
+    cu_graphs_clear();
+}
+
 static void attn_case(const acase *c) {
     const int Hkv = c->Hkv, D = c->D, W = Hkv * D, block = c->block;
     kvset s = {0};
@@ -195,36 +207,20 @@ static void attn_case(const acase *c) {
         char what[128];
         snprintf(what, sizeof what, "  rerun bitwise identical");
         gt_report(what, memcmp(out, out2, qn * 4) ? 1.0 : 0.0, 0, 0);
-        /* the split merge inside a cluster and through global memory: the same bits (graphs
-         * cleared so the step runs eagerly under the other setting) */
+        /* the split merge inside a cluster and through global memory: the same bits */
         const int cl = cuda_attn_cluster();
-        cuda_set_attn_cluster(cl ? 0 : 16);
-        cu_graphs_clear();
-        qb.step_id = ++g_step;
-        run_gpu_queries(&s, c, &qb, q, out2);
-        cuda_set_attn_cluster(cl);
-        cu_graphs_clear();
+        run_setting(cuda_set_attn_cluster, cl ? 0 : 16, cl, &s, c, &qb, q, out2);
         snprintf(what, sizeof what, "  cluster merge %s: bitwise identical", cl ? "off" : "on");
         gt_report(what, memcmp(out, out2, qn * 4) ? 1.0 : 0.0, 0, 0);
         /* one chunk in flight per warp against the ring's stages: the same bits */
         const int ns = cuda_attn_stages();
-        cuda_set_attn_stages(ns > 1 ? 1 : 3);
-        cu_graphs_clear();
-        qb.step_id = ++g_step;
-        run_gpu_queries(&s, c, &qb, q, out2);
-        cuda_set_attn_stages(ns);
-        cu_graphs_clear();
+        run_setting(cuda_set_attn_stages, ns > 1 ? 1 : 3, ns, &s, c, &qb, q, out2);
         snprintf(what, sizeof what, "  %d stage(s): bitwise identical", ns > 1 ? 1 : 3);
         gt_report(what, memcmp(out, out2, qn * 4) ? 1.0 : 0.0, 0, 0);
         /* the other walk (CUDA cores / tensor cores with q and P as bf16 hi + lo) against
          * the CPU, at the same tolerance */
         const int tc = cuda_attn_tc();
-        cuda_set_attn_tc(!tc);
-        cu_graphs_clear();
-        qb.step_id = ++g_step;
-        run_gpu_queries(&s, c, &qb, q, out2);
-        cuda_set_attn_tc(tc);
-        cu_graphs_clear();
+        run_setting(cuda_set_attn_tc, !tc, tc, &s, c, &qb, q, out2);
         snprintf(what, sizeof what, "  %s walk vs CPU", tc ? "CUDA-core" : "tensor-core");
         gt_report_err(what, gt_rel_err(out2, ref, qn, &bad), flash ? 1e-2 : 1e-4, &bad);
         if (g_cu.deterministic && c->n_seqs > 1) {
