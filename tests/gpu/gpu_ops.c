@@ -502,7 +502,8 @@ static void test_gemv_tc_split(int rows, int N, int K) {
     g_cpu->matmul(&ho, &hx, &hw, &none);
     mx_tensor dw = gt_dev_weight(wb, 2, (const int64_t[]){N, K});
     mx_tensor dx = gt_dev_f32(x, 2, (const int64_t[]){rows, K});
-    mx_tensor dxs = gt_dev_poison(2, (const int64_t[]){rows, K}); /* 2 rows x K bf16 = rows x K f32 */
+    /* [2 rows, K] bf16 fits the bytes of [rows, K] fp32 */
+    mx_tensor dxs = gt_dev_poison(2, (const int64_t[]){rows, K});
     const int rc0 = cuda_bf16_split_rows(dxs.data, dx.data, NULL, 0, rows, K, g_cu.st);
     for (int v = 0; v < cuda_gemv_tc_variants(); v++) {
         mx_tensor dout = gt_dev_poison(2, (const int64_t[]){rows, N});

@@ -16,7 +16,8 @@ echo "== test attn,e2e cluster off: rc $? $(tail -1 "$D/test-nocl.log"), $((SECO
 grep '^FAIL' "$D/test-nocl.log" | head -5 | cut -c1-160
 timeout 200 .carry/dev/cuda_ops_bench --only attn > "$D/attn.log" 2>&1
 echo "== op bench: rc $? $((SECONDS - T0)) s"
-grep -E "time attn .*B=(1|8|32) " "$D/attn.log" | sed -E 's/ +min +[0-9.]+ us//; s/ +/ /g' | cut -c1-80
+grep -E "time attn .*B=(1|8|32) " "$D/attn.log" | sed -E 's/ +min +[0-9.]+ us//; s/ +/ /g' |
+  cut -c1-80
 grep -E "FAIL" "$D/attn.log" | head -3
 SHAPES="llama-3.1-8b llama-3.2-1b" AB="- MLXCEL_ATTN_CLUSTER=0 MLXCEL_ATTN_STAGES=1" BATCH=1 \
   REPEAT=3 timeout 200 bash tools/diag/bench_ab.sh | awk '{print $1,$2,$3,$6,$12}'

@@ -589,10 +589,9 @@ template <int G, int D, bool TC> static long attn_waves(long ctas, int nst) {
     static int per_sm[ATTN_MAX_STAGES + 1];
     if (!per_sm[nst]) {
         int n = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, paged_attn_split_kernel<G, D, TC>,
-                                                          ATTN_WARPS * 32,
-                                                          attn_ring_bytes(D, nst, TC)) != cudaSuccess ||
-            n < 1) {
+        const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &n, paged_attn_split_kernel<G, D, TC>, ATTN_WARPS * 32, attn_ring_bytes(D, nst, TC));
+        if (e != cudaSuccess || n < 1) {
             cudaGetLastError();
             n = 1;
         }

@@ -426,10 +426,12 @@ static void be_describe(char *buf, size_t len) {
     else snprintf(tm, sizeof tm, "auto%s", at);
     snprintf(buf, len,
              "%s, compute capability %d.%d, %d SMs, %.1f GiB (%.1f GiB free) | GEMV rows <= %d "
-             "(tensor-core GEMV on bf16 x to %d, its x as bf16 hi + lo to %d, cuBLASLt above; K split %s, early loads %s, "
+             "(tensor-core GEMV on bf16 x to %d, its x as bf16 hi + lo to %d, cuBLASLt above; "
+             "K split %s, early loads %s, "
              "L2 prefetch %d KB per CTA, fusions %s, RoPE in GEMV %s) | "
              "CUDA graphs %s (cache %d) | "
-             "PDL %s | decode splits %s, cluster merge <= %d, %d stages%s | qmv window %s%s%s, qmm slab %s | weights %s%s | KV bf16",
+             "PDL %s | decode splits %s, cluster merge <= %d, %d stages%s | "
+             "qmv window %s%s%s, qmm slab %s | weights %s%s | KV bf16",
              f->name, f->cc_major, f->cc_minor, f->sm_count, f->total_bytes / 1073741824.0,
              f->free_bytes / 1073741824.0, g_cu.gemv_rows,
              g_cu.gemv_tc_rows > g_cu.gemv_rows ? g_cu.gemv_tc_rows : g_cu.gemv_rows,
@@ -437,7 +439,8 @@ static void be_describe(char *buf, size_t len) {
              ks, cuda_gemv_early() ? "on" : "off", cuda_gemv_prefetch() / 1024,
              g_cu.gemv_fuse ? "on" : "off", g_cu.gemv_rope ? "on" : "off",
              g_cu.graph_cache ? "on" : "off",
-             g_cu.graph_cache, cuda_pdl_enabled() ? "on" : "off", splits, cuda_attn_cluster(), cuda_attn_stages(), cuda_attn_tc() ? ", tensor cores" : "", mr,
+             g_cu.graph_cache, cuda_pdl_enabled() ? "on" : "off", splits, cuda_attn_cluster(),
+             cuda_attn_stages(), cuda_attn_tc() ? ", tensor cores" : "", mr,
              g_cu.qmv_tc ? " (qmv_tc for 4/8-bit, <= 32 rows)"
                          : g_cu.qmv_bulk ? " (streaming tensor-core qmv for 4/8-bit, <= 32 rows)" : "",
              mm, tm,
