@@ -86,12 +86,20 @@ __device__ __forceinline__ void attn_store(void *o, int o_bf16, size_t i, float 
  * (wm, wl, wacc [G][D]: max, sum, unnormalised output). */
 template <int D> __host__ __device__ constexpr int attn_tc_ld() { return D + 8; }
 
-template <int G, int D, class PtFetch>
+/* With nst stages in the ring (1..3): this thread's copies of the oldest pending chunk are
+ * done (at most nst - 1 later groups still pending). */
+__device__ __forceinline__ void attn_wait_chunk(int nst) {
+    if (nst == 3) cp_async_wait<2>();
+    else if (nst == 2) cp_async_wait<1>();
+    else cp_async_wait<0>();
+}
+
+template <int G, int D, class PhysOf>
 __device__ __forceinline__ void attn_tc_walk(const void *q, int q_f32, const uint16_t *k_cache,
                                              const uint16_t *v_cache, int b, int h, int Hkv,
                                              int blk_begin, int blk_end, int len, int start,
-                                             float qscale, float cap2, int nst, int &pt_reg,
-                                             PtFetch pt_fetch, uint16_t *ring, float *wm,
+                                             float qscale, float cap2, int nst,
+                                             PhysOf chunk_phys, uint16_t *ring, float *wm,
                                              float *wl, float *wacc) {
     constexpr int LD = attn_tc_ld<D>(), KS = D / 16, DN = D / 8, CH = ATTN_BS * LD;
     static_assert(G <= 8 && KS % 2 == 0 && DN % 2 == 0, "tensor-core walk shape");
@@ -126,8 +134,7 @@ __device__ __forceinline__ void attn_tc_walk(const void *q, int q_f32, const uin
     const auto issue = [&]() { /* the warp's chunk it_in into stage it_in % nst */
         const int bi = blk_begin + warp + ATTN_WARPS * it_in;
         if (bi < blk_end) {
-            if (it_in > 0 && (it_in & 31) == 0) pt_reg = pt_fetch(it_in);
-            const size_t phys = (size_t)__shfl_sync(0xffffffffu, pt_reg, it_in & 31);
+            const size_t phys = chunk_phys(it_in);
             uint16_t *sk = ring + (size_t)(it_in % nst) * 2 * CH, *sv = sk + CH;
 #pragma unroll
             for (int p = lane; p < ATTN_BS * (D / 8); p += 32) {
@@ -147,9 +154,7 @@ __device__ __forceinline__ void attn_tc_walk(const void *q, int q_f32, const uin
     for (int bi = blk_begin + warp; bi < blk_end; bi += ATTN_WARPS, it++) {
         __syncwarp(); /* every lane's ldmatrix of the stage refilled next is done */
         issue();      /* chunk it + nst - 1 */
-        if (nst == 3) cp_async_wait<2>();
-        else if (nst == 2) cp_async_wait<1>();
-        else cp_async_wait<0>();
+        attn_wait_chunk(nst);
         __syncwarp(); /* the chunk's rows, copied by every lane, visible to every lane */
         const uint16_t *sk = ring + (size_t)(it % nst) * 2 * CH, *sv = sk + CH;
         const int tok0 = bi * ATTN_BS;
@@ -276,6 +281,11 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
         return bb < blk_end ? pt[bb / cpb] * cpb + bb % cpb : 0;   /* chunk bb % cpb of a block */
     };
     int pt_reg = pt_fetch(0);
+    /* the physical chunk of the warp's it-th chunk; it only walks forward (refetched every 32) */
+    const auto chunk_phys = [&](int it) {
+        if (it > 0 && (it & 31) == 0) pt_reg = pt_fetch(it);
+        return (size_t)__shfl_sync(0xffffffffu, pt_reg, it & 31);
+    };
     {   /* L2 prefetch: lanes 0-15 the K rows of a chunk, 16-31 its V rows */
         const int r = lane & (ATTN_BS - 1);
         const uint16_t *kv = lane < ATTN_BS ? k_cache : v_cache;
@@ -283,7 +293,7 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
         for (int it = 0; it < ATTN_PF_CHUNKS; it++) {
             const int bi = blk_begin + warp + ATTN_WARPS * it, t = bi * ATTN_BS + r;
             if (bi >= blk_end) break; /* warp-uniform */
-            const size_t phys = (size_t)__shfl_sync(0xffffffffu, pt_reg, it);
+            const size_t phys = chunk_phys(it); /* it < 32: no refetch */
             if (t < len && t >= start)
                 prefetch_l2(kv + ((phys * ATTN_BS + r) * Hkv + h) * D, D * 2, 0, 1);
         }
@@ -293,7 +303,7 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
 
     if constexpr (TC) {
         attn_tc_walk<G, D>(q, q_f32, k_cache, v_cache, b, h, Hkv, blk_begin, blk_end, len, start,
-                           qscale, cap2, nst, pt_reg, pt_fetch,
+                           qscale, cap2, nst, chunk_phys,
                            (uint16_t *)kv_ring + (size_t)warp * nst * 2 * ATTN_BS * attn_tc_ld<D>(),
                            sm_m[warp], sm_l[warp], &sm_acc[warp][0][0]);
     } else {
@@ -322,8 +332,7 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
         const auto issue = [&]() { /* copy the warp's chunk it_in into stage it_in % nst */
             const int bi = blk_begin + warp + ATTN_WARPS * it_in;
             if (bi < blk_end) {
-                if (it_in > 0 && (it_in & 31) == 0) pt_reg = pt_fetch(it_in);
-                const size_t phys = (size_t)__shfl_sync(0xffffffffu, pt_reg, it_in & 31);
+                const size_t phys = chunk_phys(it_in);
                 uint4 *st = ring + (size_t)(it_in % nst) * 2 * J * 32 + lane;
 #pragma unroll
                 for (int j = 0; j < J; j++) {
@@ -342,9 +351,7 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
         int it = 0;
         for (int bi = blk_begin + warp; bi < blk_end; bi += ATTN_WARPS, it++) {
             issue(); /* chunk it + nst - 1 */
-            if (nst == 3) cp_async_wait<2>();
-            else if (nst == 2) cp_async_wait<1>();
-            else cp_async_wait<0>();
+            attn_wait_chunk(nst);
             const uint4 *stg = ring + (size_t)(it % nst) * 2 * J * 32 + lane;
             const int tok0 = bi * ATTN_BS;
 

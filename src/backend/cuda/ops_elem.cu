@@ -452,7 +452,7 @@ __global__ void bf16_split_kernel(uint16_t *__restrict__ dst, const float *__res
         const float v = up ? act_apply(x[t], act) * up[t] : x[t];
         const uint32_t hi = f32_to_bf16_bits(v);
         dst[t] = (uint16_t)hi;
-        dst[n + t] = (uint16_t)f32_to_bf16_bits(v - __uint_as_float(hi << 16));
+        dst[n + t] = (uint16_t)f32_to_bf16_bits(v - bf16_lo(hi));
     }
 }
 
