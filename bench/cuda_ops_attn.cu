@@ -201,13 +201,13 @@ void suite_attention(void) {
                 result_add("attn 1 stage", shape, t, bytes, rel, fail);
                 cuda_set_attn_stages(keep);
             }
-            { /* the tensor-core walk (MLXCEL_ATTN_TC) */
+            { /* the other walk: "tc" tensor cores, "cc" CUDA cores (MLXCEL_ATTN_TC) */
                 const int keep = cuda_attn_tc();
-                cuda_set_attn_tc(1);
+                cuda_set_attn_tc(!keep);
                 const int ft = g_fail;
                 const double rt = attn_check(&x, 0, 0, CUDA_OPS_F32, ref, label);
                 t = bench_time(attn_rep, &x, 5, 30);
-                result_add("attn tc", shape, t, bytes, rt, g_fail > ft);
+                result_add(keep ? "attn cc" : "attn tc", shape, t, bytes, rt, g_fail > ft);
                 cuda_set_attn_tc(keep);
             }
             if (B == 1) { /* the split merge through global memory only */

@@ -122,7 +122,7 @@ static void env_load(void) {
     }
     g_env.cuda_pinned_load = env_bool("MLXCEL_CUDA_PINNED_LOAD", true);
     g_env.profile_ttft = env_bool("MLXCEL_PROFILE_TTFT", false);
-    g_env.dense_gemv_rows = env_int("MLXCEL_DENSE_GEMV_ROWS", 8, 0, 64);
+    g_env.dense_gemv_rows = env_int("MLXCEL_DENSE_GEMV_ROWS", 2, 0, 64);
     g_env.sdpa_deterministic = env_bool("MLXCEL_SDPA_DETERMINISTIC", false);
     g_env.cuda_pdl = env_bool("MLXCEL_CUDA_PDL", true);
     g_env.lt_splitk = env_bool("MLXCEL_LT_SPLITK", true);
@@ -130,11 +130,11 @@ static void env_load(void) {
     g_env.gemv_fuse = env_bool("MLXCEL_GEMV_FUSE", false);
     g_env.gemv_rope = env_bool("MLXCEL_GEMV_ROPE", false);
     g_env.gemv_tc_rows = env_int("MLXCEL_GEMV_TC_ROWS", 8, 0, 32);
-    g_env.gemv_split_rows = env_int("MLXCEL_GEMV_TC_SPLIT_ROWS", 0, 0, 16);
+    g_env.gemv_split_rows = env_int("MLXCEL_GEMV_TC_SPLIT_ROWS", 8, 0, 16);
     g_env.gemv_prefetch_kb = env_int("MLXCEL_GEMV_PREFETCH_KB", 0, 0, 4096);
     g_env.attn_cluster = env_int("MLXCEL_ATTN_CLUSTER", 16, 0, 16);
     g_env.attn_stages = env_int("MLXCEL_ATTN_STAGES", 3, 1, 3);
-    g_env.attn_tc = env_bool("MLXCEL_ATTN_TC", false);
+    g_env.attn_tc = env_bool("MLXCEL_ATTN_TC", true);
     g_env.gemv_early = env_bool("MLXCEL_GEMV_EARLY", true);
     static const int k_ksplit[] = {1, 2, 4};
     g_env.gemv_ksplit = env_choice("MLXCEL_GEMV_KSPLIT", k_ksplit, 3);

@@ -26,12 +26,12 @@ typedef struct mx_env_t {
     int gemv_prefetch_kb;          /* MLXCEL_GEMV_PREFETCH_KB (0): L2 prefetch per GEMV CTA */
     int attn_cluster;              /* MLXCEL_ATTN_CLUSTER (16): most splits merged in a cluster */
     int attn_stages;               /* MLXCEL_ATTN_STAGES (3): decode-attention chunks in flight */
-    bool attn_tc;                  /* MLXCEL_ATTN_TC (0): decode attention on the tensor cores */
+    bool attn_tc;                  /* MLXCEL_ATTN_TC (1): decode attention on the tensor cores */
     bool gemv_early;               /* MLXCEL_GEMV_EARLY (1): first weight batch before the PDL wait */
     int gemv_ksplit;               /* MLXCEL_GEMV_KSPLIT (0 = per shape): 1..2-row GEMV K split */
-    int dense_gemv_rows;           /* MLXCEL_DENSE_GEMV_ROWS (8); 0 = cuBLASLt for all rows */
+    int dense_gemv_rows;           /* MLXCEL_DENSE_GEMV_ROWS (2); 0 = cuBLASLt for all rows */
     int gemv_tc_rows;              /* MLXCEL_GEMV_TC_ROWS (8): tensor-core GEMV up to these rows */
-    int gemv_split_rows;           /* MLXCEL_GEMV_TC_SPLIT_ROWS (0): ... on x as bf16 hi + lo */
+    int gemv_split_rows;           /* MLXCEL_GEMV_TC_SPLIT_ROWS (8): ... on x as bf16 hi + lo */
     bool sdpa_deterministic;       /* MLXCEL_SDPA_DETERMINISTIC (0) */
     int cuda_graph_cache_size;     /* MLX_CUDA_GRAPH_CACHE_SIZE (2000) */
     int cuda_sdpa_cache_size;      /* MLX_CUDA_SDPA_CACHE_SIZE (2000) */

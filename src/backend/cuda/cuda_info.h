@@ -57,7 +57,7 @@ int cuda_attn_cluster(void);
 void cuda_set_attn_stages(int n);
 int cuda_attn_stages(void);
 /* Decode attention on the tensor cores (q and P as bf16 hi + lo MMA rows); MLXCEL_ATTN_TC,
- * default 0 (not yet measured). */
+ * default 1 (B=32 8B e2e +4.9%, 8K-token attention 1.3-1.4x; session 12). */
 void cuda_set_attn_tc(int on);
 int cuda_attn_tc(void);
 
