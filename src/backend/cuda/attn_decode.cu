@@ -51,10 +51,10 @@
 #define ATTN_CLUSTER_MAX 16
 #define ATTN_MAX_STAGES 3 /* chunk stages in flight per warp (cuda_attn_stages() caps it) */
 
-/* The merge weights c_s = exp2(lse_s - max) of the G heads (in place over lse [G][S], serial
- * over s: the fixed order) and their sums W; threads 0..G-1 of the CTA. */
+/* The merge weights c_s = exp2(lse_s - max) / sum_s' exp2(lse_s' - max) of the G heads (in
+ * place over lse [G][S], serial over s: the fixed order); threads 0..G-1 of the CTA. */
 template <int G>
-__device__ __forceinline__ void attn_merge_weights(float *c_all, float *w, int S) {
+__device__ __forceinline__ void attn_merge_weights(float *c_all, int S) {
     if (threadIdx.x < G) {
         float *c = c_all + threadIdx.x * S, M = -INFINITY, W = 0.f;
         for (int s = 0; s < S; s++) M = fmaxf(M, c[s]);
@@ -62,7 +62,8 @@ __device__ __forceinline__ void attn_merge_weights(float *c_all, float *w, int S
             c[s] = M == -INFINITY || c[s] == -INFINITY ? 0.f : exp2f(c[s] - M);
             W += c[s];
         }
-        w[threadIdx.x] = W;
+        const float inv = W > 0.f ? 1.f / W : 0.f;
+        for (int s = 0; s < S; s++) c[s] *= inv;
     }
 }
 
@@ -106,20 +107,29 @@ __device__ __forceinline__ void attn_tc_walk(const void *q, int q_f32, const uin
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int Hq = Hkv * G;
 
-    /* A fragments of q: {row g, row g + 8} x {dims 16 ks + 2t + (0, 1), + 8} */
+    /* A fragments of q: {row g, row g + 8} x {dims 16 ks + 2t + (0, 1), + 8}. Every load is
+     * issued before the first use (at B=1 a launch is a latency chain: waits add up). */
+    float2 qv[KS][2];
+#pragma unroll
+    for (int ks = 0; ks < KS; ks++)
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const size_t qo = ((size_t)b * Hq + h * G + (g < G ? g : 0)) * D + ks * 16 +
+                              half * 8 + 2 * t;
+            if (q_f32) {
+                qv[ks][half] = *(const float2 *)((const float *)q + qo);
+            } else {
+                const uint32_t u = *(const uint32_t *)((const uint16_t *)q + qo);
+                qv[ks][half] = make_float2(bf16_lo(u), bf16_hi(u));
+            }
+        }
     uint32_t qa[KS][4];
 #pragma unroll
     for (int ks = 0; ks < KS; ks++)
 #pragma unroll
         for (int half = 0; half < 2; half++) {
-            float x0 = 0.f, x1 = 0.f;
-            if (g < G) {
-                const size_t qo = ((size_t)b * Hq + h * G + g) * D + ks * 16 + half * 8 + 2 * t;
-                x0 = (q_f32 ? ((const float *)q)[qo]
-                            : bf16_lo(((const uint16_t *)q)[qo])) * qscale;
-                x1 = (q_f32 ? ((const float *)q)[qo + 1]
-                            : bf16_lo(((const uint16_t *)q)[qo + 1])) * qscale;
-            }
+            const float x0 = g < G ? qv[ks][half].x * qscale : 0.f;
+            const float x1 = g < G ? qv[ks][half].y * qscale : 0.f;
             const uint32_t hi = pack_bf16x2(x0, x1);
             qa[ks][2 * half] = hi;
             qa[ks][2 * half + 1] = pack_bf16x2(x0 - bf16_lo(hi), x1 - bf16_hi(hi));
@@ -259,7 +269,7 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
     __shared__ float sm_m[ATTN_WARPS][G], sm_l[ATTN_WARPS][G];
     __shared__ __align__(16) float sm_acc[ATTN_WARPS][G][D];
     __shared__ float sm_po[G][D], sm_lse[G]; /* the split's partial (cluster merge) */
-    __shared__ float sm_c[G * CUDA_ATTN_MAX_SPLITS], sm_w[G];
+    __shared__ float sm_c[G * CUDA_ATTN_MAX_SPLITS];
     extern __shared__ uint4 kv_ring[]; /* the warps' K / V rings (nst stages each) */
 
     const int split = blockIdx.x, S = gridDim.x, h = blockIdx.y, b = blockIdx.z;
@@ -460,35 +470,41 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
     }
     __syncthreads();
 
-    /* Merge the warps (fixed order) and write. */
-    for (int idx = threadIdx.x; idx < G * D; idx += ATTN_WARPS * 32) {
-        const int g = idx / D, d = idx - g * D;
-        float M = -INFINITY;
+    /* Merge the warps (fixed order) and write: thread g < G turns head g's warp maxima and
+     * sums into one weight per warp (c_w / L, in place over sm_m) and the split's log-sum-exp;
+     * then every output is 4 FMAs. (Each output used to redo the max, the exp2s and the
+     * division: ~570 instructions a thread, most of a B=1 launch's latency-bound path.) */
+    const size_t hq0 = (size_t)b * Hq + h * G;
+    if (threadIdx.x < G) {
+        const int g = threadIdx.x;
+        float M = -INFINITY, L = 0.f, c[ATTN_WARPS];
 #pragma unroll
         for (int w = 0; w < ATTN_WARPS; w++) M = fmaxf(M, sm_m[w][g]);
-        float L = 0.f, A = 0.f;
-        if (M != -INFINITY) {
 #pragma unroll
-            for (int w = 0; w < ATTN_WARPS; w++) {
-                const float c = sm_m[w][g] == -INFINITY ? 0.f : exp2f(sm_m[w][g] - M);
-                L = fmaf(sm_l[w][g], c, L);
-                A = fmaf(sm_acc[w][g][d], c, A);
-            }
+        for (int w = 0; w < ATTN_WARPS; w++) {
+            c[w] = M == -INFINITY || sm_m[w][g] == -INFINITY ? 0.f : exp2f(sm_m[w][g] - M);
+            L = fmaf(sm_l[w][g], c[w], L);
         }
-        const size_t hq = (size_t)b * Hq + h * G + g;
-        const float v = L > 0.f ? A / L : 0.f, lse = L > 0.f ? M + log2f(L) : -INFINITY;
-        if (S == 1) {
-            attn_store(o, o_bf16, hq * D + d, v);
-        } else if (cluster) {
+        const float inv = L > 0.f ? 1.f / L : 0.f, lse = L > 0.f ? M + log2f(L) : -INFINITY;
+#pragma unroll
+        for (int w = 0; w < ATTN_WARPS; w++) sm_m[w][g] = c[w] * inv;
+        if (S > 1 && cluster) sm_lse[g] = lse;
+        else if (S > 1) part_lse[(hq0 + g) * S + split] = lse;
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < G * D; idx += ATTN_WARPS * 32) {
+        const int g = idx / D, d = idx - g * D;
+        float v = 0.f;
+#pragma unroll
+        for (int w = 0; w < ATTN_WARPS; w++) v = fmaf(sm_m[w][g], sm_acc[w][g][d], v);
+        if (S == 1)
+            attn_store(o, o_bf16, (hq0 + g) * D + d, v);
+        else if (cluster)
             sm_po[g][d] = v;
-            if (d == 0) sm_lse[g] = lse;
-        } else {
-            part_o[(hq * S + split) * D + d] = v;
-            if (d == 0) part_lse[hq * S + split] = lse;
-        }
+        else
+            part_o[((hq0 + g) * S + split) * D + d] = v;
     }
     if (S == 1) return;
-    const size_t hq0 = (size_t)b * Hq + h * G;
 
     /* ==== Merge of the splits by log-sum-exp (fixed order) ==== */
     if (cluster) { /* split = the CTA's rank in the cluster */
@@ -496,15 +512,19 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
         for (int i = threadIdx.x; i < G * S; i += ATTN_WARPS * 32)
             sm_c[i] = dsmem_ld_f32(&sm_lse[i / S], i % S);
         __syncthreads();
-        attn_merge_weights<G>(sm_c, sm_w, S);
+        attn_merge_weights<G>(sm_c, S);
         __syncthreads();
         const int per = (G * D + S - 1) / S, lo = split * per, hi = min(G * D, lo + per);
         for (int idx = lo + threadIdx.x; idx < hi; idx += ATTN_WARPS * 32) {
             const int g = idx / D, d = idx - g * D;
-            float A = 0.f;
-#pragma unroll 4
-            for (int s = 0; s < S; s++) A = fmaf(sm_c[g * S + s], dsmem_ld_f32(&sm_po[g][d], s), A);
-            attn_store(o, o_bf16, (hq0 + g) * D + d, sm_w[g] > 0.f ? A / sm_w[g] : 0.f);
+            float ov[ATTN_CLUSTER_MAX], A = 0.f; /* every split's load in flight at once */
+#pragma unroll
+            for (int s = 0; s < ATTN_CLUSTER_MAX; s++)
+                ov[s] = s < S ? dsmem_ld_f32(&sm_po[g][d], s) : 0.f;
+#pragma unroll
+            for (int s = 0; s < ATTN_CLUSTER_MAX; s++)
+                if (s < S) A = fmaf(sm_c[g * S + s], ov[s], A);
+            attn_store(o, o_bf16, (hq0 + g) * D + d, A);
         }
         cluster_sync_all(); /* no CTA leaves while another still reads its shared memory */
         return;
@@ -527,7 +547,7 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
     for (int i = threadIdx.x; i < G * S; i += ATTN_WARPS * 32)
         sm_c[i] = __ldcg(part_lse + hq0 * S + i);
     __syncthreads();
-    attn_merge_weights<G>(sm_c, sm_w, S);
+    attn_merge_weights<G>(sm_c, S);
     __syncthreads();
     constexpr int OPT = (G * D + ATTN_WARPS * 32 - 1) / (ATTN_WARPS * 32); /* outputs per thread */
     constexpr int SU = OPT >= 8 ? 1 : 4; /* G = 8: more would spill */
@@ -546,7 +566,7 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
     for (int j = 0; j < OPT; j++) {
         const int idx = threadIdx.x + j * ATTN_WARPS * 32, g = idx / D, d = idx - g * D;
         if (idx >= G * D) continue;
-        attn_store(o, o_bf16, (hq0 + g) * D + d, sm_w[g] > 0.f ? A[j] / sm_w[g] : 0.f);
+        attn_store(o, o_bf16, (hq0 + g) * D + d, A[j]);
     }
 }
 
