@@ -13,7 +13,7 @@ MLXCEL_L2_PREFETCH_MB=16 TEST_CUDA_ONLY=e2e,attn,quant timeout 200 .carry/dev/te
 echo "== test e2e,attn,quant $P=16: rc $? $(tail -1 "$D/test-l2pf.log"), $((SECONDS - T0)) s"
 grep '^FAIL' "$D/test-l2pf.log" | head -5 | cut -c1-160
 SHAPES="llama-3.1-8b llama-3.2-1b" BATCH=1 REPEAT=3 \
-  AB="- $P=2 $P=8 $P=16 $P=32 -" timeout 300 bash tools/diag/bench_ab.sh |
+  AB="- $P=4 $P=8 $P=16 $P=32 $P=64 -" timeout 300 bash tools/diag/bench_ab.sh |
   awk '{print $1,$2,$3,$6,$12}'
 SHAPES="llama-3.1-8b" BATCH=8 REPEAT=2 AB="- $P=16" timeout 100 bash tools/diag/bench_ab.sh |
   awk '{print $1,$2,$3,$6,$12}'

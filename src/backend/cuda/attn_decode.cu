@@ -310,9 +310,10 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
     }
     pdl_wait(); /* q and the newest token's K / V are the previous kernels' output */
     pdl_trigger();
-    /* the next matmul's weights toward L2 while this latency-bound launch runs */
-    l2_prefetch_part(pf, (b * gridDim.y + h) * S + split, S * gridDim.y * gridDim.z, threadIdx.x,
-                     ATTN_WARPS * 32);
+    /* the next matmul's weights toward L2 while this latency-bound launch runs (the last
+     * warp: at B=1 it walks the fewest chunks) */
+    if (warp == ATTN_WARPS - 1)
+        l2_prefetch_part(pf, (b * gridDim.y + h) * S + split, S * gridDim.y * gridDim.z, lane, 32);
 
     if constexpr (TC) {
         attn_tc_walk<G, D>(q, q_f32, k_cache, v_cache, b, h, Hkv, blk_begin, blk_end, len, start,

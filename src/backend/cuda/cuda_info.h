@@ -48,8 +48,7 @@ int cuda_gemv_ksplit(void);
 void cuda_set_gemv_early(int on);
 int cuda_gemv_early(void);
 /* L2 prefetch of the next matmul's weights by the latency-bound kernels before it (decode
- * attention, GLU; not the one-CTA RMSNorm: too few SMs to ask): while they run the DRAM is
- * nearly idle, so they ask L2 for up to
+ * attention, RMSNorm, GLU): while they run the DRAM is nearly idle, so they ask L2 for up to
  * the budget's bytes of the weights the next matmul reads first (a hint: no value changes).
  * The backend sets the ranges (cuda_set_l2_prefetch); the next launch of such a kernel takes
  * them (cuda_take_l2_prefetch: returns and clears). Budget: MLXCEL_L2_PREFETCH_MB (bytes

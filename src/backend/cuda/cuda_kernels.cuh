@@ -45,22 +45,18 @@ __device__ __forceinline__ void prefetch_l2(const void *p, size_t bytes, int tid
 }
 
 /* Part `part` of `parts` of every range of pf (cuda_info.h: the next matmul's weights), asked
- * of L2 line by line (prefetch.global.L2) by threads tid of nthreads. Not the bulk form: its
- * requests queue on the SM's copy engine, and 4 MB asked by a one-CTA norm made the 8B B=1
- * step 16% slower (H200, session 12); the kernels that take pf spread it over their CTAs. */
+ * of L2 by threads tid of nthreads. */
 __device__ __forceinline__ void l2_prefetch_part(const cuda_l2_prefetch &pf, int part, int parts,
                                                  int tid, int nthreads) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #pragma unroll
     for (int r = 0; r < 3; r++) {
         const size_t n = pf.n[r];
         if (!n) continue;
-        const size_t slice = ((n + parts - 1) / parts + 127) & ~(size_t)127, off = part * slice;
-        const size_t end = off + slice < n ? off + slice : n;
-        for (size_t a = off + (size_t)tid * 128; a < end; a += (size_t)nthreads * 128)
-            asm volatile("prefetch.global.L2 [%0];" ::"l"((const char *)pf.p[r] + a));
+        const size_t slice = ((n + parts - 1) / parts + 15) & ~(size_t)15, off = part * slice;
+        if (off < n)
+            prefetch_l2((const char *)pf.p[r] + off, n - off < slice ? n - off : slice, tid,
+                        nthreads);
     }
-#endif
 }
 
 /* ==== bf16 <-> fp32 ==== */

@@ -105,7 +105,8 @@ extern "C" int cuda_embed(float *out, const uint16_t *table, const int32_t *ids,
  * (the cuBLASLt input of the matmuls that read out: their conversion pass is saved). */
 __global__ void add_rms_norm_vec_kernel(float *x, long xs, const float *__restrict__ y,
                                         float *out, long os, const uint16_t *__restrict__ w,
-                                        float eps, float offset, int D, uint16_t *ob) {
+                                        float eps, float offset, int D, uint16_t *ob,
+                                        cuda_l2_prefetch pf) {
     __shared__ float red[32];
     pdl_wait();
     pdl_trigger();
@@ -120,6 +121,8 @@ __global__ void add_rms_norm_vec_kernel(float *x, long xs, const float *__restri
         v[i] = j < D4 ? xr[j] : make_float4(0.f, 0.f, 0.f, 0.f);
         b[i] = j < D4 && yr ? yr[j] : make_float4(0.f, 0.f, 0.f, 0.f);
     }
+    /* the next matmul's weights toward L2 (cuda_take_l2_prefetch) while the row's loads fly */
+    l2_prefetch_part(pf, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);
     float ss = 0.f;
 #pragma unroll
     for (int i = 0; i < NORM_VEC; i++) {
@@ -167,7 +170,7 @@ static int norm_vec_launch(float *x, long xs, const float *y, float *out, long o
     pdl_launch l;
     pdl_launch_config(&l, dim3(rows), dim3(threads), 0, st);
     return (int)cudaLaunchKernelEx(&l.cfg, add_rms_norm_vec_kernel, x, xs, y, out, os, w, eps,
-                                   offset, D, ob);
+                                   offset, D, ob, cuda_take_l2_prefetch());
 }
 
 extern "C" int cuda_rms_norm_bf16copy(float *x, const float *y, float *out, uint16_t *ob,
