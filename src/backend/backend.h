@@ -187,10 +187,6 @@ typedef struct backend_ops {
     void (*convert)(mx_tensor *dst, const mx_tensor *src);   /* same shape, any float dtypes */
 
     /* ---- optional hooks (NULL = not needed; the CPU backend sets none) ---- */
-    /* The weights (n <= 3 tensors: a dense weight, or packed codes, scales and biases) of the
-     * next matmul the forward issues; the ops before it may pull them toward the device's
-     * cache while they run (a hint: no value changes). */
-    void (*prefetch_next)(const mx_tensor *const *w, int n);
     /* After the last upload of a model: waits until every weight is resident (eager policy). */
     int (*finish_load)(mx_error *err);
     /* Before the first op of a forward: MX_STEP_RUN (issue the ops) or MX_STEP_REPLAYED (the

@@ -132,7 +132,6 @@ static void env_load(void) {
     g_env.gemv_tc_rows = env_int("MLXCEL_GEMV_TC_ROWS", 8, 0, 32);
     g_env.gemv_split_rows = env_int("MLXCEL_GEMV_TC_SPLIT_ROWS", 8, 0, 16);
     g_env.gemv_prefetch_kb = env_int("MLXCEL_GEMV_PREFETCH_KB", 0, 0, 4096);
-    g_env.l2_prefetch_mb = env_int("MLXCEL_L2_PREFETCH_MB", 0, 0, 1024);
     g_env.attn_cluster = env_int("MLXCEL_ATTN_CLUSTER", 16, 0, 16);
     g_env.attn_stages = env_int("MLXCEL_ATTN_STAGES", 3, 1, 3);
     g_env.attn_tc = env_bool("MLXCEL_ATTN_TC", true);

@@ -24,7 +24,6 @@ typedef struct mx_env_t {
     bool gemv_fuse;                /* MLXCEL_GEMV_FUSE (0): norm/add/GLU in 1..2-row GEMVs */
     bool gemv_rope;                /* MLXCEL_GEMV_ROPE (0): RoPE + KV write in the q/k/v GEMV */
     int gemv_prefetch_kb;          /* MLXCEL_GEMV_PREFETCH_KB (0): L2 prefetch per GEMV CTA */
-    int l2_prefetch_mb;            /* MLXCEL_L2_PREFETCH_MB (0): next weights by small kernels */
     int attn_cluster;              /* MLXCEL_ATTN_CLUSTER (16): most splits merged in a cluster */
     int attn_stages;               /* MLXCEL_ATTN_STAGES (3): decode-attention chunks in flight */
     bool attn_tc;                  /* MLXCEL_ATTN_TC (1): decode attention on the tensor cores */

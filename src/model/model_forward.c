@@ -91,19 +91,6 @@ static void linear(const backend_ops *be, mx_tensor *out, const mx_tensor *x, co
     else be->matmul(out, x, &w->w, bias);
 }
 
-/* The weights of the next matmul, for a device backend to pull toward its cache during the
- * small ops before it (backend_ops.prefetch_next; a hint). */
-static void hint_next(const backend_ops *be, const model_weight *w) {
-    if (!be->prefetch_next) return;
-    if (model_weight_quantized(w)) {
-        const mx_tensor *t[3] = {&w->q.w, &w->q.scales, &w->q.biases};
-        be->prefetch_next(t, 3);
-    } else {
-        const mx_tensor *t[1] = {&w->w};
-        be->prefetch_next(t, 1);
-    }
-}
-
 /* ==== Collectives: no-ops for one rank ==== */
 /* A rank of a group (coll set) always calls the collective, also in a group of one
  * (MLXCEL_TP_GROUP=1: the NCCL path on one GPU); a plain model never does. */
@@ -205,7 +192,6 @@ static int forward(model *m, kv_cache *kv, const model_batch *b, float *logits, 
             const model_layer *L = &m->layers[l];
             const bool sliding = s->sliding_window > 0 && s->layer_sliding[l];
             /* ---- attention ---- */
-            hint_next(be, &L->wq);
             be->rms_norm(&h, &x, &L->attn_norm, eps, off);
             linear(be, &q2, &h, &L->wq, &L->bq);
             linear(be, &k2, &h, &L->wk, &L->bk);
@@ -224,7 +210,6 @@ static int forward(model *m, kv_cache *kv, const model_batch *b, float *logits, 
             mx_attn_params ap = {.n_heads = Hq, .n_kv_heads = Hkv, .head_dim = D,
                                  .scale = s->attn_scale > 0 ? s->attn_scale : 1.0f / sqrtf((float)D),
                                  .softcap = s->attn_softcap, .window = sliding ? s->sliding_window : 0};
-            hint_next(be, &L->wo);
             be->attention(&att, &q, &kpool, &vpool, &ab, &ap);
             /* row-parallel: partial sums over this rank's heads; the bias once, on rank 0 */
             linear(be, &o, &att2, &L->wo, m->tp_rank == 0 ? &L->bo : NULL);
@@ -233,7 +218,6 @@ static int forward(model *m, kv_cache *kv, const model_batch *b, float *logits, 
             be->add(&x, &o);
 
             /* ---- MLP / MoE ---- */
-            hint_next(be, L->moe ? &L->router : &L->w_gate);
             be->rms_norm(&h, &x, &L->ffn_norm, eps, off);
             if (L->moe) {
                 const int E = s->n_experts;
@@ -262,7 +246,6 @@ static int forward(model *m, kv_cache *kv, const model_batch *b, float *logits, 
                 mx_tensor u = mx_tensor_2d(m->u, MX_F32, n, I, dev);
                 linear(be, &g, &h, &L->w_gate, NULL);
                 linear(be, &u, &h, &L->w_up, NULL);
-                hint_next(be, &L->w_down);
                 be->glu(&g, &g, &u, (int)s->act);
                 linear(be, &o, &g, &L->w_down, NULL);
                 if ((rc = tp_reduce(m, &o, err))) break; /* row-parallel down_proj */
@@ -276,7 +259,6 @@ static int forward(model *m, kv_cache *kv, const model_batch *b, float *logits, 
             mx_tensor xo = mx_tensor_2d(m->xo, MX_F32, b->n_out, H, dev);
             mx_tensor lol = mx_tensor_2d(m->lol, MX_F32, b->n_out, Vl, dev); /* [n_out, vn] */
             be->gather_rows(&xo, &x, b->out_rows, b->n_out);
-            hint_next(be, &m->lm_head);
             be->rms_norm(&xo, &xo, &m->out_norm, eps, off);
             linear(be, &lol, &xo, &m->lm_head, NULL);
             if (s->final_softcap > 0) be->softcap(&lol, s->final_softcap);

@@ -259,7 +259,7 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
                         float *__restrict__ part_lse,           /* [B, Hq, S] */
                         int *__restrict__ done,                 /* [B, Hkv] zero counters */
                         int Hkv, int pt_stride, int cpb, int window, float qscale,
-                        float cap2, int cluster, int nst, cuda_l2_prefetch pf) {
+                        float cap2, int cluster, int nst) {
     constexpr int LPT = D / 8;       /* lanes per token */
     constexpr int TPW = 32 / LPT;    /* tokens per warp load */
     constexpr int J = ATTN_BS / TPW; /* loads per lane per block, for K and for V each */
@@ -310,10 +310,6 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
     }
     pdl_wait(); /* q and the newest token's K / V are the previous kernels' output */
     pdl_trigger();
-    /* the next matmul's weights toward L2 while this latency-bound launch runs (the last
-     * warp: at B=1 it walks the fewest chunks) */
-    if (warp == ATTN_WARPS - 1)
-        l2_prefetch_part(pf, (b * gridDim.y + h) * S + split, S * gridDim.y * gridDim.z, lane, 32);
 
     if constexpr (TC) {
         attn_tc_walk<G, D>(q, q_f32, k_cache, v_cache, b, h, Hkv, blk_begin, blk_end, len, start,
@@ -688,7 +684,7 @@ static void attn_launch(const cuda_paged_attn_args *a, int S, float *part_o, flo
         a->o, a->o_dtype == CUDA_OPS_BF16, part_o, part_lse, a->split_counters, a->n_kv_heads,
         a->pt_stride,
         a->block_size / ATTN_BS, a->window, a->scale * log2e,
-        a->softcap > 0.f ? a->softcap * log2e : 0.f, cluster, nst, cuda_take_l2_prefetch());
+        a->softcap > 0.f ? a->softcap * log2e : 0.f, cluster, nst);
 }
 
 extern "C" int cuda_paged_decode_attn(const cuda_paged_attn_args *a, cudaStream_t stream) {

@@ -430,7 +430,7 @@ static void be_describe(char *buf, size_t len) {
              "K split %s, early loads %s, "
              "L2 prefetch %d KB per CTA, fusions %s, RoPE in GEMV %s) | "
              "CUDA graphs %s (cache %d) | "
-             "PDL %s, next weights to L2 %zu MB | decode splits %s, cluster merge <= %d, %d stages%s | "
+             "PDL %s | decode splits %s, cluster merge <= %d, %d stages%s | "
              "qmv window %s%s%s, qmm slab %s | weights %s%s | KV bf16",
              f->name, f->cc_major, f->cc_minor, f->sm_count, f->total_bytes / 1073741824.0,
              f->free_bytes / 1073741824.0, g_cu.gemv_rows,
@@ -439,8 +439,7 @@ static void be_describe(char *buf, size_t len) {
              ks, cuda_gemv_early() ? "on" : "off", cuda_gemv_prefetch() / 1024,
              g_cu.gemv_fuse ? "on" : "off", g_cu.gemv_rope ? "on" : "off",
              g_cu.graph_cache ? "on" : "off",
-             g_cu.graph_cache, cuda_pdl_enabled() ? "on" : "off",
-             cuda_l2_prefetch_budget() >> 20, splits, cuda_attn_cluster(),
+             g_cu.graph_cache, cuda_pdl_enabled() ? "on" : "off", splits, cuda_attn_cluster(),
              cuda_attn_stages(), cuda_attn_tc() ? ", tensor cores" : "", mr,
              g_cu.qmv_tc ? " (qmv_tc for 4/8-bit, <= 32 rows)"
                          : g_cu.qmv_bulk ? " (streaming tensor-core qmv for 4/8-bit, <= 32 rows)" : "",
@@ -509,18 +508,6 @@ static int be_greedy_rows(int32_t *ids, float *logprobs, const mx_tensor *logits
     return cu_check(err);
 }
 
-/* The next matmul's weights, for the latency-bound launches before it (cuda_info.h). */
-static void be_prefetch_next(const mx_tensor *const *w, int n) {
-    const void *p[3] = {0};
-    size_t b[3] = {0};
-    for (int i = 0; i < n && i < 3; i++)
-        if (w[i] && w[i]->data) {
-            p[i] = w[i]->data;
-            b[i] = mx_tensor_nbytes(w[i]);
-        }
-    cuda_set_l2_prefetch(p, b, n < 3 ? n : 3);
-}
-
 /* ==== Ops table ==== */
 static const backend_ops k_cuda_ops = {
     .name = "cuda",
@@ -548,7 +535,6 @@ static const backend_ops k_cuda_ops = {
     .attention = cu_attention,
     .kv_copy_rows = be_kv_copy_rows,
     .convert = be_convert,
-    .prefetch_next = be_prefetch_next,
     .finish_load = cu_finish_load,
     .step_begin = cu_step_begin,
     .step_end = cu_step_end,
@@ -597,7 +583,6 @@ static int cu_init(int dev, mx_error *err) {
     g_cu.profile = env->profile_ttft;
     if (dev == 0) cuda_set_pdl(env->cuda_pdl && g_cu.facts.cc_major >= 9); /* process-wide */
     /* cp.async.bulk.prefetch is sm_90+; the kernels compile it out below, this keeps it honest */
-    if (dev == 0) cuda_set_l2_prefetch_budget((size_t)env->l2_prefetch_mb << 20);
     if (dev == 0) cuda_set_gemv_prefetch(g_cu.facts.cc_major >= 9 ? env->gemv_prefetch_kb * 1024 : 0);
     if (dev == 0) cuda_set_attn_cluster(g_cu.facts.cc_major >= 9 ? env->attn_cluster : 0);
     if (dev == 0) cuda_set_attn_stages(env->attn_stages);

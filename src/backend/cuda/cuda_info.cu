@@ -1,6 +1,5 @@
 /* Device facts for the host side (memory estimate, start-up lines). */
 #include <cuda_runtime.h>
-#include <stdint.h>
 #include <stdio.h>
 
 #include "backend/cuda/cuda_info.h"
@@ -77,30 +76,3 @@ extern "C" int cuda_gemv_ksplit(void) { return g_gemv_ksplit; }
 static int g_gemv_early = 1; /* the backend sets MLXCEL_GEMV_EARLY at start */
 extern "C" void cuda_set_gemv_early(int on) { g_gemv_early = on != 0; }
 extern "C" int cuda_gemv_early(void) { return g_gemv_early; }
-
-/* Next-matmul L2 prefetch (cuda_info.h): the budget is set once at backend start; the ranges
- * per matmul by the backend (host thread of the device; TP ranks run one thread per GPU). */
-static size_t g_l2pf_budget = 0;
-static thread_local cuda_l2_prefetch g_l2pf;
-extern "C" void cuda_set_l2_prefetch_budget(size_t bytes) { g_l2pf_budget = bytes; }
-extern "C" size_t cuda_l2_prefetch_budget(void) { return g_l2pf_budget; }
-extern "C" void cuda_set_l2_prefetch(const void *const *p, const size_t *n, int k) {
-    g_l2pf = cuda_l2_prefetch{};
-    if (!g_l2pf_budget || g_pdl == 0) return; /* sm_90 only (where PDL is): bulk prefetch */
-    size_t tot = 0;
-    for (int i = 0; i < k && i < 3; i++) tot += p[i] ? n[i] : 0;
-    if (!tot) return;
-    for (int i = 0; i < k && i < 3; i++) {
-        if (!p[i] || ((uintptr_t)p[i] & 15)) continue;
-        /* this range's share of the budget, a prefix (the GEMV's first CTAs read it first) */
-        size_t b = tot <= g_l2pf_budget ? n[i] : (size_t)((double)g_l2pf_budget * n[i] / tot);
-        if (b > n[i]) b = n[i];
-        g_l2pf.p[i] = p[i];
-        g_l2pf.n[i] = b & ~(size_t)15;
-    }
-}
-extern "C" cuda_l2_prefetch cuda_take_l2_prefetch(void) {
-    const cuda_l2_prefetch r = g_l2pf;
-    g_l2pf = cuda_l2_prefetch{};
-    return r;
-}

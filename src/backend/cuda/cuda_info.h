@@ -47,20 +47,6 @@ int cuda_gemv_ksplit(void);
  * default on). */
 void cuda_set_gemv_early(int on);
 int cuda_gemv_early(void);
-/* L2 prefetch of the next matmul's weights by the latency-bound kernels before it (decode
- * attention, RMSNorm, GLU): while they run the DRAM is nearly idle, so they ask L2 for up to
- * the budget's bytes of the weights the next matmul reads first (a hint: no value changes).
- * The backend sets the ranges (cuda_set_l2_prefetch); the next launch of such a kernel takes
- * them (cuda_take_l2_prefetch: returns and clears). Budget: MLXCEL_L2_PREFETCH_MB (bytes
- * here; 0 = off), split over the ranges in proportion to their sizes. */
-typedef struct cuda_l2_prefetch {
-    const void *p[3];
-    size_t n[3]; /* bytes, multiples of 16 (0 = unused) */
-} cuda_l2_prefetch;
-void cuda_set_l2_prefetch_budget(size_t bytes);
-size_t cuda_l2_prefetch_budget(void);
-void cuda_set_l2_prefetch(const void *const *p, const size_t *n, int k);
-cuda_l2_prefetch cuda_take_l2_prefetch(void);
 /* Decode attention: split counts 2..n merge inside one thread-block cluster (distributed
  * shared memory) instead of through global partials; 0 = never (MLXCEL_ATTN_CLUSTER,
  * default 16, at most 16). */

@@ -5,8 +5,6 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include "backend/cuda/cuda_info.h"
-
 /* ==== Loads ==== */
 
 /* 16-byte streaming load of data read once (weights, KV): read-only path, no L1
@@ -42,21 +40,6 @@ __device__ __forceinline__ void prefetch_l2(const void *p, size_t bytes, int tid
                      : "memory");
     }
 #endif
-}
-
-/* Part `part` of `parts` of every range of pf (cuda_info.h: the next matmul's weights), asked
- * of L2 by threads tid of nthreads. */
-__device__ __forceinline__ void l2_prefetch_part(const cuda_l2_prefetch &pf, int part, int parts,
-                                                 int tid, int nthreads) {
-#pragma unroll
-    for (int r = 0; r < 3; r++) {
-        const size_t n = pf.n[r];
-        if (!n) continue;
-        const size_t slice = ((n + parts - 1) / parts + 15) & ~(size_t)15, off = part * slice;
-        if (off < n)
-            prefetch_l2((const char *)pf.p[r] + off, n - off < slice ? n - off : slice, tid,
-                        nthreads);
-    }
 }
 
 /* ==== bf16 <-> fp32 ==== */

@@ -352,8 +352,7 @@ static void norm_into_xbf(const mx_tensor *out, const mx_tensor *x, const mx_ten
     g_cu.xbf_of = x->data;
 }
 
-static void matmul_issue(mx_tensor *out, const mx_tensor *x, const mx_tensor *w,
-                         const mx_tensor *bias) {
+void cu_matmul(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, const mx_tensor *bias) {
     const int rows = (int)x->shape[0], N = (int)w->shape[0], K = (int)w->shape[1];
     const bool fast = rows >= 1 && rows <= g_cu.gemv_rows && K % 8 == 0 && w->stride[0] == K &&
                       x->stride[0] == K && out->stride[0] == N && ((uintptr_t)w->data & 15) == 0 &&
@@ -424,13 +423,6 @@ static void matmul_issue(mx_tensor *out, const mx_tensor *x, const mx_tensor *w,
     g_cu.pend_mm.segs.y[i] = out->data;
     g_cu.pend_mm.segs.N[i] = N;
     g_cu.pend_mm.bias[i] = mx_tensor_present(bias) ? bias->data : NULL;
-}
-
-/* The matmul, then the next-weights hint dropped: the kernels it flushed took it, and no later
- * launch may prefetch for a matmul already issued. */
-void cu_matmul(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, const mx_tensor *bias) {
-    matmul_issue(out, x, w, bias);
-    cuda_take_l2_prefetch();
 }
 
 /* ==== MoE ==== */

@@ -307,8 +307,7 @@ static bool norm_into_i8(cuda_qmv_args *a, const mx_tensor *x, const mx_qweight 
     return true;
 }
 
-static void qmatmul_issue(mx_tensor *out, const mx_tensor *x, const mx_qweight *w,
-                          const mx_tensor *bias) {
+void cu_matmul_q(mx_tensor *out, const mx_tensor *x, const mx_qweight *w, const mx_tensor *bias) {
     const int rows = (int)x->shape[0];
     int N, K;
     const bool shape_ok = !cu_q_shape(w, &N, &K);
@@ -366,10 +365,4 @@ static void qmatmul_issue(mx_tensor *out, const mx_tensor *x, const mx_qweight *
         a->norm_x = fz.norm_x, a->norm_y = fz.norm_y, a->norm_w = fz.norm_w;
         a->norm_eps = fz.norm_eps, a->norm_offset = fz.norm_offset;
     }
-}
-
-/* As cu_matmul: the matmul, then the next-weights hint dropped. */
-void cu_matmul_q(mx_tensor *out, const mx_tensor *x, const mx_qweight *w, const mx_tensor *bias) {
-    qmatmul_issue(out, x, w, bias);
-    cuda_take_l2_prefetch();
 }

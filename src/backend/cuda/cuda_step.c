@@ -413,7 +413,6 @@ void cu_attention(mx_tensor *out, const mx_tensor *q, const mx_tensor *k_pool,
         cu_ck(cuda_paged_decode_attn(&a, g_cu.st), "decode attention");
         return;
     }
-    cuda_take_l2_prefetch(); /* the prefill kernels below do not prefetch: drop the hint */
     /* tensor cores for head_dim 64/128 on bf16 pools; the CUDA-core tiled kernel otherwise */
     const bool flash = pool_bf16 && (D == 64 || D == 128) && G <= CUDA_ATTN_FLASH_QV &&
                        ((uintptr_t)k_pool->data & 15) == 0 && ((uintptr_t)v_pool->data & 15) == 0;

@@ -105,8 +105,7 @@ extern "C" int cuda_embed(float *out, const uint16_t *table, const int32_t *ids,
  * (the cuBLASLt input of the matmuls that read out: their conversion pass is saved). */
 __global__ void add_rms_norm_vec_kernel(float *x, long xs, const float *__restrict__ y,
                                         float *out, long os, const uint16_t *__restrict__ w,
-                                        float eps, float offset, int D, uint16_t *ob,
-                                        cuda_l2_prefetch pf) {
+                                        float eps, float offset, int D, uint16_t *ob) {
     __shared__ float red[32];
     pdl_wait();
     pdl_trigger();
@@ -121,8 +120,6 @@ __global__ void add_rms_norm_vec_kernel(float *x, long xs, const float *__restri
         v[i] = j < D4 ? xr[j] : make_float4(0.f, 0.f, 0.f, 0.f);
         b[i] = j < D4 && yr ? yr[j] : make_float4(0.f, 0.f, 0.f, 0.f);
     }
-    /* the next matmul's weights toward L2 (cuda_take_l2_prefetch) while the row's loads fly */
-    l2_prefetch_part(pf, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);
     float ss = 0.f;
 #pragma unroll
     for (int i = 0; i < NORM_VEC; i++) {
@@ -170,7 +167,7 @@ static int norm_vec_launch(float *x, long xs, const float *y, float *out, long o
     pdl_launch l;
     pdl_launch_config(&l, dim3(rows), dim3(threads), 0, st);
     return (int)cudaLaunchKernelEx(&l.cfg, add_rms_norm_vec_kernel, x, xs, y, out, os, w, eps,
-                                   offset, D, ob, cuda_take_l2_prefetch());
+                                   offset, D, ob);
 }
 
 extern "C" int cuda_rms_norm_bf16copy(float *x, const float *y, float *out, uint16_t *ob,
@@ -287,10 +284,9 @@ extern "C" int cuda_add_f32(float *x, long x_stride, const float *y, long y_stri
 }
 
 __global__ void glu_kernel(float *out, long os, const float *g, long gs, const float *u, long us,
-                           int cols, size_t n, int act, cuda_l2_prefetch pf) {
+                           int cols, size_t n, int act) {
     pdl_wait();
     pdl_trigger();
-    l2_prefetch_part(pf, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x); /* next weights */
     for (size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x; t < n;
          t += (size_t)gridDim.x * blockDim.x) {
         const size_t r = t / cols, c = t - r * cols;
@@ -307,7 +303,7 @@ extern "C" int cuda_glu_f32(float *out, long out_stride, const float *gate, long
     pdl_launch l;
     pdl_launch_config(&l, dim3(grid_for(n)), dim3(EL_THREADS), 0, st);
     return (int)cudaLaunchKernelEx(&l.cfg, glu_kernel, out, out_stride, gate, g_stride, up,
-                                   u_stride, cols, n, act, cuda_take_l2_prefetch());
+                                   u_stride, cols, n, act);
 }
 
 __global__ void softcap_kernel(float *x, size_t n, float cap) {
