@@ -10,6 +10,10 @@
 
 typedef enum { MX_AUTOTUNE_OFF = 0, MX_AUTOTUNE_CACHE, MX_AUTOTUNE_ON } mx_autotune_mode;
 
+/* MLXCEL_DIAG_SKIP (list, "," or "+" between): CUDA decode kernels not launched, for timing
+ * what each costs on the step's critical path. The outputs are wrong: diagnostics only. */
+enum { MX_SKIP_ATTN = 1, MX_SKIP_NORM = 2, MX_SKIP_GLU = 4, MX_SKIP_ROPE = 8 };
+
 typedef struct mx_env_t {
     int log_level;                 /* MLXCEL_LOG_LEVEL: error|warn|info|debug (info) */
     uint64_t memory_limit;         /* MLXCEL_MEMORY_LIMIT: bytes, K/M/G/T suffixes; 0 = unset */
@@ -24,6 +28,7 @@ typedef struct mx_env_t {
     bool gemv_fuse;                /* MLXCEL_GEMV_FUSE (0): norm/add/GLU in 1..2-row GEMVs */
     bool gemv_rope;                /* MLXCEL_GEMV_ROPE (0): RoPE + KV write in the q/k/v GEMV */
     int gemv_prefetch_kb;          /* MLXCEL_GEMV_PREFETCH_KB (0): L2 prefetch per GEMV CTA */
+    unsigned diag_skip;            /* MLXCEL_DIAG_SKIP: MX_SKIP_* kernels not launched (timing) */
     int attn_cluster;              /* MLXCEL_ATTN_CLUSTER (16): most splits merged in a cluster */
     int attn_stages;               /* MLXCEL_ATTN_STAGES (3): decode-attention chunks in flight */
     bool attn_tc;                  /* MLXCEL_ATTN_TC (1): decode attention on the tensor cores */

@@ -236,6 +236,7 @@ static void be_embed_q(mx_tensor *out, const mx_qweight *table, const int32_t *i
 void cu_flush_norm(void) {
     if (!g_cu.pend_norm.on) return;
     g_cu.pend_norm.on = false;
+    if (mx_env()->diag_skip & MX_SKIP_NORM) return; /* timing diagnostics: output wrong */
     if (g_cu.pend_norm.y)
         cu_ck(cuda_add_rms_norm_f32(g_cu.pend_norm.x, g_cu.pend_norm.y, g_cu.pend_norm.out,
                                     g_cu.pend_norm.w, g_cu.pend_norm.eps, g_cu.pend_norm.offset,
@@ -355,6 +356,7 @@ void cu_flush_glu(void) {
     cu_flush_norm();
     if (!g_cu.pend_glu.on) return;
     g_cu.pend_glu.on = false;
+    if (mx_env()->diag_skip & MX_SKIP_GLU) return; /* timing diagnostics: output wrong */
     cu_ck(cuda_glu_f32(g_cu.pend_glu.out, g_cu.pend_glu.os, g_cu.pend_glu.gate, g_cu.pend_glu.gs,
                        g_cu.pend_glu.up, g_cu.pend_glu.us, g_cu.pend_glu.rows, g_cu.pend_glu.cols,
                        g_cu.pend_glu.act, g_cu.st),
@@ -558,6 +560,11 @@ static int cu_init(int dev, mx_error *err) {
         return mx_fail(err, "--device cuda: cannot create a stream on GPU %d: %s", dev,
                        cudaGetErrorString(cudaGetLastError()));
     const mx_env_t *env = mx_env();
+    if (env->diag_skip && dev == 0)
+        LOG_WARN("MLXCEL_DIAG_SKIP: some decode kernels (%s%s%s%s) are not launched; the "
+                 "outputs are wrong (timing diagnostics only)",
+                 env->diag_skip & MX_SKIP_ATTN ? "attn " : "", env->diag_skip & MX_SKIP_NORM ? "norm " : "",
+                 env->diag_skip & MX_SKIP_GLU ? "glu " : "", env->diag_skip & MX_SKIP_ROPE ? "rope" : "");
     g_cu.gemv_rows = env->dense_gemv_rows > CU_GEMV_MAX_ROWS ? CU_GEMV_MAX_ROWS : env->dense_gemv_rows;
     g_cu.gemv_fuse = env->gemv_fuse;
     g_cu.gemv_rope = env->gemv_rope;

@@ -299,6 +299,7 @@ void cu_kv_write(mx_tensor *k_pool, mx_tensor *v_pool, const mx_tensor *k, const
     }
     if (fuse) { /* rope(q), rope(k) and this write: one launch */
         g_cu.pend_rope.count = 0;
+        if (mx_env()->diag_skip & MX_SKIP_ROPE) return; /* timing diagnostics: output wrong */
         cu_ck(cuda_rope_kv_f32(nr == 2 ? g_cu.pend_rope.x[0] : NULL, nr == 2 ? g_cu.pend_rope.stride[0] : 0,
                                k->data, (long)k->stride[0], v->data, (long)v->stride[0],
                                g_cu.pend_rope.cs, b->n_rows, nr == 2 ? g_cu.pend_rope.heads[0] : 0,
@@ -410,7 +411,8 @@ void cu_attention(mx_tensor *out, const mx_tensor *q, const mx_tensor *k_pool,
         a.num_splits = S;
         a.window = p->window;
         a.softcap = p->softcap;
-        cu_ck(cuda_paged_decode_attn(&a, g_cu.st), "decode attention");
+        if (!(mx_env()->diag_skip & MX_SKIP_ATTN)) /* else timing diagnostics: output wrong */
+            cu_ck(cuda_paged_decode_attn(&a, g_cu.st), "decode attention");
         return;
     }
     /* tensor cores for head_dim 64/128 on bf16 pools; the CUDA-core tiled kernel otherwise */
