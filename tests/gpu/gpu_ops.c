@@ -633,6 +633,62 @@ static void test_gemv_rope(int rows, int Hq, int Hkv, int D, int K, bool pool_bf
     free(x), free(cs);
 }
 
+/* RMSNorm in the GEMV's prologue (cuda_gemv_fuse.norm_w) against the CPU's norm then matmul,
+ * at K split ks (the norm's scale applies after the split sum): both segments' outputs and
+ * the normalized rows CTA 0 stores (xn). */
+static void test_gemv_norm(int rows, int K, int ks) {
+    const int N[2] = {1000, 4096};
+    const float eps = 1e-5f, off = ks == 2 ? 1.0f : 0.0f;
+    float *x = malloc((size_t)rows * K * 4), *nwf = malloc((size_t)K * 4);
+    float *xn = malloc((size_t)rows * K * 4);
+    gt_fill(x, (size_t)rows * K, 1.0f);
+    gt_fill(nwf, (size_t)K, 1.0f);
+    uint16_t *nwb = gt_bf16(nwf, (size_t)K);
+    mx_tensor hx = mx_tensor_2d(x, MX_F32, rows, K, MX_DEV_CPU), none = {0};
+    mx_tensor hnw = mx_tensor_1d(nwb, MX_BF16, K, MX_DEV_CPU);
+    mx_tensor hxn = mx_tensor_2d(xn, MX_F32, rows, K, MX_DEV_CPU);
+    g_cpu->rms_norm(&hxn, &hx, &hnw, eps, off);
+    mx_tensor dx = gt_dev_f32(x, 2, (const int64_t[]){rows, K});
+    mx_tensor dnw = gt_dev_weight(nwb, 1, (const int64_t[]){K});
+    mx_tensor dxn = gt_dev_poison(2, (const int64_t[]){rows, K});
+    mx_tensor dw[2], dy[2];
+    float *ref[2];
+    cuda_gemv_segs segs;
+    memset(&segs, 0, sizeof segs);
+    segs.n = 2;
+    for (int i = 0; i < 2; i++) {
+        float *w = malloc((size_t)N[i] * K * 4);
+        gt_fill(w, (size_t)N[i] * K, 1.0f / sqrtf((float)K));
+        uint16_t *wb = gt_bf16(w, (size_t)N[i] * K);
+        ref[i] = malloc((size_t)rows * N[i] * 4);
+        mx_tensor hw = mx_tensor_2d(wb, MX_BF16, N[i], K, MX_DEV_CPU);
+        mx_tensor ho = mx_tensor_2d(ref[i], MX_F32, rows, N[i], MX_DEV_CPU);
+        g_cpu->matmul(&ho, &hxn, &hw, &none);
+        dw[i] = gt_dev_weight(wb, 2, (const int64_t[]){N[i], K});
+        dy[i] = gt_dev_poison(2, (const int64_t[]){rows, N[i]});
+        segs.W[i] = dw[i].data, segs.y[i] = dy[i].data, segs.N[i] = N[i];
+        free(w), free(wb);
+    }
+    cuda_gemv_fuse f;
+    memset(&f, 0, sizeof f);
+    f.norm_w = dnw.data, f.norm_eps = eps, f.norm_offset = off, f.xn = dxn.data;
+    const int ks_prev = cuda_gemv_ksplit();
+    cuda_set_gemv_ksplit(ks);
+    const int rc = cuda_gemv_bf16_fused(&segs, &f, dx.data, rows, K, g_cu.st);
+    cudaStreamSynchronize(g_cu.st);
+    cuda_set_gemv_ksplit(ks_prev);
+    char what[96];
+    for (int i = 0; i < 3; i++) {
+        snprintf(what, sizeof what, "gemv with the norm, rows %d, K %d, ks %d: %s", rows, K, ks,
+                 i == 2 ? "xn" : i ? "segment 1" : "segment 0");
+        if (rc) gt_report(what, 1.0, 0, 1);
+        else check_dev(what, i == 2 ? &dxn : &dy[i], i == 2 ? xn : ref[i], i == 2 ? 2e-5 : 3e-5);
+    }
+    for (int i = 0; i < 2; i++) gt_dev_free(&dw[i]), gt_dev_free(&dy[i]), free(ref[i]);
+    gt_dev_free(&dx), gt_dev_free(&dnw), gt_dev_free(&dxn);
+    free(x), free(nwf), free(nwb), free(xn);
+}
+
 int gt_run_op_tests(void) {
     test_greedy();
     const int rows[] = {1, 2, 3, 5, 8, 9, 33, 128};
@@ -670,6 +726,11 @@ int gt_run_op_tests(void) {
     test_glu_matmul_fused(2, ACT_GELU);
     test_glu_matmul_fused(40, ACT_SILU); /* GLU inside the conversion for cuBLASLt */
     test_glu_matmul_fused(5, ACT_GELU_TANH);
+    for (int ks = 1; ks <= 4; ks *= 2) { /* the norm prologue at every K split */
+        test_gemv_norm(1, 4096, ks);
+        test_gemv_norm(2, 2048, ks);
+    }
+    test_gemv_norm(1, 8192, 2); /* more norm-weight pieces than the early loads */
     test_gemv_rope(1, 32, 8, 128, 4096, true); /* the 8B shape's q/k/v */
     test_gemv_rope(2, 4, 2, 64, 1024, false);  /* two rows (one slot -1), fp32 pools */
     test_glu_matmul_fused(8, ACT_SILU);

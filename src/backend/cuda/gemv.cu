@@ -105,20 +105,35 @@ __device__ __forceinline__ void gemv_core_x8(const uint16_t *xs, float f[8]) {
  * it by (w + offset) in shared memory and sums x^2 in the same pass (the first weight batch
  * is in flight meanwhile), the main loop is the plain one, and the totals are scaled by inv
  * at the end. (Reading w and summing x^2 inside the main loop instead put an L1/L2 round
- * trip in every step: 67.5 against 59.5 us for the 8B gate+up.) CTA 0 also stores the
- * normalized rows x (w + offset) inv in f.xn for any other reader. */
+ * trip in every step: 67.5 against 59.5 us for the 8B gate+up.) The norm weight's first
+ * pieces are loaded before the PDL wait (constants), so the prologue's chain after the wait is
+ * x's staging and one block sum. CTA 0 also stores the normalized rows x (w + offset) inv in
+ * f.xn for any other reader. */
+
+#define GEMV_NW 2 /* norm-weight pieces a thread loads before the PDL wait */
+
+/* This thread's first GEMV_NW pieces of the norm weight (constants: loaded before the wait). */
+__device__ __forceinline__ void gemv_norm_w_early(const cuda_gemv_fuse &f, int K,
+                                                  uint4 nw[GEMV_NW]) {
+#pragma unroll
+    for (int i = 0; i < GEMV_NW; i++) {
+        const int k = (threadIdx.x + i * blockDim.x) * 8;
+        nw[i] = k < K ? __ldg((const uint4 *)(f.norm_w + k)) : make_uint4(0, 0, 0, 0);
+    }
+}
 
 /* x [R][KC] in shared memory becomes x (w + offset); inv[r] = rsqrt(mean(x[r]^2) + eps) in
- * every thread (block_sum: fixed order). red: blockDim.x / 32 floats. K % 8 == 0. */
+ * every thread (block_sum: fixed order). red: blockDim.x / 32 floats. K % 8 == 0. nw: the
+ * thread's first pieces of w (gemv_norm_w_early; R = 1 only), the rest read here. */
 template <int R>
 __device__ __forceinline__ void gemv_norm_x(float *xs, int KC, int K, const cuda_gemv_fuse &f,
-                                            float *red, float inv[R]) {
+                                            float *red, float inv[R], const uint4 nw[GEMV_NW]) {
     float ss[R];
 #pragma unroll
     for (int r = 0; r < R; r++) ss[r] = 0.f;
-    for (int k = threadIdx.x * 8; k < K; k += blockDim.x * 8) {
+    const auto piece = [&](int k, uint4 wv) { /* 8 k of every row: sum x^2, scale by w */
         float wf[8];
-        bf16x8_to_f32(__ldg((const uint4 *)(f.norm_w + k)), wf);
+        bf16x8_to_f32(wv, wf);
 #pragma unroll
         for (int r = 0; r < R; r++) {
             float4 *p = (float4 *)(xs + (size_t)r * KC + k);
@@ -131,7 +146,14 @@ __device__ __forceinline__ void gemv_norm_x(float *xs, int KC, int K, const cuda
             b.z *= wf[6] + f.norm_offset, b.w *= wf[7] + f.norm_offset;
             p[0] = a, p[1] = b;
         }
+    };
+#pragma unroll
+    for (int i = 0; i < GEMV_NW; i++) {
+        const int k = (threadIdx.x + i * blockDim.x) * 8;
+        if (k < K) piece(k, R == 1 ? nw[i] : __ldg((const uint4 *)(f.norm_w + k)));
     }
+    for (int k = (threadIdx.x + GEMV_NW * blockDim.x) * 8; k < K; k += blockDim.x * 8)
+        piece(k, __ldg((const uint4 *)(f.norm_w + k)));
 #pragma unroll
     for (int r = 0; r < R; r++) {
         inv[r] = 1.0f / sqrtf(block_sum(ss[r], red) / (float)K + f.norm_eps);
@@ -259,6 +281,9 @@ gemv_bf16_kernel(cuda_gemv_segs segs,           /* W [N, K] -> y [rows, N] per s
     const int batch = GEMV_STEP * GEMV_U;
     bool preloaded = part * batch < min(KC, K);
     if (preloaded && early) load_batch(0, part * batch, min(KC, K));
+    uint4 nw[GEMV_NW]; /* the norm weight's first pieces, also before the wait (one row: at
+                        * two the registers would spill) */
+    if (NRM && R == 1) gemv_norm_w_early(f, K, nw);
     pdl_wait(); /* x is the previous kernel's output */
     pdl_trigger();
     gemv_stage_x<R, XT>(xbuf, x, rows, K, KC, 0, min(KC, K));
@@ -278,7 +303,7 @@ gemv_bf16_kernel(cuda_gemv_segs segs,           /* W [N, K] -> y [rows, N] per s
         }
         const XT *xs = xbuf + (size_t)(c & 1) * R * KC;
         if (NRM) /* one chunk (the launcher's rule): all of x is in xbuf */
-            gemv_norm_x<R>((float *)xbuf, KC, K, f, &gemv_red[0][0], inv); /* >= 8 floats */
+            gemv_norm_x<R>((float *)xbuf, KC, K, f, &gemv_red[0][0], inv, nw); /* >= 8 floats */
 
         for (int base = part * batch; base < len; base += ks * batch) {
             /* All loads first: RPW*U independent 16-byte loads in flight per lane. */
@@ -314,19 +339,19 @@ gemv_bf16_kernel(cuda_gemv_segs segs,           /* W [N, K] -> y [rows, N] per s
     for (int p = 0; p < GEMV_RPW; p++)
 #pragma unroll
         for (int r = 0; r < R; r++) tot[p][r] = warp_sum(acc[p][r]);
+    if (NRM && blockIdx.x == 0) { /* xbuf holds x (w + offset), all of it; every thread */
+        const float *xw = (const float *)xbuf;
+        for (int i = threadIdx.x; i < rows * K; i += blockDim.x) {
+            const int r = i / K, k = i - r * K;
+            f.xn[i] = xw[(size_t)r * KC + k] * (r == 0 ? inv[0] : inv[R - 1]); /* R <= 2 */
+        }
+    }
     if (ks > 1 && !ksplit_sum<GEMV_RPW, R>(tot, gemv_red, warp, part, ks)) return;
     if (NRM) {
 #pragma unroll
         for (int r = 0; r < R; r++)
 #pragma unroll
             for (int p = 0; p < GEMV_RPW; p++) tot[p][r] *= inv[r];
-        if (blockIdx.x == 0) { /* xbuf holds x (w + offset), all of it */
-            const float *xw = (const float *)xbuf;
-            for (int i = threadIdx.x; i < rows * K; i += blockDim.x) {
-                const int r = i / K, k = i - r * K;
-                f.xn[i] = xw[(size_t)r * KC + k] * (r == 0 ? inv[0] : inv[R - 1]); /* R <= 2 */
-            }
-        }
     }
     if (f.rope_cs) { /* q, k rotated; k and v also to the KV pools */
         gemv_rope_store<R>(f, seg, nrow, ok, tot, (float *)y, N, segs.N[1], rows, lane);
@@ -539,8 +564,8 @@ static int gemv_core_launch(cuda_gemv_segs segs, const XT *x, int y_bf16, int ro
     if ((n_total + 8 * GEMV_RPW - 1) / (8 * GEMV_RPW) < 2 * s_sm_count[cd]) warps = 4;
     /* K split: small matrices leave too few warps to keep enough loads in flight, and each
      * walks K in many serial batches; ks warps sharing a row group each take every ks-th
-     * batch (the fused launches keep ks = 1: their epilogues, the GLU's two-units-per-warp
-     * mapping among them, assume one warp per row group) */
+     * batch (the GLU and RoPE epilogues keep ks = 1: their row mappings assume one warp per
+     * row group; the norm prologue is CTA-wide and its scale applies after the K-split sum) */
     const int groups = (n_total + GEMV_RPW - 1) / GEMV_RPW;
     const int batches = (K + GEMV_STEP * GEMV_U - 1) / (GEMV_STEP * GEMV_U);
     int ks = cuda_gemv_ksplit();
@@ -548,7 +573,7 @@ static int gemv_core_launch(cuda_gemv_segs segs, const XT *x, int y_bf16, int ro
         ks = 1;
         while (ks < 4 && groups * ks < 16 * s_sm_count[cd] && batches >= 2 * ks) ks *= 2;
     }
-    if (f.norm_w || f.glu || f.rope_cs || ks > batches) ks = 1;
+    if (f.glu || f.rope_cs || ks > batches) ks = 1;
     if (ks > 1) warps = 8;
     const int rows_per_cta = warps / ks * GEMV_RPW;
     int grid = 0;
