@@ -136,11 +136,15 @@ static void env_load(void) {
         static const char *const k_skip[] = {"attn", "norm", "glu", "rope"};
         char buf[128];
         snprintf(buf, sizeof buf, "%s", s);
-        for (char *save = NULL, *t = strtok_r(buf, ",+", &save); t; t = strtok_r(NULL, ",+", &save)) {
+        char *save = NULL;
+        for (char *t = strtok_r(buf, ",+", &save); t; t = strtok_r(NULL, ",+", &save)) {
             int k = 0;
             while (k < 4 && strcasecmp(t, k_skip[k])) k++;
-            if (k < 4) g_env.diag_skip |= 1u << k;
-            else fprintf(stderr, "mlxcel warn: MLXCEL_DIAG_SKIP: '%s' unknown (attn,norm,glu,rope)\n", t);
+            if (k < 4)
+                g_env.diag_skip |= 1u << k;
+            else
+                fprintf(stderr, "mlxcel warn: MLXCEL_DIAG_SKIP: '%s' unknown (attn, norm, glu, "
+                                "rope)\n", t);
         }
     }
     g_env.attn_cluster = env_int("MLXCEL_ATTN_CLUSTER", 16, 0, 16);

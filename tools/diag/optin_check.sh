@@ -5,8 +5,9 @@
 # Session 12 ran it with both as opt-ins (bench/results/2026-12-03-optin.md); they are the
 # defaults since, so "-" below is both on. test_cuda as is (its attn group runs every decode
 # case with the other walk against the CPU), quant + e2e groups with the old settings; the
-# attention op bench ("attn auto", the default walk, against "attn cc", the CUDA-core one); then 8B / 1B
-# bf16 decode at B=1, 4, 8, 32 four ways. Short lines only. Carry .carry/devpack.tar.xz.
+# attention op bench ("attn auto", the default walk, against "attn cc", the CUDA-core one);
+# then 8B / 1B bf16 decode at B=1, 4, 8, 32 four ways. Short lines only. Carry
+# .carry/devpack.tar.xz.
 #   bash tools/diag/optin_check.sh
 set -u
 . bench/device_env.sh
