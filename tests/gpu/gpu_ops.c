@@ -540,10 +540,10 @@ static float *pool_to_host(const void *d, size_t n, bool bf16) {
 
 /* The q/k/v GEMV with RoPE + KV write in its epilogue (cuda_gemv_fuse.rope_cs) against the
  * plain launches on the same inputs (the GEMV, then cuda_rope_kv_f32): rotated q and k, v,
- * and both pools, including a row whose slot is -1 (not written). K split 1 for both, so the
- * sums are the same; the rotation may contract differently (tolerance 1e-6, pools one bf16
- * rounding). */
-static void test_gemv_rope(int rows, int Hq, int Hkv, int D, int K, bool pool_bf16) {
+ * and both pools, including a row whose slot is -1 (not written). The same K split ks for
+ * both, so the sums are the same; the rotation may contract differently (tolerance 1e-6,
+ * pools one bf16 rounding). */
+static void test_gemv_rope(int rows, int Hq, int Hkv, int D, int K, bool pool_bf16, int ks) {
     const int N[3] = {Hq * D, Hkv * D, Hkv * D}, half = D / 2, slots = 6;
     const size_t pool_n = (size_t)slots * Hkv * D, esz = pool_bf16 ? 2 : 4;
     float *x = malloc((size_t)rows * K * 4), *cs = malloc((size_t)rows * D * 4);
@@ -574,7 +574,7 @@ static void test_gemv_rope(int rows, int Hq, int Hkv, int D, int K, bool pool_bf
         cudaMemset(kp[pth], 0, pool_n * esz), cudaMemset(vp[pth], 0, pool_n * esz);
     }
     const int ks_prev = cuda_gemv_ksplit();
-    cuda_set_gemv_ksplit(1);
+    cuda_set_gemv_ksplit(ks);
     int rc[2] = {-1, -1};
     for (int pth = 0; pth < 2; pth++) {
         cuda_gemv_segs segs;
@@ -602,8 +602,8 @@ static void test_gemv_rope(int rows, int Hq, int Hkv, int D, int K, bool pool_bf
     static const char *names[3] = {"q", "k", "v"};
     char what[120];
     for (int i = 0; i < 3; i++) {
-        snprintf(what, sizeof what, "gemv + rope + kv write, rows %d, %d/%d heads of %d, K %d: %s",
-                 rows, Hq, Hkv, D, K, names[i]);
+        snprintf(what, sizeof what, "gemv + rope + kv write, rows %d, %d/%d heads of %d, K %d, "
+                 "ks %d: %s", rows, Hq, Hkv, D, K, ks, names[i]);
         if (rc[0] || rc[1]) {
             gt_report(what, 1.0, 0, 1);
             continue;
@@ -618,8 +618,8 @@ static void test_gemv_rope(int rows, int Hq, int Hkv, int D, int K, bool pool_bf
         float *b = pool_to_host(i ? vp[1] : kp[1], pool_n, pool_bf16);
         long bad = 0;
         const double rel = gt_rel_err(b, a, pool_n, &bad);
-        snprintf(what, sizeof what, "gemv + rope + kv write, rows %d, %s pool (%s)", rows,
-                 i ? "v" : "k", pool_bf16 ? "bf16" : "fp32");
+        snprintf(what, sizeof what, "gemv + rope + kv write, rows %d, ks %d, %s pool (%s)", rows,
+                 ks, i ? "v" : "k", pool_bf16 ? "bf16" : "fp32");
         gt_report(what, rel, pool_bf16 ? 8e-3 : 1e-6, bad);
         free(a), free(b);
     }
@@ -731,8 +731,10 @@ int gt_run_op_tests(void) {
         test_gemv_norm(2, 2048, ks);
     }
     test_gemv_norm(1, 8192, 2); /* more norm-weight pieces than the early loads */
-    test_gemv_rope(1, 32, 8, 128, 4096, true); /* the 8B shape's q/k/v */
-    test_gemv_rope(2, 4, 2, 64, 1024, false);  /* two rows (one slot -1), fp32 pools */
+    for (int ks = 1; ks <= 4; ks *= 2) /* the 8B shape's q/k/v at every K split */
+        test_gemv_rope(1, 32, 8, 128, 4096, true, ks);
+    test_gemv_rope(2, 4, 2, 64, 1024, false, 1); /* two rows (one slot -1), fp32 pools */
+    test_gemv_rope(2, 4, 2, 64, 2048, false, 2);
     test_glu_matmul_fused(8, ACT_SILU);
     test_norm_rope_elem();
     test_moe(1, 128, 8, 2048, 768);

@@ -222,9 +222,9 @@ gemv_bf16_kernel(cuda_gemv_segs segs,           /* W [N, K] -> y [rows, N] per s
     }
     const int n0 = (((int)blockIdx.x - c0) * ((blockDim.x >> 5) / ks) + group) *
                    (glu ? 2 : GEMV_RPW);
-    /* RoPE (q, k segments): a warp owns the rotation pairs of two adjacent dims, rows
-     * {2w, 2w + 1, 2w + D/2, 2w + 1 + D/2} of head h for the warp's index h * D/4 + w, so the
-     * epilogue rotates in registers (ks = 1 here: n0 / 4 is the warp's index) */
+    /* RoPE (q, k segments): a row group owns the rotation pairs of two adjacent dims, rows
+     * {2w, 2w + 1, 2w + D/2, 2w + 1 + D/2} of head h for the group's index h * D/4 + w (n0 /
+     * 4), so the epilogue rotates in registers (after the K-split sum, in part 0's warp) */
     const bool rope = f.rope_cs != NULL && seg < 2;
     const int rope_base = rope ? n0 / GEMV_RPW / (f.head_dim / 4) * f.head_dim +
                                      2 * (n0 / GEMV_RPW % (f.head_dim / 4))
@@ -564,8 +564,8 @@ static int gemv_core_launch(cuda_gemv_segs segs, const XT *x, int y_bf16, int ro
     if ((n_total + 8 * GEMV_RPW - 1) / (8 * GEMV_RPW) < 2 * s_sm_count[cd]) warps = 4;
     /* K split: small matrices leave too few warps to keep enough loads in flight, and each
      * walks K in many serial batches; ks warps sharing a row group each take every ks-th
-     * batch (the GLU and RoPE epilogues keep ks = 1: their row mappings assume one warp per
-     * row group; the norm prologue is CTA-wide and its scale applies after the K-split sum) */
+     * batch (the GLU epilogue keeps ks = 1: its grid counts two units a warp; the norm
+     * prologue is CTA-wide, its scale and the RoPE epilogue apply after the K-split sum) */
     const int groups = (n_total + GEMV_RPW - 1) / GEMV_RPW;
     const int batches = (K + GEMV_STEP * GEMV_U - 1) / (GEMV_STEP * GEMV_U);
     int ks = cuda_gemv_ksplit();
@@ -573,7 +573,7 @@ static int gemv_core_launch(cuda_gemv_segs segs, const XT *x, int y_bf16, int ro
         ks = 1;
         while (ks < 4 && groups * ks < 16 * s_sm_count[cd] && batches >= 2 * ks) ks *= 2;
     }
-    if (f.glu || f.rope_cs || ks > batches) ks = 1;
+    if (f.glu || ks > batches) ks = 1;
     if (ks > 1) warps = 8;
     const int rows_per_cta = warps / ks * GEMV_RPW;
     int grid = 0;
