@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# GPU machine, one call (~2.5 min): the norm fused into the GEMV (MLXCEL_GEMV_FUSE, with RoPE:
-# MLXCEL_GEMV_ROPE) against the small kernels skipped outright (MLXCEL_DIAG_SKIP: the bound a
-# fusion can reach), new build and the build before (BIN=mlxcel-base). test_cuda's ops + e2e
-# groups with the fusions on first. Carry .carry/devpack.tar.xz.
+# GPU machine, one call (~3.5 min): the norm fused into the GEMV (MLXCEL_GEMV_FUSE) and RoPE
+# in its epilogue (MLXCEL_GEMV_ROPE) against the small kernels skipped outright
+# (MLXCEL_DIAG_SKIP: the bound a fusion can reach), this build and the build before the
+# session-12 fusion changes (BIN=mlxcel-base: pack commit 67ecc1c's mlxcel beside, as
+# .carry/dev/mlxcel-base). test_cuda's ops + e2e groups with the fusions on first (the ops
+# group has test_gemv_norm / test_gemv_rope at K split 1, 2, 4), then per-kernel times of an
+# 8B step fused (step_ncu.sh). Carry .carry/devpack.tar.xz.
 #   bash tools/diag/fuse_check.sh
 set -u
 . bench/device_env.sh
@@ -13,7 +16,11 @@ env MLXCEL_GEMV_FUSE=1 MLXCEL_GEMV_ROPE=1 TEST_CUDA_ONLY=ops,e2e timeout 100 \
   .carry/dev/test_cuda . > "$D/test-fuse.log" 2>&1
 echo "== test ops,e2e $F: rc $? $(tail -1 "$D/test-fuse.log"), $((SECONDS - T0)) s"
 grep '^FAIL' "$D/test-fuse.log" | head -5 | cut -c1-160
+B=""; [ -x .carry/dev/mlxcel-base ] && B="$F,BIN=mlxcel-base"
 SHAPES="llama-3.1-8b llama-3.2-1b" BATCH=1 REPEAT=2 \
-  AB="- $F $F,BIN=mlxcel-base MLXCEL_GEMV_FUSE=1 MLXCEL_DIAG_SKIP=norm+glu+rope \
-MLXCEL_GEMV_KSPLIT=1" timeout 150 bash tools/diag/bench_ab.sh | awk '{print $1,$2,$3,$6,$12}'
+  AB="- $F $B MLXCEL_GEMV_FUSE=1 MLXCEL_DIAG_SKIP=norm+glu+rope \
+MLXCEL_DIAG_SKIP=attn+norm+glu+rope" timeout 150 bash tools/diag/bench_ab.sh |
+  awk '{print $1,$2,$3,$6,$12}'
+echo "== bench: $((SECONDS - T0)) s"
+SHAPES=llama-3.1-8b AB="$F" COUNT=600 timeout 120 bash tools/diag/step_ncu.sh
 echo "== done: $((SECONDS - T0)) s"
