@@ -11,8 +11,9 @@
 typedef enum { MX_AUTOTUNE_OFF = 0, MX_AUTOTUNE_CACHE, MX_AUTOTUNE_ON } mx_autotune_mode;
 
 /* MLXCEL_DIAG_SKIP (list, "," or "+" between): CUDA decode kernels not launched, for timing
- * what each costs on the step's critical path. The outputs are wrong: diagnostics only. */
-enum { MX_SKIP_ATTN = 1, MX_SKIP_NORM = 2, MX_SKIP_GLU = 4, MX_SKIP_ROPE = 8 };
+ * what each costs on the step's critical path (prep: the int8 qmv's x preparation, which
+ * holds the norm / GLU on quantized models). The outputs are wrong: diagnostics only. */
+enum { MX_SKIP_ATTN = 1, MX_SKIP_NORM = 2, MX_SKIP_GLU = 4, MX_SKIP_ROPE = 8, MX_SKIP_PREP = 16 };
 
 typedef struct mx_env_t {
     int log_level;                 /* MLXCEL_LOG_LEVEL: error|warn|info|debug (info) */

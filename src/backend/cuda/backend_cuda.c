@@ -561,12 +561,13 @@ static int cu_init(int dev, mx_error *err) {
                        cudaGetErrorString(cudaGetLastError()));
     const mx_env_t *env = mx_env();
     if (env->diag_skip && dev == 0)
-        LOG_WARN("MLXCEL_DIAG_SKIP: some decode kernels (%s%s%s%s) are not launched; the "
+        LOG_WARN("MLXCEL_DIAG_SKIP: some decode kernels (%s%s%s%s%s) are not launched; the "
                  "outputs are wrong (timing diagnostics only)",
                  env->diag_skip & MX_SKIP_ATTN ? "attn " : "",
                  env->diag_skip & MX_SKIP_NORM ? "norm " : "",
                  env->diag_skip & MX_SKIP_GLU ? "glu " : "",
-                 env->diag_skip & MX_SKIP_ROPE ? "rope" : "");
+                 env->diag_skip & MX_SKIP_ROPE ? "rope " : "",
+                 env->diag_skip & MX_SKIP_PREP ? "prep" : "");
     g_cu.gemv_rows = env->dense_gemv_rows > CU_GEMV_MAX_ROWS ? CU_GEMV_MAX_ROWS : env->dense_gemv_rows;
     g_cu.gemv_fuse = env->gemv_fuse;
     g_cu.gemv_rope = env->gemv_rope;

@@ -233,6 +233,7 @@ typedef struct cuda_qmv_args {
     const float *norm_y;
     const uint16_t *norm_w; /* bf16 [K] */
     float norm_eps, norm_offset;
+    int skip_prep; /* cuda_qmv_i8: no prep launch (MLXCEL_DIAG_SKIP=prep; output wrong) */
 } cuda_qmv_args;
 size_t cuda_qmv_workspace_bytes(int K);
 /* multirow: one of CUDA_QMV_MULTIROW_VALUES (else cudaErrorInvalidValue). */

@@ -175,8 +175,10 @@ static int qmv_launch(cuda_qmv_args *a) {
         a->norm_w = NULL;
     }
     if (tc_ok(a)) return cuda_qmv_tc(a, g_cu.qmv_multirow, g_cu.st);
-    if (i8_ok(a))
+    if (i8_ok(a)) {
+        a->skip_prep = (mx_env()->diag_skip & MX_SKIP_PREP) != 0;
         return qmv_ws(a, cuda_qmv_i8_workspace_bytes(a->K)) ? -1 : cuda_qmv_i8(a, g_cu.st);
+    }
     if (mma_ok(a))
         return qmv_ws(a, cuda_qmv_mma_workspace_bytes(a->K)) ? -1 : cuda_qmv_mma(a, g_cu.st);
     if (a->rows >= g_cu.qmv_bulk_min_rows && bulk_ok(a)) {

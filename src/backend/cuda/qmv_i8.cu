@@ -225,8 +225,9 @@ template <int BITS, int G, int SBT, int NT> struct qi_launch {
         const int S = qw_steps(a->K);
         float *xsc = (float *)(xq + qi_quads(a->K)), *xsum = xsc + (size_t)S * QW_XW;
         pdl_launch p;
-        cudaError_t e;
-        if (a->norm_w) { /* one CTA a row: the norm's sum of squares spans the row */
+        cudaError_t e = cudaSuccess;
+        if (a->skip_prep) { /* timing diagnostics (MLXCEL_DIAG_SKIP=prep): stale x */
+        } else if (a->norm_w) { /* one CTA a row: the norm's sum of squares spans the row */
             pdl_launch_config(&p, dim3(QW_ROWS), dim3(256), 0, st);
             e = cudaLaunchKernelEx(&p.cfg, qi_prep_norm_kernel<G, BITS>, xq, xsc, xsum,
                                    (float *)a->x, a->ldx, a->rows, a->K, a->norm_x, a->norm_y,
