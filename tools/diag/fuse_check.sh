@@ -2,8 +2,8 @@
 # GPU machine, one call (~3.5 min): the norm fused into the GEMV (MLXCEL_GEMV_FUSE) and RoPE
 # in its epilogue (MLXCEL_GEMV_ROPE) against the small kernels skipped outright
 # (MLXCEL_DIAG_SKIP: the bound a fusion can reach), this build and the build before the
-# session-12 fusion changes (BIN=mlxcel-base: pack commit 67ecc1c's mlxcel beside, as
-# .carry/dev/mlxcel-base). test_cuda's ops + e2e groups with the fusions on first (the ops
+# session-12 fusion changes (BIN=mlxcel-base: pack with `BASE=67ecc1c XZ=1 bash
+# bench/pack_device.sh`). test_cuda's ops + e2e groups with the fusions on first (the ops
 # group has test_gemv_norm / test_gemv_rope at K split 1, 2, 4), then per-kernel times of an
 # 8B step fused (step_ncu.sh). Carry .carry/devpack.tar.xz.
 #   bash tools/diag/fuse_check.sh
