@@ -2,6 +2,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <cmocka.h>
 
 #include "base/dtype.h"
@@ -44,11 +45,35 @@ static void test_error(void **st) {
     assert_string_equal(e.msg, "file a.safetensors: tensor w missing");
 }
 
+/* The CUDA decode defaults measured in session 12, and MLXCEL_DIAG_SKIP's list. */
+static void test_env(void **st) {
+    (void)st;
+    unsetenv("MLXCEL_DIAG_SKIP");
+    unsetenv("MLXCEL_ATTN_TC");
+    unsetenv("MLXCEL_DENSE_GEMV_ROWS");
+    unsetenv("MLXCEL_GEMV_TC_SPLIT_ROWS");
+    mx_env_reload();
+    assert_true(mx_env()->attn_tc);
+    assert_int_equal(mx_env()->dense_gemv_rows, 2);
+    assert_int_equal(mx_env()->gemv_split_rows, 8);
+    assert_int_equal(mx_env()->diag_skip, 0);
+    setenv("MLXCEL_DIAG_SKIP", "attn+PREP,rope", 1);
+    mx_env_reload();
+    assert_int_equal(mx_env()->diag_skip, MX_SKIP_ATTN | MX_SKIP_PREP | MX_SKIP_ROPE);
+    setenv("MLXCEL_DIAG_SKIP", "norm,bogus", 1); /* the unknown name warns, the rest holds */
+    mx_env_reload();
+    assert_int_equal(mx_env()->diag_skip, MX_SKIP_NORM);
+    unsetenv("MLXCEL_DIAG_SKIP");
+    mx_env_reload();
+    assert_int_equal(mx_env()->diag_skip, 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bytes),
         cmocka_unit_test(test_dtype),
         cmocka_unit_test(test_error),
+        cmocka_unit_test(test_env),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
