@@ -133,18 +133,20 @@ static void env_load(void) {
     g_env.gemv_split_rows = env_int("MLXCEL_GEMV_TC_SPLIT_ROWS", 8, 0, 16);
     g_env.gemv_prefetch_kb = env_int("MLXCEL_GEMV_PREFETCH_KB", 0, 0, 4096);
     if ((s = getenv("MLXCEL_DIAG_SKIP")) && *s) {
-        static const char *const k_skip[] = {"attn", "norm", "glu", "rope", "prep"};
+        static const char *const k_skip[] = {"attn", "norm", "glu", "rope", "prep",
+                                             "qkv",  "o",    "gu",  "down"};
+        const int n_skip = (int)(sizeof k_skip / sizeof k_skip[0]);
         char buf[128];
         snprintf(buf, sizeof buf, "%s", s);
         char *save = NULL;
         for (char *t = strtok_r(buf, ",+", &save); t; t = strtok_r(NULL, ",+", &save)) {
             int k = 0;
-            while (k < 5 && strcasecmp(t, k_skip[k])) k++;
-            if (k < 5)
+            while (k < n_skip && strcasecmp(t, k_skip[k])) k++;
+            if (k < n_skip)
                 g_env.diag_skip |= 1u << k;
             else
                 fprintf(stderr, "mlxcel warn: MLXCEL_DIAG_SKIP: '%s' unknown (attn, norm, glu, "
-                                "rope, prep)\n", t);
+                                "rope, prep, qkv, o, gu, down)\n", t);
         }
     }
     g_env.attn_cluster = env_int("MLXCEL_ATTN_CLUSTER", 16, 0, 16);

@@ -12,8 +12,12 @@ typedef enum { MX_AUTOTUNE_OFF = 0, MX_AUTOTUNE_CACHE, MX_AUTOTUNE_ON } mx_autot
 
 /* MLXCEL_DIAG_SKIP (list, "," or "+" between): CUDA decode kernels not launched, for timing
  * what each costs on the step's critical path (prep: the int8 qmv's x preparation, which
- * holds the norm / GLU on quantized models). The outputs are wrong: diagnostics only. */
-enum { MX_SKIP_ATTN = 1, MX_SKIP_NORM = 2, MX_SKIP_GLU = 4, MX_SKIP_ROPE = 8, MX_SKIP_PREP = 16 };
+ * holds the norm / GLU on quantized models; qkv, o, gu, down: the 1..2-row bf16 GEMVs of a
+ * layer, with whatever is fused into them). The outputs are wrong: diagnostics only. */
+enum {
+    MX_SKIP_ATTN = 1, MX_SKIP_NORM = 2, MX_SKIP_GLU = 4, MX_SKIP_ROPE = 8, MX_SKIP_PREP = 16,
+    MX_SKIP_QKV = 32, MX_SKIP_O = 64, MX_SKIP_GU = 128, MX_SKIP_DOWN = 256
+};
 
 typedef struct mx_env_t {
     int log_level;                 /* MLXCEL_LOG_LEVEL: error|warn|info|debug (info) */

@@ -60,6 +60,9 @@ static void test_env(void **st) {
     setenv("MLXCEL_DIAG_SKIP", "attn+PREP,rope", 1);
     mx_env_reload();
     assert_int_equal(mx_env()->diag_skip, MX_SKIP_ATTN | MX_SKIP_PREP | MX_SKIP_ROPE);
+    setenv("MLXCEL_DIAG_SKIP", "down+o,gu+QKV", 1);
+    mx_env_reload();
+    assert_int_equal(mx_env()->diag_skip, MX_SKIP_DOWN | MX_SKIP_O | MX_SKIP_GU | MX_SKIP_QKV);
     setenv("MLXCEL_DIAG_SKIP", "norm,bogus", 1); /* the unknown name warns, the rest holds */
     mx_env_reload();
     assert_int_equal(mx_env()->diag_skip, MX_SKIP_NORM);

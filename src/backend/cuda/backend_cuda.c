@@ -167,6 +167,9 @@ static void flush_add(void) {
 }
 
 void cu_flush_rope(void) {
+    /* the held GEMVs first: the held ropes may rotate their outputs (be_rope keeps both held
+     * so the KV write can hand the rotation to the q/k/v GEMV's epilogue) */
+    if (g_cu.pend_rope.count) cu_flush_mm();
     cu_flush_norm();
     const int cnt = g_cu.pend_rope.count;
     g_cu.pend_rope.count = 0;
@@ -288,8 +291,7 @@ static void be_rms_norm(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, 
 }
 
 static void be_rope(mx_tensor *x, const float *cos_sin, int rot_dim) {
-    cu_flush_glu();
-    cu_flush_mm();
+    cu_flush_glu(); /* the held GEMVs stay held: cu_flush_rope runs them before any rope */
     if (g_cu.pend_add.on) cu_flush();
     /* rope(q), rope(k) are held for the KV write that follows (one fused launch) */
     struct { int n, D; } sh = {(int)x->shape[0], (int)x->shape[2]};

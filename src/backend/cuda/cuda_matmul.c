@@ -19,6 +19,7 @@
 #include "backend/cuda/cuda_be.h"
 #include "backend/cuda/cuda_elem.h"
 #include "backend/cuda/cuda_ops.h"
+#include "base/env.h"
 #include "base/log.h"
 
 /* ==== cuBLASLt plans ==== */
@@ -157,6 +158,13 @@ static void flush_gemv(void) {
     g_cu.pend_mm.segs.n = 0;
     memset(&g_cu.pend_mm.fuse, 0, sizeof g_cu.pend_mm.fuse);
     const int rows = g_cu.pend_mm.rows, K = g_cu.pend_mm.K;
+    /* timing diagnostics (outputs wrong): a layer's GEMV left out, told apart by its shape */
+    const unsigned kind = segs.n == 3      ? MX_SKIP_QKV
+                          : segs.n == 2    ? MX_SKIP_GU
+                          : segs.N[0] == K ? MX_SKIP_O
+                          : segs.N[0] < K  ? MX_SKIP_DOWN
+                                           : 0;
+    if (mx_env()->diag_skip & kind) return;
     const bool fused = f.norm_w || f.res || f.glu || f.rope_cs;
     int rc = fused ? cuda_gemv_bf16_fused(&segs, &f, g_cu.pend_mm.x, rows, K, g_cu.st)
                    : (int)cudaErrorInvalidValue;
@@ -207,13 +215,13 @@ bool cu_mm_take_add(float *x, const float *y, int rows, int cols) {
     return true;
 }
 
-/* out = act(gate) * up where gate, up are the held GEMV's two outputs. */
+/* out = act(gate) * up where gate, up are the held GEMV's two outputs. out may be gate or up
+ * (the forward writes it in place): one lane writes gate, up and then out of each unit. */
 bool cu_mm_take_glu(float *out, const float *gate, const float *up, int rows, int cols, int act) {
     if (!mm_fusable() || g_cu.pend_mm.segs.n != 2 || g_cu.pend_mm.segs.y[0] != gate ||
         g_cu.pend_mm.segs.y[1] != up || g_cu.pend_mm.bias[0] || g_cu.pend_mm.bias[1] ||
         g_cu.pend_mm.rows != rows || g_cu.pend_mm.segs.N[0] != cols ||
-        g_cu.pend_mm.segs.N[1] != cols || out == g_cu.pend_mm.x || out == g_cu.pend_mm.xin ||
-        out == gate || out == up)
+        g_cu.pend_mm.segs.N[1] != cols || out == g_cu.pend_mm.x || out == g_cu.pend_mm.xin)
         return false;
     g_cu.pend_mm.fuse.glu = out;
     g_cu.pend_mm.fuse.act = act;

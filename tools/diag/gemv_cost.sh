@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# GPU machine, one call (~2.5 min): the norm, GLU and RoPE fused into the GEMVs
+# (MLXCEL_GEMV_FUSE=1 MLXCEL_GEMV_ROPE=1; since session 13 the GLU epilogue and the RoPE
+# epilogue actually engage in the decode step) with test_cuda's ops + e2e groups first, then
+# 8B / 1B B=1: as is, fused, and fused without each of a layer's four GEMVs
+# (MLXCEL_DIAG_SKIP=qkv|o|gu|down: what each costs on the chain, against its bytes at copy
+# speed), then an 8B fused step profile. Carry .carry/devpack.tar.xz (bench/pack_device.sh).
+#   bash tools/diag/gemv_cost.sh
+set -u
+. bench/device_env.sh
+diag_init
+T0=$SECONDS
+F=MLXCEL_GEMV_FUSE=1,MLXCEL_GEMV_ROPE=1
+env MLXCEL_GEMV_FUSE=1 MLXCEL_GEMV_ROPE=1 TEST_CUDA_ONLY=ops,e2e timeout 100 \
+  .carry/dev/test_cuda . > "$D/test-fuse.log" 2>&1
+echo "== test ops,e2e $F: rc $? $(tail -1 "$D/test-fuse.log"), $((SECONDS - T0)) s"
+grep '^FAIL' "$D/test-fuse.log" | head -5 | cut -c1-160
+SHAPES="llama-3.1-8b llama-3.2-1b" BATCH=1 REPEAT=2 \
+  AB="- $F $F,MLXCEL_DIAG_SKIP=qkv $F,MLXCEL_DIAG_SKIP=o $F,MLXCEL_DIAG_SKIP=gu \
+$F,MLXCEL_DIAG_SKIP=down $F,MLXCEL_DIAG_SKIP=attn" timeout 200 bash tools/diag/bench_ab.sh |
+  awk '{print $1,$2,$3,$6,$12}'
+echo "== bench: $((SECONDS - T0)) s"
+SHAPES=llama-3.1-8b AB="$F" COUNT=600 timeout 120 bash tools/diag/step_ncu.sh
+echo "== done: $((SECONDS - T0)) s"
