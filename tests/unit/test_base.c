@@ -45,15 +45,19 @@ static void test_error(void **st) {
     assert_string_equal(e.msg, "file a.safetensors: tensor w missing");
 }
 
-/* The CUDA decode defaults measured in session 12, and MLXCEL_DIAG_SKIP's list. */
+/* The CUDA decode defaults measured in sessions 12 and 13, and MLXCEL_DIAG_SKIP's list. */
 static void test_env(void **st) {
     (void)st;
     unsetenv("MLXCEL_DIAG_SKIP");
     unsetenv("MLXCEL_ATTN_TC");
     unsetenv("MLXCEL_DENSE_GEMV_ROWS");
     unsetenv("MLXCEL_GEMV_TC_SPLIT_ROWS");
+    unsetenv("MLXCEL_GEMV_FUSE");
+    unsetenv("MLXCEL_GEMV_ROPE");
     mx_env_reload();
     assert_true(mx_env()->attn_tc);
+    assert_true(mx_env()->gemv_fuse);
+    assert_true(mx_env()->gemv_rope);
     assert_int_equal(mx_env()->dense_gemv_rows, 2);
     assert_int_equal(mx_env()->gemv_split_rows, 8);
     assert_int_equal(mx_env()->diag_skip, 0);
