@@ -127,7 +127,7 @@ static void env_load(void) {
     g_env.cuda_pdl = env_bool("MLXCEL_CUDA_PDL", true);
     g_env.lt_splitk = env_bool("MLXCEL_LT_SPLITK", true);
     g_env.join_qkv = env_bool("MLXCEL_JOIN_QKV", true);
-    g_env.gemv_fuse = env_bool("MLXCEL_GEMV_FUSE", true);
+    g_env.gemv_fuse = env_int("MLXCEL_GEMV_FUSE", 1, 0, 2);
     g_env.gemv_rope = env_bool("MLXCEL_GEMV_ROPE", true);
     g_env.gemv_tc_rows = env_int("MLXCEL_GEMV_TC_ROWS", 8, 0, 32);
     g_env.gemv_split_rows = env_int("MLXCEL_GEMV_TC_SPLIT_ROWS", 8, 0, 16);

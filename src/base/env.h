@@ -30,7 +30,7 @@ typedef struct mx_env_t {
     bool cuda_pdl;                 /* MLXCEL_CUDA_PDL (1): programmatic dependent launch */
     bool lt_splitk;                /* MLXCEL_LT_SPLITK (1): cuBLASLt may pick split-K algorithms */
     bool join_qkv;                 /* MLXCEL_JOIN_QKV (1): Q/K/V in one device buffer, one GEMM */
-    bool gemv_fuse;                /* MLXCEL_GEMV_FUSE (1): norm/add/GLU in 1..2-row GEMVs */
+    int gemv_fuse;                 /* MLXCEL_GEMV_FUSE (1): norm/add/GLU in GEMVs of <= N rows */
     bool gemv_rope;                /* MLXCEL_GEMV_ROPE (1): RoPE + KV write in the q/k/v GEMV */
     int gemv_prefetch_kb;          /* MLXCEL_GEMV_PREFETCH_KB (0): L2 prefetch per GEMV CTA */
     unsigned diag_skip;            /* MLXCEL_DIAG_SKIP: MX_SKIP_* kernels not launched (timing) */

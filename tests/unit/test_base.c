@@ -56,7 +56,7 @@ static void test_env(void **st) {
     unsetenv("MLXCEL_GEMV_ROPE");
     mx_env_reload();
     assert_true(mx_env()->attn_tc);
-    assert_true(mx_env()->gemv_fuse);
+    assert_int_equal(mx_env()->gemv_fuse, 1);
     assert_true(mx_env()->gemv_rope);
     assert_int_equal(mx_env()->dense_gemv_rows, 2);
     assert_int_equal(mx_env()->gemv_split_rows, 8);

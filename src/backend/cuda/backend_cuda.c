@@ -267,7 +267,7 @@ static void norm_run_or_hold(float *x, const float *y, float *out, const uint16_
     g_cu.pend_norm.on = true;
     /* held past the GEMV rows (cuBLASLt input), at 1..2 GEMV rows (the GEMV prologue) and at
      * the int8 qmv's rows (its prep kernel computes the norm, cuda_qmatmul.c norm_into_i8) */
-    const bool lt = rows > g_cu.gemv_rows, gemv = g_cu.gemv_fuse && rows <= 2 && rows <= g_cu.gemv_rows && !y;
+    const bool lt = rows > g_cu.gemv_rows, gemv = rows <= g_cu.gemv_fuse && rows <= g_cu.gemv_rows && !y;
     const int i8_rows = g_cu.qmv_i8 > g_cu.qmv_i8_q8 ? g_cu.qmv_i8 : g_cu.qmv_i8_q8;
     const bool i8 = g_cu.qmv_i8_norm && rows <= i8_rows;
     if (!(lt || gemv || i8) || out == x || D % 8) cu_flush_norm();
@@ -432,7 +432,7 @@ static void be_describe(char *buf, size_t len) {
              "%s, compute capability %d.%d, %d SMs, %.1f GiB (%.1f GiB free) | GEMV rows <= %d "
              "(tensor-core GEMV on bf16 x to %d, its x as bf16 hi + lo to %d, cuBLASLt above; "
              "K split %s, early loads %s, "
-             "L2 prefetch %d KB per CTA, fusions %s, RoPE in GEMV %s) | "
+             "L2 prefetch %d KB per CTA, fusions to %d rows, RoPE in GEMV to %d rows) | "
              "CUDA graphs %s (cache %d) | "
              "PDL %s | decode splits %s, cluster merge <= %d, %d stages%s | "
              "qmv window %s%s%s, qmm slab %s | weights %s%s | KV bf16",
@@ -441,7 +441,7 @@ static void be_describe(char *buf, size_t len) {
              g_cu.gemv_tc_rows > g_cu.gemv_rows ? g_cu.gemv_tc_rows : g_cu.gemv_rows,
              g_cu.gemv_tc_rows < g_cu.gemv_split_rows ? g_cu.gemv_tc_rows : g_cu.gemv_split_rows,
              ks, cuda_gemv_early() ? "on" : "off", cuda_gemv_prefetch() / 1024,
-             g_cu.gemv_fuse ? "on" : "off", g_cu.gemv_rope ? "on" : "off",
+             g_cu.gemv_fuse, g_cu.gemv_rope,
              g_cu.graph_cache ? "on" : "off",
              g_cu.graph_cache, cuda_pdl_enabled() ? "on" : "off", splits, cuda_attn_cluster(),
              cuda_attn_stages(), cuda_attn_tc() ? ", tensor cores" : "", mr,
@@ -572,7 +572,7 @@ static int cu_init(int dev, mx_error *err) {
                  env->diag_skip & MX_SKIP_PREP ? "prep" : "");
     g_cu.gemv_rows = env->dense_gemv_rows > CU_GEMV_MAX_ROWS ? CU_GEMV_MAX_ROWS : env->dense_gemv_rows;
     g_cu.gemv_fuse = env->gemv_fuse;
-    g_cu.gemv_rope = env->gemv_rope;
+    g_cu.gemv_rope = env->gemv_rope ? (env->gemv_fuse > 1 ? env->gemv_fuse : 1) : 0;
     /* MLXCEL_DENSE_GEMV_ROWS=0 means cuBLASLt for every row count: no tensor-core GEMV either */
     g_cu.gemv_tc_rows = g_cu.gemv_rows ? env->gemv_tc_rows : 0;
     g_cu.gemv_split_rows = env->gemv_split_rows;

@@ -84,8 +84,10 @@ typedef struct cu_state {
     int gemv_rows;            /* rows <= this use the GEMV kernels */
     int gemv_tc_rows;         /* gemv_rows < rows <= this: tensor-core GEMV on the bf16 input */
     int gemv_split_rows;      /* ... as bf16 hi + lo parts up to these rows */
-    bool gemv_fuse;           /* MLXCEL_GEMV_FUSE: norm / residual add / GLU inside 1..2-row GEMVs */
-    bool gemv_rope;           /* MLXCEL_GEMV_ROPE: RoPE + KV write inside the q/k/v GEMV */
+    int gemv_fuse;            /* MLXCEL_GEMV_FUSE: the most rows (0..2) at which the norm, the
+                               * residual add and the GLU run inside the GEMVs */
+    int gemv_rope;            /* MLXCEL_GEMV_ROPE: the most rows at which RoPE + the KV write run
+                               * inside the q/k/v GEMV (max(gemv_fuse, 1), or 0) */
     int qmv_multirow;         /* MLXCEL_QMV_MULTIROW (0: the kernel's default) */
     int qmm_tile;             /* MLXCEL_QMM_TILE_M (0: the kernel's default) */
     bool qmv_tc;              /* MLXCEL_QMV_TC: tensor-core qmv (qmv_tc.cu) for bits 4 / 8 */

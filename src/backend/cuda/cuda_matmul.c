@@ -201,7 +201,7 @@ static void flush_gemv(void) {
 
 /* ==== GEMV fusions (1..2 rows; the kernel side is in gemv.cu) ==== */
 static bool mm_fusable(void) {
-    return g_cu.gemv_fuse && g_cu.pend_mm.segs.n > 0 && g_cu.pend_mm.rows <= 2 &&
+    return g_cu.pend_mm.segs.n > 0 && g_cu.pend_mm.rows <= g_cu.gemv_fuse &&
            !g_cu.pend_mm.fuse.res && !g_cu.pend_mm.fuse.glu;
 }
 
@@ -371,7 +371,7 @@ void cu_matmul(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, const mx_
     const float *kx = x->data;
     cuda_gemv_fuse nf;
     memset(&nf, 0, sizeof nf);
-    if (g_cu.pend_norm.on && fast && rows <= 2 && x->data == g_cu.pend_norm.out &&
+    if (g_cu.pend_norm.on && fast && rows <= g_cu.gemv_fuse && x->data == g_cu.pend_norm.out &&
         !g_cu.pend_norm.y && rows == g_cu.pend_norm.rows && K == g_cu.pend_norm.D &&
         (size_t)rows * ((K + 255) / 256 * 256) * 4 <= 64 * 1024 &&
         ((uintptr_t)g_cu.pend_norm.x & 15) == 0 && out->data != g_cu.pend_norm.x &&

@@ -251,14 +251,14 @@ static const void *step_array(const void *host, const void *h_step, const void *
     return cu_upload_small(g_cu.ids_buf, host, nbytes);
 }
 
-/* MLXCEL_GEMV_ROPE: the held q/k/v GEMV (1..2 rows, no biases, nothing else fused into its
- * epilogue) whose outputs are the held rope(q), rope(k) and this write's k and v, with all of
+/* MLXCEL_GEMV_ROPE: the held q/k/v GEMV (<= g_cu.gemv_rope rows, no biases, nothing else fused
+ * into its epilogue) whose outputs are the held rope(q), rope(k) and this write's k and v, with all of
  * head_dim rotated: it can rotate and write the KV pools itself (cuda_gemv_fuse.rope_cs). */
 static bool rope_in_gemv(const mx_tensor *k, const mx_tensor *v, const mx_attn_batch *b) {
     const cuda_gemv_segs *s = &g_cu.pend_mm.segs;
     const int D = g_cu.pend_rope.D;
-    return g_cu.gemv_rope && g_cu.pend_rope.count == 2 && s->n == 3 &&
-           g_cu.pend_mm.rows == b->n_rows && g_cu.pend_mm.rows <= 2 &&
+    return g_cu.pend_rope.count == 2 && s->n == 3 &&
+           g_cu.pend_mm.rows == b->n_rows && g_cu.pend_mm.rows <= g_cu.gemv_rope &&
            g_cu.pend_rope.rot == D && D % 8 == 0 && s->y[0] == g_cu.pend_rope.x[0] &&
            s->y[1] == k->data && s->y[2] == v->data && g_cu.pend_rope.stride[0] == s->N[0] &&
            k->stride[0] == s->N[1] && v->stride[0] == s->N[2] &&
