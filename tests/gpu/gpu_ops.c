@@ -398,9 +398,10 @@ static void test_moe(int n, int E, int k, int H, int I) {
     free(wg), free(wu), free(wd), free(x), free(rl), free(ref);
 }
 
-/* Device greedy: argmax (NaN = -inf, lowest id on ties) and log-softmax of the chosen id. */
-static void test_greedy(void) {
-    const int n = 4, V = 128256;
+/* Device greedy: argmax (NaN = -inf, lowest id on ties) and log-softmax of the chosen id.
+ * V: 128256 (chunks held in registers), 1000 (one chunk), 300007 (chunks walked in a loop). */
+static void test_greedy(int V) {
+    const int n = 4;
     float *lg = malloc((size_t)n * V * 4);
     gt_fill(lg, (size_t)n * V, 3.0f);
     lg[(size_t)1 * V + 77] = 50.0f; /* row 1: a tie at 77 and 99: 77 wins */
@@ -428,8 +429,8 @@ static void test_greedy(void) {
             if (x[v] == x[v] && x[v] != -INFINITY) lse += exp((double)x[v] - x[best]);
         const double want_lp = best >= 0 ? -log(lse) : -INFINITY;
         char what[96];
-        snprintf(what, sizeof what, "greedy row %d: id %d (want %d), logprob %.5f (want %.5f)", r,
-                 ids[r], best, lps[r], want_lp);
+        snprintf(what, sizeof what, "greedy V %d row %d: id %d (want %d), logprob %.5f (want %.5f)",
+                 V, r, ids[r], best, lps[r], want_lp);
         const double d = best >= 0 ? fabs(lps[r] - want_lp) / (fabs(want_lp) + 1e-3) : (lps[r] == -INFINITY ? 0 : 1);
         gt_report(what, ids[r] == best ? d : 1.0, 1e-4, 0);
     }
@@ -690,7 +691,9 @@ static void test_gemv_norm(int rows, int K, int ks) {
 }
 
 int gt_run_op_tests(void) {
-    test_greedy();
+    test_greedy(128256);
+    test_greedy(1000);
+    test_greedy(300007);
     const int rows[] = {1, 2, 3, 5, 8, 9, 33, 128};
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) test_matmul(rows[i], 4096, 4096, false);
     test_matmul(1, 14336, 4096, false);
