@@ -65,14 +65,19 @@ each_shape_ab() {
 # ==== The diag scripts' common stages (read D and T0) ====
 # test_cuda with every group as is, then its quant and e2e groups once per further A/B entry
 # ("A=1,B=2"); logs $D/test-*.log; one summary line each and the first failures.
+# test_cuda with the A/B entry $1 ("-" or "A=1,B=2") and TEST_CUDA_ONLY=$2 (empty: every
+# group); log $D/test-<entry>.log; prints a summary line and the first failures.
+diag_test() {
+  local e=$1 g=${2:-} n=${1%%=*}
+  env $(ab_env "$e") ${g:+TEST_CUDA_ONLY=$g} timeout 200 .carry/dev/test_cuda . \
+    > "$D/test-$n.log" 2>&1
+  echo "== test ${g:-all} $e: rc $? $(tail -1 "$D/test-$n.log"), $((SECONDS - T0)) s"
+  grep '^FAIL' "$D/test-$n.log" | head -5 | cut -c1-160
+}
+# test_cuda in full as is, then its quant + e2e groups with each A/B entry given.
 diag_tests() {
-  local e n g
-  for e in - "$@"; do
-    n=${e%%=*}; g=""; [ "$e" != - ] && g=TEST_CUDA_ONLY=quant,e2e
-    env $(ab_env "$e") $g timeout 200 .carry/dev/test_cuda . > "$D/test-$n.log" 2>&1
-    echo "== test ${g:-all} $e: rc $? $(tail -1 "$D/test-$n.log"), $((SECONDS - T0)) s"
-    grep '^FAIL' "$D/test-$n.log" | head -5 | cut -c1-160
-  done
+  local e
+  for e in - "$@"; do diag_test "$e" "$([ "$e" != - ] && echo quant,e2e)"; done
 }
 # cuda_ops_bench --only qmv (log $D/qmv.log), then its lines matching the regex $1, shortened.
 diag_qmv_bench() {

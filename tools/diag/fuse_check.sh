@@ -12,10 +12,7 @@ set -u
 diag_init
 T0=$SECONDS
 F=MLXCEL_GEMV_FUSE=1,MLXCEL_GEMV_ROPE=1
-env MLXCEL_GEMV_FUSE=1 MLXCEL_GEMV_ROPE=1 TEST_CUDA_ONLY=ops,e2e timeout 100 \
-  .carry/dev/test_cuda . > "$D/test-fuse.log" 2>&1
-echo "== test ops,e2e $F: rc $? $(tail -1 "$D/test-fuse.log"), $((SECONDS - T0)) s"
-grep '^FAIL' "$D/test-fuse.log" | head -5 | cut -c1-160
+diag_test "$F" ops,e2e
 B=""; [ -x .carry/dev/mlxcel-base ] && B="$F,BIN=mlxcel-base"
 SHAPES="llama-3.1-8b llama-3.2-1b" BATCH=1 REPEAT=2 \
   AB="- $F $B MLXCEL_GEMV_FUSE=1 MLXCEL_DIAG_SKIP=norm+glu+rope \

@@ -10,10 +10,7 @@ set -u
 . bench/device_env.sh
 diag_init
 T0=$SECONDS
-env MLXCEL_GEMV_PERSIST=1 TEST_CUDA_ONLY=ops,e2e timeout 100 .carry/dev/test_cuda . \
-  > "$D/test-persist.log" 2>&1
-echo "== test ops,e2e PERSIST=1: rc $? $(tail -1 "$D/test-persist.log"), $((SECONDS - T0)) s"
-grep '^FAIL' "$D/test-persist.log" | head -5 | cut -c1-160
+diag_test MLXCEL_GEMV_PERSIST=1 ops,e2e
 timeout 150 .carry/dev/cuda_ops_bench --only gemvks > "$D/gemvks.log" 2>&1
 echo "== op bench gemvks: rc $? $((SECONDS - T0)) s"
 grep -E "^ *gemv (ks=auto|ks=2|persist)" "$D/gemvks.log" | sed -E 's/ +/ /g' | cut -c1-110
