@@ -127,9 +127,10 @@ extern "C" int cuda_argmax_f32(const float *logits, int rows, int V, int32_t *ou
  * log-probability is log-softmax of the chosen id (= -log sum exp(x - max)); a row with no
  * finite logit gives id -1.
  *
- * One launch, up to GREEDY_CHUNKS CTAs per row (one CTA streaming a 0.5 MB row took ~24 us, as long
- * as a 4096 x 4096 GEMV): each CTA reduces its chunk to (max, first id of it, sum exp(x - max))
- * in two passes over the chunk (L1/L2-resident the second time), stores the triple, and the
+ * One launch, up to GREEDY_CHUNKS CTAs per row (one CTA streaming a 0.5 MB row took ~24 us,
+ * as long as a 4096 x 4096 GEMV): each CTA reduces its chunk to (max, first id of it, sum
+ * exp(x - max)) in two passes over the chunk (the second from registers when the chunk fits
+ * GREEDY_PER logits a thread, else L1/L2-resident), stores the triple, and the
  * CTA that finishes last for the row (a counter, reset by that CTA for the next launch and
  * graph replay) merges the row's triples in chunk order: sum = sum_c s_c exp(m_c - M). The
  * merge order is fixed, so results do not depend on which CTA finished last. */

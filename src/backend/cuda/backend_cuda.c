@@ -267,7 +267,8 @@ static void norm_run_or_hold(float *x, const float *y, float *out, const uint16_
     g_cu.pend_norm.on = true;
     /* held past the GEMV rows (cuBLASLt input), at 1..2 GEMV rows (the GEMV prologue) and at
      * the int8 qmv's rows (its prep kernel computes the norm, cuda_qmatmul.c norm_into_i8) */
-    const bool lt = rows > g_cu.gemv_rows, gemv = rows <= g_cu.gemv_fuse && rows <= g_cu.gemv_rows && !y;
+    const bool lt = rows > g_cu.gemv_rows;
+    const bool gemv = rows <= g_cu.gemv_fuse && rows <= g_cu.gemv_rows && !y;
     const int i8_rows = g_cu.qmv_i8 > g_cu.qmv_i8_q8 ? g_cu.qmv_i8 : g_cu.qmv_i8_q8;
     const bool i8 = g_cu.qmv_i8_norm && rows <= i8_rows;
     if (!(lt || gemv || i8) || out == x || D % 8) cu_flush_norm();

@@ -252,8 +252,9 @@ static const void *step_array(const void *host, const void *h_step, const void *
 }
 
 /* MLXCEL_GEMV_ROPE: the held q/k/v GEMV (<= g_cu.gemv_rope rows, no biases, nothing else fused
- * into its epilogue) whose outputs are the held rope(q), rope(k) and this write's k and v, with all of
- * head_dim rotated: it can rotate and write the KV pools itself (cuda_gemv_fuse.rope_cs). */
+ * into its epilogue) whose outputs are the held rope(q), rope(k) and this write's k and v,
+ * with all of head_dim rotated: it can rotate and write the KV pools itself
+ * (cuda_gemv_fuse.rope_cs). */
 static bool rope_in_gemv(const mx_tensor *k, const mx_tensor *v, const mx_attn_batch *b) {
     const cuda_gemv_segs *s = &g_cu.pend_mm.segs;
     const int D = g_cu.pend_rope.D;
