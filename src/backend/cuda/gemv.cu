@@ -166,24 +166,24 @@ __device__ __forceinline__ void gemv_norm_x(float *xs, int KC, int K, const cuda
 /* The RoPE + KV-write epilogue (f.rope_cs): seg 0 (q) and 1 (k) hold rotation pairs p, p + 2
  * (dims j, j + D/2 of one head), seg 2 (v) plain rows. Hkv = N of k / D. Lane (p * R + r) % 32
  * writes pair (or row) p of x row r, as the plain epilogue does; the arithmetic is
- * rope_kv_f32_kernel's. */
+ * rope_kv_f32_kernel's. c, s: the pair's cos / sin and slot its KV row, loaded by that lane
+ * before the main loop. */
 template <int R>
 __device__ __forceinline__ void gemv_rope_store(const cuda_gemv_fuse &f, int seg,
                                                 const int nrow[GEMV_RPW], const bool ok[GEMV_RPW],
                                                 const float tot[GEMV_RPW][R], float *y, int N,
-                                                int Nk, int rows, int lane) {
+                                                int Nk, int rows, int lane, float c, float s,
+                                                int64_t slot) {
     const int D = f.head_dim, half = D / 2, Hkv = Nk / D;
 #pragma unroll
     for (int p = 0; p < GEMV_RPW; p++)
 #pragma unroll
         for (int r = 0; r < R; r++) {
             if (lane != ((p * R + r) & 31) || r >= rows || !ok[p] || (seg < 2 && p >= 2)) continue;
-            const int64_t slot = f.rope_rows[r];
             const int n = nrow[p], h = n / D, j = n - h * D;
             float v0 = tot[p][r], v1 = 0.f;
             if (seg < 2) { /* (j, j + half) */
-                const float *cs = f.rope_cs + (size_t)r * D;
-                rope_rotate(tot[p][r], tot[p + 2][r], cs[2 * j], cs[2 * j + 1], v0, v1);
+                rope_rotate(tot[p][r], tot[p + 2][r], c, s, v0, v1);
                 y[(size_t)r * N + n + half] = v1;
             }
             y[(size_t)r * N + n] = v0;
@@ -303,6 +303,22 @@ gemv_bf16_kernel(cuda_gemv_segs segs,           /* W [N, K] -> y [rows, N] per s
             cp_async_commit();
             if (preloaded && !early) load_batch(0, part * batch, min(KC, K));
         }
+        /* The epilogue's own reads go out now, under the weight loads, not after the sums
+         * (each an L2 round trip on the chain there): the residual this lane adds to, or the
+         * cos / sin and KV slot of its RoPE pair. Lane p * R + r writes (row p, x row r). */
+        const int lp = lane / R, lr = lane - lp * R;
+        const bool mine = lane < GEMV_RPW * R && lr < rows;
+        float pa = 0.f, pb = 0.f; /* residual, or cos and sin */
+        int64_t pslot = -1;
+        if (mine && f.res && !y_bf16 && n0 + lp < N) pa = f.res[(size_t)lr * N + n0 + lp];
+        if (mine && f.rope_cs) {
+            pslot = f.rope_rows[lr];
+            if (rope && lp < 2) { /* rows rope_base + lp: dims j, j + D/2 with j < D/2 */
+                const int j = (rope_base + lp) % f.head_dim;
+                pa = f.rope_cs[(size_t)lr * f.head_dim + 2 * j];
+                pb = f.rope_cs[(size_t)lr * f.head_dim + 2 * j + 1];
+            }
+        }
 
         for (int c = 0; c < nchunks; c++) {
             const int k0 = c * KC, len = min(KC, K - k0);
@@ -372,7 +388,8 @@ gemv_bf16_kernel(cuda_gemv_segs segs,           /* W [N, K] -> y [rows, N] per s
                 for (int p = 0; p < GEMV_RPW; p++) tot[p][r] *= inv[r];
         }
         if (f.rope_cs) { /* q, k rotated; k and v also to the KV pools */
-            gemv_rope_store<R>(f, seg, nrow, ok, tot, (float *)y, N, segs.N[1], rows, lane);
+            gemv_rope_store<R>(f, seg, nrow, ok, tot, (float *)y, N, segs.N[1], rows, lane, pa,
+                               pb, pslot);
             continue;
         }
         if (glu) { /* gate and up rows as usual, and act(gate) * up */
@@ -401,7 +418,7 @@ gemv_bf16_kernel(cuda_gemv_segs segs,           /* W [N, K] -> y [rows, N] per s
                         ((uint16_t *)y)[(size_t)r * N + n] = (uint16_t)f32_to_bf16_bits(v);
                     } else {
                         ((float *)y)[(size_t)r * N + n] = v;
-                        if (f.res) f.res[(size_t)r * N + n] += v; /* the residual add */
+                        if (f.res) f.res[(size_t)r * N + n] = pa + v; /* the residual add */
                     }
                 }
             }
