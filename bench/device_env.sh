@@ -34,7 +34,7 @@ device_libs() {
 }
 
 # The tools/diag scripts' start: the carried pack unpacked (once), the libraries, NCU (the
-# Nsight Compute binary, or empty) and D=$OUT/diag.
+# Nsight Compute binary, or empty), D=$OUT/diag and T0 (the start, for elapsed seconds).
 diag_init() {
   ROOT=$PWD
   [ -d .carry/dev ] || tar xJf .carry/devpack.tar.xz -C .carry
@@ -42,6 +42,7 @@ diag_init() {
   NCU=$(command -v ncu ||
         ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
   D=${OUT:-/tmp}/diag; mkdir -p "$D"
+  T0=$SECONDS
 }
 
 # The synthetic SHAPE's config.json alone (for --load-format dummy), under /tmp/mlxcel-cfg;
@@ -65,6 +66,11 @@ each_shape_ab() {
 # ==== The diag scripts' common stages (read D and T0) ====
 # test_cuda with every group as is, then its quant and e2e groups once per further A/B entry
 # ("A=1,B=2"); logs $D/test-*.log; one summary line each and the first failures.
+# tools/diag/bench_ab.sh under a timeout of $1 seconds (SHAPES, BATCH, REPEAT, AB as it reads
+# them), each line cut to shape, entry, batch, decode tok/s, % of copy.
+diag_ab() { timeout "$1" bash tools/diag/bench_ab.sh | awk '{print $1,$2,$3,$6,$12}'; }
+# "BIN=mlxcel-base" after the prefix $1 when that build was packed beside (pack_device.sh BASE=).
+diag_base() { [ -x .carry/dev/mlxcel-base ] && echo "${1:-}BIN=mlxcel-base"; }
 # test_cuda with the A/B entry $1 ("-" or "A=1,B=2") and TEST_CUDA_ONLY=$2 (empty: every
 # group); log $D/test-<entry>.log; prints a summary line and the first failures.
 diag_test() {

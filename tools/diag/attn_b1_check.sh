@@ -7,7 +7,6 @@
 set -u
 . bench/device_env.sh
 diag_init
-T0=$SECONDS
 diag_tests
 timeout 150 .carry/dev/cuda_ops_bench --only attn > "$D/attn.log" 2>&1
 echo "== op bench: rc $? $((SECONDS - T0)) s"
@@ -15,5 +14,5 @@ grep -E "time attn (auto|tc|cc) " "$D/attn.log" | sed -E 's/ +min +[0-9.]+ us//;
   cut -c1-80
 grep -E "FAIL" "$D/attn.log" | head -3
 SHAPES="llama-3.1-8b llama-3.2-1b" AB="- BIN=mlxcel-base" BATCH=${BATCH:-1,8,32} REPEAT=2 \
-  timeout 240 bash tools/diag/bench_ab.sh | awk '{print $1,$2,$3,$6,$12}'
+  diag_ab 240
 echo "== done: $((SECONDS - T0)) s"

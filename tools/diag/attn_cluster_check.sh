@@ -8,7 +8,6 @@
 set -u
 . bench/device_env.sh
 diag_init
-T0=$SECONDS
 diag_tests
 MLXCEL_ATTN_CLUSTER=0 TEST_CUDA_ONLY=attn,e2e timeout 200 .carry/dev/test_cuda . \
   > "$D/test-nocl.log" 2>&1
@@ -20,9 +19,9 @@ grep -E "time attn .*B=(1|8|32) " "$D/attn.log" | sed -E 's/ +min +[0-9.]+ us//;
   cut -c1-80
 grep -E "FAIL" "$D/attn.log" | head -3
 SHAPES="llama-3.1-8b llama-3.2-1b" AB="- MLXCEL_ATTN_CLUSTER=0 MLXCEL_ATTN_STAGES=1" BATCH=1 \
-  REPEAT=3 timeout 200 bash tools/diag/bench_ab.sh | awk '{print $1,$2,$3,$6,$12}'
+  REPEAT=3 diag_ab 200
 SHAPES="llama-3.1-8b" AB="- MLXCEL_ATTN_STAGES=1" BATCH=8,32 REPEAT=2 \
-  timeout 200 bash tools/diag/bench_ab.sh | awk '{print $1,$2,$3,$6,$12}'
+  diag_ab 200
 echo "== bf16: $((SECONDS - T0)) s"
 BATCH=1 AB="- MLXCEL_ATTN_CLUSTER=0" QUANT="4:64" BF16=0 REPEAT=2 \
   timeout 200 bash tools/diag/quant_b1.sh 2>&1 | grep -E "^llama|==" | awk '{print $1,$2,$3,$6,$12}'

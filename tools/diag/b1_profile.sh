@@ -7,7 +7,6 @@
 set -u
 . bench/device_env.sh
 diag_init
-T0=$SECONDS
 SHAPES="llama-3.1-8b llama-3.2-1b" COUNT=${COUNT:-900} timeout 330 bash tools/diag/step_ncu.sh
 echo "== steps: $((SECONDS - T0)) s"
 C=$(dummy_config llama-3.1-8b)

@@ -7,10 +7,8 @@
 set -u
 . bench/device_env.sh
 diag_init
-T0=$SECONDS
 P=MLXCEL_PAGED_DECODE_SPLITS
 SHAPES="llama-3.1-8b llama-3.2-1b" BATCH=1 REPEAT=3 \
   AB="- $P=4 $P=8 $P=16 $P=32 MLXCEL_GEMV_FUSE=1 MLXCEL_GEMV_FUSE=1,MLXCEL_GEMV_ROPE=1 \
-MLXCEL_GEMV_PREFETCH_KB=64 MLXCEL_ATTN_CLUSTER=0" timeout 400 bash tools/diag/bench_ab.sh |
-  awk '{print $1,$2,$3,$6,$12}'
+MLXCEL_GEMV_PREFETCH_KB=64 MLXCEL_ATTN_CLUSTER=0" diag_ab 400
 echo "== done: $((SECONDS - T0)) s"

@@ -7,9 +7,7 @@
 set -u
 . bench/device_env.sh
 diag_init
-T0=$SECONDS
 diag_tests
 SHAPES="llama-3.1-8b llama-3.2-1b" BATCH=1 REPEAT=3 \
-  AB="- BIN=mlxcel-base - BIN=mlxcel-base" timeout 200 bash tools/diag/bench_ab.sh |
-  awk '{print $1,$2,$3,$6,$12}'
+  AB="- BIN=mlxcel-base - BIN=mlxcel-base" diag_ab 200
 echo "== done: $((SECONDS - T0)) s"

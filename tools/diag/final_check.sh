@@ -6,9 +6,7 @@
 set -u
 . bench/device_env.sh
 diag_init
-T0=$SECONDS
-SHAPES="llama-3.1-8b llama-3.2-1b" BATCH=1,8,32 REPEAT=2 timeout 150 bash tools/diag/bench_ab.sh |
-  awk '{print $1,$2,$3,$6,$12}'
+SHAPES="llama-3.1-8b llama-3.2-1b" BATCH=1,8,32 REPEAT=2 diag_ab 150
 echo "== bf16: $((SECONDS - T0)) s"
 BATCH=1 REPEAT=3 QUANT="4:64 8:64" BF16=0 timeout 300 bash tools/diag/quant_b1.sh |
   awk '/^==/ {print; next} {print $1,$2,$3,$6,$12}'

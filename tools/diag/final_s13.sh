@@ -8,14 +8,12 @@
 set -u
 . bench/device_env.sh
 diag_init
-T0=$SECONDS
 diag_tests
-SHAPES="llama-3.1-8b llama-3.2-1b" BATCH=1,8,32 REPEAT=2 timeout 150 bash tools/diag/bench_ab.sh |
-  awk '{print $1,$2,$3,$6,$12}'
+SHAPES="llama-3.1-8b llama-3.2-1b" BATCH=1,8,32 REPEAT=2 diag_ab 150
 echo "== bf16: $((SECONDS - T0)) s"
-B=""; [ -x .carry/dev/mlxcel-base ] && B="BIN=mlxcel-base"
+B=$(diag_base)
 SHAPES="llama-3.1-8b llama-3.2-1b" BATCH=1 REPEAT=2 AB="$B MLXCEL_ATTN_STAGES=1 \
-MLXCEL_CUDA_PDL=0" timeout 100 bash tools/diag/bench_ab.sh | awk '{print $1,$2,$3,$6,$12}'
+MLXCEL_CUDA_PDL=0" diag_ab 100
 echo "== bf16 B=1 A/B: $((SECONDS - T0)) s"
 BATCH=1 REPEAT=2 QUANT="4:64 8:64" BF16=0 timeout 200 bash tools/diag/quant_b1.sh |
   awk '/^==/ {print; next} {print $1,$2,$3,$6,$12}'

@@ -10,14 +10,12 @@
 set -u
 . bench/device_env.sh
 diag_init
-T0=$SECONDS
 F=MLXCEL_GEMV_FUSE=1,MLXCEL_GEMV_ROPE=1
 diag_test "$F" ops,e2e
-B=""; [ -x .carry/dev/mlxcel-base ] && B="$F,BIN=mlxcel-base"
+B=$(diag_base "$F,")
 SHAPES="llama-3.1-8b llama-3.2-1b" BATCH=1 REPEAT=2 \
   AB="- $F $B MLXCEL_GEMV_FUSE=1 MLXCEL_DIAG_SKIP=norm+glu+rope \
-MLXCEL_DIAG_SKIP=attn+norm+glu+rope" timeout 150 bash tools/diag/bench_ab.sh |
-  awk '{print $1,$2,$3,$6,$12}'
+MLXCEL_DIAG_SKIP=attn+norm+glu+rope" diag_ab 150
 echo "== bench: $((SECONDS - T0)) s"
 SHAPES=llama-3.1-8b AB="$F" COUNT=600 timeout 120 bash tools/diag/step_ncu.sh
 echo "== done: $((SECONDS - T0)) s"

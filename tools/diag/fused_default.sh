@@ -9,14 +9,12 @@
 set -u
 . bench/device_env.sh
 diag_init
-T0=$SECONDS
 diag_tests MLXCEL_GEMV_FUSE=0,MLXCEL_GEMV_ROPE=0
 OFF=MLXCEL_GEMV_FUSE=0,MLXCEL_GEMV_ROPE=0
 SHAPES="llama-3.1-8b llama-3.2-1b" BATCH=1 REPEAT=2 \
   AB="- $OFF MLXCEL_ATTN_TC=0 MLXCEL_GEMV_KSPLIT=1 MLXCEL_GEMV_KSPLIT=4 \
 MLXCEL_PAGED_DECODE_SPLITS=8 MLXCEL_PAGED_DECODE_SPLITS=32 MLXCEL_ATTN_CLUSTER=0 \
-MLXCEL_GEMV_EARLY=0" timeout 260 bash tools/diag/bench_ab.sh | awk '{print $1,$2,$3,$6,$12}'
+MLXCEL_GEMV_EARLY=0" diag_ab 260
 echo "== bench B=1: $((SECONDS - T0)) s"
-SHAPES=llama-3.1-8b BATCH=2 REPEAT=2 AB="- $OFF" timeout 60 bash tools/diag/bench_ab.sh |
-  awk '{print $1,$2,$3,$6,$12}'
+SHAPES=llama-3.1-8b BATCH=2 REPEAT=2 AB="- $OFF" diag_ab 60
 echo "== done: $((SECONDS - T0)) s"

@@ -9,13 +9,11 @@
 set -u
 . bench/device_env.sh
 diag_init
-T0=$SECONDS
 F=MLXCEL_GEMV_FUSE=1,MLXCEL_GEMV_ROPE=1
 diag_test "$F" ops,e2e
 SHAPES="llama-3.1-8b llama-3.2-1b" BATCH=1 REPEAT=2 \
   AB="- $F $F,MLXCEL_DIAG_SKIP=qkv $F,MLXCEL_DIAG_SKIP=o $F,MLXCEL_DIAG_SKIP=gu \
-$F,MLXCEL_DIAG_SKIP=down $F,MLXCEL_DIAG_SKIP=attn" timeout 200 bash tools/diag/bench_ab.sh |
-  awk '{print $1,$2,$3,$6,$12}'
+$F,MLXCEL_DIAG_SKIP=down $F,MLXCEL_DIAG_SKIP=attn" diag_ab 200
 echo "== bench: $((SECONDS - T0)) s"
 SHAPES=llama-3.1-8b AB="$F" COUNT=600 timeout 120 bash tools/diag/step_ncu.sh
 echo "== done: $((SECONDS - T0)) s"

@@ -7,10 +7,9 @@
 set -u
 . bench/device_env.sh
 diag_init
-T0=$SECONDS
 R=MLXCEL_DENSE_GEMV_ROWS
 SHAPES="llama-3.1-8b llama-3.2-1b" AB="- $R=2 $R=0" BATCH=4,8 REPEAT=2 \
-  timeout 300 bash tools/diag/bench_ab.sh | awk '{print $1,$2,$3,$6,$12}'
+  diag_ab 300
 SHAPES=llama-3.1-8b BATCH=32 REPEAT=2 \
-  timeout 100 bash tools/diag/bench_ab.sh | awk '{print $1,$2,$3,$6,$12}'
+  diag_ab 100
 echo "== done: $((SECONDS - T0)) s"

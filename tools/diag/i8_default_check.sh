@@ -7,7 +7,6 @@
 set -u
 . bench/device_env.sh
 diag_init
-T0=$SECONDS
 timeout 200 .carry/dev/test_cuda . > "$D/test.log" 2>&1
 echo "== test_cuda: rc $? $(tail -1 "$D/test.log"), $((SECONDS - T0)) s"
 grep '^FAIL' "$D/test.log" | head -5 | cut -c1-160

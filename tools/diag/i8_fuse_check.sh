@@ -7,7 +7,6 @@
 set -u
 . bench/device_env.sh
 diag_init
-T0=$SECONDS
 diag_tests MLXCEL_QMV_I8_NORM=0,MLXCEL_QMV_I8_GLU=0
 BATCH=1,8 AB="- MLXCEL_QMV_I8_NORM=0 MLXCEL_QMV_I8_NORM=0,MLXCEL_QMV_I8_GLU=0" QUANT="4:64" \
   BF16=0 REPEAT=2 timeout 280 bash tools/diag/quant_b1.sh 2>&1 | grep -E "^llama|==" |

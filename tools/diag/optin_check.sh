@@ -12,7 +12,6 @@
 set -u
 . bench/device_env.sh
 diag_init
-T0=$SECONDS
 OLDROWS=MLXCEL_DENSE_GEMV_ROWS=8,MLXCEL_GEMV_TC_SPLIT_ROWS=0
 diag_tests "$OLDROWS" MLXCEL_ATTN_TC=0
 grep -hE 'e2e .*differ' "$D"/test-*.log | sort | uniq -c | sort -rn | head -8 | cut -c1-120
@@ -23,6 +22,5 @@ grep -E "time attn (auto|tc|cc) " "$D/attn.log" | sed -E 's/ +min +[0-9.]+ us//;
 grep -E "FAIL" "$D/attn.log" | head -3
 SHAPES="llama-3.1-8b llama-3.2-1b" \
   AB="- $OLDROWS MLXCEL_ATTN_TC=0 $OLDROWS,MLXCEL_ATTN_TC=0" \
-  BATCH=1,4,8,32 REPEAT=2 timeout 300 bash tools/diag/bench_ab.sh |
-  awk '{print $1,$2,$3,$6,$12}'
+  BATCH=1,4,8,32 REPEAT=2 diag_ab 300
 echo "== done: $((SECONDS - T0)) s"

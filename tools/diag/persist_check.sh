@@ -9,14 +9,12 @@
 set -u
 . bench/device_env.sh
 diag_init
-T0=$SECONDS
 diag_test MLXCEL_GEMV_PERSIST=1 ops,e2e
 timeout 150 .carry/dev/cuda_ops_bench --only gemvks > "$D/gemvks.log" 2>&1
 echo "== op bench gemvks: rc $? $((SECONDS - T0)) s"
 grep -E "^ *gemv (ks=auto|ks=2|persist)" "$D/gemvks.log" | sed -E 's/ +/ /g' | cut -c1-110
-B=""; [ -x .carry/dev/mlxcel-base ] && B="BIN=mlxcel-base"
+B=$(diag_base)
 SHAPES="llama-3.1-8b llama-3.2-1b" BATCH=1 REPEAT=2 AB="- MLXCEL_GEMV_PERSIST=1 $B" \
-  timeout 150 bash tools/diag/bench_ab.sh | awk '{print $1,$2,$3,$6,$12}'
-SHAPES=llama-3.1-8b BATCH=2 REPEAT=2 AB="- MLXCEL_GEMV_PERSIST=1" timeout 60 \
-  bash tools/diag/bench_ab.sh | awk '{print $1,$2,$3,$6,$12}'
+  diag_ab 150
+SHAPES=llama-3.1-8b BATCH=2 REPEAT=2 AB="- MLXCEL_GEMV_PERSIST=1" diag_ab 60
 echo "== done: $((SECONDS - T0)) s"

@@ -9,7 +9,6 @@
 set -u
 . bench/device_env.sh
 diag_init
-T0=$SECONDS
 # every group as is (the session-9 refactors touched embed / gather and the K-split sum),
 # quant + e2e with the int8 qmv
 diag_tests MLXCEL_QMV_I8=8

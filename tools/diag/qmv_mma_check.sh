@@ -6,7 +6,6 @@
 set -u
 . bench/device_env.sh
 diag_init
-T0=$SECONDS
 for e in MLXCEL_QMV_MMA=8 -; do
   env $(ab_env $e) TEST_CUDA_ONLY=quant timeout 150 .carry/dev/test_cuda . \
     > "$D/test-${e%%=*}.log" 2>&1

@@ -7,9 +7,7 @@
 set -u
 . bench/device_env.sh
 diag_init
-T0=$SECONDS
 K=MLXCEL_DIAG_SKIP
 SHAPES="llama-3.1-8b llama-3.2-1b" BATCH=1 REPEAT=2 \
-  AB="- $K=attn $K=norm $K=glu $K=rope $K=attn+norm+glu+rope" timeout 200 \
-  bash tools/diag/bench_ab.sh | awk '{print $1,$2,$3,$6,$12}'
+  AB="- $K=attn $K=norm $K=glu $K=rope $K=attn+norm+glu+rope" diag_ab 200
 echo "== done: $((SECONDS - T0)) s"

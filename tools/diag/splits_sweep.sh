@@ -6,12 +6,11 @@
 set -u
 . bench/device_env.sh
 diag_init
-T0=$SECONDS
 P=MLXCEL_PAGED_DECODE_SPLITS
 SHAPES=llama-3.1-8b AB="- $P=1" BATCH=32 REPEAT=2 \
-  timeout 150 bash tools/diag/bench_ab.sh | awk '{print $1,$2,$3,$6,$12}'
+  diag_ab 150
 SHAPES=llama-3.1-8b AB="- $P=2 $P=4" BATCH=16 REPEAT=2 \
-  timeout 150 bash tools/diag/bench_ab.sh | awk '{print $1,$2,$3,$6,$12}'
+  diag_ab 150
 SHAPES=llama-3.1-8b AB="- $P=4" BATCH=8 REPEAT=2 \
-  timeout 150 bash tools/diag/bench_ab.sh | awk '{print $1,$2,$3,$6,$12}'
+  diag_ab 150
 echo "== done: $((SECONDS - T0)) s"

@@ -5,7 +5,6 @@
 set -u
 . bench/device_env.sh
 diag_init
-T0=$SECONDS
 T=.carry/dev/test_cuda
 tests() { # name, environment...
   local n=$1; shift
