@@ -173,6 +173,7 @@ static void env_load(void) {
     g_env.qmv_i8_q8 = env_int("MLXCEL_QMV_I8_Q8", 0, 0, 8);
     g_env.qmv_i8_glu = env_bool("MLXCEL_QMV_I8_GLU", true);
     g_env.qmv_i8_norm = env_bool("MLXCEL_QMV_I8_NORM", true);
+    g_env.qmv_i8_inprep = env_bool("MLXCEL_QMV_I8_INPREP", true);
 }
 
 const mx_env_t *mx_env(void) {

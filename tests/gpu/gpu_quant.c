@@ -309,6 +309,136 @@ static void test_norm_qmv(int rows, int K, int bits, int group, bool residual, b
 }
 
 /* ==== The launchers with every tunable value ==== */
+
+/* One-row decode chain through the backend ops, as a Llama layer issues them: o = a Wo;
+ * h += o; xn = norm(h); g = xn Wg, u = xn Wu; g = act(g) * u; d = g Wd; h += d; xn2 =
+ * norm(h); q = xn2 Wq. With MLXCEL_QMV_I8_INPREP the residual adds run in the o / down qmv
+ * epilogues, the norms and x roundings inside the qmv CTAs, the GLU in the gate/up qmv's
+ * pair epilogue, which also leaves the down qmv's int8 x (no prep, add, norm or GLU
+ * launch). Every stage is checked against the CPU from the device's own inputs to it, the
+ * fused launches are counted (a fusion that silently stopped engaging fails), and the
+ * outputs must match the unfused path's to fp32 rounding. */
+static void test_q_chain(int K, int F, int bits, mx_dtype sbt) {
+    qmat wo, wg, wu, wd, wq;
+    qmat_make(&wo, K, K, bits, 64, sbt);
+    qmat_make(&wg, F, K, bits, 64, sbt);
+    qmat_make(&wu, F, K, bits, 64, sbt);
+    qmat_make(&wd, K, F, bits, 64, sbt);
+    qmat_make(&wq, 96, K, bits, 64, sbt);
+    float *a = malloc((size_t)K * 4), *h0 = malloc((size_t)K * 4), *nwf = malloc((size_t)K * 8);
+    gt_fill(a, (size_t)K, 1.0f);
+    gt_fill(h0, (size_t)K, 2.0f);
+    gt_fill(nwf, (size_t)K * 2, 1.0f);
+    uint16_t *nw = gt_bf16(nwf, (size_t)K * 2);
+    const int64_t sk[2] = {1, K}, sf[2] = {1, F}, s1[1] = {K}, sq[2] = {1, 96};
+    enum { O, H, XN, G, U, D, XN2, Q, NOUT };
+    const int len[NOUT] = {K, K, K, F, F, K, K, 96};
+    float *out[2][NOUT];
+    const bool was = g_cu.qmv_i8_inprep, was8 = g_cu.qmv_i8_q8;
+    if (bits == 8) g_cu.qmv_i8_q8 = 1;
+    for (int on = 0; on < 2; on++) {
+        g_cu.qmv_i8_inprep = on;
+        long f0[3];
+        memcpy(f0, g_cu.q_fused, sizeof f0);
+        mx_tensor da = gt_dev_f32(a, 2, sk), dh = gt_dev_f32(h0, 2, sk);
+        mx_tensor dw1 = gt_dev_weight(nw, 1, s1), dw2 = gt_dev_weight(nw + K, 1, s1);
+        mx_tensor t[NOUT] = {gt_dev_poison(2, sk), dh,
+                             gt_dev_poison(2, sk), gt_dev_poison(2, sf),
+                             gt_dev_poison(2, sf), gt_dev_poison(2, sk),
+                             gt_dev_poison(2, sk), gt_dev_poison(2, sq)};
+        mx_tensor none = {0};
+        g_gpu->matmul_q(&t[O], &da, &wo.dev, &none);
+        g_gpu->add(&t[H], &t[O]);
+        g_gpu->rms_norm(&t[XN], &t[H], &dw1, 1e-5f, 0.f);
+        g_gpu->matmul_q(&t[G], &t[XN], &wg.dev, &none);
+        g_gpu->matmul_q(&t[U], &t[XN], &wu.dev, &none);
+        g_gpu->glu(&t[G], &t[G], &t[U], ACT_SILU);
+        g_gpu->matmul_q(&t[D], &t[G], &wd.dev, &none);
+        g_gpu->add(&t[H], &t[D]);
+        g_gpu->rms_norm(&t[XN2], &t[H], &dw2, 1e-5f, 0.f);
+        g_gpu->matmul_q(&t[Q], &t[XN2], &wq.dev, &none);
+        for (int i = 0; i < NOUT; i++) {
+            out[on][i] = malloc((size_t)len[i] * 4);
+            gt_to_host(out[on][i], &t[i]);
+            gt_dev_free(&t[i]);
+        }
+        gt_dev_free(&da), gt_dev_free(&dw1), gt_dev_free(&dw2);
+        long n[3];
+        for (int i = 0; i < 3; i++) n[i] = g_cu.q_fused[i] - f0[i];
+        char what[200];
+        snprintf(what, sizeof what,
+                 "q chain K %d F %d %d-bit %s, in-CTA prep %s: fused launches %ld / %ld / %ld "
+                 "(x, res, GLU x)", K, F, bits, sb_name(sbt), on ? "on" : "off", n[0], n[1], n[2]);
+        /* on: o, gate/up, down, q take x in-CTA (down: from the GLU epilogue, not in-CTA)... */
+        const bool want = on ? n[0] == 3 && n[1] == 2 && n[2] == 1 : !n[0] && !n[1] && !n[2];
+        gt_report(what, want ? 0 : 1, 0, 0);
+    }
+    g_cu.qmv_i8_inprep = was;
+    g_cu.qmv_i8_q8 = was8;
+    float *const *o = out[1];
+    /* each stage against the CPU from the device's inputs to it */
+    const double eps = eps_for(sbt, false) + I8_EPS;
+    char what[200];
+    long bad;
+    float *r = cpu_ref(a, 1, &wo, NULL, NULL);
+    snprintf(what, sizeof what, "  ... o = a Wo [%d x %d]", K, K);
+    gt_report_err(what, bound_ratio(o[O], K, r, a, 1, &wo, 0, eps, &bad), 1.0, &bad);
+    free(r);
+    float *h1 = malloc((size_t)K * 4), *hn = malloc((size_t)K * 4), *xr = malloc((size_t)K * 4);
+    for (int k = 0; k < K; k++) h1[k] = h0[k] + o[O][k], hn[k] = h1[k] + o[D][k];
+    snprintf(what, sizeof what, "  ... h + o + d (the residual adds)");
+    gt_report_err(what, gt_rel_err(o[H], hn, (size_t)K, &bad), 1e-6, &bad);
+    mx_tensor hx = mx_tensor_2d(xr, MX_F32, 1, K, MX_DEV_CPU);
+    mx_tensor hin = mx_tensor_2d(h1, MX_F32, 1, K, MX_DEV_CPU);
+    mx_tensor hw1 = mx_tensor_1d(nw, MX_BF16, K, MX_DEV_CPU);
+    mx_tensor hw2 = mx_tensor_1d(nw + K, MX_BF16, K, MX_DEV_CPU);
+    g_cpu->rms_norm(&hx, &hin, &hw1, 1e-5f, 0.f);
+    snprintf(what, sizeof what, "  ... xn = norm(h + o)");
+    gt_report_err(what, gt_rel_err(o[XN], xr, (size_t)K, &bad), 1e-5, &bad);
+    r = cpu_ref(o[XN], 1, &wu, NULL, NULL);
+    snprintf(what, sizeof what, "  ... u = xn Wu [%d x %d]", F, K);
+    gt_report_err(what, bound_ratio(o[U], F, r, o[XN], 1, &wu, 0, eps, &bad), 1.0, &bad);
+    free(r);
+    /* the GLU: act(xn Wg) * u, with xn Wg's own bound carried through silu (slope <= 1.1) */
+    r = cpu_ref(o[XN], 1, &wg, NULL, NULL);
+    double worst = 0;
+    bad = 0;
+    for (int n = 0; n < F; n++) {
+        double s = 0;
+        for (int k = 0; k < K; k++) s += fabs((double)wg.deq[(size_t)n * K + k] * o[XN][k]);
+        const double g = r[n], want = g / (1 + exp(-g)) * o[U][n];
+        const double q = fabs(o[G][n] - want) / (1.1 * eps * s * fabs(o[U][n]) + 1e-6);
+        if (!isfinite(o[G][n])) bad++;
+        else if (q > worst) worst = q;
+    }
+    free(r);
+    snprintf(what, sizeof what, "  ... g = silu(xn Wg) * u (the pair epilogue)");
+    gt_report_err(what, worst, 1.0, &bad);
+    r = cpu_ref(o[G], 1, &wd, NULL, NULL);
+    snprintf(what, sizeof what, "  ... d = g Wd [%d x %d] (x rounded by the gate/up epilogue)", K,
+             F);
+    gt_report_err(what, bound_ratio(o[D], K, r, o[G], 1, &wd, 0, eps, &bad), 1.0, &bad);
+    free(r);
+    hin.data = o[H];
+    g_cpu->rms_norm(&hx, &hin, &hw2, 1e-5f, 0.f);
+    snprintf(what, sizeof what, "  ... xn2 = norm(h + o + d)");
+    gt_report_err(what, gt_rel_err(o[XN2], xr, (size_t)K, &bad), 1e-5, &bad);
+    r = cpu_ref(o[XN2], 1, &wq, NULL, NULL);
+    snprintf(what, sizeof what, "  ... q = xn2 Wq [96 x %d]", K);
+    gt_report_err(what, bound_ratio(o[Q], 96, r, o[XN2], 1, &wq, 0, eps, &bad), 1.0, &bad);
+    free(r);
+    /* the in-CTA prep computes what the prep kernels do, thread for thread: o (same grid)
+     * and the norm's output are bit-identical with it off */
+    snprintf(what, sizeof what, "  ... o and xn bit-identical to the prep kernels' (0 = yes)");
+    const bool same = !memcmp(out[0][O], o[O], (size_t)K * 4) &&
+                      !memcmp(out[0][XN], o[XN], (size_t)K * 4);
+    gt_report(what, same ? 0 : 1, 0, 0);
+    free(h1), free(hn), free(xr);
+    for (int i = 0; i < NOUT; i++) free(out[0][i]), free(out[1][i]);
+    free(a), free(h0), free(nwf), free(nw);
+    qmat_free(&wo), qmat_free(&wg), qmat_free(&wu), qmat_free(&wd), qmat_free(&wq);
+}
+
 /* One direct-launcher case: the weight, x [rows, K] on host and device, the CPU reference. */
 typedef struct launch_case {
     qmat m;
@@ -728,6 +858,9 @@ int gt_run_quant_tests(const char *src_dir) {
         test_norm_qmv(8, 2560, 4, 64, true, f == 0);
         test_norm_qmv(2, 512, 8, 64, true, f == 0);
     }
+    test_q_chain(4096, 14336, 4, MX_BF16); /* the 8B layer's shapes */
+    test_q_chain(512, 1472, 4, MX_F16);
+    test_q_chain(1024, 2816, 8, MX_BF16);
     test_qmm_tiles(17, 1000, 256, 4, 64, MX_BF16);
     test_qmm_tiles(100, 2100, 384, 8, 128, MX_F16);
     test_qmm_tiles(300, 600, 512, 3, 32, MX_F32);

@@ -320,8 +320,9 @@ static void be_rope(mx_tensor *x, const float *cos_sin, int rot_dim) {
 static void be_add(mx_tensor *x, const mx_tensor *y) {
     const int64_t rows = x->shape[0], cols = mx_tensor_numel(x) / rows;
     if (x->stride[0] == cols && y->stride[0] == cols && !g_cu.pend_norm.on &&
-        cu_mm_take_add(x->data, y->data, (int)rows, (int)cols))
-        return; /* the held GEMV writing y adds it into x */
+        (cu_mm_take_add(x->data, y->data, (int)rows, (int)cols) ||
+         cu_q_take_add(x->data, y->data, (int)rows, (int)cols)))
+        return; /* the held GEMV / qmv writing y adds it into x */
     cu_flush();
     if (x->stride[0] == cols && y->stride[0] == cols && x->data != y->data) {
         /* held: the RMSNorm that usually follows reads x and fuses the add */
@@ -340,8 +341,10 @@ static void be_add(mx_tensor *x, const mx_tensor *y) {
 static void be_glu(mx_tensor *out, const mx_tensor *gate, const mx_tensor *up, int activation) {
     const int rows = (int)gate->shape[0], cols = (int)gate->shape[1];
     if (out->stride[0] == cols && gate->stride[0] == cols && up->stride[0] == cols &&
-        !g_cu.pend_norm.on && cu_mm_take_glu(out->data, gate->data, up->data, rows, cols, activation))
-        return; /* the held gate/up GEMV writes act(gate) * up itself */
+        !g_cu.pend_norm.on &&
+        (cu_mm_take_glu(out->data, gate->data, up->data, rows, cols, activation) ||
+         cu_q_take_glu(out->data, gate->data, up->data, rows, cols, activation)))
+        return; /* the held gate/up GEMV / qmv writes act(gate) * up itself */
     cu_flush();
     g_cu.pend_glu.out = out->data;
     g_cu.pend_glu.gate = gate->data;
@@ -588,6 +591,7 @@ static int cu_init(int dev, mx_error *err) {
     g_cu.qmv_i8_q8 = env->qmv_i8_q8;
     g_cu.qmv_i8_glu = env->qmv_i8_glu;
     g_cu.qmv_i8_norm = env->qmv_i8_norm;
+    g_cu.qmv_i8_inprep = env->qmv_i8_inprep;
     g_cu.deterministic = env->sdpa_deterministic;
     g_cu.forced_splits = env->paged_decode_splits > CUDA_ATTN_MAX_SPLITS ? CUDA_ATTN_MAX_SPLITS
                                                                          : env->paged_decode_splits;

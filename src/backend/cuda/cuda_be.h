@@ -98,6 +98,10 @@ typedef struct cu_state {
     int qmv_i8_q8;            /* MLXCEL_QMV_I8_Q8: the same for 8-bit weights */
     bool qmv_i8_glu;          /* MLXCEL_QMV_I8_GLU: qmv_i8's prep computes the GLU it reads */
     bool qmv_i8_norm;         /* MLXCEL_QMV_I8_NORM: ... and the RMSNorm it reads */
+    bool qmv_i8_inprep;       /* MLXCEL_QMV_I8_INPREP: one-row x prep inside the qmv CTAs */
+    const float *qx_ready;    /* the GLU output whose int8 x the last qmv launch left in the
+                               * workspace (glu_next_q), else NULL */
+    long q_fused[3];          /* qmv launches with x_inprep, res, glu_next_q (tests) */
     int graph_cache;          /* 0 = no graphs */
     bool deterministic;
     int forced_splits;
@@ -323,5 +327,8 @@ void cu_matmul_q(mx_tensor *out, const mx_tensor *x, const mx_qweight *w, const 
 void cu_matmul_q_raw(float *y, long ldy, const float *x, long ldx, int rows, const mx_qweight *w,
                      const mx_tensor *bias);
 void cu_flush_qmv(void);                          /* part of cu_flush_mm */
+/* The same two epilogues for a held one-row qmv_i8 group (MLXCEL_QMV_I8_INPREP) */
+bool cu_q_take_add(float *x, const float *y, int rows, int cols);
+bool cu_q_take_glu(float *out, const float *gate, const float *up, int rows, int cols, int act);
 
 #endif

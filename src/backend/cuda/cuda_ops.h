@@ -234,6 +234,18 @@ typedef struct cuda_qmv_args {
     const uint16_t *norm_w; /* bf16 [K] */
     float norm_eps, norm_offset;
     int skip_prep; /* cuda_qmv_i8: no prep launch (MLXCEL_DIAG_SKIP=prep; output wrong) */
+    /* cuda_qmv_i8 only. res (one segment): res [rows, N] (contiguous) += y as y is written,
+     * the residual add after o / down. x_inprep (rows 1; no glu_out, no norm_y;
+     * cuda_qmv_i8_inprep_smem(K) <= 48 KiB): each CTA rounds x (or computes the norm) itself
+     * instead of a prep launch; the workspace is not read. x_ready: the workspace already
+     * holds x's int8 form (a glu_next_q launch wrote it): no prep launch. glu_next (x_inprep,
+     * two segments of equal N): glu_next [1, N] = act(y0) * y1 (act glu_next_act, as
+     * glu_act), with glu_next_q (N % 64 == 0) also written as the int8 x of a qmv with K = N,
+     * group 64 and these bits into the workspace (cuda_qmv_i8_workspace_bytes(N)). */
+    float *res;
+    int x_inprep, x_ready;
+    float *glu_next;
+    int glu_next_act, glu_next_q;
 } cuda_qmv_args;
 size_t cuda_qmv_workspace_bytes(int K);
 /* multirow: one of CUDA_QMV_MULTIROW_VALUES (else cudaErrorInvalidValue). */
@@ -272,6 +284,7 @@ int cuda_qmv_mma(const cuda_qmv_args *a, cudaStream_t st);
  * fp32-x kernels by that rounding. ws: cuda_qmv_i8_workspace_bytes(K), rewritten by every
  * launch. */
 size_t cuda_qmv_i8_workspace_bytes(int K);
+size_t cuda_qmv_i8_inprep_smem(int K); /* x_inprep's shared memory a CTA */
 int cuda_qmv_i8_supported(const cuda_qmv_args *a);
 int cuda_qmv_i8(const cuda_qmv_args *a, cudaStream_t st);
 /* cuda_qmv_mma's K split: warps on the same rows split K until the grid holds warps_per_sm

@@ -156,7 +156,7 @@ static int qmv_ws(cuda_qmv_args *a, size_t bytes) {
 }
 
 /* One launch of a qmv (rows beyond CUDA_QMV_MAX_ROWS only reach here when tc_ok or bulk_ok). */
-static int qmv_launch(cuda_qmv_args *a) {
+static int qmv_launch_core(cuda_qmv_args *a) {
     if (a->glu_out && !i8_ok(a)) { /* cannot happen (checked when fused): stay correct */
         if (cu_ck(cuda_glu_f32(a->glu_out, a->ldx, a->x, a->ldx, a->glu_up, a->ldx, a->rows, a->K,
                                a->glu_act, g_cu.st),
@@ -177,7 +177,10 @@ static int qmv_launch(cuda_qmv_args *a) {
     if (tc_ok(a)) return cuda_qmv_tc(a, g_cu.qmv_multirow, g_cu.st);
     if (i8_ok(a)) {
         a->skip_prep = (mx_env()->diag_skip & MX_SKIP_PREP) != 0;
-        return qmv_ws(a, cuda_qmv_i8_workspace_bytes(a->K)) ? -1 : cuda_qmv_i8(a, g_cu.st);
+        size_t ws = cuda_qmv_i8_workspace_bytes(a->K);
+        if (a->glu_next_q && cuda_qmv_i8_workspace_bytes(a->N[0]) > ws)
+            ws = cuda_qmv_i8_workspace_bytes(a->N[0]);
+        return qmv_ws(a, ws) ? -1 : cuda_qmv_i8(a, g_cu.st);
     }
     if (mma_ok(a))
         return qmv_ws(a, cuda_qmv_mma_workspace_bytes(a->K)) ? -1 : cuda_qmv_mma(a, g_cu.st);
@@ -200,6 +203,68 @@ static int qmv_launch(cuda_qmv_args *a) {
 }
 
 /* ==== Deferred multi-segment qmv ==== */
+/* The one-row fusions (MLXCEL_QMV_I8_INPREP): x rounded inside the qmv_i8 CTAs where that
+ * kernel takes the launch; a residual add or GLU epilogue (cu_q_take_add / _glu) it cannot
+ * take runs after it as its own launch. qx_ready records a GLU output whose int8 x this
+ * launch left in the workspace for the next qmv. */
+static int qmv_launch(cuda_qmv_args *a) {
+    g_cu.qx_ready = NULL;
+    float *res = a->res, *glu = a->glu_next;
+    if (g_cu.qmv_i8_inprep && a->rows == 1 && !a->x_ready && !a->glu_out && !a->norm_y) {
+        cuda_qmv_args t = *a;
+        t.x_inprep = 1;
+        if (!i8_ok(&t)) t.res = NULL, t.glu_next = NULL, t.glu_next_q = 0;
+        if (i8_ok(&t)) *a = t;
+    }
+    if (!i8_ok(a)) a->res = NULL, a->glu_next = NULL, a->glu_next_q = 0, a->x_ready = 0;
+    const int rc = qmv_launch_core(a);
+    if (rc) return rc;
+    if (a->glu_next && a->glu_next_q) g_cu.qx_ready = a->glu_next;
+    g_cu.q_fused[0] += a->x_inprep != 0;
+    g_cu.q_fused[1] += a->res != NULL;
+    g_cu.q_fused[2] += a->glu_next && a->glu_next_q;
+    if (res && !a->res &&
+        cu_ck(cuda_add_f32(res, a->N[0], a->y[0], a->ldy[0], a->rows, a->N[0], g_cu.st), "add"))
+        return -1;
+    if (glu && !a->glu_next &&
+        cu_ck(cuda_glu_f32(glu, a->N[0], a->y[0], a->ldy[0], a->y[1], a->ldy[1], a->rows, a->N[0],
+                           a->glu_next_act, g_cu.st), "glu"))
+        return -1;
+    return 0;
+}
+
+/* x += y where y is the held one-row qmv_i8 group's only output (the residual add after o /
+ * down): the qmv adds it as it writes y, so the RMSNorm that follows has no add to fuse and
+ * the next qmv can compute it inside its CTAs. */
+bool cu_q_take_add(float *x, const float *y, int rows, int cols) {
+    cuda_qmv_args *a = &g_cu.pend_q.a;
+    if (!g_cu.qmv_i8_inprep || rows != 1 || a->n_segs != 1 || a->y[0] != y || a->rows != 1 ||
+        a->N[0] != cols || a->ldy[0] != cols || g_cu.pend_q.bias[0] || a->res || a->glu_next ||
+        x == y || x == a->x || x == a->norm_x || x == a->glu_up || x == a->glu_out)
+        return false;
+    cuda_qmv_args t = *a;
+    t.res = x;
+    if (!i8_ok(&t)) return false;
+    a->res = x;
+    return true;
+}
+
+/* out = act(gate) * up where gate, up are the held one-row qmv_i8 group's two outputs (out
+ * may be gate or up): the qmv pairs the rows in its CTAs and writes out (pair mode). */
+bool cu_q_take_glu(float *out, const float *gate, const float *up, int rows, int cols, int act) {
+    cuda_qmv_args *a = &g_cu.pend_q.a;
+    if (!g_cu.qmv_i8_inprep || rows != 1 || a->n_segs != 2 || a->rows != 1 || a->y[0] != gate ||
+        a->y[1] != up || a->N[0] != cols || a->N[1] != cols || a->ldy[0] != cols ||
+        a->ldy[1] != cols || g_cu.pend_q.bias[0] || g_cu.pend_q.bias[1] || a->res ||
+        a->glu_next || a->glu_out || a->x_ready || a->norm_y || out == a->x || out == a->norm_x)
+        return false;
+    cuda_qmv_args t = *a;
+    t.glu_next = out, t.glu_next_act = act, t.x_inprep = 1;
+    if (!i8_ok(&t)) return false;
+    a->glu_next = out, a->glu_next_act = act;
+    return true;
+}
+
 void cu_flush_qmv(void) {
     if (!g_cu.pend_q.a.n_segs) return;
     cuda_qmv_args a = g_cu.pend_q.a;
@@ -315,6 +380,19 @@ void cu_matmul_q(mx_tensor *out, const mx_tensor *x, const mx_qweight *w, const 
     const bool shape_ok = !cu_q_shape(w, &N, &K);
     cuda_qmv_args fz; /* a held norm or GLU this qmv computes in its prep kernel */
     memset(&fz, 0, sizeof fz);
+    /* x is the GLU output a held one-row qmv writes in its epilogue: with this qmv's format
+     * (g64, the same bits) it also leaves x's int8 form in the workspace for it */
+    cuda_qmv_args *pq = &g_cu.pend_q.a;
+    g_cu.qx_ready = NULL; /* only a launch inside this call counts: nothing ran in between */
+    if (pq->n_segs && pq->glu_next == x->data) {
+        cuda_qmv_args t;
+        memset(&t, 0, sizeof t);
+        if (shape_ok) i8_probe(&t, x->data, rows, K, w);
+        t.x_ready = 1;
+        pq->glu_next_q = shape_ok && rows == 1 && K == pq->N[0] && w->bits == pq->bits &&
+                         w->group_size == 64 && x->stride[0] == K && x->dtype == MX_F32 &&
+                         i8_ok(&t);
+    }
     bool glu_fused = false, norm_fused = false;
     if (shape_ok && (g_cu.pend_norm.on || g_cu.pend_glu.on)) {
         norm_fused = norm_into_i8(&fz, x, w, rows, K);
@@ -337,17 +415,22 @@ void cu_matmul_q(mx_tensor *out, const mx_tensor *x, const mx_qweight *w, const 
     if (mx_tensor_present(bias)) cu_resident(bias->data);
     const int sbt = cu_q_sb(w->scales.dtype);
     cuda_qmv_args *a = &g_cu.pend_q.a;
-    bool join = !glu_fused && !norm_fused && !a->glu_out && a->n_segs > 0 && a->x == x->data &&
+    bool join = !glu_fused && !norm_fused && !a->glu_out && !a->res && !a->glu_next &&
+                !a->x_ready && a->n_segs > 0 && a->x == x->data &&
                 a->ldx == (long)x->stride[0] &&
                 a->rows == rows && a->K == K && a->bits == w->bits && a->group == w->group_size &&
                 a->sb_dtype == sbt && a->n_segs < CUDA_QMV_MAX_SEGS;
     for (int i = 0; join && i < a->n_segs; i++) /* x must not be a held output */
         if ((const void *)a->y[i] == x->data || (void *)a->y[i] == out->data) join = false;
     if (!join) cu_flush_mm(); /* the held bf16 GEMVs or qmv group launch first */
+    const bool ready = !join && g_cu.qx_ready == x->data && !glu_fused && !norm_fused;
+    g_cu.qx_ready = NULL;
     const int i = a->n_segs++;
-    if (i == 0) { /* the fused-input fields of an earlier group */
+    if (i == 0) { /* the fused fields of an earlier group */
         a->glu_out = NULL, a->glu_up = NULL, a->glu_act = 0;
         a->norm_x = NULL, a->norm_y = NULL, a->norm_w = NULL;
+        a->res = NULL, a->glu_next = NULL, a->glu_next_act = 0, a->glu_next_q = 0;
+        a->x_inprep = 0, a->x_ready = ready;
     }
     a->x = x->data;
     a->ldx = (long)x->stride[0];

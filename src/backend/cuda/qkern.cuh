@@ -26,6 +26,8 @@ typedef struct qmv_segs {
     int N[CUDA_QMV_MAX_SEGS];
     int cta0[CUDA_QMV_MAX_SEGS];
     int n;
+    int pair; /* qw_frame: CTA c takes rows [64c, 64c + 64) of segments 0 and 1 (a GLU's gate
+               * and up: its epilogue pairs them); ks 1 */
 } qmv_segs;
 
 struct qmv_seg {

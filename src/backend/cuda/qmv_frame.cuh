@@ -83,6 +83,14 @@ template <int NW, int U, int LQ> struct qw_batch {
     uint32_t rs_a[NW], rb_a[NW], rs_b[NW], rb_b[NW];
 };
 
+/* The frame's optional epilogue: res (one segment, contiguous [rows, N]): res += y as y is
+ * written (the residual add after o / down); pair (pair mode, shared [2][64]): x row 0's
+ * outputs of the CTA's two segments, for a GLU epilogue after the walk. */
+struct qw_epi {
+    float *res;
+    float *pair;
+};
+
 template <int G, int NT, int BITS = 4> struct qw_frame {
     static constexpr int C = 128 / G, CPG = G / 32, RPT = 8 / C;
     static constexpr int LQ = BITS / 4;         /* 16-byte loads per lane, row and step */
@@ -95,9 +103,17 @@ template <int G, int NT, int BITS = 4> struct qw_frame {
     const uint8_t *wa, *wb;
     size_t sa, sb;
 
-    __device__ __forceinline__ qw_frame(const qmv_segs &segs, int K, int ks) : sg(qmv_pick(segs)) {
+    __device__ __forceinline__ qw_frame(const qmv_segs &segs, int K, int ks, bool pair = false)
+        : sg(qmv_pick(segs)) {
         lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
         n0 = (((int)blockIdx.x - sg.c0) * (QW_WARPS / ks) + warp / ks) * 16;
+        if (pair) { /* segs.pair: warps 0..3 on segment 0's rows, 4..7 on segment 1's (ks 1) */
+            const bool s1 = warp >= QW_WARPS / 2;
+            sg = {s1 ? segs.w[1] : segs.w[0], s1 ? segs.s[1] : segs.s[0],
+                  s1 ? segs.b[1] : segs.b[0], s1 ? segs.y[1] : segs.y[0],
+                  s1 ? segs.ldy[1] : segs.ldy[0], s1 ? segs.N[1] : segs.N[0], 0};
+            n0 = (int)blockIdx.x * 64 + (warp & (QW_WARPS / 2 - 1)) * 16;
+        }
         wk = warp % ks, S = qw_steps(K), NG = K / G;
         /* whole load batches per warp: a batch's scales are one aligned load */
         const int per = ((S + ks - 1) / ks + U - 1) / U * U;
@@ -154,12 +170,10 @@ template <int G, int NT, int BITS = 4> struct qw_frame {
         b[2] = qw_sb<SBT>(bt.rb_b, j0), b[3] = qw_sb<SBT>(bt.rb_b, j1);
     }
 
-    /* The ks warps on the same rows add their totals in a fixed order (reproducible), then
-     * warp wk 0 writes: C == 1: columns 2t, 2t + 1 are x rows; C == 2: the two groups of x
-     * row t. */
-    __device__ __forceinline__ void finish(float (&acc)[NT][4], float (*red)[NT * 4 * 32],
-                                           int rows, int ks) const {
-        if (ks > 1 && !ksplit_sum<NT, 4, 32>(acc, red, warp, wk, ks)) return;
+    /* fn(r, n, nt, i) for each output this lane writes (warp wk 0 after the K-split sum):
+     * x row r, weight row n, from acc[nt][i] (+ acc[nt][i + 1] when C == 2: the two groups of
+     * x row t). C == 1: columns 2t, 2t + 1 are x rows. */
+    template <class Fn> __device__ __forceinline__ void each_out(int rows, Fn fn) const {
 #pragma unroll
         for (int nt = 0; nt < NT; nt++)
 #pragma unroll
@@ -168,35 +182,53 @@ template <int G, int NT, int BITS = 4> struct qw_frame {
                 if (n >= sg.N) continue;
                 if (C == 1) {
 #pragma unroll
-                    for (int e = 0; e < 2; e++) {
-                        const int r = nt * 8 + 2 * t + e;
-                        if (r < rows) sg.y[(size_t)r * sg.ldy + n] = acc[nt][2 * h + e];
-                    }
-                } else {
-                    const int r = nt * RPT + t;
-                    if (r < rows)
-                        sg.y[(size_t)r * sg.ldy + n] = acc[nt][2 * h] + acc[nt][2 * h + 1];
+                    for (int e = 0; e < 2; e++)
+                        if (nt * 8 + 2 * t + e < rows) fn(nt * 8 + 2 * t + e, n, nt, 2 * h + e);
+                } else if (nt * RPT + t < rows) {
+                    fn(nt * RPT + t, n, nt, 2 * h);
                 }
             }
+    }
+
+    /* The ks warps on the same rows add their totals in a fixed order (reproducible), then
+     * warp wk 0 writes y, and with e.res also res += y (rp: res's values, read before the
+     * main loop), with e.pair x row 0's values into e.pair[segment][n - 64 * CTA]. */
+    template <bool EPI>
+    __device__ __forceinline__ void finish(float (&acc)[NT][4], float (*red)[NT * 4 * 32],
+                                           int rows, int ks, const qw_epi &e,
+                                           const float (&rp)[NT][4]) const {
+        if (ks > 1 && !ksplit_sum<NT, 4, 32>(acc, red, warp, wk, ks)) return;
+        each_out(rows, [&](int r, int n, int nt, int i) {
+            const float v = C == 1 ? acc[nt][i] : acc[nt][i] + acc[nt][i + 1];
+            sg.y[(size_t)r * sg.ldy + n] = v;
+            if (EPI && e.res) e.res[(size_t)r * sg.N + n] = rp[nt][i] + v;
+            if (EPI && e.pair && r == 0)
+                e.pair[(warp >= QW_WARPS / 2 ? 64 : 0) + n - 64 * (int)blockIdx.x] = v;
+        });
     }
 };
 
 /* The kernels' walk: the warp's frame, its B sources (x quads, qps per x row and step),
  * the load batches (the first before pdl_wait: the prep kernel may still be writing x),
+ * with EPI pro() by every thread right after the wait (an in-CTA x prep: it may hold
+ * barriers) and the epilogue's res / pair (qw_epi; without EPI both are ignored),
  * step(f, batch, u, s, xl, acc) per step of each batch, then the K-split sum and the write.
  * One batch in flight per warp: two (software pipelines of whole batches, session 10, and of
  * half batches, session 11) measured slower; warps hide the latency better here. */
-template <int G, int NT, int BITS, class Step>
+template <int G, int NT, int BITS, bool EPI, class Step, class Pro>
 __device__ __forceinline__ void qw_run(const qmv_segs &segs, const uint4 *xq, int qps, int rows,
-                                       int K, int ks, float (*red)[NT * 4 * 32], Step step) {
+                                       int K, int ks, float (*red)[NT * 4 * 32], Step step,
+                                       Pro pro, const qw_epi &epi) {
     using F = qw_frame<G, NT, BITS>;
-    const F f(segs, K, ks);
+    const F f(segs, K, ks, EPI && segs.pair);
     const uint4 *xl[NT];
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) xl[nt] = f.xsrc(xq, nt, rows, qps);
-    float acc[NT][4];
+    float acc[NT][4], rp[NT][4];
 #pragma unroll
-    for (int nt = 0; nt < NT; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.f;
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) acc[nt][i] = rp[nt][i] = 0.f;
     /* the steps of the batch at s0 that exist */
     const auto run = [&](const typename F::batch &bt, int s0) {
 #pragma unroll
@@ -205,19 +237,37 @@ __device__ __forceinline__ void qw_run(const qmv_segs &segs, const uint4 *xq, in
             step(f, bt, u, s0 + u, xl, acc);
         }
     };
-    bool waited = false;
-    for (int s0 = f.sbeg; s0 < f.send; s0 += F::U) {
-        typename F::batch bt;
-        f.load(bt, s0, K);
-        if (!waited) {
-            pdl_wait();
-            pdl_trigger();
-            waited = true;
+    if constexpr (!EPI) { /* the walk as it was (registers: the peeled form below costs 8) */
+        bool waited = false;
+        for (int s0 = f.sbeg; s0 < f.send; s0 += F::U) {
+            typename F::batch bt;
+            f.load(bt, s0, K);
+            if (!waited) {
+                pdl_wait();
+                pdl_trigger();
+                waited = true;
+            }
+            run(bt, s0);
         }
-        run(bt, s0);
+        if (!waited) pdl_wait(); /* a warp with no steps still writes after the wait */
+    } else { /* every thread waits and runs pro() at one place (its barriers) */
+        typename F::batch bt;
+        if (f.sbeg < f.send) f.load(bt, f.sbeg, K);
+        pdl_wait(); /* x (or the residual) is the previous kernel's output */
+        pdl_trigger();
+        /* the residual's values now, under the weight loads: after the sums each is an L2
+         * round trip at the end of the chain */
+        if (epi.res && f.wk == 0)
+            f.each_out(rows, [&](int r, int n, int nt, int i) {
+                rp[nt][i] = epi.res[(size_t)r * f.sg.N + n];
+            });
+        pro();
+        for (int s0 = f.sbeg; s0 < f.send; s0 += F::U) {
+            if (s0 != f.sbeg) f.load(bt, s0, K);
+            run(bt, s0);
+        }
     }
-    if (!waited) pdl_wait(); /* a warp with no steps still writes after the wait */
-    f.finish(acc, red, rows, ks);
+    f.template finish<EPI>(acc, red, rows, ks, epi, rp);
 }
 
 /* Host: the K split and the grid. Warps on the same rows split K until the grid holds wps
@@ -241,6 +291,19 @@ static inline int qw_grid(qmv_segs &segs, int S, int u, int wps, int mb, int *gr
  * 1..CUDA_QMV_MAX_ROWS rows, x 16-byte aligned with ldx % 4 == 0, bf16 / f16 scales; a GLU
  * input (glu_out) where i8, with up 16-byte aligned and act 0..2. */
 static inline int qw_supported(const cuda_qmv_args *a, bool i8) {
+    if (a && (a->res || a->x_inprep || a->x_ready || a->glu_next) && !i8) return 0;
+    /* the epilogues are one-row (the kernels' one-row variants) */
+    if (a && a->res && (a->n_segs != 1 || ((uintptr_t)a->res & 3) || a->glu_next || a->rows != 1))
+        return 0;
+    if (a && a->x_inprep &&
+        (a->rows != 1 || a->glu_out || a->norm_y || a->x_ready))
+        return 0;
+    if (a && a->x_ready && (a->glu_out || a->norm_w)) return 0;
+    if (a && a->glu_next &&
+        (!a->x_inprep || a->rows != 1 || a->n_segs != 2 || a->N[0] != a->N[1] ||
+         a->glu_next_act < 0 || a->glu_next_act > 2 || ((uintptr_t)a->glu_next & 15) ||
+         (a->glu_next_q && a->N[0] % 64)))
+        return 0;
     if (a && a->glu_out &&
         (!i8 || !a->glu_up || ((uintptr_t)a->glu_up & 15) || ((uintptr_t)a->glu_out & 15) ||
          a->glu_act < 0 || a->glu_act > 2))

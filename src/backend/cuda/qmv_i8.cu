@@ -47,7 +47,7 @@ __device__ __forceinline__ uint32_t qi_pack4(int a, int b, int c, int d) {
  * exact sum. A group is the 4 * (G / 32) adjacent threads of a class: its absmax and sum go
  * through shuffles, so every thread of the warp calls this (f = 0 past K or `rows`; rows >=
  * `rows` only zero their scales and sums). */
-template <int G, int BITS>
+template <int G, int BITS, int XW = QW_XW>
 __device__ __forceinline__ void qi_quant_store(uint4 *xq, float *xsc, float *xsum,
                                                const float f[8], qw_prep_at at, int rows, int S) {
     constexpr int C = 128 / G, CPG = G / 32;
@@ -75,7 +75,7 @@ __device__ __forceinline__ void qi_quant_store(uint4 *xq, float *xsc, float *xsu
         if (r == 0) dst[8] = make_uint2(0u, 0u); /* 64 bytes on: slot 4 + t, same half */
     }
     if (at.in && j == 0 && t % CPG == 0) {
-        const size_t c = (size_t)s * QW_XW + r * C + t / CPG;
+        const size_t c = (size_t)s * XW + r * C + t / CPG;
         xsc[c] = amax / 127.f;
         xsum[c] = sum;
     }
@@ -152,14 +152,111 @@ qi_prep_norm_kernel(uint4 *__restrict__ xq, float *__restrict__ xsc, float *__re
     }
 }
 
-template <int BITS, int G, int SBT, int NT>
+/* The one-row fusions of the main kernel (qmv_i8_kernel's INP, res and pair mode). */
+struct qi_fuse {
+    const float *x;      /* INP: x row 0 (fp32 [K]), or the norm's input */
+    float *xn;           /* INP with nw: the norm's output row, written by CTA 0 */
+    const uint16_t *nw;  /* INP: the RMSNorm weight (bf16 [K]); NULL: x as it is */
+    float eps, offset;
+    float *res;          /* res [rows, N] += y (one segment) */
+    float *glu_out;      /* pair mode: act(gate) * up of the CTA's 64 units, row 0 */
+    int act;
+    uint4 *nxq;          /* pair mode, non-NULL: that GLU output rounded as the x of a g64 qmv */
+    float *nxsc, *nxsum; /* of K = N and these BITS (the workspace layout) */
+};
+
+/* Shared memory of the in-CTA prep: x quads [S][16], scales and sums [S][QI_XW], 32 floats. */
+#define QI_XW 8 /* one n-tile of scale columns: row 0's, the others read and never used */
+__host__ __device__ constexpr size_t qi_inprep_bytes(int K) {
+    return (size_t)qw_steps(K) * (16 * 16 + 2 * QI_XW * 4) + 32 * 4;
+}
+
+/* x row 0 rounded inside the CTA (rows == 1): the values, thread for thread, that
+ * qi_prep_kernel / qi_prep_norm_kernel (norm_y NULL) compute in their 256 threads, into
+ * shared memory, so the prep needs no launch (~3.8 us of chain each on the 8B q4 step). */
+template <int G, int BITS>
+__device__ __forceinline__ void qi_prep_cta(uint4 *xq, float *xsc, float *xsum, float *red,
+                                            const qi_fuse &p, int K) {
+    const int S = qw_steps(K), tid = (int)threadIdx.x;
+    float inv = 0.f;
+    if (p.nw) {
+        float ss = 0.f;
+        for (int k = 8 * tid; k < K; k += 8 * 256) {
+            float v[8];
+            load8_any(p.x, 0, k, v);
+#pragma unroll
+            for (int e = 0; e < 8; e++) ss = fmaf(v[e], v[e], ss);
+        }
+        inv = 1.0f / sqrtf(block_sum(ss, red) / (float)K + p.eps);
+    }
+    for (int u0 = 0; u0 < S * 16; u0 += 256) { /* uniform trip count: the shuffles */
+        const int u = u0 + tid, k = 8 * u;
+        const qw_prep_at at = {0, u >> 4, (u >> 2) & 3, u & 3, u < S * 16};
+        float f[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+        if (k < K) {
+            load8_any(p.x, 0, k, f);
+            if (p.nw) {
+                float wv[8];
+                load8_any(p.nw, 1, k, wv);
+#pragma unroll
+                for (int e = 0; e < 8; e++) f[e] = (f[e] * inv) * (wv[e] + p.offset);
+                if (blockIdx.x == 0) store8_any(p.xn, 0, k, f);
+            }
+        }
+        qi_quant_store<G, BITS, QI_XW>(xq, xsc, xsum, f, at, 1, S);
+    }
+    __syncthreads();
+}
+
+/* Pair mode, after the walk: the CTA's 64 GLU units act(gate) * up (row 0) to glu_out, as
+ * qi_prep_kernel computes them, and with nxq the next qmv's int8 x of those units (one g64
+ * group: lanes 0..7 of warp 0 hold 8 units each, the layout of qi_quant_store). */
+template <int BITS>
+__device__ __forceinline__ void qi_glu_epilogue(const float (*pair)[64], const qi_fuse &p,
+                                                int N) {
+    __syncthreads(); /* pair is complete (and y's gate values written before glu_out's) */
+    if (threadIdx.x >= 32) return;
+    const int L = (int)threadIdx.x, c = (int)blockIdx.x, u0 = 64 * c + 8 * L;
+    float f[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    if (L < 8) {
+#pragma unroll
+        for (int e = 0; e < 8; e++)
+            f[e] = act_apply(pair[0][8 * L + e], p.act) * pair[1][8 * L + e];
+        if (u0 + 8 <= N) store8_any(p.glu_out, 0, u0, f);
+        else
+            for (int e = 0; e < 8 && u0 + e < N; e++) p.glu_out[u0 + e] = f[e];
+    }
+    if (p.nxq) { /* N % 64 == 0 (the host's rule): whole groups */
+        const qw_prep_at at = {0, c / 2, 2 * (c & 1) + (L >> 2), L & 3, L < 8};
+        qi_quant_store<64, BITS>(p.nxq, p.nxsc, p.nxsum, f, at, 1, qw_steps(N));
+    }
+}
+
+/* XM: 0 x from the workspace (a prep launch or x_ready), no fusions; 1 x row 0 rounded in
+ * each CTA (qi_prep_cta, rows == 1) and fz's epilogues (the residual add, the pair mode's
+ * GLU); 2 x from the workspace with fz's epilogues. */
+template <int BITS, int G, int SBT, int NT, int XM>
 __global__ void __launch_bounds__(QW_WARPS * 32, 2)
 qmv_i8_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restrict__ xsc,
-              const float *__restrict__ xsum, int rows, int K, int ks) {
+              const float *__restrict__ xsum, int rows, int K, int ks, qi_fuse fz) {
     __shared__ float red[QW_WARPS][NT * 4 * 32]; /* K-split partials, per lane */
+    __shared__ float pair[2][64];
+    extern __shared__ uint4 qi_smem[]; /* INP: qi_inprep_bytes(K) */
     using F = qw_frame<G, NT, BITS>;
+    constexpr bool INP = XM == 1;
+    constexpr int XW = INP ? QI_XW : QW_XW;
+    const int S = qw_steps(K);
+    uint4 *sq = qi_smem;
+    float *ssc = (float *)(qi_smem + (size_t)S * 16), *ssum = ssc + (size_t)S * QI_XW;
+    const uint4 *xb = INP ? sq : xq;
+    const float *xscb = INP ? ssc : xsc, *xsumb = INP ? ssum : xsum;
+    const auto ld4 = [](const uint4 *p) { if constexpr (INP) return *p; else return __ldg(p); };
+    const auto ld2 = [](const float *p) {
+        if constexpr (INP) return *(const float2 *)p;
+        else return __ldg((const float2 *)p);
+    };
     /* one step of a load batch: D of the step's MMAs, scaled into acc per group */
-    qw_run<G, NT, BITS>(segs, xq, 16, rows, K, ks, red,
+    qw_run<G, NT, BITS, XM != 0>(segs, xb, 16, rows, K, ks, red,
         [&](const F &f, const typename F::batch &bt, int u, int s, const uint4 *const *xl,
             float (*acc)[4]) {
         /* two accumulator chains per n-tile (even / odd words) */
@@ -181,7 +278,7 @@ qmv_i8_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restri
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
             const uint4 *xp = xl[nt] + (size_t)s * 16;
-            bx[nt][0] = __ldg(xp), bx[nt][1] = __ldg(xp + 8);
+            bx[nt][0] = ld4(xp), bx[nt][1] = ld4(xp + 8);
         }
 #pragma unroll
         for (int w = 0; w < 4; w++) {
@@ -205,16 +302,18 @@ qmv_i8_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restri
         f.template scales<SBT>(bt, u, sc, bi);
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
-            const size_t c = (size_t)s * QW_XW + nt * 8 + 2 * f.t;
-            const float2 sx = __ldg((const float2 *)(xsc + c));
-            const float2 sm = __ldg((const float2 *)(xsum + c));
+            const size_t c = (size_t)s * XW + nt * 8 + 2 * f.t;
+            const float2 sx = ld2(xscb + c), sm = ld2(xsumb + c);
             const float sxe[4] = {sx.x, sx.y, sx.x, sx.y}, sme[4] = {sm.x, sm.y, sm.x, sm.y};
 #pragma unroll
             for (int i = 0; i < 4; i++)
                 acc[nt][i] = fmaf(sc[i] * sxe[i], (float)(d[nt][0][i] + d[nt][1][i]),
                                   fmaf(bi[i], sme[i], acc[nt][i]));
         }
-    });
+    }, [&] {
+        if constexpr (INP) qi_prep_cta<G, BITS>(sq, ssc, ssum, ssum + (size_t)S * QI_XW, fz, K);
+    }, qw_epi{fz.res, fz.glu_out ? &pair[0][0] : nullptr});
+    if (XM != 0 && fz.glu_out) qi_glu_epilogue<BITS>(pair, fz, segs.N[0]);
 }
 
 /* ==== Launch ==== */
@@ -224,9 +323,10 @@ template <int BITS, int G, int SBT, int NT> struct qi_launch {
         uint4 *xq = (uint4 *)a->ws;
         const int S = qw_steps(a->K);
         float *xsc = (float *)(xq + qi_quads(a->K)), *xsum = xsc + (size_t)S * QW_XW;
+        const bool inp = a->x_inprep;
         pdl_launch p;
         cudaError_t e = cudaSuccess;
-        if (a->skip_prep) { /* timing diagnostics (MLXCEL_DIAG_SKIP=prep): stale x */
+        if (a->skip_prep || a->x_ready || inp) { /* no prep launch (skip_prep: stale x) */
         } else if (a->norm_w) { /* one CTA a row: the norm's sum of squares spans the row */
             pdl_launch_config(&p, dim3(QW_ROWS), dim3(256), 0, st);
             e = cudaLaunchKernelEx(&p.cfg, qi_prep_norm_kernel<G, BITS>, xq, xsc, xsum,
@@ -239,29 +339,70 @@ template <int BITS, int G, int SBT, int NT> struct qi_launch {
                                    a->rows, a->K, a->glu_out, a->glu_up, a->glu_act);
         }
         if (e != cudaSuccess) return (int)e;
-        int grid;
-        /* ~16 warps per SM, >= 2 load batches a warp */
-        const int ks = qw_grid(segs, S, qw_frame<G, NT, BITS>::U, 16, 2, &grid);
+        qi_fuse fz = {};
+        if (inp) {
+            fz.x = a->norm_w ? a->norm_x : a->x;
+            fz.xn = (float *)a->x, fz.nw = a->norm_w;
+            fz.eps = a->norm_eps, fz.offset = a->norm_offset;
+        }
+        fz.res = a->res;
+        int grid, ks;
+        if (a->glu_next) { /* pair mode: CTA c owns units [64c, 64c + 64) of gate and up */
+            ks = 1, grid = (segs.N[0] + 63) / 64;
+            segs.pair = 1, segs.cta0[0] = 0, segs.cta0[1] = grid;
+            fz.glu_out = a->glu_next, fz.act = a->glu_next_act;
+            if (a->glu_next_q) { /* the next qmv's x: K = N, in this workspace's layout */
+                fz.nxq = xq;
+                fz.nxsc = (float *)(xq + qi_quads(segs.N[0]));
+                fz.nxsum = fz.nxsc + (size_t)qw_steps(segs.N[0]) * QW_XW;
+            }
+        } else { /* ~16 warps per SM, >= 2 load batches a warp */
+            ks = qw_grid(segs, S, qw_frame<G, NT, BITS>::U, 16, 2, &grid);
+        }
         pdl_launch l;
+        const bool epi = inp || fz.res || fz.glu_out;
+        if constexpr (NT == 1) {
+            if (epi) {
+                pdl_launch_config(&l, dim3(grid), dim3(QW_WARPS * 32),
+                                  inp ? qi_inprep_bytes(a->K) : 0, st);
+                return (int)cudaLaunchKernelEx(&l.cfg,
+                                               inp ? qmv_i8_kernel<BITS, G, SBT, NT, 1>
+                                                   : qmv_i8_kernel<BITS, G, SBT, NT, 2>,
+                                               segs, (const uint4 *)xq, (const float *)xsc,
+                                               (const float *)xsum, a->rows, a->K, ks, fz);
+            }
+        }
+        if (epi) return (int)cudaErrorInvalidValue; /* one row only (NT 1) */
         pdl_launch_config(&l, dim3(grid), dim3(QW_WARPS * 32), 0, st);
-        return (int)cudaLaunchKernelEx(&l.cfg, qmv_i8_kernel<BITS, G, SBT, NT>, segs,
+        return (int)cudaLaunchKernelEx(&l.cfg, qmv_i8_kernel<BITS, G, SBT, NT, 0>, segs,
                                        (const uint4 *)xq, (const float *)xsc, (const float *)xsum,
-                                       a->rows, a->K, ks);
+                                       a->rows, a->K, ks, fz);
     }
 };
 
 template <int G, int SBT, int NT> using qi_launch4 = qi_launch<4, G, SBT, NT>;
 template <int G, int SBT, int NT> using qi_launch8 = qi_launch<8, G, SBT, NT>;
 
-extern "C" int cuda_qmv_i8_supported(const cuda_qmv_args *a) { return qw_supported(a, true); }
+/* qw_supported, and x_inprep's shared memory within the default 48 KiB (K <= 19,584) */
+static bool qi_supported(const cuda_qmv_args *a) {
+    return qw_supported(a, true) && (!a->x_inprep || qi_inprep_bytes(a->K) <= 48 * 1024);
+}
+
+extern "C" int cuda_qmv_i8_supported(const cuda_qmv_args *a) { return qi_supported(a); }
 
 extern "C" size_t cuda_qmv_i8_workspace_bytes(int K) {
     return qi_quads(K) * sizeof(uint4) + 2 * (size_t)qw_steps(K) * QW_XW * sizeof(float);
 }
 
+extern "C" size_t cuda_qmv_i8_inprep_smem(int K) { return qi_inprep_bytes(K); }
+
 extern "C" int cuda_qmv_i8(const cuda_qmv_args *a, cudaStream_t st) {
     qmv_segs segs;
-    const int rc = qw_args(a, true, a ? cuda_qmv_i8_workspace_bytes(a->K) : 0, &segs);
+    if (!a || !qi_supported(a)) return (int)cudaErrorInvalidValue;
+    size_t ws = cuda_qmv_i8_workspace_bytes(a->K);
+    if (a->glu_next_q && cuda_qmv_i8_workspace_bytes(a->N[0]) > ws)
+        ws = cuda_qmv_i8_workspace_bytes(a->N[0]);
+    const int rc = qw_args(a, true, ws, &segs);
     if (rc) return rc;
     return a->bits == 4 ? qw_dispatch<qi_launch4>(segs, a, st)
                         : qw_dispatch<qi_launch8>(segs, a, st);

@@ -88,7 +88,7 @@ qmv_mma_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restr
     __shared__ float red[QW_WARPS][NT * 4 * 32]; /* K-split partials, per lane */
     using F = qw_frame<G, NT>;
     /* one step of a load batch: D of the step's MMAs, scaled into acc per group */
-    qw_run<G, NT, 4>(segs, xq, 64, rows, K, ks, red,
+    qw_run<G, NT, 4, false>(segs, xq, 64, rows, K, ks, red,
         [&](const F &f, const typename F::batch &bt, int u, int s, const uint4 *const *xl,
             float (*acc)[4]) {
         /* CH independent accumulator chains per n-tile (hi / lo x parts, then the two
@@ -141,7 +141,7 @@ qmv_mma_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restr
             acc[nt][2] = fmaf(sc[2], d[nt][0][2], fmaf(bi[2], sx.x, acc[nt][2]));
             acc[nt][3] = fmaf(sc[3], d[nt][0][3], fmaf(bi[3], sx.y, acc[nt][3]));
         }
-    });
+    }, [] {}, qw_epi{nullptr, nullptr});
 }
 
 /* ==== Launch ==== */
