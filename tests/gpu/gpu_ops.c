@@ -525,8 +525,7 @@ static void test_gemv_tc_split(int rows, int N, int K) {
     free(x), free(w), free(wb), free(ref);
 }
 
-/* Pools [slots, Hkv, D] (bf16 or fp32) as floats on the host. */
-static float *pool_to_host(const void *d, size_t n, bool bf16) {
+float *gt_pool_to_host(const void *d, size_t n, bool bf16) {
     float *h = malloc(n * 4);
     if (bf16) {
         uint16_t *b = malloc(n * 2);
@@ -615,8 +614,8 @@ static void test_gemv_rope(int rows, int Hq, int Hkv, int D, int K, bool pool_bf
         free(ref);
     }
     for (int i = 0; i < 2 && !rc[0] && !rc[1]; i++) {
-        float *a = pool_to_host(i ? vp[0] : kp[0], pool_n, pool_bf16);
-        float *b = pool_to_host(i ? vp[1] : kp[1], pool_n, pool_bf16);
+        float *a = gt_pool_to_host(i ? vp[0] : kp[0], pool_n, pool_bf16);
+        float *b = gt_pool_to_host(i ? vp[1] : kp[1], pool_n, pool_bf16);
         long bad = 0;
         const double rel = gt_rel_err(b, a, pool_n, &bad);
         snprintf(what, sizeof what, "gemv + rope + kv write, rows %d, ks %d, %s pool (%s)", rows,

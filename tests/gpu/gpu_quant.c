@@ -15,6 +15,7 @@
 #include "gpu_test.h"
 
 #include "backend/cuda/cuda_be.h"
+#include "backend/cuda/cuda_elem.h"
 #include "backend/cuda/cuda_ops.h"
 #include "model/model_spec.h"
 #include "quant/quant.h"
@@ -309,6 +310,95 @@ static void test_norm_qmv(int rows, int K, int bits, int group, bool residual, b
 }
 
 /* ==== The launchers with every tunable value ==== */
+
+/* The one-row q / k / v qmv_i8 with RoPE + KV write in its epilogue (RoPE pair mode) against
+ * the same qmv plain, then cuda_rope_kv_f32: rotated q and k, v, and both pools at the slot;
+ * slot -1 leaves the pools alone. The pair mode may take another K split (sums within fp32
+ * rounding; the pools one bf16 rounding). */
+static void test_qmv_rope(int Hq, int Hkv, int D, int K, int bits, bool pool_bf16) {
+    const int N[3] = {Hq * D, Hkv * D, Hkv * D}, half = D / 2, slots = 5;
+    const size_t pool_n = (size_t)slots * Hkv * D, esz = pool_bf16 ? 2 : 4;
+    qmat m[3];
+    float *x = malloc((size_t)K * 4), *cs = malloc((size_t)D * 4);
+    gt_fill(x, (size_t)K, 1.0f);
+    for (int i = 0; i < half; i++)
+        cs[2 * i] = cosf(0.37f * (float)i + 2), cs[2 * i + 1] = sinf(0.37f * (float)i + 2);
+    mx_tensor dx = gt_dev_f32(x, 2, (const int64_t[]){1, K});
+    mx_tensor dcs = gt_dev_f32(cs, 2, (const int64_t[]){1, D}), y[2][3];
+    const int64_t slot_h[2] = {3, -1};
+    int64_t *slot_d = NULL;
+    void *kp[3], *vp[3];
+    cudaMalloc((void **)&slot_d, sizeof slot_h);
+    cudaMemcpy(slot_d, slot_h, sizeof slot_h, cudaMemcpyHostToDevice);
+    for (int p = 0; p < 3; p++) {
+        cudaMalloc(&kp[p], pool_n * esz), cudaMalloc(&vp[p], pool_n * esz);
+        cudaMemset(kp[p], 0, pool_n * esz), cudaMemset(vp[p], 0, pool_n * esz);
+    }
+    cuda_qmv_args a;
+    memset(&a, 0, sizeof a);
+    for (int i = 0; i < 3; i++) {
+        qmat_make(&m[i], N[i], K, bits, 64, MX_BF16);
+        a.w[i] = m[i].dev.w.data, a.scales[i] = m[i].dev.scales.data;
+        a.biases[i] = m[i].dev.biases.data, a.ldy[i] = a.N[i] = N[i];
+        for (int p = 0; p < 2; p++) y[p][i] = gt_dev_poison(2, (const int64_t[]){1, N[i]});
+    }
+    a.n_segs = 3, a.x = dx.data, a.ldx = K, a.rows = 1, a.K = K, a.bits = bits, a.group = 64;
+    a.sb_dtype = CUDA_QSB_BF16, a.x_inprep = 1;
+    a.ws_bytes = cuda_qmv_i8_workspace_bytes(K);
+    a.ws = g_gpu->alloc(a.ws_bytes);
+    int rc[3];
+    for (int p = 0; p < 3; p++) { /* plain + rope_kv; fused; fused with slot -1 */
+        cuda_qmv_args t = a;
+        for (int i = 0; i < 3; i++) t.y[i] = y[p ? 1 : 0][i].data;
+        if (p) {
+            t.rope_cs = dcs.data, t.rope_rows = slot_d + (p == 2), t.head_dim = D;
+            t.k_pool = kp[p], t.v_pool = vp[p], t.pool_bf16 = pool_bf16;
+        }
+        rc[p] = cuda_qmv_i8(&t, g_cu.st);
+        if (!p && !rc[p])
+            rc[p] = cuda_rope_kv_f32(t.y[0], N[0], t.y[1], N[1], t.y[2], N[2], dcs.data, 1, Hq,
+                                     Hkv, D, D, slot_d, kp[0], vp[0], pool_bf16, g_cu.st);
+    }
+    cudaStreamSynchronize(g_cu.st);
+    static const char *names[3] = {"q", "k", "v"};
+    char what[160];
+    for (int i = 0; i < 3; i++) {
+        snprintf(what, sizeof what, "qmv_i8 + rope + kv write, %d/%d heads of %d, K %d, %d-bit: %s",
+                 Hq, Hkv, D, K, bits, names[i]);
+        if (rc[0] || rc[1] || rc[2]) {
+            gt_report(what, 1.0, 0, 1);
+            continue;
+        }
+        float *ref = malloc((size_t)N[i] * 4), *got = malloc((size_t)N[i] * 4);
+        gt_to_host(ref, &y[0][i]);
+        gt_to_host(got, &y[1][i]);
+        long bad;
+        gt_report_err(what, gt_rel_err(got, ref, (size_t)N[i], &bad), 1e-5, &bad);
+        free(ref), free(got);
+    }
+    for (int i = 0; i < 2 && !rc[0] && !rc[1] && !rc[2]; i++) {
+        float *r = gt_pool_to_host(i ? vp[0] : kp[0], pool_n, pool_bf16);
+        float *b = gt_pool_to_host(i ? vp[1] : kp[1], pool_n, pool_bf16);
+        float *z = gt_pool_to_host(i ? vp[2] : kp[2], pool_n, pool_bf16);
+        long bad;
+        snprintf(what, sizeof what, "  ... %s pool (%s)", i ? "v" : "k",
+                 pool_bf16 ? "bf16" : "fp32");
+        gt_report_err(what, gt_rel_err(b, r, pool_n, &bad), pool_bf16 ? 8e-3 : 1e-5, &bad);
+        double zmax = 0;
+        for (size_t j = 0; j < pool_n; j++) zmax = fmax(zmax, fabs(z[j]));
+        snprintf(what, sizeof what, "  ... %s pool untouched at slot -1", i ? "v" : "k");
+        gt_report(what, zmax, 0, 0);
+        free(r), free(b), free(z);
+    }
+    for (int i = 0; i < 3; i++) {
+        qmat_free(&m[i]);
+        for (int p = 0; p < 2; p++) gt_dev_free(&y[p][i]);
+    }
+    for (int p = 0; p < 3; p++) cudaFree(kp[p]), cudaFree(vp[p]);
+    cudaFree(slot_d), g_gpu->free(a.ws);
+    gt_dev_free(&dx), gt_dev_free(&dcs);
+    free(x), free(cs);
+}
 
 /* One-row decode chain through the backend ops, as a Llama layer issues them: o = a Wo;
  * h += o; xn = norm(h); g = xn Wg, u = xn Wu; g = act(g) * u; d = g Wd; h += d; xn2 =
@@ -858,6 +948,9 @@ int gt_run_quant_tests(const char *src_dir) {
         test_norm_qmv(8, 2560, 4, 64, true, f == 0);
         test_norm_qmv(2, 512, 8, 64, true, f == 0);
     }
+    test_qmv_rope(32, 8, 128, 4096, 4, true); /* the 8B q / k / v */
+    test_qmv_rope(4, 2, 64, 1024, 4, false);
+    test_qmv_rope(8, 2, 32, 512, 8, true);
     test_q_chain(4096, 14336, 4, MX_BF16); /* the 8B layer's shapes */
     test_q_chain(512, 1472, 4, MX_F16);
     test_q_chain(1024, 2816, 8, MX_BF16);

@@ -30,6 +30,7 @@ void gt_round_bf16(float *x, size_t n);              /* in place: x = bf16(x) */
 mx_tensor gt_dev_f32(const float *host, int ndim, const int64_t *shape); /* copy of host */
 mx_tensor gt_dev_poison(int ndim, const int64_t *shape);                /* NaN-filled */
 mx_tensor gt_dev_weight(const uint16_t *bf, int ndim, const int64_t *shape);
+float *gt_pool_to_host(const void *d, size_t n, bool bf16); /* KV pool (bf16 / fp32) as floats */
 void gt_to_host(float *dst, const mx_tensor *t);
 void gt_dev_free(mx_tensor *t);
 

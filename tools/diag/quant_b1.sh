@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU machine: the 8B synthetic checkpoint (bf16), its MLX 4-bit g64 conversion (QUANT="4:64",
 # more with spaces), then `mlxcel bench` decode at BATCH (prompt 512, gen 128) on each, once
-# per environment in AB (space-separated; "-" = as is; "A=1,B=2" sets both). Short lines only.
+# per environment in AB (space-separated; "-" = as is; "A=1,B=2" sets both; BIN=name runs
+# .carry/dev/name, a build packed beside: pack_device.sh BASE=). Short lines only.
 #   BATCH=1 AB="- MLXCEL_CUDA_PDL=0" QUANT="4:64" BF16=1 bash tools/diag/quant_b1.sh
 # BF16_AB: the environments for the bf16 checkpoint (default: AB). BENCH=0: the checkpoints only.
 set -u
@@ -28,8 +29,11 @@ for d in $dirs; do
   abs=${AB:--}
   [ "$d" = "$D" ] && abs=${BF16_AB:-$abs}
   for ab in $abs; do
-    e=""; [ "$ab" != - ] && e=${ab//,/ }
-    env $e timeout 120 "$M" bench -m "$d" --device cuda --prompt-tokens 512 --gen-tokens 128 \
+    m=$M e=""
+    for v in $(ab_env "$ab"); do
+      case $v in BIN=*) m=.carry/dev/${v#BIN=} ;; *) e="$e $v" ;; esac
+    done
+    env $e timeout 120 "$m" bench -m "$d" --device cuda --prompt-tokens 512 --gen-tokens 128 \
       --batch "${BATCH:-1}" --repeat "${REPEAT:-2}" 2>/dev/null | grep -E '^ +[0-9]+ ' |
       sed "s|^|$(basename "$d") $ab |"
   done

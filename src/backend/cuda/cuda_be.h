@@ -101,7 +101,7 @@ typedef struct cu_state {
     bool qmv_i8_inprep;       /* MLXCEL_QMV_I8_INPREP: one-row x prep inside the qmv CTAs */
     const float *qx_ready;    /* the GLU output whose int8 x the last qmv launch left in the
                                * workspace (glu_next_q), else NULL */
-    long q_fused[3];          /* qmv launches with x_inprep, res, glu_next_q (tests) */
+    long q_fused[4];          /* qmv launches with x_inprep, res, glu_next_q, rope (tests) */
     int graph_cache;          /* 0 = no graphs */
     bool deterministic;
     int forced_splits;
@@ -330,5 +330,8 @@ void cu_flush_qmv(void);                          /* part of cu_flush_mm */
 /* The same two epilogues for a held one-row qmv_i8 group (MLXCEL_QMV_I8_INPREP) */
 bool cu_q_take_add(float *x, const float *y, int rows, int cols);
 bool cu_q_take_glu(float *out, const float *gate, const float *up, int rows, int cols, int act);
+/* ... and the RoPE + KV write of its q / k / v outputs (cuda_qmv_args' rope fields) */
+bool cu_q_take_rope(const float *cs, const int64_t *rows, void *k_pool, void *v_pool,
+                    int pool_bf16, int head_dim);
 
 #endif

@@ -246,6 +246,14 @@ typedef struct cuda_qmv_args {
     int x_inprep, x_ready;
     float *glu_next;
     int glu_next_act, glu_next_q;
+    /* cuda_qmv_i8 only, rows 1, three segments q, k, v of heads of head_dim (% 32 == 0): q and
+     * k rotated by RoPE over all head_dim dims in y (rope_cs [1, head_dim]: cos, sin of each
+     * pair j < head_dim / 2, as cuda_rope_kv_f32 reads them), k and v also written to the KV
+     * pools (bf16 or fp32 [slot][n_kv_heads][head_dim]) at slot rope_rows[0] (< 0: not) */
+    const float *rope_cs;
+    const int64_t *rope_rows;
+    void *k_pool, *v_pool;
+    int pool_bf16, head_dim;
 } cuda_qmv_args;
 size_t cuda_qmv_workspace_bytes(int K);
 /* multirow: one of CUDA_QMV_MULTIROW_VALUES (else cudaErrorInvalidValue). */

@@ -210,25 +210,34 @@ static int qmv_launch_core(cuda_qmv_args *a) {
 static int qmv_launch(cuda_qmv_args *a) {
     g_cu.qx_ready = NULL;
     float *res = a->res, *glu = a->glu_next;
+    const float *rope = a->rope_cs;
     if (g_cu.qmv_i8_inprep && a->rows == 1 && !a->x_ready && !a->glu_out && !a->norm_y) {
         cuda_qmv_args t = *a;
         t.x_inprep = 1;
-        if (!i8_ok(&t)) t.res = NULL, t.glu_next = NULL, t.glu_next_q = 0;
+        if (!i8_ok(&t)) t.res = NULL, t.glu_next = NULL, t.glu_next_q = 0, t.rope_cs = NULL;
         if (i8_ok(&t)) *a = t;
     }
-    if (!i8_ok(a)) a->res = NULL, a->glu_next = NULL, a->glu_next_q = 0, a->x_ready = 0;
+    if (!i8_ok(a))
+        a->res = NULL, a->glu_next = NULL, a->glu_next_q = 0, a->x_ready = 0, a->rope_cs = NULL;
     const int rc = qmv_launch_core(a);
     if (rc) return rc;
     if (a->glu_next && a->glu_next_q) g_cu.qx_ready = a->glu_next;
     g_cu.q_fused[0] += a->x_inprep != 0;
     g_cu.q_fused[1] += a->res != NULL;
     g_cu.q_fused[2] += a->glu_next && a->glu_next_q;
+    g_cu.q_fused[3] += a->rope_cs != NULL;
     if (res && !a->res &&
         cu_ck(cuda_add_f32(res, a->N[0], a->y[0], a->ldy[0], a->rows, a->N[0], g_cu.st), "add"))
         return -1;
     if (glu && !a->glu_next &&
         cu_ck(cuda_glu_f32(glu, a->N[0], a->y[0], a->ldy[0], a->y[1], a->ldy[1], a->rows, a->N[0],
                            a->glu_next_act, g_cu.st), "glu"))
+        return -1;
+    const int D = a->head_dim;
+    if (rope && !a->rope_cs &&
+        cu_ck(cuda_rope_kv_f32(a->y[0], a->ldy[0], a->y[1], a->ldy[1], a->y[2], a->ldy[2], rope,
+                               a->rows, a->N[0] / D, a->N[1] / D, D, D, a->rope_rows, a->k_pool,
+                               a->v_pool, a->pool_bf16, g_cu.st), "rope + kv_write"))
         return -1;
     return 0;
 }
@@ -262,6 +271,20 @@ bool cu_q_take_glu(float *out, const float *gate, const float *up, int rows, int
     t.glu_next = out, t.glu_next_act = act, t.x_inprep = 1;
     if (!i8_ok(&t)) return false;
     a->glu_next = out, a->glu_next_act = act;
+    return true;
+}
+
+/* The held q / k / v group (three segments, one row; the caller checked the tensors) rotates
+ * q and k and writes k and v to the KV pools in its epilogue (RoPE pair mode). */
+bool cu_q_take_rope(const float *cs, const int64_t *rows, void *k_pool, void *v_pool,
+                    int pool_bf16, int head_dim) {
+    cuda_qmv_args *a = &g_cu.pend_q.a;
+    if (!g_cu.qmv_i8_inprep || a->n_segs != 3 || a->rope_cs) return false;
+    cuda_qmv_args t = *a;
+    t.rope_cs = cs, t.rope_rows = rows, t.k_pool = k_pool, t.v_pool = v_pool;
+    t.pool_bf16 = pool_bf16, t.head_dim = head_dim;
+    if (!i8_ok(&t)) return false;
+    *a = t;
     return true;
 }
 
@@ -416,7 +439,7 @@ void cu_matmul_q(mx_tensor *out, const mx_tensor *x, const mx_qweight *w, const 
     const int sbt = cu_q_sb(w->scales.dtype);
     cuda_qmv_args *a = &g_cu.pend_q.a;
     bool join = !glu_fused && !norm_fused && !a->glu_out && !a->res && !a->glu_next &&
-                !a->x_ready && a->n_segs > 0 && a->x == x->data &&
+                !a->rope_cs && !a->x_ready && a->n_segs > 0 && a->x == x->data &&
                 a->ldx == (long)x->stride[0] &&
                 a->rows == rows && a->K == K && a->bits == w->bits && a->group == w->group_size &&
                 a->sb_dtype == sbt && a->n_segs < CUDA_QMV_MAX_SEGS;
@@ -430,7 +453,7 @@ void cu_matmul_q(mx_tensor *out, const mx_tensor *x, const mx_qweight *w, const 
         a->glu_out = NULL, a->glu_up = NULL, a->glu_act = 0;
         a->norm_x = NULL, a->norm_y = NULL, a->norm_w = NULL;
         a->res = NULL, a->glu_next = NULL, a->glu_next_act = 0, a->glu_next_q = 0;
-        a->x_inprep = 0, a->x_ready = ready;
+        a->x_inprep = 0, a->x_ready = ready, a->rope_cs = NULL;
     }
     a->x = x->data;
     a->ldx = (long)x->stride[0];

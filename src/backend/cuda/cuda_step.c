@@ -268,6 +268,19 @@ static bool rope_in_gemv(const mx_tensor *k, const mx_tensor *v, const mx_attn_b
            !g_cu.pend_mm.bias[2] && !g_cu.pend_mm.fuse.res && !g_cu.pend_mm.fuse.glu;
 }
 
+/* The same for a held one-row qmv_i8 group (cu_q_take_rope checks the kernel's rules). */
+static bool rope_in_qmv(const mx_tensor *k, const mx_tensor *v, const mx_attn_batch *b) {
+    const cuda_qmv_args *a = &g_cu.pend_q.a;
+    const int D = g_cu.pend_rope.D;
+    return g_cu.pend_rope.count == 2 && a->n_segs == 3 && a->rows == b->n_rows && a->rows == 1 &&
+           g_cu.pend_rope.rot == D && a->y[0] == g_cu.pend_rope.x[0] && a->y[1] == k->data &&
+           a->y[2] == v->data && g_cu.pend_rope.stride[0] == a->N[0] && a->ldy[0] == a->N[0] &&
+           k->stride[0] == a->N[1] && a->ldy[1] == a->N[1] && v->stride[0] == a->N[2] &&
+           a->ldy[2] == a->N[2] && g_cu.pend_rope.heads[0] * D == a->N[0] &&
+           (int)k->shape[1] * D == a->N[1] && a->N[2] == a->N[1] && !g_cu.pend_q.bias[0] &&
+           !g_cu.pend_q.bias[1] && !g_cu.pend_q.bias[2];
+}
+
 void cu_kv_write(mx_tensor *k_pool, mx_tensor *v_pool, const mx_tensor *k, const mx_tensor *v,
                  const mx_attn_batch *b) {
     const int nr = g_cu.pend_rope.count;
@@ -285,6 +298,16 @@ void cu_kv_write(mx_tensor *k_pool, mx_tensor *v_pool, const mx_tensor *k, const
             f->v_pool = v_pool->data;
             f->pool_bf16 = k_pool->dtype == MX_BF16;
             f->head_dim = g_cu.pend_rope.D;
+            g_cu.pend_rope.count = 0;
+            cu_flush_mm();
+            return;
+        }
+    }
+    if (fuse && rope_in_qmv(k, v, b)) {
+        const int64_t *rows = step_array(b->write_rows, g_cu.ab ? g_cu.ab->write_rows : NULL,
+                                         g_cu.d_write, (size_t)b->n_rows * 8);
+        if (rows && cu_q_take_rope(g_cu.pend_rope.cs, rows, k_pool->data, v_pool->data,
+                                   k_pool->dtype == MX_BF16, g_cu.pend_rope.D)) {
             g_cu.pend_rope.count = 0;
             cu_flush_mm();
             return;

@@ -26,8 +26,13 @@ typedef struct qmv_segs {
     int N[CUDA_QMV_MAX_SEGS];
     int cta0[CUDA_QMV_MAX_SEGS];
     int n;
-    int pair; /* qw_frame: CTA c takes rows [64c, 64c + 64) of segments 0 and 1 (a GLU's gate
-               * and up: its epilogue pairs them); ks 1 */
+    /* qw_frame's pair modes: a CTA's warps 0..3 and 4..7 are two row groups its epilogue
+     * pairs. 1 (a GLU's gate and up, ks 1): CTA c takes rows [64c, 64c + 64) of segments 0
+     * and 1. 2 (RoPE, ks <= 4): CTA b of a segment takes rows [h D + a rg, + rg) and the same
+     * + half (D = 2 half, rg = 64 / ks rows a group, a < half / rg, b = h (half / rg) + a):
+     * the dims j, j + half that rotate together. */
+    int pair, pair_half;
+
 } qmv_segs;
 
 struct qmv_seg {

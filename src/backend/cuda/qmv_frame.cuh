@@ -84,8 +84,8 @@ template <int NW, int U, int LQ> struct qw_batch {
 };
 
 /* The frame's optional epilogue: res (one segment, contiguous [rows, N]): res += y as y is
- * written (the residual add after o / down); pair (pair mode, shared [2][64]): x row 0's
- * outputs of the CTA's two segments, for a GLU epilogue after the walk. */
+ * written (the residual add after o / down); pair (pair modes, shared [2][64]): x row 0's
+ * outputs of the CTA's two row groups, for a GLU or RoPE epilogue after the walk. */
 struct qw_epi {
     float *res;
     float *pair;
@@ -99,6 +99,7 @@ template <int G, int NT, int BITS = 4> struct qw_frame {
     using batch = qw_batch<NW, U, LQ>;
     qmv_seg sg;
     int lane, warp, g, t, n0, wk, S, NG, sbeg, send;
+    int pbase; /* pair modes: the first row of this warp's row group */
     bool sb_vec;
     const uint8_t *wa, *wb;
     size_t sa, sb;
@@ -107,12 +108,19 @@ template <int G, int NT, int BITS = 4> struct qw_frame {
         : sg(qmv_pick(segs)) {
         lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
         n0 = (((int)blockIdx.x - sg.c0) * (QW_WARPS / ks) + warp / ks) * 16;
-        if (pair) { /* segs.pair: warps 0..3 on segment 0's rows, 4..7 on segment 1's (ks 1) */
-            const bool s1 = warp >= QW_WARPS / 2;
-            sg = {s1 ? segs.w[1] : segs.w[0], s1 ? segs.s[1] : segs.s[0],
-                  s1 ? segs.b[1] : segs.b[0], s1 ? segs.y[1] : segs.y[0],
-                  s1 ? segs.ldy[1] : segs.ldy[0], s1 ? segs.N[1] : segs.N[0], 0};
-            n0 = (int)blockIdx.x * 64 + (warp & (QW_WARPS / 2 - 1)) * 16;
+        pbase = 0;
+        if (pair) { /* segs.pair: warps 0..3 and 4..7 are the two row groups */
+            const bool g1 = warp >= QW_WARPS / 2;
+            if (segs.pair == 1) { /* GLU: segment 0's rows, then segment 1's (ks 1) */
+                sg = {g1 ? segs.w[1] : segs.w[0], g1 ? segs.s[1] : segs.s[0],
+                      g1 ? segs.b[1] : segs.b[0], g1 ? segs.y[1] : segs.y[0],
+                      g1 ? segs.ldy[1] : segs.ldy[0], g1 ? segs.N[1] : segs.N[0], 0};
+                pbase = (int)blockIdx.x * 64;
+            } else { /* RoPE: rows j and j + half of a head */
+                const int half = segs.pair_half, rg = 64 / ks, b = (int)blockIdx.x - sg.c0;
+                pbase = b / (half / rg) * 2 * half + (g1 ? half : 0) + b % (half / rg) * rg;
+            }
+            n0 = pbase + (warp & (QW_WARPS / 2 - 1)) / ks * 16;
         }
         wk = warp % ks, S = qw_steps(K), NG = K / G;
         /* whole load batches per warp: a batch's scales are one aligned load */
@@ -192,7 +200,7 @@ template <int G, int NT, int BITS = 4> struct qw_frame {
 
     /* The ks warps on the same rows add their totals in a fixed order (reproducible), then
      * warp wk 0 writes y, and with e.res also res += y (rp: res's values, read before the
-     * main loop), with e.pair x row 0's values into e.pair[segment][n - 64 * CTA]. */
+     * main loop), with e.pair x row 0's values into e.pair[row group][n - its first row]. */
     template <bool EPI>
     __device__ __forceinline__ void finish(float (&acc)[NT][4], float (*red)[NT * 4 * 32],
                                            int rows, int ks, const qw_epi &e,
@@ -202,8 +210,7 @@ template <int G, int NT, int BITS = 4> struct qw_frame {
             const float v = C == 1 ? acc[nt][i] : acc[nt][i] + acc[nt][i + 1];
             sg.y[(size_t)r * sg.ldy + n] = v;
             if (EPI && e.res) e.res[(size_t)r * sg.N + n] = rp[nt][i] + v;
-            if (EPI && e.pair && r == 0)
-                e.pair[(warp >= QW_WARPS / 2 ? 64 : 0) + n - 64 * (int)blockIdx.x] = v;
+            if (EPI && e.pair && r == 0) e.pair[(warp >= QW_WARPS / 2 ? 64 : 0) + n - pbase] = v;
         });
     }
 };
@@ -273,17 +280,21 @@ __device__ __forceinline__ void qw_run(const qmv_segs &segs, const uint4 *xq, in
 /* Host: the K split and the grid. Warps on the same rows split K until the grid holds wps
  * warps per SM, keeping >= mb load batches of u steps per warp; segs.cta0 is filled.
  * Returns ks. */
+static inline int qw_grid_fill(qmv_segs &segs, int ks) {
+    const int tiles_per_cta = QW_WARPS / ks;
+    int grid = 0;
+    for (int i = 0; i < segs.n; i++) {
+        segs.cta0[i] = grid;
+        grid += ((segs.N[i] + 15) / 16 + tiles_per_cta - 1) / tiles_per_cta;
+    }
+    return grid;
+}
 static inline int qw_grid(qmv_segs &segs, int S, int u, int wps, int mb, int *grid) {
     int tiles = 0;
     for (int i = 0; i < segs.n; i++) tiles += (segs.N[i] + 15) / 16;
     int ks = 1;
     while (ks < QW_WARPS && tiles * ks < wps * cuda_sm_count() && S >= mb * ks * u) ks *= 2;
-    const int tiles_per_cta = QW_WARPS / ks;
-    *grid = 0;
-    for (int i = 0; i < segs.n; i++) {
-        segs.cta0[i] = *grid;
-        *grid += ((segs.N[i] + 15) / 16 + tiles_per_cta - 1) / tiles_per_cta;
-    }
+    *grid = qw_grid_fill(segs, ks);
     return ks;
 }
 
@@ -291,7 +302,7 @@ static inline int qw_grid(qmv_segs &segs, int S, int u, int wps, int mb, int *gr
  * 1..CUDA_QMV_MAX_ROWS rows, x 16-byte aligned with ldx % 4 == 0, bf16 / f16 scales; a GLU
  * input (glu_out) where i8, with up 16-byte aligned and act 0..2. */
 static inline int qw_supported(const cuda_qmv_args *a, bool i8) {
-    if (a && (a->res || a->x_inprep || a->x_ready || a->glu_next) && !i8) return 0;
+    if (a && (a->res || a->x_inprep || a->x_ready || a->glu_next || a->rope_cs) && !i8) return 0;
     /* the epilogues are one-row (the kernels' one-row variants) */
     if (a && a->res && (a->n_segs != 1 || ((uintptr_t)a->res & 3) || a->glu_next || a->rows != 1))
         return 0;
@@ -299,6 +310,12 @@ static inline int qw_supported(const cuda_qmv_args *a, bool i8) {
         (a->rows != 1 || a->glu_out || a->norm_y || a->x_ready))
         return 0;
     if (a && a->x_ready && (a->glu_out || a->norm_w)) return 0;
+    /* RoPE pairs: rows j, j + D/2 in one CTA of <= 4 row tiles a group (D % 32 == 0) */
+    if (a && a->rope_cs &&
+        (a->rows != 1 || a->n_segs != 3 || a->res || a->glu_next || a->head_dim < 32 ||
+         a->head_dim % 32 || a->N[0] % a->head_dim || a->N[1] % a->head_dim ||
+         a->N[2] != a->N[1] || !a->rope_rows || !a->k_pool || !a->v_pool))
+        return 0;
     if (a && a->glu_next &&
         (!a->x_inprep || a->rows != 1 || a->n_segs != 2 || a->N[0] != a->N[1] ||
          a->glu_next_act < 0 || a->glu_next_act > 2 || ((uintptr_t)a->glu_next & 15) ||

@@ -163,6 +163,10 @@ struct qi_fuse {
     int act;
     uint4 *nxq;          /* pair mode, non-NULL: that GLU output rounded as the x of a g64 qmv */
     float *nxsc, *nxsum; /* of K = N and these BITS (the workspace layout) */
+    const float *rope_cs; /* RoPE pair mode (segs.pair 2): cuda_qmv_args' rope fields */
+    const int64_t *rope_rows;
+    void *k_pool, *v_pool;
+    int pool_bf16;
 };
 
 /* Shared memory of the in-CTA prep: x quads [S][16], scales and sums [S][QI_XW], 32 floats. */
@@ -232,6 +236,52 @@ __device__ __forceinline__ void qi_glu_epilogue(const float (*pair)[64], const q
     }
 }
 
+/* RoPE pair mode: thread i < rg of the CTA's head h, dims j = a rg + i and j + half: its
+ * cos / sin and the KV slot, read right after the PDL wait (an L2 round trip each after the
+ * sums would sit on the chain). */
+struct qi_rope_at {
+    int seg, h, j;
+    float c, s;
+    int64_t slot;
+};
+__device__ __forceinline__ qi_rope_at qi_rope_pre(const qmv_segs &segs, const qi_fuse &p,
+                                                  int ks) {
+    const int rg = 64 / ks, half = segs.pair_half, b0 = (int)blockIdx.x;
+    qi_rope_at at;
+    at.seg = b0 >= segs.cta0[2] ? 2 : b0 >= segs.cta0[1] ? 1 : 0;
+    const int b = b0 - (at.seg == 2 ? segs.cta0[2] : at.seg == 1 ? segs.cta0[1] : 0);
+    at.h = b / (half / rg), at.j = b % (half / rg) * rg + (int)threadIdx.x;
+    at.c = at.s = 0.f, at.slot = -1;
+    if ((int)threadIdx.x < rg) {
+        if (at.seg < 2) at.c = p.rope_cs[2 * at.j], at.s = p.rope_cs[2 * at.j + 1];
+        at.slot = p.rope_rows[0];
+    }
+    return at;
+}
+
+/* After the walk: q and k rotated (rope_rotate, as rope_kv_f32_kernel) into y, k and v to
+ * the KV pools at the slot. */
+__device__ __forceinline__ void qi_rope_epilogue(const float (*pair)[64], const qmv_segs &segs,
+                                                 const qi_fuse &p, int ks, const qi_rope_at &at) {
+    __syncthreads(); /* pair is complete (and y's plain values written before these) */
+    if ((int)threadIdx.x >= 64 / ks) return;
+    const int i = (int)threadIdx.x, half = segs.pair_half, D = 2 * half;
+    float v0 = pair[0][i], v1 = pair[1][i];
+    const int n = at.h * D + at.j;
+    if (at.seg < 2) {
+        float *y = at.seg == 1 ? segs.y[1] : segs.y[0];
+        float r0, r1;
+        rope_rotate(v0, v1, at.c, at.s, r0, r1);
+        y[n] = r0, y[n + half] = r1;
+        v0 = r0, v1 = r1;
+    }
+    if (at.seg == 0 || at.slot < 0) return;
+    const size_t o = ((size_t)at.slot * (segs.N[1] / D) + at.h) * D + at.j;
+    void *pool = at.seg == 1 ? p.k_pool : p.v_pool;
+    store1_any(pool, p.pool_bf16, o, v0);
+    store1_any(pool, p.pool_bf16, o + half, v1);
+}
+
 /* XM: 0 x from the workspace (a prep launch or x_ready), no fusions; 1 x row 0 rounded in
  * each CTA (qi_prep_cta, rows == 1) and fz's epilogues (the residual add, the pair mode's
  * GLU); 2 x from the workspace with fz's epilogues. */
@@ -250,6 +300,7 @@ qmv_i8_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restri
     float *ssc = (float *)(qi_smem + (size_t)S * 16), *ssum = ssc + (size_t)S * QI_XW;
     const uint4 *xb = INP ? sq : xq;
     const float *xscb = INP ? ssc : xsc, *xsumb = INP ? ssum : xsum;
+    qi_rope_at ra = {};
     const auto ld4 = [](const uint4 *p) { if constexpr (INP) return *p; else return __ldg(p); };
     const auto ld2 = [](const float *p) {
         if constexpr (INP) return *(const float2 *)p;
@@ -311,9 +362,11 @@ qmv_i8_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restri
                                   fmaf(bi[i], sme[i], acc[nt][i]));
         }
     }, [&] {
+        if (XM != 0 && fz.rope_cs) ra = qi_rope_pre(segs, fz, ks);
         if constexpr (INP) qi_prep_cta<G, BITS>(sq, ssc, ssum, ssum + (size_t)S * QI_XW, fz, K);
-    }, qw_epi{fz.res, fz.glu_out ? &pair[0][0] : nullptr});
+    }, qw_epi{fz.res, fz.glu_out || fz.rope_cs ? &pair[0][0] : nullptr});
     if (XM != 0 && fz.glu_out) qi_glu_epilogue<BITS>(pair, fz, segs.N[0]);
+    if (XM != 0 && fz.rope_cs) qi_rope_epilogue(pair, segs, fz, ks, ra);
 }
 
 /* ==== Launch ==== */
@@ -359,8 +412,16 @@ template <int BITS, int G, int SBT, int NT> struct qi_launch {
         } else { /* ~16 warps per SM, >= 2 load batches a warp */
             ks = qw_grid(segs, S, qw_frame<G, NT, BITS>::U, 16, 2, &grid);
         }
+        if (a->rope_cs) { /* RoPE pairs: rg = 64 / ks rows a group must divide head_dim / 2 */
+            int k2 = ks > 4 ? 4 : ks;
+            while ((a->head_dim / 2) % (64 / k2)) k2 *= 2; /* ends at 4: head_dim % 32 == 0 */
+            if (k2 != ks) ks = k2, grid = qw_grid_fill(segs, ks);
+            segs.pair = 2, segs.pair_half = a->head_dim / 2;
+            fz.rope_cs = a->rope_cs, fz.rope_rows = a->rope_rows;
+            fz.k_pool = a->k_pool, fz.v_pool = a->v_pool, fz.pool_bf16 = a->pool_bf16;
+        }
         pdl_launch l;
-        const bool epi = inp || fz.res || fz.glu_out;
+        const bool epi = inp || fz.res || fz.glu_out || fz.rope_cs;
         if constexpr (NT == 1) {
             if (epi) {
                 pdl_launch_config(&l, dim3(grid), dim3(QW_WARPS * 32),
