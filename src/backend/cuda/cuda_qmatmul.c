@@ -125,13 +125,17 @@ static bool mma_ok(const cuda_qmv_args *a) {
 
 /* The int8-activation tensor-core qmv (qmv_i8.cu: x rounded to int8 per group) takes 1..N
  * rows of a 4-bit g64 / g128 launch, MLXCEL_QMV_I8=N (default 8), or of an 8-bit one,
- * MLXCEL_QMV_I8_Q8=N (default 0), ahead of qmv_mma. H200 8B q4g64 (synthetic weights):
+ * MLXCEL_QMV_I8_Q8=N (default 0; one row in the fused launches of MLXCEL_QMV_I8_INPREP
+ * always, with x as hi + lo int8 parts), ahead of qmv_mma. H200 8B q4g64 (synthetic weights):
  * B=1 386.7 against 344.4 tok/s, B=8 2,579.0 against 2,165.9; KL to bf16 through the decode
  * path (compare --decode) 1.815 against 1.788 nats. 8-bit is opt-in: there the x rounding is
  * as large as the weights' own (B=1 285.5 against 269.8 tok/s, but top-1 78.1% against 91.0%,
  * KL 0.0495 against 0.0150; bench/results/2026-12-03-qmv-i8.md). */
 static bool i8_ok(const cuda_qmv_args *a) {
-    const int n = a->bits == 8 ? g_cu.qmv_i8_q8 : g_cu.qmv_i8;
+    int n = a->bits == 8 ? g_cu.qmv_i8_q8 : g_cu.qmv_i8;
+    /* one 8-bit row in a fused launch takes x as int8 hi + lo (qmv_i8.cu): no rounding loss,
+     * so it needs no opt-in */
+    if (a->bits == 8 && a->rows == 1 && (a->x_inprep || a->x_ready) && n < 1) n = 1;
     return !g_cu.qmv_tc && a->rows >= 1 && a->rows <= n && cuda_qmv_i8_supported(a);
 }
 
@@ -252,7 +256,7 @@ bool cu_q_take_add(float *x, const float *y, int rows, int cols) {
         x == y || x == a->x || x == a->norm_x || x == a->glu_up || x == a->glu_out)
         return false;
     cuda_qmv_args t = *a;
-    t.res = x;
+    t.res = x, t.x_inprep = !a->x_ready; /* as qmv_launch will try */
     if (!i8_ok(&t)) return false;
     a->res = x;
     return true;
@@ -282,8 +286,9 @@ bool cu_q_take_rope(const float *cs, const int64_t *rows, void *k_pool, void *v_
     if (!g_cu.qmv_i8_inprep || a->n_segs != 3 || a->rope_cs) return false;
     cuda_qmv_args t = *a;
     t.rope_cs = cs, t.rope_rows = rows, t.k_pool = k_pool, t.v_pool = v_pool;
-    t.pool_bf16 = pool_bf16, t.head_dim = head_dim;
+    t.pool_bf16 = pool_bf16, t.head_dim = head_dim, t.x_inprep = 1;
     if (!i8_ok(&t)) return false;
+    t.x_inprep = 0; /* qmv_launch decides */
     *a = t;
     return true;
 }

@@ -201,11 +201,24 @@ template <int G, int NT, int BITS = 4> struct qw_frame {
     /* The ks warps on the same rows add their totals in a fixed order (reproducible), then
      * warp wk 0 writes y, and with e.res also res += y (rp: res's values, read before the
      * main loop), with e.pair x row 0's values into e.pair[row group][n - its first row]. */
-    template <bool EPI>
+    template <bool EPI, bool HL>
     __device__ __forceinline__ void finish(float (&acc)[NT][4], float (*red)[NT * 4 * 32],
                                            int rows, int ks, const qw_epi &e,
                                            const float (&rp)[NT][4]) const {
         if (ks > 1 && !ksplit_sum<NT, 4, 32>(acc, red, warp, wk, ks)) return;
+        if constexpr (HL) { /* x rows 0 and 1 are one row's hi and lo parts: y row 0 */
+#pragma unroll
+            for (int h = 0; h < 2; h++) { /* every lane: the shuffle */
+                const int n = n0 + g + 8 * h;
+                float v = acc[0][2 * h] + acc[0][2 * h + 1]; /* C 1: rows 0, 1; C 2: row t */
+                if (C == 2) v += __shfl_down_sync(0xffffffffu, v, 1);
+                if (t != 0 || n >= sg.N) continue;
+                sg.y[n] = v;
+                if (e.res) e.res[n] = rp[0][2 * h] + v;
+                if (e.pair) e.pair[(warp >= QW_WARPS / 2 ? 64 : 0) + n - pbase] = v;
+            }
+            return;
+        }
         each_out(rows, [&](int r, int n, int nt, int i) {
             const float v = C == 1 ? acc[nt][i] : acc[nt][i] + acc[nt][i + 1];
             sg.y[(size_t)r * sg.ldy + n] = v;
@@ -218,11 +231,12 @@ template <int G, int NT, int BITS = 4> struct qw_frame {
 /* The kernels' walk: the warp's frame, its B sources (x quads, qps per x row and step),
  * the load batches (the first before pdl_wait: the prep kernel may still be writing x),
  * with EPI pro() by every thread right after the wait (an in-CTA x prep: it may hold
- * barriers) and the epilogue's res / pair (qw_epi; without EPI both are ignored),
+ * barriers) and the epilogue's res / pair (qw_epi; without EPI both are ignored), with HL
+ * (NT 1, rows 2) x rows 0 and 1 summed into y row 0 (qmv_i8's 8-bit hi + lo x),
  * step(f, batch, u, s, xl, acc) per step of each batch, then the K-split sum and the write.
  * One batch in flight per warp: two (software pipelines of whole batches, session 10, and of
  * half batches, session 11) measured slower; warps hide the latency better here. */
-template <int G, int NT, int BITS, bool EPI, class Step, class Pro>
+template <int G, int NT, int BITS, bool EPI, bool HL = false, class Step, class Pro>
 __device__ __forceinline__ void qw_run(const qmv_segs &segs, const uint4 *xq, int qps, int rows,
                                        int K, int ks, float (*red)[NT * 4 * 32], Step step,
                                        Pro pro, const qw_epi &epi) {
@@ -265,7 +279,7 @@ __device__ __forceinline__ void qw_run(const qmv_segs &segs, const uint4 *xq, in
         /* the residual's values now, under the weight loads: after the sums each is an L2
          * round trip at the end of the chain */
         if (epi.res && f.wk == 0)
-            f.each_out(rows, [&](int r, int n, int nt, int i) {
+            f.each_out(HL ? 1 : rows, [&](int r, int n, int nt, int i) {
                 rp[nt][i] = epi.res[(size_t)r * f.sg.N + n];
             });
         pro();
@@ -274,7 +288,7 @@ __device__ __forceinline__ void qw_run(const qmv_segs &segs, const uint4 *xq, in
             run(bt, s0);
         }
     }
-    f.template finish<EPI>(acc, red, rows, ks, epi, rp);
+    f.template finish<EPI, HL>(acc, red, rows, ks, epi, rp);
 }
 
 /* Host: the K split and the grid. Warps on the same rows split K until the grid holds wps

@@ -169,10 +169,52 @@ struct qi_fuse {
     int pool_bf16;
 };
 
-/* Shared memory of the in-CTA prep: x quads [S][16], scales and sums [S][QI_XW], 32 floats. */
-#define QI_XW 8 /* one n-tile of scale columns: row 0's, the others read and never used */
-__host__ __device__ constexpr size_t qi_inprep_bytes(int K) {
-    return (size_t)qw_steps(K) * (16 * 16 + 2 * QI_XW * 4) + 32 * 4;
+/* Shared memory of the in-CTA prep: x quads [XR][S][16] (XR x rows: 2 for 8-bit, hi and
+ * lo), scales and sums [S][QI_XW], 32 floats. */
+#define QI_XW 8 /* one n-tile of scale columns: rows 0, 1's; the others read, never used */
+__host__ __device__ constexpr size_t qi_inprep_bytes(int K, int bits) {
+    return (size_t)qw_steps(K) * (16 * 16 * (bits == 8 ? 2 : 1) + 2 * QI_XW * 4) + 32 * 4;
+}
+
+/* One row of x as int8 hi + lo for 8-bit weights in the one-row fused variants: an 8-bit x
+ * rounding is as large as the 8-bit weights' own error (top-1 to bf16 78.1% against 91.0%,
+ * session 10), so x row 0 holds h = rn(z), row 1 l = rn((z - h) 254) with z = x 127 / absmax
+ * (x = absmax / 127 (h + l / 254) to ~2^-15 of absmax): row 1's scale is row 0's / 254 and its
+ * sum 0, and the kernel adds the two rows' totals. At one row the MMA's columns for row 1
+ * are free. Same threads and shuffles as qi_quant_store. */
+template <int G, int XW>
+__device__ __forceinline__ void qi_quant_store_hl(uint4 *xq, float *xsc, float *xsum,
+                                                  const float f[8], qw_prep_at at, int S) {
+    constexpr int C = 128 / G, CPG = G / 32;
+    const int s = at.s, t = at.t, j = at.j;
+    float amax = 0.f, sum = 0.f;
+#pragma unroll
+    for (int e = 0; e < 8; e++) amax = fmaxf(amax, fabsf(f[e])), sum += f[e];
+#pragma unroll
+    for (int m = 1; m < 4 * CPG; m <<= 1) {
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
+        sum += __shfl_xor_sync(0xffffffffu, sum, m);
+    }
+    const float inv = amax > 0.f ? 127.f / amax : 0.f;
+    int h[8], l[8];
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+        const float z = f[e] * inv;
+        h[e] = __float2int_rn(z);
+        l[e] = __float2int_rn((z - (float)h[e]) * 254.f);
+    }
+    if (at.in) {
+        uint2 *d0 = (uint2 *)(xq + ((size_t)s * 2 + j / 2) * 8 + t) + (j & 1);
+        uint2 *d1 = (uint2 *)(xq + (((size_t)S + s) * 2 + j / 2) * 8 + t) + (j & 1);
+        *d0 = make_uint2(qi_pack4(h[0], h[1], h[2], h[3]), qi_pack4(h[4], h[5], h[6], h[7]));
+        *d1 = make_uint2(qi_pack4(l[0], l[1], l[2], l[3]), qi_pack4(l[4], l[5], l[6], l[7]));
+        d0[8] = make_uint2(0u, 0u); /* the zero quads the lanes off the diagonal read */
+    }
+    if (at.in && j == 0 && t % CPG == 0) {
+        const size_t c = (size_t)s * XW + t / CPG;
+        xsc[c] = amax / 127.f, xsum[c] = sum;
+        xsc[c + C] = amax / 127.f / 254.f, xsum[c + C] = 0.f; /* row 1 */
+    }
 }
 
 /* x row 0 rounded inside the CTA (rows == 1): the values, thread for thread, that
@@ -207,7 +249,8 @@ __device__ __forceinline__ void qi_prep_cta(uint4 *xq, float *xsc, float *xsum, 
                 if (blockIdx.x == 0) store8_any(p.xn, 0, k, f);
             }
         }
-        qi_quant_store<G, BITS, QI_XW>(xq, xsc, xsum, f, at, 1, S);
+        if constexpr (BITS == 8) qi_quant_store_hl<G, QI_XW>(xq, xsc, xsum, f, at, S);
+        else qi_quant_store<G, BITS, QI_XW>(xq, xsc, xsum, f, at, 1, S);
     }
     __syncthreads();
 }
@@ -230,9 +273,10 @@ __device__ __forceinline__ void qi_glu_epilogue(const float (*pair)[64], const q
         else
             for (int e = 0; e < 8 && u0 + e < N; e++) p.glu_out[u0 + e] = f[e];
     }
-    if (p.nxq) { /* N % 64 == 0 (the host's rule): whole groups */
+    if (p.nxq) { /* N % 64 == 0 (the host's rule): whole groups; 8-bit as hi + lo */
         const qw_prep_at at = {0, c / 2, 2 * (c & 1) + (L >> 2), L & 3, L < 8};
-        qi_quant_store<64, BITS>(p.nxq, p.nxsc, p.nxsum, f, at, 1, qw_steps(N));
+        if constexpr (BITS == 8) qi_quant_store_hl<64, QW_XW>(p.nxq, p.nxsc, p.nxsum, f, at, qw_steps(N));
+        else qi_quant_store<64, BITS>(p.nxq, p.nxsc, p.nxsum, f, at, 1, qw_steps(N));
     }
 }
 
@@ -291,13 +335,15 @@ qmv_i8_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restri
               const float *__restrict__ xsum, int rows, int K, int ks, qi_fuse fz) {
     __shared__ float red[QW_WARPS][NT * 4 * 32]; /* K-split partials, per lane */
     __shared__ float pair[2][64];
-    extern __shared__ uint4 qi_smem[]; /* INP: qi_inprep_bytes(K) */
+    extern __shared__ uint4 qi_smem[]; /* INP: qi_inprep_bytes(K, BITS) */
     using F = qw_frame<G, NT, BITS>;
     constexpr bool INP = XM == 1;
+    constexpr bool HL = XM != 0 && BITS == 8; /* x rows 0, 1: hi and lo of one row */
     constexpr int XW = INP ? QI_XW : QW_XW;
     const int S = qw_steps(K);
     uint4 *sq = qi_smem;
-    float *ssc = (float *)(qi_smem + (size_t)S * 16), *ssum = ssc + (size_t)S * QI_XW;
+    float *ssc = (float *)(qi_smem + (size_t)S * 16 * (BITS == 8 ? 2 : 1));
+    float *ssum = ssc + (size_t)S * QI_XW;
     const uint4 *xb = INP ? sq : xq;
     const float *xscb = INP ? ssc : xsc, *xsumb = INP ? ssum : xsum;
     qi_rope_at ra = {};
@@ -307,7 +353,7 @@ qmv_i8_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restri
         else return __ldg((const float2 *)p);
     };
     /* one step of a load batch: D of the step's MMAs, scaled into acc per group */
-    qw_run<G, NT, BITS, XM != 0>(segs, xb, 16, rows, K, ks, red,
+    qw_run<G, NT, BITS, XM != 0, HL>(segs, xb, 16, HL ? 2 : rows, K, ks, red,
         [&](const F &f, const typename F::batch &bt, int u, int s, const uint4 *const *xl,
             float (*acc)[4]) {
         /* two accumulator chains per n-tile (even / odd words) */
@@ -363,7 +409,8 @@ qmv_i8_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restri
         }
     }, [&] {
         if (XM != 0 && fz.rope_cs) ra = qi_rope_pre(segs, fz, ks);
-        if constexpr (INP) qi_prep_cta<G, BITS>(sq, ssc, ssum, ssum + (size_t)S * QI_XW, fz, K);
+        if constexpr (INP)
+            qi_prep_cta<G, BITS>(sq, ssc, ssum, ssum + (size_t)S * QI_XW, fz, K);
     }, qw_epi{fz.res, fz.glu_out || fz.rope_cs ? &pair[0][0] : nullptr});
     if (XM != 0 && fz.glu_out) qi_glu_epilogue<BITS>(pair, fz, segs.N[0]);
     if (XM != 0 && fz.rope_cs) qi_rope_epilogue(pair, segs, fz, ks, ra);
@@ -425,7 +472,7 @@ template <int BITS, int G, int SBT, int NT> struct qi_launch {
         if constexpr (NT == 1) {
             if (epi) {
                 pdl_launch_config(&l, dim3(grid), dim3(QW_WARPS * 32),
-                                  inp ? qi_inprep_bytes(a->K) : 0, st);
+                                  inp ? qi_inprep_bytes(a->K, BITS) : 0, st);
                 return (int)cudaLaunchKernelEx(&l.cfg,
                                                inp ? qmv_i8_kernel<BITS, G, SBT, NT, 1>
                                                    : qmv_i8_kernel<BITS, G, SBT, NT, 2>,
@@ -446,7 +493,12 @@ template <int G, int SBT, int NT> using qi_launch8 = qi_launch<8, G, SBT, NT>;
 
 /* qw_supported, and x_inprep's shared memory within the default 48 KiB (K <= 19,584) */
 static bool qi_supported(const cuda_qmv_args *a) {
-    return qw_supported(a, true) && (!a->x_inprep || qi_inprep_bytes(a->K) <= 48 * 1024);
+    /* 8-bit fusions take x as hi + lo: from the in-CTA prep or a GLU epilogue (x_ready) */
+    if (a && a->bits == 8 && (a->res || a->glu_next || a->rope_cs) && !a->x_inprep &&
+        !a->x_ready)
+        return false;
+    return qw_supported(a, true) &&
+           (!a->x_inprep || qi_inprep_bytes(a->K, a->bits) <= 48 * 1024);
 }
 
 extern "C" int cuda_qmv_i8_supported(const cuda_qmv_args *a) { return qi_supported(a); }
@@ -454,8 +506,6 @@ extern "C" int cuda_qmv_i8_supported(const cuda_qmv_args *a) { return qi_support
 extern "C" size_t cuda_qmv_i8_workspace_bytes(int K) {
     return qi_quads(K) * sizeof(uint4) + 2 * (size_t)qw_steps(K) * QW_XW * sizeof(float);
 }
-
-extern "C" size_t cuda_qmv_i8_inprep_smem(int K) { return qi_inprep_bytes(K); }
 
 extern "C" int cuda_qmv_i8(const cuda_qmv_args *a, cudaStream_t st) {
     qmv_segs segs;
