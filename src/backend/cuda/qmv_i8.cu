@@ -42,6 +42,20 @@ __device__ __forceinline__ uint32_t qi_pack4(int a, int b, int c, int d) {
            (uint32_t)(d & 255) << 24;
 }
 
+/* The absmax and exact sum of a group's values: 8 a thread, 4 * CPG adjacent threads (every
+ * thread of the warp calls it: the shuffles). */
+template <int CPG>
+__device__ __forceinline__ void qi_group_stats(const float f[8], float &amax, float &sum) {
+    amax = 0.f, sum = 0.f;
+#pragma unroll
+    for (int e = 0; e < 8; e++) amax = fmaxf(amax, fabsf(f[e])), sum += f[e];
+#pragma unroll
+    for (int m = 1; m < 4 * CPG; m <<= 1) {
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
+        sum += __shfl_xor_sync(0xffffffffu, sum, m);
+    }
+}
+
 /* One thread's 8 values f of x row at.r (step at.s, chunk at.t, word at.j: codes 8j..8j+7
  * of the chunk) rounded to int8 and stored in B-fragment order, with the group's scale and
  * exact sum. A group is the 4 * (G / 32) adjacent threads of a class: its absmax and sum go
@@ -52,14 +66,8 @@ __device__ __forceinline__ void qi_quant_store(uint4 *xq, float *xsc, float *xsu
                                                const float f[8], qw_prep_at at, int rows, int S) {
     constexpr int C = 128 / G, CPG = G / 32;
     const int r = at.r, s = at.s, t = at.t, j = at.j;
-    float amax = 0.f, sum = 0.f;
-#pragma unroll
-    for (int e = 0; e < 8; e++) amax = fmaxf(amax, fabsf(f[e])), sum += f[e];
-#pragma unroll
-    for (int m = 1; m < 4 * CPG; m <<= 1) {
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
-        sum += __shfl_xor_sync(0xffffffffu, sum, m);
-    }
+    float amax, sum;
+    qi_group_stats<CPG>(f, amax, sum);
     const float inv = amax > 0.f ? 127.f / amax : 0.f;
     int q[8];
 #pragma unroll
@@ -187,14 +195,8 @@ __device__ __forceinline__ void qi_quant_store_hl(uint4 *xq, float *xsc, float *
                                                   const float f[8], qw_prep_at at, int S) {
     constexpr int C = 128 / G, CPG = G / 32;
     const int s = at.s, t = at.t, j = at.j;
-    float amax = 0.f, sum = 0.f;
-#pragma unroll
-    for (int e = 0; e < 8; e++) amax = fmaxf(amax, fabsf(f[e])), sum += f[e];
-#pragma unroll
-    for (int m = 1; m < 4 * CPG; m <<= 1) {
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, m));
-        sum += __shfl_xor_sync(0xffffffffu, sum, m);
-    }
+    float amax, sum;
+    qi_group_stats<CPG>(f, amax, sum);
     const float inv = amax > 0.f ? 127.f / amax : 0.f;
     int h[8], l[8];
 #pragma unroll
