@@ -221,10 +221,13 @@ __device__ __forceinline__ void qi_quant_store_hl(uint4 *xq, float *xsc, float *
 
 /* x row 0 rounded inside the CTA (rows == 1): the values, thread for thread, that
  * qi_prep_kernel / qi_prep_norm_kernel (norm_y NULL) compute in their 256 threads, into
- * shared memory, so the prep needs no launch (~3.8 us of chain each on the 8B q4 step). */
+ * shared memory, so the prep needs no launch (~3.8 us of chain each on the 8B q4 step). The
+ * first QI_NWC pieces of the norm weight come in nwc (loaded before the PDL wait: constants;
+ * else an L2 round trip on the chain after the sum of squares). */
+#define QI_NWC 2 /* 8-value pieces a thread: all of K <= 4096 */
 template <int G, int BITS>
 __device__ __forceinline__ void qi_prep_cta(uint4 *xq, float *xsc, float *xsum, float *red,
-                                            const qi_fuse &p, int K) {
+                                            const qi_fuse &p, int K, const uint4 *nwc) {
     const int S = qw_steps(K), tid = (int)threadIdx.x;
     float inv = 0.f;
     if (p.nw) {
@@ -237,15 +240,17 @@ __device__ __forceinline__ void qi_prep_cta(uint4 *xq, float *xsc, float *xsum, 
         }
         inv = 1.0f / sqrtf(block_sum(ss, red) / (float)K + p.eps);
     }
-    for (int u0 = 0; u0 < S * 16; u0 += 256) { /* uniform trip count: the shuffles */
+    /* the 256 units from u0; with `have`, wq: this thread's norm weight */
+    const auto units = [&](int u0, bool have, uint4 wq) {
         const int u = u0 + tid, k = 8 * u;
         const qw_prep_at at = {0, u >> 4, (u >> 2) & 3, u & 3, u < S * 16};
         float f[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
         if (k < K) {
-            load8_any(p.x, 0, k, f);
+            load8_any(p.x, 0, k, f); /* an L1 hit: the sum-of-squares pass read it */
             if (p.nw) {
                 float wv[8];
-                load8_any(p.nw, 1, k, wv);
+                if (have) bf16x8_to_f32(wq, wv);
+                else load8_any(p.nw, 1, k, wv);
 #pragma unroll
                 for (int e = 0; e < 8; e++) f[e] = (f[e] * inv) * (wv[e] + p.offset);
                 if (blockIdx.x == 0) store8_any(p.xn, 0, k, f);
@@ -253,7 +258,11 @@ __device__ __forceinline__ void qi_prep_cta(uint4 *xq, float *xsc, float *xsum, 
         }
         if constexpr (BITS == 8) qi_quant_store_hl<G, QI_XW>(xq, xsc, xsum, f, at, S);
         else qi_quant_store<G, BITS, QI_XW>(xq, xsc, xsum, f, at, 1, S);
-    }
+    };
+#pragma unroll
+    for (int i = 0; i < QI_NWC; i++) /* uniform trip counts: the shuffles */
+        if (256 * i < S * 16) units(256 * i, p.nw != nullptr, nwc[i]);
+    for (int u0 = 256 * QI_NWC; u0 < S * 16; u0 += 256) units(u0, false, nwc[0]);
     __syncthreads();
 }
 
@@ -349,6 +358,12 @@ qmv_i8_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restri
     const uint4 *xb = INP ? sq : xq;
     const float *xscb = INP ? ssc : xsc, *xsumb = INP ? ssum : xsum;
     qi_rope_at ra = {};
+    uint4 nwc[QI_NWC]; /* the norm weight's first pieces, before the PDL wait (constants) */
+#pragma unroll
+    for (int i = 0; i < QI_NWC; i++) {
+        const int k = 8 * (int)threadIdx.x + 8 * 256 * i;
+        nwc[i] = INP && fz.nw && k < K ? __ldg((const uint4 *)(fz.nw + k)) : make_uint4(0, 0, 0, 0);
+    }
     const auto ld4 = [](const uint4 *p) { if constexpr (INP) return *p; else return __ldg(p); };
     const auto ld2 = [](const float *p) {
         if constexpr (INP) return *(const float2 *)p;
@@ -412,7 +427,7 @@ qmv_i8_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restri
     }, [&] {
         if (XM != 0 && fz.rope_cs) ra = qi_rope_pre(segs, fz, ks);
         if constexpr (INP)
-            qi_prep_cta<G, BITS>(sq, ssc, ssum, ssum + (size_t)S * QI_XW, fz, K);
+            qi_prep_cta<G, BITS>(sq, ssc, ssum, ssum + (size_t)S * QI_XW, fz, K, nwc);
     }, qw_epi{fz.res, fz.glu_out || fz.rope_cs ? &pair[0][0] : nullptr});
     if (XM != 0 && fz.glu_out) qi_glu_epilogue<BITS>(pair, fz, segs.N[0]);
     if (XM != 0 && fz.rope_cs) qi_rope_epilogue(pair, segs, fz, ks, ra);
