@@ -69,6 +69,13 @@ each_shape_ab() {
 # tools/diag/bench_ab.sh under a timeout of $1 seconds (SHAPES, BATCH, REPEAT, AB as it reads
 # them), each line cut to shape, entry, batch, decode tok/s, % of copy.
 diag_ab() { timeout "$1" bash tools/diag/bench_ab.sh | awk '{print $1,$2,$3,$6,$12}'; }
+# tools/diag/quant_b1.sh (the synthetic 8B, MLX-converted) under a timeout of $1 seconds
+# (QUANT, BATCH, REPEAT, AB, BF16 as it reads them), its lines cut like diag_ab's; "== " lines
+# only where they match $2.
+diag_quant() {
+  timeout "$1" bash tools/diag/quant_b1.sh |
+    awk -v keep="${2:-^$}" '/^==/ { if ($0 ~ keep) print; next } {print $1,$2,$3,$6,$12}'
+}
 # "BIN=mlxcel-base" after the prefix $1 when that build was packed beside (pack_device.sh BASE=).
 diag_base() { [ -x .carry/dev/mlxcel-base ] && echo "${1:-}BIN=mlxcel-base"; }
 # test_cuda with the A/B entry $1 ("-" or "A=1,B=2") and TEST_CUDA_ONLY=$2 (empty: every

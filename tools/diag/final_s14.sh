@@ -12,6 +12,5 @@ diag_test -
 SHAPES="llama-3.1-8b llama-3.2-1b" BATCH=1 REPEAT=2 AB="- $(diag_base) - $(diag_base)" \
   diag_ab 150
 echo "== bf16: $((SECONDS - T0)) s"
-BATCH=8,32 REPEAT=1 QUANT="4:64 8:64" BF16=0 timeout 250 bash tools/diag/quant_b1.sh |
-  awk '/^== done/ {print; next} /^==/ {next} {print $1,$2,$3,$6,$12}'
+BATCH=8,32 REPEAT=1 QUANT="4:64 8:64" BF16=0 diag_quant 250 "^== done"
 echo "== done: $((SECONDS - T0)) s"

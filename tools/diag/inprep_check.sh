@@ -24,9 +24,8 @@ cmp -s "$D/tok--.txt" "$D/tok-MLXCEL_QMV_I8_INPREP.txt" && echo "== tokens: iden
   { echo "== tokens DIFFER"; head -c 300 "$D"/tok-*.txt; }
 echo "== $((SECONDS - T0)) s"
 AB="- MLXCEL_QMV_I8_INPREP=0 - MLXCEL_QMV_I8_INPREP=0" BATCH=1 REPEAT=3 QUANT="4:64" BF16=0 \
-  timeout 200 bash tools/diag/quant_b1.sh | awk '/^==/ {next} {print $1,$2,$3,$6,$12}'
-AB="- MLXCEL_QMV_I8_INPREP=0" BATCH=8 REPEAT=1 QUANT="4:64" BF16=0 \
-  timeout 100 bash tools/diag/quant_b1.sh | awk '/^==/ {next} {print $1,$2,$3,$6,$12}'
+  diag_quant 200
+AB="- MLXCEL_QMV_I8_INPREP=0" BATCH=8 REPEAT=1 QUANT="4:64" BF16=0 diag_quant 100
 AB="MLXCEL_QMV_I8_Q8=1 MLXCEL_QMV_I8_Q8=1,MLXCEL_QMV_I8_INPREP=0 -" BATCH=1 REPEAT=2 \
-  QUANT="8:64" BF16=0 timeout 150 bash tools/diag/quant_b1.sh | awk '/^==/ {next} {print $1,$2,$3,$6,$12}'
+  QUANT="8:64" BF16=0 diag_quant 150
 echo "== done: $((SECONDS - T0)) s"

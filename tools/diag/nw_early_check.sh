@@ -9,8 +9,6 @@ set -u
 diag_init
 diag_test - quant
 B=$(diag_base)
-AB="- $B - $B" BATCH=1 REPEAT=3 QUANT="4:64" BF16=0 timeout 250 bash tools/diag/quant_b1.sh |
-  awk '/^== conv/ {print; next} /^==/ {next} {print $1,$2,$3,$6,$12}'
-AB="- $B - $B" BATCH=1 REPEAT=2 QUANT="8:64" BF16=0 timeout 150 bash tools/diag/quant_b1.sh |
-  awk '/^==/ {next} {print $1,$2,$3,$6,$12}'
+AB="- $B - $B" BATCH=1 REPEAT=3 QUANT="4:64" BF16=0 diag_quant 250 "^== conv"
+AB="- $B - $B" BATCH=1 REPEAT=2 QUANT="8:64" BF16=0 diag_quant 150
 echo "== done: $((SECONDS - T0)) s"

@@ -4,20 +4,19 @@
 # e2e groups as is and the quant group with it off; the synthetic 8B as MLX q4g64 and q8g64:
 # decode quality against bf16 (compare --decode, on / off); q4 B=1 decode as is, against
 # the build before (BIN=mlxcel-base) and with it off, interleaved (median of 3), and without
-# the attention launch (MLXCEL_DIAG_SKIP=attn, the bound); q8 B=1 on / off. Carry .carry/devpack.tar.xz
-# (`BASE=<commit> XZ=1 bash bench/pack_device.sh`).
+# the attention launch (MLXCEL_DIAG_SKIP=attn, the bound); q8 B=1 on / off. Carry
+# .carry/devpack.tar.xz (`BASE=<commit> XZ=1 bash bench/pack_device.sh`).
 #   bash tools/diag/qrope_check.sh
 set -u
 . bench/device_env.sh
 diag_init
 diag_test - quant,e2e
 diag_test MLXCEL_QMV_I8_INPREP=0 quant
-AB="- MLXCEL_QMV_I8_INPREP=0" QUANT="4:64 8:64" N=128 timeout 360 bash tools/diag/decode_compare.sh |
-  grep -E '^decode-compare|^== conv'
+AB="- MLXCEL_QMV_I8_INPREP=0" QUANT="4:64 8:64" N=128 timeout 360 \
+  bash tools/diag/decode_compare.sh | grep -E '^decode-compare|^== conv'
 B=$(diag_base)
 AB="- $B MLXCEL_QMV_I8_INPREP=0 - $B MLXCEL_QMV_I8_INPREP=0 MLXCEL_DIAG_SKIP=attn" BATCH=1 \
-  REPEAT=3 QUANT="4:64" BF16=0 timeout 250 bash tools/diag/quant_b1.sh |
-  awk '/^==/ {next} {print $1,$2,$3,$6,$12}'
+  REPEAT=3 QUANT="4:64" BF16=0 diag_quant 250
 AB="- MLXCEL_QMV_I8_INPREP=0 - MLXCEL_QMV_I8_INPREP=0" BATCH=1 REPEAT=2 QUANT="8:64" BF16=0 \
-  timeout 120 bash tools/diag/quant_b1.sh | awk '/^==/ {next} {print $1,$2,$3,$6,$12}'
+  diag_quant 120
 echo "== done: $((SECONDS - T0)) s"

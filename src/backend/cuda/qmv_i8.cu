@@ -286,8 +286,10 @@ __device__ __forceinline__ void qi_glu_epilogue(const float (*pair)[64], const q
     }
     if (p.nxq) { /* N % 64 == 0 (the host's rule): whole groups; 8-bit as hi + lo */
         const qw_prep_at at = {0, c / 2, 2 * (c & 1) + (L >> 2), L & 3, L < 8};
-        if constexpr (BITS == 8) qi_quant_store_hl<64, QW_XW>(p.nxq, p.nxsc, p.nxsum, f, at, qw_steps(N));
-        else qi_quant_store<64, BITS>(p.nxq, p.nxsc, p.nxsum, f, at, 1, qw_steps(N));
+        if constexpr (BITS == 8)
+            qi_quant_store_hl<64, QW_XW>(p.nxq, p.nxsc, p.nxsum, f, at, qw_steps(N));
+        else
+            qi_quant_store<64, BITS>(p.nxq, p.nxsc, p.nxsum, f, at, 1, qw_steps(N));
     }
 }
 
@@ -338,8 +340,9 @@ __device__ __forceinline__ void qi_rope_epilogue(const float (*pair)[64], const 
 }
 
 /* XM: 0 x from the workspace (a prep launch or x_ready), no fusions; 1 x row 0 rounded in
- * each CTA (qi_prep_cta, rows == 1) and fz's epilogues (the residual add, the pair mode's
- * GLU); 2 x from the workspace with fz's epilogues. */
+ * each CTA (qi_prep_cta, rows == 1) and fz's epilogues (the residual add, the pair modes'
+ * GLU or RoPE); 2 x from the workspace with fz's epilogues. With 8-bit weights XM 1 and 2
+ * take x as hi + lo rows (HL; XM 2 only from a GLU epilogue's x_ready). */
 template <int BITS, int G, int SBT, int NT, int XM>
 __global__ void __launch_bounds__(QW_WARPS * 32, 2)
 qmv_i8_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restrict__ xsc,
@@ -362,7 +365,8 @@ qmv_i8_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restri
 #pragma unroll
     for (int i = 0; i < QI_NWC; i++) {
         const int k = 8 * (int)threadIdx.x + 8 * 256 * i;
-        nwc[i] = INP && fz.nw && k < K ? __ldg((const uint4 *)(fz.nw + k)) : make_uint4(0, 0, 0, 0);
+        nwc[i] = INP && fz.nw && k < K ? __ldg((const uint4 *)(fz.nw + k))
+                                       : make_uint4(0, 0, 0, 0);
     }
     const auto ld4 = [](const uint4 *p) { if constexpr (INP) return *p; else return __ldg(p); };
     const auto ld2 = [](const float *p) {
@@ -485,7 +489,8 @@ template <int BITS, int G, int SBT, int NT> struct qi_launch {
             fz.k_pool = a->k_pool, fz.v_pool = a->v_pool, fz.pool_bf16 = a->pool_bf16;
         }
         pdl_launch l;
-        const bool epi = inp || fz.res || fz.glu_out || fz.rope_cs;
+        const bool epi =
+            inp || fz.res || fz.glu_out || fz.rope_cs || (BITS == 8 && a->x_ready); /* HL */
         if constexpr (NT == 1) {
             if (epi) {
                 pdl_launch_config(&l, dim3(grid), dim3(QW_WARPS * 32),
@@ -508,7 +513,8 @@ template <int BITS, int G, int SBT, int NT> struct qi_launch {
 template <int G, int SBT, int NT> using qi_launch4 = qi_launch<4, G, SBT, NT>;
 template <int G, int SBT, int NT> using qi_launch8 = qi_launch<8, G, SBT, NT>;
 
-/* qw_supported, and x_inprep's shared memory within the default 48 KiB (K <= 19,584) */
+/* qw_supported, and x_inprep's shared memory within the default 48 KiB (K <= 19,584 4-bit,
+ * 10,240 8-bit) */
 static bool qi_supported(const cuda_qmv_args *a) {
     /* 8-bit fusions take x as hi + lo: from the in-CTA prep or a GLU epilogue (x_ready) */
     if (a && a->bits == 8 && (a->res || a->glu_next || a->rope_cs) && !a->x_inprep &&
