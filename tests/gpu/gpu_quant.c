@@ -400,6 +400,40 @@ static void test_qmv_rope(int Hq, int Hkv, int D, int K, int bits, bool pool_bf1
     free(x), free(cs);
 }
 
+/* gate / up, GLU, down at one row with nothing after the down (no residual add: the down
+ * launch has no epilogue of its own, yet its x comes from the gate/up epilogue, hi + lo for
+ * 8-bit): d checked against the CPU from the device's GLU output. */
+static void test_glu_down(int K, int F, int bits) {
+    qmat wg, wu, wd;
+    qmat_make(&wg, F, K, bits, 64, MX_BF16);
+    qmat_make(&wu, F, K, bits, 64, MX_BF16);
+    qmat_make(&wd, K, F, bits, 64, MX_BF16);
+    float *x = malloc((size_t)K * 4), *g = malloc((size_t)F * 4), *d = malloc((size_t)K * 4);
+    gt_fill(x, (size_t)K, 1.0f);
+    const int64_t sk[2] = {1, K}, sf[2] = {1, F};
+    mx_tensor dx = gt_dev_f32(x, 2, sk), dg = gt_dev_poison(2, sf), du = gt_dev_poison(2, sf);
+    mx_tensor dd = gt_dev_poison(2, sk), none = {0};
+    long f0 = g_cu.q_fused[2];
+    g_gpu->matmul_q(&dg, &dx, &wg.dev, &none);
+    g_gpu->matmul_q(&du, &dx, &wu.dev, &none);
+    g_gpu->glu(&dg, &dg, &du, ACT_SILU);
+    g_gpu->matmul_q(&dd, &dg, &wd.dev, &none);
+    gt_to_host(g, &dg);
+    gt_to_host(d, &dd);
+    float *r = cpu_ref(g, 1, &wd, NULL, NULL);
+    long bad;
+    char what[160];
+    snprintf(what, sizeof what, "glu + down, no add after: %d-bit [%d x %d], GLU x fused %ld", bits,
+             K, F, g_cu.q_fused[2] - f0);
+    const double eps = eps_for(MX_BF16, false) + (bits == 8 ? 0 : I8_EPS);
+    const double q = bound_ratio(d, K, r, g, 1, &wd, 0, eps, &bad);
+    gt_report_err(what, g_cu.qmv_i8_inprep && g_cu.q_fused[2] - f0 != 1 ? INFINITY : q, 1.0,
+                  &bad);
+    free(x), free(g), free(d), free(r);
+    gt_dev_free(&dx), gt_dev_free(&dg), gt_dev_free(&du), gt_dev_free(&dd);
+    qmat_free(&wg), qmat_free(&wu), qmat_free(&wd);
+}
+
 /* One-row decode chain through the backend ops, as a Llama layer issues them: o = a Wo;
  * h += o; xn = norm(h); g = xn Wg, u = xn Wu; g = act(g) * u; d = g Wd; h += d; xn2 =
  * norm(h); q = xn2 Wq. With MLXCEL_QMV_I8_INPREP the residual adds run in the o / down qmv
@@ -952,6 +986,8 @@ int gt_run_quant_tests(const char *src_dir) {
     test_qmv_rope(32, 8, 128, 4096, 4, true); /* the 8B q / k / v */
     test_qmv_rope(4, 2, 64, 1024, 4, false);
     test_qmv_rope(8, 2, 32, 512, 8, true);
+    test_glu_down(1024, 2816, 8);
+    test_glu_down(512, 1536, 4);
     test_q_chain(4096, 14336, 4, MX_BF16); /* the 8B layer's shapes */
     test_q_chain(512, 1472, 4, MX_F16);
     test_q_chain(1024, 2816, 8, MX_BF16);
