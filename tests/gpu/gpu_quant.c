@@ -459,7 +459,7 @@ static void test_q_chain(int K, int F, int bits, mx_dtype sbt) {
     const int len[NOUT] = {K, K, K, F, F, K, K, 96};
     float *out[2][NOUT];
     const bool was = g_cu.qmv_i8_inprep;
-    for (int on = 0; on < 2; on++) { /* 8-bit off: qmv_mma (MLXCEL_QMV_I8_Q8 is 0) */
+    for (int on = 0; on < 2; on++) { /* 8-bit off: the CUDA-core qmv (MLXCEL_QMV_I8_Q8 0) */
         g_cu.qmv_i8_inprep = on;
         long f0[3];
         memcpy(f0, g_cu.q_fused, sizeof f0);
