@@ -318,6 +318,7 @@ void cu_flush_glu(void);
 void cu_flush_norm(void);
 /* GEMV epilogue fusions of a held 1..2-row GEMV group (cuda_matmul.c); false: not taken */
 bool cu_mm_take_add(float *x, const float *y, int rows, int cols);
+unsigned cu_skip_kind(int n_segs, int N0, int K); /* MLXCEL_DIAG_SKIP's matmul kinds */
 bool cu_mm_take_glu(float *out, const float *gate, const float *up, int rows, int cols, int act);
 
 /* ==== Quantized matmul (cuda_qmatmul.c) ==== */

@@ -159,12 +159,7 @@ static void flush_gemv(void) {
     memset(&g_cu.pend_mm.fuse, 0, sizeof g_cu.pend_mm.fuse);
     const int rows = g_cu.pend_mm.rows, K = g_cu.pend_mm.K;
     /* timing diagnostics (outputs wrong): a layer's GEMV left out, told apart by its shape */
-    const unsigned kind = segs.n == 3      ? MX_SKIP_QKV
-                          : segs.n == 2    ? MX_SKIP_GU
-                          : segs.N[0] == K ? MX_SKIP_O
-                          : segs.N[0] < K  ? MX_SKIP_DOWN
-                                           : 0;
-    if (mx_env()->diag_skip & kind) return;
+    if (mx_env()->diag_skip & cu_skip_kind(segs.n, segs.N[0], K)) return;
     const bool fused = f.norm_w || f.res || f.glu || f.rope_cs;
     int rc = fused ? cuda_gemv_bf16_fused(&segs, &f, g_cu.pend_mm.x, rows, K, g_cu.st)
                    : (int)cudaErrorInvalidValue;
@@ -197,6 +192,16 @@ static void flush_gemv(void) {
                                f.k_pool, f.v_pool, f.pool_bf16, g_cu.st),
               "rope + kv_write");
     }
+}
+
+/* MLXCEL_DIAG_SKIP's kind of a layer matmul launch (GEMV or qmv) by its shape: three weights
+ * q/k/v, two gate/up, one square o, one narrower down; 0 otherwise. */
+unsigned cu_skip_kind(int n_segs, int N0, int K) {
+    return n_segs == 3 ? MX_SKIP_QKV
+           : n_segs == 2 ? MX_SKIP_GU
+           : N0 == K     ? MX_SKIP_O
+           : N0 < K      ? MX_SKIP_DOWN
+                         : 0;
 }
 
 /* ==== GEMV fusions (1..2 rows; the kernel side is in gemv.cu) ==== */

@@ -297,6 +297,8 @@ void cu_flush_qmv(void) {
     if (!g_cu.pend_q.a.n_segs) return;
     cuda_qmv_args a = g_cu.pend_q.a;
     g_cu.pend_q.a.n_segs = 0;
+    /* timing diagnostics (outputs wrong): a one-row layer qmv left out, with its epilogues */
+    if (a.rows == 1 && (mx_env()->diag_skip & cu_skip_kind(a.n_segs, a.N[0], a.K))) return;
     const int rc = qmv_launch(&a);
     if (rc < 0 || cu_ck(rc, "qmv")) return;
     for (int i = 0; i < a.n_segs; i++)
