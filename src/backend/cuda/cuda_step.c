@@ -251,34 +251,50 @@ static const void *step_array(const void *host, const void *h_step, const void *
     return cu_upload_small(g_cu.ids_buf, host, nbytes);
 }
 
+/* Whether a held q/k/v matmul group's outputs (y0, y1, y2 of row strides N[3], `rows` rows)
+ * are the held rope(q), rope(k) and this write's k and v, with all of head_dim rotated. */
+static bool rope_targets(const void *y0, const void *y1, const void *y2, const int N[3],
+                         int rows, const mx_tensor *k, const mx_tensor *v,
+                         const mx_attn_batch *b) {
+    const int D = g_cu.pend_rope.D;
+    return g_cu.pend_rope.count == 2 && rows == b->n_rows && g_cu.pend_rope.rot == D &&
+           y0 == g_cu.pend_rope.x[0] && y1 == k->data && y2 == v->data &&
+           g_cu.pend_rope.stride[0] == N[0] && k->stride[0] == N[1] && v->stride[0] == N[2] &&
+           g_cu.pend_rope.heads[0] * D == N[0] && (int)k->shape[1] * D == N[1] && N[2] == N[1];
+}
+
 /* MLXCEL_GEMV_ROPE: the held q/k/v GEMV (<= g_cu.gemv_rope rows, no biases, nothing else fused
- * into its epilogue) whose outputs are the held rope(q), rope(k) and this write's k and v,
- * with all of head_dim rotated: it can rotate and write the KV pools itself
+ * into its epilogue) with rope_targets can rotate and write the KV pools itself
  * (cuda_gemv_fuse.rope_cs). */
 static bool rope_in_gemv(const mx_tensor *k, const mx_tensor *v, const mx_attn_batch *b) {
     const cuda_gemv_segs *s = &g_cu.pend_mm.segs;
-    const int D = g_cu.pend_rope.D;
-    return g_cu.pend_rope.count == 2 && s->n == 3 &&
-           g_cu.pend_mm.rows == b->n_rows && g_cu.pend_mm.rows <= g_cu.gemv_rope &&
-           g_cu.pend_rope.rot == D && D % 8 == 0 && s->y[0] == g_cu.pend_rope.x[0] &&
-           s->y[1] == k->data && s->y[2] == v->data && g_cu.pend_rope.stride[0] == s->N[0] &&
-           k->stride[0] == s->N[1] && v->stride[0] == s->N[2] &&
-           g_cu.pend_rope.heads[0] * D == s->N[0] && (int)k->shape[1] * D == s->N[1] &&
-           s->N[2] == s->N[1] && !g_cu.pend_mm.bias[0] && !g_cu.pend_mm.bias[1] &&
-           !g_cu.pend_mm.bias[2] && !g_cu.pend_mm.fuse.res && !g_cu.pend_mm.fuse.glu;
+    return s->n == 3 && g_cu.pend_mm.rows <= g_cu.gemv_rope && g_cu.pend_rope.D % 8 == 0 &&
+           rope_targets(s->y[0], s->y[1], s->y[2], s->N, g_cu.pend_mm.rows, k, v, b) &&
+           !g_cu.pend_mm.bias[0] && !g_cu.pend_mm.bias[1] && !g_cu.pend_mm.bias[2] &&
+           !g_cu.pend_mm.fuse.res && !g_cu.pend_mm.fuse.glu;
 }
 
-/* The same for a held one-row qmv_i8 group (cu_q_take_rope checks the kernel's rules). */
+/* The same for a held one-row qmv_i8 group, outputs contiguous (cu_q_take_rope checks the
+ * kernel's rules). */
 static bool rope_in_qmv(const mx_tensor *k, const mx_tensor *v, const mx_attn_batch *b) {
     const cuda_qmv_args *a = &g_cu.pend_q.a;
-    const int D = g_cu.pend_rope.D;
-    return g_cu.pend_rope.count == 2 && a->n_segs == 3 && a->rows == b->n_rows && a->rows == 1 &&
-           g_cu.pend_rope.rot == D && a->y[0] == g_cu.pend_rope.x[0] && a->y[1] == k->data &&
-           a->y[2] == v->data && g_cu.pend_rope.stride[0] == a->N[0] && a->ldy[0] == a->N[0] &&
-           k->stride[0] == a->N[1] && a->ldy[1] == a->N[1] && v->stride[0] == a->N[2] &&
-           a->ldy[2] == a->N[2] && g_cu.pend_rope.heads[0] * D == a->N[0] &&
-           (int)k->shape[1] * D == a->N[1] && a->N[2] == a->N[1] && !g_cu.pend_q.bias[0] &&
-           !g_cu.pend_q.bias[1] && !g_cu.pend_q.bias[2];
+    return a->n_segs == 3 && a->rows == 1 && a->ldy[0] == a->N[0] && a->ldy[1] == a->N[1] &&
+           a->ldy[2] == a->N[2] &&
+           rope_targets(a->y[0], a->y[1], a->y[2], a->N, a->rows, k, v, b) &&
+           !g_cu.pend_q.bias[0] && !g_cu.pend_q.bias[1] && !g_cu.pend_q.bias[2];
+}
+
+/* The held GEMV group (rope_in_gemv) takes the rotation and the KV write. */
+static bool gemv_take_rope(const int64_t *rows, const mx_tensor *k_pool,
+                           const mx_tensor *v_pool) {
+    cuda_gemv_fuse *f = &g_cu.pend_mm.fuse;
+    f->rope_cs = g_cu.pend_rope.cs;
+    f->rope_rows = rows;
+    f->k_pool = k_pool->data;
+    f->v_pool = v_pool->data;
+    f->pool_bf16 = k_pool->dtype == MX_BF16;
+    f->head_dim = g_cu.pend_rope.D;
+    return true;
 }
 
 void cu_kv_write(mx_tensor *k_pool, mx_tensor *v_pool, const mx_tensor *k, const mx_tensor *v,
@@ -287,27 +303,15 @@ void cu_kv_write(mx_tensor *k_pool, mx_tensor *v_pool, const mx_tensor *k, const
     const bool fuse = nr > 0 && g_cu.pend_rope.x[nr - 1] == k->data && g_cu.pend_rope.n == b->n_rows &&
                       g_cu.pend_rope.D == (int)k->shape[2] && g_cu.pend_rope.heads[nr - 1] == (int)k->shape[1] &&
                       (nr == 1 || g_cu.pend_rope.x[0] != v->data);
-    if (fuse && rope_in_gemv(k, v, b)) {
+    const bool in_gemv = fuse && rope_in_gemv(k, v, b);
+    if (in_gemv || (fuse && rope_in_qmv(k, v, b))) {
         const int64_t *rows = step_array(b->write_rows, g_cu.ab ? g_cu.ab->write_rows : NULL,
                                          g_cu.d_write, (size_t)b->n_rows * 8);
-        if (rows) { /* else the plain path below reports it */
-            cuda_gemv_fuse *f = &g_cu.pend_mm.fuse;
-            f->rope_cs = g_cu.pend_rope.cs;
-            f->rope_rows = rows;
-            f->k_pool = k_pool->data;
-            f->v_pool = v_pool->data;
-            f->pool_bf16 = k_pool->dtype == MX_BF16;
-            f->head_dim = g_cu.pend_rope.D;
-            g_cu.pend_rope.count = 0;
-            cu_flush_mm();
-            return;
-        }
-    }
-    if (fuse && rope_in_qmv(k, v, b)) {
-        const int64_t *rows = step_array(b->write_rows, g_cu.ab ? g_cu.ab->write_rows : NULL,
-                                         g_cu.d_write, (size_t)b->n_rows * 8);
-        if (rows && cu_q_take_rope(g_cu.pend_rope.cs, rows, k_pool->data, v_pool->data,
-                                   k_pool->dtype == MX_BF16, g_cu.pend_rope.D)) {
+        /* without rows the plain path below reports it */
+        if (rows && (in_gemv ? gemv_take_rope(rows, k_pool, v_pool)
+                             : cu_q_take_rope(g_cu.pend_rope.cs, rows, k_pool->data,
+                                              v_pool->data, k_pool->dtype == MX_BF16,
+                                              g_cu.pend_rope.D))) {
             g_cu.pend_rope.count = 0;
             cu_flush_mm();
             return;

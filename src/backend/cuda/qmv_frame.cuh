@@ -253,24 +253,24 @@ template <int G, int NT, int BITS = 4> struct qw_frame {
                                            int rows, int ks, const qw_epi &e,
                                            const float (&rp)[NT][4]) const {
         if (ks > 1 && !ksplit_sum<NT, 4, 32>(acc, red, warp, wk, ks)) return;
+        /* x row r's output v at weight row n; pre: res's value there */
+        const auto put = [&](int r, int n, float v, float pre) {
+            sg.y[(size_t)r * sg.ldy + n] = v;
+            if (EPI && e.res) e.res[(size_t)r * sg.N + n] = pre + v;
+            if (EPI && e.pair && r == 0) e.pair[(warp >= QW_WARPS / 2 ? 64 : 0) + n - pbase] = v;
+        };
         if constexpr (HL) { /* x rows 0 and 1 are one row's hi and lo parts: y row 0 */
 #pragma unroll
             for (int h = 0; h < 2; h++) { /* every lane: the shuffle */
                 const int n = n0 + g + 8 * h;
                 float v = acc[0][2 * h] + acc[0][2 * h + 1]; /* C 1: rows 0, 1; C 2: row t */
                 if (C == 2) v += __shfl_down_sync(0xffffffffu, v, 1);
-                if (t != 0 || n >= sg.N) continue;
-                sg.y[n] = v;
-                if (e.res) e.res[n] = rp[0][2 * h] + v;
-                if (e.pair) e.pair[(warp >= QW_WARPS / 2 ? 64 : 0) + n - pbase] = v;
+                if (t == 0 && n < sg.N) put(0, n, v, rp[0][2 * h]);
             }
             return;
         }
         each_out(rows, [&](int r, int n, int nt, int i) {
-            const float v = C == 1 ? acc[nt][i] : acc[nt][i] + acc[nt][i + 1];
-            sg.y[(size_t)r * sg.ldy + n] = v;
-            if (EPI && e.res) e.res[(size_t)r * sg.N + n] = rp[nt][i] + v;
-            if (EPI && e.pair && r == 0) e.pair[(warp >= QW_WARPS / 2 ? 64 : 0) + n - pbase] = v;
+            put(r, n, C == 1 ? acc[nt][i] : acc[nt][i] + acc[nt][i + 1], rp[nt][i]);
         });
     }
 };
