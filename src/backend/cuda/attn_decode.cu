@@ -28,9 +28,7 @@
  * are read before pdl_wait(), and each warp asks L2 for its first blocks' K and V rows then
  * (a hint: only the newest token may still be in the writing, and a prefetch changes no
  * value). Callers must not produce page_table, seq_lens, pos or row_seq in the kernel
- * launched just before. With prior_stable (row mode, the tensor-core walk) the ring's first
- * chunks are copied into shared memory before the wait, all but each row's newest token
- * (copied after it): the chain after the wait is then q and one row, not q, then the chunk.
+ * launched just before.
  * Template parameters: G (query heads per kv head), D (head_dim) and TC (the walk on the
  * tensor cores, cuda_attn_tc()); instantiated for D in {64, 128}, G in {1, 2, 4, 8}.
  *
@@ -89,61 +87,25 @@ __device__ __forceinline__ void attn_store(void *o, int o_bf16, size_t i, float 
  * (wm, wl, wacc [G][D]: max, sum, unnormalised output). */
 template <int D> __host__ __device__ constexpr int attn_tc_ld() { return D + 8; }
 
+/* With nst stages in the ring (1..3): this thread's copies of the oldest pending chunk are
+ * done (at most nst - 1 later groups still pending). */
+__device__ __forceinline__ void attn_wait_chunk(int nst) {
+    if (nst == 3) cp_async_wait<2>();
+    else if (nst == 2) cp_async_wait<1>();
+    else cp_async_wait<0>();
+}
+
 template <int G, int D, class PhysOf>
 __device__ __forceinline__ void attn_tc_walk(const void *q, int q_f32, const uint16_t *k_cache,
                                              const uint16_t *v_cache, int b, int h, int Hkv,
                                              int blk_begin, int blk_end, int len, int start,
-                                             float qscale, float cap2, int nst, bool early,
+                                             float qscale, float cap2, int nst,
                                              PhysOf chunk_phys, uint16_t *ring, float *wm,
                                              float *wl, float *wacc) {
     constexpr int LD = attn_tc_ld<D>(), KS = D / 16, DN = D / 8, CH = ATTN_BS * LD;
     static_assert(G <= 8 && KS % 2 == 0 && DN % 2 == 0, "tensor-core walk shape");
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int Hq = Hkv * G;
-
-    /* The ring: nst chunks issued up front, each stage refilled once its chunk is computed.
-     * With early (the caller has not waited: a decode-only step, where only each row's own
-     * newest token is the previous kernel's output) the up-front copies go out before the
-     * PDL wait without that token's row, which is copied after it as one more group. */
-    const int newest = len - 1, nb = newest / ATTN_BS;
-    bool skip_newest = early, fix = false; /* fix: that row's group is pending */
-    int it_in = 0; /* chunks copied so far (this warp's order) */
-    const auto issue = [&]() { /* the warp's chunk it_in into stage it_in % nst */
-        const int bi = blk_begin + warp + ATTN_WARPS * it_in;
-        if (bi < blk_end) {
-            const size_t phys = chunk_phys(it_in);
-            uint16_t *sk = ring + (size_t)(it_in % nst) * 2 * CH, *sv = sk + CH;
-#pragma unroll
-            for (int p = lane; p < ATTN_BS * (D / 8); p += 32) {
-                const int r = p / (D / 8), c = (p % (D / 8)) * 8, tk = bi * ATTN_BS + r;
-                if (skip_newest && tk == newest) continue;
-                const bool ok = tk < len && tk >= start; /* else zeros (a valid address) */
-                const size_t off = ok ? ((phys * ATTN_BS + r) * Hkv + h) * D + c : 0;
-                cp_async16(sk + r * LD + c, k_cache + off, ok ? 16 : 0);
-                cp_async16(sv + r * LD + c, v_cache + off, ok ? 16 : 0);
-            }
-            fix = fix || (skip_newest && bi == nb);
-        }
-        cp_async_commit(); /* empty past the end: the group count stays uniform */
-        it_in++;
-    };
-    for (int i = 0; i < nst; i++) issue();
-    skip_newest = false;
-    if (early) {
-        pdl_wait();
-        pdl_trigger();
-        if (fix) { /* the newest row into its stage: chunk nb is the warp's (nb - blk_begin -
-                    * warp) / ATTN_WARPS-th, one of the nst up front */
-            const int ic = (nb - blk_begin - warp) / ATTN_WARPS, r = newest - nb * ATTN_BS;
-            uint16_t *sk = ring + (size_t)(ic % nst) * 2 * CH, *sv = sk + CH;
-            const size_t row = (chunk_phys(ic) * ATTN_BS + r) * Hkv + h;
-            for (int c = lane * 8; c < D; c += 32 * 8) {
-                cp_async16(sk + r * LD + c, k_cache + row * D + c, 16);
-                cp_async16(sv + r * LD + c, v_cache + row * D + c, 16);
-            }
-            cp_async_commit();
-        }
-    }
 
     /* A fragments of q: {row g, row g + 8} x {dims 16 ks + 2t + (0, 1), + 8}. Every load is
      * issued before the first use (at B=1 a launch is a latency chain: waits add up). */
@@ -178,10 +140,31 @@ __device__ __forceinline__ void attn_tc_walk(const void *q, int q_f32, const uin
     for (int i = 0; i < DN; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
     float m = -INFINITY, l = 0.f;
 
+    int it_in = 0; /* chunks copied so far (this warp's order) */
+    const auto issue = [&]() { /* the warp's chunk it_in into stage it_in % nst */
+        const int bi = blk_begin + warp + ATTN_WARPS * it_in;
+        if (bi < blk_end) {
+            const size_t phys = chunk_phys(it_in);
+            uint16_t *sk = ring + (size_t)(it_in % nst) * 2 * CH, *sv = sk + CH;
+#pragma unroll
+            for (int p = lane; p < ATTN_BS * (D / 8); p += 32) {
+                const int r = p / (D / 8), c = (p % (D / 8)) * 8, tk = bi * ATTN_BS + r;
+                const bool ok = tk < len && tk >= start; /* else zeros (a valid address) */
+                const size_t off = ok ? ((phys * ATTN_BS + r) * Hkv + h) * D + c : 0;
+                cp_async16(sk + r * LD + c, k_cache + off, ok ? 16 : 0);
+                cp_async16(sv + r * LD + c, v_cache + off, ok ? 16 : 0);
+            }
+        }
+        cp_async_commit(); /* empty past the end: the group count stays uniform */
+        it_in++;
+    };
+    for (int i = 1; i < nst; i++) issue();
+
     int it = 0;
     for (int bi = blk_begin + warp; bi < blk_end; bi += ATTN_WARPS, it++) {
-        if (fix && bi == nb) cp_async_wait<0>(); /* the newest row's group came last */
-        else cp_async_wait_rt(nst - 1);         /* chunk it (nst - 1 issued after it) */
+        __syncwarp(); /* every lane's ldmatrix of the stage refilled next is done */
+        issue();      /* chunk it + nst - 1 */
+        attn_wait_chunk(nst);
         __syncwarp(); /* the chunk's rows, copied by every lane, visible to every lane */
         const uint16_t *sk = ring + (size_t)(it % nst) * 2 * CH, *sv = sk + CH;
         const int tok0 = bi * ATTN_BS;
@@ -242,8 +225,6 @@ __device__ __forceinline__ void attn_tc_walk(const void *q, int q_f32, const uin
             mma_bf16_16816(o[dn], ph0, pl0, ph1, pl1, b0, b1);
             mma_bf16_16816(o[dn + 1], ph0, pl0, ph1, pl1, b2, b3);
         }
-        __syncwarp(); /* every lane's ldmatrix of this stage is done */
-        issue();      /* chunk it + nst into it */
     }
     cp_async_wait<0>(); /* the empty groups issued past the end */
 
@@ -278,7 +259,7 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
                         float *__restrict__ part_lse,           /* [B, Hq, S] */
                         int *__restrict__ done,                 /* [B, Hkv] zero counters */
                         int Hkv, int pt_stride, int cpb, int window, float qscale,
-                        float cap2, int cluster, int nst, int early) {
+                        float cap2, int cluster, int nst) {
     constexpr int LPT = D / 8;       /* lanes per token */
     constexpr int TPW = 32 / LPT;    /* tokens per warp load */
     constexpr int J = ATTN_BS / TPW; /* loads per lane per block, for K and for V each */
@@ -327,14 +308,12 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
                 prefetch_l2(kv + ((phys * ATTN_BS + r) * Hkv + h) * D, D * 2, 0, 1);
         }
     }
-    if (!(TC && early)) { /* early: the walk waits once its older K / V rows are on the way */
-        pdl_wait(); /* q and the newest token's K / V are the previous kernels' output */
-        pdl_trigger();
-    }
+    pdl_wait(); /* q and the newest token's K / V are the previous kernels' output */
+    pdl_trigger();
 
     if constexpr (TC) {
         attn_tc_walk<G, D>(q, q_f32, k_cache, v_cache, b, h, Hkv, blk_begin, blk_end, len, start,
-                           qscale, cap2, nst, early != 0, chunk_phys,
+                           qscale, cap2, nst, chunk_phys,
                            (uint16_t *)kv_ring + (size_t)warp * nst * 2 * ATTN_BS * attn_tc_ld<D>(),
                            sm_m[warp], sm_l[warp], &sm_acc[warp][0][0]);
     } else {
@@ -382,7 +361,7 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
         int it = 0;
         for (int bi = blk_begin + warp; bi < blk_end; bi += ATTN_WARPS, it++) {
             issue(); /* chunk it + nst - 1 */
-            cp_async_wait_rt(nst - 1); /* the oldest pending chunk */
+            attn_wait_chunk(nst);
             const uint4 *stg = ring + (size_t)(it % nst) * 2 * J * 32 + lane;
             const int tok0 = bi * ATTN_BS;
 
@@ -705,8 +684,7 @@ static void attn_launch(const cuda_paged_attn_args *a, int S, float *part_o, flo
         a->o, a->o_dtype == CUDA_OPS_BF16, part_o, part_lse, a->split_counters, a->n_kv_heads,
         a->pt_stride,
         a->block_size / ATTN_BS, a->window, a->scale * log2e,
-        a->softcap > 0.f ? a->softcap * log2e : 0.f, cluster, nst,
-        a->prior_stable && a->pos ? 1 : 0);
+        a->softcap > 0.f ? a->softcap * log2e : 0.f, cluster, nst);
 }
 
 extern "C" int cuda_paged_decode_attn(const cuda_paged_attn_args *a, cudaStream_t stream) {

@@ -99,7 +99,6 @@ typedef struct cu_state {
     bool qmv_i8_glu;          /* MLXCEL_QMV_I8_GLU: qmv_i8's prep computes the GLU it reads */
     bool qmv_i8_norm;         /* MLXCEL_QMV_I8_NORM: ... and the RMSNorm it reads */
     bool qmv_i8_inprep;       /* MLXCEL_QMV_I8_INPREP: one-row x prep inside the qmv CTAs */
-    int qmv_ring;             /* MLXCEL_QMV_RING: the fused one-row qmv_i8's weight ring */
     const float *qx_ready;    /* the GLU output whose int8 x the last qmv launch left in the
                                * workspace (glu_next_q), else NULL */
     long q_fused[4];          /* qmv launches with x_inprep, res, glu_next_q, rope (tests) */

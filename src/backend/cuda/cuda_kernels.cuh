@@ -202,20 +202,9 @@ __device__ __forceinline__ void cp_async8(void *smem, const void *gmem, int src_
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(s), "l"(gmem),
                  "r"(src_bytes));
 }
-/* B = 4, 8 or 16 bytes, all read (gmem aligned to B), cached in L1 too (.ca) */
-template <int B> __device__ __forceinline__ void cp_async_ca(void *smem, const void *gmem) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(s), "l"(gmem), "n"(B));
-}
 __device__ __forceinline__ void cp_async_commit(void) { asm volatile("cp.async.commit_group;"); }
 template <int N> __device__ __forceinline__ void cp_async_wait(void) {
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-/* cp_async_wait<n> for a run-time n in 0..2 (ring stages - 1) */
-__device__ __forceinline__ void cp_async_wait_rt(int n) {
-    if (n >= 2) cp_async_wait<2>();
-    else if (n == 1) cp_async_wait<1>();
-    else cp_async_wait<0>();
 }
 __device__ __forceinline__ void cp_async_wait_all(void) { cp_async_wait<0>(); }
 

@@ -164,9 +164,6 @@ typedef struct cuda_paged_attn_args {
     int q_f32;                                /* q is fp32 [B, Hq, D] */
     int window;                               /* 0 = none */
     float softcap;                            /* 0 = none */
-    int prior_stable; /* row mode: of each row's keys only pos[b]'s may be the output of the
-                       * kernel just before (a decode-only step): the older ones are copied
-                       * before the PDL wait */
 } cuda_paged_attn_args;
 size_t cuda_paged_attn_workspace_bytes(int B, int n_q_heads, int head_dim, int max_splits);
 /* The split count a call with these arguments would use (for logs, tuning and tests). */
@@ -249,11 +246,6 @@ typedef struct cuda_qmv_args {
      * (~16 bits, not the plain int8 rounding); res, glu_next, rope need one of the two. */
     float *res;
     int x_inprep, x_ready;
-    /* cuda_qmv_i8, the one-row fused launches (x_inprep, x_ready, res, glu_next, rope_cs):
-     * the weight stream goes through a shared-memory ring of up to this many cp.async
-     * stages a warp (<= 3; fewer where it would cost the second CTA a SM), so the next
-     * batches are in flight while a warp computes one; 0: one batch at a time in registers */
-    int ring;
     float *glu_next;
     int glu_next_act, glu_next_q;
     /* cuda_qmv_i8 only, rows 1, three segments q, k, v of heads of head_dim (% 32 == 0): q and

@@ -181,7 +181,6 @@ static int qmv_launch_core(cuda_qmv_args *a) {
     if (tc_ok(a)) return cuda_qmv_tc(a, g_cu.qmv_multirow, g_cu.st);
     if (i8_ok(a)) {
         a->skip_prep = (mx_env()->diag_skip & MX_SKIP_PREP) != 0;
-        a->ring = g_cu.qmv_ring;
         size_t ws = cuda_qmv_i8_workspace_bytes(a->K);
         if (a->glu_next_q && cuda_qmv_i8_workspace_bytes(a->N[0]) > ws)
             ws = cuda_qmv_i8_workspace_bytes(a->N[0]);

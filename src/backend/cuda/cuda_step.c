@@ -439,7 +439,6 @@ void cu_attention(mx_tensor *out, const mx_tensor *q, const mx_tensor *k_pool,
         a.num_splits = S;
         a.window = p->window;
         a.softcap = p->softcap;
-        a.prior_stable = 1; /* decode-only: each row's one new token is the only fresh key */
         if (!(mx_env()->diag_skip & MX_SKIP_ATTN)) /* else timing diagnostics: output wrong */
             cu_ck(cuda_paged_decode_attn(&a, g_cu.st), "decode attention");
         return;

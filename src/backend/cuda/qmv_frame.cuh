@@ -89,8 +89,6 @@ template <int NW, int U, int LQ> struct qw_batch {
 struct qw_epi {
     float *res;
     float *pair;
-    uint4 *ring; /* the walk's shared-memory ring (qw_frame::ring_issue), nst stages a warp */
-    int nst;
 };
 
 template <int G, int NT, int BITS = 4> struct qw_frame {
@@ -168,51 +166,6 @@ template <int G, int NT, int BITS = 4> struct qw_frame {
         qw_sb_batch<NW>(bt.rb_b, sg.b, sb, s0 * C, NG, vec);
     }
 
-    /* The ring (qw_run with qw_epi.ring): a batch through a warp's shared-memory stage by
-     * cp.async, so the stage's bytes are in flight while the warp computes an earlier batch
-     * without holding registers (the fused variants sit at 128). Each lane copies the code
-     * quads it reads back ([U][LQ][row a, b][lane]); lanes t == 0 the scales and biases of
-     * rows g, g + 8 ([g][s_a, b_a, s_b, b_b][NW] words, read by the lanes of g after a
-     * __syncwarp). Whole batches with aligned scales only (the host's K % (U * 128) == 0). */
-    static constexpr int RQ = U * LQ * 2 * 32;  /* code quads a stage */
-    static constexpr int STAGE = RQ + 8 * NW;   /* 16-byte units a stage */
-    __device__ __forceinline__ void ring_issue(uint4 *st, int s0, int K) const {
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int s = s0 + u;
-            const bool ok = s < send && s * 128 + 32 * t < K;
-#pragma unroll
-            for (int q = 0; q < LQ; q++) {
-                const size_t o = ok ? (size_t)s * 64 * LQ + 16 * q : 0;
-                cp_async16(st + ((u * LQ + q) * 2) * 32 + lane, wa + o, ok ? 16 : 0);
-                cp_async16(st + ((u * LQ + q) * 2 + 1) * 32 + lane, wb + o, ok ? 16 : 0);
-            }
-        }
-        if (t == 0) {
-            uint32_t *w = (uint32_t *)(st + RQ) + g * 4 * NW;
-            const uint16_t *ps = (const uint16_t *)sg.s + s0 * C, *pb = (const uint16_t *)sg.b + s0 * C;
-            cp_async_ca<4 * NW>(w, ps + sa);
-            cp_async_ca<4 * NW>(w + NW, pb + sa);
-            cp_async_ca<4 * NW>(w + 2 * NW, ps + sb);
-            cp_async_ca<4 * NW>(w + 3 * NW, pb + sb);
-        }
-    }
-    /* step u's code quads (read just before the step: the other steps' registers stay free) */
-    __device__ __forceinline__ void ring_read(batch &bt, const uint4 *st, int u) const {
-#pragma unroll
-        for (int q = 0; q < LQ; q++) {
-            bt.qa[u][q] = st[((u * LQ + q) * 2) * 32 + lane];
-            bt.qb[u][q] = st[((u * LQ + q) * 2 + 1) * 32 + lane];
-        }
-    }
-    __device__ __forceinline__ void ring_read_sb(batch &bt, const uint4 *st) const {
-        const uint32_t *w = (const uint32_t *)(st + RQ) + g * 4 * NW;
-#pragma unroll
-        for (int j = 0; j < NW; j++)
-            bt.rs_a[j] = w[j], bt.rb_a[j] = w[NW + j], bt.rs_b[j] = w[2 * NW + j],
-            bt.rb_b[j] = w[3 * NW + j];
-    }
-
     /* Scales (s) and biases (b) of this lane's D entries at batch step u, in D order:
      * (row a, column 2t), (a, 2t + 1), (row b, 2t), (b, 2t + 1). */
     template <int SBT>
@@ -281,12 +234,9 @@ template <int G, int NT, int BITS = 4> struct qw_frame {
  * barriers) and the epilogue's res / pair (qw_epi; without EPI both are ignored), with HL
  * (NT 1, rows 2) x rows 0 and 1 summed into y row 0 (qmv_i8's 8-bit hi + lo x),
  * step(f, batch, u, s, xl, acc) per step of each batch, then the K-split sum and the write.
- * One batch in flight per warp in registers: two (software pipelines of whole batches,
- * session 10, and of half batches, session 11) measured slower at 170-194 registers. With RG
- * (EPI only) the batches go through epi.ring (qw_frame::ring_issue): epi.nst in flight in
- * shared memory, and only the step at hand in registers. */
-template <int G, int NT, int BITS, bool EPI, bool HL = false, bool RG = false, class Step,
-          class Pro>
+ * One batch in flight per warp: two (software pipelines of whole batches, session 10, and of
+ * half batches, session 11) measured slower; warps hide the latency better here. */
+template <int G, int NT, int BITS, bool EPI, bool HL = false, class Step, class Pro>
 __device__ __forceinline__ void qw_run(const qmv_segs &segs, const uint4 *xq, int qps, int rows,
                                        int K, int ks, float (*red)[NT * 4 * 32], Step step,
                                        Pro pro, const qw_epi &epi) {
@@ -300,13 +250,11 @@ __device__ __forceinline__ void qw_run(const qmv_segs &segs, const uint4 *xq, in
     for (int nt = 0; nt < NT; nt++)
 #pragma unroll
         for (int i = 0; i < 4; i++) acc[nt][i] = rp[nt][i] = 0.f;
-    /* the steps of the batch at s0 that exist; with stg (a ring stage), each step's codes
-     * read from it just before the step */
-    const auto run = [&](typename F::batch &bt, int s0, const uint4 *stg) {
+    /* the steps of the batch at s0 that exist */
+    const auto run = [&](const typename F::batch &bt, int s0) {
 #pragma unroll
         for (int u = 0; u < F::U; u++) {
             if (s0 + u >= f.send) break; /* warp-uniform */
-            if (RG) f.ring_read(bt, stg, u);
             step(f, bt, u, s0 + u, xl, acc);
         }
     };
@@ -320,25 +268,12 @@ __device__ __forceinline__ void qw_run(const qmv_segs &segs, const uint4 *xq, in
                 pdl_trigger();
                 waited = true;
             }
-            run(bt, s0, nullptr);
+            run(bt, s0);
         }
         if (!waited) pdl_wait(); /* a warp with no steps still writes after the wait */
     } else { /* every thread waits and runs pro() at one place (its barriers) */
         typename F::batch bt;
-        /* RG: nst batches in flight before the wait (weights are constants), each batch's
-         * stage refilled once the batch is computed */
-        uint4 *const rg = RG ? epi.ring + (size_t)f.warp * epi.nst * F::STAGE : nullptr;
-        int i_in = 0;
-        const auto issue = [&] {
-            const int s0 = f.sbeg + i_in * F::U;
-            if (s0 < f.send) f.ring_issue(rg + (size_t)(i_in % epi.nst) * F::STAGE, s0, K);
-            cp_async_commit(); /* empty past the end: the group count stays uniform */
-            i_in++;
-        };
-        if constexpr (RG)
-            for (int i = 0; i < epi.nst; i++) issue();
-        else if (f.sbeg < f.send)
-            f.load(bt, f.sbeg, K);
+        if (f.sbeg < f.send) f.load(bt, f.sbeg, K);
         pdl_wait(); /* x (or the residual) is the previous kernel's output */
         pdl_trigger();
         /* the residual's values now, under the weight loads: after the sums each is an L2
@@ -348,21 +283,10 @@ __device__ __forceinline__ void qw_run(const qmv_segs &segs, const uint4 *xq, in
                 rp[nt][i] = epi.res[(size_t)r * f.sg.N + n];
             });
         pro();
-        for (int s0 = f.sbeg, i = 0; s0 < f.send; s0 += F::U, i++) {
-            if constexpr (RG) {
-                const uint4 *stg = rg + (size_t)(i % epi.nst) * F::STAGE;
-                cp_async_wait_rt(epi.nst - 1); /* batch i (this lane's copies) */
-                __syncwarp();                  /* and the t == 0 lanes' scales */
-                f.ring_read_sb(bt, stg);
-                run(bt, s0, stg);
-                __syncwarp(); /* the stage's scales are read by every lane */
-                issue();
-            } else {
-                if (s0 != f.sbeg) f.load(bt, s0, K);
-                run(bt, s0, nullptr);
-            }
+        for (int s0 = f.sbeg; s0 < f.send; s0 += F::U) {
+            if (s0 != f.sbeg) f.load(bt, s0, K);
+            run(bt, s0);
         }
-        if constexpr (RG) cp_async_wait<0>(); /* the empty groups */
     }
     f.template finish<EPI, HL>(acc, red, rows, ks, epi, rp);
 }

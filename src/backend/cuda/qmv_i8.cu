@@ -175,7 +175,6 @@ struct qi_fuse {
     const int64_t *rope_rows;
     void *k_pool, *v_pool;
     int pool_bf16;
-    int ring; /* the weight ring's stages a warp (qw_epi.nst; 0: loads into registers) */
 };
 
 /* Shared memory of the in-CTA prep: x quads [XR][S][16] (XR x rows: 2 for 8-bit, hi and
@@ -344,7 +343,7 @@ __device__ __forceinline__ void qi_rope_epilogue(const float (*pair)[64], const 
  * each CTA (qi_prep_cta, rows == 1) and fz's epilogues (the residual add, the pair modes'
  * GLU or RoPE); 2 x from the workspace with fz's epilogues. With 8-bit weights XM 1 and 2
  * take x as hi + lo rows (HL; XM 2 only from a GLU epilogue's x_ready). */
-template <int BITS, int G, int SBT, int NT, int XM, bool RG = false>
+template <int BITS, int G, int SBT, int NT, int XM>
 __global__ void __launch_bounds__(QW_WARPS * 32, 2)
 qmv_i8_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restrict__ xsc,
               const float *__restrict__ xsum, int rows, int K, int ks, qi_fuse fz) {
@@ -375,7 +374,7 @@ qmv_i8_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restri
         else return __ldg((const float2 *)p);
     };
     /* one step of a load batch: D of the step's MMAs, scaled into acc per group */
-    qw_run<G, NT, BITS, XM != 0, HL, RG>(segs, xb, 16, HL ? 2 : rows, K, ks, red,
+    qw_run<G, NT, BITS, XM != 0, HL>(segs, xb, 16, HL ? 2 : rows, K, ks, red,
         [&](const F &f, const typename F::batch &bt, int u, int s, const uint4 *const *xl,
             float (*acc)[4]) {
         /* two accumulator chains per n-tile (even / odd words) */
@@ -433,49 +432,12 @@ qmv_i8_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restri
         if (XM != 0 && fz.rope_cs) ra = qi_rope_pre(segs, fz, ks);
         if constexpr (INP)
             qi_prep_cta<G, BITS>(sq, ssc, ssum, ssum + (size_t)S * QI_XW, fz, K, nwc);
-    }, qw_epi{fz.res, fz.glu_out || fz.rope_cs ? &pair[0][0] : nullptr,
-              qi_smem + (INP ? qi_inprep_bytes(K, BITS) / 16 : 0), fz.ring});
+    }, qw_epi{fz.res, fz.glu_out || fz.rope_cs ? &pair[0][0] : nullptr});
     if (XM != 0 && fz.glu_out) qi_glu_epilogue<BITS>(pair, fz, segs.N[0]);
     if (XM != 0 && fz.rope_cs) qi_rope_epilogue(pair, segs, fz, ks, ra);
 }
 
 /* ==== Launch ==== */
-/* The weight ring's stages for a fused launch: up to `want` (MLXCEL_QMV_RING), fewer where
- * the ring's shared memory would cost the kernel its second CTA a SM (its registers allow
- * two: the occupancy query, once per instantiation and size); 0 where the ring does not
- * apply (K % (U * 128): whole batches with aligned scales). *smem: the launch's dynamic
- * shared memory (the in-CTA x, then the ring). */
-template <int BITS, int G, int SBT, int XM>
-static int qi_ring_stages(int want, int K, size_t base, size_t *smem) {
-    using F = qw_frame<G, 1, BITS>;
-    static bool attr;
-    static int memo_k = -1, memo_want, memo_nst; /* the last answer (the same launches repeat) */
-    static size_t memo_smem;
-    if (K == memo_k && want == memo_want) {
-        *smem = memo_smem;
-        return memo_nst;
-    }
-    if (!attr) { /* the opt-in above 48 KB, once */
-        cudaFuncSetAttribute(qmv_i8_kernel<BITS, G, SBT, 1, XM, true>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024);
-        cudaGetLastError();
-        attr = true;
-    }
-    int nst = K % (F::U * 128) ? 0 : want > 3 ? 3 : want;
-    for (; nst > 0; nst--) {
-        const size_t b = base + (size_t)nst * F::STAGE * 16 * QW_WARPS;
-        int n = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                &n, qmv_i8_kernel<BITS, G, SBT, 1, XM, true>, QW_WARPS * 32, b) == cudaSuccess &&
-            n >= 2)
-            break;
-        cudaGetLastError();
-    }
-    *smem = base + (size_t)nst * F::STAGE * 16 * QW_WARPS;
-    memo_k = K, memo_want = want, memo_nst = nst, memo_smem = *smem;
-    return nst;
-}
-
 /* The prep and main launches of one configuration (qw_dispatch picks it). */
 template <int BITS, int G, int SBT, int NT> struct qi_launch {
     static int go(qmv_segs &segs, const cuda_qmv_args *a, cudaStream_t st) {
@@ -531,16 +493,11 @@ template <int BITS, int G, int SBT, int NT> struct qi_launch {
             inp || fz.res || fz.glu_out || fz.rope_cs || (BITS == 8 && a->x_ready); /* HL */
         if constexpr (NT == 1) {
             if (epi) {
-                const size_t base = inp ? qi_inprep_bytes(a->K, BITS) : 0;
-                size_t smem;
-                fz.ring = inp ? qi_ring_stages<BITS, G, SBT, 1>(a->ring, a->K, base, &smem)
-                              : qi_ring_stages<BITS, G, SBT, 2>(a->ring, a->K, base, &smem);
-                pdl_launch_config(&l, dim3(grid), dim3(QW_WARPS * 32), smem, st);
-                const auto kern = fz.ring ? (inp ? qmv_i8_kernel<BITS, G, SBT, NT, 1, true>
-                                                 : qmv_i8_kernel<BITS, G, SBT, NT, 2, true>)
-                                          : (inp ? qmv_i8_kernel<BITS, G, SBT, NT, 1>
-                                                 : qmv_i8_kernel<BITS, G, SBT, NT, 2>);
-                return (int)cudaLaunchKernelEx(&l.cfg, kern,
+                pdl_launch_config(&l, dim3(grid), dim3(QW_WARPS * 32),
+                                  inp ? qi_inprep_bytes(a->K, BITS) : 0, st);
+                return (int)cudaLaunchKernelEx(&l.cfg,
+                                               inp ? qmv_i8_kernel<BITS, G, SBT, NT, 1>
+                                                   : qmv_i8_kernel<BITS, G, SBT, NT, 2>,
                                                segs, (const uint4 *)xq, (const float *)xsc,
                                                (const float *)xsum, a->rows, a->K, ks, fz);
             }
