@@ -149,11 +149,11 @@ static void env_load(void) {
                                 "rope, prep, qkv, o, gu, down)\n", t);
         }
     }
+    g_env.diag_empty = env_int("MLXCEL_DIAG_EMPTY", 0, 0, 8);
     g_env.attn_cluster = env_int("MLXCEL_ATTN_CLUSTER", 16, 0, 16);
     g_env.attn_stages = env_int("MLXCEL_ATTN_STAGES", 3, 1, 3);
     g_env.attn_tc = env_bool("MLXCEL_ATTN_TC", true);
     g_env.gemv_early = env_bool("MLXCEL_GEMV_EARLY", true);
-    g_env.gemv_persist = env_bool("MLXCEL_GEMV_PERSIST", false);
     static const int k_ksplit[] = {1, 2, 4};
     g_env.gemv_ksplit = env_choice("MLXCEL_GEMV_KSPLIT", k_ksplit, 3);
     g_env.tp_group = env_bool("MLXCEL_TP_GROUP", false);

@@ -34,11 +34,11 @@ typedef struct mx_env_t {
     bool gemv_rope;                /* MLXCEL_GEMV_ROPE (1): RoPE + KV write in the q/k/v GEMV */
     int gemv_prefetch_kb;          /* MLXCEL_GEMV_PREFETCH_KB (0): L2 prefetch per GEMV CTA */
     unsigned diag_skip;            /* MLXCEL_DIAG_SKIP: MX_SKIP_* kernels not launched (timing) */
+    int diag_empty;                /* MLXCEL_DIAG_EMPTY (0): empty launches after attention */
     int attn_cluster;              /* MLXCEL_ATTN_CLUSTER (16): most splits merged in a cluster */
     int attn_stages;               /* MLXCEL_ATTN_STAGES (3): decode-attention chunks in flight */
     bool attn_tc;                  /* MLXCEL_ATTN_TC (1): decode attention on the tensor cores */
     bool gemv_early;               /* MLXCEL_GEMV_EARLY (1): first weight batch before the PDL wait */
-    bool gemv_persist;             /* MLXCEL_GEMV_PERSIST (0): 1..2-row GEMV in one CTA wave */
     int gemv_ksplit;               /* MLXCEL_GEMV_KSPLIT (0 = per shape): 1..2-row GEMV K split */
     int dense_gemv_rows;           /* MLXCEL_DENSE_GEMV_ROWS (2); 0 = cuBLASLt for all rows */
     int gemv_tc_rows;              /* MLXCEL_GEMV_TC_ROWS (8): tensor-core GEMV up to these rows */
