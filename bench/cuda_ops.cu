@@ -457,14 +457,19 @@ static void suite_gemv_ks(void) {
         const size_t wbytes = gemv_sets_alloc(&g);
         logf_("\n== gemv K split %s %dx%d R=1 (%d weight sets)\n", shapes[si].name, g.N, g.K,
               g.nsets);
-        static const int ks_list[] = {0, 1, 2, 4};
-        for (int i = 0; i < 4; i++) {
+        /* the last: auto with the persistent CTAs (MLXCEL_GEMV_PERSIST) */
+        static const int ks_list[] = {0, 1, 2, 4, 0};
+        for (int i = 0; i < 5; i++) {
             cuda_set_gemv_ksplit(ks_list[i]);
+            cuda_set_gemv_persist(i == 4);
             char label[48], op[24];
-            snprintf(label, sizeof label, "%s ks %d", shapes[si].name, ks_list[i]);
+            snprintf(label, sizeof label, "%s ks %d%s", shapes[si].name, ks_list[i],
+                     i == 4 ? " persist" : "");
             const int fails_before = g_fail;
             const double rel = gemv_check(&g, 0, label);
-            snprintf(op, sizeof op, ks_list[i] ? "gemv ks=%d" : "gemv ks=auto", ks_list[i]);
+            snprintf(op, sizeof op, i == 4 ? "gemv persist" : ks_list[i] ? "gemv ks=%d"
+                                                                          : "gemv ks=auto",
+                     ks_list[i]);
             char shape[48];
             snprintf(shape, sizeof shape, "%s %dx%d", shapes[si].name, g.N, g.K);
             timing t = bench_time(gemv_rep, &g, 5, 30);
@@ -474,6 +479,7 @@ static void suite_gemv_ks(void) {
         gemv_sets_free(&g);
     }
     cuda_set_gemv_ksplit(ks_prev);
+    cuda_set_gemv_persist(0);
 }
 
 /* ==== main ==== */

@@ -737,15 +737,22 @@ int gt_run_op_tests(void) {
         test_gemv_rope(1, 32, 8, 128, 4096, true, ks);
     test_gemv_rope(2, 4, 2, 64, 1024, false, 1); /* two rows (one slot -1), fp32 pools */
     test_gemv_rope(2, 4, 2, 64, 2048, false, 2);
-    for (int ks = 1; ks <= 4; ks *= 2) { /* segments and the epilogues at every K split */
+    /* persistent CTAs (MLXCEL_GEMV_PERSIST), 7 of them: many tiles each, two turns of the
+     * K-split totals, the norm applied once, segments and the epilogues per tile */
+    const int persist_prev = cuda_gemv_persist();
+    cuda_set_gemv_persist(7);
+    for (int ks = 1; ks <= 4; ks *= 2) {
         cuda_set_gemv_ksplit(ks);
         test_matmul(1, 1003, 4104, true);
         test_matmul(2, 2048, 1024, false);
-        test_matmul(2, 4096, 14336, false); /* two x chunks */
+        test_matmul(2, 4096, 14336, false); /* two x chunks: one wave, not persistent */
+        test_gemv_norm(1, 4096, ks);
+        test_gemv_rope(1, 32, 8, 128, 4096, true, ks);
     }
     cuda_set_gemv_ksplit(ks_prev);
     test_glu_matmul_fused(1, ACT_SILU);
     test_matmul_fused(1, false);
+    cuda_set_gemv_persist(persist_prev);
     test_glu_matmul_fused(8, ACT_SILU);
     test_norm_rope_elem();
     test_moe(1, 128, 8, 2048, 768);

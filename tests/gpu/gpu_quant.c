@@ -86,27 +86,47 @@ static double eps_for(mx_dtype t, bool qmm) {
     return t == MX_BF16 ? 1.0 / 256 : t == MX_F16 ? 1.0 / 1024 : 1.0 / 4096;
 }
 
-/* qmv_i8 rounds x to int8 per group: each product is off by up to |w| * absmax / 254, far
- * below 1/128 of sum |w x| once signs average (K >= 64, x uniform in [-1, 1]). */
-#define I8_EPS (1.0 / 128)
+/* The error bound of output n of x row xr: eps * sum|w x|, plus with half (x rounded to
+ * int8 per weight group, as qmv_i8 does: half[k] = half a step of k's group, absmax / 254)
+ * sum_k |w_k| half[k], that rounding's worst case. */
+static void x_half_steps(const float *xr, int K, int G, double *half) {
+    for (int k0 = 0; k0 < K; k0 += G) {
+        double a = 0;
+        for (int k = k0; k < k0 + G && k < K; k++) a = fmax(a, fabs(xr[k]));
+        for (int k = k0; k < k0 + G && k < K; k++) half[k] = a / 254;
+    }
+}
+static double err_bound(const qmat *m, int n, const float *xr, const double *half, double eps) {
+    const float *w = m->deq + (size_t)n * m->K;
+    double s = 0, xs = 0;
+    for (int k = 0; k < m->K; k++) {
+        s += fabs((double)w[k] * xr[k]);
+        if (half) xs += fabs(w[k]) * half[k];
+    }
+    return eps * s + xs;
+}
 
-/* Largest |out - ref| / (eps * sum|w x| + 1e-6); non-finite outputs counted in *bad. */
+/* Largest |out - ref| / (err_bound + 1e-6), i8: x rounded to int8 per group; non-finite
+ * outputs counted in *bad. */
 static double bound_ratio(const float *out, long ldo, const float *ref, const float *x, int rows,
-                          const qmat *m, int n_off, double eps, long *bad) {
-    double worst = 0;
+                          const qmat *m, int n_off, double eps, bool i8, long *bad) {
+    double worst = 0, *half = i8 ? malloc((size_t)m->K * sizeof *half) : NULL;
     *bad = 0;
-    for (int r = 0; r < rows; r++)
+    for (int r = 0; r < rows; r++) {
+        const float *xr = x + (size_t)r * m->K;
+        if (half) x_half_steps(xr, m->K, m->group, half);
         for (int n = 0; n < m->N; n++) {
             const float o = out[(size_t)r * ldo + n_off + n];
             if (!isfinite(o)) {
                 (*bad)++;
                 continue;
             }
-            double s = 0;
-            for (int k = 0; k < m->K; k++) s += fabs((double)m->deq[(size_t)n * m->K + k] * x[(size_t)r * m->K + k]);
-            const double q = fabs((double)o - ref[(size_t)r * m->N + n]) / (eps * s + 1e-6);
+            const double q = fabs((double)o - ref[(size_t)r * m->N + n]) /
+                             (err_bound(m, n, xr, half, eps) + 1e-6);
             if (q > worst) worst = q;
         }
+    }
+    free(half);
     return worst;
 }
 
@@ -149,7 +169,7 @@ static void test_matmul_q(int rows, int N, int K, int bits, int group, mx_dtype 
     const bool qmm = !tc && !i8 && !mma && !bulk && rows > CUDA_QMV_MAX_ROWS;
     /* qmm and the streaming qmv round x to bf16, qmv_i8 to int8 per group */
     const double q = bound_ratio(o, N, ref, x, rows, &m, 0,
-                                 eps_for(sbt, qmm || bulk) + (i8 ? I8_EPS : 0), &bad);
+                                 eps_for(sbt, qmm || bulk), i8, &bad);
     char what[160];
     snprintf(what, sizeof what, "matmul_q %s %d rows [%d x %d] %d-bit g%d %s%s",
              qmm    ? "qmm"
@@ -187,7 +207,8 @@ static void test_qkv(int rows, int H, int NQ, int NKV, int bits) {
         float *o = malloc((size_t)rows * Ns[i] * 4);
         gt_to_host(o, &dout[i]);
         long bad;
-        const double q = bound_ratio(o, Ns[i], ref[i], x, rows, &m[i], 0, eps_for(MX_BF16, qmm), &bad);
+        const double q =
+            bound_ratio(o, Ns[i], ref[i], x, rows, &m[i], 0, eps_for(MX_BF16, qmm), false, &bad);
         char what[160];
         snprintf(what, sizeof what, "%s 3 segments, seg %d: %d rows [%d x %d] %d-bit",
                  qmm ? "qmm" : tc ? "qmv-tc" : "qmv", i, rows, Ns[i], H, bits);
@@ -226,8 +247,7 @@ static void test_glu_qmv(int rows, int N, int K, int bits, int act, bool fuse) {
     g_cu.qmv_i8_glu = was;
     const bool i8 = rows <= (bits == 8 ? g_cu.qmv_i8_q8 : g_cu.qmv_i8);
     long bad;
-    const double q = bound_ratio(y, N, ref, h, rows, &m, 0,
-                                 eps_for(MX_BF16, false) + (i8 ? I8_EPS : 0), &bad);
+    const double q = bound_ratio(y, N, ref, h, rows, &m, 0, eps_for(MX_BF16, false), i8, &bad);
     double gw = 0, hmax = 0; /* the GLU output itself, relative to its largest value (the
                               * device's expf / erff differ from the CPU's in the last bits) */
     for (size_t i = 0; i < n; i++) hmax = fmax(hmax, fabs(h[i]));
@@ -285,7 +305,7 @@ static void test_norm_qmv(int rows, int K, int bits, int group, bool residual, b
         gt_to_host(q, &dq[i]);
         long bad;
         const double b = bound_ratio(q, Ns[i], ref[i], h, rows, &m[i], 0,
-                                     eps_for(MX_BF16, false) + (i8 ? I8_EPS : 0), &bad);
+                                     eps_for(MX_BF16, false), i8, &bad);
         snprintf(what, sizeof what, "%snorm + matmul_q seg %d: %d rows [%d x %d] %d-bit g%d, %s",
                  residual ? "add + " : "", i, rows, Ns[i], K, bits, group,
                  fuse && i8 ? "norm in the qmv_i8 prep" : "norm launched");
@@ -425,8 +445,7 @@ static void test_glu_down(int K, int F, int bits) {
     char what[160];
     snprintf(what, sizeof what, "glu + down, no add after: %d-bit [%d x %d], GLU x fused %ld", bits,
              K, F, g_cu.q_fused[2] - f0);
-    const double eps = eps_for(MX_BF16, false) + (bits == 8 ? 0 : I8_EPS);
-    const double q = bound_ratio(d, K, r, g, 1, &wd, 0, eps, &bad);
+    const double q = bound_ratio(d, K, r, g, 1, &wd, 0, eps_for(MX_BF16, false), bits != 8, &bad);
     gt_report_err(what, g_cu.qmv_i8_inprep && g_cu.q_fused[2] - f0 != 1 ? INFINITY : q, 1.0,
                   &bad);
     free(x), free(g), free(d), free(r);
@@ -500,12 +519,13 @@ static void test_q_chain(int K, int F, int bits, mx_dtype sbt) {
     float *const *o = out[1];
     /* each stage against the CPU from the device's inputs to it; 8-bit x is hi + lo int8
      * (~2^-15 of a group's largest): the weights' bound alone */
-    const double eps = eps_for(sbt, false) + (bits == 8 ? 0 : I8_EPS);
+    const double eps = eps_for(sbt, false);
+    const bool i8 = bits != 8;
     char what[200];
     long bad;
     float *r = cpu_ref(a, 1, &wo, NULL, NULL);
     snprintf(what, sizeof what, "  ... o = a Wo [%d x %d]", K, K);
-    gt_report_err(what, bound_ratio(o[O], K, r, a, 1, &wo, 0, eps, &bad), 1.0, &bad);
+    gt_report_err(what, bound_ratio(o[O], K, r, a, 1, &wo, 0, eps, i8, &bad), 1.0, &bad);
     free(r);
     float *h1 = malloc((size_t)K * 4), *hn = malloc((size_t)K * 4), *xr = malloc((size_t)K * 4);
     for (int k = 0; k < K; k++) h1[k] = h0[k] + o[O][k], hn[k] = h1[k] + o[D][k];
@@ -520,27 +540,27 @@ static void test_q_chain(int K, int F, int bits, mx_dtype sbt) {
     gt_report_err(what, gt_rel_err(o[XN], xr, (size_t)K, &bad), 1e-5, &bad);
     r = cpu_ref(o[XN], 1, &wu, NULL, NULL);
     snprintf(what, sizeof what, "  ... u = xn Wu [%d x %d]", F, K);
-    gt_report_err(what, bound_ratio(o[U], F, r, o[XN], 1, &wu, 0, eps, &bad), 1.0, &bad);
+    gt_report_err(what, bound_ratio(o[U], F, r, o[XN], 1, &wu, 0, eps, i8, &bad), 1.0, &bad);
     free(r);
     /* the GLU: act(xn Wg) * u, with xn Wg's own bound carried through silu (slope <= 1.1) */
     r = cpu_ref(o[XN], 1, &wg, NULL, NULL);
-    double worst = 0;
+    double worst = 0, *half = i8 ? malloc((size_t)K * sizeof *half) : NULL;
+    if (half) x_half_steps(o[XN], K, wg.group, half);
     bad = 0;
     for (int n = 0; n < F; n++) {
-        double s = 0;
-        for (int k = 0; k < K; k++) s += fabs((double)wg.deq[(size_t)n * K + k] * o[XN][k]);
         const double g = r[n], want = g / (1 + exp(-g)) * o[U][n];
-        const double q = fabs(o[G][n] - want) / (1.1 * eps * s * fabs(o[U][n]) + 1e-6);
+        const double b = err_bound(&wg, n, o[XN], half, eps);
+        const double q = fabs(o[G][n] - want) / (1.1 * b * fabs(o[U][n]) + 1e-6);
         if (!isfinite(o[G][n])) bad++;
         else if (q > worst) worst = q;
     }
-    free(r);
+    free(r), free(half);
     snprintf(what, sizeof what, "  ... g = silu(xn Wg) * u (the pair epilogue)");
     gt_report_err(what, worst, 1.0, &bad);
     r = cpu_ref(o[G], 1, &wd, NULL, NULL);
     snprintf(what, sizeof what, "  ... d = g Wd [%d x %d] (x rounded by the gate/up epilogue)", K,
              F);
-    gt_report_err(what, bound_ratio(o[D], K, r, o[G], 1, &wd, 0, eps, &bad), 1.0, &bad);
+    gt_report_err(what, bound_ratio(o[D], K, r, o[G], 1, &wd, 0, eps, i8, &bad), 1.0, &bad);
     free(r);
     hin.data = o[H];
     g_cpu->rms_norm(&hx, &hin, &hw2, 1e-5f, 0.f);
@@ -548,7 +568,7 @@ static void test_q_chain(int K, int F, int bits, mx_dtype sbt) {
     gt_report_err(what, gt_rel_err(o[XN2], xr, (size_t)K, &bad), 1e-5, &bad);
     r = cpu_ref(o[XN2], 1, &wq, NULL, NULL);
     snprintf(what, sizeof what, "  ... q = xn2 Wq [96 x %d]", K);
-    gt_report_err(what, bound_ratio(o[Q], 96, r, o[XN2], 1, &wq, 0, eps, &bad), 1.0, &bad);
+    gt_report_err(what, bound_ratio(o[Q], 96, r, o[XN2], 1, &wq, 0, eps, i8, &bad), 1.0, &bad);
     free(r);
     /* 4-bit: the in-CTA prep computes what the prep kernels do, thread for thread: o (same
      * grid) and the norm's output are bit-identical with it off */
@@ -600,7 +620,8 @@ static void launch_check(const launch_case *c, const char *what, int rc, const m
     float *o = malloc((size_t)c->rows * c->m.N * 4);
     gt_to_host(o, dout);
     long bad = 0;
-    gt_report(what, bound_ratio(o, c->m.N, c->ref, c->x, c->rows, &c->m, 0, eps, &bad), 1.0, bad);
+    const double q = bound_ratio(o, c->m.N, c->ref, c->x, c->rows, &c->m, 0, eps, false, &bad);
+    gt_report(what, q, 1.0, bad);
     free(o);
 }
 
@@ -722,8 +743,7 @@ static void test_qmv_tc(int rows, int N, int K, int bits, int group, mx_dtype sb
             gt_to_host(o, &dout[i]);
             long bad = 0, pad_written = 0;
             const double q = bound_ratio(o, ld, ref[i], x, rows, &m[i], 0,
-                                         eps_for(sbt, bulk_variant >= 0) +
-                                             (bulk_variant == QT_I8 ? I8_EPS : 0),
+                                         eps_for(sbt, bulk_variant >= 0), bulk_variant == QT_I8,
                                          &bad);
             for (int r = 0; r < rows; r++)
                 for (long n = m[i].N; n < ld; n++) pad_written += !isnan(o[(size_t)r * ld + n]);

@@ -606,6 +606,7 @@ static int cu_init(int dev, mx_error *err) {
     if (dev == 0) cuda_set_attn_tc(g_cu.facts.cc_major >= 8 && env->attn_tc);
     if (dev == 0) cuda_set_gemv_ksplit(env->gemv_ksplit);
     if (dev == 0) cuda_set_gemv_early(env->gemv_early);
+    if (dev == 0) cuda_set_gemv_persist(env->gemv_persist);
     if (cudaHostAlloc(&g_cu.misc, CU_MISC_BYTES, cudaHostAllocDefault) != cudaSuccess ||
         cudaEventCreateWithFlags(&g_cu.misc_ev, cudaEventDisableTiming) != cudaSuccess)
         return mx_fail(err, "--device cuda: cannot allocate %zu MiB of pinned host memory",

@@ -76,3 +76,6 @@ extern "C" int cuda_gemv_ksplit(void) { return g_gemv_ksplit; }
 static int g_gemv_early = 1; /* the backend sets MLXCEL_GEMV_EARLY at start */
 extern "C" void cuda_set_gemv_early(int on) { g_gemv_early = on != 0; }
 extern "C" int cuda_gemv_early(void) { return g_gemv_early; }
+static int g_gemv_persist = 0; /* the backend sets MLXCEL_GEMV_PERSIST at start */
+extern "C" void cuda_set_gemv_persist(int n) { g_gemv_persist = n < 0 ? 0 : n; }
+extern "C" int cuda_gemv_persist(void) { return g_gemv_persist; }

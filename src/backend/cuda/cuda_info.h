@@ -47,6 +47,11 @@ int cuda_gemv_ksplit(void);
  * default on). */
 void cuda_set_gemv_early(int on);
 int cuda_gemv_early(void);
+/* 1..2-row GEMV: at most one wave of CTAs, each walking several row tiles with x staged (and
+ * normalised) once (MLXCEL_GEMV_PERSIST, default off). 0: off, 1: one wave, n > 1: at most n
+ * CTAs (the tests: many tiles a CTA). */
+void cuda_set_gemv_persist(int n);
+int cuda_gemv_persist(void);
 /* Decode attention: split counts 2..n merge inside one thread-block cluster (distributed
  * shared memory) instead of through global partials; 0 = never (MLXCEL_ATTN_CLUSTER,
  * default 16, at most 16). */

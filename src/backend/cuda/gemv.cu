@@ -203,9 +203,14 @@ gemv_bf16_kernel(cuda_gemv_segs segs,           /* W [N, K] -> y [rows, N] per s
                  int y_bf16, int rows, int K, int KC, int pf_row,
                  cuda_gemv_fuse f,               /* all zero for XT = bf16 */
                  int ks,                         /* warps per row group (K split) */
-                 int early) {                    /* first weight batch before the PDL wait */
+                 int early,                      /* first weight batch before the PDL wait */
+                 int tiles) {                    /* row tiles (CTA-sized); > gridDim.x: each
+                                                  * CTA walks tiles blockIdx.x + i * gridDim.x
+                                                  * (one chunk of x only: the launcher's rule) */
     extern __shared__ uint4 gemv_smem[]; /* [2][R][KC] XT, or [R][KC] with one chunk */
-    __shared__ float gemv_red[8][GEMV_RPW * R]; /* K-split partial totals, per warp */
+    /* K-split partial totals, per warp; two sets used by turns, so a warp starting the next
+     * tile cannot overwrite totals a part-0 warp still reads */
+    __shared__ float gemv_red[2][8][GEMV_RPW * R];
     XT *xbuf = (XT *)gemv_smem;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int part = warp % ks, group = warp / ks; /* warps of a group share rows, split K */
@@ -216,204 +221,208 @@ gemv_bf16_kernel(cuda_gemv_segs segs,           /* W [N, K] -> y [rows, N] per s
     uint4 nw[GEMV_NW]; /* the norm weight's first pieces, loaded before the wait (one row: at
                         * two the registers would spill) */
 
-    const int tile = blockIdx.x;
-    const uint16_t *W;
-    void *y;
-    int N, c0, seg;
-    gemv_segment(segs, tile, W, y, N, c0, seg);
-    /* GLU: the grid covers N output units; a warp owns units u0, u0 + 1: its rows p = 0, 1
-     * are gate rows u0 + p and p = 2, 3 the up rows of the same units */
-    if (glu) { /* both segments span the whole grid */
-        W = segs.W[0];
-        y = segs.y[0];
-        N = segs.N[0];
-        c0 = 0;
-    }
-    const int n0 = ((tile - c0) * ((blockDim.x >> 5) / ks) + group) * (glu ? 2 : GEMV_RPW);
-    /* RoPE (q, k segments): a row group owns the rotation pairs of two adjacent dims, rows
-     * {2w, 2w + 1, 2w + D/2, 2w + 1 + D/2} of head h for the group's index h * D/4 + w
-     * (n0 / 4), so the epilogue rotates in registers (after the K-split sum, in part 0) */
-    const bool rope = f.rope_cs != NULL && seg < 2;
-    const int rope_base = rope ? n0 / GEMV_RPW / (f.head_dim / 4) * f.head_dim +
-                                     2 * (n0 / GEMV_RPW % (f.head_dim / 4))
-                               : 0;
-
-    float acc[GEMV_RPW][R];
-#pragma unroll
-    for (int p = 0; p < GEMV_RPW; p++)
-#pragma unroll
-        for (int r = 0; r < R; r++) acc[p][r] = 0.f;
-
-    /* Row pointers; rows past N are clamped (loads skipped below, never written). */
-    const uint16_t *wrow[GEMV_RPW];
-    bool ok[GEMV_RPW];
-    int nrow[GEMV_RPW]; /* the weight / output row of each of the warp's rows */
-#pragma unroll
-    for (int p = 0; p < GEMV_RPW; p++) {
-        const int n = glu    ? n0 + (p & 1)
-                      : rope ? rope_base + (p & 1) + (p >= 2 ? f.head_dim / 2 : 0)
-                             : n0 + p;
-        nrow[p] = n;
-        ok[p] = n < N;
-        wrow[p] = (glu && p >= 2 ? segs.W[1] : W) + (size_t)min(n, N - 1) * K;
-    }
-    if (lane < GEMV_RPW && pf_row > 0) {
-        const uint16_t *mine = wrow[0];
-        bool mine_ok = ok[0];
-#pragma unroll
-        for (int p = 1; p < GEMV_RPW; p++)
-            if (lane == p) mine = wrow[p], mine_ok = ok[p];
-        if (mine_ok) prefetch_l2(mine, (size_t)pf_row, 0, 1);
-    }
-
-    uint4 w[GEMV_U][GEMV_RPW];
-    /* One batch: GEMV_U steps of 256 k of each of the warp's rows, at chunk offset
-     * k0 + base. */
-    auto load_batch = [&](int k0, int base, int len) {
-#pragma unroll
-        for (int u = 0; u < GEMV_U; u++) {
-            const int kk = base + u * GEMV_STEP + lane * 8;
-#pragma unroll
-            for (int p = 0; p < GEMV_RPW; p++)
-                w[u][p] = (kk < len && ok[p]) ? ldg_stream16(wrow[p] + k0 + kk)
-                                              : make_uint4(0, 0, 0, 0);
+    for (int tile = blockIdx.x, turn = 0; tile < tiles; tile += gridDim.x, turn++) {
+        const bool first = turn == 0;
+        const uint16_t *W;
+        void *y;
+        int N, c0, seg;
+        gemv_segment(segs, tile, W, y, N, c0, seg);
+        /* GLU: the grid covers N output units; a warp owns units u0, u0 + 1: its rows p = 0, 1
+         * are gate rows u0 + p and p = 2, 3 the up rows of the same units */
+        if (glu) { /* both segments span the whole grid */
+            W = segs.W[0];
+            y = segs.y[0];
+            N = segs.N[0];
+            c0 = 0;
         }
-    };
+        const int n0 = ((tile - c0) * ((blockDim.x >> 5) / ks) + group) * (glu ? 2 : GEMV_RPW);
+        /* RoPE (q, k segments): a row group owns the rotation pairs of two adjacent dims, rows
+         * {2w, 2w + 1, 2w + D/2, 2w + 1 + D/2} of head h for the group's index h * D/4 + w
+         * (n0 / 4), so the epilogue rotates in registers (after the K-split sum, in part 0) */
+        const bool rope = f.rope_cs != NULL && seg < 2;
+        const int rope_base = rope ? n0 / GEMV_RPW / (f.head_dim / 4) * f.head_dim +
+                                         2 * (n0 / GEMV_RPW % (f.head_dim / 4))
+                                   : 0;
 
-    /* The first batch goes out before the PDL wait, while the previous kernel runs
-     * (weights are constants; early, MLXCEL_GEMV_EARLY, the default), or else right after
-     * x's staging is issued, so both latencies overlap. H200, B=1, two runs each: 8B
-     * 214.7 / 213.9 tok/s early against 211.6 / 211.9, 1B 976.4 / 986.4 against 955.2 /
-     * 951.4. (With one 8-warp CTA per SM, before the 128-register bound, early measured
-     * slower: 213.8 against 221.9.) A warp of a K-split group takes every ks-th batch,
-     * starting at its part. */
-    bool preloaded = part * batch < min(KC, K);
-    if (preloaded && early) load_batch(0, part * batch, min(KC, K));
-    if (NRM && R == 1) gemv_norm_w_early(f, K, nw);
-    pdl_wait(); /* x is the previous kernel's output */
-    pdl_trigger();
-    gemv_stage_x<R, XT>(xbuf, x, rows, K, KC, 0, min(KC, K));
-    cp_async_commit();
-    if (preloaded && !early) load_batch(0, part * batch, min(KC, K));
-    /* The epilogue's own reads go out now, under the weight loads, not after the sums
-     * (each an L2 round trip on the chain there): the residual this lane adds to, or the
-     * cos / sin and KV slot of its RoPE pair. Lane p * R + r writes (row p, x row r). */
-    const int lp = lane / R, lr = lane - lp * R;
-    const bool mine = lane < GEMV_RPW * R && lr < rows;
-    float pa = 0.f, pb = 0.f; /* residual, or cos and sin */
-    int64_t pslot = -1;
-    if (mine && f.res && !y_bf16 && n0 + lp < N) pa = f.res[(size_t)lr * N + n0 + lp];
-    if (mine && f.rope_cs) {
-        pslot = f.rope_rows[lr];
-        if (rope && lp < 2) { /* rows rope_base + lp: dims j, j + D/2 with j < D/2 */
-            const int j = (rope_base + lp) % f.head_dim;
-            pa = f.rope_cs[(size_t)lr * f.head_dim + 2 * j];
-            pb = f.rope_cs[(size_t)lr * f.head_dim + 2 * j + 1];
+        float acc[GEMV_RPW][R];
+#pragma unroll
+        for (int p = 0; p < GEMV_RPW; p++)
+#pragma unroll
+            for (int r = 0; r < R; r++) acc[p][r] = 0.f;
+
+        /* Row pointers; rows past N are clamped (loads skipped below, never written). */
+        const uint16_t *wrow[GEMV_RPW];
+        bool ok[GEMV_RPW];
+        int nrow[GEMV_RPW]; /* the weight / output row of each of the warp's rows */
+#pragma unroll
+        for (int p = 0; p < GEMV_RPW; p++) {
+            const int n = glu    ? n0 + (p & 1)
+                          : rope ? rope_base + (p & 1) + (p >= 2 ? f.head_dim / 2 : 0)
+                                 : n0 + p;
+            nrow[p] = n;
+            ok[p] = n < N;
+            wrow[p] = (glu && p >= 2 ? segs.W[1] : W) + (size_t)min(n, N - 1) * K;
         }
-    }
-
-    for (int c = 0; c < nchunks; c++) {
-        const int k0 = c * KC, len = min(KC, K - k0);
-        {
-            /* Chunk c has landed for this thread; the barrier makes it visible to all
-             * and also says every warp is done with chunk c-1, whose buffer chunk c+1
-             * reuses. */
-            cp_async_wait_all();
-            __syncthreads();
-            if (c + 1 < nchunks) {
-                gemv_stage_x<R, XT>(xbuf + (size_t)((c + 1) & 1) * R * KC, x, rows, K, KC,
-                                    k0 + KC, min(KC, K - k0 - KC));
-                cp_async_commit();
-            }
+        if (lane < GEMV_RPW && pf_row > 0) {
+            const uint16_t *mine = wrow[0];
+            bool mine_ok = ok[0];
+#pragma unroll
+            for (int p = 1; p < GEMV_RPW; p++)
+                if (lane == p) mine = wrow[p], mine_ok = ok[p];
+            if (mine_ok) prefetch_l2(mine, (size_t)pf_row, 0, 1);
         }
-        const XT *xs = xbuf + (size_t)(c & 1) * R * KC;
-        if (NRM) /* one chunk (the launcher's rule): all of x is in xbuf */
-            gemv_norm_x<R>((float *)xbuf, KC, K, f, &gemv_red[0][0], inv, nw);
 
-        for (int base = part * batch; base < len; base += ks * batch) {
-            /* All loads first: RPW*U independent 16-byte loads in flight per lane. */
-            if (!preloaded) load_batch(k0, base, len);
-            preloaded = false;
+        uint4 w[GEMV_U][GEMV_RPW];
+        /* One batch: GEMV_U steps of 256 k of each of the warp's rows, at chunk offset
+         * k0 + base. */
+        auto load_batch = [&](int k0, int base, int len) {
 #pragma unroll
             for (int u = 0; u < GEMV_U; u++) {
                 const int kk = base + u * GEMV_STEP + lane * 8;
-                /* Skip, not multiply by zero: the stale tail of the buffer may hold NaN. */
-                if (kk < len) {
-                    float wf[GEMV_RPW][8];
 #pragma unroll
-                    for (int p = 0; p < GEMV_RPW; p++) bf16x8_to_f32(w[u][p], wf[p]);
+                for (int p = 0; p < GEMV_RPW; p++)
+                    w[u][p] = (kk < len && ok[p]) ? ldg_stream16(wrow[p] + k0 + kk)
+                                                  : make_uint4(0, 0, 0, 0);
+            }
+        };
+
+        /* The first batch goes out before the PDL wait, while the previous kernel runs
+         * (weights are constants; early, MLXCEL_GEMV_EARLY, the default), or else right after
+         * x's staging is issued, so both latencies overlap. H200, B=1, two runs each: 8B
+         * 214.7 / 213.9 tok/s early against 211.6 / 211.9, 1B 976.4 / 986.4 against 955.2 /
+         * 951.4. (With one 8-warp CTA per SM, before the 128-register bound, early measured
+         * slower: 213.8 against 221.9.) A warp of a K-split group takes every ks-th batch,
+         * starting at its part. A later tile of a persistent CTA loads at once (x is staged). */
+        bool preloaded = part * batch < min(KC, K);
+        if (preloaded && (early || !first)) load_batch(0, part * batch, min(KC, K));
+        if (first) {
+            if (NRM && R == 1) gemv_norm_w_early(f, K, nw);
+            pdl_wait(); /* x is the previous kernel's output */
+            pdl_trigger();
+            gemv_stage_x<R, XT>(xbuf, x, rows, K, KC, 0, min(KC, K));
+            cp_async_commit();
+            if (preloaded && !early) load_batch(0, part * batch, min(KC, K));
+        }
+        /* The epilogue's own reads go out now, under the weight loads, not after the sums
+         * (each an L2 round trip on the chain there): the residual this lane adds to, or the
+         * cos / sin and KV slot of its RoPE pair. Lane p * R + r writes (row p, x row r). */
+        const int lp = lane / R, lr = lane - lp * R;
+        const bool mine = lane < GEMV_RPW * R && lr < rows;
+        float pa = 0.f, pb = 0.f; /* residual, or cos and sin */
+        int64_t pslot = -1;
+        if (mine && f.res && !y_bf16 && n0 + lp < N) pa = f.res[(size_t)lr * N + n0 + lp];
+        if (mine && f.rope_cs) {
+            pslot = f.rope_rows[lr];
+            if (rope && lp < 2) { /* rows rope_base + lp: dims j, j + D/2 with j < D/2 */
+                const int j = (rope_base + lp) % f.head_dim;
+                pa = f.rope_cs[(size_t)lr * f.head_dim + 2 * j];
+                pb = f.rope_cs[(size_t)lr * f.head_dim + 2 * j + 1];
+            }
+        }
+
+        for (int c = 0; c < nchunks; c++) {
+            const int k0 = c * KC, len = min(KC, K - k0);
+            if (first || nchunks > 1) {
+                /* Chunk c has landed for this thread; the barrier makes it visible to all
+                 * and also says every warp is done with chunk c-1, whose buffer chunk c+1
+                 * reuses. */
+                cp_async_wait_all();
+                __syncthreads();
+                if (c + 1 < nchunks) {
+                    gemv_stage_x<R, XT>(xbuf + (size_t)((c + 1) & 1) * R * KC, x, rows, K, KC,
+                                        k0 + KC, min(KC, K - k0 - KC));
+                    cp_async_commit();
+                }
+            }
+            const XT *xs = xbuf + (size_t)(c & 1) * R * KC;
+            if (NRM && first) /* one chunk (the launcher's rule): all of x is in xbuf */
+                gemv_norm_x<R>((float *)xbuf, KC, K, f, &gemv_red[0][0][0], inv, nw);
+
+            for (int base = part * batch; base < len; base += ks * batch) {
+                /* All loads first: RPW*U independent 16-byte loads in flight per lane. */
+                if (!preloaded) load_batch(k0, base, len);
+                preloaded = false;
 #pragma unroll
-                    for (int r = 0; r < R; r++) {
-                        float xf[8];
-                        gemv_core_x8(xs + (size_t)r * KC + kk, xf);
+                for (int u = 0; u < GEMV_U; u++) {
+                    const int kk = base + u * GEMV_STEP + lane * 8;
+                    /* Skip, not multiply by zero: the stale tail of the buffer may hold NaN. */
+                    if (kk < len) {
+                        float wf[GEMV_RPW][8];
 #pragma unroll
-                        for (int p = 0; p < GEMV_RPW; p++)
+                        for (int p = 0; p < GEMV_RPW; p++) bf16x8_to_f32(w[u][p], wf[p]);
 #pragma unroll
-                            for (int e = 0; e < 8; e++)
-                                acc[p][r] = fmaf(wf[p][e], xf[e], acc[p][r]);
+                        for (int r = 0; r < R; r++) {
+                            float xf[8];
+                            gemv_core_x8(xs + (size_t)r * KC + kk, xf);
+#pragma unroll
+                            for (int p = 0; p < GEMV_RPW; p++)
+#pragma unroll
+                                for (int e = 0; e < 8; e++)
+                                    acc[p][r] = fmaf(wf[p][e], xf[e], acc[p][r]);
+                        }
                     }
                 }
             }
         }
-    }
 
-    /* Butterfly sums leave every total in every lane; lane (p*R + r) % 32 writes it. The
-     * selects use compile-time indices so acc stays in registers. */
-    float tot[GEMV_RPW][R];
+        /* Butterfly sums leave every total in every lane; lane (p*R + r) % 32 writes it. The
+         * selects use compile-time indices so acc stays in registers. */
+        float tot[GEMV_RPW][R];
 #pragma unroll
-    for (int p = 0; p < GEMV_RPW; p++)
+        for (int p = 0; p < GEMV_RPW; p++)
 #pragma unroll
-        for (int r = 0; r < R; r++) tot[p][r] = warp_sum(acc[p][r]);
-    if (NRM && blockIdx.x == 0) { /* xbuf holds x (w + offset), all of it */
-        const float *xw = (const float *)xbuf;
-        for (int i = threadIdx.x; i < rows * K; i += blockDim.x) {
-            const int r = i / K, k = i - r * K;
-            f.xn[i] = xw[(size_t)r * KC + k] * (r == 0 ? inv[0] : inv[R - 1]); /* R <= 2 */
+            for (int r = 0; r < R; r++) tot[p][r] = warp_sum(acc[p][r]);
+        if (NRM && first && blockIdx.x == 0) { /* xbuf holds x (w + offset), all of it */
+            const float *xw = (const float *)xbuf;
+            for (int i = threadIdx.x; i < rows * K; i += blockDim.x) {
+                const int r = i / K, k = i - r * K;
+                f.xn[i] = xw[(size_t)r * KC + k] * (r == 0 ? inv[0] : inv[R - 1]); /* R <= 2 */
+            }
         }
-    }
-    if (ks > 1 && !ksplit_sum<GEMV_RPW, R>(tot, gemv_red, warp, part, ks))
-        return;
-    if (NRM) {
+        if (ks > 1 && !ksplit_sum<GEMV_RPW, R>(tot, gemv_red[turn & 1], warp, part, ks))
+            continue;
+        if (NRM) {
 #pragma unroll
-        for (int r = 0; r < R; r++)
+            for (int r = 0; r < R; r++)
 #pragma unroll
-            for (int p = 0; p < GEMV_RPW; p++) tot[p][r] *= inv[r];
-    }
-    if (f.rope_cs) { /* q, k rotated; k and v also to the KV pools */
-        gemv_rope_store<R>(f, seg, nrow, ok, tot, (float *)y, N, segs.N[1], rows, lane, pa,
-                           pb, pslot);
-        return;
-    }
-    if (glu) { /* gate and up rows as usual, and act(gate) * up */
+                for (int p = 0; p < GEMV_RPW; p++) tot[p][r] *= inv[r];
+        }
+        if (f.rope_cs) { /* q, k rotated; k and v also to the KV pools */
+            gemv_rope_store<R>(f, seg, nrow, ok, tot, (float *)y, N, segs.N[1], rows, lane, pa,
+                               pb, pslot);
+            continue;
+        }
+        if (glu) { /* gate and up rows as usual, and act(gate) * up */
 #pragma unroll
-        for (int i = 0; i < 2; i++)
+            for (int i = 0; i < 2; i++)
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    const int n = n0 + i;
+                    if (lane == ((i * R + r) & 31) && r < rows && ok[i]) {
+                        const size_t o = (size_t)r * N + n;
+                        ((float *)y)[o] = tot[i][r];
+                        ((float *)segs.y[1])[o] = tot[i + 2][r];
+                        f.glu[o] = act_apply(tot[i][r], f.act) * tot[i + 2][r];
+                    }
+                }
+            continue;
+        }
+#pragma unroll
+        for (int p = 0; p < GEMV_RPW; p++)
 #pragma unroll
             for (int r = 0; r < R; r++) {
-                const int n = n0 + i;
-                if (lane == ((i * R + r) & 31) && r < rows && ok[i]) {
-                    const size_t o = (size_t)r * N + n;
-                    ((float *)y)[o] = tot[i][r];
-                    ((float *)segs.y[1])[o] = tot[i + 2][r];
-                    f.glu[o] = act_apply(tot[i][r], f.act) * tot[i + 2][r];
+                const float v = tot[p][r];
+                const int n = n0 + p;
+                if (lane == ((p * R + r) & 31) && r < rows && n < N) {
+                    if (y_bf16) {
+                        ((uint16_t *)y)[(size_t)r * N + n] = (uint16_t)f32_to_bf16_bits(v);
+                    } else {
+                        ((float *)y)[(size_t)r * N + n] = v;
+                        if (f.res) f.res[(size_t)r * N + n] = pa + v; /* the residual add */
+                    }
                 }
             }
-        return;
     }
-#pragma unroll
-    for (int p = 0; p < GEMV_RPW; p++)
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            const float v = tot[p][r];
-            const int n = n0 + p;
-            if (lane == ((p * R + r) & 31) && r < rows && n < N) {
-                if (y_bf16) {
-                    ((uint16_t *)y)[(size_t)r * N + n] = (uint16_t)f32_to_bf16_bits(v);
-                } else {
-                    ((float *)y)[(size_t)r * N + n] = v;
-                    if (f.res) f.res[(size_t)r * N + n] = pa + v; /* the residual add */
-                }
-            }
-        }
 }
 
 /* ==== Tensor-core kernel: 3..8 rows ==== */
@@ -614,10 +623,23 @@ static int gemv_core_launch(cuda_gemv_segs segs, const XT *x, int y_bf16, int ro
             grid += (segs.N[i] + rows_per_cta - 1) / rows_per_cta;
         }
     }
+    /* MLXCEL_GEMV_PERSIST: one wave of CTAs walking the tiles, x staged once per CTA (one
+     * chunk of x only: a later tile would need chunk 0 staged again) */
+    const int tiles = grid;
+    if (cuda_gemv_persist() && KC >= K) {
+        int per_sm = 0;
+        cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &per_sm, gemv_bf16_kernel<R, XT, NRM>, warps * 32, smem);
+        if (e != cudaSuccess) return (int)e;
+        int cap = per_sm > 0 ? per_sm * s_sm_count[cd] : grid;
+        if (cuda_gemv_persist() > 1 && cuda_gemv_persist() < cap) cap = cuda_gemv_persist();
+        if (grid > cap) grid = cap;
+    }
     pdl_launch l;
     pdl_launch_config(&l, dim3(grid), dim3(warps * 32), smem, stream);
     return (int)cudaLaunchKernelEx(&l.cfg, gemv_bf16_kernel<R, XT, NRM>, segs, x, y_bf16, rows,
-                                   K, KC, gemv_pf_row(rows_per_cta, K), f, ks, cuda_gemv_early());
+                                   K, KC, gemv_pf_row(rows_per_cta, K), f, ks, cuda_gemv_early(),
+                                   tiles);
 }
 
 template <typename XT>

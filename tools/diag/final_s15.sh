@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# GPU machine, one call (~5 min): session 15's end state against its start (BIN=mlxcel-base,
+# ef6b073: the rope_targets merge and the diagnostics must not move anything). test_cuda in
+# full; 8B / 1B bf16 and the synthetic 8B as MLX q4g64 at B=1, interleaved, median of 2.
+# Carry .carry/devpack.tar.xz (`BASE=ef6b073 XZ=1 bash bench/pack_device.sh`).
+#   bash tools/diag/final_s15.sh
+set -u
+. bench/device_env.sh
+diag_init
+diag_test -
+B=$(diag_base)
+SHAPES="llama-3.1-8b llama-3.2-1b" BATCH=1 REPEAT=2 AB="- $B - $B - $B" diag_ab 200
+echo "== bf16: $((SECONDS - T0)) s"
+AB="- $B - $B" BATCH=1 REPEAT=2 QUANT="4:64" BF16=0 diag_quant 200 "^== conv"
+echo "== done: $((SECONDS - T0)) s"
