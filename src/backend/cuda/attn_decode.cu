@@ -12,10 +12,13 @@
  * otherwise the splits of a (sequence, kv head) merge their normalised partial outputs by
  * log-sum-exp in a fixed order, one of two ways:
  * - cluster (S <= cuda_attn_cluster(), sm_90, and each warp walks at most one chunk): the S
- *   splits are one thread-block cluster; each keeps its partial in shared memory, and after
- *   a cluster barrier split r merges the r-th slice of the G x D outputs reading every
- *   split's shared memory (DSMEM). H200, 8B shape, B=1, 512 tokens: 12.7 against 13.4 us;
- *   on longer walks a cluster's CTAs, placed together on fewer SMs, lost up to 25%.
+ *   splits are one thread-block cluster; split r owns the r-th slice of the G x D outputs,
+ *   and every split writes its log-sum-exps to all and its partial slice r into split r's
+ *   shared memory (DSMEM stores), so after one cluster barrier each merges from its own
+ *   shared memory and leaves (pulling with DSMEM loads took a second barrier, so that no CTA
+ *   left while another read it: with its fence ~7% of a B=1 launch's samples). H200, 8B
+ *   shape, B=1, 512 tokens: 12.7 against 13.4 us for the global merge; on longer walks a
+ *   cluster's CTAs, placed together on fewer SMs, lost up to 25%.
  * - global: each split writes its partial and log-sum-exp to the workspace, and the last
  *   split to finish (one atomic counter per pair, left at zero for the next launch) merges.
  *   The merge used to be its own kernel: at B=1 on the 8B shape that launch cost ~6 us per
@@ -52,18 +55,33 @@
 #define ATTN_MAX_STAGES 3 /* chunk stages in flight per warp (cuda_attn_stages() caps it) */
 
 /* The merge weights c_s = exp2(lse_s - max) / sum_s' exp2(lse_s' - max) of the G heads (in
- * place over lse [G][S], serial over s: the fixed order); threads 0..G-1 of the CTA. */
+ * place over lse [G][S]); every thread of the CTA calls it. Warp w takes heads w, w + 4, ..:
+ * lane i the splits i, i + 32, .. (in that order), then the warp's max and sum by shuffles,
+ * the sum taken from lane 0 (a fixed order: reproducible). Serially, one thread a head, it
+ * was ~2,300 cycles at 16 splits, on the chain of every B=1 launch (ncu, session 15). */
 template <int G>
 __device__ __forceinline__ void attn_merge_weights(float *c_all, int S) {
-    if (threadIdx.x < G) {
-        float *c = c_all + threadIdx.x * S, M = -INFINITY, W = 0.f;
-        for (int s = 0; s < S; s++) M = fmaxf(M, c[s]);
-        for (int s = 0; s < S; s++) {
-            c[s] = M == -INFINITY || c[s] == -INFINITY ? 0.f : exp2f(c[s] - M);
-            W += c[s];
+    constexpr int PER = CUDA_ATTN_MAX_SPLITS / 32; /* splits a lane */
+    const int lane = threadIdx.x & 31;
+    for (int g = threadIdx.x >> 5; g < G; g += ATTN_WARPS) {
+        float *c = c_all + g * S, v[PER], M = -INFINITY, W = 0.f;
+#pragma unroll
+        for (int i = 0; i < PER; i++) {
+            v[i] = lane + 32 * i < S ? c[lane + 32 * i] : -INFINITY;
+            M = fmaxf(M, v[i]);
         }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+#pragma unroll
+        for (int i = 0; i < PER; i++) {
+            v[i] = M == -INFINITY || v[i] == -INFINITY ? 0.f : exp2f(v[i] - M);
+            W += v[i];
+        }
+        W = __shfl_sync(0xffffffffu, warp_sum(W), 0);
         const float inv = W > 0.f ? 1.f / W : 0.f;
-        for (int s = 0; s < S; s++) c[s] *= inv;
+#pragma unroll
+        for (int i = 0; i < PER; i++)
+            if (lane + 32 * i < S) c[lane + 32 * i] = v[i] * inv;
     }
 }
 
@@ -268,7 +286,9 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
 
     __shared__ float sm_m[ATTN_WARPS][G], sm_l[ATTN_WARPS][G];
     __shared__ __align__(16) float sm_acc[ATTN_WARPS][G][D];
-    __shared__ float sm_po[G][D], sm_lse[G]; /* the split's partial (cluster merge) */
+    /* cluster merge: the splits' partials of this CTA's slice, [S][slice], and (sm_c) their
+     * log-sum-exps [G][S], written by every split of the cluster */
+    __shared__ float sm_recv[G * D + ATTN_CLUSTER_MAX];
     __shared__ float sm_c[G * CUDA_ATTN_MAX_SPLITS];
     extern __shared__ uint4 kv_ring[]; /* the warps' K / V rings (nst stages each) */
 
@@ -308,6 +328,7 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
                 prefetch_l2(kv + ((phys * ATTN_BS + r) * Hkv + h) * D, D * 2, 0, 1);
         }
     }
+    if (cluster) cluster_arrive_relaxed(); /* this CTA has started (cluster_wait below) */
     pdl_wait(); /* q and the newest token's K / V are the previous kernels' output */
     pdl_trigger();
 
@@ -475,6 +496,7 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
      * then every output is 4 FMAs. (Each output used to redo the max, the exp2s and the
      * division: ~570 instructions a thread, most of a B=1 launch's latency-bound path.) */
     const size_t hq0 = (size_t)b * Hq + h * G;
+    if (cluster) cluster_wait(); /* every CTA of the cluster has started: DSMEM stores below */
     if (threadIdx.x < G) {
         const int g = threadIdx.x;
         float M = -INFINITY, L = 0.f, c[ATTN_WARPS];
@@ -488,10 +510,13 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
         const float inv = L > 0.f ? 1.f / L : 0.f, lse = L > 0.f ? M + log2f(L) : -INFINITY;
 #pragma unroll
         for (int w = 0; w < ATTN_WARPS; w++) sm_m[w][g] = c[w] * inv;
-        if (S > 1 && cluster) sm_lse[g] = lse;
-        else if (S > 1) part_lse[(hq0 + g) * S + split] = lse;
+        if (S > 1 && cluster)
+            for (int r = 0; r < S; r++) dsmem_st_f32(&sm_c[g * S + split], r, lse);
+        else if (S > 1)
+            part_lse[(hq0 + g) * S + split] = lse;
     }
     __syncthreads();
+    const int per = (G * D + S - 1) / S; /* cluster merge: outputs a split owns */
     for (int idx = threadIdx.x; idx < G * D; idx += ATTN_WARPS * 32) {
         const int g = idx / D, d = idx - g * D;
         float v = 0.f;
@@ -499,8 +524,8 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
         for (int w = 0; w < ATTN_WARPS; w++) v = fmaf(sm_m[w][g], sm_acc[w][g][d], v);
         if (S == 1)
             attn_store(o, o_bf16, (hq0 + g) * D + d, v);
-        else if (cluster)
-            sm_po[g][d] = v;
+        else if (cluster) /* into the owner's slice, at this split's row */
+            dsmem_st_f32(&sm_recv[split * per + idx % per], idx / per, v);
         else
             part_o[((hq0 + g) * S + split) * D + d] = v;
     }
@@ -508,26 +533,22 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
 
     /* ==== Merge of the splits by log-sum-exp (fixed order) ==== */
     if (cluster) { /* split = the CTA's rank in the cluster */
-        cluster_sync_all();
-        for (int i = threadIdx.x; i < G * S; i += ATTN_WARPS * 32)
-            sm_c[i] = dsmem_ld_f32(&sm_lse[i / S], i % S);
-        __syncthreads();
+        cluster_sync_all(); /* every split's stores into this CTA are visible */
         attn_merge_weights<G>(sm_c, S);
         __syncthreads();
-        const int per = (G * D + S - 1) / S, lo = split * per, hi = min(G * D, lo + per);
+        const int lo = split * per, hi = min(G * D, lo + per);
         for (int idx = lo + threadIdx.x; idx < hi; idx += ATTN_WARPS * 32) {
-            const int g = idx / D, d = idx - g * D;
+            const int g = idx / D;
             float ov[ATTN_CLUSTER_MAX], A = 0.f; /* every split's load in flight at once */
 #pragma unroll
             for (int s = 0; s < ATTN_CLUSTER_MAX; s++)
-                ov[s] = s < S ? dsmem_ld_f32(&sm_po[g][d], s) : 0.f;
+                ov[s] = s < S ? sm_recv[s * per + idx - lo] : 0.f;
 #pragma unroll
             for (int s = 0; s < ATTN_CLUSTER_MAX; s++)
                 if (s < S) A = fmaf(sm_c[g * S + s], ov[s], A);
-            attn_store(o, o_bf16, (hq0 + g) * D + d, A);
+            attn_store(o, o_bf16, (hq0 + g) * D + idx - g * D, A);
         }
-        cluster_sync_all(); /* no CTA leaves while another still reads its shared memory */
-        return;
+        return; /* no shared memory of another CTA is touched after the barrier */
     }
     /* global: by the last split to finish. The partials were written by other CTAs: the
      * fences order them before the counter, and the reads go around L1 (__ldcg). */
