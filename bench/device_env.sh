@@ -87,6 +87,18 @@ diag_test() {
   echo "== test ${g:-all} $e: rc $? $(tail -1 "$D/test-$n.log"), $((SECONDS - T0)) s"
   grep '^FAIL' "$D/test-$n.log" | head -5 | cut -c1-160
 }
+# test_cuda in full, then B=1 decode against the build packed beside (BIN=mlxcel-base),
+# interleaved: 8B / 1B bf16 (dummy weights) in $1 rounds, the synthetic 8B as MLX q4g64 in $2.
+diag_b1_vs_base() {
+  local B i ab1="" ab2=""
+  B=$(diag_base)
+  for ((i = 0; i < ${1:-2}; i++)); do ab1="$ab1 - $B"; done
+  for ((i = 0; i < ${2:-2}; i++)); do ab2="$ab2 - $B"; done
+  diag_test -
+  SHAPES="llama-3.1-8b llama-3.2-1b" BATCH=1 REPEAT=2 AB="$ab1" diag_ab 200
+  echo "== bf16: $((SECONDS - T0)) s"
+  AB="$ab2" BATCH=1 REPEAT=2 QUANT="4:64" BF16=0 diag_quant 200 "^== conv"
+}
 # test_cuda in full as is, then its quant + e2e groups with each A/B entry given.
 diag_tests() {
   local e

@@ -13,6 +13,6 @@ KERNEL=paged_attn SKIP=${SKIP:-400} TOP=${TOP:-40} NCU_TIMEOUT=150 \
   --device cuda --prompt-ids "$(seq -s, 1 512)" --ignore-eos -n 32 | cut -c1-170
 "$NCU" -i "$D/paged_attn.ncu-rep" --page details --section SpeedOfLight \
   --section WarpStateStats --section LaunchStats 2>/dev/null |
-  grep -E "Duration|Elapsed Cycles|Issued|Stall|Grid Size|Block Size|Registers|Cluster|Warp Cycles" |
+  grep -E "Duration|Elapsed Cycles|Issued|Stall|Grid Size|Block Size|Registers|Warp Cycles" |
   head -30
 echo "== done: $((SECONDS - T0)) s"

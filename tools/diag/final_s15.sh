@@ -7,9 +7,5 @@
 set -u
 . bench/device_env.sh
 diag_init
-diag_test -
-B=$(diag_base)
-SHAPES="llama-3.1-8b llama-3.2-1b" BATCH=1 REPEAT=2 AB="- $B - $B - $B" diag_ab 200
-echo "== bf16: $((SECONDS - T0)) s"
-AB="- $B - $B" BATCH=1 REPEAT=2 QUANT="4:64" BF16=0 diag_quant 200 "^== conv"
+diag_b1_vs_base 3 2
 echo "== done: $((SECONDS - T0)) s"
