@@ -29,10 +29,10 @@ int cuda_rms_norm_f32(float *out, long out_stride, const float *x, long x_stride
  * floats at stride x_stride. */
 int cuda_rope_f32(float *x, long x_stride, const float *cos_sin, int n, int heads, int D, int rot,
                   cudaStream_t st);
-/* x[r, :cols] += y[r, :cols] */
 /* A launch that does nothing but take part in the PDL chain (wait, trigger): ctas CTAs of 128
  * threads. MLXCEL_DIAG_EMPTY's probe of what one more kernel boundary costs a step. */
 int cuda_empty_launch(int ctas, cudaStream_t st);
+/* x[r, :cols] += y[r, :cols] */
 int cuda_add_f32(float *x, long x_stride, const float *y, long y_stride, int rows, int cols,
                  cudaStream_t st);
 /* out[r, :] = act(gate[r, :]) * up[r, :]; act: 0 silu, 1 gelu (tanh), 2 gelu (erf). */
