@@ -318,8 +318,9 @@ void cu_flush_glu(void);
 void cu_flush_norm(void);
 /* GEMV epilogue fusions of a held 1..2-row GEMV group (cuda_matmul.c); false: not taken */
 bool cu_mm_take_add(float *x, const float *y, int rows, int cols);
-unsigned cu_skip_kind(int n_segs, int N0, int K); /* MLXCEL_DIAG_SKIP's matmul kinds */
 bool cu_mm_take_glu(float *out, const float *gate, const float *up, int rows, int cols, int act);
+/* MLXCEL_DIAG_SKIP's kind of a layer matmul launch (GEMV or qmv) by its shape */
+unsigned cu_skip_kind(int n_segs, int N0, int K);
 
 /* ==== Quantized matmul (cuda_qmatmul.c) ==== */
 int cu_q_sb(mx_dtype t);                          /* CUDA_QSB_* or -1 */

@@ -234,16 +234,16 @@ typedef struct cuda_qmv_args {
     const uint16_t *norm_w; /* bf16 [K] */
     float norm_eps, norm_offset;
     int skip_prep; /* cuda_qmv_i8: no prep launch (MLXCEL_DIAG_SKIP=prep; output wrong) */
-    /* cuda_qmv_i8 only. res (one segment, rows 1): res [1, N] += y as y is written, the
-     * residual add after o / down. x_inprep (rows 1; no glu_out, no norm_y; x's int8 parts
-     * in shared memory <= 48 KiB: K <= 19,584 4-bit, 10,240 8-bit): each CTA rounds x (or
-     * computes the norm) itself instead of a prep launch; the workspace is not read. x_ready: the workspace already
-     * holds x's int8 form (a glu_next_q launch wrote it): no prep launch. glu_next (x_inprep,
-     * two segments of equal N): glu_next [1, N] = act(y0) * y1 (act glu_next_act, as
-     * glu_act), with glu_next_q (N % 64 == 0) also written as the int8 x of a qmv with K = N,
-     * group 64 and these bits into the workspace (cuda_qmv_i8_workspace_bytes(N)). With 8-bit
-     * weights every one-row fused launch (x_inprep, x_ready) takes x as int8 hi + lo parts
-     * (~16 bits, not the plain int8 rounding); res, glu_next, rope need one of the two. */
+    /* cuda_qmv_i8 only. res (one segment, rows 1): res [1, N] += y as y is written, the residual
+     * add after o / down. x_inprep (rows 1; no glu_out, no norm_y; x's int8 parts in shared memory
+     * <= 48 KiB: K <= 19,584 4-bit, 10,240 8-bit): each CTA rounds x (or computes the norm) itself
+     * instead of a prep launch; the workspace is not read. x_ready: the workspace already holds x's
+     * int8 form (a glu_next_q launch wrote it): no prep launch. glu_next (x_inprep, two segments of
+     * equal N): glu_next [1, N] = act(y0) * y1 (act glu_next_act, as glu_act), with glu_next_q
+     * (N % 64 == 0) also written as the int8 x of a qmv with K = N, group 64 and these bits into
+     * the workspace (cuda_qmv_i8_workspace_bytes(N)). With 8-bit weights every one-row fused
+     * launch (x_inprep, x_ready) takes x as int8 hi + lo parts (~16 bits, not the plain int8
+     * rounding); res, glu_next, rope need one of the two. */
     float *res;
     int x_inprep, x_ready;
     float *glu_next;
