@@ -26,6 +26,8 @@ typedef struct qb_ctx {
     int N, K, bits, group, R, nsets, variant;
     uint32_t *w[QB_MAX_SETS];
     uint16_t *s[QB_MAX_SETS], *b[QB_MAX_SETS];
+    void *tl[QB_MAX_SETS]; /* cuda_qmv_i8_tile copies (qmv_i8 with `tiled`) */
+    int tiled, inprep;     /* qb_i8: read tl; x rounded in the CTAs (one row, as the engine) */
     float *x[QB_MAX_SETS], *y[QB_MAX_SETS]; /* x [32, K], y [32, N] */
     void *ws;                               /* cuda_qmv workspace */
     size_t ws_bytes;
@@ -41,6 +43,8 @@ static void qb_args(qb_ctx *c, int s, cuda_qmv_args *a, int r0, int rows) {
     a->x = c->x[s] + (size_t)r0 * c->K, a->ldx = c->K;
     a->rows = rows, a->K = c->K, a->bits = c->bits, a->group = c->group;
     a->sb_dtype = CUDA_QSB_BF16, a->ws = c->ws, a->ws_bytes = c->ws_bytes;
+    a->tiled[0] = c->tiled ? c->tl[s] : NULL;
+    a->x_inprep = c->inprep;
 }
 
 static void qb_new(void *p, int rep) {
@@ -124,6 +128,50 @@ static double qb_check(qb_ctx *c, size_t *nan, bench_fn fn) {
     return sqrt(num / (den + 1e-30));
 }
 
+/* y of the launch fn makes, on set 0 (host copy). */
+static float *qb_y(qb_ctx *c, bench_fn fn) {
+    const size_t n = (size_t)c->R * c->N;
+    poison(c->y[0], n * 4);
+    fn(c, 0);
+    float *h = (float *)malloc(n * 4);
+    CK(cudaMemcpy(h, c->y[0], n * 4, cudaMemcpyDeviceToHost));
+    return h;
+}
+
+/* qmv_i8 reading the tiled copy (bitwise the MLX-layout launch's y: the same arithmetic in
+ * the same order) and, at one row, with x rounded in the CTAs (the engine's one-row form). */
+static void qb_i8_variants(qb_ctx *c, const char *shape, double bytes) {
+    for (int inp = 0; inp <= (c->R == 1); inp++) {
+        c->inprep = inp;
+        c->tiled = 0;
+        cuda_qmv_args a;
+        qb_args(c, 0, &a, 0, c->R);
+        if (inp && !cuda_qmv_i8_supported(&a)) break; /* x past the CTA's shared memory */
+        float *ref = qb_y(c, qb_i8);
+        timing t;
+        char op[40], what[96];
+        if (inp) {
+            snprintf(op, sizeof op, "qmv_i8 inprep q%dg%d", c->bits, c->group);
+            t = bench_time(qb_i8, c, 5, 30);
+            result_add(op, shape, t, bytes, -1, 0);
+        }
+        c->tiled = 1;
+        float *y = qb_y(c, qb_i8);
+        size_t diff = 0;
+        for (size_t i = 0; i < (size_t)c->R * c->N; i++) diff += memcmp(&y[i], &ref[i], 4) != 0;
+        snprintf(what, sizeof what, "qmv_i8%s tiled == MLX layout, bitwise (%s)",
+                 inp ? " inprep" : "", shape);
+        const int f0 = g_fail;
+        check_report(what, diff ? 1.0 : 0.0, 0, 0, 0.5);
+        snprintf(op, sizeof op, "qmv_i8%s tiled q%dg%d", inp ? " inprep" : "", c->bits, c->group);
+        t = bench_time(qb_i8, c, 5, 30);
+        result_add(op, shape, t, bytes, -1, g_fail > f0);
+        free(ref);
+        free(y);
+    }
+    c->tiled = c->inprep = 0;
+}
+
 void suite_qmv(void) {
     struct { const char *name; int N, K; } shapes[] = {
         {"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate+up", 28672, 4096}, {"down", 4096, 14336},
@@ -159,6 +207,9 @@ void suite_qmv(void) {
                 fill_bf16(c.s[s], sbb / 2, next_seed(), 0.01f);
                 fill_bf16(c.b[s], sbb / 2, next_seed(), 0.05f);
                 fill_f32(c.x[s], (size_t)32 * c.K, next_seed(), 1.0f);
+                c.tl[s] = dmalloc(cuda_qmv_i8_tiled_bytes(c.N, c.K, c.bits, c.group));
+                CKL(cuda_qmv_i8_tile(c.tl[s], c.w[s], c.s[s], c.b[s], c.N, c.K, c.bits, c.group,
+                                     g_stream));
             }
             /* the largest of cuda_qmv's, qmv_bulk's, qmv_mma's and qmv_i8's */
             const size_t ws[4] = {cuda_qmv_workspace_bytes(c.K), cuda_qmv_bulk_workspace_bytes(c.K),
@@ -217,6 +268,7 @@ void suite_qmv(void) {
                     snprintf(op, sizeof op, "qmv_i8 q%dg%d", c.bits, c.group);
                     t = bench_time(qb_i8, &c, 5, 30);
                     result_add(op, shape, t, bytes, ri, g_fail > fi);
+                    qb_i8_variants(&c, shape, bytes);
                 }
                 /* the streaming kernel rounds x and the dequantized weights to bf16 (as the CPU
                  * reference does for the weights), the old one keeps fp32: ~1e-3 apart */
@@ -235,6 +287,7 @@ void suite_qmv(void) {
                 CK(cudaFree(c.w[s]));
                 CK(cudaFree(c.s[s]));
                 CK(cudaFree(c.b[s]));
+                CK(cudaFree(c.tl[s]));
                 CK(cudaFree(c.x[s]));
                 CK(cudaFree(c.y[s]));
             }

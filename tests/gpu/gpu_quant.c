@@ -344,13 +344,13 @@ static void test_qmv_rope(int Hq, int Hkv, int D, int K, int bits, bool pool_bf1
     for (int i = 0; i < half; i++)
         cs[2 * i] = cosf(0.37f * (float)i + 2), cs[2 * i + 1] = sinf(0.37f * (float)i + 2);
     mx_tensor dx = gt_dev_f32(x, 2, (const int64_t[]){1, K});
-    mx_tensor dcs = gt_dev_f32(cs, 2, (const int64_t[]){1, D}), y[2][3];
+    mx_tensor dcs = gt_dev_f32(cs, 2, (const int64_t[]){1, D}), y[3][3];
     const int64_t slot_h[2] = {3, -1};
     int64_t *slot_d = NULL;
-    void *kp[3], *vp[3];
+    void *kp[4], *vp[4], *tl[3];
     cudaMalloc((void **)&slot_d, sizeof slot_h);
     cudaMemcpy(slot_d, slot_h, sizeof slot_h, cudaMemcpyHostToDevice);
-    for (int p = 0; p < 3; p++) {
+    for (int p = 0; p < 4; p++) {
         cudaMalloc(&kp[p], pool_n * esz), cudaMalloc(&vp[p], pool_n * esz);
         cudaMemset(kp[p], 0, pool_n * esz), cudaMemset(vp[p], 0, pool_n * esz);
     }
@@ -360,18 +360,25 @@ static void test_qmv_rope(int Hq, int Hkv, int D, int K, int bits, bool pool_bf1
         qmat_make(&m[i], N[i], K, bits, 64, MX_BF16);
         a.w[i] = m[i].dev.w.data, a.scales[i] = m[i].dev.scales.data;
         a.biases[i] = m[i].dev.biases.data, a.ldy[i] = a.N[i] = N[i];
-        for (int p = 0; p < 2; p++) y[p][i] = gt_dev_poison(2, (const int64_t[]){1, N[i]});
+        for (int p = 0; p < 3; p++) y[p][i] = gt_dev_poison(2, (const int64_t[]){1, N[i]});
+        tl[i] = g_gpu->alloc(cuda_qmv_i8_tiled_bytes(N[i], K, bits, 64));
+        cuda_qmv_i8_tile(tl[i], a.w[i], a.scales[i], a.biases[i], N[i], K, bits, 64, g_cu.st);
     }
     a.n_segs = 3, a.x = dx.data, a.ldx = K, a.rows = 1, a.K = K, a.bits = bits, a.group = 64;
     a.sb_dtype = CUDA_QSB_BF16, a.x_inprep = 1;
     a.ws_bytes = cuda_qmv_i8_workspace_bytes(K);
     a.ws = g_gpu->alloc(a.ws_bytes);
-    int rc[3];
-    for (int p = 0; p < 3; p++) { /* plain + rope_kv; fused; fused with slot -1 */
+    int rc[4];
+    /* plain + rope_kv; fused; fused with slot -1; fused reading the tiled copies */
+    for (int p = 0; p < 4; p++) {
         cuda_qmv_args t = a;
-        for (int i = 0; i < 3; i++) t.y[i] = y[p ? 1 : 0][i].data;
+        for (int i = 0; i < 3; i++) {
+            t.y[i] = y[p == 3 ? 2 : p ? 1 : 0][i].data;
+            if (p == 3) t.tiled[i] = tl[i];
+        }
         if (p) {
             t.rope_cs = dcs.data, t.rope_rows = slot_d + (p == 2), t.head_dim = D;
+            if (p == 3) t.rope_rows = slot_d;
             t.k_pool = kp[p], t.v_pool = vp[p], t.pool_bf16 = pool_bf16;
         }
         rc[p] = cuda_qmv_i8(&t, g_cu.st);
@@ -385,18 +392,22 @@ static void test_qmv_rope(int Hq, int Hkv, int D, int K, int bits, bool pool_bf1
     for (int i = 0; i < 3; i++) {
         snprintf(what, sizeof what, "qmv_i8 + rope + kv write, %d/%d heads of %d, K %d, %d-bit: %s",
                  Hq, Hkv, D, K, bits, names[i]);
-        if (rc[0] || rc[1] || rc[2]) {
+        if (rc[0] || rc[1] || rc[2] || rc[3]) {
             gt_report(what, 1.0, 0, 1);
             continue;
         }
         float *ref = malloc((size_t)N[i] * 4), *got = malloc((size_t)N[i] * 4);
+        float *tgot = malloc((size_t)N[i] * 4);
         gt_to_host(ref, &y[0][i]);
         gt_to_host(got, &y[1][i]);
-        long bad;
+        gt_to_host(tgot, &y[2][i]);
+        long bad, diff = 0;
         gt_report_err(what, gt_rel_err(got, ref, (size_t)N[i], &bad), 1e-5, &bad);
-        free(ref), free(got);
+        for (int j = 0; j < N[i]; j++) diff += memcmp(&got[j], &tgot[j], 4) != 0;
+        gt_report("  ... the same from the tiled copy, bitwise", 0, 0, diff);
+        free(ref), free(got), free(tgot);
     }
-    for (int i = 0; i < 2 && !rc[0] && !rc[1] && !rc[2]; i++) {
+    for (int i = 0; i < 2 && !rc[0] && !rc[1] && !rc[2] && !rc[3]; i++) {
         float *r = gt_pool_to_host(i ? vp[0] : kp[0], pool_n, pool_bf16);
         float *b = gt_pool_to_host(i ? vp[1] : kp[1], pool_n, pool_bf16);
         float *z = gt_pool_to_host(i ? vp[2] : kp[2], pool_n, pool_bf16);
@@ -408,13 +419,16 @@ static void test_qmv_rope(int Hq, int Hkv, int D, int K, int bits, bool pool_bf1
         for (size_t j = 0; j < pool_n; j++) zmax = fmax(zmax, fabs(z[j]));
         snprintf(what, sizeof what, "  ... %s pool untouched at slot -1", i ? "v" : "k");
         gt_report(what, zmax, 0, 0);
-        free(r), free(b), free(z);
+        float *tb = gt_pool_to_host(i ? vp[3] : kp[3], pool_n, pool_bf16);
+        snprintf(what, sizeof what, "  ... %s pool from the tiled copy, bitwise", i ? "v" : "k");
+        gt_report(what, memcmp(tb, b, pool_n * 4) ? 1.0 : 0.0, 0, 0);
+        free(r), free(b), free(z), free(tb);
     }
     for (int i = 0; i < 3; i++) {
-        qmat_free(&m[i]);
-        for (int p = 0; p < 2; p++) gt_dev_free(&y[p][i]);
+        qmat_free(&m[i]), g_gpu->free(tl[i]);
+        for (int p = 0; p < 3; p++) gt_dev_free(&y[p][i]);
     }
-    for (int p = 0; p < 3; p++) cudaFree(kp[p]), cudaFree(vp[p]);
+    for (int p = 0; p < 4; p++) cudaFree(kp[p]), cudaFree(vp[p]);
     cudaFree(slot_d), g_gpu->free(a.ws);
     gt_dev_free(&dx), gt_dev_free(&dcs);
     free(x), free(cs);
@@ -476,10 +490,14 @@ static void test_q_chain(int K, int F, int bits, mx_dtype sbt) {
     const int64_t sk[2] = {1, K}, sf[2] = {1, F}, s1[1] = {K}, sq[2] = {1, 96};
     enum { O, H, XN, G, U, D, XN2, Q, NOUT };
     const int len[NOUT] = {K, K, K, F, F, K, K, 96};
-    float *out[2][NOUT];
-    const bool was = g_cu.qmv_i8_inprep;
-    for (int on = 0; on < 2; on++) { /* 8-bit off: the CUDA-core qmv (MLXCEL_QMV_I8_Q8 0) */
-        g_cu.qmv_i8_inprep = on;
+    float *out[3][NOUT];
+    const bool was = g_cu.qmv_i8_inprep, was_tiled = g_cu.qmv_tiled;
+    const int tiled0 = g_cu.n_tiled;
+    int tiled_made = 0;
+    /* 8-bit off: the CUDA-core qmv (MLXCEL_QMV_I8_Q8 0); on 2: on with MLXCEL_QMV_TILED */
+    for (int on = 0; on < 3; on++) {
+        g_cu.qmv_i8_inprep = on != 0;
+        g_cu.qmv_tiled = on == 2;
         long f0[3];
         memcpy(f0, g_cu.q_fused, sizeof f0);
         mx_tensor da = gt_dev_f32(a, 2, sk), dh = gt_dev_f32(h0, 2, sk);
@@ -507,15 +525,17 @@ static void test_q_chain(int K, int F, int bits, mx_dtype sbt) {
         gt_dev_free(&da), gt_dev_free(&dw1), gt_dev_free(&dw2);
         long n[3];
         for (int i = 0; i < 3; i++) n[i] = g_cu.q_fused[i] - f0[i];
+        if (on == 2) tiled_made = g_cu.n_tiled - tiled0;
         char what[200];
         snprintf(what, sizeof what,
                  "q chain K %d F %d %d-bit %s, in-CTA prep %s: fused launches %ld / %ld / %ld "
-                 "(x, res, GLU x)", K, F, bits, sb_name(sbt), on ? "on" : "off", n[0], n[1], n[2]);
+                 "(x, res, GLU x)", K, F, bits, sb_name(sbt), on == 2 ? "on, tiled" : on ? "on" : "off",
+                 n[0], n[1], n[2]);
         /* on: o, gate/up, down, q take x in-CTA (down: from the GLU epilogue, not in-CTA)... */
         const bool want = on ? n[0] == 3 && n[1] == 2 && n[2] == 1 : !n[0] && !n[1] && !n[2];
         gt_report(what, want ? 0 : 1, 0, 0);
     }
-    g_cu.qmv_i8_inprep = was;
+    g_cu.qmv_i8_inprep = was, g_cu.qmv_tiled = was_tiled;
     float *const *o = out[1];
     /* each stage against the CPU from the device's inputs to it; 8-bit x is hi + lo int8
      * (~2^-15 of a group's largest): the weights' bound alone */
@@ -578,10 +598,19 @@ static void test_q_chain(int K, int F, int bits, mx_dtype sbt) {
                           !memcmp(out[0][XN], o[XN], (size_t)K * 4);
         gt_report(what, same ? 0 : 1, 0, 0);
     }
+    /* the tiled copies (one a weight: o, gate, up, down, q) give every output bitwise */
+    long diff = 0;
+    for (int i = 0; i < NOUT; i++)
+        for (int j = 0; j < len[i]; j++) diff += memcmp(&out[2][i][j], &o[i][j], 4) != 0;
+    snprintf(what, sizeof what, "  ... MLXCEL_QMV_TILED: %d copies made, every output bitwise",
+             tiled_made);
+    gt_report(what, tiled_made == 5 ? 0 : 1, 0, diff);
     free(h1), free(hn), free(xr);
-    for (int i = 0; i < NOUT; i++) free(out[0][i]), free(out[1][i]);
+    for (int i = 0; i < NOUT; i++) free(out[0][i]), free(out[1][i]), free(out[2][i]);
     free(a), free(h0), free(nwf), free(nw);
     qmat_free(&wo), qmat_free(&wg), qmat_free(&wu), qmat_free(&wd), qmat_free(&wq);
+    snprintf(what, sizeof what, "  ... the copies dropped with their weights' buffers");
+    gt_report(what, g_cu.n_tiled == tiled0 ? 0 : 1, 0, 0);
 }
 
 /* One direct-launcher case: the weight, x [rows, K] on host and device, the CPU reference. */
@@ -682,6 +711,39 @@ static void test_qmm_tiles(int rows, int N, int K, int bits, int group, mx_dtype
     launch_case_free(&c);
 }
 
+/* The launch a (already made, outputs in dout) again reading cuda_qmv_i8_tile copies of the
+ * weights into fresh outputs: bitwise the same y, padding included (the same arithmetic in
+ * the same order; only the addresses differ). */
+static void test_qmv_i8_tiled(const cuda_qmv_args *a, const qmat *m, const mx_tensor *dout) {
+    cuda_qmv_args t = *a;
+    mx_tensor d2[CUDA_QMV_MAX_SEGS];
+    void *tl[CUDA_QMV_MAX_SEGS] = {0};
+    int rc = 0;
+    for (int i = 0; i < a->n_segs; i++) {
+        const size_t n = cuda_qmv_i8_tiled_bytes(a->N[i], a->K, a->bits, a->group);
+        tl[i] = g_gpu->alloc(n);
+        rc |= !n || cuda_qmv_i8_tile(tl[i], a->w[i], a->scales[i], a->biases[i], a->N[i], a->K,
+                                     a->bits, a->group, g_cu.st);
+        d2[i] = gt_dev_poison(2, (const int64_t[]){a->rows, a->ldy[i]});
+        t.y[i] = d2[i].data, t.tiled[i] = tl[i];
+    }
+    rc |= cuda_qmv_i8(&t, g_cu.st);
+    long diff = 0;
+    for (int i = 0; i < a->n_segs && !rc; i++) {
+        const size_t n = (size_t)a->rows * a->ldy[i];
+        float *p = malloc(n * 4), *q = malloc(n * 4);
+        gt_to_host(p, &dout[i]);
+        gt_to_host(q, &d2[i]);
+        for (size_t j = 0; j < n; j++) diff += memcmp(&p[j], &q[j], 4) != 0;
+        free(p), free(q);
+    }
+    for (int i = 0; i < a->n_segs; i++) g_gpu->free(tl[i]), gt_dev_free(&d2[i]);
+    char what[160];
+    snprintf(what, sizeof what, "  ... tiled copy: bitwise the same y (%d rows [%d x %d] q%dg%d)",
+             a->rows, m[0].N, a->K, a->bits, a->group);
+    gt_report(what, rc ? 1.0 : 0.0, 0, diff);
+}
+
 /* ==== Tensor-core qmv: the launcher directly ====
  * n_segs weights of N, N + 38, N + 2 rows (odd: partial 16-row CTAs) sharing x, y with a
  * row stride of N_i + 5 whose padding columns must stay poisoned; window 0 (one pass) or a
@@ -750,8 +812,9 @@ static void test_qmv_tc(int rows, int N, int K, int bits, int group, mx_dtype sb
             gt_report(what, q, 1.0, bad + pad_written);
             free(o);
         }
-        free(ref[i]), gt_dev_free(&dout[i]), qmat_free(&m[i]);
     }
+    if (bulk_variant == QT_I8 && !rc) test_qmv_i8_tiled(&a, m, dout);
+    for (int i = 0; i < n_segs; i++) free(ref[i]), gt_dev_free(&dout[i]), qmat_free(&m[i]);
     if (ws) g_gpu->free(ws);
     gt_dev_free(&dx);
     free(x);

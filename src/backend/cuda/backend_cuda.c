@@ -76,6 +76,7 @@ void cu_dev_free(void *p) {
     for (int i = g_cu.n_al - 1; i >= 0; i--)
         if (g_cu.al_ptr[i] == p) {
             g_cu.cur_bytes -= g_cu.al_size[i];
+            cu_q_tiled_forget(p, g_cu.al_size[i]); /* a later buffer may reuse the address */
             g_cu.al_ptr[i] = g_cu.al_ptr[g_cu.n_al - 1];
             g_cu.al_size[i] = g_cu.al_size[g_cu.n_al - 1];
             g_cu.n_al--;
@@ -592,6 +593,7 @@ static int cu_init(int dev, mx_error *err) {
     g_cu.qmv_i8_glu = env->qmv_i8_glu;
     g_cu.qmv_i8_norm = env->qmv_i8_norm;
     g_cu.qmv_i8_inprep = env->qmv_i8_inprep;
+    g_cu.qmv_tiled = env->qmv_tiled;
     g_cu.deterministic = env->sdpa_deterministic;
     g_cu.forced_splits = env->paged_decode_splits > CUDA_ATTN_MAX_SPLITS ? CUDA_ATTN_MAX_SPLITS
                                                                          : env->paged_decode_splits;

@@ -99,6 +99,7 @@ typedef struct cu_state {
     bool qmv_i8_glu;          /* MLXCEL_QMV_I8_GLU: qmv_i8's prep computes the GLU it reads */
     bool qmv_i8_norm;         /* MLXCEL_QMV_I8_NORM: ... and the RMSNorm it reads */
     bool qmv_i8_inprep;       /* MLXCEL_QMV_I8_INPREP: one-row x prep inside the qmv CTAs */
+    bool qmv_tiled;           /* MLXCEL_QMV_TILED: qmv_i8 reads tiled copies (cu_q_tiled) */
     const float *qx_ready;    /* the GLU output whose int8 x the last qmv launch left in the
                                * workspace (glu_next_q), else NULL */
     long q_fused[4];          /* qmv launches with x_inprep, res, glu_next_q, rope (tests) */
@@ -153,6 +154,8 @@ typedef struct cu_state {
     size_t moe_zero_cap;
     bool warned_lt;
     void *qmv_ws;             /* qmv: x' and chunk sums (cuda_qmv_workspace_bytes) */
+    struct cu_tiled *tiled;   /* MLXCEL_QMV_TILED: the qmv_i8 copies made so far */
+    int n_tiled, tiled_cap;
     size_t qmv_ws_cap;
     void *qmm_buf;            /* qmm: bf16 x + dequantized slab */
     size_t qmm_cap;
@@ -272,6 +275,8 @@ int cu_ck(int code, const char *what);
 void cu_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void *cu_dev_alloc(size_t n);         /* tracked cudaMalloc (not zeroed); NULL on failure */
 void cu_dev_free(void *p);            /* tracked cudaFree */
+/* MLXCEL_QMV_TILED: drop the tiled copies of weights inside [p, p + n) (a freed buffer) */
+void cu_q_tiled_forget(const void *p, size_t n);
 int cu_ensure(void **buf, size_t *cap, size_t need); /* grow-only scratch */
 /* Host array -> device through the pinned misc buffer (eager steps only). NULL on error. */
 void *cu_upload_small(void *dev_dst, const void *src, size_t n);

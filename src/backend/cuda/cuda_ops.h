@@ -256,6 +256,9 @@ typedef struct cuda_qmv_args {
     const int64_t *rope_rows;
     void *k_pool, *v_pool;
     int pool_bf16, head_dim;
+    /* cuda_qmv_i8 only (others read w / scales / biases): set for every segment, the kernel
+     * reads segment i's codes, scales and biases from tiled[i], its cuda_qmv_i8_tile copy */
+    const void *tiled[CUDA_QMV_MAX_SEGS];
 } cuda_qmv_args;
 size_t cuda_qmv_workspace_bytes(int K);
 /* multirow: one of CUDA_QMV_MULTIROW_VALUES (else cudaErrorInvalidValue). */
@@ -296,6 +299,13 @@ int cuda_qmv_mma(const cuda_qmv_args *a, cudaStream_t st);
 size_t cuda_qmv_i8_workspace_bytes(int K);
 int cuda_qmv_i8_supported(const cuda_qmv_args *a);
 int cuda_qmv_i8(const cuda_qmv_args *a, cudaStream_t st);
+/* The tiled copy of one MLX weight [N, K] (bits 4 / 8, group 64 / 128, 16-bit scales) that
+ * cuda_qmv_i8 reads through args.tiled: each warp's load batch one contiguous block (layout
+ * in qmv_frame.cuh); cuda_qmv_i8_tiled_bytes (0: not supported) is its size, out and w 16-byte
+ * aligned. */
+size_t cuda_qmv_i8_tiled_bytes(int N, int K, int bits, int group);
+int cuda_qmv_i8_tile(void *out, const uint32_t *w, const void *scales, const void *biases, int N,
+                     int K, int bits, int group, cudaStream_t st);
 /* cuda_qmv_mma's K split: warps on the same rows split K until the grid holds warps_per_sm
  * warps per SM (default 16), keeping >= min_batches load batches per warp (default 2); 0
  * restores a default. For the op bench. */

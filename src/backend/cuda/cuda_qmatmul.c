@@ -15,6 +15,7 @@
  * autotuner's stored winner (MLXCEL_AUTOTUNE cache or 1) > the kernels' defaults; the
  * tensor-core qmv takes only the forced window (else all rows in one pass: the tuned windows
  * were measured on the CUDA-core kernel). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_be.h"
@@ -159,6 +160,67 @@ static int qmv_ws(cuda_qmv_args *a, size_t bytes) {
     return 0;
 }
 
+/* ==== Tiled copies (MLXCEL_QMV_TILED) ====
+ * qmv_i8 reads a weight's tiled copy (cuda_qmv_i8_tile: each warp's load batch one contiguous
+ * block) where one exists, made on a weight's first qmv_i8 launch outside a graph capture
+ * (the first step of a graph key runs eagerly) and kept while the weight's buffer lives. The
+ * MLX layout stays for every other consumer, so the quantized weights qmv_i8 reads take twice
+ * their memory: an experiment on the access pattern, not yet the load path. */
+typedef struct cu_tiled {
+    const void *w;
+    int N, K, bits, group;
+    void *t;
+} cu_tiled;
+
+void cu_q_tiled_forget(const void *p, size_t n) {
+    const char *lo = p, *hi = lo + n;
+    for (int i = g_cu.n_tiled - 1; i >= 0; i--) {
+        const char *w = g_cu.tiled[i].w;
+        if (w < lo || w >= hi) continue;
+        void *t = g_cu.tiled[i].t;
+        g_cu.tiled[i] = g_cu.tiled[--g_cu.n_tiled];
+        cu_dev_free(t);
+    }
+}
+
+/* Segment i's tiled copy: found, made, or NULL (capturing, no memory: the MLX layout). */
+static const void *q_tiled(const cuda_qmv_args *a, int i) {
+    for (int j = 0; j < g_cu.n_tiled; j++) {
+        const cu_tiled *e = &g_cu.tiled[j];
+        if (e->w == a->w[i] && e->N == a->N[i] && e->K == a->K && e->bits == a->bits &&
+            e->group == a->group)
+            return e->t;
+    }
+    const size_t n = cuda_qmv_i8_tiled_bytes(a->N[i], a->K, a->bits, a->group);
+    if (g_cu.capturing || !n) return NULL;
+    if (g_cu.n_tiled == g_cu.tiled_cap) {
+        const int cap = g_cu.tiled_cap ? 2 * g_cu.tiled_cap : 256;
+        cu_tiled *m = realloc(g_cu.tiled, (size_t)cap * sizeof *m);
+        if (!m) return NULL;
+        g_cu.tiled = m, g_cu.tiled_cap = cap;
+    }
+    void *t = cu_dev_alloc(n);
+    if (!t) return NULL;
+    if (cuda_qmv_i8_tile(t, a->w[i], a->scales[i], a->biases[i], a->N[i], a->K, a->bits,
+                         a->group, g_cu.st)) {
+        cu_dev_free(t);
+        return NULL;
+    }
+    g_cu.tiled[g_cu.n_tiled++] = (cu_tiled){a->w[i], a->N[i], a->K, a->bits, a->group, t};
+    return t;
+}
+
+/* a->tiled for every segment, or for none. */
+static void q_use_tiled(cuda_qmv_args *a) {
+    memset(a->tiled, 0, sizeof a->tiled);
+    if (!g_cu.qmv_tiled) return;
+    for (int i = 0; i < a->n_segs; i++)
+        if (!(a->tiled[i] = q_tiled(a, i))) {
+            memset(a->tiled, 0, sizeof a->tiled);
+            return;
+        }
+}
+
 /* One launch of a qmv (rows beyond CUDA_QMV_MAX_ROWS only reach here when tc_ok or bulk_ok). */
 static int qmv_launch_core(cuda_qmv_args *a) {
     if (a->glu_out && !i8_ok(a)) { /* cannot happen (checked when fused): stay correct */
@@ -184,6 +246,7 @@ static int qmv_launch_core(cuda_qmv_args *a) {
         size_t ws = cuda_qmv_i8_workspace_bytes(a->K);
         if (a->glu_next_q && cuda_qmv_i8_workspace_bytes(a->N[0]) > ws)
             ws = cuda_qmv_i8_workspace_bytes(a->N[0]);
+        q_use_tiled(a);
         return qmv_ws(a, ws) ? -1 : cuda_qmv_i8(a, g_cu.st);
     }
     if (mma_ok(a))

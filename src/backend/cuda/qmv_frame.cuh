@@ -57,6 +57,19 @@ __device__ __forceinline__ void qw_sb_batch(uint32_t r[NW], const void *p, size_
     }
 }
 
+/* NW words of a tiled block (one aligned load). */
+template <int NW> __device__ __forceinline__ void qw_sb_tile(uint32_t r[NW], const uint8_t *p) {
+    if constexpr (NW == 4) {
+        const uint4 v = __ldg((const uint4 *)p);
+        r[0] = v.x, r[1 % NW] = v.y, r[2 % NW] = v.z, r[3 % NW] = v.w;
+    } else if constexpr (NW == 2) {
+        const uint2 v = __ldg((const uint2 *)p);
+        r[0] = v.x, r[1 % NW] = v.y;
+    } else {
+        r[0] = __ldg((const uint32_t *)p);
+    }
+}
+
 /* Prep kernels (256 threads a block, grid (ceil(S * 16 / 256), QW_ROWS)): the thread's x row
  * r = blockIdx.y, step s, chunk t and word j (codes 8j..8j+7 of the chunk), and f = those 8
  * values of x (zeros past K or `rows`). in: the step exists; threads past it must still
@@ -91,11 +104,20 @@ struct qw_epi {
     float *pair;
 };
 
-template <int G, int NT, int BITS = 4> struct qw_frame {
+/* The tiled layout (TL; cuda_qmv_i8_tile, MLXCEL_QMV_TILED): a warp's load batch, the codes
+ * and the raw scales / biases of 16 rows x U steps, is one contiguous block of TB bytes, in
+ * the order its lanes read it, so the walk of a warp is one sequential stream (the MLX layout
+ * reads 16 row pieces of 64 LQ bytes a load, K BITS / 8 bytes apart). Block (row tile rt,
+ * batch b) at (rt NB + b) TB, NB = ceil(S / U); inside: the 16-byte quad of lane L, row half
+ * ab (rows g, g + 8), step u and quad q at ((u LQ + q) 2 + ab) 512 + 16 L; then 4 x 8 x NW
+ * words: kind (scales of row g, biases of g, scales of g + 8, biases of g + 8), then g, then
+ * word j (groups 2j, 2j + 1 of the batch: qw_sb_batch's words). Zeros past N, K or S. */
+template <int G, int NT, int BITS = 4, bool TL = false> struct qw_frame {
     static constexpr int C = 128 / G, CPG = G / 32, RPT = 8 / C;
     static constexpr int LQ = BITS / 4;         /* 16-byte loads per lane, row and step */
     static constexpr int U = BITS == 4 ? 4 : 2; /* steps per load batch: the same bytes */
     static constexpr int NW = U * C / 2;        /* 16-bit scale words per row and batch */
+    static constexpr int TB = 4096 + 128 * NW;  /* TL: bytes of a tiled block */
     using batch = qw_batch<NW, U, LQ>;
     qmv_seg sg;
     int lane, warp, g, t, n0, wk, S, NG, sbeg, send;
@@ -127,6 +149,12 @@ template <int G, int NT, int BITS = 4> struct qw_frame {
         const int per = ((S + ks - 1) / ks + U - 1) / U * U;
         sbeg = wk * per, send = min(S, sbeg + per);
         sb_vec = NG % (U * C) == 0;
+        if constexpr (TL) { /* n0 % 16 == 0: the row tile's blocks; wb: this g's words */
+            const uint8_t *rt = (const uint8_t *)sg.w + (size_t)(n0 / 16) * ((S + U - 1) / U) * TB;
+            wa = rt + 16 * lane, wb = rt + 4096 + 4 * NW * g;
+            sa = sb = 0;
+            return;
+        }
         /* rows past N are clamped for the loads and never written */
         const int na = min(n0 + g, sg.N - 1), nb = min(n0 + g + 8, sg.N - 1);
         wa = (const uint8_t *)sg.w + (size_t)na * (K * BITS / 8) + t * 16 * LQ;
@@ -145,6 +173,27 @@ template <int G, int NT, int BITS = 4> struct qw_frame {
     }
 
     __device__ __forceinline__ void load(batch &bt, int s0, int K) const {
+        if constexpr (TL) load_tiled(bt, s0);
+        else load_mlx(bt, s0, K);
+    }
+
+    /* whole blocks: the steps past send are another warp's (run() skips them) */
+    __device__ __forceinline__ void load_tiled(batch &bt, int s0) const {
+        const size_t o = (size_t)(s0 / U) * TB;
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int q = 0; q < LQ; q++) {
+                bt.qa[u][q] = ldg_stream16(wa + o + (u * LQ + q) * 1024);
+                bt.qb[u][q] = ldg_stream16(wa + o + (u * LQ + q) * 1024 + 512);
+            }
+        qw_sb_tile<NW>(bt.rs_a, wb + o);
+        qw_sb_tile<NW>(bt.rb_a, wb + o + 32 * NW);
+        qw_sb_tile<NW>(bt.rs_b, wb + o + 64 * NW);
+        qw_sb_tile<NW>(bt.rb_b, wb + o + 96 * NW);
+    }
+
+    __device__ __forceinline__ void load_mlx(batch &bt, int s0, int K) const {
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int s = s0 + u;
@@ -236,11 +285,12 @@ template <int G, int NT, int BITS = 4> struct qw_frame {
  * step(f, batch, u, s, xl, acc) per step of each batch, then the K-split sum and the write.
  * One batch in flight per warp: two (software pipelines of whole batches, session 10, and of
  * half batches, session 11) measured slower; warps hide the latency better here. */
-template <int G, int NT, int BITS, bool EPI, bool HL = false, class Step, class Pro>
+template <int G, int NT, int BITS, bool EPI, bool HL = false, bool TL = false, class Step,
+          class Pro>
 __device__ __forceinline__ void qw_run(const qmv_segs &segs, const uint4 *xq, int qps, int rows,
                                        int K, int ks, float (*red)[NT * 4 * 32], Step step,
                                        Pro pro, const qw_epi &epi) {
-    using F = qw_frame<G, NT, BITS>;
+    using F = qw_frame<G, NT, BITS, TL>;
     const F f(segs, K, ks, EPI && segs.pair);
     const uint4 *xl[NT];
 #pragma unroll
