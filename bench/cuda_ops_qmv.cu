@@ -26,8 +26,8 @@ typedef struct qb_ctx {
     int N, K, bits, group, R, nsets, variant;
     uint32_t *w[QB_MAX_SETS];
     uint16_t *s[QB_MAX_SETS], *b[QB_MAX_SETS];
-    void *tl[QB_MAX_SETS]; /* cuda_qmv_i8_tile copies (qmv_i8 with `tiled`) */
-    int tiled, inprep;     /* qb_i8: read tl; x rounded in the CTAs (one row, as the engine) */
+    void *tl[QB_MAX_SETS]; /* the weights in the tiled layout (cuda_q_tile), as loaded */
+    int tiled, inprep;     /* read tl; x rounded in the CTAs (qmv_i8, one row, as the engine) */
     float *x[QB_MAX_SETS], *y[QB_MAX_SETS]; /* x [32, K], y [32, N] */
     void *ws;                               /* cuda_qmv workspace */
     size_t ws_bytes;
@@ -43,7 +43,8 @@ static void qb_args(qb_ctx *c, int s, cuda_qmv_args *a, int r0, int rows) {
     a->x = c->x[s] + (size_t)r0 * c->K, a->ldx = c->K;
     a->rows = rows, a->K = c->K, a->bits = c->bits, a->group = c->group;
     a->sb_dtype = CUDA_QSB_BF16, a->ws = c->ws, a->ws_bytes = c->ws_bytes;
-    a->tiled[0] = c->tiled ? c->tl[s] : NULL;
+    if (c->tiled) a->w[0] = (const uint32_t *)c->tl[s], a->scales[0] = a->biases[0] = NULL;
+    a->tiled = c->tiled;
     a->x_inprep = c->inprep;
 }
 
@@ -73,6 +74,13 @@ static void qb_bulk(void *p, int rep) {
     cuda_qmv_args a;
     qb_args(c, rep % c->nsets, &a, 0, c->R);
     CKL(cuda_qmv_bulk(&a, c->variant, g_stream));
+}
+
+static void qb_bulk_tl(void *p, int rep) {
+    qb_ctx *c = (qb_ctx *)p;
+    c->tiled = 1;
+    qb_bulk(p, rep);
+    c->tiled = 0;
 }
 
 /* The pre-tensor-core dispatch: cuda_qmv up to 8 rows, cuda_qmm (default slab) above. */
@@ -138,7 +146,7 @@ static float *qb_y(qb_ctx *c, bench_fn fn) {
     return h;
 }
 
-/* qmv_i8 reading the tiled copy (bitwise the MLX-layout launch's y: the same arithmetic in
+/* qmv_i8 reading the tiled layout (bitwise the MLX-layout launch's y: the same arithmetic in
  * the same order) and, at one row, with x rounded in the CTAs (the engine's one-row form). */
 static void qb_i8_variants(qb_ctx *c, const char *shape, double bytes) {
     for (int inp = 0; inp <= (c->R == 1); inp++) {
@@ -207,9 +215,9 @@ void suite_qmv(void) {
                 fill_bf16(c.s[s], sbb / 2, next_seed(), 0.01f);
                 fill_bf16(c.b[s], sbb / 2, next_seed(), 0.05f);
                 fill_f32(c.x[s], (size_t)32 * c.K, next_seed(), 1.0f);
-                c.tl[s] = dmalloc(cuda_qmv_i8_tiled_bytes(c.N, c.K, c.bits, c.group));
-                CKL(cuda_qmv_i8_tile(c.tl[s], c.w[s], c.s[s], c.b[s], c.N, c.K, c.bits, c.group,
-                                     g_stream));
+                c.tl[s] = dmalloc(cuda_q_tiled_bytes(c.N, c.K, c.bits, c.group));
+                CKL(cuda_q_tile(c.tl[s], c.w[s], c.s[s], c.b[s], c.N, c.K, c.bits, c.group,
+                                g_stream));
             }
             /* the largest of cuda_qmv's, qmv_bulk's, qmv_mma's and qmv_i8's */
             const size_t ws[4] = {cuda_qmv_workspace_bytes(c.K), cuda_qmv_bulk_workspace_bytes(c.K),
@@ -282,6 +290,15 @@ void suite_qmv(void) {
                     t = bench_time(qb_bulk, &c, 5, 30);
                     result_add(op, shape, t, bytes, rb, g_fail > fb2);
                 }
+                c.variant = 0; /* the tiled layout takes the default shape */
+                const double rt = qb_check(&c, &nan, qb_bulk_tl);
+                snprintf(what, sizeof what, "qmv_bulk tiled vs cuda_qmv %s R=%d q%d",
+                         shapes[si].name, c.R, c.bits);
+                const int ft = g_fail;
+                check_report(what, rt, 0, nan, 1e-2);
+                snprintf(op, sizeof op, "qmv_bulk0 tiled q%dg%d", c.bits, c.group);
+                t = bench_time(qb_bulk_tl, &c, 5, 30);
+                result_add(op, shape, t, bytes, rt, g_fail > ft);
             }
             for (int s = 0; s < c.nsets; s++) {
                 CK(cudaFree(c.w[s]));

@@ -54,6 +54,9 @@ typedef struct mx_qweight {
     mx_tensor scales;  /* [N, K / group] */
     mx_tensor biases;  /* [N, K / group] */
     int bits, group_size;
+    /* a device backend's own layout (CUDA: cuda_q_tile, scales and biases inside w, their
+     * data NULL); the shapes and dtypes stay the MLX tensors' */
+    bool tiled;
 } mx_qweight;
 
 /* ==== Attention batch ====
@@ -133,6 +136,11 @@ typedef struct backend_ops {
     /* upload of n dense weights sharing their input (Q, K, V) into one device buffer, back to
      * back in order, so that the backend may run their matmuls as one. NULL: upload each. */
     int (*upload_group)(mx_tensor *dst, const mx_tensor *host, int n, mx_error *err);
+    /* upload of one 2-D MLX-quantized weight (packed codes w, scales s, biases b: host
+     * tensors) into *q (bits, group_size set by the caller), in a layout of the backend's
+     * choosing (q->tiled). NULL: upload_raw of each. */
+    int (*upload_q)(mx_qweight *q, const mx_tensor *w, const mx_tensor *s, const mx_tensor *b,
+                    mx_error *err);
     void (*copy_to_host)(void *dst, const mx_tensor *src);
     void (*copy_from_host)(mx_tensor *dst, const void *src);
 

@@ -69,10 +69,12 @@ static void count_dense(binder *b, const mx_tensor *t) {
 /* The checkpoint tensor `full` (a ".weight" name) with logical shape shape[ndim] (2-D Linear,
  * 3-D stacked experts). A float tensor is bound dense into *w; a U32 one is MLX-packed: the
  * config must quantize that module (spec_quant_for), and `.scales` / `.biases` must exist with
- * [..., K / group] in one float dtype; all three are uploaded into *q. Returns 1 quantized,
- * 0 dense, -1 error. `embedding` also needs the backend's embed_q. */
+ * [..., K / group] in one float dtype; all three are uploaded into *q (2-D and `own`: through
+ * the backend's upload_q, which may keep them in a layout of its own; MoE experts are read
+ * by kernels that take the MLX layout). Returns 1 quantized, 0 dense, -1 error. `embedding`
+ * also needs the backend's embed_q. */
 static int bind_any(binder *b, const char *full, const mx_tensor *t, int ndim, const int64_t *shape,
-                    mx_tensor *w, mx_qweight *q, bool embedding) {
+                    mx_tensor *w, mx_qweight *q, bool embedding, bool own) {
     model *m = b->m;
     memset(q, 0, sizeof *q);
     memset(w, 0, sizeof *w);
@@ -133,10 +135,14 @@ static int bind_any(binder *b, const char *full, const mx_tensor *t, int ndim, c
                        mx_dtype_name(sb[0].dtype), mx_dtype_name(sb[1].dtype));
     int (*up)(mx_tensor *, const mx_tensor *, mx_error *) =
         m->be->upload_raw ? m->be->upload_raw : m->be->upload;
-    if (up(&q->w, t, b->err) || up(&q->scales, &sb[0], b->err) || up(&q->biases, &sb[1], b->err))
-        return mx_wrap(b->err, "tensor %s", full);
     q->bits = qc.bits;
     q->group_size = qc.group_size;
+    if (ndim == 2 && own && m->be->upload_q) {
+        if (m->be->upload_q(q, t, &sb[0], &sb[1], b->err)) return mx_wrap(b->err, "tensor %s", full);
+    } else if (up(&q->w, t, b->err) || up(&q->scales, &sb[0], b->err) ||
+               up(&q->biases, &sb[1], b->err)) {
+        return mx_wrap(b->err, "tensor %s", full);
+    }
     m->n_params += (uint64_t)numel;
     count_weight(b, t);
     count_weight(b, &sb[0]);
@@ -158,7 +164,7 @@ static int bind_lin(binder *b, model_weight *dst, bool required, int64_t d0, int
     memset(dst, 0, sizeof *dst);
     if (!t.data) return required ? mx_fail(b->err, "tensor %s: missing from the checkpoint", full) : 0;
     const int64_t shape[2] = {d0, d1};
-    return bind_any(b, full, &t, 2, shape, &dst->w, &dst->q, embedding) < 0 ? -1 : 0;
+    return bind_any(b, full, &t, 2, shape, &dst->w, &dst->q, embedding, expert < 0) < 0 ? -1 : 0;
 }
 
 /* Q, K, V [QD | KD | KD, H]: when all three are dense in one float dtype and the backend takes
@@ -196,7 +202,8 @@ static int bind_qkv(binder *b, model_layer *L, int li, int64_t QD, int64_t KD, i
     for (int i = 0; i < 3; i++) {
         if (!t[i].data) return mx_fail(b->err, "tensor %s: missing from the checkpoint", full[i]);
         const int64_t shape[2] = {d0[i], H};
-        if (bind_any(b, full[i], &t[i], 2, shape, &dst[i]->w, &dst[i]->q, false) < 0) return -1;
+        if (bind_any(b, full[i], &t[i], 2, shape, &dst[i]->w, &dst[i]->q, false, true) < 0)
+            return -1;
     }
     return 0;
 }
@@ -236,7 +243,7 @@ static int bind_stacked(binder *b, model_layer *L, int li, const char *blk) {
         const int64_t shape[3] = {E, p < 2 ? I : H, p < 2 ? H : I};
         mx_tensor w;
         mx_qweight q;
-        const int kind = bind_any(b, full, &t, 3, shape, &w, &q, false);
+        const int kind = bind_any(b, full, &t, 3, shape, &w, &q, false, false);
         if (kind < 0) return -1;
         for (int64_t e = 0; e < E; e++) {
             if (kind) {

@@ -11,6 +11,7 @@
 #include <jansson.h>
 #include <sys/stat.h>
 
+#include "backend/cuda/cuda_be.h"
 #include "engine/engine.h"
 #include "gpu_test.h"
 
@@ -172,6 +173,64 @@ void gt_e2e_fixture(const char *dir, const char *name) {
     free(cpu);
     free(gpu);
     free(dg);
+}
+
+void gt_e2e_tiled(const char *dir, const char *name, bool bitwise) {
+    int32_t prompts[3][64];
+    int np[3];
+    static const int lens[3] = {5, 40, 17}; /* prefill 62 rows: qmm; decode 3 rows */
+    for (int i = 0; i < 3; i++) {
+        for (int t = 0; t < lens[i]; t++) prompts[i][t] = (int32_t)((t * 11 + i * 5 + 3) % 97 + 4);
+        np[i] = lens[i];
+    }
+    e2e_run *r[2] = {calloc(1, sizeof(e2e_run)), calloc(1, sizeof(e2e_run))};
+    const bool was = g_cu.qmv_tiled;
+    uint64_t repacked[2];
+    int rc = 0;
+    for (int t = 0; t < 2 && !rc; t++) {
+        g_cu.qmv_tiled = t == 1;
+        const uint64_t r0 = g_cu.up_repacked;
+        rc = run_model(dir, g_gpu, prompts, np, 3, r[t], true);
+        repacked[t] = g_cu.up_repacked - r0;
+    }
+    g_cu.qmv_tiled = was;
+    char what[200];
+    if (rc) {
+        snprintf(what, sizeof what, "e2e %s tiled: both loads ran", name);
+        gt_report(what, 1, 0, 0);
+    } else {
+        snprintf(what, sizeof what, "e2e %s: %llu weights repacked at load, 0 with "
+                 "MLXCEL_QMV_TILED=0", name, (unsigned long long)repacked[1]);
+        gt_report(what, repacked[1] > 0 && repacked[0] == 0 ? 0 : 1, 0, 0);
+        for (int i = 0; i < 3; i++) {
+            int diverge = -1;
+            for (int t = 0; t < E2E_GEN && diverge < 0; t++)
+                if (r[0]->toks[i][t] != r[1]->toks[i][t]) diverge = t;
+            long bad = 0;
+            const double rel = gt_rel_err(r[1]->first_logits[i], r[0]->first_logits[i],
+                                          (size_t)r[0]->vocab, &bad);
+            if (bitwise) {
+                snprintf(what, sizeof what, "e2e %s prompt %d: tiled == MLX layout, tokens and "
+                         "first logits bitwise", name, i);
+                const bool same = diverge < 0 && !memcmp(r[0]->first_logits[i],
+                                                         r[1]->first_logits[i],
+                                                         (size_t)r[0]->vocab * 4);
+                gt_report(what, same ? 0 : fmax(rel, 1e-30), 0, bad);
+            } else {
+                const double m = diverge < 0 ? 0 : r[0]->margin[i][diverge] / r[0]->scale[i][diverge];
+                snprintf(what, sizeof what, "e2e %s prompt %d: tiled vs MLX layout, tokens "
+                         "(differ at %d, margin %.2e <= 2e-2)", name, i, diverge, m);
+                gt_report(what, m, 2e-2, 0);
+                snprintf(what, sizeof what, "e2e %s prompt %d: tiled vs MLX layout, first logits",
+                         name, i);
+                gt_report_err(what, rel, 1e-3, &bad);
+            }
+        }
+    }
+    for (int t = 0; t < 2; t++) {
+        for (int i = 0; i < 3; i++) free(r[t]->first_logits[i]);
+        free(r[t]);
+    }
 }
 
 int gt_run_e2e_tests(const char *src) {

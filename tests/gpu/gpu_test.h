@@ -40,6 +40,10 @@ int gt_run_e2e_tests(const char *src_dir); /* gpu_e2e.c */
 int gt_run_tune_tests(void);      /* gpu_tune.c */
 /* One checkpoint directory end to end: CUDA greedy tokens vs CPU greedy tokens. */
 void gt_e2e_fixture(const char *dir, const char *name);
+/* A quantized checkpoint on CUDA loaded with its weights repacked (MLXCEL_QMV_TILED) and not:
+ * the same tokens and first logits, bitwise when `bitwise` (4-bit: the kernels do the same
+ * arithmetic on either layout), else tokens where margins allow and logits within 1e-3. */
+void gt_e2e_tiled(const char *dir, const char *name, bool bitwise);
 /* gpu_quant.c: quantized kernels vs the CPU reference; quantized fixtures end to end when
  * src_dir is given. */
 int gt_run_quant_tests(const char *src_dir);

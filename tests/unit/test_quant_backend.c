@@ -38,7 +38,7 @@ static void run(int bits, int gs, int64_t N, int64_t K, int64_t rows, mx_dtype d
     assert_int_equal(mlx_dequantize(wd, dt, wq, s, b, dt, N, K, bits, gs, &err), 0);
     mx_qweight qw = {mx_tensor_2d(wq, MX_U32, N, K * bits / 32, MX_DEV_CPU),
                      mx_tensor_2d(s, dt, N, K / gs, MX_DEV_CPU),
-                     mx_tensor_2d(b, dt, N, K / gs, MX_DEV_CPU), bits, gs};
+                     mx_tensor_2d(b, dt, N, K / gs, MX_DEV_CPU), bits, gs, false};
     mx_tensor xt = mx_tensor_2d(x, MX_F32, rows, K, MX_DEV_CPU);
     mx_tensor yt = mx_tensor_2d(y, MX_F32, rows, N, MX_DEV_CPU);
     mx_tensor yrt = mx_tensor_2d(yr, MX_F32, rows, N, MX_DEV_CPU);

@@ -76,7 +76,6 @@ void cu_dev_free(void *p) {
     for (int i = g_cu.n_al - 1; i >= 0; i--)
         if (g_cu.al_ptr[i] == p) {
             g_cu.cur_bytes -= g_cu.al_size[i];
-            cu_q_tiled_forget(p, g_cu.al_size[i]); /* a later buffer may reuse the address */
             g_cu.al_ptr[i] = g_cu.al_ptr[g_cu.n_al - 1];
             g_cu.al_size[i] = g_cu.al_size[g_cu.n_al - 1];
             g_cu.n_al--;
@@ -232,7 +231,7 @@ static void be_embed_q(mx_tensor *out, const mx_qweight *table, const int32_t *i
     const int32_t *d_ids = embed_ids(ids, n);
     if (!d_ids) return;
     cu_ck(cuda_qembed(out->data, table->w.data, table->scales.data, table->biases.data,
-                      cu_q_sb(table->scales.dtype), d_ids, n, V, H, table->bits,
+                      cu_q_sb(table->scales.dtype), table->tiled, d_ids, n, V, H, table->bits,
                       table->group_size, scale, round_scale, g_cu.st),
           "quantized embed");
 }
@@ -527,6 +526,7 @@ static const backend_ops k_cuda_ops = {
     .upload = cu_weight_upload,
     .upload_raw = cu_weight_upload_raw,
     .upload_group = cu_weight_upload_group,
+    .upload_q = cu_weight_upload_q,
     .copy_to_host = be_copy_to_host,
     .copy_from_host = be_copy_from_host,
     .embed = be_embed,

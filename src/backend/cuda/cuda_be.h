@@ -99,7 +99,7 @@ typedef struct cu_state {
     bool qmv_i8_glu;          /* MLXCEL_QMV_I8_GLU: qmv_i8's prep computes the GLU it reads */
     bool qmv_i8_norm;         /* MLXCEL_QMV_I8_NORM: ... and the RMSNorm it reads */
     bool qmv_i8_inprep;       /* MLXCEL_QMV_I8_INPREP: one-row x prep inside the qmv CTAs */
-    bool qmv_tiled;           /* MLXCEL_QMV_TILED: qmv_i8 reads tiled copies (cu_q_tiled) */
+    bool qmv_tiled;           /* MLXCEL_QMV_TILED: repack quantized weights at upload */
     const float *qx_ready;    /* the GLU output whose int8 x the last qmv launch left in the
                                * workspace (glu_next_q), else NULL */
     long q_fused[4];          /* qmv launches with x_inprep, res, glu_next_q, rope (tests) */
@@ -124,6 +124,7 @@ typedef struct cu_state {
     cudaEvent_t misc_ev;
     bool misc_busy;
     uint64_t up_bytes, up_tensors, lazy_bytes_done;
+    uint64_t up_repacked;     /* quantized weights uploaded in the tiled layout */
     double up_seconds, lazy_seconds;
     bool ttft_printed;
     cu_pending *pend;
@@ -154,8 +155,8 @@ typedef struct cu_state {
     size_t moe_zero_cap;
     bool warned_lt;
     void *qmv_ws;             /* qmv: x' and chunk sums (cuda_qmv_workspace_bytes) */
-    struct cu_tiled *tiled;   /* MLXCEL_QMV_TILED: the qmv_i8 copies made so far */
-    int n_tiled, tiled_cap;
+    void *qstage;             /* the load's MLX-layout staging for cu_weight_upload_q */
+    size_t qstage_cap;
     size_t qmv_ws_cap;
     void *qmm_buf;            /* qmm: bf16 x + dequantized slab */
     size_t qmm_cap;
@@ -275,8 +276,6 @@ int cu_ck(int code, const char *what);
 void cu_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void *cu_dev_alloc(size_t n);         /* tracked cudaMalloc (not zeroed); NULL on failure */
 void cu_dev_free(void *p);            /* tracked cudaFree */
-/* MLXCEL_QMV_TILED: drop the tiled copies of weights inside [p, p + n) (a freed buffer) */
-void cu_q_tiled_forget(const void *p, size_t n);
 int cu_ensure(void **buf, size_t *cap, size_t need); /* grow-only scratch */
 /* Host array -> device through the pinned misc buffer (eager steps only). NULL on error. */
 void *cu_upload_small(void *dev_dst, const void *src, size_t n);
@@ -287,6 +286,8 @@ int cu_weight_upload(mx_tensor *dst, const mx_tensor *host, mx_error *err);
 /* Same, keeping the host dtype (U32 packed codes, f16/f32 scales and biases). */
 int cu_weight_upload_raw(mx_tensor *dst, const mx_tensor *host, mx_error *err);
 int cu_weight_upload_group(mx_tensor *dst, const mx_tensor *host, int n, mx_error *err);
+int cu_weight_upload_q(mx_qweight *q, const mx_tensor *w, const mx_tensor *s, const mx_tensor *b,
+                       mx_error *err);
 int cu_finish_load(mx_error *err);
 void cu_resident(const void *dptr);   /* lazy policy: makes the weight holding dptr resident */
 void cu_resident_all(void);

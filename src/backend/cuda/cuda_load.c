@@ -15,6 +15,7 @@
  * upload_raw, which keeps the host dtype byte for byte (the qmv/qmm kernels read f16 and f32
  * scales as they are, so CUDA dequantizes to the same values as the CPU).
  * MLXCEL_PROFILE_TTFT=1 prints the [TTFT] upload counters. */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -206,12 +207,76 @@ int cu_weight_upload_group(mx_tensor *dst, const mx_tensor *host, int n, mx_erro
     return 0;
 }
 
+/* ==== Quantized weights in the tiled layout (MLXCEL_QMV_TILED, default on) ====
+ * A 2-D weight of 4 or 8 bits, group 64 or 128 and bf16 scales goes through a reused device
+ * staging buffer in the MLX layout and is repacked from there (cuda_q_tile, on the upload
+ * stream) into its own allocation: the MLX layout is never resident, so the repack costs no
+ * memory beyond the staging buffer (the largest such weight), freed by finish_load. The
+ * layout is read by qmv_i8, qmv_bulk, qmm and the embedding gather only, so it is used where
+ * those take every launch: eager loads (the repack needs the bytes at bind time), without
+ * MLXCEL_QMV_TC, with MLXCEL_QMV_BULK, and for 4-bit with MLXCEL_QMV_I8 >= 1. */
+static bool tile_ok(const mx_qweight *q, const mx_tensor *w, const mx_tensor *s,
+                    const mx_tensor *b) {
+    if (!g_cu.qmv_tiled || g_cu.lazy || g_cu.qmv_tc || !g_cu.qmv_bulk ||
+        (q->bits == 4 && g_cu.qmv_i8 < 1) || w->ndim != 2 || s->dtype != MX_BF16 ||
+        b->dtype != MX_BF16 || w->shape[0] > INT_MAX || w->shape[1] > INT_MAX / 32)
+        return false;
+    const int N = (int)w->shape[0], K = (int)(w->shape[1] * 32 / q->bits);
+    return cuda_q_tiled_bytes(N, K, q->bits, q->group_size) != 0;
+}
+
+static size_t al16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+int cu_weight_upload_q(mx_qweight *q, const mx_tensor *w, const mx_tensor *s, const mx_tensor *b,
+                       mx_error *err) {
+    if (!tile_ok(q, w, s, b))
+        return upload(&q->w, w, true, err) || upload(&q->scales, s, true, err) ||
+                       upload(&q->biases, b, true, err)
+                   ? -1
+                   : 0;
+    if (check_host(w, true, err) || check_host(s, true, err) || check_host(b, true, err)) return -1;
+    const int N = (int)w->shape[0], K = (int)(w->shape[1] * 32 / q->bits);
+    const size_t nw = al16(dev_bytes(w, true)), ns = al16(dev_bytes(s, true));
+    const size_t need = nw + ns + dev_bytes(b, true);
+    if (need > g_cu.qstage_cap) { /* cudaFree waits for the repack still reading it */
+        cu_dev_free(g_cu.qstage);
+        g_cu.qstage_cap = 0;
+        if (!(g_cu.qstage = alloc_weights(need, err))) return -1;
+        g_cu.qstage_cap = need;
+    }
+    char *d = alloc_weights(cuda_q_tiled_bytes(N, K, q->bits, q->group_size), err);
+    if (!d) return -1;
+    mx_tensor m[3];
+    char *st = g_cu.qstage;
+    if (place(&m[0], w, true, st, err) || place(&m[1], s, true, st + nw, err) ||
+        place(&m[2], b, true, st + nw + ns, err)) {
+        cu_dev_free(d);
+        return -1;
+    }
+    /* pageable copies run on the legacy stream, and may still be in flight */
+    if ((!(g_cu.pinned && g_cu.pin[0]) && cu_ck(cudaDeviceSynchronize(), "upload: synchronize")) ||
+        cu_ck(cuda_q_tile(d, m[0].data, m[1].data, m[2].data, N, K, q->bits, q->group_size,
+                          g_cu.st),
+              "upload: weight repack")) {
+        g_cu.has_err = false;
+        cu_dev_free(d);
+        return mx_fail(err, "%s", g_cu.err);
+    }
+    q->w = m[0], q->scales = m[1], q->biases = m[2];
+    q->w.data = d, q->scales.data = NULL, q->biases.data = NULL;
+    q->tiled = true;
+    g_cu.up_repacked++;
+    return 0;
+}
+
 int cu_finish_load(mx_error *err) {
     const double t0 = mx_now();
     if (cu_ck(cudaStreamSynchronize(g_cu.st), "waiting for the weight uploads")) {
         g_cu.has_err = false;
         return mx_fail(err, "%s", g_cu.err);
     }
+    cu_dev_free(g_cu.qstage); /* the repacks are done */
+    g_cu.qstage = NULL, g_cu.qstage_cap = 0;
     g_cu.up_seconds += mx_now() - t0;
     if (g_cu.profile) {
         if (g_cu.lazy) {
@@ -222,10 +287,11 @@ int cu_finish_load(mx_error *err) {
                     (unsigned long long)g_cu.up_tensors, reserved / 1e9);
         } else {
             fprintf(stderr, "[TTFT] weights: eager (%s), %llu tensors, %.3f GB uploaded in %.3f s "
-                            "(%.2f GB/s)\n",
+                            "(%.2f GB/s), %llu quantized weights repacked\n",
                     g_cu.pinned ? "pinned 4 x 64 MiB" : "pageable",
                     (unsigned long long)g_cu.up_tensors, g_cu.up_bytes / 1e9, g_cu.up_seconds,
-                    g_cu.up_seconds > 0 ? g_cu.up_bytes / 1e9 / g_cu.up_seconds : 0.0);
+                    g_cu.up_seconds > 0 ? g_cu.up_bytes / 1e9 / g_cu.up_seconds : 0.0,
+                    (unsigned long long)g_cu.up_repacked);
         }
     }
     return 0;

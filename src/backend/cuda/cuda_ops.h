@@ -256,9 +256,9 @@ typedef struct cuda_qmv_args {
     const int64_t *rope_rows;
     void *k_pool, *v_pool;
     int pool_bf16, head_dim;
-    /* cuda_qmv_i8 only (others read w / scales / biases): set for every segment, the kernel
-     * reads segment i's codes, scales and biases from tiled[i], its cuda_qmv_i8_tile copy */
-    const void *tiled[CUDA_QMV_MAX_SEGS];
+    /* every w[i] is in the tiled layout (cuda_q_tile; bf16 scales inside, scales / biases
+     * unused): only cuda_qmv_i8 and cuda_qmv_bulk take it */
+    int tiled;
 } cuda_qmv_args;
 size_t cuda_qmv_workspace_bytes(int K);
 /* multirow: one of CUDA_QMV_MULTIROW_VALUES (else cudaErrorInvalidValue). */
@@ -299,13 +299,14 @@ int cuda_qmv_mma(const cuda_qmv_args *a, cudaStream_t st);
 size_t cuda_qmv_i8_workspace_bytes(int K);
 int cuda_qmv_i8_supported(const cuda_qmv_args *a);
 int cuda_qmv_i8(const cuda_qmv_args *a, cudaStream_t st);
-/* The tiled copy of one MLX weight [N, K] (bits 4 / 8, group 64 / 128, 16-bit scales) that
- * cuda_qmv_i8 reads through args.tiled: each warp's load batch one contiguous block (layout
- * in qmv_frame.cuh); cuda_qmv_i8_tiled_bytes (0: not supported) is its size, out and w 16-byte
+/* One MLX weight [N, K] (bits 4 / 8, group 64 / 128, 16-bit scales) repacked into the tiled
+ * layout (qtile.cuh: each qmv_i8 warp's load batch one contiguous block, scales and biases
+ * inside) that cuda_qmv_i8, cuda_qmv_bulk, cuda_qmm, cuda_qdequant_bf16 and cuda_qembed read
+ * with `tiled` set; cuda_q_tiled_bytes (0: not supported) is its size; out and w 16-byte
  * aligned. */
-size_t cuda_qmv_i8_tiled_bytes(int N, int K, int bits, int group);
-int cuda_qmv_i8_tile(void *out, const uint32_t *w, const void *scales, const void *biases, int N,
-                     int K, int bits, int group, cudaStream_t st);
+size_t cuda_q_tiled_bytes(int N, int K, int bits, int group);
+int cuda_q_tile(void *out, const uint32_t *w, const void *scales, const void *biases, int N, int K,
+                int bits, int group, cudaStream_t st);
 /* cuda_qmv_mma's K split: warps on the same rows split K until the grid holds warps_per_sm
  * warps per SM (default 16), keeping >= min_batches load batches per warp (default 2); 0
  * restores a default. For the op bench. */
@@ -319,6 +320,7 @@ typedef struct cuda_qmm_args {
     float *y;                              /* [rows, ldy] */
     long ldy;
     int rows, N, K, bits, group, sb_dtype;
+    int tiled;                             /* w in the tiled layout (scales / biases unused) */
     void *lt;                              /* cublasLtHandle_t */
     void *lt_ws;                           /* cuBLASLt workspace */
     size_t lt_ws_bytes;
@@ -337,14 +339,14 @@ void cuda_qmm_release(void);
 /* out[rows, ldo] bf16 = dequantized rows [n0, n0 + n) (the CPU reference's values, rounded
  * from the scales dtype to bf16). */
 int cuda_qdequant_bf16(uint16_t *out, long ldo, const uint32_t *w, const void *scales,
-                       const void *biases, int sb_dtype, int n0, int n, int K, int bits,
-                       int group, cudaStream_t st);
+                       const void *biases, int sb_dtype, int tiled, int n0, int n, int K,
+                       int bits, int group, cudaStream_t st);
 /* Quantized embedding gather: out[i, :] = dequantized row ids[i] (CPU reference values) *
  * scale; with round_scale the scale and product are rounded to the scales dtype. ids on the
  * device, clamped to [0, V). */
 int cuda_qembed(float *out, const uint32_t *w, const void *scales, const void *biases,
-                int sb_dtype, const int32_t *ids, int n, int V, int H, int bits, int group,
-                float scale, int round_scale, cudaStream_t st);
+                int sb_dtype, int tiled, const int32_t *ids, int n, int V, int H, int bits,
+                int group, float scale, int round_scale, cudaStream_t st);
 
 /* ==== Quantized / mixed MoE experts, per (row, expert) pair (moe_q.cu) ====
  * A projection is dense (bits 0: w[e] bf16 [out, in]) or quantized (w, scales, biases [e]);

@@ -15,7 +15,6 @@
  * autotuner's stored winner (MLXCEL_AUTOTUNE cache or 1) > the kernels' defaults; the
  * tensor-core qmv takes only the forced window (else all rows in one pass: the tuned windows
  * were measured on the CUDA-core kernel). */
-#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_be.h"
@@ -146,7 +145,7 @@ static int qmv_max_rows(const mx_qweight *w, const void *x, long ldx, int K) {
     cuda_qmv_args a;
     memset(&a, 0, sizeof a);
     a.w[0] = w->w.data;
-    a.n_segs = 1;
+    a.n_segs = 1, a.tiled = w->tiled;
     a.x = x, a.ldx = ldx, a.rows = 1, a.K = K, a.bits = w->bits, a.group = w->group_size;
     a.sb_dtype = cu_q_sb(w->scales.dtype);
     return tc_ok(&a) || bulk_ok(&a) ? CUDA_QMV_TC_MAX_ROWS : CUDA_QMV_MAX_ROWS;
@@ -158,67 +157,6 @@ static int qmv_ws(cuda_qmv_args *a, size_t bytes) {
     a->ws = g_cu.qmv_ws;
     a->ws_bytes = g_cu.qmv_ws_cap;
     return 0;
-}
-
-/* ==== Tiled copies (MLXCEL_QMV_TILED) ====
- * qmv_i8 reads a weight's tiled copy (cuda_qmv_i8_tile: each warp's load batch one contiguous
- * block) where one exists, made on a weight's first qmv_i8 launch outside a graph capture
- * (the first step of a graph key runs eagerly) and kept while the weight's buffer lives. The
- * MLX layout stays for every other consumer, so the quantized weights qmv_i8 reads take twice
- * their memory: an experiment on the access pattern, not yet the load path. */
-typedef struct cu_tiled {
-    const void *w;
-    int N, K, bits, group;
-    void *t;
-} cu_tiled;
-
-void cu_q_tiled_forget(const void *p, size_t n) {
-    const char *lo = p, *hi = lo + n;
-    for (int i = g_cu.n_tiled - 1; i >= 0; i--) {
-        const char *w = g_cu.tiled[i].w;
-        if (w < lo || w >= hi) continue;
-        void *t = g_cu.tiled[i].t;
-        g_cu.tiled[i] = g_cu.tiled[--g_cu.n_tiled];
-        cu_dev_free(t);
-    }
-}
-
-/* Segment i's tiled copy: found, made, or NULL (capturing, no memory: the MLX layout). */
-static const void *q_tiled(const cuda_qmv_args *a, int i) {
-    for (int j = 0; j < g_cu.n_tiled; j++) {
-        const cu_tiled *e = &g_cu.tiled[j];
-        if (e->w == a->w[i] && e->N == a->N[i] && e->K == a->K && e->bits == a->bits &&
-            e->group == a->group)
-            return e->t;
-    }
-    const size_t n = cuda_qmv_i8_tiled_bytes(a->N[i], a->K, a->bits, a->group);
-    if (g_cu.capturing || !n) return NULL;
-    if (g_cu.n_tiled == g_cu.tiled_cap) {
-        const int cap = g_cu.tiled_cap ? 2 * g_cu.tiled_cap : 256;
-        cu_tiled *m = realloc(g_cu.tiled, (size_t)cap * sizeof *m);
-        if (!m) return NULL;
-        g_cu.tiled = m, g_cu.tiled_cap = cap;
-    }
-    void *t = cu_dev_alloc(n);
-    if (!t) return NULL;
-    if (cuda_qmv_i8_tile(t, a->w[i], a->scales[i], a->biases[i], a->N[i], a->K, a->bits,
-                         a->group, g_cu.st)) {
-        cu_dev_free(t);
-        return NULL;
-    }
-    g_cu.tiled[g_cu.n_tiled++] = (cu_tiled){a->w[i], a->N[i], a->K, a->bits, a->group, t};
-    return t;
-}
-
-/* a->tiled for every segment, or for none. */
-static void q_use_tiled(cuda_qmv_args *a) {
-    memset(a->tiled, 0, sizeof a->tiled);
-    if (!g_cu.qmv_tiled) return;
-    for (int i = 0; i < a->n_segs; i++)
-        if (!(a->tiled[i] = q_tiled(a, i))) {
-            memset(a->tiled, 0, sizeof a->tiled);
-            return;
-        }
 }
 
 /* One launch of a qmv (rows beyond CUDA_QMV_MAX_ROWS only reach here when tc_ok or bulk_ok). */
@@ -246,12 +184,12 @@ static int qmv_launch_core(cuda_qmv_args *a) {
         size_t ws = cuda_qmv_i8_workspace_bytes(a->K);
         if (a->glu_next_q && cuda_qmv_i8_workspace_bytes(a->N[0]) > ws)
             ws = cuda_qmv_i8_workspace_bytes(a->N[0]);
-        q_use_tiled(a);
         return qmv_ws(a, ws) ? -1 : cuda_qmv_i8(a, g_cu.st);
     }
     if (mma_ok(a))
         return qmv_ws(a, cuda_qmv_mma_workspace_bytes(a->K)) ? -1 : cuda_qmv_mma(a, g_cu.st);
-    if (a->rows >= g_cu.qmv_bulk_min_rows && bulk_ok(a)) {
+    /* a tiled weight has no kernel below: the streaming one takes any row count */
+    if ((a->rows >= g_cu.qmv_bulk_min_rows || a->tiled) && bulk_ok(a)) {
         if (qmv_ws(a, cuda_qmv_bulk_workspace_bytes(a->K))) return -1;
         /* all rows in one pass, unless MLXCEL_QMV_MULTIROW forces a window */
         const int win = g_cu.qmv_multirow > 0 ? g_cu.qmv_multirow : a->rows;
@@ -264,6 +202,11 @@ static int qmv_launch_core(cuda_qmv_args *a) {
             if (rc) return rc;
         }
         return 0;
+    }
+    if (a->tiled) {
+        cu_fail("internal: no qmv kernel for a tiled weight [%d x %d] at %d rows", a->N[0], a->K,
+                a->rows);
+        return -1;
     }
     if (qmv_ws(a, cuda_qmv_workspace_bytes(a->K))) return -1;
     return cuda_qmv(a, qmv_window(a), g_cu.st);
@@ -390,7 +333,7 @@ void cu_matmul_q_raw(float *y, long ldy, const float *x, long ldx, int rows, con
         a.y[0] = y;
         a.ldy[0] = ldy;
         a.N[0] = N;
-        a.n_segs = 1;
+        a.n_segs = 1, a.tiled = w->tiled;
         a.x = x;
         a.ldx = ldx;
         a.rows = rows, a.K = K, a.bits = w->bits, a.group = w->group_size, a.sb_dtype = sbt;
@@ -405,6 +348,7 @@ void cu_matmul_q_raw(float *y, long ldy, const float *x, long ldx, int rows, con
         a.w = w->w.data;
         a.scales = w->scales.data;
         a.biases = w->biases.data;
+        a.tiled = w->tiled;
         a.x = x, a.ldx = ldx, a.y = y, a.ldy = ldy;
         a.rows = rows, a.N = N, a.K = K, a.bits = w->bits, a.group = w->group_size;
         a.sb_dtype = sbt;
@@ -426,7 +370,7 @@ void cu_matmul_q_raw(float *y, long ldy, const float *x, long ldx, int rows, con
 static void i8_probe(cuda_qmv_args *t, const float *x, int rows, int K, const mx_qweight *w) {
     memset(t, 0, sizeof *t);
     t->x = x, t->ldx = K, t->rows = rows, t->K = K, t->bits = w->bits;
-    t->group = w->group_size, t->sb_dtype = cu_q_sb(w->scales.dtype);
+    t->group = w->group_size, t->sb_dtype = cu_q_sb(w->scales.dtype), t->tiled = w->tiled;
 }
 
 /* A held GLU whose output x this qmv reads, when qmv_i8 takes the launch: its prep kernel
@@ -512,7 +456,7 @@ void cu_matmul_q(mx_tensor *out, const mx_tensor *x, const mx_qweight *w, const 
                 !a->rope_cs && !a->x_ready && a->n_segs > 0 && a->x == x->data &&
                 a->ldx == (long)x->stride[0] &&
                 a->rows == rows && a->K == K && a->bits == w->bits && a->group == w->group_size &&
-                a->sb_dtype == sbt && a->n_segs < CUDA_QMV_MAX_SEGS;
+                a->sb_dtype == sbt && a->tiled == w->tiled && a->n_segs < CUDA_QMV_MAX_SEGS;
     for (int i = 0; join && i < a->n_segs; i++) /* x must not be a held output */
         if ((const void *)a->y[i] == x->data || (void *)a->y[i] == out->data) join = false;
     if (!join) cu_flush_mm(); /* the held bf16 GEMVs or qmv group launch first */
@@ -528,6 +472,7 @@ void cu_matmul_q(mx_tensor *out, const mx_tensor *x, const mx_qweight *w, const 
     a->x = x->data;
     a->ldx = (long)x->stride[0];
     a->rows = rows, a->K = K, a->bits = w->bits, a->group = w->group_size, a->sb_dtype = sbt;
+    a->tiled = w->tiled;
     a->w[i] = w->w.data;
     a->scales[i] = w->scales.data;
     a->biases[i] = w->biases.data;

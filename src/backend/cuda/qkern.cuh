@@ -45,11 +45,14 @@ struct qmv_seg {
 
 /* segs from a launch's arguments (host side); cudaErrorInvalidValue for a missing pointer, an
  * empty segment, ldy < N, or (align16) a weight not 16-byte aligned. */
-static inline int qmv_segs_fill(const cuda_qmv_args *a, qmv_segs *segs, bool align16) {
+static inline int qmv_segs_fill(const cuda_qmv_args *a, qmv_segs *segs, bool align16,
+                                bool tiled_ok = false) {
     *segs = qmv_segs{};
     segs->n = a->n_segs;
+    if (a->tiled && !tiled_ok) return (int)cudaErrorInvalidValue;
     for (int i = 0; i < a->n_segs; i++) {
-        if (!a->w[i] || !a->scales[i] || !a->biases[i] || !a->y[i] || a->N[i] < 1 ||
+        /* tiled: w[i] holds the scales and biases too (qtile.cuh) */
+        if (!a->w[i] || (!a->tiled && (!a->scales[i] || !a->biases[i])) || !a->y[i] || a->N[i] < 1 ||
             a->ldy[i] < a->N[i] || (align16 && ((uintptr_t)a->w[i] & 15)))
             return (int)cudaErrorInvalidValue;
         segs->w[i] = a->w[i];

@@ -20,21 +20,37 @@
 #include "backend/cuda/cuda_lt.h"
 #include "backend/cuda/cuda_info.h"
 #include "backend/cuda/qkern.cuh"
+#include "backend/cuda/qtile.cuh"
+
+/* Code k of row n of a tiled weight and its group's scale and bias (bf16), as fp32. */
+__device__ __forceinline__ float qt_code(const uint8_t *w, const qt_shape &s, int n, int k) {
+    int sh;
+    const uint32_t v = __ldg((const uint32_t *)(w + qt_code_word(s, n, k, &sh)));
+    return (float)((v >> sh) & ((1u << s.bits) - 1u));
+}
+__device__ __forceinline__ float qt_sb(const uint8_t *w, const qt_shape &s, int n, int k, int b) {
+    return bf16_lo(__ldg((const uint16_t *)(w + qt_sb_half(s, n, k, b))));
+}
 
 /* ==== Dequantize to bf16 ==== */
-/* Thread per 8 consecutive codes (one group: 8 | group). grid (ceil(K / 8 / 128), n). */
+/* Thread per 8 consecutive codes (one group: 8 | group). grid (ceil(K / 8 / 128), n).
+ * tiled: w in the tiled layout (bf16 scales inside). */
 __global__ void qdequant_kernel(uint16_t *out, long ldo, const uint32_t *w, const void *s,
-                                const void *b, int sbt, int n0, int K, int bits, int group) {
+                                const void *b, int sbt, int tiled, int n0, int K, int bits,
+                                int group) {
     const int r = blockIdx.y, k0 = (blockIdx.x * blockDim.x + threadIdx.x) * 8;
     if (k0 >= K) return;
     const int n = n0 + r;
     const uint32_t *row = w + (size_t)n * K * bits / 32;
     const size_t gi = (size_t)n * (K / group) + k0 / group;
-    const float sc = q_sb_load_rt(s, sbt, gi), bi = q_sb_load_rt(b, sbt, gi);
+    const qt_shape ts = qt_of(bits, group, K);
+    const uint8_t *tw = (const uint8_t *)w;
+    const float sc = tiled ? qt_sb(tw, ts, n, k0, 0) : q_sb_load_rt(s, sbt, gi);
+    const float bi = tiled ? qt_sb(tw, ts, n, k0, 1) : q_sb_load_rt(b, sbt, gi);
     float f[8];
 #pragma unroll
     for (int e = 0; e < 8; e++) {
-        const float q = (float)q_code(row, k0 + e, bits);
+        const float q = tiled ? qt_code(tw, ts, n, k0 + e) : (float)q_code(row, k0 + e, bits);
         f[e] = q_round_sb(__fadd_rn(__fmul_rn(sc, q), bi), sbt);
     }
     uint16_t *o = out + (size_t)r * ldo + k0;
@@ -51,21 +67,32 @@ static bool q_shape_ok(int K, int bits, int group) {
            bits >= 2 && bits <= 8 && bits != 7;
 }
 
+/* a tiled weight: bits 4 / 8, group 64 / 128, bf16 scales (cuda_q_tile); else the MLX
+ * layout's three arrays */
+static bool q_arrays_ok(const void *w, const void *s, const void *b, int sbt, int tiled, int bits,
+                        int group) {
+    if (!w || sbt < CUDA_QSB_BF16 || sbt > CUDA_QSB_F32) return false;
+    if (!tiled) return s && b;
+    return (bits == 4 || bits == 8) && group >= 64 && sbt == CUDA_QSB_BF16 &&
+           ((uintptr_t)w & 15) == 0;
+}
+
 extern "C" int cuda_qdequant_bf16(uint16_t *out, long ldo, const uint32_t *w, const void *scales,
-                                  const void *biases, int sb_dtype, int n0, int n, int K, int bits,
-                                  int group, cudaStream_t st) {
-    if (!out || !w || !scales || !biases || n < 1 || n0 < 0 || n > 65535 || ldo < K ||
-        !q_shape_ok(K, bits, group) || sb_dtype < CUDA_QSB_BF16 || sb_dtype > CUDA_QSB_F32)
+                                  const void *biases, int sb_dtype, int tiled, int n0, int n,
+                                  int K, int bits, int group, cudaStream_t st) {
+    if (!out || n < 1 || n0 < 0 || n > 65535 || ldo < K || !q_shape_ok(K, bits, group) ||
+        !q_arrays_ok(w, scales, biases, sb_dtype, tiled, bits, group))
         return (int)cudaErrorInvalidValue;
     const dim3 g((K / 8 + 127) / 128, n);
-    qdequant_kernel<<<g, 128, 0, st>>>(out, ldo, w, scales, biases, sb_dtype, n0, K, bits, group);
+    qdequant_kernel<<<g, 128, 0, st>>>(out, ldo, w, scales, biases, sb_dtype, tiled, n0, K, bits,
+                                       group);
     return (int)cudaGetLastError();
 }
 
 /* ==== Quantized embedding gather ==== */
 __global__ void qembed_kernel(float *out, const uint32_t *w, const void *s, const void *b,
-                              int sbt, const int32_t *ids, int V, int H, int bits, int group,
-                              float scale, int round) {
+                              int sbt, int tiled, const int32_t *ids, int V, int H, int bits,
+                              int group, float scale, int round) {
     const int i = blockIdx.x;
     int id = ids[i];
     id = id < 0 ? 0 : id >= V ? V - 1 : id; /* ids are validated at submit; never read out of range */
@@ -73,8 +100,14 @@ __global__ void qembed_kernel(float *out, const uint32_t *w, const void *s, cons
     const size_t g0 = (size_t)id * (H / group);
     const float sc = round ? q_round_sb(scale, sbt) : scale;
     float *dst = out + (size_t)i * H;
+    const qt_shape ts = qt_of(bits, group, H);
+    const uint8_t *tw = (const uint8_t *)w;
     for (int j = threadIdx.x; j < H; j += blockDim.x) {
-        float v = q_value(row, s, b, sbt, g0 + j / group, j, bits);
+        float v = tiled ? q_round_sb(__fadd_rn(__fmul_rn(qt_sb(tw, ts, id, j, 0),
+                                                         qt_code(tw, ts, id, j)),
+                                               qt_sb(tw, ts, id, j, 1)),
+                                     sbt)
+                        : q_value(row, s, b, sbt, g0 + j / group, j, bits);
         if (sc != 1.0f) {
             v = __fmul_rn(v, sc);
             if (round) v = q_round_sb(v, sbt);
@@ -84,13 +117,13 @@ __global__ void qembed_kernel(float *out, const uint32_t *w, const void *s, cons
 }
 
 extern "C" int cuda_qembed(float *out, const uint32_t *w, const void *scales, const void *biases,
-                           int sb_dtype, const int32_t *ids, int n, int V, int H, int bits,
-                           int group, float scale, int round_scale, cudaStream_t st) {
-    if (!out || !w || !scales || !biases || !ids || n < 1 || V < 1 || !q_shape_ok(H, bits, group) ||
-        sb_dtype < CUDA_QSB_BF16 || sb_dtype > CUDA_QSB_F32)
+                           int sb_dtype, int tiled, const int32_t *ids, int n, int V, int H,
+                           int bits, int group, float scale, int round_scale, cudaStream_t st) {
+    if (!out || !ids || n < 1 || V < 1 || !q_shape_ok(H, bits, group) ||
+        !q_arrays_ok(w, scales, biases, sb_dtype, tiled, bits, group))
         return (int)cudaErrorInvalidValue;
-    qembed_kernel<<<n, 256, 0, st>>>(out, w, scales, biases, sb_dtype, ids, V, H, bits, group,
-                                     scale, round_scale);
+    qembed_kernel<<<n, 256, 0, st>>>(out, w, scales, biases, sb_dtype, tiled, ids, V, H, bits,
+                                     group, scale, round_scale);
     return (int)cudaGetLastError();
 }
 
@@ -173,7 +206,8 @@ extern "C" size_t cuda_qmm_scratch_bytes(int rows, int N, int K, int tile_m) {
 }
 
 extern "C" int cuda_qmm(const cuda_qmm_args *a, int tile_m, cudaStream_t st) {
-    if (!a || !a->w || !a->scales || !a->biases || !a->x || !a->y || !a->lt || a->rows < 1 ||
+    if (!a || !q_arrays_ok(a->w, a->scales, a->biases, a->sb_dtype, a->tiled, a->bits, a->group) ||
+        !a->x || !a->y || !a->lt || a->rows < 1 ||
         a->N < 1 || a->ldx < a->K || a->ldy < a->N || !q_shape_ok(a->K, a->bits, a->group) ||
         a->K % 8 || a->sb_dtype < CUDA_QSB_BF16 || a->sb_dtype > CUDA_QSB_F32 ||
         !cuda_qmm_valid_tile_m(tile_m) || !a->scratch ||
@@ -186,8 +220,8 @@ extern "C" int cuda_qmm(const cuda_qmm_args *a, int tile_m, cudaStream_t st) {
     const float alpha = 1.0f, beta = 0.0f;
     for (int n0 = 0; n0 < a->N; n0 += tile_m) {
         const int n = a->N - n0 < tile_m ? a->N - n0 : tile_m;
-        rc = cuda_qdequant_bf16(slab, a->K, a->w, a->scales, a->biases, a->sb_dtype, n0, n, a->K,
-                                a->bits, a->group, st);
+        rc = cuda_qdequant_bf16(slab, a->K, a->w, a->scales, a->biases, a->sb_dtype, a->tiled,
+                                n0, n, a->K, a->bits, a->group, st);
         if (rc) return rc;
         float *y = a->y + n0;
         /* the output columns start inside y's rows: tell the heuristic their alignment */

@@ -24,13 +24,18 @@
  *   16-byte loads touched 32 rows x columns = 32 cache lines each, and those L1 wavefronts were
  *   the kernel's limit at every row count (H200: 8.6 codes per SM cycle at 1 row, 1.4 at 32).
  * - The k-slice warps of a row block add their tiles in shared memory in a fixed order
- *   (no atomics: reproducible). */
+ *   (no atomics: reproducible).
+ * - TL (a weight in the tiled layout, qtile.cuh): a stage is one block per row tile, codes
+ *   and scales, one bulk copy each; super-tile sti of a stage is the block's quad row sti
+ *   (4-bit: step sti; 8-bit: step sti / 2, quad sti % 2), so 8-bit x is laid out in that
+ *   k order, and the scales come from the stage too. */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 
 #include "backend/cuda/cuda_info.h"
 #include "backend/cuda/qkern.cuh"
+#include "backend/cuda/qtile.cuh"
 
 #define QB_CW 4       /* consumer warps */
 #define QB_ROWB 256   /* packed bytes per row and stage */
@@ -81,9 +86,20 @@ __device__ __forceinline__ void qb_dequant(const uint32_t *wd, uint32_t s2, uint
  * Quad q (16 bytes: the B registers of a lane's two MMAs for one virtual k-tile) of n-tile i,
  * virtual tile j of global super-tile u, lane l = 4 g + t sits at ((u * VT + j) * NT + i) * 32
  * + l and holds x row 8 i + g at codes u * ST + t * LC + 8 j .. + 7 as bf16 pairs in the order
- * of qb_dequant (4-bit: (c_i, c_{i+4}); 8-bit: (c_2i, c_2i+1)); zeros past rows or K. */
-template <int BITS> __host__ __device__ constexpr size_t qb_xquads(int K, int nt) {
-    return (size_t)((K + qb_cfg<BITS>::ST - 1) / qb_cfg<BITS>::ST) * qb_cfg<BITS>::VT * nt * 32;
+ * of qb_dequant (4-bit: (c_i, c_{i+4}); 8-bit: (c_2i, c_2i+1)); zeros past rows or K. TL
+ * 8-bit: super-tile u is quad u % 2 of step u / 2 (qb_k). */
+template <int BITS, bool TL> __host__ __device__ constexpr int qb_nst(int K) {
+    return TL && BITS == 8 ? 2 * ((K + 127) / 128)
+                           : (K + qb_cfg<BITS>::ST - 1) / qb_cfg<BITS>::ST;
+}
+template <int BITS, bool TL = false>
+__host__ __device__ constexpr size_t qb_xquads(int K, int nt) {
+    return (size_t)qb_nst<BITS, TL>(K) * qb_cfg<BITS>::VT * nt * 32;
+}
+/* The first code of lane chunk t of super-tile u. */
+template <int BITS, bool TL> __device__ __forceinline__ int qb_k(int u, int t) {
+    if (TL && BITS == 8) return (u >> 1) * 128 + 32 * t + 16 * (u & 1);
+    return u * qb_cfg<BITS>::ST + t * qb_cfg<BITS>::LC;
 }
 
 /* This lane's quad of n-tile i, virtual tile j of super-tile u (zeros where not ok). */
@@ -92,20 +108,20 @@ __device__ __forceinline__ uint4 qb_xload(const uint4 *xq, int u, int j, int i, 
     return ok ? __ldg(xq + ((size_t)(u * VT + j) * NT + i) * 32 + lane) : make_uint4(0, 0, 0, 0);
 }
 
-template <int BITS>
+template <int BITS, bool TL>
 __global__ void __launch_bounds__(256)
 qb_prep_kernel(uint4 *__restrict__ xq, const float *__restrict__ x, long ldx, int rows, int K, int nt) {
     using C = qb_cfg<BITS>;
     pdl_wait(); /* x is the previous kernel's output; an earlier qmv may still read xq */
     pdl_trigger();
     const size_t q = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (q >= qb_xquads<BITS>(K, nt)) return;
+    if (q >= qb_xquads<BITS, TL>(K, nt)) return;
     const int l = (int)(q % 32);
     const size_t rest = q / 32;
     const int i = (int)(rest % nt), j = (int)(rest / nt % C::VT);
-    const size_t u = rest / nt / C::VT;
+    const int u = (int)(rest / nt / C::VT);
     const int r = 8 * i + l / 4;
-    const size_t k = u * C::ST + (size_t)(l % 4) * C::LC + 8 * j;
+    const size_t k = (size_t)qb_k<BITS, TL>(u, l % 4) + 8 * j;
     float f[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
     if (r < rows && k < (size_t)K) { /* K % 32 == 0: all 8 codes or none */
         const float4 f0 = *(const float4 *)(x + (size_t)r * ldx + k);
@@ -120,14 +136,15 @@ qb_prep_kernel(uint4 *__restrict__ xq, const float *__restrict__ x, long ldx, in
     xq[q] = make_uint4(b[0], b[1], b[2], b[3]);
 }
 
-template <int BITS, int NT, int RB, int S>
+template <int BITS, int NT, int RB, int S, bool TL>
 __global__ void __launch_bounds__((QB_CW + 1) * 32)
 qmv_bulk_kernel(qmv_segs segs, const uint4 *__restrict__ xq, int rows, int K, int group) {
     using C = qb_cfg<BITS>;
     constexpr int KSPLIT = QB_CW / RB;
     constexpr int ROWS = 16 * RB;
     constexpr int RS = QB_ROWB + QB_PAD;
-    constexpr int STAGE = ROWS * RS;
+    const qt_shape ts = qt_of(BITS, group, K);            /* TL */
+    const int STAGE = TL ? RB * ts.TB : ROWS * RS;        /* <= ROWS * RS */
     extern __shared__ __align__(128) uint8_t qb_buf[];
     __shared__ __align__(8) uint64_t full[S], empty[S];
     __shared__ float red[QB_CW][NT * 4][32];
@@ -139,6 +156,20 @@ qmv_bulk_kernel(qmv_segs segs, const uint4 *__restrict__ xq, int rows, int K, in
     const int nchunks = (K + C::KC - 1) / C::KC;
     mbar_init_stages(full, empty, S, QB_CW);
 
+    if (TL && warp == QB_CW) { /* ==== producer: one block a row tile and stage ==== */
+        const int nrt = (nrows + 15) / 16;
+        const uint8_t *wb = (const uint8_t *)sg.w + (size_t)(n0 / 16) * ts.NB * ts.TB;
+        for (int c = 0; c < nchunks; c++) { /* nchunks == ts.NB: a stage is a block's steps */
+            const int s = c % S;
+            if (c >= S) mbar_wait(&empty[s], ((c / S) - 1) & 1);
+            if (lane == 0) mbar_expect(&full[s], (uint32_t)(ts.TB * nrt));
+            __syncwarp();
+            if (lane < nrt)
+                bulk_g2s(qb_buf + (size_t)s * STAGE + (size_t)lane * ts.TB,
+                         wb + ((size_t)lane * ts.NB + c) * ts.TB, (uint32_t)ts.TB, &full[s]);
+        }
+        return;
+    }
     if (warp == QB_CW) { /* ==== producer ==== */
         const uint8_t *wb = (const uint8_t *)sg.w + (size_t)n0 * row_bytes;
         for (int c = 0; c < nchunks; c++) {
@@ -162,11 +193,12 @@ qmv_bulk_kernel(qmv_segs segs, const uint4 *__restrict__ xq, int rows, int K, in
     const int ra = 16 * rb + g, rc = ra + 8; /* this lane's two weight rows in the CTA */
     const bool oka = ra < nrows, okc = rc < nrows;
     const int G = K / group;
-    const uint16_t *sa = (const uint16_t *)sg.s + (size_t)(n0 + (oka ? ra : 0)) * G;
-    const uint16_t *ba = (const uint16_t *)sg.b + (size_t)(n0 + (oka ? ra : 0)) * G;
-    const uint16_t *sc = (const uint16_t *)sg.s + (size_t)(n0 + (okc ? rc : 0)) * G;
-    const uint16_t *bc = (const uint16_t *)sg.b + (size_t)(n0 + (okc ? rc : 0)) * G;
-    const int nst = (K + C::ST - 1) / C::ST; /* super-tiles in x's fragment order */
+    /* TL: rows past N read the block's zeros; the scales are in the stage */
+    const uint16_t *sa = TL ? nullptr : (const uint16_t *)sg.s + (size_t)(n0 + (oka ? ra : 0)) * G;
+    const uint16_t *ba = TL ? nullptr : (const uint16_t *)sg.b + (size_t)(n0 + (oka ? ra : 0)) * G;
+    const uint16_t *sc = TL ? nullptr : (const uint16_t *)sg.s + (size_t)(n0 + (okc ? rc : 0)) * G;
+    const uint16_t *bc = TL ? nullptr : (const uint16_t *)sg.b + (size_t)(n0 + (okc ? rc : 0)) * G;
+    const int nst = qb_nst<BITS, TL>(K); /* super-tiles in x's fragment order */
     bool okx[NT];
 #pragma unroll
     for (int i = 0; i < NT; i++) okx[i] = 8 * i + g < rows;
@@ -191,10 +223,10 @@ qmv_bulk_kernel(qmv_segs segs, const uint4 *__restrict__ xq, int rows, int K, in
         for (int h = 0; h < C::NST / KSPLIT; h++) {
             const int sti = kp + h * KSPLIT;               /* super-tile within the stage */
             const int u = c * C::NST + sti;                /* global super-tile */
-            const int k0 = u * C::ST + t * C::LC;          /* this lane's first code */
+            const int k0 = qb_k<BITS, TL>(u, t);           /* this lane's first code */
             const bool in = k0 < K;                        /* K % 32 == 0: all LC codes or none */
             uint32_t s2a = 0, b2a = 0, s2c = 0, b2c = 0;
-            if (in) {
+            if (!TL && in) { /* TL: after the stage wait, from the stage */
                 const int gi = k0 / group; /* group >= 32 >= LC: one group per lane chunk */
                 s2a = (uint32_t)__ldg(sa + gi) * 0x10001u, b2a = (uint32_t)__ldg(ba + gi) * 0x10001u;
                 s2c = (uint32_t)__ldg(sc + gi) * 0x10001u, b2c = (uint32_t)__ldg(bc + gi) * 0x10001u;
@@ -211,9 +243,23 @@ qmv_bulk_kernel(qmv_segs segs, const uint4 *__restrict__ xq, int rows, int K, in
                 waited = true;
             }
             uint4 wa = make_uint4(0, 0, 0, 0), wc = wa;
-            const int off = (sti * C::ST + t * C::LC) * BITS / 8;
-            if (in && oka) wa = *(const uint4 *)(st + (size_t)ra * RS + off);
-            if (in && okc) wc = *(const uint4 *)(st + (size_t)rc * RS + off);
+            if (TL) {
+                const uint8_t *blk = st + (size_t)rb * ts.TB;
+                if (in) {
+                    wa = *(const uint4 *)(blk + sti * 1024 + 16 * lane);
+                    wc = *(const uint4 *)(blk + sti * 1024 + 512 + 16 * lane);
+                    const int gb = (k0 - c * C::KC) / group;
+                    const uint16_t *sw = (const uint16_t *)(blk + 4096) + 2 * (gb >> 1) + (gb & 1);
+                    s2a = (uint32_t)sw[2 * (0 * 8 + g) * ts.NW] * 0x10001u;
+                    b2a = (uint32_t)sw[2 * (1 * 8 + g) * ts.NW] * 0x10001u;
+                    s2c = (uint32_t)sw[2 * (2 * 8 + g) * ts.NW] * 0x10001u;
+                    b2c = (uint32_t)sw[2 * (3 * 8 + g) * ts.NW] * 0x10001u;
+                }
+            } else {
+                const int off = (sti * C::ST + t * C::LC) * BITS / 8;
+                if (in && oka) wa = *(const uint4 *)(st + (size_t)ra * RS + off);
+                if (in && okc) wc = *(const uint4 *)(st + (size_t)rc * RS + off);
+            }
             /* Lanes past K go on with zero codes, scales and x: mma.sync needs the whole warp
              * (a partial last super-tile, K % (4 * LC) != 0, split a warp and hung the GPU). */
             const uint32_t wav[4] = {wa.x, wa.y, wa.z, wa.w}, wcv[4] = {wc.x, wc.y, wc.z, wc.w};
@@ -259,13 +305,13 @@ qmv_bulk_kernel(qmv_segs segs, const uint4 *__restrict__ xq, int rows, int K, in
 }
 
 /* ==== Launch ==== */
-template <int BITS, int NT, int RB, int S>
+template <int BITS, int NT, int RB, int S, bool TL>
 static int qb_go(qmv_segs segs, const cuda_qmv_args *a, cudaStream_t st) {
     constexpr size_t smem = (size_t)S * 16 * RB * (QB_ROWB + QB_PAD);
     static int s_set[CUDA_MAX_DEVICES]; /* cudaFuncSetAttribute is per device */
     const int cd = cuda_cur_device();
     if (!s_set[cd]) {
-        const cudaError_t e = cudaFuncSetAttribute(qmv_bulk_kernel<BITS, NT, RB, S>,
+        const cudaError_t e = cudaFuncSetAttribute(qmv_bulk_kernel<BITS, NT, RB, S, TL>,
                                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return (int)e;
         s_set[cd] = 1;
@@ -276,24 +322,24 @@ static int qb_go(qmv_segs segs, const cuda_qmv_args *a, cudaStream_t st) {
         grid += (segs.N[i] + 16 * RB - 1) / (16 * RB);
     }
     uint4 *xq = (uint4 *)a->ws;
-    const size_t quads = qb_xquads<BITS>(a->K, NT);
+    const size_t quads = qb_xquads<BITS, TL>(a->K, NT);
     pdl_launch p;
     pdl_launch_config(&p, dim3((unsigned)((quads + 255) / 256)), dim3(256), 0, st);
     cudaError_t e =
-        cudaLaunchKernelEx(&p.cfg, qb_prep_kernel<BITS>, xq, a->x, a->ldx, a->rows, a->K, NT);
+        cudaLaunchKernelEx(&p.cfg, qb_prep_kernel<BITS, TL>, xq, a->x, a->ldx, a->rows, a->K, NT);
     if (e != cudaSuccess) return (int)e;
     pdl_launch l;
     pdl_launch_config(&l, dim3(grid), dim3((QB_CW + 1) * 32), smem, st);
-    return (int)cudaLaunchKernelEx(&l.cfg, qmv_bulk_kernel<BITS, NT, RB, S>, segs,
+    return (int)cudaLaunchKernelEx(&l.cfg, qmv_bulk_kernel<BITS, NT, RB, S, TL>, segs,
                                    (const uint4 *)xq, a->rows, a->K, a->group);
 }
 
-template <int BITS, int RB, int S>
+template <int BITS, int RB, int S, bool TL = false>
 static int qb_nt(const qmv_segs &segs, const cuda_qmv_args *a, cudaStream_t st) {
-    if (a->rows <= 8) return qb_go<BITS, 1, RB, S>(segs, a, st);
-    if (a->rows <= 16) return qb_go<BITS, 2, RB, S>(segs, a, st);
-    if (a->rows <= 24) return qb_go<BITS, 3, RB, S>(segs, a, st);
-    return qb_go<BITS, 4, RB, S>(segs, a, st);
+    if (a->rows <= 8) return qb_go<BITS, 1, RB, S, TL>(segs, a, st);
+    if (a->rows <= 16) return qb_go<BITS, 2, RB, S, TL>(segs, a, st);
+    if (a->rows <= 24) return qb_go<BITS, 3, RB, S, TL>(segs, a, st);
+    return qb_go<BITS, 4, RB, S, TL>(segs, a, st);
 }
 
 /* Variants {RB, S}; 0, the default ({1, 8}), was the fastest on every 8B shape at 1, 8 and 32
@@ -306,7 +352,8 @@ extern "C" int cuda_qmv_bulk_supported(const cuda_qmv_args *a) {
     return a && (a->bits == 4 || a->bits == 8) && a->sb_dtype == CUDA_QSB_BF16 && a->rows >= 1 &&
            a->rows <= CUDA_QMV_TC_MAX_ROWS && (a->group == 32 || a->group == 64 || a->group == 128) &&
            a->K >= a->group && a->K % a->group == 0 && a->x && ((uintptr_t)a->x & 15) == 0 &&
-           a->ldx >= a->K && a->ldx % 4 == 0 && !a->glu_out && !a->norm_w;
+           a->ldx >= a->K && a->ldx % 4 == 0 && !a->glu_out && !a->norm_w &&
+           (!a->tiled || a->group >= 64);
 }
 
 /* x in fragment order for CUDA_QMV_TC_MAX_ROWS rows; 4-bit super-tiles are the longer. */
@@ -320,8 +367,12 @@ extern "C" int cuda_qmv_bulk(const cuda_qmv_args *a, int variant, cudaStream_t s
         a->ws_bytes < cuda_qmv_bulk_workspace_bytes(a->K))
         return (int)cudaErrorInvalidValue;
     qmv_segs segs;
-    if (qmv_segs_fill(a, &segs, true)) return (int)cudaErrorInvalidValue;
+    if (qmv_segs_fill(a, &segs, true, true)) return (int)cudaErrorInvalidValue;
     if (((size_t)a->K * a->bits / 8) % 16) return (int)cudaErrorInvalidValue; /* bulk copies: 16-byte rows */
+    if (a->tiled) { /* the default shape only: a stage is one block a row tile */
+        if (variant) return (int)cudaErrorInvalidValue;
+        return a->bits == 4 ? qb_nt<4, 1, 8, true>(segs, a, st) : qb_nt<8, 1, 8, true>(segs, a, st);
+    }
     if (a->bits == 4) {
         switch (variant) {
         case 0: return qb_nt<4, 1, 8>(segs, a, st);

@@ -16,6 +16,7 @@
 
 #include "backend/cuda/cuda_info.h"
 #include "backend/cuda/qkern.cuh"
+#include "backend/cuda/qtile.cuh"
 
 #define QW_WARPS 8 /* warps per CTA */
 #define QW_XW 32   /* per-step x columns (scales, sums): up to 4 n-tiles of 8 */
@@ -104,20 +105,15 @@ struct qw_epi {
     float *pair;
 };
 
-/* The tiled layout (TL; cuda_qmv_i8_tile, MLXCEL_QMV_TILED): a warp's load batch, the codes
- * and the raw scales / biases of 16 rows x U steps, is one contiguous block of TB bytes, in
- * the order its lanes read it, so the walk of a warp is one sequential stream (the MLX layout
- * reads 16 row pieces of 64 LQ bytes a load, K BITS / 8 bytes apart). Block (row tile rt,
- * batch b) at (rt NB + b) TB, NB = ceil(S / U); inside: the 16-byte quad of lane L, row half
- * ab (rows g, g + 8), step u and quad q at ((u LQ + q) 2 + ab) 512 + 16 L; then 4 x 8 x NW
- * words: kind (scales of row g, biases of g, scales of g + 8, biases of g + 8), then g, then
- * word j (groups 2j, 2j + 1 of the batch: qw_sb_batch's words). Zeros past N, K or S. */
+/* TL: the weight is in the tiled layout (qtile.cuh): a load batch is one block. */
 template <int G, int NT, int BITS = 4, bool TL = false> struct qw_frame {
     static constexpr int C = 128 / G, CPG = G / 32, RPT = 8 / C;
     static constexpr int LQ = BITS / 4;         /* 16-byte loads per lane, row and step */
     static constexpr int U = BITS == 4 ? 4 : 2; /* steps per load batch: the same bytes */
     static constexpr int NW = U * C / 2;        /* 16-bit scale words per row and batch */
-    static constexpr int TB = 4096 + 128 * NW;  /* TL: bytes of a tiled block */
+    static constexpr int TB = qt_geo<BITS, G>::TB; /* TL: bytes of a tiled block */
+    static_assert(U == qt_geo<BITS, G>::U && LQ == qt_geo<BITS, G>::LQ &&
+                      NW == qt_geo<BITS, G>::NW, "the frame's batch is a tiled block");
     using batch = qw_batch<NW, U, LQ>;
     qmv_seg sg;
     int lane, warp, g, t, n0, wk, S, NG, sbeg, send;
@@ -366,6 +362,7 @@ static inline int qw_grid(qmv_segs &segs, int S, int u, int wps, int mb, int *gr
  * 1..CUDA_QMV_MAX_ROWS rows, x 16-byte aligned with ldx % 4 == 0, bf16 / f16 scales; a GLU
  * input (glu_out) where i8, with up 16-byte aligned and act 0..2. */
 static inline int qw_supported(const cuda_qmv_args *a, bool i8) {
+    if (a && a->tiled && !i8) return 0; /* qmv_mma reads the MLX layout */
     if (a && (a->res || a->x_inprep || a->x_ready || a->glu_next || a->rope_cs) && !i8) return 0;
     /* the epilogues are one-row (the kernels' one-row variants) */
     if (a && a->res && (a->n_segs != 1 || ((uintptr_t)a->res & 3) || a->glu_next || a->rows != 1))
@@ -405,7 +402,7 @@ static inline int qw_supported(const cuda_qmv_args *a, bool i8) {
  * aligned) into segs; else cudaErrorInvalidValue. */
 static inline int qw_args(const cuda_qmv_args *a, bool i8, size_t ws_bytes, qmv_segs *segs) {
     if (!qw_supported(a, i8) || a->n_segs < 1 || a->n_segs > CUDA_QMV_MAX_SEGS || !a->ws ||
-        ((uintptr_t)a->ws & 15) || a->ws_bytes < ws_bytes || qmv_segs_fill(a, segs, true))
+        ((uintptr_t)a->ws & 15) || a->ws_bytes < ws_bytes || qmv_segs_fill(a, segs, true, i8))
         return (int)cudaErrorInvalidValue;
     return 0;
 }

@@ -492,9 +492,10 @@ template <int BITS, int G, int SBT, int NT> struct qi_launch {
             inp || fz.res || fz.glu_out || fz.rope_cs || (BITS == 8 && a->x_ready); /* HL */
         if (epi && NT != 1) return (int)cudaErrorInvalidValue; /* one row only (NT 1) */
         const int xm = epi ? (inp ? 1 : 2) : 0;
-        if (!a->tiled[0]) return launch<false>(segs, xq, xsc, xsum, a, ks, grid, fz, xm, st);
-        for (int i = 0; i < segs.n; i++) segs.w[i] = (const uint32_t *)a->tiled[i];
-        return launch<true>(segs, xq, xsc, xsum, a, ks, grid, fz, xm, st);
+        if (!a->tiled) return launch<false>(segs, xq, xsc, xsum, a, ks, grid, fz, xm, st);
+        if constexpr (SBT == CUDA_QSB_BF16) /* tiled weights have bf16 scales (qi_supported) */
+            return launch<true>(segs, xq, xsc, xsum, a, ks, grid, fz, xm, st);
+        return (int)cudaErrorInvalidValue;
     }
     template <bool TL>
     static int launch(const qmv_segs &segs, const uint4 *xq, const float *xsc, const float *xsum,
@@ -518,63 +519,6 @@ template <int BITS, int G, int SBT, int NT> struct qi_launch {
 template <int G, int SBT, int NT> using qi_launch4 = qi_launch<4, G, SBT, NT>;
 template <int G, int SBT, int NT> using qi_launch8 = qi_launch<8, G, SBT, NT>;
 
-/* ==== The tiled copy (qw_frame's TL layout) ====
- * One CTA a block (row tile rt = blockIdx.x / NB, batch b): thread i copies code quad i and,
- * i < 32 NW, scale word i. The scales move as raw 16-bit values (bf16 or f16 alike). */
-template <int G, int BITS>
-__global__ void __launch_bounds__(256)
-qi_tile_kernel(uint8_t *__restrict__ out, const uint8_t *__restrict__ w,
-               const uint16_t *__restrict__ sc, const uint16_t *__restrict__ bi, int N, int K) {
-    using F = qw_frame<G, 1, BITS, true>;
-    const int S = qw_steps(K), NB = (S + F::U - 1) / F::U, NG = K / G;
-    const int rt = (int)blockIdx.x / NB, b = (int)blockIdx.x % NB, i = (int)threadIdx.x;
-    uint8_t *o = out + (size_t)blockIdx.x * F::TB;
-    const int lane = i & 31, ab = (i >> 5) & 1, u = (i >> 6) / F::LQ, q = (i >> 6) % F::LQ;
-    const int n = rt * 16 + (lane >> 2) + 8 * ab, st = b * F::U + u, t = lane & 3;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (n < N && st < S && st * 128 + 32 * t < K)
-        v = *(const uint4 *)(w + (size_t)n * (K / 8 * BITS) + (size_t)st * 64 * F::LQ +
-                             16 * (t * F::LQ + q));
-    ((uint4 *)o)[i] = v;
-    if (i < 32 * F::NW) {
-        const int kind = i / (8 * F::NW), g = i / F::NW % 8, j = i % F::NW;
-        const int nn = rt * 16 + g + 8 * (kind >> 1), g0 = b * F::U * F::C + 2 * j;
-        const uint16_t *src = (kind & 1) ? bi : sc;
-        const uint32_t lo = nn < N && g0 < NG ? src[(size_t)nn * NG + g0] : 0u;
-        const uint32_t hi = nn < N && g0 + 1 < NG ? src[(size_t)nn * NG + g0 + 1] : 0u;
-        ((uint32_t *)(o + 4096))[i] = lo | hi << 16;
-    }
-}
-
-static bool qi_tile_ok(int N, int K, int bits, int group) {
-    return N >= 1 && (bits == 4 || bits == 8) && (group == 64 || group == 128) && K >= group &&
-           K % group == 0;
-}
-
-extern "C" size_t cuda_qmv_i8_tiled_bytes(int N, int K, int bits, int group) {
-    if (!qi_tile_ok(N, K, bits, group)) return 0;
-    const int U = bits == 4 ? 4 : 2, NW = U * (128 / group) / 2;
-    return (size_t)((N + 15) / 16) * ((qw_steps(K) + U - 1) / U) * (4096 + 128 * NW);
-}
-
-extern "C" int cuda_qmv_i8_tile(void *out, const uint32_t *w, const void *scales,
-                                const void *biases, int N, int K, int bits, int group,
-                                cudaStream_t st) {
-    if (!qi_tile_ok(N, K, bits, group) || !out || !w || !scales || !biases ||
-        ((uintptr_t)out & 15) || ((uintptr_t)w & 15))
-        return (int)cudaErrorInvalidValue;
-    const int U = bits == 4 ? 4 : 2;
-    const unsigned blocks = (unsigned)((N + 15) / 16) * ((qw_steps(K) + U - 1) / U);
-    const uint8_t *wb = (const uint8_t *)w;
-    const uint16_t *s = (const uint16_t *)scales, *b = (const uint16_t *)biases;
-    uint8_t *o = (uint8_t *)out;
-    if (bits == 4 && group == 64) qi_tile_kernel<64, 4><<<blocks, 256, 0, st>>>(o, wb, s, b, N, K);
-    else if (bits == 4) qi_tile_kernel<128, 4><<<blocks, 256, 0, st>>>(o, wb, s, b, N, K);
-    else if (group == 64) qi_tile_kernel<64, 8><<<blocks, 256, 0, st>>>(o, wb, s, b, N, K);
-    else qi_tile_kernel<128, 8><<<blocks, 256, 0, st>>>(o, wb, s, b, N, K);
-    return (int)cudaGetLastError();
-}
-
 /* qw_supported, and x_inprep's shared memory within the default 48 KiB (K <= 19,584 4-bit,
  * 10,240 8-bit) */
 static bool qi_supported(const cuda_qmv_args *a) {
@@ -582,9 +526,7 @@ static bool qi_supported(const cuda_qmv_args *a) {
     if (a && a->bits == 8 && (a->res || a->glu_next || a->rope_cs) && !a->x_inprep &&
         !a->x_ready)
         return false;
-    if (a && a->tiled[0])
-        for (int i = 0; i < a->n_segs && i < CUDA_QMV_MAX_SEGS; i++)
-            if (!a->tiled[i] || ((uintptr_t)a->tiled[i] & 15)) return false;
+    if (a && a->tiled && a->sb_dtype != CUDA_QSB_BF16) return false;
     return qw_supported(a, true) &&
            (!a->x_inprep || qi_inprep_bytes(a->K, a->bits) <= 48 * 1024);
 }

@@ -415,7 +415,7 @@ extern "C" int cuda_qmv_tc_supported(const cuda_qmv_args *a) {
         a->rows > CUDA_QMV_TC_MAX_ROWS || a->K < a->group || a->K % a->group || !a->x ||
         ((uintptr_t)a->x & 15) || a->ldx < a->K || a->ldx % 4 || a->n_segs < 1 ||
         a->n_segs > CUDA_QMV_MAX_SEGS || a->sb_dtype < CUDA_QSB_BF16 ||
-        a->sb_dtype > CUDA_QSB_F32 || a->glu_out || a->norm_w)
+        a->sb_dtype > CUDA_QSB_F32 || a->glu_out || a->norm_w || a->tiled)
         return 0;
     for (int i = 0; i < a->n_segs; i++)
         if (!a->w[i] || ((uintptr_t)a->w[i] & 15)) return 0;

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# GPU machine: quantized weights repacked at load (MLXCEL_QMV_TILED, default on; session 16).
+# PART=tests (~4 min): test_cuda's quant and e2e groups (every tiled launch against the MLX
+# layout's, the demo model converted and loaded both ways), then the op bench's qmv suite at
+# QMV_ROWS (default 32: qmv_bulk on either layout). PART=e2e (~7 min): the synthetic 8B as MLX
+# q4g64 and q8g64, `mlxcel bench` at B=1,8,32, tiled (as is) and MLXCEL_QMV_TILED=0.
+# Carry .carry/devpack.tar.xz (`XZ=1 bash bench/pack_device.sh`).
+#   PART=tests bash tools/diag/tiled_load.sh
+set -u
+. bench/device_env.sh
+diag_init
+if [ "${PART:-tests}" = tests ]; then
+  diag_test - quant,e2e
+  grep -E "repacked|tiled" "$D/test--.log" | grep -v "^ok.*bitwise" | head -12 | cut -c1-150
+  echo "== tiled checks: $(grep -c 'tiled' "$D/test--.log") lines, $(grep 'tiled' "$D/test--.log" |
+    grep -c '^FAIL') failed"
+  QMV_ROWS=${QMV_ROWS:-32} diag_qmv_bench "qmv_bulk0|FAIL"
+else
+  AB="- MLXCEL_QMV_TILED=0" BATCH=1,8,32 REPEAT=2 QUANT="4:64 8:64" BF16=0 \
+    diag_quant 560 "^== conv"
+fi
+echo "== done: $((SECONDS - T0)) s"
