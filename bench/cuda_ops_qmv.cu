@@ -290,15 +290,18 @@ void suite_qmv(void) {
                     t = bench_time(qb_bulk, &c, 5, 30);
                     result_add(op, shape, t, bytes, rb, g_fail > fb2);
                 }
-                c.variant = 0; /* the tiled layout takes the default shape */
-                const double rt = qb_check(&c, &nan, qb_bulk_tl);
-                snprintf(what, sizeof what, "qmv_bulk tiled vs cuda_qmv %s R=%d q%d",
-                         shapes[si].name, c.R, c.bits);
-                const int ft = g_fail;
-                check_report(what, rt, 0, nan, 1e-2);
-                snprintf(op, sizeof op, "qmv_bulk0 tiled q%dg%d", c.bits, c.group);
-                t = bench_time(qb_bulk_tl, &c, 5, 30);
-                result_add(op, shape, t, bytes, rt, g_fail > ft);
+                /* the tiled layout: a stage's block in 8, 1, 2, 4 copies */
+                for (c.variant = 0; c.variant < cuda_qmv_bulk_variants(); c.variant++) {
+                    const double rt = qb_check(&c, &nan, qb_bulk_tl);
+                    snprintf(what, sizeof what, "qmv_bulk%d tiled vs cuda_qmv %s R=%d q%d",
+                             c.variant, shapes[si].name, c.R, c.bits);
+                    const int ft = g_fail;
+                    check_report(what, rt, 0, nan, 1e-2);
+                    snprintf(op, sizeof op, "qmv_bulk%d tiled q%dg%d", c.variant, c.bits, c.group);
+                    t = bench_time(qb_bulk_tl, &c, 5, 30);
+                    result_add(op, shape, t, bytes, rt, g_fail > ft);
+                }
+                c.variant = 0;
             }
             for (int s = 0; s < c.nsets; s++) {
                 CK(cudaFree(c.w[s]));

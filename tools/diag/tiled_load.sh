@@ -14,8 +14,9 @@ if [ "${PART:-tests}" = tests ]; then
   grep -E "repacked|tiled" "$D/test--.log" | grep -v "^ok.*bitwise" | head -12 | cut -c1-150
   echo "== tiled checks: $(grep -c 'tiled' "$D/test--.log") lines, $(grep 'tiled' "$D/test--.log" |
     grep -c '^FAIL') failed"
-  QMV_ROWS=${QMV_ROWS:-32} diag_qmv_bench "qmv_bulk0|FAIL"
+  QMV_ROWS=${QMV_ROWS:-32} diag_qmv_bench "${QMV_RE:-^(qmv_bulk0 q|qmv_bulk. tiled)|FAIL}"
 else
+  diag_test - quant
   AB="- MLXCEL_QMV_TILED=0" BATCH=1,8,32 REPEAT=2 QUANT="4:64 8:64" BF16=0 \
     diag_quant 560 "^== conv"
 fi

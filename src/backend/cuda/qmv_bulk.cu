@@ -27,8 +27,12 @@
  *   (no atomics: reproducible).
  * - TL (a weight in the tiled layout, qtile.cuh): a stage is one block per row tile, codes
  *   and scales, one bulk copy each; super-tile sti of a stage is the block's quad row sti
- *   (4-bit: step sti; 8-bit: step sti / 2, quad sti % 2), so 8-bit x is laid out in that
- *   k order, and the scales come from the stage too. */
+ *   (4-bit: step sti; 8-bit: step sti / 2, quad sti % 2), so 8-bit x is laid out in that k
+ *   order. Its register budget is the occupancy shared memory allows (4 CTAs an SM): at the
+ *   default, ptxas spilled the 32-row 8-bit variant (gate+up 151 against 73 us unspilled).
+ *   Measured (H200, op bench, 8B shapes, against the MLX layout's default shape): q4g64
+ *   gate+up 33.2 / 61.8 us at 1 / 32 rows against 36.7 / 73.1, q8g64 48.4 / 72.5 against
+ *   54.8 / 85.9; the scales read from global memory before the stage wait were slower. */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -137,8 +141,9 @@ qb_prep_kernel(uint4 *__restrict__ xq, const float *__restrict__ x, long ldx, in
 }
 
 template <int BITS, int NT, int RB, int S, bool TL>
-__global__ void __launch_bounds__((QB_CW + 1) * 32)
-qmv_bulk_kernel(qmv_segs segs, const uint4 *__restrict__ xq, int rows, int K, int group) {
+__global__ void __launch_bounds__((QB_CW + 1) * 32, TL ? 4 : 0) /* 0: ptxas decides */
+qmv_bulk_kernel(qmv_segs segs, const uint4 *__restrict__ xq, int rows, int K, int group,
+                int pcs) {
     using C = qb_cfg<BITS>;
     constexpr int KSPLIT = QB_CW / RB;
     constexpr int ROWS = 16 * RB;
@@ -157,16 +162,19 @@ qmv_bulk_kernel(qmv_segs segs, const uint4 *__restrict__ xq, int rows, int K, in
     mbar_init_stages(full, empty, S, QB_CW);
 
     if (TL && warp == QB_CW) { /* ==== producer: one block a row tile and stage ==== */
-        const int nrt = (nrows + 15) / 16;
+        /* each block, codes and scales, in pcs copies (TB / pcs: a multiple of 16, pcs | 8) */
+        const int nrt = (nrows + 15) / 16, pb = ts.TB / pcs;
         const uint8_t *wb = (const uint8_t *)sg.w + (size_t)(n0 / 16) * ts.NB * ts.TB;
         for (int c = 0; c < nchunks; c++) { /* nchunks == ts.NB: a stage is a block's steps */
             const int s = c % S;
             if (c >= S) mbar_wait(&empty[s], ((c / S) - 1) & 1);
             if (lane == 0) mbar_expect(&full[s], (uint32_t)(ts.TB * nrt));
             __syncwarp();
-            if (lane < nrt)
-                bulk_g2s(qb_buf + (size_t)s * STAGE + (size_t)lane * ts.TB,
-                         wb + ((size_t)lane * ts.NB + c) * ts.TB, (uint32_t)ts.TB, &full[s]);
+            for (int i = lane; i < nrt * pcs; i += 32) {
+                const int r = i / pcs, p = i % pcs;
+                bulk_g2s(qb_buf + (size_t)s * STAGE + (size_t)r * ts.TB + p * pb,
+                         wb + ((size_t)r * ts.NB + c) * ts.TB + p * pb, (uint32_t)pb, &full[s]);
+            }
         }
         return;
     }
@@ -199,6 +207,9 @@ qmv_bulk_kernel(qmv_segs segs, const uint4 *__restrict__ xq, int rows, int K, in
     const uint16_t *sc = TL ? nullptr : (const uint16_t *)sg.s + (size_t)(n0 + (okc ? rc : 0)) * G;
     const uint16_t *bc = TL ? nullptr : (const uint16_t *)sg.b + (size_t)(n0 + (okc ? rc : 0)) * G;
     const int nst = qb_nst<BITS, TL>(K); /* super-tiles in x's fragment order */
+    /* TL: this lane's scale of row g at byte 2 gb of the block's (kind, g) words, kinds
+     * (scales g, biases g, scales g + 8, biases g + 8) 32 NW bytes apart */
+    const int gsh = group == 64 ? 6 : 7, kst = 32 * ts.NW, soff = 4096 + 4 * g * ts.NW;
     bool okx[NT];
 #pragma unroll
     for (int i = 0; i < NT; i++) okx[i] = 8 * i + g < rows;
@@ -226,7 +237,7 @@ qmv_bulk_kernel(qmv_segs segs, const uint4 *__restrict__ xq, int rows, int K, in
             const int k0 = qb_k<BITS, TL>(u, t);           /* this lane's first code */
             const bool in = k0 < K;                        /* K % 32 == 0: all LC codes or none */
             uint32_t s2a = 0, b2a = 0, s2c = 0, b2c = 0;
-            if (!TL && in) { /* TL: after the stage wait, from the stage */
+            if (!TL && in) { /* TL: the scales are in the stage, read after the wait */
                 const int gi = k0 / group; /* group >= 32 >= LC: one group per lane chunk */
                 s2a = (uint32_t)__ldg(sa + gi) * 0x10001u, b2a = (uint32_t)__ldg(ba + gi) * 0x10001u;
                 s2c = (uint32_t)__ldg(sc + gi) * 0x10001u, b2c = (uint32_t)__ldg(bc + gi) * 0x10001u;
@@ -248,12 +259,11 @@ qmv_bulk_kernel(qmv_segs segs, const uint4 *__restrict__ xq, int rows, int K, in
                 if (in) {
                     wa = *(const uint4 *)(blk + sti * 1024 + 16 * lane);
                     wc = *(const uint4 *)(blk + sti * 1024 + 512 + 16 * lane);
-                    const int gb = (k0 - c * C::KC) / group;
-                    const uint16_t *sw = (const uint16_t *)(blk + 4096) + 2 * (gb >> 1) + (gb & 1);
-                    s2a = (uint32_t)sw[2 * (0 * 8 + g) * ts.NW] * 0x10001u;
-                    b2a = (uint32_t)sw[2 * (1 * 8 + g) * ts.NW] * 0x10001u;
-                    s2c = (uint32_t)sw[2 * (2 * 8 + g) * ts.NW] * 0x10001u;
-                    b2c = (uint32_t)sw[2 * (3 * 8 + g) * ts.NW] * 0x10001u;
+                    const uint8_t *p = blk + soff + 2 * ((k0 - c * C::KC) >> gsh);
+                    s2a = (uint32_t)*(const uint16_t *)p * 0x10001u;
+                    b2a = (uint32_t)*(const uint16_t *)(p + kst) * 0x10001u;
+                    s2c = (uint32_t)*(const uint16_t *)(p + 2 * kst) * 0x10001u;
+                    b2c = (uint32_t)*(const uint16_t *)(p + 3 * kst) * 0x10001u;
                 }
             } else {
                 const int off = (sti * C::ST + t * C::LC) * BITS / 8;
@@ -306,7 +316,7 @@ qmv_bulk_kernel(qmv_segs segs, const uint4 *__restrict__ xq, int rows, int K, in
 
 /* ==== Launch ==== */
 template <int BITS, int NT, int RB, int S, bool TL>
-static int qb_go(qmv_segs segs, const cuda_qmv_args *a, cudaStream_t st) {
+static int qb_go(qmv_segs segs, const cuda_qmv_args *a, cudaStream_t st, int pcs = 1) {
     constexpr size_t smem = (size_t)S * 16 * RB * (QB_ROWB + QB_PAD);
     static int s_set[CUDA_MAX_DEVICES]; /* cudaFuncSetAttribute is per device */
     const int cd = cuda_cur_device();
@@ -331,15 +341,15 @@ static int qb_go(qmv_segs segs, const cuda_qmv_args *a, cudaStream_t st) {
     pdl_launch l;
     pdl_launch_config(&l, dim3(grid), dim3((QB_CW + 1) * 32), smem, st);
     return (int)cudaLaunchKernelEx(&l.cfg, qmv_bulk_kernel<BITS, NT, RB, S, TL>, segs,
-                                   (const uint4 *)xq, a->rows, a->K, a->group);
+                                   (const uint4 *)xq, a->rows, a->K, a->group, pcs);
 }
 
 template <int BITS, int RB, int S, bool TL = false>
-static int qb_nt(const qmv_segs &segs, const cuda_qmv_args *a, cudaStream_t st) {
-    if (a->rows <= 8) return qb_go<BITS, 1, RB, S, TL>(segs, a, st);
-    if (a->rows <= 16) return qb_go<BITS, 2, RB, S, TL>(segs, a, st);
-    if (a->rows <= 24) return qb_go<BITS, 3, RB, S, TL>(segs, a, st);
-    return qb_go<BITS, 4, RB, S, TL>(segs, a, st);
+static int qb_nt(const qmv_segs &segs, const cuda_qmv_args *a, cudaStream_t st, int pcs = 1) {
+    if (a->rows <= 8) return qb_go<BITS, 1, RB, S, TL>(segs, a, st, pcs);
+    if (a->rows <= 16) return qb_go<BITS, 2, RB, S, TL>(segs, a, st, pcs);
+    if (a->rows <= 24) return qb_go<BITS, 3, RB, S, TL>(segs, a, st, pcs);
+    return qb_go<BITS, 4, RB, S, TL>(segs, a, st, pcs);
 }
 
 /* Variants {RB, S}; 0, the default ({1, 8}), was the fastest on every 8B shape at 1, 8 and 32
@@ -369,9 +379,11 @@ extern "C" int cuda_qmv_bulk(const cuda_qmv_args *a, int variant, cudaStream_t s
     qmv_segs segs;
     if (qmv_segs_fill(a, &segs, true, true)) return (int)cudaErrorInvalidValue;
     if (((size_t)a->K * a->bits / 8) % 16) return (int)cudaErrorInvalidValue; /* bulk copies: 16-byte rows */
-    if (a->tiled) { /* the default shape only: a stage is one block a row tile */
-        if (variant) return (int)cudaErrorInvalidValue;
-        return a->bits == 4 ? qb_nt<4, 1, 8, true>(segs, a, st) : qb_nt<8, 1, 8, true>(segs, a, st);
+    if (a->tiled) { /* the default shape: a stage is one block a row tile, in 1 (the
+                       * fastest at 1, 8 and 32 rows, H200 8B shapes), 2, 4 or 8 copies */
+        static const int k_pcs[QB_N_VARIANTS] = {1, 2, 4, 8};
+        return a->bits == 4 ? qb_nt<4, 1, 8, true>(segs, a, st, k_pcs[variant])
+                            : qb_nt<8, 1, 8, true>(segs, a, st, k_pcs[variant]);
     }
     if (a->bits == 4) {
         switch (variant) {
