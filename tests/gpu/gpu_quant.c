@@ -740,6 +740,30 @@ static void test_qmm_tiles(int rows, int N, int K, int bits, int group, mx_dtype
     launch_case_free(&c);
 }
 
+/* cuda_qdequant_bf16 of rows [n0, n0 + n) from the tiled layout (the block path at n0 % 16
+ * == 0, code by code otherwise) against the MLX layout's: bitwise. */
+static void test_dequant_tiled(int N, int K, int bits, int group, int n0, int n) {
+    qmat m;
+    qmat_make(&m, N, K, bits, group, MX_BF16);
+    uint16_t *d[2];
+    int rc = !m.tl.tiled;
+    for (int i = 0; i < 2; i++) {
+        d[i] = g_gpu->alloc((size_t)n * K * 2);
+        rc |= cuda_qdequant_bf16(d[i], K, i ? m.tl.w.data : m.dev.w.data,
+                                 i ? NULL : m.dev.scales.data, i ? NULL : m.dev.biases.data,
+                                 CUDA_QSB_BF16, i, n0, n, K, bits, group, g_cu.st);
+    }
+    uint16_t *h[2] = {malloc((size_t)n * K * 2), malloc((size_t)n * K * 2)};
+    for (int i = 0; i < 2 && !rc; i++)
+        cudaMemcpy(h[i], d[i], (size_t)n * K * 2, cudaMemcpyDeviceToHost);
+    char what[160];
+    snprintf(what, sizeof what, "dequant tiled rows [%d, %d) of [%d x %d] q%dg%d == MLX layout",
+             n0, n0 + n, N, K, bits, group);
+    gt_report(what, rc ? 1 : 0, 0, rc ? 0 : memcmp(h[0], h[1], (size_t)n * K * 2) != 0);
+    for (int i = 0; i < 2; i++) g_gpu->free(d[i]), free(h[i]);
+    qmat_free(&m);
+}
+
 /* The qmv_i8 (i8) or default-shape qmv_bulk launch a (already made, outputs in dout) again
  * on the weights' tiled layout (upload_q) into fresh outputs: qmv_i8 and 4-bit qmv_bulk give
  * bitwise the same y, padding included (the same arithmetic in the same order; only the
@@ -1135,6 +1159,10 @@ int gt_run_quant_tests(const char *src_dir) {
     test_q_chain(4096, 14336, 8, MX_BF16); /* 8-bit: x as hi + lo; the down's from the GLU */
     test_qmm_tiles(17, 1000, 256, 4, 64, MX_BF16);
     test_qmm_tiles(33, 700, 384, 8, 64, MX_BF16);
+    test_dequant_tiled(100, 640, 4, 64, 16, 70);  /* blocks; a partial last row tile */
+    test_dequant_tiled(100, 640, 8, 128, 32, 68);
+    test_dequant_tiled(100, 384, 4, 128, 5, 37);  /* code by code */
+    test_dequant_tiled(100, 192, 8, 64, 3, 90);
     test_qmm_tiles(100, 2100, 384, 8, 128, MX_F16);
     test_qmm_tiles(300, 600, 512, 3, 32, MX_F32);
     for (size_t b = 0; b < 6; b++) {

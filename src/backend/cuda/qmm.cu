@@ -62,6 +62,47 @@ __global__ void qdequant_kernel(uint16_t *out, long ldo, const uint32_t *w, cons
     }
 }
 
+/* A tiled weight's rows [n0, n0 + nr) (n0 % 16 == 0), bf16 scales: one CTA a block (batch
+ * blockIdx.x of row tile n0 / 16 + blockIdx.y), thread i its 16-byte quad i (one coalesced
+ * 4 KB read a block) -> 32 (4-bit) or 16 (8-bit) consecutive codes of one row, written as
+ * bf16 16-byte stores. The per-code path above reads the tiled layout 4 bytes at a time:
+ * a 2048-token 4-bit prefill ran at 20.7k tok/s with it against 22.7k on the MLX layout. */
+template <int BITS>
+__global__ void __launch_bounds__(256)
+qt_dequant_kernel(uint16_t *out, long ldo, const uint8_t *w, int n0, int nr, int K, int group) {
+    const qt_shape s = qt_of(BITS, group, K);
+    const int i = threadIdx.x, lane = i & 31, ab = (i >> 5) & 1, u = (i >> 6) / s.LQ;
+    const int q = (i >> 6) % s.LQ, g = lane >> 2, t = lane & 3;
+    const int n = n0 + (int)blockIdx.y * 16 + g + 8 * ab;
+    const int k = ((int)blockIdx.x * s.U + u) * 128 + 32 * t + q * (128 / BITS);
+    if (n >= n0 + nr || k >= K) return;
+    const uint8_t *blk = w + ((size_t)(n >> 4) * s.NB + blockIdx.x) * s.TB;
+    const uint4 v = __ldg((const uint4 *)(blk + 16 * i));
+    const int gb = (k % (s.U * 128)) / group;
+    const uint8_t *sp = blk + 4096 + (2 * ab * 8 + g) * 4 * s.NW + 2 * gb;
+    const float sc = bf16_lo(__ldg((const uint16_t *)sp));
+    const float bi = bf16_lo(__ldg((const uint16_t *)(sp + 32 * s.NW)));
+    const uint32_t wd[4] = {v.x, v.y, v.z, v.w};
+    uint16_t *o = out + (size_t)(n - n0) * ldo + k;
+    constexpr int PER = 32 / BITS; /* codes a word */
+#pragma unroll
+    for (int h = 0; h < 4 * PER / 8; h++) { /* 8 codes a store */
+        float f[8];
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            const int c = 8 * h + e;
+            const float qv = (float)((wd[c / PER] >> (BITS * (c % PER))) & ((1u << BITS) - 1u));
+            f[e] = q_round_sb(__fadd_rn(__fmul_rn(sc, qv), bi), CUDA_QSB_BF16);
+        }
+        if ((((uintptr_t)(o + 8 * h)) & 15) == 0) {
+            *(uint4 *)(o + 8 * h) = f32x8_to_bf16x8(f);
+        } else {
+#pragma unroll
+            for (int e = 0; e < 8; e++) o[8 * h + e] = (uint16_t)f32_to_bf16_bits(f[e]);
+        }
+    }
+}
+
 static bool q_shape_ok(int K, int bits, int group) {
     return (group == 32 || group == 64 || group == 128) && K >= group && K % group == 0 &&
            bits >= 2 && bits <= 8 && bits != 7;
@@ -83,6 +124,13 @@ extern "C" int cuda_qdequant_bf16(uint16_t *out, long ldo, const uint32_t *w, co
     if (!out || n < 1 || n0 < 0 || n > 65535 || ldo < K || !q_shape_ok(K, bits, group) ||
         !q_arrays_ok(w, scales, biases, sb_dtype, tiled, bits, group))
         return (int)cudaErrorInvalidValue;
+    if (tiled && n0 % 16 == 0) {
+        const dim3 b(qt_of(bits, group, K).NB, (n + 15) / 16);
+        const uint8_t *tw = (const uint8_t *)w;
+        if (bits == 4) qt_dequant_kernel<4><<<b, 256, 0, st>>>(out, ldo, tw, n0, n, K, group);
+        else qt_dequant_kernel<8><<<b, 256, 0, st>>>(out, ldo, tw, n0, n, K, group);
+        return (int)cudaGetLastError();
+    }
     const dim3 g((K / 8 + 127) / 128, n);
     qdequant_kernel<<<g, 128, 0, st>>>(out, ldo, w, scales, biases, sb_dtype, tiled, n0, K, bits,
                                        group);
