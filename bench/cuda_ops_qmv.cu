@@ -28,7 +28,6 @@ typedef struct qb_ctx {
     uint16_t *s[QB_MAX_SETS], *b[QB_MAX_SETS];
     void *tl[QB_MAX_SETS]; /* the weights in the tiled layout (cuda_q_tile), as loaded */
     int tiled, inprep;     /* read tl; x rounded in the CTAs (qmv_i8, one row, as the engine) */
-    int ring;              /* qmv_i8 on tl: cuda_qmv_args.ring */
     float *x[QB_MAX_SETS], *y[QB_MAX_SETS]; /* x [32, K], y [32, N] */
     void *ws;                               /* cuda_qmv workspace */
     size_t ws_bytes;
@@ -45,7 +44,7 @@ static void qb_args(qb_ctx *c, int s, cuda_qmv_args *a, int r0, int rows) {
     a->rows = rows, a->K = c->K, a->bits = c->bits, a->group = c->group;
     a->sb_dtype = CUDA_QSB_BF16, a->ws = c->ws, a->ws_bytes = c->ws_bytes;
     if (c->tiled) a->w[0] = (const uint32_t *)c->tl[s], a->scales[0] = a->biases[0] = NULL;
-    a->tiled = c->tiled, a->ring = c->ring;
+    a->tiled = c->tiled;
     a->x_inprep = c->inprep;
 }
 
@@ -158,30 +157,25 @@ static void qb_i8_variants(qb_ctx *c, const char *shape, double bytes) {
         if (inp && !cuda_qmv_i8_supported(&a)) break; /* x past the CTA's shared memory */
         float *ref = qb_y(c, qb_i8);
         timing t;
-        char op[48], what[128];
+        char op[40], what[96];
         if (inp) {
             snprintf(op, sizeof op, "qmv_i8 inprep q%dg%d", c->bits, c->group);
             t = bench_time(qb_i8, c, 5, 30);
             result_add(op, shape, t, bytes, -1, 0);
         }
         c->tiled = 1;
-        for (int rg = 0; rg < 2; rg++) { /* the ring (default) and straight loads */
-            c->ring = rg ? -1 : 0;
-            float *y = qb_y(c, qb_i8);
-            size_t diff = 0;
-            for (size_t i = 0; i < (size_t)c->R * c->N; i++) diff += memcmp(&y[i], &ref[i], 4) != 0;
-            snprintf(what, sizeof what, "qmv_i8%s tiled%s == MLX layout, bitwise (%s)",
-                     inp ? " inprep" : "", rg ? " no ring" : "", shape);
-            const int f0 = g_fail;
-            check_report(what, diff ? 1.0 : 0.0, 0, 0, 0.5);
-            snprintf(op, sizeof op, "qmv_i8%s tiled%s q%dg%d", inp ? " inprep" : "",
-                     rg ? " noring" : "", c->bits, c->group);
-            t = bench_time(qb_i8, c, 5, 30);
-            result_add(op, shape, t, bytes, -1, g_fail > f0);
-            free(y);
-        }
-        c->ring = 0;
+        float *y = qb_y(c, qb_i8);
+        size_t diff = 0;
+        for (size_t i = 0; i < (size_t)c->R * c->N; i++) diff += memcmp(&y[i], &ref[i], 4) != 0;
+        snprintf(what, sizeof what, "qmv_i8%s tiled == MLX layout, bitwise (%s)",
+                 inp ? " inprep" : "", shape);
+        const int f0 = g_fail;
+        check_report(what, diff ? 1.0 : 0.0, 0, 0, 0.5);
+        snprintf(op, sizeof op, "qmv_i8%s tiled q%dg%d", inp ? " inprep" : "", c->bits, c->group);
+        t = bench_time(qb_i8, c, 5, 30);
+        result_add(op, shape, t, bytes, -1, g_fail > f0);
         free(ref);
+        free(y);
     }
     c->tiled = c->inprep = 0;
 }

@@ -171,7 +171,6 @@ static void env_load(void) {
     g_env.qmv_bulk_min_rows = env_int("MLXCEL_QMV_BULK_MIN_ROWS", 2, 1, 32);
     g_env.qmv_mma = env_int("MLXCEL_QMV_MMA", 1, 0, 8);
     g_env.qmv_i8 = env_int("MLXCEL_QMV_I8", 8, 0, 8);
-    g_env.qmv_ring = env_int("MLXCEL_QMV_RING", 2, 0, 2);
     g_env.qmv_i8_q8 = env_int("MLXCEL_QMV_I8_Q8", 0, 0, 8);
     g_env.qmv_i8_glu = env_bool("MLXCEL_QMV_I8_GLU", true);
     g_env.qmv_i8_norm = env_bool("MLXCEL_QMV_I8_NORM", true);

@@ -54,7 +54,6 @@ typedef struct mx_env_t {
     int qmv_bulk_min_rows;         /* MLXCEL_QMV_BULK_MIN_ROWS (2): fewest rows it takes */
     int qmv_mma;                   /* MLXCEL_QMV_MMA (1): most rows qmv_mma.cu takes (0: off) */
     int qmv_i8;                    /* MLXCEL_QMV_I8 (8): most rows of 4-bit qmv_i8.cu takes */
-    int qmv_ring;                  /* MLXCEL_QMV_RING (2): qmv_i8's blocks in flight a warp */
     int qmv_i8_q8;                 /* MLXCEL_QMV_I8_Q8 (0): the same for 8-bit (0: off) */
     bool qmv_i8_glu;               /* MLXCEL_QMV_I8_GLU (1): its prep computes a held GLU */
     bool qmv_i8_norm;              /* MLXCEL_QMV_I8_NORM (1): ... and a held RMSNorm */

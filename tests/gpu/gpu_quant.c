@@ -770,9 +770,8 @@ static void test_dequant_tiled(int N, int K, int bits, int group, int n0, int n)
  * addresses differ); 8-bit qmv_bulk takes k in another order (its sums may differ in the
  * last bits): y within the MLX-layout launch's bound against the reference, padding kept. */
 static void test_tiled_rerun(const cuda_qmv_args *a, const qmat *m, const mx_tensor *dout,
-                             bool i8, float *const *ref, const float *x, int ring) {
+                             bool i8, float *const *ref, const float *x) {
     cuda_qmv_args t = *a;
-    t.ring = ring;
     mx_tensor d2[CUDA_QMV_MAX_SEGS];
     for (int i = 0; i < a->n_segs; i++) {
         d2[i] = gt_dev_poison(2, (const int64_t[]){a->rows, a->ldy[i]});
@@ -803,8 +802,7 @@ static void test_tiled_rerun(const cuda_qmv_args *a, const qmat *m, const mx_ten
     }
     for (int i = 0; i < a->n_segs; i++) gt_dev_free(&d2[i]);
     char what[160];
-    snprintf(what, sizeof what, "  ... tiled layout%s: %s (%d rows [%d x %d] q%dg%d)",
-             ring < 0 ? " (no ring)" : "",
+    snprintf(what, sizeof what, "  ... tiled layout: %s (%d rows [%d x %d] q%dg%d)",
              exact ? "bitwise the same y" : "y within the bound, padding kept", a->rows, m[0].N,
              a->K, a->bits, a->group);
     gt_report(what, rc ? 1e9 : q, exact ? 0 : 1.0, diff);
@@ -881,9 +879,8 @@ static void test_qmv_tc(int rows, int N, int K, int bits, int group, mx_dtype sb
     }
     bool tiled = true;
     for (int i = 0; i < n_segs; i++) tiled = tiled && m[i].tl.tiled;
-    for (int ring = 0; ring >= (bulk_variant == QT_I8 ? -1 : 0); ring--)
-        if ((bulk_variant == QT_I8 || bulk_variant == 0) && !rc && tiled)
-            test_tiled_rerun(&a, m, dout, bulk_variant == QT_I8, ref, x, ring);
+    if ((bulk_variant == QT_I8 || bulk_variant == 0) && !rc && tiled)
+        test_tiled_rerun(&a, m, dout, bulk_variant == QT_I8, ref, x);
     for (int i = 0; i < n_segs; i++) free(ref[i]), gt_dev_free(&dout[i]), qmat_free(&m[i]);
     if (ws) g_gpu->free(ws);
     gt_dev_free(&dx);

@@ -589,7 +589,6 @@ static int cu_init(int dev, mx_error *err) {
     g_cu.qmv_bulk_min_rows = env->qmv_bulk_min_rows;
     g_cu.qmv_mma = env->qmv_mma;
     g_cu.qmv_i8 = env->qmv_i8;
-    g_cu.qmv_ring = env->qmv_ring;
     g_cu.qmv_i8_q8 = env->qmv_i8_q8;
     g_cu.qmv_i8_glu = env->qmv_i8_glu;
     g_cu.qmv_i8_norm = env->qmv_i8_norm;

@@ -95,7 +95,6 @@ typedef struct cu_state {
     int qmv_bulk_min_rows;    /* MLXCEL_QMV_BULK_MIN_ROWS: fewest rows it takes */
     int qmv_mma;              /* MLXCEL_QMV_MMA: most rows the 4-bit tensor-core qmv takes */
     int qmv_i8;               /* MLXCEL_QMV_I8: most 4-bit rows the int8-activation qmv takes */
-    int qmv_ring;             /* MLXCEL_QMV_RING: qmv_i8's tiled blocks in flight a warp */
     int qmv_i8_q8;            /* MLXCEL_QMV_I8_Q8: the same for 8-bit weights */
     bool qmv_i8_glu;          /* MLXCEL_QMV_I8_GLU: qmv_i8's prep computes the GLU it reads */
     bool qmv_i8_norm;         /* MLXCEL_QMV_I8_NORM: ... and the RMSNorm it reads */

@@ -259,9 +259,6 @@ typedef struct cuda_qmv_args {
     /* every w[i] is in the tiled layout (cuda_q_tile; bf16 scales inside, scales / biases
      * unused): only cuda_qmv_i8 and cuda_qmv_bulk take it */
     int tiled;
-    /* cuda_qmv_i8 on tiled weights: blocks a warp keeps in flight in shared memory (0: the
-     * most that fit, -1: none, loads straight into registers) */
-    int ring;
 } cuda_qmv_args;
 size_t cuda_qmv_workspace_bytes(int K);
 /* multirow: one of CUDA_QMV_MULTIROW_VALUES (else cudaErrorInvalidValue). */

@@ -184,7 +184,6 @@ static int qmv_launch_core(cuda_qmv_args *a) {
         size_t ws = cuda_qmv_i8_workspace_bytes(a->K);
         if (a->glu_next_q && cuda_qmv_i8_workspace_bytes(a->N[0]) > ws)
             ws = cuda_qmv_i8_workspace_bytes(a->N[0]);
-        a->ring = g_cu.qmv_ring ? g_cu.qmv_ring : -1;
         return qmv_ws(a, ws) ? -1 : cuda_qmv_i8(a, g_cu.st);
     }
     if (mma_ok(a))

@@ -58,17 +58,16 @@ __device__ __forceinline__ void qw_sb_batch(uint32_t r[NW], const void *p, size_
     }
 }
 
-/* NW words of a tiled block (one aligned load; SM: from shared memory). */
-template <int NW, bool SM = false>
-__device__ __forceinline__ void qw_sb_tile(uint32_t r[NW], const uint8_t *p) {
+/* NW words of a tiled block (one aligned load). */
+template <int NW> __device__ __forceinline__ void qw_sb_tile(uint32_t r[NW], const uint8_t *p) {
     if constexpr (NW == 4) {
-        const uint4 v = SM ? *(const uint4 *)p : __ldg((const uint4 *)p);
+        const uint4 v = __ldg((const uint4 *)p);
         r[0] = v.x, r[1 % NW] = v.y, r[2 % NW] = v.z, r[3 % NW] = v.w;
     } else if constexpr (NW == 2) {
-        const uint2 v = SM ? *(const uint2 *)p : __ldg((const uint2 *)p);
+        const uint2 v = __ldg((const uint2 *)p);
         r[0] = v.x, r[1 % NW] = v.y;
     } else {
-        r[0] = SM ? *(const uint32_t *)p : __ldg((const uint32_t *)p);
+        r[0] = __ldg((const uint32_t *)p);
     }
 }
 
@@ -122,13 +121,6 @@ template <int G, int NT, int BITS = 4, bool TL = false> struct qw_frame {
     bool sb_vec;
     const uint8_t *wa, *wb;
     size_t sa, sb;
-    /* TL ring (rs > 0): this warp's next blocks stream into rs shared-memory stages by bulk
-     * copies (lane 0 issues; full barrier per stage), so rs blocks are in flight while the
-     * warp computes; the batch is then read from the stage */
-    const uint8_t *tb; /* TL: the row tile's first block */
-    uint8_t *ring;
-    uint64_t *bar;
-    int rs;
 
     __device__ __forceinline__ qw_frame(const qmv_segs &segs, int K, int ks, bool pair = false)
         : sg(qmv_pick(segs)) {
@@ -155,9 +147,8 @@ template <int G, int NT, int BITS = 4, bool TL = false> struct qw_frame {
         sb_vec = NG % (U * C) == 0;
         if constexpr (TL) { /* n0 % 16 == 0: the row tile's blocks; wb: this g's words */
             const uint8_t *rt = (const uint8_t *)sg.w + (size_t)(n0 / 16) * ((S + U - 1) / U) * TB;
-            wa = rt + 16 * lane, wb = rt + 4096 + 4 * NW * g, tb = rt;
+            wa = rt + 16 * lane, wb = rt + 4096 + 4 * NW * g;
             sa = sb = 0;
-            ring = nullptr, bar = nullptr, rs = 0;
             return;
         }
         /* rows past N are clamped for the loads and never written */
@@ -178,54 +169,8 @@ template <int G, int NT, int BITS = 4, bool TL = false> struct qw_frame {
     }
 
     __device__ __forceinline__ void load(batch &bt, int s0, int K) const {
-        if constexpr (TL) {
-            if (rs) load_ring(bt, s0);
-            else load_tiled(bt, s0);
-        } else {
-            load_mlx(bt, s0, K);
-        }
-    }
-
-    /* lane 0: block i of this warp's walk into stage i % rs (none past send) */
-    __device__ __forceinline__ void ring_issue(int i) const {
-        const int s0 = sbeg + i * U;
-        if (s0 >= send) return;
-        uint64_t *b = bar + i % rs;
-        mbar_expect(b, TB);
-        bulk_g2s(ring + (size_t)(i % rs) * TB, tb + (size_t)(s0 / U) * TB, TB, b);
-    }
-    /* Every lane of the warp: the barriers, then the first rs blocks in flight. Weights are
-     * constants: callers start it before the PDL wait. */
-    __device__ __forceinline__ void ring_start(uint8_t *r, uint64_t *b, int n) {
-        ring = r, bar = b, rs = n;
-        if (!rs) return;
-        if (lane == 0) {
-            for (int i = 0; i < rs; i++) mbar_init(&bar[i], 1);
-            asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-            for (int i = 0; i < rs; i++) ring_issue(i);
-        }
-        __syncwarp();
-    }
-    /* the batch at s0 from its stage, which then takes block i + rs */
-    __device__ __forceinline__ void load_ring(batch &bt, int s0) const {
-        const int i = (s0 - sbeg) / U, st = i % rs;
-        mbar_wait(bar + st, (i / rs) & 1);
-        const uint8_t *p = ring + (size_t)st * TB;
-#pragma unroll
-        for (int u = 0; u < U; u++)
-#pragma unroll
-            for (int q = 0; q < LQ; q++) {
-                bt.qa[u][q] = *(const uint4 *)(p + (u * LQ + q) * 1024 + 16 * lane);
-                bt.qb[u][q] = *(const uint4 *)(p + (u * LQ + q) * 1024 + 512 + 16 * lane);
-            }
-        const uint8_t *w = p + 4096 + 4 * NW * g;
-        qw_sb_tile<NW, true>(bt.rs_a, w);
-        qw_sb_tile<NW, true>(bt.rb_a, w + 32 * NW);
-        qw_sb_tile<NW, true>(bt.rs_b, w + 64 * NW);
-        qw_sb_tile<NW, true>(bt.rb_b, w + 96 * NW);
-        fence_proxy_async(); /* these reads before the stage's refill */
-        __syncwarp();
-        if (lane == 0) ring_issue(i + rs);
+        if constexpr (TL) load_tiled(bt, s0);
+        else load_mlx(bt, s0, K);
     }
 
     /* whole blocks: the steps past send are another warp's (run() skips them) */
@@ -340,11 +285,9 @@ template <int G, int NT, int BITS, bool EPI, bool HL = false, bool TL = false, c
           class Pro>
 __device__ __forceinline__ void qw_run(const qmv_segs &segs, const uint4 *xq, int qps, int rows,
                                        int K, int ks, float (*red)[NT * 4 * 32], Step step,
-                                       Pro pro, const qw_epi &epi, uint8_t *ring = nullptr,
-                                       uint64_t *rbar = nullptr, int rs = 0) {
+                                       Pro pro, const qw_epi &epi) {
     using F = qw_frame<G, NT, BITS, TL>;
-    F f(segs, K, ks, EPI && segs.pair);
-    if constexpr (TL) f.ring_start(ring, rbar, rs); /* ring, rbar: this warp's */
+    const F f(segs, K, ks, EPI && segs.pair);
     const uint4 *xl[NT];
 #pragma unroll
     for (int nt = 0; nt < NT; nt++) xl[nt] = f.xsrc(xq, nt, rows, qps);

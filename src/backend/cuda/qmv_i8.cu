@@ -175,7 +175,6 @@ struct qi_fuse {
     const int64_t *rope_rows;
     void *k_pool, *v_pool;
     int pool_bf16;
-    int rs; /* TL: ring stages a warp (qw_frame::ring_start), after the INP bytes */
 };
 
 /* Shared memory of the in-CTA prep: x quads [XR][S][16] (XR x rows: 2 for 8-bit, hi and
@@ -340,15 +339,6 @@ __device__ __forceinline__ void qi_rope_epilogue(const float (*pair)[64], const 
     store1_any(pool, p.pool_bf16, o + half, v1);
 }
 
-/* The TL ring (qw_frame::ring_start): rs stages of a block a warp after the in-CTA x, at most
- * QI_RING_MAX, as many as keep two CTAs an SM within QI_RING_SMEM bytes of dynamic shared
- * memory (MLXCEL_QMV_RING: 0 none, else that many at most). */
-#define QI_RING_MAX 2
-#define QI_RING_SMEM (100 * 1024)
-__host__ __device__ constexpr size_t qi_ring_base(int K, int bits, bool inp) {
-    return inp ? (qi_inprep_bytes(K, bits) + 127) / 128 * 128 : 0;
-}
-
 /* XM: 0 x from the workspace (a prep launch or x_ready), no fusions; 1 x row 0 rounded in
  * each CTA (qi_prep_cta, rows == 1) and fz's epilogues (the residual add, the pair modes'
  * GLU or RoPE); 2 x from the workspace with fz's epilogues. With 8-bit weights XM 1 and 2
@@ -359,8 +349,7 @@ qmv_i8_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restri
               const float *__restrict__ xsum, int rows, int K, int ks, qi_fuse fz) {
     __shared__ float red[QW_WARPS][NT * 4 * 32]; /* K-split partials, per lane */
     __shared__ float pair[2][64];
-    __shared__ __align__(8) uint64_t rbar[QW_WARPS][QI_RING_MAX];
-    extern __shared__ uint4 qi_smem[]; /* INP: qi_inprep_bytes(K, BITS); TL: the rings */
+    extern __shared__ uint4 qi_smem[]; /* INP: qi_inprep_bytes(K, BITS) */
     using F = qw_frame<G, NT, BITS, TL>;
     constexpr bool INP = XM == 1;
     constexpr bool HL = XM != 0 && BITS == 8; /* x rows 0, 1: hi and lo of one row */
@@ -443,10 +432,7 @@ qmv_i8_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restri
         if (XM != 0 && fz.rope_cs) ra = qi_rope_pre(segs, fz, ks);
         if constexpr (INP)
             qi_prep_cta<G, BITS>(sq, ssc, ssum, ssum + (size_t)S * QI_XW, fz, K, nwc);
-    }, qw_epi{fz.res, fz.glu_out || fz.rope_cs ? &pair[0][0] : nullptr},
-        (uint8_t *)qi_smem + qi_ring_base(K, BITS, INP) +
-            (size_t)(threadIdx.x >> 5) * fz.rs * qt_geo<BITS, G>::TB,
-        rbar[threadIdx.x >> 5], fz.rs);
+    }, qw_epi{fz.res, fz.glu_out || fz.rope_cs ? &pair[0][0] : nullptr});
     if (XM != 0 && fz.glu_out) qi_glu_epilogue<BITS>(pair, fz, segs.N[0]);
     if (XM != 0 && fz.rope_cs) qi_rope_epilogue(pair, segs, fz, ks, ra);
 }
@@ -515,31 +501,18 @@ template <int BITS, int G, int SBT, int NT> struct qi_launch {
     static int launch(const qmv_segs &segs, const uint4 *xq, const float *xsc, const float *xsum,
                       const cuda_qmv_args *a, int ks, int grid, const qi_fuse &fz, int xm,
                       cudaStream_t st) {
-        constexpr int TB = qt_geo<BITS, G>::TB;
-        const size_t base = qi_ring_base(a->K, BITS, xm == 1);
-        qi_fuse f2 = fz;
-        f2.rs = !TL || a->ring < 0 ? 0 : a->ring == 0 || a->ring > QI_RING_MAX ? QI_RING_MAX : a->ring;
-        while (f2.rs > 0 && base + (size_t)QW_WARPS * f2.rs * TB > QI_RING_SMEM) f2.rs--;
-        const size_t smem = f2.rs ? base + (size_t)QW_WARPS * f2.rs * TB
-                                  : xm == 1 ? qi_inprep_bytes(a->K, BITS) : 0;
-        auto kern = qmv_i8_kernel<BITS, G, SBT, NT, 0, TL>;
-        if constexpr (NT == 1)
-            if (xm)
-                kern = xm == 1 ? qmv_i8_kernel<BITS, G, SBT, NT, 1, TL>
-                               : qmv_i8_kernel<BITS, G, SBT, NT, 2, TL>;
-        if constexpr (TL) { /* the rings pass the default 48 KiB: once per kernel and device */
-            static int s_set[3][CUDA_MAX_DEVICES];
-            const int cd = cuda_cur_device();
-            if (!s_set[xm][cd]) {
-                const cudaError_t e = cudaFuncSetAttribute(
-                    kern, cudaFuncAttributeMaxDynamicSharedMemorySize, QI_RING_SMEM);
-                if (e != cudaSuccess) return (int)e;
-                s_set[xm][cd] = 1;
-            }
-        }
         pdl_launch l;
-        pdl_launch_config(&l, dim3(grid), dim3(QW_WARPS * 32), smem, st);
-        return (int)cudaLaunchKernelEx(&l.cfg, kern, segs, xq, xsc, xsum, a->rows, a->K, ks, f2);
+        pdl_launch_config(&l, dim3(grid), dim3(QW_WARPS * 32),
+                          xm == 1 ? qi_inprep_bytes(a->K, BITS) : 0, st);
+        if constexpr (NT == 1) {
+            if (xm)
+                return (int)cudaLaunchKernelEx(&l.cfg,
+                                               xm == 1 ? qmv_i8_kernel<BITS, G, SBT, NT, 1, TL>
+                                                       : qmv_i8_kernel<BITS, G, SBT, NT, 2, TL>,
+                                               segs, xq, xsc, xsum, a->rows, a->K, ks, fz);
+        }
+        return (int)cudaLaunchKernelEx(&l.cfg, qmv_i8_kernel<BITS, G, SBT, NT, 0, TL>, segs, xq,
+                                       xsc, xsum, a->rows, a->K, ks, fz);
     }
 };
 
