@@ -28,8 +28,11 @@
  * - TL (a weight in the tiled layout, qtile.cuh): a stage is one block per row tile, codes
  *   and scales, one bulk copy each; super-tile sti of a stage is the block's quad row sti
  *   (4-bit: step sti; 8-bit: step sti / 2, quad sti % 2), so 8-bit x is laid out in that k
- *   order. Its register budget is the occupancy shared memory allows (4 CTAs an SM): at the
- *   default, ptxas spilled the 32-row 8-bit variant (gate+up 151 against 73 us unspilled).
+ *   order. Its register budget is the occupancy shared memory allows (4 CTAs an SM: min blocks
+ *   4, else 0 = ptxas decides): at the default, ptxas spilled the 32-row 8-bit variant
+ *   (gate+up 151 against 73 us unspilled). The MLX layout's default shape takes the same
+ *   budget from 17 rows (q4g64 gate+up at 32 rows 64.9 against 73.1 us, q8g64 lm_head 325.4
+ *   against 365.1), not below (q8g64 one row 57.2 against 54.8).
  *   Measured (H200, op bench, 8B shapes, against the MLX layout's default shape): q4g64
  *   gate+up 33.2 / 61.8 us at 1 / 32 rows against 36.7 / 73.1, q8g64 48.4 / 72.5 against
  *   54.8 / 85.9; the scales read from global memory before the stage wait were slower. */
@@ -141,7 +144,7 @@ qb_prep_kernel(uint4 *__restrict__ xq, const float *__restrict__ x, long ldx, in
 }
 
 template <int BITS, int NT, int RB, int S, bool TL>
-__global__ void __launch_bounds__((QB_CW + 1) * 32, TL ? 4 : 0) /* 0: ptxas decides */
+__global__ void __launch_bounds__((QB_CW + 1) * 32, TL || (RB == 1 && S == 8 && NT >= 3) ? 4 : 0)
 qmv_bulk_kernel(qmv_segs segs, const uint4 *__restrict__ xq, int rows, int K, int group,
                 int pcs) {
     using C = qb_cfg<BITS>;
