@@ -31,6 +31,12 @@ __device__ __forceinline__ float qt_code(const uint8_t *w, const qt_shape &s, in
 __device__ __forceinline__ float qt_sb(const uint8_t *w, const qt_shape &s, int n, int k, int b) {
     return bf16_lo(__ldg((const uint16_t *)(w + qt_sb_half(s, n, k, b))));
 }
+/* Its dequantized value, as q_value computes it for the MLX layout. */
+__device__ __forceinline__ float qt_value(const uint8_t *w, const qt_shape &s, int n, int k) {
+    return q_round_sb(__fadd_rn(__fmul_rn(qt_sb(w, s, n, k, 0), qt_code(w, s, n, k)),
+                                qt_sb(w, s, n, k, 1)),
+                      CUDA_QSB_BF16);
+}
 
 /* ==== Dequantize to bf16 ==== */
 /* Thread per 8 consecutive codes (one group: 8 | group). grid (ceil(K / 8 / 128), n).
@@ -71,17 +77,12 @@ template <int BITS>
 __global__ void __launch_bounds__(256)
 qt_dequant_kernel(uint16_t *out, long ldo, const uint8_t *w, int n0, int nr, int K, int group) {
     const qt_shape s = qt_of(BITS, group, K);
-    const int i = threadIdx.x, lane = i & 31, ab = (i >> 5) & 1, u = (i >> 6) / s.LQ;
-    const int q = (i >> 6) % s.LQ, g = lane >> 2, t = lane & 3;
-    const int n = n0 + (int)blockIdx.y * 16 + g + 8 * ab;
-    const int k = ((int)blockIdx.x * s.U + u) * 128 + 32 * t + q * (128 / BITS);
+    const qt_quad d = qt_quad_at(threadIdx.x, s.LQ);
+    const int n = n0 + (int)blockIdx.y * 16 + d.g + 8 * d.ab;
+    const int k = ((int)blockIdx.x * s.U + d.u) * 128 + 32 * d.t + d.q * (128 / BITS);
     if (n >= n0 + nr || k >= K) return;
-    const uint8_t *blk = w + ((size_t)(n >> 4) * s.NB + blockIdx.x) * s.TB;
-    const uint4 v = __ldg((const uint4 *)(blk + 16 * i));
-    const int gb = (k % (s.U * 128)) / group;
-    const uint8_t *sp = blk + 4096 + (2 * ab * 8 + g) * 4 * s.NW + 2 * gb;
-    const float sc = bf16_lo(__ldg((const uint16_t *)sp));
-    const float bi = bf16_lo(__ldg((const uint16_t *)(sp + 32 * s.NW)));
+    const uint4 v = __ldg((const uint4 *)(w + qt_block(s, n, k) + 16 * threadIdx.x));
+    const float sc = qt_sb(w, s, n, k, 0), bi = qt_sb(w, s, n, k, 1);
     const uint32_t wd[4] = {v.x, v.y, v.z, v.w};
     uint16_t *o = out + (size_t)(n - n0) * ldo + k;
     constexpr int PER = 32 / BITS; /* codes a word */
@@ -151,10 +152,7 @@ __global__ void qembed_kernel(float *out, const uint32_t *w, const void *s, cons
     const qt_shape ts = qt_of(bits, group, H);
     const uint8_t *tw = (const uint8_t *)w;
     for (int j = threadIdx.x; j < H; j += blockDim.x) {
-        float v = tiled ? q_round_sb(__fadd_rn(__fmul_rn(qt_sb(tw, ts, id, j, 0),
-                                                         qt_code(tw, ts, id, j)),
-                                               qt_sb(tw, ts, id, j, 1)),
-                                     sbt)
+        float v = tiled ? qt_value(tw, ts, id, j)
                         : q_value(row, s, b, sbt, g0 + j / group, j, bits);
         if (sc != 1.0f) {
             v = __fmul_rn(v, sc);
@@ -257,8 +255,7 @@ extern "C" int cuda_qmm(const cuda_qmm_args *a, int tile_m, cudaStream_t st) {
     if (!a || !q_arrays_ok(a->w, a->scales, a->biases, a->sb_dtype, a->tiled, a->bits, a->group) ||
         !a->x || !a->y || !a->lt || a->rows < 1 ||
         a->N < 1 || a->ldx < a->K || a->ldy < a->N || !q_shape_ok(a->K, a->bits, a->group) ||
-        a->K % 8 || a->sb_dtype < CUDA_QSB_BF16 || a->sb_dtype > CUDA_QSB_F32 ||
-        !cuda_qmm_valid_tile_m(tile_m) || !a->scratch ||
+        a->K % 8 || !cuda_qmm_valid_tile_m(tile_m) || !a->scratch ||
         a->scratch_bytes < cuda_qmm_scratch_bytes(a->rows, a->N, a->K, tile_m))
         return (int)cudaErrorInvalidValue;
     uint16_t *xbf = (uint16_t *)a->scratch;

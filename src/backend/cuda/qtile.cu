@@ -16,12 +16,12 @@ qt_tile_kernel(uint8_t *__restrict__ out, const uint8_t *__restrict__ w,
     const int S = (K + 127) / 128, NB = (S + Q::U - 1) / Q::U, NG = K / G;
     const int rt = (int)blockIdx.x / NB, b = (int)blockIdx.x % NB, i = (int)threadIdx.x;
     uint8_t *o = out + (size_t)blockIdx.x * Q::TB;
-    const int lane = i & 31, ab = (i >> 5) & 1, u = (i >> 6) / Q::LQ, q = (i >> 6) % Q::LQ;
-    const int n = rt * 16 + (lane >> 2) + 8 * ab, st = b * Q::U + u, t = lane & 3;
+    const qt_quad d = qt_quad_at(i, Q::LQ);
+    const int n = rt * 16 + d.g + 8 * d.ab, st = b * Q::U + d.u;
     uint4 v = make_uint4(0, 0, 0, 0);
-    if (n < N && st < S && st * 128 + 32 * t < K)
+    if (n < N && st < S && st * 128 + 32 * d.t < K)
         v = *(const uint4 *)(w + (size_t)n * (K / 8 * BITS) + (size_t)st * 64 * Q::LQ +
-                             16 * (t * Q::LQ + q));
+                             16 * (d.t * Q::LQ + d.q));
     ((uint4 *)o)[i] = v;
     if (i < 32 * Q::NW) {
         const int kind = i / (8 * Q::NW), g = i / Q::NW % 8, j = i % Q::NW;

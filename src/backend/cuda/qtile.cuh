@@ -42,6 +42,16 @@ __host__ __device__ inline qt_shape qt_of(int bits, int group, int K) {
     return s;
 }
 
+/* Quad i (< 256) of a block, as one thread of the repack or of the block-wise dequantize
+ * handles it: row rt 16 + g + 8 ab, step u of the batch, chunk t, quad q (< LQ) of it. */
+struct qt_quad {
+    int g, ab, u, t, q;
+};
+__host__ __device__ inline qt_quad qt_quad_at(int i, int LQ) {
+    const int lane = i & 31;
+    return qt_quad{lane >> 2, (i >> 5) & 1, (i >> 6) / LQ, lane & 3, (i >> 6) % LQ};
+}
+
 __host__ __device__ inline size_t qt_block(const qt_shape &s, int n, int k) {
     return ((size_t)(n >> 4) * s.NB + (k >> 7) / s.U) * s.TB;
 }
