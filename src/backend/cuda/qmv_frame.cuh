@@ -273,6 +273,33 @@ template <int G, int NT, int BITS = 4, bool TL = false> struct qw_frame {
     }
 };
 
+/* QW_TIMELINE (tools/diag/qi_timeline.cu only): lane 0 of each warp stamps %globaltimer at
+ * event ev (0 entry, 1 after the PDL wait, 2 after pro(), 3 + i after load batch i (i < 11),
+ * 15 after the K-split sum and the write, 14 the kernel's end) into qw_tl[launch kind]: a
+ * Llama layer's q/k/v (3 segments), o, gate+up (2), down (K > 8192). */
+#ifdef QW_TIMELINE
+__device__ unsigned long long qw_tl[4][4096 * 16];
+__device__ int qw_tl_sm[4][4096];
+__device__ int qw_skip_pro; /* qmv_i8: 1 skips the in-CTA prep (an upper bound of its cost) */
+#define QW_TL(ev)                                                                            \
+    do {                                                                                     \
+        if ((threadIdx.x & 31) == 0) {                                                       \
+            const int k_ = segs.n == 3 ? 0 : segs.n == 2 ? 2 : K > 8192 ? 3 : 1;             \
+            unsigned long long t_;                                                           \
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_));                           \
+            const int w_ = (int)blockIdx.x * QW_WARPS + (int)(threadIdx.x >> 5);             \
+            qw_tl[k_][w_ * 16 + (ev)] = t_;                                                  \
+            if ((ev) == 0) {                                                                 \
+                int sm_;                                                                     \
+                asm volatile("mov.u32 %0, %%smid;" : "=r"(sm_));                             \
+                qw_tl_sm[k_][w_] = sm_;                                                      \
+            }                                                                                \
+        }                                                                                    \
+    } while (0)
+#else
+#define QW_TL(ev)
+#endif
+
 /* The kernels' walk: the warp's frame, its B sources (x quads, qps per x row and step),
  * the load batches (the first before pdl_wait: the prep kernel may still be writing x),
  * with EPI pro() by every thread right after the wait (an in-CTA x prep: it may hold
@@ -319,8 +346,10 @@ __device__ __forceinline__ void qw_run(const qmv_segs &segs, const uint4 *xq, in
         if (!waited) pdl_wait(); /* a warp with no steps still writes after the wait */
     } else { /* every thread waits and runs pro() at one place (its barriers) */
         typename F::batch bt;
+        QW_TL(0);
         if (f.sbeg < f.send) f.load(bt, f.sbeg, K);
         pdl_wait(); /* x (or the residual) is the previous kernel's output */
+        QW_TL(1);
         pdl_trigger();
         /* the residual's values now, under the weight loads: after the sums each is an L2
          * round trip at the end of the chain */
@@ -329,12 +358,15 @@ __device__ __forceinline__ void qw_run(const qmv_segs &segs, const uint4 *xq, in
                 rp[nt][i] = epi.res[(size_t)r * f.sg.N + n];
             });
         pro();
+        QW_TL(2);
         for (int s0 = f.sbeg; s0 < f.send; s0 += F::U) {
             if (s0 != f.sbeg) f.load(bt, s0, K);
             run(bt, s0);
+            QW_TL(3 + min((s0 - f.sbeg) / F::U, 10));
         }
     }
     f.template finish<EPI, HL>(acc, red, rows, ks, epi, rp);
+    if constexpr (EPI) QW_TL(15);
 }
 
 /* Host: the K split and the grid. Warps on the same rows split K until the grid holds wps

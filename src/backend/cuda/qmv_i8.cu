@@ -429,12 +429,16 @@ qmv_i8_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restri
                                   fmaf(bi[i], sme[i], acc[nt][i]));
         }
     }, [&] {
+#ifdef QW_TIMELINE /* qw_skip_pro (tools/diag/qi_timeline.cu): no in-CTA prep (x stale) */
+        if (qw_skip_pro) return;
+#endif
         if (XM != 0 && fz.rope_cs) ra = qi_rope_pre(segs, fz, ks);
         if constexpr (INP)
             qi_prep_cta<G, BITS>(sq, ssc, ssum, ssum + (size_t)S * QI_XW, fz, K, nwc);
     }, qw_epi{fz.res, fz.glu_out || fz.rope_cs ? &pair[0][0] : nullptr});
     if (XM != 0 && fz.glu_out) qi_glu_epilogue<BITS>(pair, fz, segs.N[0]);
     if (XM != 0 && fz.rope_cs) qi_rope_epilogue(pair, segs, fz, ks, ra);
+    if constexpr (XM != 0) QW_TL(14);
 }
 
 /* ==== Launch ==== */
