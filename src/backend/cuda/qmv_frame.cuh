@@ -273,7 +273,7 @@ template <int G, int NT, int BITS = 4, bool TL = false> struct qw_frame {
     }
 };
 
-/* QW_TIMELINE (tools/diag/qi_timeline.cu only): lane 0 of each warp stamps %globaltimer at
+/* QW_TIMELINE (bench/qi_timeline.cu only): lane 0 of each warp stamps %globaltimer at
  * event ev (0 entry, 1 after the PDL wait, 2 after pro(), 3 + i after load batch i (i < 11),
  * 15 after the K-split sum and the write, 14 the kernel's end) into qw_tl[launch kind]: a
  * Llama layer's q/k/v (3 segments), o, gate+up (2), down (K > 8192). */

@@ -429,7 +429,7 @@ qmv_i8_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restri
                                   fmaf(bi[i], sme[i], acc[nt][i]));
         }
     }, [&] {
-#ifdef QW_TIMELINE /* qw_skip_pro (tools/diag/qi_timeline.cu): no in-CTA prep (x stale) */
+#ifdef QW_TIMELINE /* qw_skip_pro (bench/qi_timeline.cu): no in-CTA prep (x stale) */
         if (qw_skip_pro) return;
 #endif
         if (XM != 0 && fz.rope_cs) ra = qi_rope_pre(segs, fz, ks);
