@@ -297,7 +297,7 @@ __device__ int qw_skip_pro; /* qmv_i8: 1 skips the in-CTA prep (an upper bound o
         }                                                                                    \
     } while (0)
 #else
-#define QW_TL(ev)
+#define QW_TL(ev) do {} while (0)
 #endif
 
 /* The kernels' walk: the warp's frame, its B sources (x quads, qps per x row and step),
