@@ -14,9 +14,10 @@
 #include <string.h>
 
 /* A knob to A/B inside one run (QI_AB: its values, comma-separated), e.g. a setter of
- * cuda_info.cu; stamped builds: qw_skip_pro (1: no in-CTA prep, x stale), else none. */
+ * cuda_info.cu; stamped builds: qw_diag_host (1: x made up in the in-CTA prep, 2: no prep,
+ * x stale), else none. */
 #ifdef QW_TIMELINE
-static void qi_set(int v) { cudaMemcpyToSymbol(qw_skip_pro, &v, sizeof v); }
+static void qi_set(int v) { qw_diag_host = v; }
 #else
 static void qi_set(int) {}
 #endif

@@ -280,7 +280,9 @@ template <int G, int NT, int BITS = 4, bool TL = false> struct qw_frame {
 #ifdef QW_TIMELINE
 __device__ unsigned long long qw_tl[4][4096 * 16];
 __device__ int qw_tl_sm[4][4096];
-__device__ int qw_skip_pro; /* qmv_i8: 1 skips the in-CTA prep (an upper bound of its cost) */
+/* qmv_i8's in-CTA prep, passed as a kernel argument (no memory read on the chain): 1 makes
+ * x up instead of loading it, 2 skips the prep (x stale: an upper bound of its cost) */
+static int qw_diag_host;
 #define QW_TL(ev)                                                                            \
     do {                                                                                     \
         if ((threadIdx.x & 31) == 0) {                                                       \

@@ -175,6 +175,9 @@ struct qi_fuse {
     const int64_t *rope_rows;
     void *k_pool, *v_pool;
     int pool_bf16;
+#ifdef QW_TIMELINE
+    int diag; /* qw_diag_host */
+#endif
 };
 
 /* Shared memory of the in-CTA prep: x quads [XR][S][16] (XR x rows: 2 for 8-bit, hi and
@@ -225,6 +228,17 @@ __device__ __forceinline__ void qi_quant_store_hl(uint4 *xq, float *xsc, float *
  * first QI_NWC pieces of the norm weight come in nwc (loaded before the PDL wait: constants;
  * else an L2 round trip on the chain after the sum of squares). */
 #define QI_NWC 2 /* 8-value pieces a thread: all of K <= 4096 */
+#ifdef QW_TIMELINE /* qw_diag_host 1 (bench/qi_timeline.cu): x made up, not loaded */
+#define QI_XLOAD(p, k, v)                                                                    \
+    do {                                                                                     \
+        if ((p).diag == 1)                                                                   \
+            for (int e_ = 0; e_ < 8; e_++) (v)[e_] = (float)((k) + e_) * 1e-4f;              \
+        else                                                                                 \
+            load8_any((p).x, 0, k, v);                                                       \
+    } while (0)
+#else
+#define QI_XLOAD(p, k, v) load8_any((p).x, 0, k, v)
+#endif
 template <int G, int BITS>
 __device__ __forceinline__ void qi_prep_cta(uint4 *xq, float *xsc, float *xsum, float *red,
                                             const qi_fuse &p, int K, const uint4 *nwc) {
@@ -234,7 +248,7 @@ __device__ __forceinline__ void qi_prep_cta(uint4 *xq, float *xsc, float *xsum, 
         float ss = 0.f;
         for (int k = 8 * tid; k < K; k += 8 * 256) {
             float v[8];
-            load8_any(p.x, 0, k, v);
+            QI_XLOAD(p, k, v);
 #pragma unroll
             for (int e = 0; e < 8; e++) ss = fmaf(v[e], v[e], ss);
         }
@@ -246,7 +260,7 @@ __device__ __forceinline__ void qi_prep_cta(uint4 *xq, float *xsc, float *xsum, 
         const qw_prep_at at = {0, u >> 4, (u >> 2) & 3, u & 3, u < S * 16};
         float f[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
         if (k < K) {
-            load8_any(p.x, 0, k, f); /* an L1 hit: the sum-of-squares pass read it */
+            QI_XLOAD(p, k, f); /* an L1 hit: the sum-of-squares pass read it */
             if (p.nw) {
                 float wv[8];
                 if (have) bf16x8_to_f32(wq, wv);
@@ -429,8 +443,8 @@ qmv_i8_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restri
                                   fmaf(bi[i], sme[i], acc[nt][i]));
         }
     }, [&] {
-#ifdef QW_TIMELINE /* qw_skip_pro (bench/qi_timeline.cu): no in-CTA prep (x stale) */
-        if (qw_skip_pro) return;
+#ifdef QW_TIMELINE /* qw_diag_host 2 (bench/qi_timeline.cu): no in-CTA prep (x stale) */
+        if (fz.diag == 2) return;
 #endif
         if (XM != 0 && fz.rope_cs) ra = qi_rope_pre(segs, fz, ks);
         if constexpr (INP)
@@ -471,6 +485,9 @@ template <int BITS, int G, int SBT, int NT> struct qi_launch {
             fz.eps = a->norm_eps, fz.offset = a->norm_offset;
         }
         fz.res = a->res;
+#ifdef QW_TIMELINE
+        fz.diag = qw_diag_host;
+#endif
         int grid, ks;
         if (a->glu_next) { /* pair mode: CTA c owns units [64c, 64c + 64) of gate and up */
             ks = 1, grid = (segs.N[0] + 63) / 64;
