@@ -5,7 +5,8 @@
  * -DQW_TIMELINE (qmv_frame.cuh's QW_TL stamps) it prints, per launch of the last layer, when
  * its warps reach each point of the walk; without, the layer's time alone (the stamps' cost).
  *   nvcc -O3 -std=c++17 -arch=sm_90a -Isrc [-DQW_TIMELINE] bench/qi_timeline.cu \
- *     src/backend/cuda/cuda_info.cu -o qi_timeline && ./qi_timeline [iterations]
+ *     src/backend/cuda/cuda_info.cu src/backend/cuda/qtile.cu -o qi_timeline
+ *   ./qi_timeline [iterations]
  * Diagnostic only: not part of the build or the tests. */
 #include "backend/cuda/qmv_i8.cu"
 
@@ -51,10 +52,7 @@ static void *dev_fill(size_t bytes, uint32_t seed, uint32_t mask = ~0u, uint32_t
 }
 
 /* bytes of a tiled q4g64 weight [N, K] */
-static size_t tiled_bytes(int N, int K) {
-    const qt_shape s = qt_of(4, 64, K);
-    return (size_t)((N + 15) / 16) * s.NB * s.TB;
-}
+static size_t tiled_bytes(int N, int K) { return cuda_q_tiled_bytes(N, K, 4, 64); }
 
 enum { L = 16, D = 4096, F = 14336, KVD = 1024, HD = 128, SLOTS = 1024 };
 

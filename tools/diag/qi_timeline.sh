@@ -3,7 +3,8 @@
 # QW_TIMELINE stamps) and carried as .carry/tl/qi_tl, .carry/tl/qi_notl: the 8B q4g64 B=1
 # layer's four fused qmv_i8 launches, when their warps reach each point of the walk.
 #   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Isrc -DQW_TIMELINE \
-#     bench/qi_timeline.cu src/backend/cuda/cuda_info.cu -o .carry/tl/qi_tl   (and qi_notl)
+#     bench/qi_timeline.cu src/backend/cuda/cuda_info.cu src/backend/cuda/qtile.cu \
+#     -o .carry/tl/qi_tl   (and qi_notl)
 #   QI_TL="0 1 2" bash tools/diag/qi_timeline.sh
 # QI_AB: values of qi_timeline.cu's QI_SET knob, each timed in one run (the unstamped build's
 # knob is a no-op unless edited in: repeats then show the spread); QI_TL: the stamped runs,

@@ -167,7 +167,7 @@ qmv_bulk_kernel(qmv_segs segs, const uint4 *__restrict__ xq, int rows, int K, in
     if (TL && warp == QB_CW) { /* ==== producer: one block a row tile and stage ==== */
         /* each block, codes and scales, in pcs copies (TB / pcs: a multiple of 16, pcs | 8) */
         const int nrt = (nrows + 15) / 16, pb = ts.TB / pcs;
-        const uint8_t *wb = (const uint8_t *)sg.w + (size_t)(n0 / 16) * ts.NB * ts.TB;
+        const uint8_t *wb = (const uint8_t *)sg.w;
         for (int c = 0; c < nchunks; c++) { /* nchunks == ts.NB: a stage is a block's steps */
             const int s = c % S;
             if (c >= S) mbar_wait(&empty[s], ((c / S) - 1) & 1);
@@ -176,7 +176,8 @@ qmv_bulk_kernel(qmv_segs segs, const uint4 *__restrict__ xq, int rows, int K, in
             for (int i = lane; i < nrt * pcs; i += 32) {
                 const int r = i / pcs, p = i % pcs;
                 bulk_g2s(qb_buf + (size_t)s * STAGE + (size_t)r * ts.TB + p * pb,
-                         wb + ((size_t)r * ts.NB + c) * ts.TB + p * pb, (uint32_t)pb, &full[s]);
+                         wb + qt_block(ts, n0 + 16 * r, c * C::KC) + p * pb, (uint32_t)pb,
+                         &full[s]);
             }
         }
         return;
@@ -211,8 +212,9 @@ qmv_bulk_kernel(qmv_segs segs, const uint4 *__restrict__ xq, int rows, int K, in
     const uint16_t *bc = TL ? nullptr : (const uint16_t *)sg.b + (size_t)(n0 + (okc ? rc : 0)) * G;
     const int nst = qb_nst<BITS, TL>(K); /* super-tiles in x's fragment order */
     /* TL: this lane's scale of row g at byte 2 gb of the block's (kind, g) words, kinds
-     * (scales g, biases g, scales g + 8, biases g + 8) 32 NW bytes apart */
-    const int gsh = group == 64 ? 6 : 7, kst = 32 * ts.NW, soff = 4096 + 4 * g * ts.NW;
+     * (scales g, biases g, scales g + 8, biases g + 8) kst bytes apart */
+    const int gsh = group == 64 ? 6 : 7, soff = (int)qt_sb_half(ts, g, 0, 0);
+    const int kst = (int)qt_sb_half(ts, g, 0, 1) - soff;
     bool okx[NT];
 #pragma unroll
     for (int i = 0; i < NT; i++) okx[i] = 8 * i + g < rows;
