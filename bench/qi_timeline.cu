@@ -14,15 +14,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A knob to A/B inside one run (QI_AB: its values, comma-separated): v / 10 = 1: o and down
- * compute the next launch's x in their last CTA (MLXCEL_QMV_I8_NEXT), 0: q/k/v and gate+up
- * round x in each CTA; stamped builds also v % 10: qw_diag_host (1: x made up in the in-CTA
- * prep, 2: no prep, x stale). */
-static int g_next;
+/* A knob to A/B inside one run (QI_AB: its values, comma-separated), e.g. a setter of
+ * cuda_info.cu; stamped builds: qw_diag_host (1: x made up in the in-CTA prep, 2: no prep,
+ * x stale), else none. */
 #ifdef QW_TIMELINE
-static void qi_set(int v) { qw_diag_host = v % 10, g_next = v / 10; }
+static void qi_set(int v) { qw_diag_host = v; }
 #else
-static void qi_set(int v) { g_next = v / 10; }
+static void qi_set(int) {}
 #endif
 #define QI_SET qi_set
 #define QI_NAME "ab"
@@ -65,7 +63,7 @@ typedef struct tl_layer {
 typedef struct tl_vecs {
     float *h, *xn, *att, *qy, *ky, *vy, *gy, *uy, *act, *oy, *dy, *cs;
     uint16_t *nw;
-    void *kp, *vp, *ws, *nx; /* nx: cuda_qmv_i8_next_bytes(D), zeroed */
+    void *kp, *vp, *ws;
     int64_t *slot;
     size_t wsb;
 } tl_vecs;
@@ -80,41 +78,27 @@ static void tl_seg(cuda_qmv_args *a, int i, void *w, float *y, int N) {
     a->n_segs = i + 1;
 }
 
-/* MLXCEL_QMV_I8_NEXT: o / down compute the norm of h and the next launch's int8 x ... */
-static void tl_next(const tl_vecs *v, cuda_qmv_args *a) {
-    a->nx_ws = v->nx, a->nx_w = v->nw, a->nx_xn = v->xn, a->nx_eps = 1e-5f;
-}
-/* ... which q/k/v and gate+up take as x_ready (no norm, no in-CTA prep) */
-static void tl_ready(const tl_vecs *v, cuda_qmv_args *a) {
-    a->norm_x = NULL, a->norm_w = NULL, a->x_inprep = 0, a->x_ready = 1;
-    a->x_ws = (char *)v->nx + CUDA_QMV_I8_NX_HEAD;
-}
-
 /* The layer's four launches as the engine issues them at B=1. */
 static void tl_run_layer(const tl_vecs *v, const tl_layer *w, cudaStream_t st) {
     cuda_qmv_args a;
     tl_base(v, &a, D); /* q/k/v: norm of h, RoPE, k and v to the pools */
     tl_seg(&a, 0, w->q, v->qy, D), tl_seg(&a, 1, w->k, v->ky, KVD), tl_seg(&a, 2, w->v, v->vy, KVD);
     a.x = v->xn, a.norm_x = v->h, a.norm_w = v->nw, a.norm_eps = 1e-5f, a.x_inprep = 1;
-    if (g_next) tl_ready(v, &a);
     a.rope_cs = v->cs, a.rope_rows = v->slot, a.k_pool = v->kp, a.v_pool = v->vp;
     a.pool_bf16 = 1, a.head_dim = HD;
     CK((cudaError_t)cuda_qmv_i8(&a, st));
     tl_base(v, &a, D); /* o: the residual add */
     tl_seg(&a, 0, w->o, v->oy, D);
     a.x = v->att, a.x_inprep = 1, a.res = v->h;
-    if (g_next) tl_next(v, &a);
     CK((cudaError_t)cuda_qmv_i8(&a, st));
     tl_base(v, &a, D); /* gate+up: norm of h, the GLU pair mode, down's int8 x */
     tl_seg(&a, 0, w->gate, v->gy, F), tl_seg(&a, 1, w->up, v->uy, F);
     a.x = v->xn, a.norm_x = v->h, a.norm_w = v->nw, a.norm_eps = 1e-5f, a.x_inprep = 1;
-    if (g_next) tl_ready(v, &a);
     a.glu_next = v->act, a.glu_next_act = 0, a.glu_next_q = 1;
     CK((cudaError_t)cuda_qmv_i8(&a, st));
     tl_base(v, &a, F); /* down: x from the workspace, the residual add */
     tl_seg(&a, 0, w->down, v->dy, D);
     a.x = v->act, a.x_ready = 1, a.res = v->h;
-    if (g_next) tl_next(v, &a);
     CK((cudaError_t)cuda_qmv_i8(&a, st));
 }
 
@@ -228,8 +212,6 @@ int main(int argc, char **argv) {
     CK(cudaMemcpy(v.slot, &slot, 8, cudaMemcpyHostToDevice));
     v.wsb = cuda_qmv_i8_workspace_bytes(F);
     CK(cudaMalloc(&v.ws, v.wsb));
-    CK(cudaMalloc(&v.nx, cuda_qmv_i8_next_bytes(D)));
-    CK(cudaMemset(v.nx, 0, cuda_qmv_i8_next_bytes(D)));
     CK(cudaDeviceSynchronize());
 
     cudaEvent_t e0, e1;

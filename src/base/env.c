@@ -175,7 +175,6 @@ static void env_load(void) {
     g_env.qmv_i8_glu = env_bool("MLXCEL_QMV_I8_GLU", true);
     g_env.qmv_i8_norm = env_bool("MLXCEL_QMV_I8_NORM", true);
     g_env.qmv_i8_inprep = env_bool("MLXCEL_QMV_I8_INPREP", true);
-    g_env.qmv_i8_next = env_bool("MLXCEL_QMV_I8_NEXT", true);
     g_env.qmv_tiled = env_bool("MLXCEL_QMV_TILED", true);
 }
 

@@ -58,7 +58,6 @@ typedef struct mx_env_t {
     bool qmv_i8_glu;               /* MLXCEL_QMV_I8_GLU (1): its prep computes a held GLU */
     bool qmv_i8_norm;              /* MLXCEL_QMV_I8_NORM (1): ... and a held RMSNorm */
     bool qmv_i8_inprep;            /* MLXCEL_QMV_I8_INPREP (1): one row: x prep in the qmv */
-    bool qmv_i8_next;              /* MLXCEL_QMV_I8_NEXT (1): ... by the o / down qmv's last CTA */
     bool qmv_tiled;                /* MLXCEL_QMV_TILED (1): CUDA repacks quantized weights */
     int qmm_tile_m;                /* MLXCEL_QMM_TILE_M (0 = policy) */
     bool tp_group;                 /* MLXCEL_TP_GROUP (0): --tp-size 1 as a TP group of one rank */

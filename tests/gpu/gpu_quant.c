@@ -488,9 +488,9 @@ static void test_glu_down(int K, int F, int bits) {
 /* One-row decode chain through the backend ops, as a Llama layer issues them: o = a Wo;
  * h += o; xn = norm(h); g = xn Wg, u = xn Wu; g = act(g) * u; d = g Wd; h += d; xn2 =
  * norm(h); q = xn2 Wq. With MLXCEL_QMV_I8_INPREP the residual adds run in the o / down qmv
- * epilogues, the norms and x roundings inside the qmv CTAs (with MLXCEL_QMV_I8_NEXT those
- * of xn and xn2 in the last CTA of o and down), the GLU in the gate/up qmv's pair epilogue,
- * which also leaves the down qmv's int8 x (no prep, add, norm or GLU launch). Every stage is checked against the CPU from the device's own inputs to it, the
+ * epilogues, the norms and x roundings inside the qmv CTAs, the GLU in the gate/up qmv's
+ * pair epilogue, which also leaves the down qmv's int8 x (no prep, add, norm or GLU
+ * launch). Every stage is checked against the CPU from the device's own inputs to it, the
  * fused launches are counted (a fusion that silently stopped engaging fails), and the
  * outputs must match the unfused path's to fp32 rounding. */
 static void test_q_chain(int K, int F, int bits, mx_dtype sbt) {
@@ -508,18 +508,16 @@ static void test_q_chain(int K, int F, int bits, mx_dtype sbt) {
     const int64_t sk[2] = {1, K}, sf[2] = {1, F}, s1[1] = {K}, sq[2] = {1, 96};
     enum { O, H, XN, G, U, D, XN2, Q, NOUT };
     const int len[NOUT] = {K, K, K, F, F, K, K, 96};
-    float *out[4][NOUT] = {{0}};
-    const bool was = g_cu.qmv_i8_inprep, was_next = g_cu.qmv_i8_next;
+    float *out[3][NOUT] = {{0}};
+    const bool was = g_cu.qmv_i8_inprep;
     const bool tiled = wo.tl.tiled && wg.tl.tiled && wu.tl.tiled && wd.tl.tiled && wq.tl.tiled;
-    /* 8-bit off: the CUDA-core qmv (MLXCEL_QMV_I8_Q8 0); on 2: on, the weights tiled; 3: on
-     * with MLXCEL_QMV_I8_NEXT=0 */
-    for (int on = 0; on < 4; on++) {
-        if (on == 2 && !tiled) continue;
-        g_cu.qmv_i8_inprep = on != 0, g_cu.qmv_i8_next = on != 3;
+    /* 8-bit off: the CUDA-core qmv (MLXCEL_QMV_I8_Q8 0); on 2: on, the weights tiled */
+    for (int on = 0; on < 2 + tiled; on++) {
+        g_cu.qmv_i8_inprep = on != 0;
         const qmat *mm[5] = {&wo, &wg, &wu, &wd, &wq};
         const mx_qweight *W[5];
         for (int i = 0; i < 5; i++) W[i] = on == 2 ? &mm[i]->tl : &mm[i]->dev;
-        long f0[5];
+        long f0[3];
         memcpy(f0, g_cu.q_fused, sizeof f0);
         mx_tensor da = gt_dev_f32(a, 2, sk), dh = gt_dev_f32(h0, 2, sk);
         mx_tensor dw1 = gt_dev_weight(nw, 1, s1), dw2 = gt_dev_weight(nw + K, 1, s1);
@@ -544,22 +542,18 @@ static void test_q_chain(int K, int F, int bits, mx_dtype sbt) {
             gt_dev_free(&t[i]);
         }
         gt_dev_free(&da), gt_dev_free(&dw1), gt_dev_free(&dw2);
-        long n[5];
-        for (int i = 0; i < 5; i++) n[i] = g_cu.q_fused[i] - f0[i];
+        long n[3];
+        for (int i = 0; i < 3; i++) n[i] = g_cu.q_fused[i] - f0[i];
         char what[200];
-        static const char *const mode[4] = {"off", "on", "on, tiled", "on, next x off"};
         snprintf(what, sizeof what,
-                 "q chain K %d F %d %d-bit %s, in-CTA prep %s: fused launches %ld / %ld / %ld / "
-                 "%ld (x, res, GLU x, next x)", K, F, bits, sb_name(sbt), mode[on], n[0], n[1],
-                 n[2], n[4]);
-        /* on: o takes x in-CTA, o and down compute the next launch's (gate/up's, q's); next x
-         * off: o, gate/up, q in-CTA (down: from the GLU epilogue in both) */
-        const bool want = on == 3   ? n[0] == 3 && n[1] == 2 && n[2] == 1 && !n[4]
-                          : on      ? n[0] == 1 && n[1] == 2 && n[2] == 1 && n[4] == 2
-                                    : !n[0] && !n[1] && !n[2] && !n[4];
+                 "q chain K %d F %d %d-bit %s, in-CTA prep %s: fused launches %ld / %ld / %ld "
+                 "(x, res, GLU x)", K, F, bits, sb_name(sbt), on == 2 ? "on, tiled" : on ? "on" : "off",
+                 n[0], n[1], n[2]);
+        /* on: o, gate/up, down, q take x in-CTA (down: from the GLU epilogue, not in-CTA)... */
+        const bool want = on ? n[0] == 3 && n[1] == 2 && n[2] == 1 : !n[0] && !n[1] && !n[2];
         gt_report(what, want ? 0 : 1, 0, 0);
     }
-    g_cu.qmv_i8_inprep = was, g_cu.qmv_i8_next = was_next;
+    g_cu.qmv_i8_inprep = was;
     float *const *o = out[1];
     /* each stage against the CPU from the device's inputs to it; 8-bit x is hi + lo int8
      * (~2^-15 of a group's largest): the weights' bound alone */
@@ -615,18 +609,13 @@ static void test_q_chain(int K, int F, int bits, mx_dtype sbt) {
     gt_report_err(what, bound_ratio(o[Q], 96, r, o[XN2], 1, &wq, 0, eps, i8, &bad), 1.0, &bad);
     free(r);
     /* 4-bit: the in-CTA prep computes what the prep kernels do, thread for thread: o (same
-     * grid) and the norm's output (by o's last CTA) are bit-identical with it off */
+     * grid) and the norm's output are bit-identical with it off */
     if (bits == 4) {
         snprintf(what, sizeof what, "  ... o and xn bit-identical to the prep kernels' (0 = yes)");
         const bool same = !memcmp(out[0][O], o[O], (size_t)K * 4) &&
                           !memcmp(out[0][XN], o[XN], (size_t)K * 4);
         gt_report(what, same ? 0 : 1, 0, 0);
     }
-    /* the next x by o's / down's last CTA is the in-CTA prep's, byte for byte: every output */
-    long ndiff = 0;
-    for (int i = 0; i < NOUT; i++)
-        for (int j = 0; j < len[i]; j++) ndiff += memcmp(&out[3][i][j], &o[i][j], 4) != 0;
-    gt_report("  ... MLXCEL_QMV_I8_NEXT=0 (x in-CTA), every output bitwise", 0, 0, ndiff);
     /* the tiled layout (bf16 scales: upload_q repacked all five) gives every output bitwise */
     long diff = 0;
     for (int i = 0; tiled && i < NOUT; i++)
@@ -635,8 +624,7 @@ static void test_q_chain(int K, int F, int bits, mx_dtype sbt) {
         gt_report("  ... the weights tiled (MLXCEL_QMV_TILED), every output bitwise",
                   tiled ? 0 : 1, 0, diff);
     free(h1), free(hn), free(xr);
-    for (int i = 0; i < NOUT; i++)
-        free(out[0][i]), free(out[1][i]), free(out[2][i]), free(out[3][i]);
+    for (int i = 0; i < NOUT; i++) free(out[0][i]), free(out[1][i]), free(out[2][i]);
     free(a), free(h0), free(nwf), free(nw);
     qmat_free(&wo), qmat_free(&wg), qmat_free(&wu), qmat_free(&wd), qmat_free(&wq);
 }

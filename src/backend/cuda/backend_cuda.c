@@ -593,7 +593,6 @@ static int cu_init(int dev, mx_error *err) {
     g_cu.qmv_i8_glu = env->qmv_i8_glu;
     g_cu.qmv_i8_norm = env->qmv_i8_norm;
     g_cu.qmv_i8_inprep = env->qmv_i8_inprep;
-    g_cu.qmv_i8_next = env->qmv_i8_next;
     g_cu.qmv_tiled = env->qmv_tiled;
     g_cu.deterministic = env->sdpa_deterministic;
     g_cu.forced_splits = env->paged_decode_splits > CUDA_ATTN_MAX_SPLITS ? CUDA_ATTN_MAX_SPLITS

@@ -99,12 +99,10 @@ typedef struct cu_state {
     bool qmv_i8_glu;          /* MLXCEL_QMV_I8_GLU: qmv_i8's prep computes the GLU it reads */
     bool qmv_i8_norm;         /* MLXCEL_QMV_I8_NORM: ... and the RMSNorm it reads */
     bool qmv_i8_inprep;       /* MLXCEL_QMV_I8_INPREP: one-row x prep inside the qmv CTAs */
-    bool qmv_i8_next;         /* MLXCEL_QMV_I8_NEXT: a norm's x prep in the qmv before it */
-    bool nx_launched;         /* the last qmv launch computed the next one's x (nx_ws) */
     bool qmv_tiled;           /* MLXCEL_QMV_TILED: repack quantized weights at upload */
     const float *qx_ready;    /* the GLU output whose int8 x the last qmv launch left in the
                                * workspace (glu_next_q), else NULL */
-    long q_fused[5];          /* qmv launches with x_inprep, res, glu_next_q, rope, nx_ws */
+    long q_fused[4];          /* qmv launches with x_inprep, res, glu_next_q, rope (tests) */
     int graph_cache;          /* 0 = no graphs */
     bool deterministic;
     int forced_splits;
@@ -160,8 +158,6 @@ typedef struct cu_state {
     void *qstage;             /* the load's MLX-layout staging for cu_weight_upload_q */
     size_t qstage_cap;
     size_t qmv_ws_cap;
-    void *qmv_nx_ws;          /* nx_ws: the counter, then the next launch's x (x_ws) */
-    size_t qmv_nx_cap;
     void *qmm_buf;            /* qmm: bf16 x + dequantized slab */
     size_t qmm_cap;
     void *greedy_buf;         /* [ids n][logprobs n] on the device */

@@ -259,18 +259,6 @@ typedef struct cuda_qmv_args {
     /* every w[i] is in the tiled layout (cuda_q_tile; bf16 scales inside, scales / biases
      * unused): only cuda_qmv_i8 and cuda_qmv_bulk take it */
     int tiled;
-    /* cuda_qmv_i8 only. x_ws (with x_ready): x's int8 form is read from there instead of ws
-     * (ws still takes glu_next_q's output). nx_ws (with res, rows 1): the launch's last CTA
-     * also computes the next qmv's x, rms_norm(res) * (nx_w + nx_offset) over K = N[0] (as
-     * cuda_rms_norm_f32; written to nx_xn [1, N[0]]) rounded as these bits and group would
-     * round it, into nx_ws (cuda_qmv_i8_next_bytes(N[0]), zeroed once): a counter that is
-     * zero again after each launch, then the next launch's x_ws at CUDA_QMV_I8_NX_HEAD, so that
-     * launch takes x_ready and has no prep */
-    const void *x_ws;
-    void *nx_ws;
-    const uint16_t *nx_w;
-    float *nx_xn;
-    float nx_eps, nx_offset;
 } cuda_qmv_args;
 size_t cuda_qmv_workspace_bytes(int K);
 /* multirow: one of CUDA_QMV_MULTIROW_VALUES (else cudaErrorInvalidValue). */
@@ -309,8 +297,6 @@ int cuda_qmv_mma(const cuda_qmv_args *a, cudaStream_t st);
  * fp32-x kernels by that rounding. ws: cuda_qmv_i8_workspace_bytes(K), rewritten by every
  * launch. */
 size_t cuda_qmv_i8_workspace_bytes(int K);
-#define CUDA_QMV_I8_NX_HEAD 256 /* nx_ws: the counter, then the next x (x_ws) */
-size_t cuda_qmv_i8_next_bytes(int K);
 int cuda_qmv_i8_supported(const cuda_qmv_args *a);
 int cuda_qmv_i8(const cuda_qmv_args *a, cudaStream_t st);
 /* One MLX weight [N, K] (bits 4 / 8, group 64 / 128, 16-bit scales) repacked into the tiled

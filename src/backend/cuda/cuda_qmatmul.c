@@ -219,25 +219,19 @@ static int qmv_launch_core(cuda_qmv_args *a) {
  * launch left in the workspace for the next qmv. */
 static int qmv_launch(cuda_qmv_args *a) {
     g_cu.qx_ready = NULL;
-    g_cu.nx_launched = false;
     float *res = a->res, *glu = a->glu_next;
     const float *rope = a->rope_cs;
     if (g_cu.qmv_i8_inprep && a->rows == 1 && !a->x_ready && !a->glu_out && !a->norm_y) {
         cuda_qmv_args t = *a;
         t.x_inprep = 1;
-        if (!i8_ok(&t))
-            t.res = NULL, t.glu_next = NULL, t.glu_next_q = 0, t.rope_cs = NULL, t.nx_ws = NULL;
+        if (!i8_ok(&t)) t.res = NULL, t.glu_next = NULL, t.glu_next_q = 0, t.rope_cs = NULL;
         if (i8_ok(&t)) *a = t;
     }
-    if (!a->res) a->nx_ws = NULL; /* dropped above: the consumer runs the norm itself */
     if (!i8_ok(a))
-        a->res = NULL, a->glu_next = NULL, a->glu_next_q = 0, a->x_ready = 0, a->rope_cs = NULL,
-        a->nx_ws = NULL;
+        a->res = NULL, a->glu_next = NULL, a->glu_next_q = 0, a->x_ready = 0, a->rope_cs = NULL;
     const int rc = qmv_launch_core(a);
     if (rc) return rc;
     if (a->glu_next && a->glu_next_q) g_cu.qx_ready = a->glu_next;
-    g_cu.nx_launched = a->nx_ws != NULL;
-    g_cu.q_fused[4] += a->nx_ws != NULL;
     g_cu.q_fused[0] += a->x_inprep != 0;
     g_cu.q_fused[1] += a->res != NULL;
     g_cu.q_fused[2] += a->glu_next && a->glu_next_q;
@@ -281,11 +275,10 @@ bool cu_q_take_glu(float *out, const float *gate, const float *up, int rows, int
     if (!g_cu.qmv_i8_inprep || rows != 1 || a->n_segs != 2 || a->rows != 1 || a->y[0] != gate ||
         a->y[1] != up || a->N[0] != cols || a->N[1] != cols || a->ldy[0] != cols ||
         a->ldy[1] != cols || g_cu.pend_q.bias[0] || g_cu.pend_q.bias[1] || a->res ||
-        a->glu_next || a->glu_out || (a->x_ready && !a->x_ws) || a->norm_y || out == a->x ||
-        out == a->norm_x)
+        a->glu_next || a->glu_out || a->x_ready || a->norm_y || out == a->x || out == a->norm_x)
         return false;
     cuda_qmv_args t = *a;
-    t.glu_next = out, t.glu_next_act = act, t.x_inprep = !a->x_ready;
+    t.glu_next = out, t.glu_next_act = act, t.x_inprep = 1;
     if (!i8_ok(&t)) return false;
     a->glu_next = out, a->glu_next_act = act;
     return true;
@@ -299,7 +292,7 @@ bool cu_q_take_rope(const float *cs, const int64_t *rows, void *k_pool, void *v_
     if (!g_cu.qmv_i8_inprep || a->n_segs != 3 || a->rope_cs) return false;
     cuda_qmv_args t = *a;
     t.rope_cs = cs, t.rope_rows = rows, t.k_pool = k_pool, t.v_pool = v_pool;
-    t.pool_bf16 = pool_bf16, t.head_dim = head_dim, t.x_inprep = !a->x_ready;
+    t.pool_bf16 = pool_bf16, t.head_dim = head_dim, t.x_inprep = 1;
     if (!i8_ok(&t)) return false;
     t.x_inprep = 0; /* qmv_launch decides */
     *a = t;
@@ -310,7 +303,6 @@ void cu_flush_qmv(void) {
     if (!g_cu.pend_q.a.n_segs) return;
     cuda_qmv_args a = g_cu.pend_q.a;
     g_cu.pend_q.a.n_segs = 0;
-    g_cu.nx_launched = false;
     /* timing diagnostics (outputs wrong): a one-row layer qmv left out, with its epilogues */
     if (a.rows == 1 && (mx_env()->diag_skip & cu_skip_kind(a.n_segs, a.N[0], a.K))) return;
     const int rc = qmv_launch(&a);
@@ -419,32 +411,6 @@ static bool norm_into_i8(cuda_qmv_args *a, const mx_tensor *x, const mx_qweight 
     return true;
 }
 
-/* The held norm fz (norm_into_i8) reads the residual the held one-row qmv pq adds to (o /
- * down): that launch's last CTA computes the norm and this qmv's int8 x
- * (MLXCEL_QMV_I8_NEXT), so this launch takes x_ready from the nx workspace and has no prep.
- * Sets pq's nx fields; false leaves pq alone. */
-static bool next_into_res(cuda_qmv_args *pq, const cuda_qmv_args *fz, const mx_tensor *x,
-                          const mx_qweight *w, int rows, int K) {
-    if (!g_cu.qmv_i8_next || !g_cu.qmv_i8_inprep || rows != 1 || pq->n_segs != 1 ||
-        pq->rows != 1 || !pq->res || pq->res != fz->norm_x || fz->norm_y || pq->N[0] != K ||
-        pq->bits != w->bits || pq->group != w->group_size || g_cu.pend_q.bias[0])
-        return false;
-    const size_t need = cuda_qmv_i8_next_bytes(K);
-    if (g_cu.capturing ? g_cu.qmv_nx_cap < need
-                       : cu_ensure(&g_cu.qmv_nx_ws, &g_cu.qmv_nx_cap, need) != 0)
-        return false;
-    cuda_qmv_args p = *pq, c;
-    p.x_inprep = !pq->x_ready; /* as qmv_launch will launch it */
-    p.nx_ws = g_cu.qmv_nx_ws, p.nx_w = fz->norm_w, p.nx_xn = x->data;
-    p.nx_eps = fz->norm_eps, p.nx_offset = fz->norm_offset;
-    i8_probe(&c, x->data, rows, K, w);
-    c.x_ready = 1, c.x_ws = (char *)g_cu.qmv_nx_ws + CUDA_QMV_I8_NX_HEAD;
-    if (!i8_ok(&p) || !i8_ok(&c)) return false;
-    pq->nx_ws = p.nx_ws, pq->nx_w = p.nx_w, pq->nx_xn = p.nx_xn;
-    pq->nx_eps = p.nx_eps, pq->nx_offset = p.nx_offset;
-    return true;
-}
-
 void cu_matmul_q(mx_tensor *out, const mx_tensor *x, const mx_qweight *w, const mx_tensor *bias) {
     const int rows = (int)x->shape[0];
     int N, K;
@@ -464,10 +430,9 @@ void cu_matmul_q(mx_tensor *out, const mx_tensor *x, const mx_qweight *w, const 
                          w->group_size == 64 && x->stride[0] == K && x->dtype == MX_F32 &&
                          i8_ok(&t);
     }
-    bool glu_fused = false, norm_fused = false, next = false;
+    bool glu_fused = false, norm_fused = false;
     if (shape_ok && (g_cu.pend_norm.on || g_cu.pend_glu.on)) {
         norm_fused = norm_into_i8(&fz, x, w, rows, K);
-        next = norm_fused && next_into_res(pq, &fz, x, w, rows, K);
         if (!norm_fused && g_cu.pend_glu.on) {
             cu_flush_norm();
             glu_fused = glu_into_i8(&fz, x, w, rows, K);
@@ -488,7 +453,7 @@ void cu_matmul_q(mx_tensor *out, const mx_tensor *x, const mx_qweight *w, const 
     const int sbt = cu_q_sb(w->scales.dtype);
     cuda_qmv_args *a = &g_cu.pend_q.a;
     bool join = !glu_fused && !norm_fused && !a->glu_out && !a->res && !a->glu_next &&
-                !a->rope_cs && (!a->x_ready || a->x_ws) && a->n_segs > 0 && a->x == x->data &&
+                !a->rope_cs && !a->x_ready && a->n_segs > 0 && a->x == x->data &&
                 a->ldx == (long)x->stride[0] &&
                 a->rows == rows && a->K == K && a->bits == w->bits && a->group == w->group_size &&
                 a->sb_dtype == sbt && a->tiled == w->tiled && a->n_segs < CUDA_QMV_MAX_SEGS;
@@ -497,17 +462,12 @@ void cu_matmul_q(mx_tensor *out, const mx_tensor *x, const mx_qweight *w, const 
     if (!join) cu_flush_mm(); /* the held bf16 GEMVs or qmv group launch first */
     const bool ready = !join && g_cu.qx_ready == x->data && !glu_fused && !norm_fused;
     g_cu.qx_ready = NULL;
-    if (next && !g_cu.nx_launched) /* cannot happen (checked above): the norm as it was */
-        next = false;
-    else if (next)
-        norm_fused = false; /* done by the launch before: x and its int8 form are written */
     const int i = a->n_segs++;
     if (i == 0) { /* the fused fields of an earlier group */
         a->glu_out = NULL, a->glu_up = NULL, a->glu_act = 0;
         a->norm_x = NULL, a->norm_y = NULL, a->norm_w = NULL;
         a->res = NULL, a->glu_next = NULL, a->glu_next_act = 0, a->glu_next_q = 0;
-        a->x_inprep = 0, a->x_ready = ready || next, a->rope_cs = NULL, a->nx_ws = NULL;
-        a->x_ws = next ? (char *)g_cu.qmv_nx_ws + CUDA_QMV_I8_NX_HEAD : NULL;
+        a->x_inprep = 0, a->x_ready = ready, a->rope_cs = NULL;
     }
     a->x = x->data;
     a->ldx = (long)x->stride[0];

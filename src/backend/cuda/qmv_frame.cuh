@@ -397,9 +397,7 @@ static inline int qw_grid(qmv_segs &segs, int S, int u, int wps, int mb, int *gr
  * input (glu_out) where i8, with up 16-byte aligned and act 0..2. */
 static inline int qw_supported(const cuda_qmv_args *a, bool i8) {
     if (a && a->tiled && !i8) return 0; /* qmv_mma reads the MLX layout */
-    if (a && (a->res || a->x_inprep || a->x_ready || a->glu_next || a->rope_cs || a->x_ws ||
-              a->nx_ws) && !i8)
-        return 0;
+    if (a && (a->res || a->x_inprep || a->x_ready || a->glu_next || a->rope_cs) && !i8) return 0;
     /* the epilogues are one-row (the kernels' one-row variants) */
     if (a && a->res && (a->n_segs != 1 || ((uintptr_t)a->res & 3) || a->glu_next || a->rows != 1))
         return 0;
@@ -413,8 +411,8 @@ static inline int qw_supported(const cuda_qmv_args *a, bool i8) {
          a->head_dim % 32 || a->N[0] % a->head_dim || a->N[1] % a->head_dim ||
          a->N[2] != a->N[1] || !a->rope_rows || !a->k_pool || !a->v_pool))
         return 0;
-    if (a && a->glu_next && /* its glu_next_q writes ws: x in-CTA or from x_ws */
-        (!(a->x_inprep || (a->x_ready && a->x_ws)) || a->rows != 1 || a->n_segs != 2 || a->N[0] != a->N[1] ||
+    if (a && a->glu_next &&
+        (!a->x_inprep || a->rows != 1 || a->n_segs != 2 || a->N[0] != a->N[1] ||
          a->glu_next_act < 0 || a->glu_next_act > 2 || ((uintptr_t)a->glu_next & 15) ||
          (a->glu_next_q && a->N[0] % 64)))
         return 0;

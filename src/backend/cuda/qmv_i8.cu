@@ -160,43 +160,21 @@ qi_prep_norm_kernel(uint4 *__restrict__ xq, float *__restrict__ xsc, float *__re
     }
 }
 
-/* An x row to round in a CTA (qi_prep_cta): x, or with nw its RMSNorm x / rms(x) * (nw +
- * offset), also written to xn. */
-struct qi_row {
-    const float *x;     /* fp32 [K] */
-    float *xn;          /* with nw: the norm's output row */
-    const uint16_t *nw; /* the RMSNorm weight (bf16 [K]); NULL: x as it is */
-    float eps, offset;
-};
-
-/* The one-row fusions of the main kernel (qmv_i8_kernel's INP, res and pair mode). The
- * RoPE fields and the next-x ones share their bytes (a launch has one or the other: the rope
- * pair mode takes no res), rope_cs staying NULL under the latter: with 72 more bytes of
- * parameters ptxas spilled 44-68 bytes in the MLX-layout x_ready kernels. */
-struct qi_rope_f {
-    const float *cs; /* RoPE pair mode (segs.pair 2): cuda_qmv_args' rope fields */
-    const int64_t *rows;
-    void *k_pool, *v_pool;
-    int pool_bf16;
-};
-struct qi_next_f {         /* with res and nxq: the next launch's x (cuda_qmv_args' nx_) */
-    const void *rope_nil;  /* rope.cs: NULL */
-    unsigned *count;       /* the CTAs done (qi_next_x) */
-    float *xn;             /* the norm of res, weight nw, eps, offset: qi_row's */
-    const uint16_t *nw;
-    float eps, offset;
-};
+/* The one-row fusions of the main kernel (qmv_i8_kernel's INP, res and pair mode). */
 struct qi_fuse {
-    qi_row in;           /* INP: x row 0 or the norm's input (xn written by CTA 0) */
+    const float *x;      /* INP: x row 0 (fp32 [K]), or the norm's input */
+    float *xn;           /* INP with nw: the norm's output row, written by CTA 0 */
+    const uint16_t *nw;  /* INP: the RMSNorm weight (bf16 [K]); NULL: x as it is */
+    float eps, offset;
     float *res;          /* res [rows, N] += y (one segment) */
     float *glu_out;      /* pair mode: act(gate) * up of the CTA's 64 units, row 0 */
     int act;
-    uint4 *nxq;          /* the next launch's int8 x (pair mode: that GLU output rounded as */
-    float *nxsc, *nxsum; /* the x of a g64 qmv; with res, next) of K = N (workspace layout) */
-    union {
-        qi_rope_f rope;
-        qi_next_f next;
-    };
+    uint4 *nxq;          /* pair mode, non-NULL: that GLU output rounded as the x of a g64 qmv */
+    float *nxsc, *nxsum; /* of K = N and these BITS (the workspace layout) */
+    const float *rope_cs; /* RoPE pair mode (segs.pair 2): cuda_qmv_args' rope fields */
+    const int64_t *rope_rows;
+    void *k_pool, *v_pool;
+    int pool_bf16;
 #ifdef QW_TIMELINE
     int diag; /* qw_diag_host */
 #endif
@@ -250,37 +228,20 @@ __device__ __forceinline__ void qi_quant_store_hl(uint4 *xq, float *xsc, float *
  * first QI_NWC pieces of the norm weight come in nwc (loaded before the PDL wait: constants;
  * else an L2 round trip on the chain after the sum of squares). */
 #define QI_NWC 2 /* 8-value pieces a thread: all of K <= 4096 */
-/* CG: x was written by other CTAs of this launch (through L2 only; this SM's L1 may hold a
- * stale line of it). */
-template <bool CG> __device__ __forceinline__ void qi_xload(const float *x, int k, float v[8]) {
-    if constexpr (CG) {
-        const float4 a = __ldcg((const float4 *)(x + k)), b = __ldcg((const float4 *)(x + k + 4));
-        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z;
-        v[7] = b.w;
-    } else {
-        load8_any(x, 0, k, v);
-    }
-}
 #ifdef QW_TIMELINE /* qw_diag_host 1 (bench/qi_timeline.cu): x made up, not loaded */
 #define QI_XLOAD(p, k, v)                                                                    \
     do {                                                                                     \
-        if (diag == 1)                                                                       \
+        if ((p).diag == 1)                                                                   \
             for (int e_ = 0; e_ < 8; e_++) (v)[e_] = (float)((k) + e_) * 1e-4f;              \
         else                                                                                 \
-            qi_xload<CG>((p).x, k, v);                                                       \
+            load8_any((p).x, 0, k, v);                                                       \
     } while (0)
-#define QI_DIAG(fz) (fz).diag
 #else
-#define QI_XLOAD(p, k, v) qi_xload<CG>((p).x, k, v)
-#define QI_DIAG(fz) 0
+#define QI_XLOAD(p, k, v) load8_any((p).x, 0, k, v)
 #endif
-/* XW: the scale columns of xq's layout (QI_XW in shared memory, QW_XW in a workspace);
- * put_xn: this CTA writes p.xn; nwc: the first pieces of p.nw when have_nwc. */
-template <int G, int BITS, int XW = QI_XW, bool CG = false>
+template <int G, int BITS>
 __device__ __forceinline__ void qi_prep_cta(uint4 *xq, float *xsc, float *xsum, float *red,
-                                            const qi_row &p, bool put_xn, int K,
-                                            const uint4 *nwc, bool have_nwc, int diag = 0) {
-    (void)diag;
+                                            const qi_fuse &p, int K, const uint4 *nwc) {
     const int S = qw_steps(K), tid = (int)threadIdx.x;
     float inv = 0.f;
     if (p.nw) {
@@ -306,39 +267,17 @@ __device__ __forceinline__ void qi_prep_cta(uint4 *xq, float *xsc, float *xsum, 
                 else load8_any(p.nw, 1, k, wv);
 #pragma unroll
                 for (int e = 0; e < 8; e++) f[e] = (f[e] * inv) * (wv[e] + p.offset);
-                if (put_xn) store8_any(p.xn, 0, k, f);
+                if (blockIdx.x == 0) store8_any(p.xn, 0, k, f);
             }
         }
-        if constexpr (BITS == 8) qi_quant_store_hl<G, XW>(xq, xsc, xsum, f, at, S);
-        else qi_quant_store<G, BITS, XW>(xq, xsc, xsum, f, at, 1, S);
+        if constexpr (BITS == 8) qi_quant_store_hl<G, QI_XW>(xq, xsc, xsum, f, at, S);
+        else qi_quant_store<G, BITS, QI_XW>(xq, xsc, xsum, f, at, 1, S);
     };
 #pragma unroll
     for (int i = 0; i < QI_NWC; i++) /* uniform trip counts: the shuffles */
-        if (256 * i < S * 16) units(256 * i, have_nwc && p.nw != nullptr, nwc[i]);
+        if (256 * i < S * 16) units(256 * i, p.nw != nullptr, nwc[i]);
     for (int u0 = 256 * QI_NWC; u0 < S * 16; u0 += 256) units(u0, false, nwc[0]);
     __syncthreads();
-}
-
-/* With res and nxq, after every write: the CTAs count themselves done (each fenced, so its
- * res values are visible first) and the last one computes the next launch's x from all of res
- * (nx: the norm, its output row, the int8 parts in that launch's workspace layout) with
- * qi_prep_cta's arithmetic, the prep kernels' thread for thread. The next launch then takes
- * x_ready: one CTA's prep at the end of this launch instead of every CTA's after the next
- * one's PDL wait (~3.8 us on the 8B q4 step). The counter is left at zero for the next use. */
-template <int G, int BITS>
-__device__ __forceinline__ void qi_next_x(qi_row nx, unsigned *count, uint4 *q, float *sc,
-                                          float *sum, int N, float *red, int *last) {
-    __syncthreads(); /* this CTA's writes are done */
-    if (threadIdx.x == 0) {
-        __threadfence();
-        *last = atomicAdd(count, 1u) == gridDim.x - 1;
-        __threadfence();
-    }
-    __syncthreads();
-    if (!*last) return;
-    const uint4 none[QI_NWC] = {};
-    qi_prep_cta<G, BITS, QW_XW, true>(q, sc, sum, red, nx, true, N, none, false);
-    if (threadIdx.x == 0) *count = 0u;
 }
 
 /* Pair mode, after the walk: the CTA's 64 GLU units act(gate) * up (row 0) to glu_out, as
@@ -385,8 +324,8 @@ __device__ __forceinline__ qi_rope_at qi_rope_pre(const qmv_segs &segs, const qi
     at.h = b / (half / rg), at.j = b % (half / rg) * rg + (int)threadIdx.x;
     at.c = at.s = 0.f, at.slot = -1;
     if ((int)threadIdx.x < rg) {
-        if (at.seg < 2) at.c = p.rope.cs[2 * at.j], at.s = p.rope.cs[2 * at.j + 1];
-        at.slot = p.rope.rows[0];
+        if (at.seg < 2) at.c = p.rope_cs[2 * at.j], at.s = p.rope_cs[2 * at.j + 1];
+        at.slot = p.rope_rows[0];
     }
     return at;
 }
@@ -409,9 +348,9 @@ __device__ __forceinline__ void qi_rope_epilogue(const float (*pair)[64], const 
     }
     if (at.seg == 0 || at.slot < 0) return;
     const size_t o = ((size_t)at.slot * (segs.N[1] / D) + at.h) * D + at.j;
-    void *pool = at.seg == 1 ? p.rope.k_pool : p.rope.v_pool;
-    store1_any(pool, p.rope.pool_bf16, o, v0);
-    store1_any(pool, p.rope.pool_bf16, o + half, v1);
+    void *pool = at.seg == 1 ? p.k_pool : p.v_pool;
+    store1_any(pool, p.pool_bf16, o, v0);
+    store1_any(pool, p.pool_bf16, o + half, v1);
 }
 
 /* XM: 0 x from the workspace (a prep launch or x_ready), no fusions; 1 x row 0 rounded in
@@ -440,8 +379,8 @@ qmv_i8_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restri
 #pragma unroll
     for (int i = 0; i < QI_NWC; i++) {
         const int k = 8 * (int)threadIdx.x + 8 * 256 * i;
-        nwc[i] = INP && fz.in.nw && k < K ? __ldg((const uint4 *)(fz.in.nw + k))
-                                          : make_uint4(0, 0, 0, 0);
+        nwc[i] = INP && fz.nw && k < K ? __ldg((const uint4 *)(fz.nw + k))
+                                       : make_uint4(0, 0, 0, 0);
     }
     const auto ld4 = [](const uint4 *p) { if constexpr (INP) return *p; else return __ldg(p); };
     const auto ld2 = [](const float *p) {
@@ -507,19 +446,12 @@ qmv_i8_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restri
 #ifdef QW_TIMELINE /* qw_diag_host 2 (bench/qi_timeline.cu): no in-CTA prep (x stale) */
         if (fz.diag == 2) return;
 #endif
-        if (XM != 0 && fz.rope.cs) ra = qi_rope_pre(segs, fz, ks);
+        if (XM != 0 && fz.rope_cs) ra = qi_rope_pre(segs, fz, ks);
         if constexpr (INP)
-            qi_prep_cta<G, BITS>(sq, ssc, ssum, ssum + (size_t)S * QI_XW, fz.in, blockIdx.x == 0,
-                                 K, nwc, true, QI_DIAG(fz));
-    }, qw_epi{fz.res, fz.glu_out || fz.rope.cs ? &pair[0][0] : nullptr});
+            qi_prep_cta<G, BITS>(sq, ssc, ssum, ssum + (size_t)S * QI_XW, fz, K, nwc);
+    }, qw_epi{fz.res, fz.glu_out || fz.rope_cs ? &pair[0][0] : nullptr});
     if (XM != 0 && fz.glu_out) qi_glu_epilogue<BITS>(pair, fz, segs.N[0]);
-    if (XM != 0 && fz.rope.cs) qi_rope_epilogue(pair, segs, fz, ks, ra);
-    if (XM != 0 && fz.res && fz.nxq) {
-        __shared__ int last;
-        const qi_row nx = {fz.res, fz.next.xn, fz.next.nw, fz.next.eps, fz.next.offset};
-        qi_next_x<G, BITS>(nx, fz.next.count, fz.nxq, fz.nxsc, fz.nxsum, segs.N[0], &red[0][0],
-                           &last);
-    }
+    if (XM != 0 && fz.rope_cs) qi_rope_epilogue(pair, segs, fz, ks, ra);
     if constexpr (XM != 0) QW_TL(14);
 }
 
@@ -527,38 +459,32 @@ qmv_i8_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restri
 /* The prep and main launches of one configuration (qw_dispatch picks it). */
 template <int BITS, int G, int SBT, int NT> struct qi_launch {
     static int go(qmv_segs &segs, const cuda_qmv_args *a, cudaStream_t st) {
-        uint4 *xq = (uint4 *)a->ws; /* x read from x_ws (x_ready) or here */
+        uint4 *xq = (uint4 *)a->ws;
         const int S = qw_steps(a->K);
-        uint4 *xr = a->x_ws ? (uint4 *)a->x_ws : xq;
-        float *xsc = (float *)(xr + qi_quads(a->K)), *xsum = xsc + (size_t)S * QW_XW;
+        float *xsc = (float *)(xq + qi_quads(a->K)), *xsum = xsc + (size_t)S * QW_XW;
         const bool inp = a->x_inprep;
         pdl_launch p;
         cudaError_t e = cudaSuccess;
         if (a->skip_prep || a->x_ready || inp) { /* no prep launch (skip_prep: stale x) */
         } else if (a->norm_w) { /* one CTA a row: the norm's sum of squares spans the row */
             pdl_launch_config(&p, dim3(QW_ROWS), dim3(256), 0, st);
-            e = cudaLaunchKernelEx(&p.cfg, qi_prep_norm_kernel<G, BITS>, xr, xsc, xsum,
+            e = cudaLaunchKernelEx(&p.cfg, qi_prep_norm_kernel<G, BITS>, xq, xsc, xsum,
                                    (float *)a->x, a->ldx, a->rows, a->K, a->norm_x, a->norm_y,
                                    a->norm_w, a->norm_eps, a->norm_offset);
         } else {
             pdl_launch_config(&p, dim3((unsigned)((S * 16 + 255) / 256), QW_ROWS), dim3(256), 0,
                               st);
-            e = cudaLaunchKernelEx(&p.cfg, qi_prep_kernel<G, BITS>, xr, xsc, xsum, a->x, a->ldx,
+            e = cudaLaunchKernelEx(&p.cfg, qi_prep_kernel<G, BITS>, xq, xsc, xsum, a->x, a->ldx,
                                    a->rows, a->K, a->glu_out, a->glu_up, a->glu_act);
         }
         if (e != cudaSuccess) return (int)e;
         qi_fuse fz = {};
-        if (inp)
-            fz.in = {a->norm_w ? a->norm_x : a->x, (float *)a->x, a->norm_w, a->norm_eps,
-                     a->norm_offset};
-        fz.res = a->res;
-        if (a->nx_ws) { /* the next launch's x (K = N[0]) after the counter */
-            fz.next = {nullptr, (unsigned *)a->nx_ws, a->nx_xn, a->nx_w, a->nx_eps,
-                       a->nx_offset};
-            fz.nxq = (uint4 *)((char *)a->nx_ws + CUDA_QMV_I8_NX_HEAD);
-            fz.nxsc = (float *)(fz.nxq + qi_quads(segs.N[0]));
-            fz.nxsum = fz.nxsc + (size_t)qw_steps(segs.N[0]) * QW_XW;
+        if (inp) {
+            fz.x = a->norm_w ? a->norm_x : a->x;
+            fz.xn = (float *)a->x, fz.nw = a->norm_w;
+            fz.eps = a->norm_eps, fz.offset = a->norm_offset;
         }
+        fz.res = a->res;
 #ifdef QW_TIMELINE
         fz.diag = qw_diag_host;
 #endif
@@ -580,15 +506,16 @@ template <int BITS, int G, int SBT, int NT> struct qi_launch {
             while ((a->head_dim / 2) % (64 / k2)) k2 *= 2; /* ends at 4: head_dim % 32 == 0 */
             if (k2 != ks) ks = k2, grid = qw_grid_fill(segs, ks);
             segs.pair = 2, segs.pair_half = a->head_dim / 2;
-            fz.rope = {a->rope_cs, a->rope_rows, a->k_pool, a->v_pool, a->pool_bf16};
+            fz.rope_cs = a->rope_cs, fz.rope_rows = a->rope_rows;
+            fz.k_pool = a->k_pool, fz.v_pool = a->v_pool, fz.pool_bf16 = a->pool_bf16;
         }
         const bool epi =
-            inp || fz.res || fz.glu_out || fz.rope.cs || (BITS == 8 && a->x_ready); /* HL */
+            inp || fz.res || fz.glu_out || fz.rope_cs || (BITS == 8 && a->x_ready); /* HL */
         if (epi && NT != 1) return (int)cudaErrorInvalidValue; /* one row only (NT 1) */
         const int xm = epi ? (inp ? 1 : 2) : 0;
-        if (!a->tiled) return launch<false>(segs, xr, xsc, xsum, a, ks, grid, fz, xm, st);
+        if (!a->tiled) return launch<false>(segs, xq, xsc, xsum, a, ks, grid, fz, xm, st);
         if constexpr (SBT == CUDA_QSB_BF16) /* tiled weights have bf16 scales (qi_supported) */
-            return launch<true>(segs, xr, xsc, xsum, a, ks, grid, fz, xm, st);
+            return launch<true>(segs, xq, xsc, xsum, a, ks, grid, fz, xm, st);
         return (int)cudaErrorInvalidValue;
     }
     template <bool TL>
@@ -621,13 +548,6 @@ static bool qi_supported(const cuda_qmv_args *a) {
         !a->x_ready)
         return false;
     if (a && a->tiled && a->sb_dtype != CUDA_QSB_BF16) return false;
-    if (a && a->x_ws && (!a->x_ready || ((uintptr_t)a->x_ws & 15))) return false;
-    /* the next x: from res (one segment, one row), a g64 / g128 row of this launch's format */
-    if (a && a->nx_ws &&
-        (!a->res || !a->nx_w || !a->nx_xn || ((uintptr_t)a->nx_ws & 15) ||
-         ((uintptr_t)a->nx_w & 15) || ((uintptr_t)a->nx_xn & 15) || ((uintptr_t)a->res & 15) ||
-         a->N[0] % a->group || a->nx_xn == a->res || (const float *)a->nx_xn == a->x))
-        return false;
     return qw_supported(a, true) &&
            (!a->x_inprep || qi_inprep_bytes(a->K, a->bits) <= 48 * 1024);
 }
@@ -636,10 +556,6 @@ extern "C" int cuda_qmv_i8_supported(const cuda_qmv_args *a) { return qi_support
 
 extern "C" size_t cuda_qmv_i8_workspace_bytes(int K) {
     return qi_quads(K) * sizeof(uint4) + 2 * (size_t)qw_steps(K) * QW_XW * sizeof(float);
-}
-
-extern "C" size_t cuda_qmv_i8_next_bytes(int K) {
-    return CUDA_QMV_I8_NX_HEAD + cuda_qmv_i8_workspace_bytes(K);
 }
 
 extern "C" int cuda_qmv_i8(const cuda_qmv_args *a, cudaStream_t st) {
