@@ -61,7 +61,7 @@ __device__ __forceinline__ void qi_group_stats(const float f[8], float &amax, fl
  * exact sum. A group is the 4 * (G / 32) adjacent threads of a class: its absmax and sum go
  * through shuffles, so every thread of the warp calls this (f = 0 past K or `rows`; rows >=
  * `rows` only zero their scales and sums). */
-template <int G, int BITS, int XW = QW_XW>
+template <int G, int BITS, int XW = QW_XW, bool RAW = false>
 __device__ __forceinline__ void qi_quant_store(uint4 *xq, float *xsc, float *xsum,
                                                const float f[8], qw_prep_at at, int rows, int S) {
     constexpr int C = 128 / G, CPG = G / 32;
@@ -84,7 +84,7 @@ __device__ __forceinline__ void qi_quant_store(uint4 *xq, float *xsc, float *xsu
     }
     if (at.in && j == 0 && t % CPG == 0) {
         const size_t c = (size_t)s * XW + r * C + t / CPG;
-        xsc[c] = amax / 127.f;
+        xsc[c] = RAW ? amax : amax / 127.f; /* RAW: qi_scale_finish completes it */
         xsum[c] = sum;
     }
 }
@@ -193,7 +193,7 @@ __host__ __device__ constexpr size_t qi_inprep_bytes(int K, int bits) {
  * (x = absmax / 127 (h + l / 254) to ~2^-15 of absmax): row 1's scale is row 0's / 254 and its
  * sum 0, and the kernel adds the two rows' totals. At one row the MMA's columns for row 1
  * are free. Same threads and shuffles as qi_quant_store. */
-template <int G, int XW>
+template <int G, int XW, bool RAW = false>
 __device__ __forceinline__ void qi_quant_store_hl(uint4 *xq, float *xsc, float *xsum,
                                                   const float f[8], qw_prep_at at, int S) {
     constexpr int C = 128 / G, CPG = G / 32;
@@ -217,9 +217,22 @@ __device__ __forceinline__ void qi_quant_store_hl(uint4 *xq, float *xsc, float *
     }
     if (at.in && j == 0 && t % CPG == 0) {
         const size_t c = (size_t)s * XW + t / CPG;
-        xsc[c] = amax / 127.f, xsum[c] = sum;
-        xsc[c + C] = amax / 127.f / 254.f, xsum[c + C] = 0.f; /* row 1 */
+        xsc[c] = RAW ? amax : amax / 127.f, xsum[c] = sum;
+        if (!RAW) xsc[c + C] = amax / 127.f / 254.f, xsum[c + C] = 0.f; /* row 1 */
     }
+}
+
+/* A RAW store's group (row 0) made that of the values times a (> 0): the int8 parts of x a
+ * are those of x (the rounding is scale-free), its absmax and sum scale by a. The threads
+ * that stored it. */
+template <int G, int BITS, int XW>
+__device__ __forceinline__ void qi_scale_finish(float *xsc, float *xsum, qw_prep_at at, float a) {
+    constexpr int C = 128 / G, CPG = G / 32;
+    if (!at.in || at.j != 0 || at.t % CPG != 0) return;
+    const size_t c = (size_t)at.s * XW + at.t / CPG;
+    const float amax = xsc[c] * a;
+    xsc[c] = amax / 127.f, xsum[c] *= a;
+    if (BITS == 8) xsc[c + C] = amax / 127.f / 254.f, xsum[c + C] = 0.f; /* row 1 (hi + lo) */
 }
 
 /* x row 0 rounded inside the CTA (rows == 1): the values, thread for thread, that
@@ -243,40 +256,54 @@ template <int G, int BITS>
 __device__ __forceinline__ void qi_prep_cta(uint4 *xq, float *xsc, float *xsum, float *red,
                                             const qi_fuse &p, int K, const uint4 *nwc) {
     const int S = qw_steps(K), tid = (int)threadIdx.x;
-    float inv = 0.f;
-    if (p.nw) {
-        float ss = 0.f;
-        for (int k = 8 * tid; k < K; k += 8 * 256) {
-            float v[8];
-            QI_XLOAD(p, k, v);
-#pragma unroll
-            for (int e = 0; e < 8; e++) ss = fmaf(v[e], v[e], ss);
-        }
-        inv = 1.0f / sqrtf(block_sum(ss, red) / (float)K + p.eps);
-    }
-    /* the 256 units from u0; with `have`, wq: this thread's norm weight */
+    float ss = 0.f; /* with the norm: sum x^2, the same pieces in the same order as the kernel */
+    /* the 256 units from u0 rounded; with the norm, g = x (w + offset) is (the rounding is
+     * scale-free: that of x / rms(x) (w + offset) but for the fp32 rounding of g), its group
+     * stores raw, finished once rms is known: one pass over x, the block sum's barrier under
+     * the rounding instead of before it (~3.8 us of chain on the 8B q4 step in two passes).
+     * With `have`, wq: this thread's norm weight. */
     const auto units = [&](int u0, bool have, uint4 wq) {
         const int u = u0 + tid, k = 8 * u;
         const qw_prep_at at = {0, u >> 4, (u >> 2) & 3, u & 3, u < S * 16};
         float f[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
         if (k < K) {
-            QI_XLOAD(p, k, f); /* an L1 hit: the sum-of-squares pass read it */
+            QI_XLOAD(p, k, f);
             if (p.nw) {
                 float wv[8];
                 if (have) bf16x8_to_f32(wq, wv);
                 else load8_any(p.nw, 1, k, wv);
 #pragma unroll
-                for (int e = 0; e < 8; e++) f[e] = (f[e] * inv) * (wv[e] + p.offset);
-                if (blockIdx.x == 0) store8_any(p.xn, 0, k, f);
+                for (int e = 0; e < 8; e++) ss = fmaf(f[e], f[e], ss), f[e] *= wv[e] + p.offset;
             }
         }
-        if constexpr (BITS == 8) qi_quant_store_hl<G, QI_XW>(xq, xsc, xsum, f, at, S);
-        else qi_quant_store<G, BITS, QI_XW>(xq, xsc, xsum, f, at, 1, S);
+        if (p.nw) {
+            if constexpr (BITS == 8) qi_quant_store_hl<G, QI_XW, true>(xq, xsc, xsum, f, at, S);
+            else qi_quant_store<G, BITS, QI_XW, true>(xq, xsc, xsum, f, at, 1, S);
+        } else {
+            if constexpr (BITS == 8) qi_quant_store_hl<G, QI_XW>(xq, xsc, xsum, f, at, S);
+            else qi_quant_store<G, BITS, QI_XW>(xq, xsc, xsum, f, at, 1, S);
+        }
     };
 #pragma unroll
     for (int i = 0; i < QI_NWC; i++) /* uniform trip counts: the shuffles */
         if (256 * i < S * 16) units(256 * i, p.nw != nullptr, nwc[i]);
     for (int u0 = 256 * QI_NWC; u0 < S * 16; u0 += 256) units(u0, false, nwc[0]);
+    if (p.nw) { /* this thread's raw groups scaled by inv; CTA 0 writes the norm's output */
+        const float inv = 1.0f / sqrtf(block_sum(ss, red) / (float)K + p.eps);
+#pragma unroll 1
+        for (int u = tid; u < S * 16; u += 256) {
+            const qw_prep_at at = {0, u >> 4, (u >> 2) & 3, u & 3, true};
+            qi_scale_finish<G, BITS, QI_XW>(xsc, xsum, at, inv);
+            const int k = 8 * u;
+            if (blockIdx.x != 0 || k >= K) continue;
+            float v[8], wv[8];
+            QI_XLOAD(p, k, v); /* an L1 hit */
+            load8_any(p.nw, 1, k, wv);
+#pragma unroll
+            for (int e = 0; e < 8; e++) v[e] = (v[e] * inv) * (wv[e] + p.offset);
+            store8_any(p.xn, 0, k, v);
+        }
+    }
     __syncthreads();
 }
 
