@@ -235,11 +235,11 @@ __device__ __forceinline__ void qi_scale_finish(float *xsc, float *xsum, qw_prep
     if (BITS == 8) xsc[c + C] = amax / 127.f / 254.f, xsum[c + C] = 0.f; /* row 1 (hi + lo) */
 }
 
-/* x row 0 rounded inside the CTA (rows == 1): the values, thread for thread, that
- * qi_prep_kernel / qi_prep_norm_kernel (norm_y NULL) compute in their 256 threads, into
- * shared memory, so the prep needs no launch (~3.8 us of chain each on the 8B q4 step). The
- * first QI_NWC pieces of the norm weight come in nwc (loaded before the PDL wait: constants;
- * else an L2 round trip on the chain after the sum of squares). */
+/* x row 0 rounded inside the CTA (rows == 1) into shared memory, so the prep needs no launch:
+ * without a norm the values, thread for thread, that qi_prep_kernel computes; with one the
+ * norm's output row as qi_prep_norm_kernel (norm_y NULL) writes it, the int8 parts from one
+ * pass (below). The first QI_NWC pieces of the norm weight come in nwc (loaded before the PDL
+ * wait: constants; else an L2 round trip on the chain). */
 #define QI_NWC 2 /* 8-value pieces a thread: all of K <= 4096 */
 #ifdef QW_TIMELINE /* qw_diag_host 1 (bench/qi_timeline.cu): x made up, not loaded */
 #define QI_XLOAD(p, k, v)                                                                    \
@@ -257,11 +257,12 @@ __device__ __forceinline__ void qi_prep_cta(uint4 *xq, float *xsc, float *xsum, 
                                             const qi_fuse &p, int K, const uint4 *nwc) {
     const int S = qw_steps(K), tid = (int)threadIdx.x;
     float ss = 0.f; /* with the norm: sum x^2, the same pieces in the same order as the kernel */
-    /* the 256 units from u0 rounded; with the norm, g = x (w + offset) is (the rounding is
-     * scale-free: that of x / rms(x) (w + offset) but for the fp32 rounding of g), its group
-     * stores raw, finished once rms is known: one pass over x, the block sum's barrier under
-     * the rounding instead of before it (~3.8 us of chain on the 8B q4 step in two passes).
-     * With `have`, wq: this thread's norm weight. */
+    /* The 256 units from u0 rounded. With the norm, g = x (w + offset) is rounded: the int8
+     * parts are scale-free, so they are those of x / rms(x) (w + offset) but for the fp32
+     * rounding of g; the groups' scales and sums are stored raw and finished once rms is
+     * known. One pass over x, the block sum's barrier after the rounding instead of before
+     * it (8B q4g64 B=1 layer 45.0 against 45.5 us in two passes, session 18). With `have`,
+     * wq: this thread's norm weight. */
     const auto units = [&](int u0, bool have, uint4 wq) {
         const int u = u0 + tid, k = 8 * u;
         const qw_prep_at at = {0, u >> 4, (u >> 2) & 3, u & 3, u < S * 16};
