@@ -17,10 +17,15 @@
 /* A knob to A/B inside one run (QI_AB: its values, comma-separated), e.g. a setter of
  * cuda_info.cu; stamped builds: qw_diag_host (1: x made up in the in-CTA prep, 2: no prep,
  * x stale), else none. */
+/* v / 100: 1 = a stand-in for attention between q/k/v and o (a PDL launch of 128 CTAs that
+ * waits, triggers and spins ATTN_NS ns, default 6000), 2 = the same also asking L2 for
+ * gate+up's blocks 1 .. v % 100 of every row tile (cp.async.bulk.prefetch: the DRAM is
+ * nearly idle during attention at B=1). */
+static int g_attn, g_attn_pf;
 #ifdef QW_TIMELINE
-static void qi_set(int v) { qw_diag_host = v; }
+static void qi_set(int v) { qw_diag_host = v % 100, g_attn = v / 100, g_attn_pf = v % 100; }
 #else
-static void qi_set(int) {}
+static void qi_set(int v) { g_attn = v / 100, g_attn_pf = v % 100; }
 #endif
 #define QI_SET qi_set
 #define QI_NAME "ab"
@@ -78,6 +83,27 @@ static void tl_seg(cuda_qmv_args *a, int i, void *w, float *y, int N) {
     a->n_segs = i + 1;
 }
 
+/* The attention stand-in: CTA c prefetches row tiles c, c + grid, .. of gate and up (blocks
+ * 1 .. nb), then spins until ns after its wait. */
+__global__ void fake_attn(float *out, long long ns, const uint8_t *gate, const uint8_t *up,
+                          int tiles, int nb) {
+    pdl_wait();
+    pdl_trigger();
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    const size_t tb = qt_geo<4, 64>::TB, per = (size_t)qw_steps(D) / 4 * tb;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < 2 * tiles * nb;
+         i += gridDim.x * blockDim.x) {
+        const int m = i / (tiles * nb), r = i % (tiles * nb), rt = r / nb, b = 1 + r % nb;
+        const uint8_t *p = (m ? up : gate) + rt * per + b * tb;
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"((unsigned)tb)
+                     : "memory");
+    }
+    do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    while ((long long)(t - t0) < ns);
+    if (threadIdx.x == 0) out[blockIdx.x] = (float)(t - t0);
+}
+
 /* The layer's four launches as the engine issues them at B=1. */
 static void tl_run_layer(const tl_vecs *v, const tl_layer *w, cudaStream_t st) {
     cuda_qmv_args a;
@@ -87,6 +113,13 @@ static void tl_run_layer(const tl_vecs *v, const tl_layer *w, cudaStream_t st) {
     a.rope_cs = v->cs, a.rope_rows = v->slot, a.k_pool = v->kp, a.v_pool = v->vp;
     a.pool_bf16 = 1, a.head_dim = HD;
     CK((cudaError_t)cuda_qmv_i8(&a, st));
+    if (g_attn) {
+        static const long long ns = getenv("ATTN_NS") ? atoll(getenv("ATTN_NS")) : 6000;
+        pdl_launch l;
+        pdl_launch_config(&l, dim3(128), dim3(128), 0, st);
+        CK(cudaLaunchKernelEx(&l.cfg, fake_attn, v->att + D, ns, (const uint8_t *)w->gate,
+                              (const uint8_t *)w->up, F / 16, g_attn == 2 ? g_attn_pf : 0));
+    }
     tl_base(v, &a, D); /* o: the residual add */
     tl_seg(&a, 0, w->o, v->oy, D);
     a.x = v->att, a.x_inprep = 1, a.res = v->h;
@@ -199,7 +232,7 @@ int main(int argc, char **argv) {
     tl_vecs v;
     v.h = (float *)dev_fill(D * 4, 1, 0x007fffffu, 0x3c000000u);
     v.xn = (float *)dev_fill(D * 4, 2, 0x007fffffu, 0x3c000000u);
-    v.att = (float *)dev_fill(D * 4, 3, 0x007fffffu, 0x3c000000u);
+    v.att = (float *)dev_fill(D * 4 + 128 * 4, 3, 0x007fffffu, 0x3c000000u); /* + fake_attn's */
     v.qy = (float *)dev_fill(D * 4, 4), v.ky = (float *)dev_fill(KVD * 4, 5);
     v.vy = (float *)dev_fill(KVD * 4, 6), v.gy = (float *)dev_fill(F * 4, 7);
     v.uy = (float *)dev_fill(F * 4, 8), v.act = (float *)dev_fill(F * 4, 9);
