@@ -14,13 +14,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A knob to A/B inside one run (QI_AB: its values, comma-separated), e.g. a setter of
- * cuda_info.cu; stamped builds: qw_diag_host (1: x made up in the in-CTA prep, 2: no prep,
- * x stale), else none. */
-/* v / 100: 1 = a stand-in for attention between q/k/v and o (a PDL launch of 128 CTAs that
- * waits, triggers and spins ATTN_NS ns, default 6000), 2 = the same also asking L2 for
- * gate+up's blocks 1 .. v % 100 of every row tile (cp.async.bulk.prefetch: the DRAM is
- * nearly idle during attention at B=1). */
+/* A knob to A/B inside one run (QI_AB: its values v, comma-separated). v / 100: 1 = a
+ * stand-in for attention between q/k/v and o (a PDL launch of 128 CTAs that waits, triggers
+ * and spins ATTN_NS ns, default 6000), 2 = the same also asking L2 for gate+up's blocks
+ * 1 .. v % 100 of every row tile (cp.async.bulk.prefetch: the DRAM is nearly idle during
+ * attention at B=1). Stamped builds, v % 100: qw_diag_host (1: x made up in the in-CTA
+ * prep, 2: no prep, x stale). */
 static int g_attn, g_attn_pf;
 #ifdef QW_TIMELINE
 static void qi_set(int v) { qw_diag_host = v % 100, g_attn = v / 100, g_attn_pf = v % 100; }

@@ -222,9 +222,9 @@ __device__ __forceinline__ void qi_quant_store_hl(uint4 *xq, float *xsc, float *
     }
 }
 
-/* A RAW store's group (row 0) made that of the values times a (> 0): the int8 parts of x a
- * are those of x (the rounding is scale-free), its absmax and sum scale by a. The threads
- * that stored it. */
+/* Finishes a RAW store's group (row 0) as that of its values times a > 0: the int8 parts of
+ * a x are those of x (the rounding is scale-free); the absmax and sum scale by a. Called by
+ * the threads that stored it. */
 template <int G, int BITS, int XW>
 __device__ __forceinline__ void qi_scale_finish(float *xsc, float *xsum, qw_prep_at at, float a) {
     constexpr int C = 128 / G, CPG = G / 32;
