@@ -6,9 +6,10 @@
 #     bench/qi_timeline.cu src/backend/cuda/cuda_info.cu src/backend/cuda/qtile.cu \
 #     -o .carry/tl/qi_tl   (and qi_notl)
 #   QI_TL="0 1 2" bash tools/diag/qi_timeline.sh
-# QI_AB: values of qi_timeline.cu's QI_SET knob, each timed in one run (the unstamped build's
-# knob is a no-op unless edited in: repeats then show the spread); QI_TL: the stamped runs,
-# one per value (stamped builds: qw_diag_host: 1 = x made up in the in-CTA prep, not loaded;
+# QI_AB: values of qi_timeline.cu's QI_SET knob, each timed in one run (v / 100: 1 = an
+# attention stand-in spinning 6 us between q/k/v and o, 2 = the same asking L2 for gate+up's
+# blocks 1 .. v % 100; repeats show the spread); QI_TL: the stamped runs, one per value
+# (stamped builds, v % 100: qw_diag_host: 1 = x made up in the in-CTA prep, not loaded;
 # 2 = no in-CTA prep, x stale: its cost's bound).
 set -u
 . bench/device_env.sh
