@@ -54,6 +54,30 @@
 #define ATTN_CLUSTER_MAX 16
 #define ATTN_MAX_STAGES 3 /* chunk stages in flight per warp (cuda_attn_stages() caps it) */
 
+/* ATTN_TIMELINE (bench/attn_timeline.cu only): thread 0 of each CTA stamps %globaltimer at
+ * event ev into at_tl[CTA]: 0 entry, 1 after the PDL wait, 2 q's fragments ready (TC walk),
+ * 3 the first chunk landed, 4 the walk done, 5 the warps' states written, 6 the cluster
+ * started, 7 the splits' partials in, 8 written. AT_TL_DEP first waits for the value dep. */
+#ifdef ATTN_TIMELINE
+__device__ unsigned long long at_tl[1024][10];
+#define AT_TL(ev)                                                                            \
+    do {                                                                                     \
+        if (threadIdx.x == 0) {                                                              \
+            unsigned long long t_;                                                           \
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t_)::"memory");                 \
+            at_tl[blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)][ev] = t_;  \
+        }                                                                                    \
+    } while (0)
+#define AT_TL_DEP(ev, dep)                                                                   \
+    do {                                                                                     \
+        asm volatile("" ::"r"(dep));                                                         \
+        AT_TL(ev);                                                                           \
+    } while (0)
+#else
+#define AT_TL(ev) do {} while (0)
+#define AT_TL_DEP(ev, dep) do {} while (0)
+#endif
+
 /* The merge weights c_s = exp2(lse_s - max) / sum_s' exp2(lse_s' - max) of the G heads (in
  * place over lse [G][S]); every thread of the CTA calls it. Warp w takes heads w, w + 4, ..:
  * lane i the splits i, i + 32, .. (in that order), then the warp's max and sum by shuffles,
@@ -152,6 +176,7 @@ __device__ __forceinline__ void attn_tc_walk(const void *q, int q_f32, const uin
             qa[ks][2 * half] = hi;
             qa[ks][2 * half + 1] = pack_bf16x2(x0 - bf16_lo(hi), x1 - bf16_hi(hi));
         }
+    AT_TL_DEP(2, qa[0][0]);
 
     float o[DN][4];
 #pragma unroll
@@ -184,6 +209,7 @@ __device__ __forceinline__ void attn_tc_walk(const void *q, int q_f32, const uin
         issue();      /* chunk it + nst - 1 */
         attn_wait_chunk(nst);
         __syncwarp(); /* the chunk's rows, copied by every lane, visible to every lane */
+        if (it == 0) AT_TL(3);
         const uint16_t *sk = ring + (size_t)(it % nst) * 2 * CH, *sv = sk + CH;
         const int tok0 = bi * ATTN_BS;
 
@@ -249,6 +275,7 @@ __device__ __forceinline__ void attn_tc_walk(const void *q, int q_f32, const uin
     /* the sum over the quad's keys; O = hi rows + lo rows */
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
+    AT_TL_DEP(4, __float_as_uint(l));
     if (g < G) {
 #pragma unroll
         for (int dn = 0; dn < DN; dn++)
@@ -292,6 +319,7 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
     __shared__ float sm_c[G * CUDA_ATTN_MAX_SPLITS];
     extern __shared__ uint4 kv_ring[]; /* the warps' K / V rings (nst stages each) */
 
+    AT_TL(0);
     const int split = blockIdx.x, S = gridDim.x, h = blockIdx.y, b = blockIdx.z;
     const int Hq = Hkv * G;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -331,6 +359,7 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
     if (cluster) cluster_arrive_relaxed(); /* this CTA has started (cluster_wait below) */
     pdl_wait(); /* q and the newest token's K / V are the previous kernels' output */
     pdl_trigger();
+    AT_TL(1);
 
     if constexpr (TC) {
         attn_tc_walk<G, D>(q, q_f32, k_cache, v_cache, b, h, Hkv, blk_begin, blk_end, len, start,
@@ -490,6 +519,7 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
         }
     }
     __syncthreads();
+    AT_TL(5);
 
     /* Merge the warps (fixed order) and write: thread g < G turns head g's warp maxima and
      * sums into one weight per warp (c_w / L, in place over sm_m) and the split's log-sum-exp;
@@ -497,6 +527,7 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
      * division: ~570 instructions a thread, most of a B=1 launch's latency-bound path.) */
     const size_t hq0 = (size_t)b * Hq + h * G;
     if (cluster) cluster_wait(); /* every CTA of the cluster has started: DSMEM stores below */
+    AT_TL(6);
     if (threadIdx.x < G) {
         const int g = threadIdx.x;
         float M = -INFINITY, L = 0.f, c[ATTN_WARPS];
@@ -534,6 +565,7 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
     /* ==== Merge of the splits by log-sum-exp (fixed order) ==== */
     if (cluster) { /* split = the CTA's rank in the cluster */
         cluster_sync_all(); /* every split's stores into this CTA are visible */
+        AT_TL(7);
         attn_merge_weights<G>(sm_c, S);
         __syncthreads();
         const int lo = split * per, hi = min(G * D, lo + per);
@@ -548,6 +580,7 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
                 if (s < S) A = fmaf(sm_c[g * S + s], ov[s], A);
             attn_store(o, o_bf16, (hq0 + g) * D + idx - g * D, A);
         }
+        AT_TL(8);
         return; /* no shared memory of another CTA is touched after the barrier */
     }
     /* global: by the last split to finish. The partials were written by other CTAs: the
