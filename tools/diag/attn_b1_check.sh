@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
-# GPU machine, one call (~4 min): a decode-attention change against the build before it
-# (.carry/dev/mlxcel-base, packed beside: cp the old build's mlxcel there before tar). test_cuda
-# as is; the attention op bench (its B=1 rows against bench/results/2026-12-03-optin-attn.log);
-# 8B / 1B bf16 decode at B=1, 8, 32, new and base. Carry .carry/devpack.tar.xz.
+# GPU machine, one call (~6 min): B=1 decode attention (session 18: the first chunks' copies
+# issued before q's load; the cluster merge by st.async stores counted on each receiver's
+# mbarrier instead of a cluster barrier). test_cuda's attn + e2e groups; bench/attn_timeline.cu
+# before (.carry/tl/attn_base, attn_tlbase: the previous attn_decode.cu) and now (attn_notl,
+# attn_tl), interleaved, and one stamped run each; B=1 decode against the build before
+# (BIN=mlxcel-base): 8B / 1B bf16 on dummy weights, the synthetic 8B as MLX q4g64.
+# Carry .carry/devpack.tar.xz (with dev/mlxcel-base) and .carry/tl.
 #   bash tools/diag/attn_b1_check.sh
 set -u
 . bench/device_env.sh
 diag_init
-diag_tests
-timeout 150 .carry/dev/cuda_ops_bench --only attn > "$D/attn.log" 2>&1
-echo "== op bench: rc $? $((SECONDS - T0)) s"
-grep -E "time attn (auto|tc|cc) " "$D/attn.log" | sed -E 's/ +min +[0-9.]+ us//; s/ +/ /g' |
-  cut -c1-80
-grep -E "FAIL" "$D/attn.log" | head -3
-SHAPES="llama-3.1-8b llama-3.2-1b" AB="- BIN=mlxcel-base" BATCH=${BATCH:-1,8,32} REPEAT=2 \
-  diag_ab 240
+diag_test - attn,e2e
+for i in 1 2 3; do
+  for b in attn_base attn_notl; do echo "$b $(timeout 60 .carry/tl/$b 30 2>&1 | head -1)"; done
+done
+for b in attn_tlbase attn_tl; do echo "== $b"; timeout 60 .carry/tl/$b 30 2>&1 | tail -11; done
+SHAPES="llama-3.1-8b llama-3.2-1b" AB="- BIN=mlxcel-base - BIN=mlxcel-base" BATCH=1 REPEAT=2 \
+  diag_ab 220
+echo "== $((SECONDS - T0)) s"
+AB="- BIN=mlxcel-base - BIN=mlxcel-base" BATCH=1 REPEAT=2 QUANT="4:64" BF16=0 diag_quant 200 \
+  "^== conv"
 echo "== done: $((SECONDS - T0)) s"

@@ -149,6 +149,28 @@ __device__ __forceinline__ void attn_tc_walk(const void *q, int q_f32, const uin
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int Hq = Hkv * G;
 
+    int it_in = 0; /* chunks copied so far (this warp's order) */
+    const auto issue = [&]() { /* the warp's chunk it_in into stage it_in % nst */
+        const int bi = blk_begin + warp + ATTN_WARPS * it_in;
+        if (bi < blk_end) {
+            const size_t phys = chunk_phys(it_in);
+            uint16_t *sk = ring + (size_t)(it_in % nst) * 2 * CH, *sv = sk + CH;
+#pragma unroll
+            for (int p = lane; p < ATTN_BS * (D / 8); p += 32) {
+                const int r = p / (D / 8), c = (p % (D / 8)) * 8, tk = bi * ATTN_BS + r;
+                const bool ok = tk < len && tk >= start; /* else zeros (a valid address) */
+                const size_t off = ok ? ((phys * ATTN_BS + r) * Hkv + h) * D + c : 0;
+                cp_async16(sk + r * LD + c, k_cache + off, ok ? 16 : 0);
+                cp_async16(sv + r * LD + c, v_cache + off, ok ? 16 : 0);
+            }
+        }
+        cp_async_commit(); /* empty past the end: the group count stays uniform */
+        it_in++;
+    };
+    /* the ring full before q is read: the first chunks' copies and q's load are one round
+     * trip, not two (session 18: at B=1 q then chunk 0 was ~1.3 + 0.8 us in series) */
+    for (int i = 0; i < nst; i++) issue();
+
     /* A fragments of q: {row g, row g + 8} x {dims 16 ks + 2t + (0, 1), + 8}. Every load is
      * issued before the first use (at B=1 a launch is a latency chain: waits add up). */
     float2 qv[KS][2];
@@ -183,30 +205,8 @@ __device__ __forceinline__ void attn_tc_walk(const void *q, int q_f32, const uin
     for (int i = 0; i < DN; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
     float m = -INFINITY, l = 0.f;
 
-    int it_in = 0; /* chunks copied so far (this warp's order) */
-    const auto issue = [&]() { /* the warp's chunk it_in into stage it_in % nst */
-        const int bi = blk_begin + warp + ATTN_WARPS * it_in;
-        if (bi < blk_end) {
-            const size_t phys = chunk_phys(it_in);
-            uint16_t *sk = ring + (size_t)(it_in % nst) * 2 * CH, *sv = sk + CH;
-#pragma unroll
-            for (int p = lane; p < ATTN_BS * (D / 8); p += 32) {
-                const int r = p / (D / 8), c = (p % (D / 8)) * 8, tk = bi * ATTN_BS + r;
-                const bool ok = tk < len && tk >= start; /* else zeros (a valid address) */
-                const size_t off = ok ? ((phys * ATTN_BS + r) * Hkv + h) * D + c : 0;
-                cp_async16(sk + r * LD + c, k_cache + off, ok ? 16 : 0);
-                cp_async16(sv + r * LD + c, v_cache + off, ok ? 16 : 0);
-            }
-        }
-        cp_async_commit(); /* empty past the end: the group count stays uniform */
-        it_in++;
-    };
-    for (int i = 1; i < nst; i++) issue();
-
     int it = 0;
     for (int bi = blk_begin + warp; bi < blk_end; bi += ATTN_WARPS, it++) {
-        __syncwarp(); /* every lane's ldmatrix of the stage refilled next is done */
-        issue();      /* chunk it + nst - 1 */
         attn_wait_chunk(nst);
         __syncwarp(); /* the chunk's rows, copied by every lane, visible to every lane */
         if (it == 0) AT_TL(3);
@@ -269,6 +269,8 @@ __device__ __forceinline__ void attn_tc_walk(const void *q, int q_f32, const uin
             mma_bf16_16816(o[dn], ph0, pl0, ph1, pl1, b0, b1);
             mma_bf16_16816(o[dn + 1], ph0, pl0, ph1, pl1, b2, b3);
         }
+        __syncwarp(); /* every lane's ldmatrix of the stage refilled now is done */
+        issue();      /* chunk it + nst */
     }
     cp_async_wait<0>(); /* the empty groups issued past the end */
 
@@ -317,6 +319,7 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
      * log-sum-exps [G][S], written by every split of the cluster */
     __shared__ float sm_recv[G * D + ATTN_CLUSTER_MAX];
     __shared__ float sm_c[G * CUDA_ATTN_MAX_SPLITS];
+    __shared__ __align__(8) uint64_t sm_bar; /* cluster merge: those stores' bytes arrived */
     extern __shared__ uint4 kv_ring[]; /* the warps' K / V rings (nst stages each) */
 
     AT_TL(0);
@@ -355,6 +358,16 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
             if (t < len && t >= start)
                 prefetch_l2(kv + ((phys * ATTN_BS + r) * Hkv + h) * D, D * 2, 0, 1);
         }
+    }
+    /* per: the outputs a split owns in the cluster merge; every split sends each CTA its G
+     * log-sum-exps and its partials of that CTA's slice, as st.async counted on the
+     * receiver's barrier (its init visible before the cluster barrier lets anyone send) */
+    const int per = (G * D + S - 1) / S;
+    if (cluster && threadIdx.x == 0) {
+        const int slice = max(0, min(G * D, (split + 1) * per) - split * per);
+        mbar_init(&sm_bar, 1);
+        mbar_init_fence_cluster();
+        mbar_expect(&sm_bar, 4u * (unsigned)(S * (G + slice)));
     }
     if (cluster) cluster_arrive_relaxed(); /* this CTA has started (cluster_wait below) */
     pdl_wait(); /* q and the newest token's K / V are the previous kernels' output */
@@ -542,12 +555,11 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
 #pragma unroll
         for (int w = 0; w < ATTN_WARPS; w++) sm_m[w][g] = c[w] * inv;
         if (S > 1 && cluster)
-            for (int r = 0; r < S; r++) dsmem_st_f32(&sm_c[g * S + split], r, lse);
+            for (int r = 0; r < S; r++) dsmem_st_async_f32(&sm_c[g * S + split], r, lse, &sm_bar);
         else if (S > 1)
             part_lse[(hq0 + g) * S + split] = lse;
     }
     __syncthreads();
-    const int per = (G * D + S - 1) / S; /* cluster merge: outputs a split owns */
     for (int idx = threadIdx.x; idx < G * D; idx += ATTN_WARPS * 32) {
         const int g = idx / D, d = idx - g * D;
         float v = 0.f;
@@ -556,7 +568,7 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
         if (S == 1)
             attn_store(o, o_bf16, (hq0 + g) * D + d, v);
         else if (cluster) /* into the owner's slice, at this split's row */
-            dsmem_st_f32(&sm_recv[split * per + idx % per], idx / per, v);
+            dsmem_st_async_f32(&sm_recv[split * per + idx % per], idx / per, v, &sm_bar);
         else
             part_o[((hq0 + g) * S + split) * D + d] = v;
     }
@@ -564,7 +576,7 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
 
     /* ==== Merge of the splits by log-sum-exp (fixed order) ==== */
     if (cluster) { /* split = the CTA's rank in the cluster */
-        cluster_sync_all(); /* every split's stores into this CTA are visible */
+        mbar_wait(&sm_bar, 0); /* every split's stores into this CTA have landed */
         AT_TL(7);
         attn_merge_weights<G>(sm_c, S);
         __syncthreads();
@@ -581,7 +593,7 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
             attn_store(o, o_bf16, (hq0 + g) * D + idx - g * D, A);
         }
         AT_TL(8);
-        return; /* no shared memory of another CTA is touched after the barrier */
+        return; /* nothing writes this CTA's shared memory once its barrier completed */
     }
     /* global: by the last split to finish. The partials were written by other CTAs: the
      * fences order them before the counter, and the reads go around L1 (__ldcg). */

@@ -250,6 +250,22 @@ __device__ __forceinline__ void mbar_wait(uint64_t *b, uint32_t parity) {
         "r"(parity)
         : "memory");
 }
+/* Makes mbar_init's effects visible to the cluster (before the cluster barrier that lets
+ * other CTAs store into this CTA's shared memory against the barrier). */
+__device__ __forceinline__ void mbar_init_fence_cluster(void) {
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+/* v stored at this CTA's shared-memory address p in the shared memory of the cluster's CTA
+ * of rank r (the same variable there), its 4 bytes counted on that CTA's mbarrier bar (the
+ * same variable there, expecting them): the reader waits on its own barrier, not on a
+ * cluster barrier. */
+__device__ __forceinline__ void dsmem_st_async_f32(float *p, int r, float v, uint64_t *bar) {
+    uint32_t ra, rb;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(smem_u32(p)), "r"(r));
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rb) : "r"(smem_u32(bar)), "r"(r));
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(
+                     ra), "r"(__float_as_uint(v)), "r"(rb) : "memory");
+}
 /* The CTA's S stage pairs: "full" completes on the producer's expect + copies, "empty" on one
  * arrival per consumer warp. Every thread calls it (it ends in a CTA barrier). */
 __device__ __forceinline__ void mbar_init_stages(uint64_t *full, uint64_t *empty, int S,
