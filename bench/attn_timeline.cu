@@ -3,7 +3,7 @@
  * table: 16 splits as one cluster), launched as the engine launches it between a stand-in
  * for the q/k/v launch (PDL, spins PROD_NS ns, default 4000, writes q) and one for the o
  * launch (PDL, waits and reads the output), 32 layers of pools so that the KV is not all in
- * L2. Built with -DATTN_TIMELINE (attn_decode.cu's AT_TL stamps) it prints, for the last
+ * L2 (ATTN_CLUSTER=0: the global merge instead of the cluster's). Built with -DATTN_TIMELINE (attn_decode.cu's AT_TL stamps) it prints, for the last
  * layer, when the CTAs reach each point of the launch, from the producer's end; without, the
  * time a layer takes (stand-ins included) and without attention.
  *   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Isrc [-DATTN_TIMELINE] \
@@ -68,6 +68,7 @@ int main(int argc, char **argv) {
     const int iters = argc > 1 ? atoi(argv[1]) : 20;
     const long long prod_ns = getenv("PROD_NS") ? atoll(getenv("PROD_NS")) : 4000;
     cuda_set_pdl(1);
+    if (getenv("ATTN_CLUSTER")) cuda_set_attn_cluster(atoi(getenv("ATTN_CLUSTER")));
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     const size_t pool = (size_t)NBLK * BS * HKV * HD; /* elements of one layer's K (or V) */

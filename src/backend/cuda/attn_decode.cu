@@ -149,28 +149,6 @@ __device__ __forceinline__ void attn_tc_walk(const void *q, int q_f32, const uin
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int Hq = Hkv * G;
 
-    int it_in = 0; /* chunks copied so far (this warp's order) */
-    const auto issue = [&]() { /* the warp's chunk it_in into stage it_in % nst */
-        const int bi = blk_begin + warp + ATTN_WARPS * it_in;
-        if (bi < blk_end) {
-            const size_t phys = chunk_phys(it_in);
-            uint16_t *sk = ring + (size_t)(it_in % nst) * 2 * CH, *sv = sk + CH;
-#pragma unroll
-            for (int p = lane; p < ATTN_BS * (D / 8); p += 32) {
-                const int r = p / (D / 8), c = (p % (D / 8)) * 8, tk = bi * ATTN_BS + r;
-                const bool ok = tk < len && tk >= start; /* else zeros (a valid address) */
-                const size_t off = ok ? ((phys * ATTN_BS + r) * Hkv + h) * D + c : 0;
-                cp_async16(sk + r * LD + c, k_cache + off, ok ? 16 : 0);
-                cp_async16(sv + r * LD + c, v_cache + off, ok ? 16 : 0);
-            }
-        }
-        cp_async_commit(); /* empty past the end: the group count stays uniform */
-        it_in++;
-    };
-    /* the ring full before q is read: the first chunks' copies and q's load are one round
-     * trip, not two (session 18: at B=1 q then chunk 0 was ~1.3 + 0.8 us in series) */
-    for (int i = 0; i < nst; i++) issue();
-
     /* A fragments of q: {row g, row g + 8} x {dims 16 ks + 2t + (0, 1), + 8}. Every load is
      * issued before the first use (at B=1 a launch is a latency chain: waits add up). */
     float2 qv[KS][2];
@@ -205,8 +183,30 @@ __device__ __forceinline__ void attn_tc_walk(const void *q, int q_f32, const uin
     for (int i = 0; i < DN; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
     float m = -INFINITY, l = 0.f;
 
+    int it_in = 0; /* chunks copied so far (this warp's order) */
+    const auto issue = [&]() { /* the warp's chunk it_in into stage it_in % nst */
+        const int bi = blk_begin + warp + ATTN_WARPS * it_in;
+        if (bi < blk_end) {
+            const size_t phys = chunk_phys(it_in);
+            uint16_t *sk = ring + (size_t)(it_in % nst) * 2 * CH, *sv = sk + CH;
+#pragma unroll
+            for (int p = lane; p < ATTN_BS * (D / 8); p += 32) {
+                const int r = p / (D / 8), c = (p % (D / 8)) * 8, tk = bi * ATTN_BS + r;
+                const bool ok = tk < len && tk >= start; /* else zeros (a valid address) */
+                const size_t off = ok ? ((phys * ATTN_BS + r) * Hkv + h) * D + c : 0;
+                cp_async16(sk + r * LD + c, k_cache + off, ok ? 16 : 0);
+                cp_async16(sv + r * LD + c, v_cache + off, ok ? 16 : 0);
+            }
+        }
+        cp_async_commit(); /* empty past the end: the group count stays uniform */
+        it_in++;
+    };
+    for (int i = 1; i < nst; i++) issue();
+
     int it = 0;
     for (int bi = blk_begin + warp; bi < blk_end; bi += ATTN_WARPS, it++) {
+        __syncwarp(); /* every lane's ldmatrix of the stage refilled next is done */
+        issue();      /* chunk it + nst - 1 */
         attn_wait_chunk(nst);
         __syncwarp(); /* the chunk's rows, copied by every lane, visible to every lane */
         if (it == 0) AT_TL(3);
@@ -269,8 +269,6 @@ __device__ __forceinline__ void attn_tc_walk(const void *q, int q_f32, const uin
             mma_bf16_16816(o[dn], ph0, pl0, ph1, pl1, b0, b1);
             mma_bf16_16816(o[dn + 1], ph0, pl0, ph1, pl1, b2, b3);
         }
-        __syncwarp(); /* every lane's ldmatrix of the stage refilled now is done */
-        issue();      /* chunk it + nst */
     }
     cp_async_wait<0>(); /* the empty groups issued past the end */
 
