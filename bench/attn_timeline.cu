@@ -3,9 +3,10 @@
  * table: 16 splits as one cluster), launched as the engine launches it between a stand-in
  * for the q/k/v launch (PDL, spins PROD_NS ns, default 4000, writes q) and one for the o
  * launch (PDL, waits and reads the output), 32 layers of pools so that the KV is not all in
- * L2 (ATTN_CLUSTER=0: the global merge instead of the cluster's). Built with -DATTN_TIMELINE (attn_decode.cu's AT_TL stamps) it prints, for the last
- * layer, when the CTAs reach each point of the launch, from the producer's end; without, the
- * time a layer takes (stand-ins included) and without attention.
+ * L2 (ATTN_CLUSTER=0: the global merge instead of the cluster's). Built with -DATTN_TIMELINE
+ * (attn_decode.cu's AT_TL stamps) it prints, for the last layer, when the CTAs reach each
+ * point of the launch, from the producer's end; without, the time a layer takes (stand-ins
+ * included) and without attention.
  *   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Isrc [-DATTN_TIMELINE] \
  *     bench/attn_timeline.cu src/backend/cuda/cuda_info.cu -o attn_tl
  *   ./attn_tl [iterations]

@@ -263,8 +263,8 @@ __device__ __forceinline__ void dsmem_st_async_f32(float *p, int r, float v, uin
     uint32_t ra, rb;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(smem_u32(p)), "r"(r));
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rb) : "r"(smem_u32(bar)), "r"(r));
-    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(
-                     ra), "r"(__float_as_uint(v)), "r"(rb) : "memory");
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];"
+                 ::"r"(ra), "r"(__float_as_uint(v)), "r"(rb) : "memory");
 }
 /* The CTA's S stage pairs: "full" completes on the producer's expect + copies, "empty" on one
  * arrival per consumer warp. Every thread calls it (it ends in a CTA barrier). */
