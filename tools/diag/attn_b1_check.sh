@@ -15,6 +15,8 @@ for i in 1 2 3; do
   for b in attn_base attn_notl; do echo "$b $(timeout 60 .carry/tl/$b 30 2>&1 | head -1)"; done
 done
 for b in attn_tlbase attn_tl; do echo "== $b"; timeout 60 .carry/tl/$b 30 2>&1 | tail -11; done
+echo "== attn_tl, ATTN_CLUSTER=0 (the global merge)"
+ATTN_CLUSTER=0 timeout 60 .carry/tl/attn_tl 30 2>&1 | tail -11
 SHAPES="llama-3.1-8b llama-3.2-1b" AB="- BIN=mlxcel-base - BIN=mlxcel-base" BATCH=1 REPEAT=2 \
   diag_ab 220
 echo "== $((SECONDS - T0)) s"
