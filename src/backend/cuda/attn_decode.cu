@@ -14,11 +14,13 @@
  * - cluster (S <= cuda_attn_cluster(), sm_90, and each warp walks at most one chunk): the S
  *   splits are one thread-block cluster; split r owns the r-th slice of the G x D outputs,
  *   and every split writes its log-sum-exps to all and its partial slice r into split r's
- *   shared memory (DSMEM stores), so after one cluster barrier each merges from its own
- *   shared memory and leaves (pulling with DSMEM loads took a second barrier, so that no CTA
- *   left while another read it: with its fence ~7% of a B=1 launch's samples). H200, 8B
- *   shape, B=1, 512 tokens: 12.7 against 13.4 us for the global merge; on longer walks a
- *   cluster's CTAs, placed together on fewer SMs, lost up to 25%.
+ *   shared memory as st.async stores, each counted on the receiver's mbarrier, so each CTA
+ *   waits for its own bytes only, merges from its own shared memory and leaves (pulling with
+ *   DSMEM loads took a second barrier, so that no CTA left while another read it; plain DSMEM
+ *   stores behind one cluster barrier, whose release fence waited for every store, took
+ *   ~0.7 us more: bench/attn_timeline.cu, session 18). H200, 8B shape, B=1, 512 tokens: 12.7
+ *   against 13.4 us for the global merge; on longer walks a cluster's CTAs, placed together
+ *   on fewer SMs, lost up to 25%.
  * - global: each split writes its partial and log-sum-exp to the workspace, and the last
  *   split to finish (one atomic counter per pair, left at zero for the next launch) merges.
  *   The merge used to be its own kernel: at B=1 on the 8B shape that launch cost ~6 us per

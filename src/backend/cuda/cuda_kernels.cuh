@@ -167,14 +167,6 @@ static inline void pdl_launch_cluster(pdl_launch *l, unsigned cx) {
 }
 
 /* ==== Thread-block clusters (sm_90) ==== */
-/* Every thread of every CTA of the cluster: shared-memory writes before it are visible to
- * the cluster's reads after it. */
-__device__ __forceinline__ void cluster_sync_all(void) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
-                 "barrier.cluster.wait.acquire.aligned;" ::: "memory");
-#endif
-}
 /* The two halves of a cluster barrier: arrive with no memory ordering (e.g. "this CTA has
  * started", before another may write its shared memory), and wait (acquire). */
 __device__ __forceinline__ void cluster_arrive_relaxed(void) {
@@ -185,16 +177,6 @@ __device__ __forceinline__ void cluster_arrive_relaxed(void) {
 __device__ __forceinline__ void cluster_wait(void) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-#endif
-}
-/* v stored at this CTA's shared-memory address p in the shared memory of the cluster's CTA
- * of rank r (the same variable there). */
-__device__ __forceinline__ void dsmem_st_f32(float *p, int r, float v) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
-    unsigned ra;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(a), "r"(r));
-    asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(ra), "f"(v) : "memory");
 #endif
 }
 
