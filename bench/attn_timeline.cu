@@ -17,14 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CK(x)                                                                                \
-    do {                                                                                     \
-        cudaError_t e_ = (x);                                                                \
-        if (e_ != cudaSuccess) {                                                             \
-            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));      \
-            exit(1);                                                                         \
-        }                                                                                    \
-    } while (0)
+#include "diag_util.cuh"
 
 enum { L = 32, HQ = 32, HKV = 8, HD = 128, BS = 16, NBLK = 64, CTX = 512, GRID = 132 };
 
@@ -58,11 +51,6 @@ __global__ void consumer(const float *o, float *sink) {
     if (threadIdx.x == 0) pc_tl[1][blockIdx.x] = t;
     pdl_trigger();
     if (threadIdx.x == 0) sink[blockIdx.x] = o[blockIdx.x];
-}
-
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 int main(int argc, char **argv) {
@@ -111,26 +99,11 @@ int main(int argc, char **argv) {
         pdl_launch_config(&p, dim3(GRID), dim3(256), 0, st);
         CK(cudaLaunchKernelEx(&p.cfg, consumer, (const float *)o, sink));
     };
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    static double per[1000];
     for (int attn = 1; attn >= 0; attn--) {
-        for (int l = 0; l < L; l++) layer(l, attn);
-        CK(cudaStreamSynchronize(st));
-        const int n = iters < 1 ? 1 : iters > 1000 ? 1000 : iters;
-        for (int it = 0; it < n; it++) {
-            CK(cudaEventRecord(e0, st));
-            for (int l = 0; l < L; l++) layer(l, attn);
-            CK(cudaEventRecord(e1, st));
-            CK(cudaEventSynchronize(e1));
-            float ms;
-            CK(cudaEventElapsedTime(&ms, e0, e1));
-            per[it] = ms * 1000.0 / L;
-        }
-        qsort(per, n, sizeof *per, cmp_double);
+        double med, best;
+        time_layers(st, iters, L, [&](int l) { layer(l, attn); }, &med, &best);
         printf("%s: layer median %.2f us, min %.2f (%d splits, %d x %d)\n",
-               attn ? "with attention" : "stand-ins only", per[n / 2], per[0], S, n, L);
+               attn ? "with attention" : "stand-ins only", med, best, S, iters, L);
 #ifdef ATTN_TIMELINE
         if (!attn) break;
         static unsigned long long tl[1024][10], pc[2][GRID];

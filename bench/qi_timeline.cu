@@ -14,6 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "diag_util.cuh"
+
 /* A knob to A/B inside one run (QI_AB: its values v, comma-separated). v / 100: 1 = a
  * stand-in for attention between q/k/v and o (a PDL launch of 128 CTAs that waits, triggers
  * and spins ATTN_NS ns, default 6000), 2 = the same also asking L2 for gate+up's blocks
@@ -28,15 +30,6 @@ static void qi_set(int v) { g_attn = v / 100, g_attn_pf = v % 100; }
 #endif
 #define QI_SET qi_set
 #define QI_NAME "ab"
-
-#define CK(x)                                                                                \
-    do {                                                                                     \
-        cudaError_t e_ = (x);                                                                \
-        if (e_ != cudaSuccess) {                                                             \
-            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));      \
-            exit(1);                                                                         \
-        }                                                                                    \
-    } while (0)
 
 __global__ void fill_kernel(uint32_t *p, size_t n, uint32_t seed, uint32_t mask, uint32_t or_) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
@@ -132,11 +125,6 @@ static void tl_run_layer(const tl_vecs *v, const tl_layer *w, cudaStream_t st) {
     tl_seg(&a, 0, w->down, v->dy, D);
     a.x = v->act, a.x_ready = 1, a.res = v->h;
     CK((cudaError_t)cuda_qmv_i8(&a, st));
-}
-
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 #ifdef QW_TIMELINE
@@ -246,30 +234,15 @@ int main(int argc, char **argv) {
     CK(cudaMalloc(&v.ws, v.wsb));
     CK(cudaDeviceSynchronize());
 
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
     /* QI_AB: the values of the knob under test to time (QI_SET), the last one stamped */
     const char *ab = getenv("QI_AB") ? getenv("QI_AB") : "0";
-    static double per[1000];
     for (const char *c = ab; *c;) {
         const int val = atoi(c);
         QI_SET(val);
-        for (int l = 0; l < L; l++) tl_run_layer(&v, &ly[l], st); /* warm-up */
-        CK(cudaStreamSynchronize(st));
-        const int n = iters < 1 ? 1 : iters > 1000 ? 1000 : iters;
-        for (int it = 0; it < n; it++) {
-            CK(cudaEventRecord(e0, st));
-            for (int l = 0; l < L; l++) tl_run_layer(&v, &ly[l], st);
-            CK(cudaEventRecord(e1, st));
-            CK(cudaEventSynchronize(e1));
-            float ms;
-            CK(cudaEventElapsedTime(&ms, e0, e1));
-            per[it] = ms * 1000.0 / L;
-        }
-        qsort(per, n, sizeof *per, cmp_double);
+        double med, best;
+        time_layers(st, iters, L, [&](int l) { tl_run_layer(&v, &ly[l], st); }, &med, &best);
         printf("%s %d: layer (qkv, o, gate+up, down; no attention) median %.2f us, min %.2f "
-               "(%d x %d)\n", QI_NAME, val, per[n / 2], per[0], n, L);
+               "(%d x %d)\n", QI_NAME, val, med, best, iters, L);
         while (*c && *c != ',') c++;
         if (*c == ',') c++;
     }
