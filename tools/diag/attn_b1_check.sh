@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# GPU machine, one call (~6 min): B=1 decode attention (session 18: the first chunks' copies
-# issued before q's load; the cluster merge by st.async stores counted on each receiver's
-# mbarrier instead of a cluster barrier). test_cuda's attn + e2e groups; bench/attn_timeline.cu
+# GPU machine, one call (~2 min): B=1 decode attention (session 18: the cluster merge by
+# st.async stores counted on each receiver's mbarrier instead of a cluster barrier; a first
+# version also issued the first chunks' copies before q's load, reverted). test_cuda's attn +
+# e2e groups; bench/attn_timeline.cu
 # before (.carry/tl/attn_base, attn_tlbase: the previous attn_decode.cu) and now (attn_notl,
 # attn_tl), interleaved, and one stamped run each; B=1 decode against the build before
 # (BIN=mlxcel-base): 8B / 1B bf16 on dummy weights, the synthetic 8B as MLX q4g64.
-# Carry .carry/devpack.tar.xz (with dev/mlxcel-base) and .carry/tl.
+# Carry .carry/devpack.tar.xz (with dev/mlxcel-base) and .carry/tl.tar.xz (the four harness
+# builds; with the tracked tree the carry must stay under 64 MiB).
 #   bash tools/diag/attn_b1_check.sh
 set -u
 . bench/device_env.sh
