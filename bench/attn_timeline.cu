@@ -3,7 +3,9 @@
  * table: 16 splits as one cluster), launched as the engine launches it between a stand-in
  * for the q/k/v launch (PDL, spins PROD_NS ns, default 4000, writes q) and one for the o
  * launch (PDL, waits and reads the output), 32 layers of pools so that the KV is not all in
- * L2 (ATTN_CLUSTER=0: the global merge instead of the cluster's). Built with -DATTN_TIMELINE
+ * L2 (ATTN_CLUSTER=0: the global merge instead of the cluster's; PROD_CARVEOUT=n: the
+ * stand-ins' preferred shared-memory carveout, percent; DEV_PREFER_SHARED=1:
+ * cudaDeviceSetCacheConfig(cudaFuncCachePreferShared)). Built with -DATTN_TIMELINE
  * (attn_decode.cu's AT_TL stamps) it prints, for the last layer, when the CTAs reach each
  * point of the launch, from the producer's end; without, the time a layer takes (stand-ins
  * included) and without attention.
@@ -58,6 +60,11 @@ int main(int argc, char **argv) {
     const long long prod_ns = getenv("PROD_NS") ? atoll(getenv("PROD_NS")) : 4000;
     cuda_set_pdl(1);
     if (getenv("ATTN_CLUSTER")) cuda_set_attn_cluster(atoi(getenv("ATTN_CLUSTER")));
+    if (getenv("DEV_PREFER_SHARED")) CK(cudaDeviceSetCacheConfig(cudaFuncCachePreferShared));
+    if (getenv("PROD_CARVEOUT")) /* the stand-ins' shared-memory carveout (percent) */
+        for (const void *f : {(const void *)producer, (const void *)consumer})
+            CK(cudaFuncSetAttribute(f, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                    atoi(getenv("PROD_CARVEOUT"))));
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     const size_t pool = (size_t)NBLK * BS * HKV * HD; /* elements of one layer's K (or V) */

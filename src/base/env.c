@@ -125,6 +125,7 @@ static void env_load(void) {
     g_env.dense_gemv_rows = env_int("MLXCEL_DENSE_GEMV_ROWS", 2, 0, 64);
     g_env.sdpa_deterministic = env_bool("MLXCEL_SDPA_DETERMINISTIC", false);
     g_env.cuda_pdl = env_bool("MLXCEL_CUDA_PDL", true);
+    g_env.cuda_prefer_shared = env_bool("MLXCEL_CUDA_PREFER_SHARED", false);
     g_env.lt_splitk = env_bool("MLXCEL_LT_SPLITK", true);
     g_env.join_qkv = env_bool("MLXCEL_JOIN_QKV", true);
     g_env.gemv_fuse = env_int("MLXCEL_GEMV_FUSE", 1, 0, 2);

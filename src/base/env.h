@@ -28,6 +28,7 @@ typedef struct mx_env_t {
     bool cuda_pinned_load;         /* MLXCEL_CUDA_PINNED_LOAD (1) */
     bool profile_ttft;             /* MLXCEL_PROFILE_TTFT (0) */
     bool cuda_pdl;                 /* MLXCEL_CUDA_PDL (1): programmatic dependent launch */
+    bool cuda_prefer_shared;       /* MLXCEL_CUDA_PREFER_SHARED (0): one carveout for all */
     bool lt_splitk;                /* MLXCEL_LT_SPLITK (1): cuBLASLt may pick split-K algorithms */
     bool join_qkv;                 /* MLXCEL_JOIN_QKV (1): Q/K/V in one device buffer, one GEMM */
     int gemv_fuse;                 /* MLXCEL_GEMV_FUSE (1): norm/add/GLU in GEMVs of <= N rows */

@@ -601,6 +601,13 @@ static int cu_init(int dev, mx_error *err) {
     g_cu.pinned = env->cuda_pinned_load;
     g_cu.profile = env->profile_ttft;
     if (dev == 0) cuda_set_pdl(env->cuda_pdl && g_cu.facts.cc_major >= 9); /* process-wide */
+    /* Every kernel with the largest shared-memory carveout: a kernel whose carveout differs
+     * from the running one's cannot share its SMs, so PDL cannot start it early (session 18,
+     * bench/attn_timeline.cu: attention entered 3.6 us before its producer's end instead of
+     * 0.3 us after, once the producer's carveout matched) */
+    if (env->cuda_prefer_shared &&
+        cudaDeviceSetCacheConfig(cudaFuncCachePreferShared) != cudaSuccess)
+        cudaGetLastError(); /* a preference: refused, the driver's choice stays */
     /* cp.async.bulk.prefetch is sm_90+; the kernels compile it out below, this keeps it honest */
     if (dev == 0) cuda_set_gemv_prefetch(g_cu.facts.cc_major >= 9 ? env->gemv_prefetch_kb * 1024 : 0);
     if (dev == 0) cuda_set_attn_cluster(g_cu.facts.cc_major >= 9 ? env->attn_cluster : 0);
