@@ -601,10 +601,11 @@ static int cu_init(int dev, mx_error *err) {
     g_cu.pinned = env->cuda_pinned_load;
     g_cu.profile = env->profile_ttft;
     if (dev == 0) cuda_set_pdl(env->cuda_pdl && g_cu.facts.cc_major >= 9); /* process-wide */
-    /* Every kernel with the largest shared-memory carveout: a kernel whose carveout differs
-     * from the running one's cannot share its SMs, so PDL cannot start it early (session 18,
-     * bench/attn_timeline.cu: attention entered 3.6 us before its producer's end instead of
-     * 0.3 us after, once the producer's carveout matched) */
+    /* MLXCEL_CUDA_PREFER_SHARED (off): every kernel with the largest shared-memory carveout.
+     * A kernel whose carveout differs from the running one's cannot share its SMs, so PDL
+     * cannot start it early (session 18, bench/attn_timeline.cu: attention entered 3.6 us
+     * before its producer's end instead of 0.3 us after, once the carveouts matched); but
+     * device-wide the smaller L1 cost the 8B bf16 B=1 step 7%, hence off */
     if (env->cuda_prefer_shared &&
         cudaDeviceSetCacheConfig(cudaFuncCachePreferShared) != cudaSuccess)
         cudaGetLastError(); /* a preference: refused, the driver's choice stays */
