@@ -56,6 +56,17 @@ __device__ __forceinline__ void qi_group_stats(const float f[8], float &amax, fl
     }
 }
 
+/* A group's scale and exact sum at column c of the workspace / shared-memory scale arrays,
+ * from its absmax and sum; HL (8-bit x as int8 hi + lo, qi_quant_store_hl) also row 1's at
+ * c + C: the lo part's scale / 254 and sum 0. RAW stores the absmax as it is, for
+ * qi_scale_finish. */
+template <int C, bool HL, bool RAW = false>
+__device__ __forceinline__ void qi_scale_store(float *xsc, float *xsum, size_t c, float amax,
+                                               float sum) {
+    xsc[c] = RAW ? amax : amax / 127.f, xsum[c] = sum;
+    if (HL && !RAW) xsc[c + C] = amax / 127.f / 254.f, xsum[c + C] = 0.f;
+}
+
 /* One thread's 8 values f of x row at.r (step at.s, chunk at.t, word at.j: codes 8j..8j+7
  * of the chunk) rounded to int8 and stored in B-fragment order, with the group's scale and
  * exact sum. A group is the 4 * (G / 32) adjacent threads of a class: its absmax and sum go
@@ -82,11 +93,8 @@ __device__ __forceinline__ void qi_quant_store(uint4 *xq, float *xsc, float *xsu
                    : make_uint2(qi_pack4(q[0], q[1], q[2], q[3]), qi_pack4(q[4], q[5], q[6], q[7]));
         if (r == 0) dst[8] = make_uint2(0u, 0u); /* 64 bytes on: slot 4 + t, same half */
     }
-    if (at.in && j == 0 && t % CPG == 0) {
-        const size_t c = (size_t)s * XW + r * C + t / CPG;
-        xsc[c] = RAW ? amax : amax / 127.f; /* RAW: qi_scale_finish completes it */
-        xsum[c] = sum;
-    }
+    if (at.in && j == 0 && t % CPG == 0)
+        qi_scale_store<C, false, RAW>(xsc, xsum, (size_t)s * XW + r * C + t / CPG, amax, sum);
 }
 
 /* x row r = blockIdx.y, one thread per 8 values (qw_prep_x). With glu_out, x is a GLU's gate:
@@ -215,11 +223,8 @@ __device__ __forceinline__ void qi_quant_store_hl(uint4 *xq, float *xsc, float *
         *d1 = make_uint2(qi_pack4(l[0], l[1], l[2], l[3]), qi_pack4(l[4], l[5], l[6], l[7]));
         d0[8] = make_uint2(0u, 0u); /* the zero quads the lanes off the diagonal read */
     }
-    if (at.in && j == 0 && t % CPG == 0) {
-        const size_t c = (size_t)s * XW + t / CPG;
-        xsc[c] = RAW ? amax : amax / 127.f, xsum[c] = sum;
-        if (!RAW) xsc[c + C] = amax / 127.f / 254.f, xsum[c + C] = 0.f; /* row 1 */
-    }
+    if (at.in && j == 0 && t % CPG == 0)
+        qi_scale_store<C, true, RAW>(xsc, xsum, (size_t)s * XW + t / CPG, amax, sum);
 }
 
 /* Finishes a RAW store's group (row 0) as that of its values times a > 0: the int8 parts of
@@ -230,9 +235,7 @@ __device__ __forceinline__ void qi_scale_finish(float *xsc, float *xsum, qw_prep
     constexpr int C = 128 / G, CPG = G / 32;
     if (!at.in || at.j != 0 || at.t % CPG != 0) return;
     const size_t c = (size_t)at.s * XW + at.t / CPG;
-    const float amax = xsc[c] * a;
-    xsc[c] = amax / 127.f, xsum[c] *= a;
-    if (BITS == 8) xsc[c + C] = amax / 127.f / 254.f, xsum[c + C] = 0.f; /* row 1 (hi + lo) */
+    qi_scale_store<C, BITS == 8>(xsc, xsum, c, xsc[c] * a, xsum[c] * a);
 }
 
 /* x row 0 rounded inside the CTA (rows == 1) into shared memory, so the prep needs no launch:
