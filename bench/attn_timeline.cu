@@ -5,12 +5,15 @@
  * launch (PDL, waits and reads the output), 32 layers of pools so that the KV is not all in
  * L2 (ATTN_CLUSTER=0: the global merge instead of the cluster's; PROD_CARVEOUT=n: the
  * stand-ins' preferred shared-memory carveout, percent; DEV_PREFER_SHARED=1:
- * cudaDeviceSetCacheConfig(cudaFuncCachePreferShared)). Built with -DATTN_TIMELINE
- * (attn_decode.cu's AT_TL stamps) it prints, for the last layer, when the CTAs reach each
- * point of the launch, from the producer's end; without, the time a layer takes (stand-ins
- * included) and without attention.
+ * cudaDeviceSetCacheConfig(cudaFuncCachePreferShared); PROD_GEMV=7: the engine's fused q/k/v
+ * GEMV (norm, RoPE, KV write; 50 MB of weights a layer) as the producer, whose CTAs fill the
+ * SMs' registers as in the engine; 1 | 2 | 4: the GEMV, with the norm, with the RoPE / KV
+ * write; KSPLIT=n: its K split; SETTLED=0: no KV copies before the wait). Built with
+ * -DATTN_TIMELINE (attn_decode.cu's AT_TL stamps) it prints, for the last layer, when the
+ * CTAs reach each point of the launch, from the producer's end (the GEMV's: from attention's
+ * first wait); without, the time a layer takes (stand-ins included) and without attention.
  *   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Isrc [-DATTN_TIMELINE] \
- *     bench/attn_timeline.cu src/backend/cuda/cuda_info.cu -o attn_tl
+ *     bench/attn_timeline.cu src/backend/cuda/cuda_info.cu src/backend/cuda/gemv.cu -o attn_tl
  *   ./attn_tl [iterations]
  * Diagnostic only: not part of the build or the tests. */
 #include "backend/cuda/attn_decode.cu"
@@ -60,6 +63,8 @@ int main(int argc, char **argv) {
     const long long prod_ns = getenv("PROD_NS") ? atoll(getenv("PROD_NS")) : 4000;
     cuda_set_pdl(1);
     if (getenv("ATTN_CLUSTER")) cuda_set_attn_cluster(atoi(getenv("ATTN_CLUSTER")));
+    const int prod_gemv = getenv("PROD_GEMV") ? atoi(getenv("PROD_GEMV")) : 0;
+    if (getenv("KSPLIT")) cuda_set_gemv_ksplit(atoi(getenv("KSPLIT")));
     if (getenv("DEV_PREFER_SHARED")) CK(cudaDeviceSetCacheConfig(cudaFuncCachePreferShared));
     if (getenv("PROD_CARVEOUT")) /* the stand-ins' shared-memory carveout (percent) */
         for (const void *f : {(const void *)producer, (const void *)consumer})
@@ -89,16 +94,57 @@ int main(int argc, char **argv) {
     a.o = o, a.o_dtype = CUDA_OPS_F32;
     a.B = 1, a.n_q_heads = HQ, a.n_kv_heads = HKV, a.head_dim = HD, a.block_size = BS;
     a.pt_stride = NBLK, a.max_seq_len = NBLK * BS, a.scale = 0.08838834764831845f;
+    a.kv_settled = getenv("SETTLED") ? atoi(getenv("SETTLED")) : 1; /* as the engine */
     const int S = cuda_paged_attn_splits(&a);
     a.workspace_bytes = cuda_paged_attn_workspace_bytes(1, HQ, HD, S);
     CK(cudaMalloc(&a.workspace, a.workspace_bytes));
     CK(cudaMalloc((void **)&a.split_counters, HKV * 4));
     CK(cudaMemset(a.split_counters, 0, HKV * 4));
+    /* the engine's q/k/v launch: x [4096] fp32 through the norm, three segments, RoPE, the new
+     * token's K / V into the pools at its slot */
+    const size_t wq = (size_t)(HQ + 2 * HKV) * HD * HQ * HD; /* elements of one layer's W */
+    uint16_t *w = NULL, *nw = NULL;
+    float *x = NULL, *xn = NULL, *kv = NULL, *cs = NULL;
+    int64_t *slot = NULL;
+    if (prod_gemv) {
+        CK(cudaMalloc(&w, wq * 2 * L));
+        CK(cudaMemset(w, 0x3c, wq * 2 * L));
+        CK(cudaMalloc(&nw, HQ * HD * 2));
+        CK(cudaMemset(nw, 0x3f, HQ * HD * 2)); /* bf16 0x3f3f ~ 0.75 */
+        CK(cudaMalloc(&x, HQ * HD * 4));
+        CK(cudaMemset(x, 0x3c, HQ * HD * 4));
+        CK(cudaMalloc(&xn, HQ * HD * 4));
+        CK(cudaMalloc(&kv, 2 * HKV * HD * 4));
+        CK(cudaMalloc(&cs, HD * 4));
+        CK(cudaMemset(cs, 0, HD * 4));
+        const int64_t s1 = CTX - 1;
+        CK(cudaMalloc(&slot, sizeof s1));
+        CK(cudaMemcpy(slot, &s1, sizeof s1, cudaMemcpyHostToDevice));
+    }
     CK(cudaDeviceSynchronize());
+    const auto qkv = [&](int l) {
+        cuda_gemv_segs sg;
+        memset(&sg, 0, sizeof sg);
+        sg.n = 3;
+        const uint16_t *wl = w + wq * l;
+        sg.W[0] = wl, sg.W[1] = wl + (size_t)HQ * HD * HQ * HD;
+        sg.W[2] = sg.W[1] + (size_t)HKV * HD * HQ * HD;
+        sg.y[0] = q, sg.y[1] = kv, sg.y[2] = kv + HKV * HD;
+        sg.N[0] = HQ * HD, sg.N[1] = sg.N[2] = HKV * HD;
+        cuda_gemv_fuse f;
+        memset(&f, 0, sizeof f);
+        if (prod_gemv & 2) f.norm_w = nw, f.norm_eps = 1e-5f, f.xn = xn;
+        if (prod_gemv & 4) {
+            f.rope_cs = cs, f.rope_rows = slot, f.k_pool = kp + pool * l;
+            f.v_pool = vp + pool * l, f.pool_bf16 = 1, f.head_dim = HD;
+        }
+        CK((cudaError_t)cuda_gemv_bf16_fused(&sg, &f, x, 1, HQ * HD, st));
+    };
     const auto layer = [&](int l, bool attn) {
         pdl_launch p;
         pdl_launch_config(&p, dim3(GRID), dim3(256), 0, st);
-        CK(cudaLaunchKernelEx(&p.cfg, producer, q, kp + pool * l, vp + pool * l, prod_ns));
+        if (prod_gemv) qkv(l);
+        else CK(cudaLaunchKernelEx(&p.cfg, producer, q, kp + pool * l, vp + pool * l, prod_ns));
         if (attn) {
             a.k_cache = kp + pool * l, a.v_cache = vp + pool * l;
             CK((cudaError_t)cuda_paged_decode_attn(&a, st));
@@ -116,12 +162,16 @@ int main(int argc, char **argv) {
         static unsigned long long tl[1024][10], pc[2][GRID];
         CK(cudaMemcpyFromSymbol(tl, at_tl, sizeof tl)); /* the last layer's launch wrote last */
         CK(cudaMemcpyFromSymbol(pc, pc_tl, sizeof pc));
-        unsigned long long t0 = 0;
+        unsigned long long t0 = 0; /* the producer's end; the GEMV's: attention's first wait */
         for (int i = 0; i < GRID; i++) t0 = pc[0][i] > t0 ? pc[0][i] : t0;
+        if (prod_gemv) {
+            t0 = ~0ull;
+            for (int c = 0; c < S * HKV; c++) t0 = tl[c][1] && tl[c][1] < t0 ? tl[c][1] : t0;
+        }
         static const char *const ev[10] = {"entry", "waited", "q ready", "chunk 0", "walked",
                                            "warps in", "cluster", "partials", "written", ""};
-        printf("attention, us from the producer's last CTA end (min / median / max over the "
-               "%d CTAs):\n", S * HKV);
+        printf("attention, us from %s (min / median / max over the %d CTAs):\n",
+               prod_gemv ? "its first CTA's wait" : "the producer's last CTA end", S * HKV);
         static double v[1024];
         for (int e = 0; e < 9; e++) {
             int n2 = 0;

@@ -154,6 +154,7 @@ static void env_load(void) {
     g_env.attn_cluster = env_int("MLXCEL_ATTN_CLUSTER", 16, 0, 16);
     g_env.attn_stages = env_int("MLXCEL_ATTN_STAGES", 3, 1, 3);
     g_env.attn_tc = env_bool("MLXCEL_ATTN_TC", true);
+    g_env.attn_early_kv = env_bool("MLXCEL_ATTN_EARLY_KV", true);
     g_env.gemv_early = env_bool("MLXCEL_GEMV_EARLY", true);
     g_env.gemv_persist = env_bool("MLXCEL_GEMV_PERSIST", false);
     static const int k_ksplit[] = {1, 2, 4};

@@ -39,6 +39,7 @@ typedef struct mx_env_t {
     int attn_cluster;              /* MLXCEL_ATTN_CLUSTER (16): most splits merged in a cluster */
     int attn_stages;               /* MLXCEL_ATTN_STAGES (3): decode-attention chunks in flight */
     bool attn_tc;                  /* MLXCEL_ATTN_TC (1): decode attention on the tensor cores */
+    bool attn_early_kv;            /* MLXCEL_ATTN_EARLY_KV (1): KV copies before the PDL wait */
     bool gemv_early;               /* MLXCEL_GEMV_EARLY (1): first weight batch before the PDL wait */
     bool gemv_persist;             /* MLXCEL_GEMV_PERSIST (0): 1..2-row GEMV in one CTA wave */
     int gemv_ksplit;               /* MLXCEL_GEMV_KSPLIT (0 = per shape): 1..2-row GEMV K split */

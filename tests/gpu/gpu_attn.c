@@ -217,6 +217,11 @@ static void attn_case(const acase *c) {
         run_setting(cuda_set_attn_stages, ns > 1 ? 1 : 3, ns, &s, c, &qb, q, out2);
         snprintf(what, sizeof what, "  %d stage(s): bitwise identical", ns > 1 ? 1 : 3);
         gt_report(what, memcmp(out, out2, qn * 4) ? 1.0 : 0.0, 0, 0);
+        /* the first KV chunks copied before the PDL wait or after it: the same bits */
+        const int ek = cuda_attn_early_kv();
+        run_setting(cuda_set_attn_early_kv, !ek, ek, &s, c, &qb, q, out2);
+        snprintf(what, sizeof what, "  early KV copies %s: bitwise identical", ek ? "off" : "on");
+        gt_report(what, memcmp(out, out2, qn * 4) ? 1.0 : 0.0, 0, 0);
         /* the other walk (CUDA cores / tensor cores with q and P as bf16 hi + lo) against
          * the CPU, at the same tolerance */
         const int tc = cuda_attn_tc();

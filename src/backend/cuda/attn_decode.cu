@@ -33,7 +33,11 @@
  * are read before pdl_wait(), and each warp asks L2 for its first blocks' K and V rows then
  * (a hint: only the newest token may still be in the writing, and a prefetch changes no
  * value). Callers must not produce page_table, seq_lens, pos or row_seq in the kernel
- * launched just before.
+ * launched just before. With kv_settled (the engine's decode step: every row is its
+ * sequence's only one, so only the newest key of a row is this step's), the tensor-core walk
+ * copies its first chunks into shared memory before the wait, all but the newest key's row,
+ * which it loads after (8B, B=1, bench/attn_timeline.cu: chunk 0 had landed 2.3 us after the
+ * wait, q 1.5 us).
  * Template parameters: G (query heads per kv head), D (head_dim) and TC (the walk on the
  * tensor cores, cuda_attn_tc()); instantiated for D in {64, 128}, G in {1, 2, 4, 8}.
  *
@@ -139,17 +143,59 @@ __device__ __forceinline__ void attn_wait_chunk(int nst) {
     else cp_async_wait<0>();
 }
 
-template <int G, int D, class PhysOf>
+template <int G, int D, class PhysOf, class Deps>
 __device__ __forceinline__ void attn_tc_walk(const void *q, int q_f32, const uint16_t *k_cache,
                                              const uint16_t *v_cache, int b, int h, int Hkv,
                                              int blk_begin, int blk_end, int len, int start,
-                                             float qscale, float cap2, int nst,
-                                             PhysOf chunk_phys, uint16_t *ring, float *wm,
-                                             float *wl, float *wacc) {
+                                             float qscale, float cap2, int nst, int settled,
+                                             PhysOf chunk_phys, Deps deps, uint16_t *ring,
+                                             float *wm, float *wl, float *wacc) {
     constexpr int LD = attn_tc_ld<D>(), KS = D / 16, DN = D / 8, CH = ATTN_BS * LD;
     static_assert(G <= 8 && KS % 2 == 0 && DN % 2 == 0, "tensor-core walk shape");
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int Hq = Hkv * G;
+
+    int it_in = 0; /* chunks copied so far (this warp's order) */
+    /* The warp's chunk it_in into stage it_in % nst. Before the wait (pre) the newest key's
+     * row is left out: the previous launch may still be writing it (fetched after the wait). */
+    const auto issue = [&](bool pre) {
+        const int bi = blk_begin + warp + ATTN_WARPS * it_in;
+        if (bi < blk_end) {
+            const size_t phys = chunk_phys(it_in);
+            uint16_t *sk = ring + (size_t)(it_in % nst) * 2 * CH, *sv = sk + CH;
+#pragma unroll
+            for (int p = lane; p < ATTN_BS * (D / 8); p += 32) {
+                const int r = p / (D / 8), c = (p % (D / 8)) * 8, tk = bi * ATTN_BS + r;
+                if (pre && tk == len - 1) continue;
+                const bool ok = tk < len && tk >= start; /* else zeros (a valid address) */
+                const size_t off = ok ? ((phys * ATTN_BS + r) * Hkv + h) * D + c : 0;
+                cp_async16(sk + r * LD + c, k_cache + off, ok ? 16 : 0);
+                cp_async16(sv + r * LD + c, v_cache + off, ok ? 16 : 0);
+            }
+        }
+        cp_async_commit(); /* empty past the end: the group count stays uniform */
+        it_in++;
+    };
+    /* settled (every key but the newest was written before the previous launch): the ring's
+     * first chunks are copied while that launch still runs, so the walk waits on q only */
+    if (settled)
+        for (int i = 0; i < nst; i++) issue(true);
+    deps();
+    /* ... and the newest key's K / V row, if one of those chunks holds it: loaded here, stored
+     * into the ring after q's loads are issued (its cp.async was never issued: no race) */
+    const int bn = (len - 1) / ATTN_BS, itn = (bn - blk_begin - warp) / ATTN_WARPS;
+    uint4 fixv = make_uint4(0, 0, 0, 0);
+    uint16_t *fixp = NULL;
+    if (settled && bn >= blk_begin + warp && bn < blk_end &&
+        (bn - blk_begin - warp) % ATTN_WARPS == 0 && itn < nst) { /* warp-uniform */
+        const size_t phys = chunk_phys(itn); /* itn < nst <= 3: no refetch */
+        const int r = (len - 1) % ATTN_BS, kv = lane / (D / 8), c = (lane % (D / 8)) * 8;
+        if (lane < 2 * (D / 8)) {
+            fixv = *(const uint4 *)((kv ? v_cache : k_cache) +
+                                    ((phys * ATTN_BS + r) * Hkv + h) * D + c);
+            fixp = ring + (size_t)itn * 2 * CH + kv * CH + r * LD + c;
+        }
+    }
 
     /* A fragments of q: {row g, row g + 8} x {dims 16 ks + 2t + (0, 1), + 8}. Every load is
      * issued before the first use (at B=1 a launch is a latency chain: waits add up). */
@@ -179,36 +225,18 @@ __device__ __forceinline__ void attn_tc_walk(const void *q, int q_f32, const uin
             qa[ks][2 * half + 1] = pack_bf16x2(x0 - bf16_lo(hi), x1 - bf16_hi(hi));
         }
     AT_TL_DEP(2, qa[0][0]);
+    if (fixp) *(uint4 *)fixp = fixv;
+    if (!settled)
+        for (int i = 0; i < nst; i++) issue(false);
 
     float o[DN][4];
 #pragma unroll
     for (int i = 0; i < DN; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
     float m = -INFINITY, l = 0.f;
 
-    int it_in = 0; /* chunks copied so far (this warp's order) */
-    const auto issue = [&]() { /* the warp's chunk it_in into stage it_in % nst */
-        const int bi = blk_begin + warp + ATTN_WARPS * it_in;
-        if (bi < blk_end) {
-            const size_t phys = chunk_phys(it_in);
-            uint16_t *sk = ring + (size_t)(it_in % nst) * 2 * CH, *sv = sk + CH;
-#pragma unroll
-            for (int p = lane; p < ATTN_BS * (D / 8); p += 32) {
-                const int r = p / (D / 8), c = (p % (D / 8)) * 8, tk = bi * ATTN_BS + r;
-                const bool ok = tk < len && tk >= start; /* else zeros (a valid address) */
-                const size_t off = ok ? ((phys * ATTN_BS + r) * Hkv + h) * D + c : 0;
-                cp_async16(sk + r * LD + c, k_cache + off, ok ? 16 : 0);
-                cp_async16(sv + r * LD + c, v_cache + off, ok ? 16 : 0);
-            }
-        }
-        cp_async_commit(); /* empty past the end: the group count stays uniform */
-        it_in++;
-    };
-    for (int i = 1; i < nst; i++) issue();
-
+    /* chunk it is in stage it % nst; once it is walked, chunk it + nst is copied there */
     int it = 0;
     for (int bi = blk_begin + warp; bi < blk_end; bi += ATTN_WARPS, it++) {
-        __syncwarp(); /* every lane's ldmatrix of the stage refilled next is done */
-        issue();      /* chunk it + nst - 1 */
         attn_wait_chunk(nst);
         __syncwarp(); /* the chunk's rows, copied by every lane, visible to every lane */
         if (it == 0) AT_TL(3);
@@ -271,6 +299,8 @@ __device__ __forceinline__ void attn_tc_walk(const void *q, int q_f32, const uin
             mma_bf16_16816(o[dn], ph0, pl0, ph1, pl1, b0, b1);
             mma_bf16_16816(o[dn + 1], ph0, pl0, ph1, pl1, b2, b3);
         }
+        __syncwarp();  /* every lane's ldmatrix of this stage is done */
+        issue(false); /* chunk it + nst */
     }
     cp_async_wait<0>(); /* the empty groups issued past the end */
 
@@ -306,7 +336,7 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
                         float *__restrict__ part_lse,           /* [B, Hq, S] */
                         int *__restrict__ done,                 /* [B, Hkv] zero counters */
                         int Hkv, int pt_stride, int cpb, int window, float qscale,
-                        float cap2, int cluster, int nst) {
+                        float cap2, int cluster, int nst, int settled) {
     constexpr int LPT = D / 8;       /* lanes per token */
     constexpr int TPW = 32 / LPT;    /* tokens per warp load */
     constexpr int J = ATTN_BS / TPW; /* loads per lane per block, for K and for V each */
@@ -350,8 +380,10 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
     {   /* L2 prefetch: lanes 0-15 the K rows of a chunk, 16-31 its V rows */
         const int r = lane & (ATTN_BS - 1);
         const uint16_t *kv = lane < ATTN_BS ? k_cache : v_cache;
+        const int pf0 = TC && settled && pos ? nst : 0; /* the walk copies those before the wait */
 #pragma unroll
         for (int it = 0; it < ATTN_PF_CHUNKS; it++) {
+            if (it < pf0) continue;
             const int bi = blk_begin + warp + ATTN_WARPS * it, t = bi * ATTN_BS + r;
             if (bi >= blk_end) break; /* warp-uniform */
             const size_t phys = chunk_phys(it); /* it < 32: no refetch */
@@ -370,16 +402,19 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
         mbar_expect(&sm_bar, 4u * (unsigned)(S * (G + slice)));
     }
     if (cluster) cluster_arrive_relaxed(); /* this CTA has started (cluster_wait below) */
-    pdl_wait(); /* q and the newest token's K / V are the previous kernels' output */
-    pdl_trigger();
-    AT_TL(1);
+    const auto deps = [&]() {
+        pdl_wait(); /* q and the newest token's K / V are the previous kernels' output */
+        pdl_trigger();
+        AT_TL(1);
+    };
 
     if constexpr (TC) {
         attn_tc_walk<G, D>(q, q_f32, k_cache, v_cache, b, h, Hkv, blk_begin, blk_end, len, start,
-                           qscale, cap2, nst, chunk_phys,
+                           qscale, cap2, nst, settled && pos, chunk_phys, deps,
                            (uint16_t *)kv_ring + (size_t)warp * nst * 2 * ATTN_BS * attn_tc_ld<D>(),
                            sm_m[warp], sm_l[warp], &sm_acc[warp][0][0]);
     } else {
+        deps();
         float qf[G][8];
 #pragma unroll
         for (int g = 0; g < G; g++) {
@@ -750,7 +785,7 @@ static void attn_launch(const cuda_paged_attn_args *a, int S, float *part_o, flo
         a->o, a->o_dtype == CUDA_OPS_BF16, part_o, part_lse, a->split_counters, a->n_kv_heads,
         a->pt_stride,
         a->block_size / ATTN_BS, a->window, a->scale * log2e,
-        a->softcap > 0.f ? a->softcap * log2e : 0.f, cluster, nst);
+        a->softcap > 0.f ? a->softcap * log2e : 0.f, cluster, nst, a->kv_settled);
 }
 
 extern "C" int cuda_paged_decode_attn(const cuda_paged_attn_args *a, cudaStream_t stream) {

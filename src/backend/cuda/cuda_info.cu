@@ -65,6 +65,9 @@ extern "C" int cuda_attn_cluster(void) { return g_attn_cluster; }
 static int g_attn_stages = 3;
 extern "C" void cuda_set_attn_stages(int n) { g_attn_stages = n < 1 ? 1 : n > 3 ? 3 : n; }
 extern "C" int cuda_attn_stages(void) { return g_attn_stages; }
+static int g_attn_early_kv = 1;
+extern "C" void cuda_set_attn_early_kv(int on) { g_attn_early_kv = on != 0; }
+extern "C" int cuda_attn_early_kv(void) { return g_attn_early_kv; }
 static int g_attn_tc = 1; /* the backend sets it from MLXCEL_ATTN_TC and the device */
 extern "C" void cuda_set_attn_tc(int on) { g_attn_tc = on != 0; }
 extern "C" int cuda_attn_tc(void) { return g_attn_tc; }

@@ -61,6 +61,10 @@ int cuda_attn_cluster(void);
  * copies one chunk and waits for it before computing); MLXCEL_ATTN_STAGES, default 3. */
 void cuda_set_attn_stages(int n);
 int cuda_attn_stages(void);
+/* Decode attention's first KV chunks copied before its PDL wait (the engine's decode step,
+ * cuda_paged_attn_args.kv_settled); MLXCEL_ATTN_EARLY_KV. */
+void cuda_set_attn_early_kv(int on);
+int cuda_attn_early_kv(void);
 /* Decode attention on the tensor cores (q and P as bf16 hi + lo MMA rows); MLXCEL_ATTN_TC,
  * default 1 (B=32 8B e2e +4.9%, 8K-token attention 1.3-1.4x; session 12). */
 void cuda_set_attn_tc(int on);

@@ -164,6 +164,10 @@ typedef struct cuda_paged_attn_args {
     int q_f32;                                /* q is fp32 [B, Hq, D] */
     int window;                               /* 0 = none */
     float softcap;                            /* 0 = none */
+    int kv_settled;                           /* row mode: each row's keys before pos[b] were
+                                                 written before the previous launch (a row
+                                                 is its sequence's only one): those are read
+                                                 before the PDL wait */
 } cuda_paged_attn_args;
 size_t cuda_paged_attn_workspace_bytes(int B, int n_q_heads, int head_dim, int max_splits);
 /* The split count a call with these arguments would use (for logs, tuning and tests). */

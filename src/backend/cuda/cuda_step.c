@@ -439,6 +439,7 @@ void cu_attention(mx_tensor *out, const mx_tensor *q, const mx_tensor *k_pool,
         a.num_splits = S;
         a.window = p->window;
         a.softcap = p->softcap;
+        a.kv_settled = cuda_attn_early_kv(); /* decode_only: one row a sequence */
         if (!(mx_env()->diag_skip & MX_SKIP_ATTN)) /* else timing diagnostics: output wrong */
             cu_ck(cuda_paged_decode_attn(&a, g_cu.st), "decode attention");
         for (int i = 0; i < mx_env()->diag_empty; i++) /* timing: what a boundary costs */

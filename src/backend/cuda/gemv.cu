@@ -601,13 +601,16 @@ static int gemv_core_launch(cuda_gemv_segs segs, const XT *x, int y_bf16, int ro
     /* K split: small matrices leave too few warps to keep enough loads in flight, and each
      * walks K in many serial batches; ks warps sharing a row group each take every ks-th
      * batch (the GLU epilogue keeps ks = 1: its grid counts two units a warp; the norm
-     * prologue is CTA-wide, its scale and the RoPE epilogue apply after the K-split sum) */
+     * prologue is CTA-wide, its scale and the RoPE epilogue apply after the K-split sum).
+     * Doubled while the grid stays within one wave of two 8-warp CTAs a SM (16 row groups):
+     * past it (8B o and down at 4, 512 CTAs) a second wave cost more than the deeper split
+     * gained (H200, 8B bf16 B=1: ks 2 for both, ~+2.5% e2e; 1B's down keeps 4, 256 CTAs). */
     const int groups = (n_total + GEMV_RPW - 1) / GEMV_RPW;
     const int batches = (K + GEMV_STEP * GEMV_U - 1) / (GEMV_STEP * GEMV_U);
     int ks = cuda_gemv_ksplit();
     if (ks <= 0) {
         ks = 1;
-        while (ks < 4 && groups * ks < 16 * s_sm_count[cd] && batches >= 2 * ks) ks *= 2;
+        while (ks < 4 && groups * 2 * ks <= 16 * s_sm_count[cd] && batches >= 2 * ks) ks *= 2;
     }
     if (f.glu || ks > batches) ks = 1;
     if (ks > 1) warps = 8;
