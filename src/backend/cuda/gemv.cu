@@ -604,7 +604,8 @@ static int gemv_core_launch(cuda_gemv_segs segs, const XT *x, int y_bf16, int ro
      * prologue is CTA-wide, its scale and the RoPE epilogue apply after the K-split sum).
      * Doubled while the grid stays within one wave of two 8-warp CTAs a SM (16 row groups):
      * past it (8B o and down at 4, 512 CTAs) a second wave cost more than the deeper split
-     * gained (H200, 8B bf16 B=1: ks 2 for both, ~+2.5% e2e; 1B's down keeps 4, 256 CTAs). */
+     * gained (H200, 8B bf16 B=1 with ks 2 for both and 1 for q/k/v: 242.7 / 242.9 against
+     * 235.7 / 233.2 tok/s; the 1B's down keeps 4, 256 CTAs). */
     const int groups = (n_total + GEMV_RPW - 1) / GEMV_RPW;
     const int batches = (K + GEMV_STEP * GEMV_U - 1) / (GEMV_STEP * GEMV_U);
     int ks = cuda_gemv_ksplit();
