@@ -377,10 +377,12 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
         if (it > 0 && (it & 31) == 0) pt_reg = pt_fetch(it);
         return (size_t)__shfl_sync(0xffffffffu, pt_reg, it & 31);
     };
+    /* kv_settled is a row-mode contract (pos given); only the tensor-core walk uses it */
+    const int early_kv = TC && settled && pos;
     {   /* L2 prefetch: lanes 0-15 the K rows of a chunk, 16-31 its V rows */
         const int r = lane & (ATTN_BS - 1);
         const uint16_t *kv = lane < ATTN_BS ? k_cache : v_cache;
-        const int pf0 = TC && settled && pos ? nst : 0; /* the walk copies those before the wait */
+        const int pf0 = early_kv ? nst : 0; /* the walk copies those before the wait */
 #pragma unroll
         for (int it = 0; it < ATTN_PF_CHUNKS; it++) {
             if (it < pf0) continue;
@@ -410,7 +412,7 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
 
     if constexpr (TC) {
         attn_tc_walk<G, D>(q, q_f32, k_cache, v_cache, b, h, Hkv, blk_begin, blk_end, len, start,
-                           qscale, cap2, nst, settled && pos, chunk_phys, deps,
+                           qscale, cap2, nst, early_kv, chunk_phys, deps,
                            (uint16_t *)kv_ring + (size_t)warp * nst * 2 * ATTN_BS * attn_tc_ld<D>(),
                            sm_m[warp], sm_l[warp], &sm_acc[warp][0][0]);
     } else {
