@@ -3,7 +3,7 @@
 and CLI smoke tests. Not a fixture: nothing here is compared against a reference.
 
     python3 tools/make_synth_model.py OUTDIR [--preset 100m|tiny] [--vocab N --hidden N
-        --layers N --heads N --kv-heads N --inter N] [--seed S]
+        --layers N --heads N --kv-heads N --inter N] [--seed S] [--untied]
 
 Writes OUTDIR/config.json, OUTDIR/generation_config.json and OUTDIR/model.safetensors.
 Weights are drawn from a pool of normal values (std 0.02, norms 1 +- 0.02) at random offsets,
@@ -39,6 +39,7 @@ def main():
     for k in ("vocab", "hidden", "layers", "heads", "kv_heads", "inter"):
         ap.add_argument("--" + k.replace("_", "-"), type=int)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--untied", action="store_true", help="lm_head.weight of its own (tie_word_embeddings false)")
     a = ap.parse_args()
     cfg = dict(PRESETS[a.preset])
     for k in cfg:
@@ -52,6 +53,8 @@ def main():
     norm_pool = bf16_bytes(1 + rng.gauss(0, 0.02) for _ in range(4096))
 
     tensors = [("model.embed_tokens.weight", (V, H), pool), ("model.norm.weight", (H,), norm_pool)]
+    if a.untied:
+        tensors.append(("lm_head.weight", (V, H), pool))
     for l in range(L):
         p = f"model.layers.{l}."
         tensors += [
@@ -90,7 +93,7 @@ def main():
         "hidden_size": H, "intermediate_size": I, "num_hidden_layers": L,
         "num_attention_heads": NH, "num_key_value_heads": KV, "head_dim": D,
         "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
-        "tie_word_embeddings": True, "bos_token_id": 1, "eos_token_id": 2,
+        "tie_word_embeddings": not a.untied, "bos_token_id": 1, "eos_token_id": 2,
         "hidden_act": "silu", "torch_dtype": "bfloat16",
     }
     with open(os.path.join(a.outdir, "config.json"), "w") as f:

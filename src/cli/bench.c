@@ -163,18 +163,18 @@ static double cpu_copy_bandwidth(void) {
 /* ==== Bytes read per decode step ==== */
 /* Weights a decode step of B rows streams: everything except the embedding table (only B rows
  * of it are read, unless it doubles as the tied lm_head), and of the MoE experts only those
- * the B rows are expected to select (E * (1 - (1 - k/E)^B) distinct experts per layer). */
+ * the B rows are expected to select (E * (1 - (1 - k/E)^B) distinct experts per layer). Sizes
+ * are as stored, so a quantized table or expert counts its packed bytes, not V * H * dtype. */
 static double step_weight_bytes(const model *m, int B) {
     const model_spec *s = model_spec_of(m);
-    const double esz = (double)mx_dtype_size(s->dtype == MX_DTYPE_INVALID ? MX_BF16 : s->dtype);
     double bytes = (double)model_weight_bytes(m);
-    if (!s->tie_word_embeddings) bytes -= (double)s->vocab_size * s->hidden_size * esz;
+    if (!s->tie_word_embeddings) bytes -= (double)model_embedding_bytes(m);
     if (s->n_experts > 0) {
+        int n_moe = 0;
+        for (int l = 0; l < s->n_layers; l++) n_moe += !s->layer_dense_mlp[l];
         const double E = s->n_experts, k = s->n_experts_per_tok;
-        const double per_expert = 3.0 * s->hidden_size * s->moe_intermediate_size * esz;
         const double active = E * (1.0 - pow(1.0 - k / E, B));
-        for (int l = 0; l < s->n_layers; l++)
-            if (!s->layer_dense_mlp[l]) bytes -= (E - active) * per_expert;
+        if (n_moe > 0) bytes -= (double)model_expert_bytes(m) * (1.0 - active / E);
     }
     return bytes;
 }
@@ -472,6 +472,8 @@ int cmd_bench(int argc, char **argv) {
         json_object_set_new(j, "tp_size", json_integer(o.tp_size));
         json_object_set_new(j, "copy_gb_s", json_real(copy_gbs));
         json_object_set_new(j, "weight_bytes", json_integer((json_int_t)model_weight_bytes(m)));
+        json_object_set_new(j, "embedding_bytes", json_integer((json_int_t)model_embedding_bytes(m)));
+        json_object_set_new(j, "expert_bytes", json_integer((json_int_t)model_expert_bytes(m)));
         json_object_set_new(j, "load_s", json_real(load_s));
         json_object_set_new(j, "prompt_tokens", json_integer(P));
         json_object_set_new(j, "gen_tokens", json_integer(G));

@@ -93,6 +93,10 @@ const model_spec *model_spec_of(const model *m);
 const backend_ops *model_backend(const model *m);
 uint64_t model_n_params(const model *m);
 uint64_t model_weight_bytes(const model *m);
+/* Of model_weight_bytes, as stored (packed codes + scales + biases when quantized): the token
+ * embedding table, and every MoE expert of every layer. */
+uint64_t model_embedding_bytes(const model *m);
+uint64_t model_expert_bytes(const model *m);
 /* Quantization summary for start-up lines, e.g. "MLX affine 4-bit, group 64; 2 per-module
  * overrides (1 unquantized, 1 at 8-bit/g64); 14 of 15 weights quantized". Writes "none" for a
  * dense model. */

@@ -16,6 +16,7 @@ struct model {
     model_weight lm_head;        /* [V, H] (= tok_embd when tied) */
     model_layer *layers;         /* [n_layers] */
     uint64_t n_params, weight_bytes;
+    uint64_t embd_bytes, expert_bytes; /* of weight_bytes: the token table, all MoE experts */
     int n_lin, n_lin_q;          /* Linear/Embedding weights bound, of which quantized */
     int rot_dim;
     uint64_t n_forward;          /* step ids for mx_attn_batch */

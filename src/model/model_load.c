@@ -327,11 +327,18 @@ static int bind_experts(binder *b, model_layer *L, int li) {
 
     char rel[160];
     snprintf(rel, sizeof rel, "layers.%%d.%s.switch_mlp.gate_proj.weight", blks[ri]);
-    if (find(b, rel, li, -1).data) return bind_stacked(b, L, li, blks[ri]);
+    const uint64_t before = b->m->weight_bytes;
+    int rc;
     mx_tensor gu = find(b, "layers.%d.mlp.experts.gate_up_proj", li, -1);
-    if (gu.data) return bind_fused(b, L, li, &gu);
-    const bool mixtral = find(b, "layers.%d.block_sparse_moe.experts.%d.w1.weight", li, 0).data != NULL;
-    return bind_per_expert(b, L, li, mixtral);
+    if (find(b, rel, li, -1).data)
+        rc = bind_stacked(b, L, li, blks[ri]);
+    else if (gu.data)
+        rc = bind_fused(b, L, li, &gu);
+    else
+        rc = bind_per_expert(b, L, li,
+                             find(b, "layers.%d.block_sparse_moe.experts.%d.w1.weight", li, 0).data != NULL);
+    b->m->expert_bytes += b->m->weight_bytes - before;
+    return rc;
 }
 
 /* ==== Layers ==== */
@@ -412,9 +419,9 @@ int model_bind_rank(model **out, const model_spec *spec, model_weight_fn fn, voi
         if (find(&b, "embed_tokens.weight", -1, -1).data) break;
     }
     const int H = s->hidden_size, V = m->vn; /* this rank's vocabulary rows */
-    if (bind_lin(&b, &m->tok_embd, true, V, H, "embed_tokens.weight", -1, -1, true) ||
-        bind(&b, &m->out_norm, true, H, 0, "norm.weight", -1, -1))
-        goto fail;
+    if (bind_lin(&b, &m->tok_embd, true, V, H, "embed_tokens.weight", -1, -1, true)) goto fail;
+    m->embd_bytes = m->weight_bytes; /* as stored: a quantized table is not V * H * dtype */
+    if (bind(&b, &m->out_norm, true, H, 0, "norm.weight", -1, -1)) goto fail;
     for (int l = 0; l < s->n_layers; l++)
         if (bind_layer(&b, l)) goto fail;
     /* lm_head sits outside the decoder prefix */
@@ -483,6 +490,8 @@ const model_spec *model_spec_of(const model *m) { return &m->spec; }
 const backend_ops *model_backend(const model *m) { return m->be; }
 uint64_t model_n_params(const model *m) { return m->n_params; }
 uint64_t model_weight_bytes(const model *m) { return m->weight_bytes; }
+uint64_t model_embedding_bytes(const model *m) { return m->embd_bytes; }
+uint64_t model_expert_bytes(const model *m) { return m->expert_bytes; }
 
 void model_quant_counts(const model *m, int *n_weights, int *n_quantized) {
     *n_weights = m->n_lin;

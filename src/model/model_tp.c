@@ -218,6 +218,8 @@ int model_bind_tp(model **out, const model_spec *spec, model_weight_fn fn, void 
         sh->coll = g->coll;
         g->n_params += sh->n_params;
         g->weight_bytes += sh->weight_bytes;
+        g->embd_bytes += sh->embd_bytes;
+        g->expert_bytes += sh->expert_bytes;
     }
     model_tp_bind(be, 0, NULL);
     g->n_lin = g->shards[0]->n_lin;

@@ -14,14 +14,14 @@
 #include <string.h>
 #include <sys/wait.h>
 
-/* Runs `mlxcel bench ARGS`; exit code, stdout in *out (malloc'd). */
-static int run(const char *args, char **out) {
+/* Runs `mlxcel bench -m tests/fixtures/ckpt/CKPT ARGS`; exit code, stdout in *out (malloc'd). */
+static int run_on(const char *ckpt, const char *args, char **out) {
     const char *bin = getenv("MLXCEL_BIN"), *src = getenv("MLXCEL_SOURCE_DIR");
     assert_non_null(bin);
     assert_non_null(src);
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, "%s bench -m %s/tests/fixtures/ckpt/llama_tiny %s 2>/dev/null", bin,
-             src, args);
+    snprintf(cmd, sizeof cmd, "%s bench -m %s/tests/fixtures/ckpt/%s %s 2>/dev/null", bin, src, ckpt,
+             args);
     FILE *p = popen(cmd, "r");
     assert_non_null(p);
     size_t cap = 1 << 16;
@@ -32,6 +32,8 @@ static int run(const char *args, char **out) {
     *out = buf;
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
+
+static int run(const char *args, char **out) { return run_on("llama_tiny", args, out); }
 
 static double num(const json_t *o, const char *k) {
     const json_t *v = json_object_get(o, k);
@@ -88,6 +90,56 @@ static void test_json_report(void **state) {
     free(out);
 }
 
+/* Bytes of the safetensors tensors whose names start with `prefix`, from the file's header. */
+static double file_bytes(const char *ckpt, const char *prefix) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tests/fixtures/ckpt/%s/model.safetensors", getenv("MLXCEL_SOURCE_DIR"),
+             ckpt);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    uint64_t n = 0;
+    assert_int_equal(fread(&n, 8, 1, f), 1);
+    char *hdr = calloc(1, n + 1);
+    assert_int_equal(fread(hdr, 1, n, f), n);
+    fclose(f);
+    json_t *h = json_loads(hdr, 0, NULL);
+    assert_non_null(h);
+    double sum = 0;
+    const char *k;
+    json_t *v;
+    json_object_foreach(h, k, v) {
+        if (strncmp(k, prefix, strlen(prefix))) continue;
+        const json_t *off = json_object_get(v, "data_offsets");
+        sum += (double)(json_integer_value(json_array_get(off, 1)) - json_integer_value(json_array_get(off, 0)));
+    }
+    json_decref(h);
+    free(hdr);
+    return sum;
+}
+
+/* A quantized checkpoint with its own lm_head: a step reads every weight but the token table,
+ * at the table's stored (packed) size, not V * H * dtype (session 20: the bf16 size was
+ * subtracted, under-counting a 4-bit 8B step by 0.75 GB). Two batch sizes separate the KV
+ * term (linear in B) from the weights. */
+static void test_quantized_step_bytes(void **state) {
+    (void)state;
+    char *out = NULL;
+    assert_int_equal(run_on("llama_q4", "--prompt-tokens 16 --gen-tokens 4 --batch 1,2 --repeat 1 --json", &out), 0);
+    json_t *j = json_loads(out, 0, NULL);
+    if (!j) fail_msg("not one JSON object:\n%s", out);
+    const double embd = file_bytes("llama_q4", "model.embed_tokens.");
+    assert_true(embd > 0);
+    assert_true(num(j, "embedding_bytes") == embd);
+    const json_t *res = json_object_get(j, "results");
+    const double b1 = num(json_array_get(res, 0), "decode_bytes_per_step");
+    const double b2 = num(json_array_get(res, 1), "decode_bytes_per_step");
+    const double kv = b2 - b1; /* one sequence's KV read per step */
+    assert_true(kv > 0);
+    assert_true(fabs((b1 - kv) - (num(j, "weight_bytes") - embd)) < 0.5);
+    json_decref(j);
+    free(out);
+}
+
 static void test_text_table(void **state) {
     (void)state;
     char *out = NULL;
@@ -115,6 +167,7 @@ static void test_bad_flags(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_json_report),
+        cmocka_unit_test(test_quantized_step_bytes),
         cmocka_unit_test(test_text_table),
         cmocka_unit_test(test_bad_flags),
     };
