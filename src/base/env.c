@@ -178,7 +178,6 @@ static void env_load(void) {
     g_env.qmv_i8_norm = env_bool("MLXCEL_QMV_I8_NORM", true);
     g_env.qmv_i8_inprep = env_bool("MLXCEL_QMV_I8_INPREP", true);
     g_env.qmv_tiled = env_bool("MLXCEL_QMV_TILED", true);
-    g_env.qmv_prewait = env_int("MLXCEL_QMV_PREWAIT", 2, 0, 4);
 }
 
 const mx_env_t *mx_env(void) {

@@ -60,8 +60,6 @@ typedef struct mx_env_t {
     bool qmv_i8_glu;               /* MLXCEL_QMV_I8_GLU (1): its prep computes a held GLU */
     bool qmv_i8_norm;              /* MLXCEL_QMV_I8_NORM (1): ... and a held RMSNorm */
     bool qmv_i8_inprep;            /* MLXCEL_QMV_I8_INPREP (1): one row: x prep in the qmv */
-    int qmv_prewait;               /* MLXCEL_QMV_PREWAIT (2): one-row qmv_i8 blocks a warp
-                                      copies to shared memory before its PDL wait (0 off) */
     bool qmv_tiled;                /* MLXCEL_QMV_TILED (1): CUDA repacks quantized weights */
     int qmm_tile_m;                /* MLXCEL_QMM_TILE_M (0 = policy) */
     bool tp_group;                 /* MLXCEL_TP_GROUP (0): --tp-size 1 as a TP group of one rank */

@@ -508,18 +508,15 @@ static void test_q_chain(int K, int F, int bits, mx_dtype sbt) {
     const int64_t sk[2] = {1, K}, sf[2] = {1, F}, s1[1] = {K}, sq[2] = {1, 96};
     enum { O, H, XN, G, U, D, XN2, Q, NOUT };
     const int len[NOUT] = {K, K, K, F, F, K, K, 96};
-    float *out[4][NOUT] = {{0}};
+    float *out[3][NOUT] = {{0}};
     const bool was = g_cu.qmv_i8_inprep;
     const bool tiled = wo.tl.tiled && wg.tl.tiled && wu.tl.tiled && wd.tl.tiled && wq.tl.tiled;
-    /* 8-bit off: the CUDA-core qmv (MLXCEL_QMV_I8_Q8 0); on 2: on, the weights tiled; 3: the
-     * same with the pre-wait stages switched (MLXCEL_QMV_PREWAIT: 0 if set, else 2) */
-    const int pre = cuda_qmv_prewait(), pre3 = pre ? 0 : 2;
-    for (int on = 0; on < 2 + 2 * tiled; on++) {
+    /* 8-bit off: the CUDA-core qmv (MLXCEL_QMV_I8_Q8 0); on 2: on, the weights tiled */
+    for (int on = 0; on < 2 + tiled; on++) {
         g_cu.qmv_i8_inprep = on != 0;
-        cuda_set_qmv_prewait(on == 3 ? pre3 : pre);
         const qmat *mm[5] = {&wo, &wg, &wu, &wd, &wq};
         const mx_qweight *W[5];
-        for (int i = 0; i < 5; i++) W[i] = on >= 2 ? &mm[i]->tl : &mm[i]->dev;
+        for (int i = 0; i < 5; i++) W[i] = on == 2 ? &mm[i]->tl : &mm[i]->dev;
         long f0[3];
         memcpy(f0, g_cu.q_fused, sizeof f0);
         mx_tensor da = gt_dev_f32(a, 2, sk), dh = gt_dev_f32(h0, 2, sk);
@@ -550,15 +547,13 @@ static void test_q_chain(int K, int F, int bits, mx_dtype sbt) {
         char what[200];
         snprintf(what, sizeof what,
                  "q chain K %d F %d %d-bit %s, in-CTA prep %s: fused launches %ld / %ld / %ld "
-                 "(x, res, GLU x)", K, F, bits, sb_name(sbt),
-                 on == 3 ? "on, tiled, pre-wait stages switched" : on == 2 ? "on, tiled" : on ? "on" : "off",
+                 "(x, res, GLU x)", K, F, bits, sb_name(sbt), on == 2 ? "on, tiled" : on ? "on" : "off",
                  n[0], n[1], n[2]);
         /* on: o, gate/up, down, q take x in-CTA (down: from the GLU epilogue, not in-CTA)... */
         const bool want = on ? n[0] == 3 && n[1] == 2 && n[2] == 1 : !n[0] && !n[1] && !n[2];
         gt_report(what, want ? 0 : 1, 0, 0);
     }
     g_cu.qmv_i8_inprep = was;
-    cuda_set_qmv_prewait(pre);
     float *const *o = out[1];
     /* each stage against the CPU from the device's inputs to it; 8-bit x is hi + lo int8
      * (~2^-15 of a group's largest): the weights' bound alone */
@@ -628,17 +623,8 @@ static void test_q_chain(int K, int F, int bits, mx_dtype sbt) {
     if (sbt == MX_BF16)
         gt_report("  ... the weights tiled (MLXCEL_QMV_TILED), every output bitwise",
                   tiled ? 0 : 1, 0, diff);
-    /* the pre-wait stages change where a block waits, not the arithmetic */
-    diff = 0;
-    for (int i = 0; tiled && i < NOUT; i++)
-        for (int j = 0; j < len[i]; j++) diff += memcmp(&out[3][i][j], &out[2][i][j], 4) != 0;
-    if (sbt == MX_BF16) {
-        snprintf(what, sizeof what, "  ... tiled, pre-wait stages %d against %d, every output bitwise",
-                 pre3, pre);
-        gt_report(what, tiled ? 0 : 1, 0, diff);
-    }
     free(h1), free(hn), free(xr);
-    for (int i = 0; i < NOUT; i++) free(out[0][i]), free(out[1][i]), free(out[2][i]), free(out[3][i]);
+    for (int i = 0; i < NOUT; i++) free(out[0][i]), free(out[1][i]), free(out[2][i]);
     free(a), free(h0), free(nwf), free(nw);
     qmat_free(&wo), qmat_free(&wg), qmat_free(&wu), qmat_free(&wd), qmat_free(&wq);
 }

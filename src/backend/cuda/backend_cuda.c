@@ -614,7 +614,6 @@ static int cu_init(int dev, mx_error *err) {
     if (dev == 0) cuda_set_attn_cluster(g_cu.facts.cc_major >= 9 ? env->attn_cluster : 0);
     if (dev == 0) cuda_set_attn_stages(env->attn_stages);
     if (dev == 0) cuda_set_attn_early_kv(env->attn_early_kv);
-    if (dev == 0) cuda_set_qmv_prewait(g_cu.facts.cc_major >= 9 ? env->qmv_prewait : 0); /* bulk copies */
     if (dev == 0) cuda_set_attn_tc(g_cu.facts.cc_major >= 8 && env->attn_tc);
     if (dev == 0) cuda_set_gemv_ksplit(env->gemv_ksplit);
     if (dev == 0) cuda_set_gemv_early(env->gemv_early);

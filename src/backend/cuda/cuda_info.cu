@@ -65,9 +65,6 @@ extern "C" int cuda_attn_cluster(void) { return g_attn_cluster; }
 static int g_attn_stages = 3;
 extern "C" void cuda_set_attn_stages(int n) { g_attn_stages = n < 1 ? 1 : n > 3 ? 3 : n; }
 extern "C" int cuda_attn_stages(void) { return g_attn_stages; }
-static int g_qmv_prewait = 2;
-extern "C" void cuda_set_qmv_prewait(int n) { g_qmv_prewait = n < 0 ? 0 : n; }
-extern "C" int cuda_qmv_prewait(void) { return g_qmv_prewait; }
 static int g_attn_early_kv = 1;
 extern "C" void cuda_set_attn_early_kv(int on) { g_attn_early_kv = on != 0; }
 extern "C" int cuda_attn_early_kv(void) { return g_attn_early_kv; }

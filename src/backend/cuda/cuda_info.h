@@ -61,10 +61,6 @@ int cuda_attn_cluster(void);
  * copies one chunk and waits for it before computing); MLXCEL_ATTN_STAGES, default 3. */
 void cuda_set_attn_stages(int n);
 int cuda_attn_stages(void);
-/* Pre-wait shared-memory stages a warp of the tiled one-row qmv_i8 launches (qw_pre in
- * qmv_frame.cuh; MLXCEL_QMV_PREWAIT, 0 off). */
-void cuda_set_qmv_prewait(int n);
-int cuda_qmv_prewait(void);
 /* Decode attention's first KV chunks copied before its PDL wait (the engine's decode step,
  * cuda_paged_attn_args.kv_settled); MLXCEL_ATTN_EARLY_KV. */
 void cuda_set_attn_early_kv(int on);

@@ -105,18 +105,6 @@ struct qw_epi {
     float *pair;
 };
 
-/* Pre-wait stages (EPI with TL only): besides batch 0 in registers, each warp copies its next
- * n blocks (n <= its batches - 1) into shared memory before the PDL wait, one bulk copy each
- * (stg: n blocks a warp, warp-major; bar: n mbarriers a warp). The walk computes batch 0, sends
- * the register batch after the stages, computes the stages from shared memory, then goes on as
- * before. Why: at a launch's start the DRAM holds only batch 0 of each warp while the warps
- * wait, prep x and compute batch 0 (~2-4 us of idle DRAM a launch, session 17's timeline). */
-struct qw_pre {
-    uint8_t *stg;
-    uint64_t *bar;
-    int n;
-};
-
 /* TL: the weight is in the tiled layout (qtile.cuh): a load batch is one block. */
 template <int G, int NT, int BITS = 4, bool TL = false> struct qw_frame {
     static constexpr int C = 128 / G, CPG = G / 32, RPT = 8 / C;
@@ -235,30 +223,6 @@ template <int G, int NT, int BITS = 4, bool TL = false> struct qw_frame {
         b[2] = qw_sb<SBT>(bt.rb_b, j0), b[3] = qw_sb<SBT>(bt.rb_b, j1);
     }
 
-    /* TL: the steps of the block staged at blk (shared memory; the batch at step s0), each
-     * step's codes and scale words read as it runs (no second batch of registers) */
-    template <class Step, class XL, class Acc>
-    __device__ __forceinline__ void run_staged(const uint8_t *blk, int s0, Step &step, XL &xl,
-                                               Acc &acc) const {
-        const uint8_t *sbw = blk + (wb - (wa - 16 * lane)); /* this g's scale words */
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            if (s0 + u >= send) break; /* warp-uniform */
-            batch bs = {};
-#pragma unroll
-            for (int q = 0; q < LQ; q++) {
-                bs.qa[u][q] = *(const uint4 *)(blk + (u * LQ + q) * 1024 + 16 * lane);
-                bs.qb[u][q] = *(const uint4 *)(blk + (u * LQ + q) * 1024 + 512 + 16 * lane);
-            }
-            const int w = (u * C) >> 1; /* the word of groups u C .. u C + C - 1 */
-            bs.rs_a[w] = *(const uint32_t *)(sbw + 4 * w);
-            bs.rb_a[w] = *(const uint32_t *)(sbw + 32 * NW + 4 * w);
-            bs.rs_b[w] = *(const uint32_t *)(sbw + 64 * NW + 4 * w);
-            bs.rb_b[w] = *(const uint32_t *)(sbw + 96 * NW + 4 * w);
-            step(*this, bs, u, s0 + u, xl, acc);
-        }
-    }
-
     /* fn(r, n, nt, i) for each output this lane writes (warp wk 0 after the K-split sum):
      * x row r, weight row n, from acc[nt][i] (+ acc[nt][i + 1] when C == 2: the two groups of
      * x row t). C == 1: columns 2t, 2t + 1 are x rows. */
@@ -350,7 +314,7 @@ template <int G, int NT, int BITS, bool EPI, bool HL = false, bool TL = false, c
           class Pro>
 __device__ __forceinline__ void qw_run(const qmv_segs &segs, const uint4 *xq, int qps, int rows,
                                        int K, int ks, float (*red)[NT * 4 * 32], Step step,
-                                       Pro pro, const qw_epi &epi, const qw_pre &pre = {}) {
+                                       Pro pro, const qw_epi &epi) {
     using F = qw_frame<G, NT, BITS, TL>;
     const F f(segs, K, ks, EPI && segs.pair);
     const uint4 *xl[NT];
@@ -385,28 +349,6 @@ __device__ __forceinline__ void qw_run(const qmv_segs &segs, const uint4 *xq, in
     } else { /* every thread waits and runs pro() at one place (its barriers) */
         typename F::batch bt;
         QW_TL(0);
-        /* this warp's stages: blocks 1..np of its walk (constants: before the wait) */
-        int np = 0;
-        uint8_t *stg = nullptr;
-        uint64_t *bar = nullptr;
-        if constexpr (TL) {
-            const int nb = (f.send - f.sbeg + F::U - 1) / F::U;
-            np = min(pre.n, nb - 1);
-            if (np > 0) {
-                stg = pre.stg + (size_t)f.warp * pre.n * F::TB;
-                bar = pre.bar + f.warp * pre.n;
-                if (f.lane == 0) {
-                    for (int i = 0; i < np; i++) mbar_init(&bar[i], 1);
-                    mbar_init_fence_cluster();
-                    const uint8_t *blk = f.wa - 16 * f.lane + (size_t)(f.sbeg / F::U + 1) * F::TB;
-                    for (int i = 0; i < np; i++) {
-                        mbar_expect(&bar[i], F::TB);
-                        bulk_g2s(stg + (size_t)i * F::TB, blk + (size_t)i * F::TB, F::TB, &bar[i]);
-                    }
-                }
-                __syncwarp();
-            }
-        }
         if (f.sbeg < f.send) f.load(bt, f.sbeg, K);
         pdl_wait(); /* x (or the residual) is the previous kernel's output */
         QW_TL(1);
@@ -419,23 +361,10 @@ __device__ __forceinline__ void qw_run(const qmv_segs &segs, const uint4 *xq, in
             });
         pro();
         QW_TL(2);
-        int s0 = f.sbeg;
-        if (np > 0) { /* batch 0, then the stages with the next register batch in flight */
-            run(bt, s0);
-            QW_TL(3);
-            s0 += (np + 1) * F::U;
-            if (s0 < f.send) f.load(bt, s0, K);
-            for (int i = 0; i < np; i++) {
-                mbar_wait(&bar[i], 0);
-                f.run_staged(stg + (size_t)i * F::TB, f.sbeg + (i + 1) * F::U, step, xl, acc);
-                QW_TL(4 + min(i, 9));
-            }
-        }
-        for (; s0 < f.send; s0 += F::U) {
-            if (s0 != f.sbeg && np == 0) f.load(bt, s0, K);
+        for (int s0 = f.sbeg; s0 < f.send; s0 += F::U) {
+            if (s0 != f.sbeg) f.load(bt, s0, K);
             run(bt, s0);
             QW_TL(3 + min((s0 - f.sbeg) / F::U, 10));
-            np = 0;
         }
     }
     f.template finish<EPI, HL>(acc, red, rows, ks, epi, rp);

@@ -183,7 +183,6 @@ struct qi_fuse {
     const int64_t *rope_rows;
     void *k_pool, *v_pool;
     int pool_bf16;
-    int pre; /* TL, XM != 0: pre-wait stages a warp (qw_pre), after the in-CTA x in qi_smem */
 #ifdef QW_TIMELINE
     int diag; /* qw_diag_host */
 #endif
@@ -481,38 +480,13 @@ qmv_i8_kernel(qmv_segs segs, const uint4 *__restrict__ xq, const float *__restri
         if (XM != 0 && fz.rope_cs) ra = qi_rope_pre(segs, fz, ks);
         if constexpr (INP)
             qi_prep_cta<G, BITS>(sq, ssc, ssum, ssum + (size_t)S * QI_XW, fz, K, nwc);
-    }, qw_epi{fz.res, fz.glu_out || fz.rope_cs ? &pair[0][0] : nullptr},
-       qw_pre{(uint8_t *)(qi_smem + (INP ? qi_inprep_bytes(K, BITS) / 16 : 0)),
-              (uint64_t *)(qi_smem + (INP ? qi_inprep_bytes(K, BITS) / 16 : 0) +
-                           (size_t)QW_WARPS * fz.pre * F::TB / 16),
-              fz.pre});
+    }, qw_epi{fz.res, fz.glu_out || fz.rope_cs ? &pair[0][0] : nullptr});
     if (XM != 0 && fz.glu_out) qi_glu_epilogue<BITS>(pair, fz, segs.N[0]);
     if (XM != 0 && fz.rope_cs) qi_rope_epilogue(pair, segs, fz, ks, ra);
     if constexpr (XM != 0) QW_TL(14);
 }
 
 /* ==== Launch ==== */
-/* Dynamic shared memory of a one-row launch at most (in-CTA x + pre-wait stages): two CTAs
- * an SM (the registers' limit) must still fit. */
-#define QI_SMEM_MAX (100 * 1024)
-
-/* Bytes of n pre-wait stages a warp of TB-byte blocks, with their mbarriers. */
-static inline size_t qi_pre_bytes(int n, int TB) {
-    return (size_t)QW_WARPS * n * ((size_t)TB + sizeof(uint64_t));
-}
-
-/* The pre-wait stages a warp (qw_pre) of a tiled one-row launch: cuda_qmv_prewait() at most,
- * fewer than the warp's batches, within QI_SMEM_MAX beside the in-CTA x. */
-static int qi_pre_stages(const cuda_qmv_args *a, int ks, int xm) {
-    const qt_shape q = qt_of(a->bits, a->group, a->K);
-    const int S = qw_steps(a->K), per = ((S + ks - 1) / ks + q.U - 1) / q.U * q.U;
-    int n = cuda_qmv_prewait();
-    if (n > per / q.U - 1) n = per / q.U - 1;
-    const size_t x = xm == 1 ? qi_inprep_bytes(a->K, a->bits) : 0;
-    while (n > 0 && x + qi_pre_bytes(n, q.TB) > QI_SMEM_MAX) n--;
-    return n > 0 ? n : 0;
-}
-
 /* The prep and main launches of one configuration (qw_dispatch picks it). */
 template <int BITS, int G, int SBT, int NT> struct qi_launch {
     static int go(qmv_segs &segs, const cuda_qmv_args *a, cudaStream_t st) {
@@ -570,7 +544,6 @@ template <int BITS, int G, int SBT, int NT> struct qi_launch {
             inp || fz.res || fz.glu_out || fz.rope_cs || (BITS == 8 && a->x_ready); /* HL */
         if (epi && NT != 1) return (int)cudaErrorInvalidValue; /* one row only (NT 1) */
         const int xm = epi ? (inp ? 1 : 2) : 0;
-        if (xm && a->tiled) fz.pre = qi_pre_stages(a, ks, xm);
         if (!a->tiled) return launch<false>(segs, xq, xsc, xsum, a, ks, grid, fz, xm, st);
         if constexpr (SBT == CUDA_QSB_BF16) /* tiled weights have bf16 scales (qi_supported) */
             return launch<true>(segs, xq, xsc, xsum, a, ks, grid, fz, xm, st);
@@ -581,26 +554,14 @@ template <int BITS, int G, int SBT, int NT> struct qi_launch {
                       const cuda_qmv_args *a, int ks, int grid, const qi_fuse &fz, int xm,
                       cudaStream_t st) {
         pdl_launch l;
-        const size_t smem = (xm == 1 ? qi_inprep_bytes(a->K, BITS) : 0) +
-                            qi_pre_bytes(fz.pre, qt_geo<BITS, G>::TB);
-        pdl_launch_config(&l, dim3(grid), dim3(QW_WARPS * 32), smem, st);
+        pdl_launch_config(&l, dim3(grid), dim3(QW_WARPS * 32),
+                          xm == 1 ? qi_inprep_bytes(a->K, BITS) : 0, st);
         if constexpr (NT == 1) {
-            if (xm) {
-                const auto kern = xm == 1 ? qmv_i8_kernel<BITS, G, SBT, NT, 1, TL>
-                                          : qmv_i8_kernel<BITS, G, SBT, NT, 2, TL>;
-                /* once per kernel and device: the opt-in past 48 KiB, which counts the static
-                 * arrays too (a launch of 47 KiB dynamic was refused without it) */
-                static bool set[CUDA_MAX_DEVICES][2];
-                const int dev = cuda_cur_device();
-                if (!set[dev][xm - 1]) {
-                    const cudaError_t e = cudaFuncSetAttribute(
-                        kern, cudaFuncAttributeMaxDynamicSharedMemorySize, QI_SMEM_MAX);
-                    if (e != cudaSuccess) return (int)e;
-                    set[dev][xm - 1] = true;
-                }
-                return (int)cudaLaunchKernelEx(&l.cfg, kern, segs, xq, xsc, xsum, a->rows, a->K,
-                                               ks, fz);
-            }
+            if (xm)
+                return (int)cudaLaunchKernelEx(&l.cfg,
+                                               xm == 1 ? qmv_i8_kernel<BITS, G, SBT, NT, 1, TL>
+                                                       : qmv_i8_kernel<BITS, G, SBT, NT, 2, TL>,
+                                               segs, xq, xsc, xsum, a->rows, a->K, ks, fz);
         }
         return (int)cudaLaunchKernelEx(&l.cfg, qmv_i8_kernel<BITS, G, SBT, NT, 0, TL>, segs, xq,
                                        xsc, xsum, a->rows, a->K, ks, fz);
