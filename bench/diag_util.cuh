@@ -1,6 +1,6 @@
-/* What the hand-built diagnostic harnesses (bench/qi_timeline.cu, bench/attn_timeline.cu)
- * share: checked CUDA calls (cuda_ops_bench.h's CK), a qsort comparison of doubles, and the
- * timing of a layer loop. */
+/* What the hand-built diagnostic harnesses (bench/qi_timeline.cu, bench/attn_timeline.cu,
+ * bench/persist_probe.cu) share: checked CUDA calls (cuda_ops_bench.h's CK), a qsort
+ * comparison of doubles, device buffers of hashed words, and the timing of a layer loop. */
 #ifndef MLXCEL_BENCH_DIAG_UTIL_CUH
 #define MLXCEL_BENCH_DIAG_UTIL_CUH
 
@@ -9,6 +9,24 @@
 static int cmp_double(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
+}
+
+__global__ void fill_kernel(uint32_t *p, size_t n, uint32_t seed, uint32_t mask, uint32_t or_) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+        h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
+        p[i] = (h & mask) | or_;
+    }
+}
+
+/* bytes of device memory, each word a hash of its index and seed, & mask | or_ */
+static void *dev_fill(size_t bytes, uint32_t seed, uint32_t mask = ~0u, uint32_t or_ = 0) {
+    void *p;
+    CK(cudaMalloc(&p, bytes));
+    fill_kernel<<<1024, 256>>>((uint32_t *)p, bytes / 4, seed, mask, or_);
+    CK(cudaGetLastError());
+    return p;
 }
 
 /* run(l) issues layer l of L on st: one untimed pass, then iters (1..1000) timed passes; the

@@ -162,15 +162,6 @@ pp_kernel(const uint8_t *__restrict__ wa, int na_tiles, int nba, const uint8_t *
     pp_flush(yb, tile, lane, acc);
 }
 
-__global__ void fill_kernel(uint32_t *p, size_t n, uint32_t seed, uint32_t mask) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-        h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
-        p[i] = h & mask;
-    }
-}
-
 static unsigned g_done; /* warps counted on the flag so far (it is never reset) */
 
 template <int NW, int R> static void pp_time(int iters, int mode, uint8_t **wa, uint8_t **wb,
@@ -202,11 +193,10 @@ int main(int argc, char **argv) {
     static uint8_t *wa[L], *wb[L];
     const size_t ba = cuda_q_tiled_bytes(2 * F, D, 4, 64), bb = cuda_q_tiled_bytes(D, F, 4, 64);
     for (int l = 0; l < L; l++) { /* small bf16 scales: every word a pair of 0x3f.. values */
-        CK(cudaMalloc((void **)&wa[l], ba));
-        CK(cudaMalloc((void **)&wb[l], bb));
-        fill_kernel<<<1024, 256, 0, st>>>((uint32_t *)wa[l], ba / 4, 11 + l, 0x3f3f3f3fu);
-        fill_kernel<<<1024, 256, 0, st>>>((uint32_t *)wb[l], bb / 4, 51 + l, 0x3f3f3f3fu);
+        wa[l] = (uint8_t *)dev_fill(ba, 11 + l, 0x3f3f3f3fu);
+        wb[l] = (uint8_t *)dev_fill(bb, 51 + l, 0x3f3f3f3fu);
     }
+    CK(cudaDeviceSynchronize());
     float *ya, *yb;
     unsigned *ctr;
     CK(cudaMalloc((void **)&ya, 2 * F * 4));

@@ -31,23 +31,6 @@ static void qi_set(int v) { g_attn = v / 100, g_attn_pf = v % 100; }
 #define QI_SET qi_set
 #define QI_NAME "ab"
 
-__global__ void fill_kernel(uint32_t *p, size_t n, uint32_t seed, uint32_t mask, uint32_t or_) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-        h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
-        p[i] = (h & mask) | or_;
-    }
-}
-
-static void *dev_fill(size_t bytes, uint32_t seed, uint32_t mask = ~0u, uint32_t or_ = 0) {
-    void *p;
-    CK(cudaMalloc(&p, bytes));
-    fill_kernel<<<1024, 256>>>((uint32_t *)p, bytes / 4, seed, mask, or_);
-    CK(cudaGetLastError());
-    return p;
-}
-
 /* bytes of a tiled q4g64 weight [N, K] */
 static size_t tiled_bytes(int N, int K) { return cuda_q_tiled_bytes(N, K, 4, 64); }
 
