@@ -169,12 +169,9 @@ static double step_weight_bytes(const model *m, int B) {
     const model_spec *s = model_spec_of(m);
     double bytes = (double)model_weight_bytes(m);
     if (!s->tie_word_embeddings) bytes -= (double)model_embedding_bytes(m);
-    if (s->n_experts > 0) {
-        int n_moe = 0;
-        for (int l = 0; l < s->n_layers; l++) n_moe += !s->layer_dense_mlp[l];
+    if (s->n_experts > 0) { /* the share of every MoE layer's experts left unselected */
         const double E = s->n_experts, k = s->n_experts_per_tok;
-        const double active = E * (1.0 - pow(1.0 - k / E, B));
-        if (n_moe > 0) bytes -= (double)model_expert_bytes(m) * (1.0 - active / E);
+        bytes -= (double)model_expert_bytes(m) * pow(1.0 - k / E, B);
     }
     return bytes;
 }

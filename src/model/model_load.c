@@ -329,14 +329,15 @@ static int bind_experts(binder *b, model_layer *L, int li) {
     snprintf(rel, sizeof rel, "layers.%%d.%s.switch_mlp.gate_proj.weight", blks[ri]);
     const uint64_t before = b->m->weight_bytes;
     int rc;
-    mx_tensor gu = find(b, "layers.%d.mlp.experts.gate_up_proj", li, -1);
-    if (find(b, rel, li, -1).data)
+    if (find(b, rel, li, -1).data) {
         rc = bind_stacked(b, L, li, blks[ri]);
-    else if (gu.data)
-        rc = bind_fused(b, L, li, &gu);
-    else
-        rc = bind_per_expert(b, L, li,
-                             find(b, "layers.%d.block_sparse_moe.experts.%d.w1.weight", li, 0).data != NULL);
+    } else {
+        mx_tensor gu = find(b, "layers.%d.mlp.experts.gate_up_proj", li, -1);
+        rc = gu.data ? bind_fused(b, L, li, &gu)
+                     : bind_per_expert(b, L, li,
+                                       find(b, "layers.%d.block_sparse_moe.experts.%d.w1.weight",
+                                            li, 0).data != NULL);
+    }
     b->m->expert_bytes += b->m->weight_bytes - before;
     return rc;
 }
