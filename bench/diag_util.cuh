@@ -1,5 +1,5 @@
 /* What the hand-built diagnostic harnesses (bench/qi_timeline.cu, bench/attn_timeline.cu,
- * bench/persist_probe.cu) share: checked CUDA calls (cuda_ops_bench.h's CK), a qsort
+ * bench/persist_layer.cu) share: checked CUDA calls (cuda_ops_bench.h's CK), a qsort
  * comparison of doubles, device buffers of hashed words, and the timing of a layer loop. */
 #ifndef MLXCEL_BENCH_DIAG_UTIL_CUH
 #define MLXCEL_BENCH_DIAG_UTIL_CUH

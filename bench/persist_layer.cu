@@ -1,0 +1,410 @@
+/* The persistent B=1 decode layer (NOTES-cuda, session 20's sketch) as a timing skeleton: how
+ * long would an 8B q4g64 layer take if one resident grid ran its four matmuls (q/k/v, o,
+ * gate+up, down; tiled blocks) with grid-wide flags between them instead of five launches?
+ * One CTA an SM of NW warps. Every warp owns a contiguous range of each matrix's blocks (the
+ * tiled layout keeps them contiguous, tile-major) and a ring of R block slots in shared memory
+ * that it refills itself by bulk copies (one mbarrier a slot). Weights do not depend on x, so
+ * the rings run ahead across the flags and across layers: the DRAM keeps streaming while a
+ * CTA waits for the flag, reads x and rounds it. Per stage and CTA, as the product would:
+ * - the flag: the CTA's warps done (barrier), one fence + atomic a CTA, spin on the count;
+ * - the prep: x read from L2 (the previous stage's fp32 output), the RMSNorm before q/k/v and
+ *   gate+up (weight 1), act(gate) * up before down, rounded to int8 per g64 group into shared
+ *   memory (qi_quant_store: the layout qmv_i8's in-CTA prep writes);
+ * - the walk: each block computed as qmv_i8's one-row step does (int8 MMAs, per-group scales
+ *   and biases), partial rows added into the output with atomics (o and down into the
+ *   residual itself, so no epilogue pass).
+ * Left out (timing only, the outputs are not checked against a reference): RoPE and the KV
+ * write, attention (a stand-in: every CTA waits PL_ATT ns, then one more flag), the fixed
+ * reduction order the product would need. The weights are made up (small positive scales).
+ *
+ * Env (each a comma list, every combination timed): PL_CFG warps x ring among 16x2, 12x3,
+ * 8x4 (default all); PL_MODE 0 flags, 1 no flags (the streaming and compute alone), 2 the
+ * rings' copy alone (default 0,1,2); PL_ATT attention stand-in ns (default 0); PL_PREP 1/0
+ * (0: no prep, x stale; default 1); PL_ST stage mask (1 q/k/v, 2 o, 4 gate+up, 8 down;
+ * default 15; 12 is session 20's probe: gate+up then down). PL_NL layers a launch (default 16,
+ * distinct weights: nothing stays in L2).
+ *   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Isrc -Ibench \
+ *     bench/persist_layer.cu src/backend/cuda/cuda_info.cu src/backend/cuda/qtile.cu \
+ *     -o persist_layer
+ *   ./persist_layer [iterations]
+ * Diagnostic only: not part of the build or the tests. Written in session 21 without a GPU
+ * (compiled here, never run): expect to debug it on the first call (a missed count hangs on
+ * a flag: run it under `timeout`). */
+#include "backend/cuda/qmv_i8.cu"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "diag_util.cuh"
+
+enum { D = 4096, F = 14336, QKV = 6144, NLMAX = 16 };
+enum { ST_QKV, ST_O, ST_GU, ST_DOWN, NST };
+constexpr int TB = qt_geo<4, 64>::TB;   /* 4,608 bytes: 16 rows x 4 steps + scales / biases */
+constexpr int NWS = qt_geo<4, 64>::NW;  /* scale words a row and block */
+constexpr int SMAX = F / 128;           /* steps of the longest x */
+constexpr size_t XB = qi_inprep_bytes(F, 4); /* x quads, scales, sums, 32 floats */
+
+__host__ __device__ constexpr int pl_rows(int st) {
+    return st == ST_QKV ? QKV : st == ST_GU ? 2 * F : D;
+}
+__host__ __device__ constexpr int pl_k(int st) { return st == ST_DOWN ? F : D; }
+__host__ __device__ constexpr int pl_nb(int st) { return pl_k(st) / 512; } /* blocks a tile */
+__host__ __device__ constexpr int pl_blocks(int st) { return pl_rows(st) / 16 * pl_nb(st); }
+
+template <int NW, int R> constexpr size_t pl_smem() {
+    return XB + (size_t)NW * R * TB + (size_t)NW * R * 8;
+}
+
+struct pl_args {
+    const uint8_t *const *w; /* [layer][stage] tiled weights, device array */
+    float *xres, *qkv, *gu;  /* the residual (D); q/k/v out [2][QKV], gate / up out [2][2F]
+                              * by layer parity (the other one is zeroed meanwhile) */
+    unsigned *ctr;
+    unsigned base; /* the count before this launch */
+    int nl, mode, prep, att_ns, mask;
+    int par0; /* the first layer's parity: the layers' count goes on across launches */
+};
+
+/* One block b (shared memory) of 16 rows: 4 steps of int8 MMAs against x from step s0, as
+ * qmv_i8_kernel's step computes them (D: rows g, g + 8 x columns 2t, 2t + 1; only t == 0's
+ * columns, x row 0's two groups, are real). */
+__device__ __forceinline__ void pl_block(const uint8_t *b, const uint4 *xq, const float *xsc,
+                                         const float *xsum, int s0, int lane, float acc[4]) {
+    const int g = lane >> 2, t = lane & 3;
+    const bool on = g < 2 && (g & 1) == (t >> 1); /* the diagonal (one x row, C = 2) */
+    const uint4 *xl = on ? xq + t : xq + 4 + t;
+    const uint8_t *sw = b + 4096 + 4 * NWS * g;
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+        const int s = s0 + u;
+        const uint4 qa = *(const uint4 *)(b + u * 1024 + 16 * lane);
+        const uint4 qb = *(const uint4 *)(b + u * 1024 + 512 + 16 * lane);
+        const uint4 *xp = xl + (size_t)s * 16;
+        const uint4 bx0 = xp[0], bx1 = xp[8];
+        const uint32_t wda[4] = {qa.x, qa.y, qa.z, qa.w}, wdb[4] = {qb.x, qb.y, qb.z, qb.w};
+        int d[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+#pragma unroll
+        for (int w = 0; w < 4; w++) {
+            const uint32_t a0 = wda[w] & 0x0F0F0F0Fu, a1 = wdb[w] & 0x0F0F0F0Fu;
+            const uint32_t a2 = (wda[w] >> 4) & 0x0F0F0F0Fu, a3 = (wdb[w] >> 4) & 0x0F0F0F0Fu;
+            const uint4 &bb = (w >> 1) ? bx1 : bx0;
+            mma_u8s8_16832(d[w & 1], a0, a1, a2, a3, (w & 1) ? bb.z : bb.x, (w & 1) ? bb.w : bb.y);
+        }
+        /* the step's scale / bias words: word u holds groups 2u, 2u + 1 (qtile.cuh) */
+        const uint32_t ws[4] = {*(const uint32_t *)(sw + 4 * u),
+                                *(const uint32_t *)(sw + 32 * NWS + 4 * u),
+                                *(const uint32_t *)(sw + 64 * NWS + 4 * u),
+                                *(const uint32_t *)(sw + 96 * NWS + 4 * u)};
+        const float sc[4] = {qw_sb<CUDA_QSB_BF16>(&ws[0], 0), qw_sb<CUDA_QSB_BF16>(&ws[0], 1),
+                             qw_sb<CUDA_QSB_BF16>(&ws[2], 0), qw_sb<CUDA_QSB_BF16>(&ws[2], 1)};
+        const float bi[4] = {qw_sb<CUDA_QSB_BF16>(&ws[1], 0), qw_sb<CUDA_QSB_BF16>(&ws[1], 1),
+                             qw_sb<CUDA_QSB_BF16>(&ws[3], 0), qw_sb<CUDA_QSB_BF16>(&ws[3], 1)};
+        const float2 sx = *(const float2 *)(xsc + (size_t)s * QI_XW + 2 * t);
+        const float2 sm = *(const float2 *)(xsum + (size_t)s * QI_XW + 2 * t);
+        const float sxe[4] = {sx.x, sx.y, sx.x, sx.y}, sme[4] = {sm.x, sm.y, sm.x, sm.y};
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            acc[i] = fmaf(sc[i] * sxe[i], (float)(d[0][i] + d[1][i]), fmaf(bi[i], sme[i], acc[i]));
+    }
+}
+
+/* The warp's partial of tile `tile` (rows 16 tile + g, + 8; both group columns) into y. */
+__device__ __forceinline__ void pl_flush(float *y, int tile, int lane, float acc[4]) {
+    const int g = lane >> 2, t = lane & 3;
+    if (tile >= 0 && t == 0) {
+        atomicAdd(y + 16 * tile + g, acc[0] + acc[1]);
+        atomicAdd(y + 16 * tile + g + 8, acc[2] + acc[3]);
+    }
+    acc[0] = acc[1] = acc[2] = acc[3] = 0.f;
+}
+
+/* The grid-wide flag: every warp of the CTA done, then one fence and count a CTA (as
+ * cooperative groups' grid sync), the CTA waits until `tgt` CTAs have counted. */
+__device__ __forceinline__ void pl_flag(unsigned *ctr, unsigned tgt) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        atomicAdd(ctr, 1u);
+        unsigned v;
+        do asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(ctr) : "memory");
+        while ((int)(v - tgt) < 0);
+    }
+    __syncthreads();
+}
+
+/* 8 fp32 values at p + k from L2 (other CTAs wrote them: never a stale L1 line) */
+__device__ __forceinline__ void pl_ld8(const float *p, int k, float f[8]) {
+    const float4 a = __ldcg((const float4 *)(p + k)), b = __ldcg((const float4 *)(p + k + 4));
+    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+}
+
+/* x of stage st rounded into shared memory by the whole CTA (NW * 32 threads, 8 values a
+ * thread and pass; the passes' trip counts are uniform for qi_quant_store's shuffles). */
+template <int NW>
+__device__ __forceinline__ void pl_prep(int st, const pl_args &a, int par, uint4 *xq,
+                                        float *xsc, float *xsum, float *red) {
+    constexpr int T = NW * 32, UN = (D / 8 + T - 1) / T; /* passes of a K = D norm */
+    const int tid = (int)threadIdx.x;
+    if (st == ST_QKV || st == ST_GU) { /* RMSNorm of the residual, K = D: values held */
+        float f[UN][8], ss = 0.f;
+#pragma unroll
+        for (int p = 0; p < UN; p++) {
+            const int u = p * T + tid;
+            for (int e = 0; e < 8; e++) f[p][e] = 0.f;
+            if (u < D / 8) pl_ld8(a.xres, 8 * u, f[p]);
+#pragma unroll
+            for (int e = 0; e < 8; e++) ss = fmaf(f[p][e], f[p][e], ss);
+        }
+        const float inv = rsqrtf(block_sum(ss, red) / (float)D + 1e-5f);
+#pragma unroll
+        for (int p = 0; p < UN; p++) {
+            const int u = p * T + tid;
+            const qw_prep_at at = {0, u >> 4, (u >> 2) & 3, u & 3, u < D / 8};
+#pragma unroll
+            for (int e = 0; e < 8; e++) f[p][e] *= inv;
+            qi_quant_store<64, 4, QI_XW>(xq, xsc, xsum, f[p], at, 1, D / 128);
+        }
+    } else {
+        const int K = pl_k(st);
+        for (int u0 = 0; u0 < K / 8; u0 += T) {
+            const int u = u0 + tid;
+            const qw_prep_at at = {0, u >> 4, (u >> 2) & 3, u & 3, u < K / 8};
+            float f[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+            if (u < K / 8) {
+                if (st == ST_O) { /* attention's output stand-in: q */
+                    pl_ld8(a.qkv + par * QKV, 8 * u, f);
+                } else { /* act(gate) * up */
+                    float up[8];
+                    pl_ld8(a.gu + par * 2 * F, 8 * u, f);
+                    pl_ld8(a.gu + par * 2 * F, F + 8 * u, up);
+#pragma unroll
+                    for (int e = 0; e < 8; e++) f[e] = act_apply(f[e], 0) * up[e];
+                }
+            }
+            qi_quant_store<64, 4, QI_XW>(xq, xsc, xsum, f, at, 1, K / 128);
+        }
+    }
+    __syncthreads();
+}
+
+template <int NW, int R>
+__global__ void __launch_bounds__(NW * 32, 1) pl_kernel(pl_args a) {
+    extern __shared__ __align__(16) uint8_t pl_sm[];
+    uint4 *xq = (uint4 *)pl_sm;
+    float *xsc = (float *)(xq + (size_t)SMAX * 16), *xsum = xsc + (size_t)SMAX * QI_XW;
+    float *red = xsum + (size_t)SMAX * QI_XW;
+    uint8_t *ring = pl_sm + XB;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    uint8_t *slots = ring + (size_t)warp * R * TB;
+    uint64_t *bar = (uint64_t *)(ring + (size_t)NW * R * TB) + warp * R;
+    /* this warp's block range of each stage: [r, r + c) */
+    const long W = (long)gridDim.x * NW, gw = (long)blockIdx.x * NW + warp;
+    int r[NST], c[NST];
+#pragma unroll
+    for (int st = 0; st < NST; st++) {
+        const long T = (a.mask >> st & 1) ? pl_blocks(st) : 0;
+        r[st] = (int)(gw * T / W), c[st] = (int)((gw + 1) * T / W) - r[st];
+    }
+    const int per = c[0] + c[1] + c[2] + c[3];
+    const long n = (long)per * a.nl;
+    const auto src = [&](long j) { /* the warp's j-th block across stages and layers */
+        const int l = (int)(j / per);
+        int o = (int)(j - (long)l * per), st = 0, rb = r[0];
+#pragma unroll
+        for (int s = 0; s < NST - 1; s++)
+            if (st == s && o >= c[s]) o -= c[s], st = s + 1, rb = r[s + 1];
+        const uint8_t *w = (const uint8_t *)__ldg((const unsigned long long *)a.w + l * NST + st);
+        return w + (size_t)(rb + o) * TB;
+    };
+    if (lane == 0) {
+        for (int i = 0; i < R; i++) mbar_init(&bar[i], 1);
+        mbar_init_fence_cluster();
+        for (long j = 0; j < R && j < n; j++) {
+            mbar_expect(&bar[j], TB);
+            bulk_g2s(slots + (size_t)j * TB, src(j), TB, &bar[j]);
+        }
+    }
+    __syncwarp();
+    const bool flags = a.mode == 0, compute = a.mode != 2;
+    unsigned tgt = a.base;
+    long j = 0;
+    bool first = true;
+    for (int l = 0; l < a.nl; l++) {
+        for (int st = 0; st < NST; st++) {
+            if (!(a.mask >> st & 1)) continue;
+            if (!first && flags) pl_flag(a.ctr, tgt += gridDim.x);
+            if (st == ST_O && a.att_ns > 0) { /* attention stand-in, then its flag */
+                if (threadIdx.x == 0) {
+                    uint64_t t0, t1;
+                    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+                    do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
+                    while (t1 - t0 < (uint64_t)a.att_ns);
+                }
+                if (flags) pl_flag(a.ctr, tgt += gridDim.x);
+            }
+            __syncthreads(); /* every warp done with x before the prep overwrites it */
+            const int par = (a.par0 + l) & 1;
+            if (compute && a.prep) pl_prep<NW>(st, a, par, xq, xsc, xsum, red);
+            if (st == __ffs(a.mask) - 1) { /* the layer's first stage: the buffers layer l + 1
+                * adds into, last read in layer l - 1 (a flag ago), next written a flag on */
+                float *zq = a.qkv + (1 - par) * QKV, *zg = a.gu + (1 - par) * 2 * F;
+                for (int i = blockIdx.x * NW * 32 + threadIdx.x; i < 2 * F; i += gridDim.x * NW * 32) {
+                    zg[i] = 0.f;
+                    if (i < QKV) zq[i] = 0.f;
+                }
+            }
+            first = false;
+            float *y = st == ST_QKV ? a.qkv + par * QKV : st == ST_GU ? a.gu + par * 2 * F : a.xres;
+            const int nb = pl_nb(st);
+            /* the stage's range (r, c indexed by constants only: registers, not a stack) */
+            const int rs = st == 0 ? r[0] : st == 1 ? r[1] : st == 2 ? r[2] : r[3];
+            const int cs = st == 0 ? c[0] : st == 1 ? c[1] : st == 2 ? c[2] : c[3];
+            float acc[4] = {0.f, 0.f, 0.f, 0.f};
+            int tile = -1;
+            for (int i = 0; i < cs; i++, j++) {
+                const int s = (int)(j % R);
+                mbar_wait(&bar[s], (unsigned)(j / R) & 1u);
+                if (compute) {
+                    const int blk = rs + i, tl = blk / nb, kb = blk % nb;
+                    if (tl != tile) pl_flush(y, tile, lane, acc), tile = tl;
+                    pl_block(slots + (size_t)s * TB, xq, xsc, xsum, 4 * kb, lane, acc);
+                }
+                __syncwarp(); /* every lane's reads of the slot before the refill overwrites it */
+                if (lane == 0 && j + R < n) {
+                    fence_proxy_async();
+                    mbar_expect(&bar[s], TB);
+                    bulk_g2s(slots + (size_t)s * TB, src(j + R), TB, &bar[s]);
+                }
+            }
+            if (compute) pl_flush(y, tile, lane, acc);
+        }
+    }
+}
+
+/* the flags one launch counts (each adds gridDim.x) */
+static unsigned pl_flags(const pl_args &a) {
+    if (a.mode != 0) return 0;
+    int st = 0;
+    for (int s = 0; s < NST; s++) st += a.mask >> s & 1;
+    const int att = a.att_ns > 0 && (a.mask >> ST_O & 1);
+    return (unsigned)(a.nl * (st + att) - 1);
+}
+
+static unsigned g_done; /* CTAs counted so far (the counter is never reset) */
+
+static double pl_mb(int mask) {
+    double b = 0;
+    for (int s = 0; s < NST; s++)
+        if (mask >> s & 1) b += (double)pl_blocks(s) * TB;
+    return b / 1e6;
+}
+
+template <int NW, int R>
+static void pl_time(int iters, pl_args a, int sms, cudaStream_t st) {
+    const size_t smem = pl_smem<NW, R>();
+    CK(cudaFuncSetAttribute(pl_kernel<NW, R>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            (int)smem));
+    int occ = 0;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, pl_kernel<NW, R>, NW * 32, smem));
+    if (occ < 1) {
+        printf("warps %d ring %d: does not fit (%zu bytes of shared memory)\n", NW, R, smem);
+        return;
+    }
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    static double per[1000];
+    const int n = iters < 1 ? 1 : iters > 1000 ? 1000 : iters;
+    for (int it = -1; it < n; it++) { /* one untimed launch first */
+        a.base = g_done;
+        CK(cudaEventRecord(e0, st));
+        pl_kernel<NW, R><<<sms, NW * 32, smem, st>>>(a);
+        CK(cudaGetLastError());
+        CK(cudaEventRecord(e1, st));
+        g_done += pl_flags(a) * (unsigned)sms;
+        a.par0 = (a.par0 + a.nl) & 1;
+        CK(cudaEventSynchronize(e1));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        if (it >= 0) per[it] = ms * 1000.0 / a.nl;
+    }
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    qsort(per, n, sizeof *per, cmp_double);
+    unsigned ctr = 0;
+    CK(cudaMemcpy(&ctr, a.ctr, 4, cudaMemcpyDeviceToHost));
+    float x[D];
+    CK(cudaMemcpy(x, a.xres, sizeof x, cudaMemcpyDeviceToHost));
+    int bad = 0;
+    for (int i = 0; i < D; i++) bad += !isfinite(x[i]);
+    const double mb = pl_mb(a.mask);
+    printf("warps %2d ring %d mode %d att %5d prep %d st %2d: %6.2f us a layer (min %6.2f), "
+           "%5.1f MB, %4.0f GB/s (4,250 GB/s: %5.2f us)%s%s\n",
+           NW, R, a.mode, a.att_ns, a.prep, a.mask, per[n / 2], per[0], mb, mb * 1e3 / per[n / 2],
+           mb / 4.25, ctr == g_done ? "" : " COUNT MISMATCH", bad ? " x NOT FINITE" : "");
+    if (ctr != g_done) g_done = ctr;
+}
+
+/* comma list of ints from env name (default def) into v[]; returns the count */
+static int pl_list(const char *name, const char *def, int *v, int max) {
+    const char *s = getenv(name) ? getenv(name) : def;
+    int n = 0;
+    while (*s && n < max) {
+        v[n++] = atoi(s);
+        while (*s && *s != ',') s++;
+        if (*s == ',') s++;
+    }
+    return n;
+}
+
+int main(int argc, char **argv) {
+    const int iters = argc > 1 ? atoi(argv[1]) : 20;
+    int sms = 0;
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    const char *nle = getenv("PL_NL");
+    const int nl = nle && atoi(nle) >= 1 && atoi(nle) <= NLMAX ? atoi(nle) : NLMAX;
+    /* weights: codes of hashed bytes, every bf16 scale and bias 0x3a.. (~5e-4 .. 1e-3) */
+    const uint8_t *hw[NLMAX * NST];
+    for (int l = 0; l < nl; l++)
+        for (int s = 0; s < NST; s++)
+            hw[l * NST + s] = (const uint8_t *)dev_fill(
+                cuda_q_tiled_bytes(pl_rows(s), pl_k(s), 4, 64), 17 + 7 * l + s, 0x00ff00ffu,
+                0x3a003a00u);
+    pl_args a;
+    memset(&a, 0, sizeof a);
+    const uint8_t **dw;
+    CK(cudaMalloc((void **)&dw, sizeof hw));
+    CK(cudaMemcpy(dw, hw, sizeof hw, cudaMemcpyHostToDevice));
+    a.w = dw;
+    a.xres = (float *)dev_fill(D * 4, 5, 0x007fffffu, 0x3f000000u); /* [0.5, 1) */
+    CK(cudaMalloc((void **)&a.qkv, 2 * QKV * 4));
+    CK(cudaMalloc((void **)&a.gu, 4 * F * 4));
+    CK(cudaMalloc((void **)&a.ctr, 4));
+    CK(cudaMemset(a.qkv, 0, 2 * QKV * 4));
+    CK(cudaMemset(a.gu, 0, 4 * F * 4));
+    CK(cudaMemset(a.ctr, 0, 4));
+    CK(cudaDeviceSynchronize());
+    a.nl = nl;
+    int cfg[3], mode[8], att[8], prep[4], mask[8];
+    const int ncfg = pl_list("PL_CFG", "16,12,8", cfg, 3), nmode = pl_list("PL_MODE", "0,1,2", mode, 8);
+    const int natt = pl_list("PL_ATT", "0", att, 8), nprep = pl_list("PL_PREP", "1", prep, 4);
+    const int nmask = pl_list("PL_ST", "15", mask, 8);
+    printf("persist_layer: %d SMs, %d layers a launch, 8B q4g64 tiled; today's four launches "
+           "(qi_timeline) ~45 us a layer\n", sms, nl);
+    for (int im = 0; im < nmask; im++)
+        for (int ip = 0; ip < nprep; ip++)
+            for (int ia = 0; ia < natt; ia++)
+                for (int io = 0; io < nmode; io++)
+                    for (int ic = 0; ic < ncfg; ic++) {
+                        a.mask = mask[im] & 15, a.prep = prep[ip], a.att_ns = att[ia];
+                        a.mode = mode[io];
+                        if (cfg[ic] == 16) pl_time<16, 2>(iters, a, sms, st);
+                        else if (cfg[ic] == 12) pl_time<12, 3>(iters, a, sms, st);
+                        else if (cfg[ic] == 8) pl_time<8, 4>(iters, a, sms, st);
+                    }
+    return 0;
+}
