@@ -22,7 +22,8 @@
  * rings' copy alone (default 0,1,2); PL_ATT attention stand-in ns (default 0); PL_PREP 1/0
  * (0: no prep, x stale; default 1); PL_ST stage mask (1 q/k/v, 2 o, 4 gate+up, 8 down;
  * default 15; 12 is session 20's probe: gate+up then down). PL_NL layers a launch (default 16,
- * distinct weights: nothing stays in L2).
+ * distinct weights: nothing stays in L2). PL_CHECK=1: first one layer against the host (the
+ * arithmetic the timings stand for: pl_check).
  *   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Isrc -Ibench \
  *     bench/persist_layer.cu src/backend/cuda/cuda_info.cu src/backend/cuda/qtile.cu \
  *     -o persist_layer
@@ -347,6 +348,109 @@ static void pl_time(int iters, pl_args a, int sms, cudaStream_t st) {
     if (ctr != g_done) g_done = ctr;
 }
 
+/* ==== PL_CHECK: one layer (mode 0, all stages, no attention stand-in) against the host ====
+ * Each stage's output is recomputed in double from the device's own input to that stage
+ * (atomics add in any order, and a flipped int8 rounding of x should not read as a bug): the
+ * same int8 rounding of x per g64 group (scale absmax / 127, round to nearest even), the
+ * weights decoded from the tiled layout (qtile.cuh), y = sum over groups of s sx D + b sum(x). */
+static float h_bf16(const uint8_t *p) {
+    uint32_t u = (uint32_t)(p[0] | p[1] << 8) << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* y[N] (+=) M x for the tiled q4g64 weight w [N, K], x rounded as the device rounds it */
+static void h_matvec(const uint8_t *w, int N, int K, const float *x, double *y) {
+    const qt_shape s = qt_of(4, 64, K);
+    const int G = K / 64;
+    int8_t *q = (int8_t *)malloc(K);
+    double *sx = (double *)malloc(G * sizeof *sx), *sum = (double *)malloc(G * sizeof *sum);
+    for (int g = 0; g < G; g++) {
+        float amax = 0.f, sm = 0.f;
+        for (int k = 64 * g; k < 64 * g + 64; k++) amax = fmaxf(amax, fabsf(x[k])), sm += x[k];
+        const float inv = amax > 0.f ? 127.f / amax : 0.f;
+        for (int k = 64 * g; k < 64 * g + 64; k++) q[k] = (int8_t)nearbyintf(x[k] * inv);
+        sx[g] = amax / 127.f, sum[g] = sm;
+    }
+    for (int n = 0; n < N; n++)
+        for (int g = 0; g < G; g++) {
+            long dot = 0;
+            for (int k = 64 * g; k < 64 * g + 64; k++) {
+                int sh;
+                uint32_t word;
+                memcpy(&word, w + qt_code_word(s, n, k, &sh), 4);
+                dot += (long)((word >> sh) & 15) * q[k];
+            }
+            y[n] += h_bf16(w + qt_sb_half(s, n, 64 * g, 0)) * sx[g] * (double)dot +
+                    h_bf16(w + qt_sb_half(s, n, 64 * g, 1)) * sum[g];
+        }
+    free(q), free(sx), free(sum);
+}
+
+/* x / rms(x) in fp32, as pl_prep */
+static void h_norm(const double *x, float *out) {
+    double ss = 0;
+    for (int k = 0; k < D; k++) ss += (float)x[k] * (float)x[k];
+    const float inv = 1.0f / sqrtf((float)(ss / D) + 1e-5f);
+    for (int k = 0; k < D; k++) out[k] = (float)x[k] * inv;
+}
+
+static int h_cmp(const char *what, const float *dev, const double *ref, int n) {
+    double md = 0, mr = 0;
+    for (int i = 0; i < n; i++) md = fmax(md, fabs(dev[i] - ref[i])), mr = fmax(mr, fabs(ref[i]));
+    const int ok = md <= 2e-3 * mr && isfinite(md);
+    printf("check %-6s max |dev - ref| %.3g of max |ref| %.3g: %s\n", what, md, mr,
+           ok ? "ok" : "FAILED");
+    return ok;
+}
+
+static uint8_t *h_copy(const uint8_t *dev, size_t bytes) {
+    uint8_t *h = (uint8_t *)malloc(bytes);
+    CK(cudaMemcpy(h, dev, bytes, cudaMemcpyDeviceToHost));
+    return h;
+}
+
+static int pl_check(pl_args a, const uint8_t *const *hw, int sms, cudaStream_t st) {
+    const size_t smem = pl_smem<16, 2>();
+    CK(cudaFuncSetAttribute(pl_kernel<16, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            (int)smem));
+    a.mode = 0, a.nl = 1, a.mask = 15, a.att_ns = 0, a.prep = 1, a.par0 = 0, a.base = g_done;
+    CK(cudaMemset(a.qkv, 0, QKV * 4));
+    CK(cudaMemset(a.gu, 0, 2 * F * 4));
+    float *x0 = (float *)malloc(D * 4), *x2 = (float *)malloc(D * 4);
+    float *qkv = (float *)malloc(QKV * 4), *gu = (float *)malloc(2 * F * 4);
+    CK(cudaMemcpy(x0, a.xres, D * 4, cudaMemcpyDeviceToHost));
+    pl_kernel<16, 2><<<sms, 512, smem, st>>>(a);
+    CK(cudaGetLastError());
+    CK(cudaStreamSynchronize(st));
+    g_done += pl_flags(a) * (unsigned)sms;
+    CK(cudaMemcpy(x2, a.xres, D * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(qkv, a.qkv, QKV * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(gu, a.gu, 2 * F * 4, cudaMemcpyDeviceToHost));
+    uint8_t *w[NST];
+    for (int s = 0; s < NST; s++)
+        w[s] = h_copy(hw[s], cuda_q_tiled_bytes(pl_rows(s), pl_k(s), 4, 64));
+    double *r = (double *)calloc(2 * F, sizeof *r), *x1 = (double *)calloc(D, sizeof *x1);
+    float *v = (float *)malloc(F * 4);
+    int ok = 1;
+    for (int k = 0; k < D; k++) x1[k] = x0[k];
+    h_norm(x1, v); /* q/k/v from x0 */
+    h_matvec(w[ST_QKV], QKV, D, v, r);
+    ok &= h_cmp("qkv", qkv, r, QKV);
+    h_matvec(w[ST_O], D, D, qkv, x1); /* x1 = x0 + o(q), the device's q */
+    h_norm(x1, v);
+    memset(r, 0, 2 * F * sizeof *r);
+    h_matvec(w[ST_GU], 2 * F, D, v, r);
+    ok &= h_cmp("gu", gu, r, 2 * F);
+    for (int k = 0; k < F; k++) v[k] = gu[k] / (1.0f + expf(-gu[k])) * gu[F + k];
+    h_matvec(w[ST_DOWN], D, F, v, x1); /* x2 = x1 + down(act(gate) * up) */
+    ok &= h_cmp("x", x2, x1, D);
+    for (int s = 0; s < NST; s++) free(w[s]);
+    free(x0), free(x2), free(qkv), free(gu), free(r), free(x1), free(v);
+    return ok;
+}
+
 /* comma list of ints from env name (default def) into v[]; returns the count */
 static int pl_list(const char *name, const char *def, int *v, int max) {
     const char *s = getenv(name) ? getenv(name) : def;
@@ -395,6 +499,7 @@ int main(int argc, char **argv) {
     const int nmask = pl_list("PL_ST", "15", mask, 8);
     printf("persist_layer: %d SMs, %d layers a launch, 8B q4g64 tiled; today's four launches "
            "(qi_timeline) ~45 us a layer\n", sms, nl);
+    if (getenv("PL_CHECK") && atoi(getenv("PL_CHECK")) && !pl_check(a, hw, sms, st)) return 1;
     for (int im = 0; im < nmask; im++)
         for (int ip = 0; ip < nprep; ip++)
             for (int ia = 0; ia < natt; ia++)

@@ -20,7 +20,7 @@ pl() {
   echo "-- $*"; tail -n +2 "$D/pl.log"; [ $rc = 0 ] || echo "   rc $rc"
 }
 echo "== persist_layer (us a layer; bytes at 4,250 GB/s in brackets)"
-pl PL_ST=12 PL_MODE=0,1,2                    # the probe first: two stages, one flag a layer
+pl PL_CHECK=1 PL_ST=12 PL_MODE=0,1,2         # the arithmetic checked; the probe: two stages
 pl PL_ST=15 PL_MODE=0,1,2 PL_ATT=0,3000,6000 # the layer, attention stand-ins
 pl PL_ST=15 PL_MODE=0 PL_PREP=0 PL_CFG=16,12 # what the preps cost
 pl PL_ST=15 PL_MODE=0 PL_NL=1 PL_CFG=16      # one layer a launch: the launch's ramp
