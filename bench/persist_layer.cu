@@ -1,9 +1,10 @@
 /* The persistent B=1 decode layer (NOTES-cuda, session 20's sketch) as a timing skeleton: how
  * long would an 8B q4g64 layer take if one resident grid ran its four matmuls (q/k/v, o,
  * gate+up, down; tiled blocks) with grid-wide flags between them instead of five launches?
- * One CTA an SM of NW warps. Every warp owns a contiguous range of each matrix's blocks (the
- * tiled layout keeps them contiguous, tile-major) and a ring of R block slots in shared memory
- * that it refills itself by bulk copies (one mbarrier a slot). Weights do not depend on x, so
+ * One CTA an SM of NW warps. Every CTA owns whole row tiles of each matrix, split between its
+ * warps as contiguous block ranges (the tiled layout keeps a tile's blocks contiguous), and
+ * every warp a ring of R block slots in shared memory that it refills itself by bulk copies
+ * (one mbarrier a slot). Weights do not depend on x, so
  * the rings run ahead across the flags and across layers: the DRAM keeps streaming while a
  * CTA waits for the flag, reads x and rounds it. Per stage and CTA, as the product would:
  * - the flag: the CTA's warps done (barrier), one fence + atomic a CTA, spin on the count;
@@ -11,11 +12,11 @@
  *   gate+up (weight 1), act(gate) * up before down, rounded to int8 per g64 group into shared
  *   memory (qi_quant_store: the layout qmv_i8's in-CTA prep writes);
  * - the walk: each block computed as qmv_i8's one-row step does (int8 MMAs, per-group scales
- *   and biases), partial rows added into the output with atomics (o and down into the
- *   residual itself, so no epilogue pass).
- * Left out (timing only, the outputs are not checked against a reference): RoPE and the KV
- * write, attention (a stand-in: every CTA waits PL_ATT ns, then one more flag), the fixed
- * reduction order the product would need. The weights are made up (small positive scales).
+ *   and biases), each warp's partial rows of a tile into shared memory, summed in warp order
+ *   at the stage's end (reproducible, no atomics) and written by the CTA that owns the rows
+ *   (o and down add the residual there).
+ * Left out: RoPE and the KV write, attention (a stand-in: every CTA waits PL_ATT ns, then one
+ * more flag; o's x is q). The weights are made up (small positive scales).
  *
  * Env (each a comma list, every combination timed): PL_CFG warps x ring among 16x2, 12x3,
  * 8x4 (default all); PL_MODE 0 flags, 1 no flags (the streaming and compute alone), 2 the
@@ -54,18 +55,21 @@ __host__ __device__ constexpr int pl_k(int st) { return st == ST_DOWN ? F : D; }
 __host__ __device__ constexpr int pl_nb(int st) { return pl_k(st) / 512; } /* blocks a tile */
 __host__ __device__ constexpr int pl_blocks(int st) { return pl_rows(st) / 16 * pl_nb(st); }
 
+/* Row tiles a CTA at most (the grid has >= PL_MIN_CTAS CTAs): gate+up's 1,792 on 128 */
+#define PL_MIN_CTAS 128
+constexpr int TMAX = (2 * F / 16 + PL_MIN_CTAS - 1) / PL_MIN_CTAS;
+
+/* x, the warps' partial rows [TMAX][NW][16], the rings, their mbarriers */
 template <int NW, int R> constexpr size_t pl_smem() {
-    return XB + (size_t)NW * R * TB + (size_t)NW * R * 8;
+    return XB + (size_t)TMAX * NW * 16 * 4 + (size_t)NW * R * TB + (size_t)NW * R * 8;
 }
 
 struct pl_args {
     const uint8_t *const *w; /* [layer][stage] tiled weights, device array */
-    float *xres, *qkv, *gu;  /* the residual (D); q/k/v out [2][QKV], gate / up out [2][2F]
-                              * by layer parity (the other one is zeroed meanwhile) */
+    float *xres, *qkv, *gu;  /* the residual (D), q/k/v out (QKV), gate / up out (2F) */
     unsigned *ctr;
     unsigned base; /* the count before this launch */
     int nl, mode, prep, att_ns, mask;
-    int par0; /* the first layer's parity: the layers' count goes on across launches */
 };
 
 /* One block b (shared memory) of 16 rows: 4 steps of int8 MMAs against x from step s0, as
@@ -111,13 +115,11 @@ __device__ __forceinline__ void pl_block(const uint8_t *b, const uint4 *xq, cons
     }
 }
 
-/* The warp's partial of tile `tile` (rows 16 tile + g, + 8; both group columns) into y. */
-__device__ __forceinline__ void pl_flush(float *y, int tile, int lane, float acc[4]) {
+/* The warp's partial of its CTA's tile `tile` (rows g, g + 8; both group columns) into its
+ * slot p (16 floats) of the partials. */
+__device__ __forceinline__ void pl_flush(float *p, int tile, int lane, float acc[4]) {
     const int g = lane >> 2, t = lane & 3;
-    if (tile >= 0 && t == 0) {
-        atomicAdd(y + 16 * tile + g, acc[0] + acc[1]);
-        atomicAdd(y + 16 * tile + g + 8, acc[2] + acc[3]);
-    }
+    if (tile >= 0 && t == 0) p[g] = acc[0] + acc[1], p[g + 8] = acc[2] + acc[3];
     acc[0] = acc[1] = acc[2] = acc[3] = 0.f;
 }
 
@@ -144,8 +146,8 @@ __device__ __forceinline__ void pl_ld8(const float *p, int k, float f[8]) {
 /* x of stage st rounded into shared memory by the whole CTA (NW * 32 threads, 8 values a
  * thread and pass; the passes' trip counts are uniform for qi_quant_store's shuffles). */
 template <int NW>
-__device__ __forceinline__ void pl_prep(int st, const pl_args &a, int par, uint4 *xq,
-                                        float *xsc, float *xsum, float *red) {
+__device__ __forceinline__ void pl_prep(int st, const pl_args &a, uint4 *xq, float *xsc,
+                                        float *xsum, float *red) {
     constexpr int T = NW * 32, UN = (D / 8 + T - 1) / T; /* passes of a K = D norm */
     const int tid = (int)threadIdx.x;
     if (st == ST_QKV || st == ST_GU) { /* RMSNorm of the residual, K = D: values held */
@@ -175,11 +177,11 @@ __device__ __forceinline__ void pl_prep(int st, const pl_args &a, int par, uint4
             float f[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
             if (u < K / 8) {
                 if (st == ST_O) { /* attention's output stand-in: q */
-                    pl_ld8(a.qkv + par * QKV, 8 * u, f);
+                    pl_ld8(a.qkv, 8 * u, f);
                 } else { /* act(gate) * up */
                     float up[8];
-                    pl_ld8(a.gu + par * 2 * F, 8 * u, f);
-                    pl_ld8(a.gu + par * 2 * F, F + 8 * u, up);
+                    pl_ld8(a.gu, 8 * u, f);
+                    pl_ld8(a.gu, F + 8 * u, up);
 #pragma unroll
                     for (int e = 0; e < 8; e++) f[e] = act_apply(f[e], 0) * up[e];
                 }
@@ -196,17 +198,20 @@ __global__ void __launch_bounds__(NW * 32, 1) pl_kernel(pl_args a) {
     uint4 *xq = (uint4 *)pl_sm;
     float *xsc = (float *)(xq + (size_t)SMAX * 16), *xsum = xsc + (size_t)SMAX * QI_XW;
     float *red = xsum + (size_t)SMAX * QI_XW;
-    uint8_t *ring = pl_sm + XB;
+    float *part = (float *)(pl_sm + XB); /* [TMAX][NW][16] */
+    uint8_t *ring = pl_sm + XB + (size_t)TMAX * NW * 16 * 4;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     uint8_t *slots = ring + (size_t)warp * R * TB;
     uint64_t *bar = (uint64_t *)(ring + (size_t)NW * R * TB) + warp * R;
-    /* this warp's block range of each stage: [r, r + c) */
-    const long W = (long)gridDim.x * NW, gw = (long)blockIdx.x * NW + warp;
-    int r[NST], c[NST];
+    /* this CTA's row tiles of each stage [t0, t0 + nt); this warp's blocks [r, r + c) */
+    const int G = (int)gridDim.x, b = (int)blockIdx.x;
+    int t0[NST], nt[NST], r[NST], c[NST];
 #pragma unroll
     for (int st = 0; st < NST; st++) {
-        const long T = (a.mask >> st & 1) ? pl_blocks(st) : 0;
-        r[st] = (int)(gw * T / W), c[st] = (int)((gw + 1) * T / W) - r[st];
+        const int T = (a.mask >> st & 1) ? pl_rows(st) / 16 : 0, nb = pl_nb(st);
+        t0[st] = (int)((long)b * T / G), nt[st] = (int)((long)(b + 1) * T / G) - t0[st];
+        const int cb = nt[st] * nb;
+        r[st] = t0[st] * nb + warp * cb / NW, c[st] = (warp + 1) * cb / NW - warp * cb / NW;
     }
     const int per = c[0] + c[1] + c[2] + c[3];
     const long n = (long)per * a.nl;
@@ -236,40 +241,34 @@ __global__ void __launch_bounds__(NW * 32, 1) pl_kernel(pl_args a) {
         for (int st = 0; st < NST; st++) {
             if (!(a.mask >> st & 1)) continue;
             if (!first && flags) pl_flag(a.ctr, tgt += gridDim.x);
+            first = false;
             if (st == ST_O && a.att_ns > 0) { /* attention stand-in, then its flag */
                 if (threadIdx.x == 0) {
-                    uint64_t t0, t1;
-                    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-                    do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
-                    while (t1 - t0 < (uint64_t)a.att_ns);
+                    uint64_t c0, c1;
+                    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(c0));
+                    do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(c1));
+                    while (c1 - c0 < (uint64_t)a.att_ns);
                 }
                 if (flags) pl_flag(a.ctr, tgt += gridDim.x);
             }
-            __syncthreads(); /* every warp done with x before the prep overwrites it */
-            const int par = (a.par0 + l) & 1;
-            if (compute && a.prep) pl_prep<NW>(st, a, par, xq, xsc, xsum, red);
-            if (st == __ffs(a.mask) - 1) { /* the layer's first stage: the buffers layer l + 1
-                * adds into, last read in layer l - 1 (a flag ago), next written a flag on */
-                float *zq = a.qkv + (1 - par) * QKV, *zg = a.gu + (1 - par) * 2 * F;
-                for (int i = blockIdx.x * NW * 32 + threadIdx.x; i < 2 * F; i += gridDim.x * NW * 32) {
-                    zg[i] = 0.f;
-                    if (i < QKV) zq[i] = 0.f;
-                }
-            }
-            first = false;
-            float *y = st == ST_QKV ? a.qkv + par * QKV : st == ST_GU ? a.gu + par * 2 * F : a.xres;
-            const int nb = pl_nb(st);
-            /* the stage's range (r, c indexed by constants only: registers, not a stack) */
+            /* the stage's ranges (indexed by constants only: registers, not a stack) */
+            const int ts = st == 0 ? t0[0] : st == 1 ? t0[1] : st == 2 ? t0[2] : t0[3];
+            const int ns = st == 0 ? nt[0] : st == 1 ? nt[1] : st == 2 ? nt[2] : nt[3];
             const int rs = st == 0 ? r[0] : st == 1 ? r[1] : st == 2 ? r[2] : r[3];
             const int cs = st == 0 ? c[0] : st == 1 ? c[1] : st == 2 ? c[2] : c[3];
+            __syncthreads(); /* every warp done with x and the partials of the last stage */
+            for (int i = threadIdx.x; i < ns * NW * 16; i += NW * 32) part[i] = 0.f;
+            if (compute && a.prep) pl_prep<NW>(st, a, xq, xsc, xsum, red);
+            else __syncthreads();
+            const int nb = pl_nb(st);
             float acc[4] = {0.f, 0.f, 0.f, 0.f};
             int tile = -1;
             for (int i = 0; i < cs; i++, j++) {
                 const int s = (int)(j % R);
                 mbar_wait(&bar[s], (unsigned)(j / R) & 1u);
                 if (compute) {
-                    const int blk = rs + i, tl = blk / nb, kb = blk % nb;
-                    if (tl != tile) pl_flush(y, tile, lane, acc), tile = tl;
+                    const int blk = rs + i, tl = blk / nb - ts, kb = blk % nb;
+                    if (tl != tile) pl_flush(part + (tile * NW + warp) * 16, tile, lane, acc), tile = tl;
                     pl_block(slots + (size_t)s * TB, xq, xsc, xsum, 4 * kb, lane, acc);
                 }
                 __syncwarp(); /* every lane's reads of the slot before the refill overwrites it */
@@ -279,7 +278,18 @@ __global__ void __launch_bounds__(NW * 32, 1) pl_kernel(pl_args a) {
                     bulk_g2s(slots + (size_t)s * TB, src(j + R), TB, &bar[s]);
                 }
             }
-            if (compute) pl_flush(y, tile, lane, acc);
+            if (!compute) continue;
+            pl_flush(part + (tile * NW + warp) * 16, tile, lane, acc);
+            __syncthreads();
+            /* the CTA's rows: partials summed in warp order; o and down add the residual */
+            float *y = st == ST_QKV ? a.qkv : st == ST_GU ? a.gu : a.xres;
+            const bool res = st == ST_O || st == ST_DOWN;
+            for (int i = threadIdx.x; i < ns * 16; i += NW * 32) {
+                const int tl = i >> 4, row = i & 15, yn = 16 * (ts + tl) + row;
+                float v = res ? __ldcg(y + yn) : 0.f;
+                for (int w = 0; w < NW; w++) v += part[(tl * NW + w) * 16 + row];
+                y[yn] = v;
+            }
         }
     }
 }
@@ -325,7 +335,6 @@ static void pl_time(int iters, pl_args a, int sms, cudaStream_t st) {
         CK(cudaGetLastError());
         CK(cudaEventRecord(e1, st));
         g_done += pl_flags(a) * (unsigned)sms;
-        a.par0 = (a.par0 + a.nl) & 1;
         CK(cudaEventSynchronize(e1));
         float ms;
         CK(cudaEventElapsedTime(&ms, e0, e1));
@@ -415,17 +424,25 @@ static int pl_check(pl_args a, const uint8_t *const *hw, int sms, cudaStream_t s
     const size_t smem = pl_smem<16, 2>();
     CK(cudaFuncSetAttribute(pl_kernel<16, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                             (int)smem));
-    a.mode = 0, a.nl = 1, a.mask = 15, a.att_ns = 0, a.prep = 1, a.par0 = 0, a.base = g_done;
+    a.mode = 0, a.nl = 1, a.mask = 15, a.att_ns = 0, a.prep = 1, a.base = g_done;
     CK(cudaMemset(a.qkv, 0, QKV * 4));
     CK(cudaMemset(a.gu, 0, 2 * F * 4));
     float *x0 = (float *)malloc(D * 4), *x2 = (float *)malloc(D * 4);
     float *qkv = (float *)malloc(QKV * 4), *gu = (float *)malloc(2 * F * 4);
     CK(cudaMemcpy(x0, a.xres, D * 4, cudaMemcpyDeviceToHost));
-    pl_kernel<16, 2><<<sms, 512, smem, st>>>(a);
-    CK(cudaGetLastError());
-    CK(cudaStreamSynchronize(st));
-    g_done += pl_flags(a) * (unsigned)sms;
-    CK(cudaMemcpy(x2, a.xres, D * 4, cudaMemcpyDeviceToHost));
+    int same = 1;
+    for (int rep = 0; rep < 2; rep++) { /* twice from x0: the sums' order is fixed */
+        CK(cudaMemcpy(a.xres, x0, D * 4, cudaMemcpyHostToDevice));
+        a.base = g_done;
+        pl_kernel<16, 2><<<sms, 512, smem, st>>>(a);
+        CK(cudaGetLastError());
+        CK(cudaStreamSynchronize(st));
+        g_done += pl_flags(a) * (unsigned)sms;
+        float *x = rep ? (float *)malloc(D * 4) : x2;
+        CK(cudaMemcpy(x, a.xres, D * 4, cudaMemcpyDeviceToHost));
+        if (rep) same = !memcmp(x, x2, D * 4), free(x);
+    }
+    printf("check: a second run from the same x %s\n", same ? "bitwise the same" : "DIFFERS");
     CK(cudaMemcpy(qkv, a.qkv, QKV * 4, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(gu, a.gu, 2 * F * 4, cudaMemcpyDeviceToHost));
     uint8_t *w[NST];
@@ -445,7 +462,7 @@ static int pl_check(pl_args a, const uint8_t *const *hw, int sms, cudaStream_t s
     ok &= h_cmp("gu", gu, r, 2 * F);
     for (int k = 0; k < F; k++) v[k] = gu[k] / (1.0f + expf(-gu[k])) * gu[F + k];
     h_matvec(w[ST_DOWN], D, F, v, x1); /* x2 = x1 + down(act(gate) * up) */
-    ok &= h_cmp("x", x2, x1, D);
+    ok &= h_cmp("x", x2, x1, D) & same;
     for (int s = 0; s < NST; s++) free(w[s]);
     free(x0), free(x2), free(qkv), free(gu), free(r), free(x1), free(v);
     return ok;
@@ -467,6 +484,10 @@ int main(int argc, char **argv) {
     const int iters = argc > 1 ? atoi(argv[1]) : 20;
     int sms = 0;
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    if (sms < PL_MIN_CTAS) {
+        fprintf(stderr, "persist_layer: %d SMs, needs >= %d (TMAX)\n", sms, PL_MIN_CTAS);
+        return 2;
+    }
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     const char *nle = getenv("PL_NL");
@@ -484,7 +505,7 @@ int main(int argc, char **argv) {
     CK(cudaMalloc((void **)&dw, sizeof hw));
     CK(cudaMemcpy(dw, hw, sizeof hw, cudaMemcpyHostToDevice));
     a.w = dw;
-    a.xres = (float *)dev_fill(D * 4, 5, 0x007fffffu, 0x3f000000u); /* [0.5, 1) */
+    a.xres = (float *)dev_fill(D * 4, 5, 0x807fffffu, 0x3f000000u); /* +-[0.5, 1) */
     CK(cudaMalloc((void **)&a.qkv, 2 * QKV * 4));
     CK(cudaMalloc((void **)&a.gu, 4 * F * 4));
     CK(cudaMalloc((void **)&a.ctr, 4));
