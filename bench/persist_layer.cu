@@ -4,9 +4,8 @@
  * One CTA an SM of NW warps. Every CTA owns whole row tiles of each matrix, split between its
  * warps as contiguous block ranges (the tiled layout keeps a tile's blocks contiguous), and
  * every warp a ring of R block slots in shared memory that it refills itself by bulk copies
- * (one mbarrier a slot). Weights do not depend on x, so
- * the rings run ahead across the flags and across layers: the DRAM keeps streaming while a
- * CTA waits for the flag, reads x and rounds it. Per stage and CTA, as the product would:
+ * (one mbarrier a slot). Weights do not depend on x, so the rings run ahead across the flags and across layers: the DRAM keeps streaming while a
+ * CTA waits for a flag, reads x and rounds it. Per stage and CTA, as the product would:
  * - the flag: the CTA's warps done (barrier), one fence + atomic a CTA, spin on the count;
  * - the prep: x read from L2 (the previous stage's fp32 output), the RMSNorm before q/k/v and
  *   gate+up (weight 1), act(gate) * up before down, rounded to int8 per g64 group into shared
@@ -14,17 +13,21 @@
  * - the walk: each block computed as qmv_i8's one-row step does (int8 MMAs, per-group scales
  *   and biases), each warp's partial rows of a tile into shared memory, summed in warp order
  *   at the stage's end (reproducible, no atomics) and written by the CTA that owns the rows
- *   (o and down add the residual there).
- * Left out: RoPE and the KV write, attention (a stand-in: every CTA waits PL_ATT ns, then one
- * more flag; o's x is q). The weights are made up (small positive scales).
+ *   (o and down add the residual there);
+ * - attention after q/k/v (pl_attn: 8 KV heads x PL_SPLITS CTAs over a bf16 cache of PL_CTX
+ *   tokens and the new one, then a flag; o's prep merges the splits).
+ * Left out: RoPE, the new token's KV write, a paged cache (contiguous here). The weights and
+ * the cache are made up (small positive scales, values of both signs).
  *
  * Env (each a comma list, every combination timed): PL_CFG warps x ring among 16x2, 12x3,
  * 8x4 (default all); PL_MODE 0 flags, 1 no flags (the streaming and compute alone), 2 the
- * rings' copy alone (default 0,1,2); PL_ATT attention stand-in ns (default 0); PL_PREP 1/0
+ * rings' copy alone (default 0,1,2); PL_CTX cached tokens (default 512; 0: no attention, o's
+ * x is q), PL_SPLITS a KV head (default 4), PL_ATT with PL_CTX=0: a stand-in, every CTA
+ * waits that many ns then a flag (default 0); PL_PREP 1/0
  * (0: no prep, x stale; default 1); PL_ST stage mask (1 q/k/v, 2 o, 4 gate+up, 8 down;
  * default 15; 12 is session 20's probe: gate+up then down). PL_NL layers a launch (default 16,
- * distinct weights: nothing stays in L2). PL_CHECK=1: first one layer against the host (the
- * arithmetic the timings stand for: pl_check).
+ * distinct weights and caches: nothing stays in L2). PL_CHECK=1: first one layer against
+ * the host (the arithmetic the timings stand for: pl_check).
  *   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Isrc -Ibench \
  *     bench/persist_layer.cu src/backend/cuda/cuda_info.cu src/backend/cuda/qtile.cu \
  *     -o persist_layer
@@ -70,7 +73,11 @@ struct pl_args {
     unsigned *ctr;
     unsigned base; /* the count before this launch */
     int nl, mode, prep, att_ns, mask;
+    const uint16_t *kc, *vc; /* bf16 K / V caches [layer][ctx][8 heads][128] */
+    float *att;              /* attention partials [8 x splits][4 m, 4 l, 4 x 128 o] */
+    int ctx, splits;         /* cached tokens (0: no attention), splits a KV head */
 };
+enum { PL_AP = 8 + 4 * 128 }; /* floats of one attention partial */
 
 /* One block b (shared memory) of 16 rows: 4 steps of int8 MMAs against x from step s0, as
  * qmv_i8_kernel's step computes them (D: rows g, g + 8 x columns 2t, 2t + 1; only t == 0's
@@ -143,6 +150,105 @@ __device__ __forceinline__ void pl_ld8(const float *p, int k, float f[8]) {
     f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
 }
 
+/* Decode attention of layer l for B = 1 (32 q heads, 8 KV heads, head dim 128; q and the new
+ * token's k, v from the q/k/v output, ctx cached tokens before it): CTA i < 8 x splits takes
+ * KV head i / splits (its 4 q heads) and split i % splits of the ctx + 1 tokens; its warps
+ * take every NW-th token (online softmax, PL_TOKB tokens' loads in flight), then the CTA merges the
+ * warps in order into partial i (max, sum, unnormalised o of each q head). buf: shared
+ * memory of NW x PL_AP floats (x's, free until the next prep). */
+#define PL_TOKB 2 /* 4 spilled in the 16-warp kernel (128 registers) */
+/* noinline: its registers apart from the walk's (inlined, the 16-warp kernel spilled 12 bytes) */
+template <int NW>
+__device__ __noinline__ void pl_attn(const pl_args &a, int l, float *buf) {
+    __syncthreads(); /* every warp done with x's shared memory */
+    const int it = (int)blockIdx.x;
+    if (it >= 8 * a.splits) return;
+    const int h = it / a.splits, sp = it % a.splits, nt = a.ctx + 1;
+    const int t0 = sp * nt / a.splits, t1 = (sp + 1) * nt / a.splits;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    float q[4][4], m[4], sl[4], o[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float4 v = __ldcg((const float4 *)(a.qkv + (4 * h + i) * 128 + 4 * lane));
+        const float sc = 0.08838834764831845f; /* 1 / sqrt(128) */
+        q[i][0] = v.x * sc, q[i][1] = v.y * sc, q[i][2] = v.z * sc, q[i][3] = v.w * sc;
+        m[i] = -1e30f, sl[i] = 0.f, o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+    }
+    const size_t lay = (size_t)l * a.ctx * 1024;
+    for (int tb = t0 + warp; tb < t1; tb += PL_TOKB * NW) {
+        float k[PL_TOKB][4], v[PL_TOKB][4];
+#pragma unroll
+        for (int b = 0; b < PL_TOKB; b++) { /* the loads first */
+            const int t = tb + b * NW;
+            if (t < a.ctx) {
+                const size_t e = lay + ((size_t)t * 8 + h) * 128 + 4 * lane;
+                const uint2 kw = __ldg((const uint2 *)(a.kc + e)), vw = __ldg((const uint2 *)(a.vc + e));
+                k[b][0] = bf16_lo(kw.x), k[b][1] = bf16_hi(kw.x), k[b][2] = bf16_lo(kw.y), k[b][3] = bf16_hi(kw.y);
+                v[b][0] = bf16_lo(vw.x), v[b][1] = bf16_hi(vw.x), v[b][2] = bf16_lo(vw.y), v[b][3] = bf16_hi(vw.y);
+            } else if (t < t1) { /* the new token, from the q/k/v output */
+                const float4 kf = __ldcg((const float4 *)(a.qkv + D + h * 128 + 4 * lane));
+                const float4 vf = __ldcg((const float4 *)(a.qkv + D + 1024 + h * 128 + 4 * lane));
+                k[b][0] = kf.x, k[b][1] = kf.y, k[b][2] = kf.z, k[b][3] = kf.w;
+                v[b][0] = vf.x, v[b][1] = vf.y, v[b][2] = vf.z, v[b][3] = vf.w;
+            }
+        }
+#pragma unroll
+        for (int b = 0; b < PL_TOKB; b++) {
+            if (tb + b * NW >= t1) break; /* uniform in the warp */
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                float sc = q[i][0] * k[b][0] + q[i][1] * k[b][1] + q[i][2] * k[b][2] + q[i][3] * k[b][3];
+                sc = warp_sum(sc);
+                const float mn = fmaxf(m[i], sc), cr = __expf(m[i] - mn), p = __expf(sc - mn);
+                sl[i] = sl[i] * cr + p, m[i] = mn;
+#pragma unroll
+                for (int e = 0; e < 4; e++) o[i][e] = o[i][e] * cr + p * v[b][e];
+            }
+        }
+    }
+    float *wb = buf + warp * PL_AP;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        if (lane == 0) wb[i] = m[i], wb[4 + i] = sl[i];
+#pragma unroll
+        for (int e = 0; e < 4; e++) wb[8 + i * 128 + 4 * lane + e] = o[i][e];
+    }
+    __syncthreads();
+    float *dst = a.att + (size_t)it * PL_AP;
+    for (int idx = threadIdx.x; idx < 512; idx += NW * 32) { /* the warps in order */
+        const int i = idx >> 7;
+        float M = -1e30f, L = 0.f, O = 0.f;
+        for (int w = 0; w < NW; w++) M = fmaxf(M, buf[w * PL_AP + i]);
+        for (int w = 0; w < NW; w++) {
+            const float e = __expf(buf[w * PL_AP + i] - M);
+            L += buf[w * PL_AP + 4 + i] * e, O += buf[w * PL_AP + 8 + idx] * e;
+        }
+        dst[8 + idx] = O;
+        if ((idx & 127) == 0) dst[i] = M, dst[4 + i] = L;
+    }
+}
+
+/* 8 values of the merged attention output at k (q head k / 128): the splits of its KV head */
+__device__ __forceinline__ void pl_att_merge(const pl_args &a, int k, float f[8]) {
+    const int hq = k >> 7, i = hq & 3, d = k & 127;
+    const float *p0 = a.att + (size_t)(hq >> 2) * a.splits * PL_AP;
+    float M = -1e30f, L = 0.f;
+    for (int sp = 0; sp < a.splits; sp++) M = fmaxf(M, __ldcg(p0 + sp * PL_AP + i));
+    for (int e = 0; e < 8; e++) f[e] = 0.f;
+    for (int sp = 0; sp < a.splits; sp++) {
+        const float *p = p0 + sp * PL_AP;
+        const float w = __expf(__ldcg(p + i) - M);
+        float v[8];
+        pl_ld8(p + 8 + i * 128, d, v);
+        L += __ldcg(p + 4 + i) * w;
+#pragma unroll
+        for (int e = 0; e < 8; e++) f[e] += v[e] * w;
+    }
+    const float inv = 1.f / L;
+#pragma unroll
+    for (int e = 0; e < 8; e++) f[e] *= inv;
+}
+
 /* x of stage st rounded into shared memory by the whole CTA (NW * 32 threads, 8 values a
  * thread and pass; the passes' trip counts are uniform for qi_quant_store's shuffles). */
 template <int NW>
@@ -176,7 +282,9 @@ __device__ __forceinline__ void pl_prep(int st, const pl_args &a, uint4 *xq, flo
             const qw_prep_at at = {0, u >> 4, (u >> 2) & 3, u & 3, u < K / 8};
             float f[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
             if (u < K / 8) {
-                if (st == ST_O) { /* attention's output stand-in: q */
+                if (st == ST_O && a.ctx > 0) { /* attention's output */
+                    pl_att_merge(a, 8 * u, f);
+                } else if (st == ST_O) { /* no attention: q stands for it */
                     pl_ld8(a.qkv, 8 * u, f);
                 } else { /* act(gate) * up */
                     float up[8];
@@ -192,6 +300,18 @@ __device__ __forceinline__ void pl_prep(int st, const pl_args &a, uint4 *xq, flo
     __syncthreads();
 }
 
+/* Stage st's row tiles of this CTA [*t0, *t0 + *nt) (whole tiles, as even as they divide)
+ * and warp's contiguous share of their blocks [*r, *r + *c). */
+template <int NW>
+__device__ __forceinline__ void pl_range(int mask, int st, int warp, int *t0, int *nt, int *r,
+                                         int *c) {
+    const int G = (int)gridDim.x, b = (int)blockIdx.x, nb = pl_nb(st);
+    const int T = (mask >> st & 1) ? pl_rows(st) / 16 : 0;
+    *t0 = (int)((long)b * T / G), *nt = (int)((long)(b + 1) * T / G) - *t0;
+    const int cb = *nt * nb;
+    *r = *t0 * nb + warp * cb / NW, *c = (warp + 1) * cb / NW - warp * cb / NW;
+}
+
 template <int NW, int R>
 __global__ void __launch_bounds__(NW * 32, 1) pl_kernel(pl_args a) {
     extern __shared__ __align__(16) uint8_t pl_sm[];
@@ -203,15 +323,12 @@ __global__ void __launch_bounds__(NW * 32, 1) pl_kernel(pl_args a) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     uint8_t *slots = ring + (size_t)warp * R * TB;
     uint64_t *bar = (uint64_t *)(ring + (size_t)NW * R * TB) + warp * R;
-    /* this CTA's row tiles of each stage [t0, t0 + nt); this warp's blocks [r, r + c) */
-    const int G = (int)gridDim.x, b = (int)blockIdx.x;
-    int t0[NST], nt[NST], r[NST], c[NST];
+    /* this warp's blocks of each stage [r, r + c) */
+    int r[NST], c[NST];
 #pragma unroll
     for (int st = 0; st < NST; st++) {
-        const int T = (a.mask >> st & 1) ? pl_rows(st) / 16 : 0, nb = pl_nb(st);
-        t0[st] = (int)((long)b * T / G), nt[st] = (int)((long)(b + 1) * T / G) - t0[st];
-        const int cb = nt[st] * nb;
-        r[st] = t0[st] * nb + warp * cb / NW, c[st] = (warp + 1) * cb / NW - warp * cb / NW;
+        int t0, nt;
+        pl_range<NW>(a.mask, st, warp, &t0, &nt, &r[st], &c[st]);
     }
     const int per = c[0] + c[1] + c[2] + c[3];
     const long n = (long)per * a.nl;
@@ -242,7 +359,10 @@ __global__ void __launch_bounds__(NW * 32, 1) pl_kernel(pl_args a) {
             if (!(a.mask >> st & 1)) continue;
             if (!first && flags) pl_flag(a.ctr, tgt += gridDim.x);
             first = false;
-            if (st == ST_O && a.att_ns > 0) { /* attention stand-in, then its flag */
+            if (st == ST_O && a.ctx > 0) { /* attention, then its flag */
+                if (compute) pl_attn<NW>(a, l, (float *)pl_sm);
+                if (flags) pl_flag(a.ctr, tgt += gridDim.x);
+            } else if (st == ST_O && a.att_ns > 0) { /* a stand-in, then its flag */
                 if (threadIdx.x == 0) {
                     uint64_t c0, c1;
                     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(c0));
@@ -251,11 +371,9 @@ __global__ void __launch_bounds__(NW * 32, 1) pl_kernel(pl_args a) {
                 }
                 if (flags) pl_flag(a.ctr, tgt += gridDim.x);
             }
-            /* the stage's ranges (indexed by constants only: registers, not a stack) */
-            const int ts = st == 0 ? t0[0] : st == 1 ? t0[1] : st == 2 ? t0[2] : t0[3];
-            const int ns = st == 0 ? nt[0] : st == 1 ? nt[1] : st == 2 ? nt[2] : nt[3];
-            const int rs = st == 0 ? r[0] : st == 1 ? r[1] : st == 2 ? r[2] : r[3];
-            const int cs = st == 0 ? c[0] : st == 1 ? c[1] : st == 2 ? c[2] : c[3];
+            /* the stage's ranges (recomputed: fewer registers held across the stages) */
+            int ts, ns, rs, cs;
+            pl_range<NW>(a.mask, st, warp, &ts, &ns, &rs, &cs);
             __syncthreads(); /* every warp done with x and the partials of the last stage */
             for (int i = threadIdx.x; i < ns * NW * 16; i += NW * 32) part[i] = 0.f;
             if (compute && a.prep) pl_prep<NW>(st, a, xq, xsc, xsum, red);
@@ -299,7 +417,7 @@ static unsigned pl_flags(const pl_args &a) {
     if (a.mode != 0) return 0;
     int st = 0;
     for (int s = 0; s < NST; s++) st += a.mask >> s & 1;
-    const int att = a.att_ns > 0 && (a.mask >> ST_O & 1);
+    const int att = (a.att_ns > 0 || a.ctx > 0) && (a.mask >> ST_O & 1);
     return (unsigned)(a.nl * (st + att) - 1);
 }
 
@@ -350,9 +468,12 @@ static void pl_time(int iters, pl_args a, int sms, cudaStream_t st) {
     int bad = 0;
     for (int i = 0; i < D; i++) bad += !isfinite(x[i]);
     const double mb = pl_mb(a.mask);
-    printf("warps %2d ring %d mode %d att %5d prep %d st %2d: %6.2f us a layer (min %6.2f), "
+    char att[32];
+    if (a.ctx > 0) snprintf(att, sizeof att, "ctx %4d / %2d", a.ctx, a.splits);
+    else snprintf(att, sizeof att, "spin %5d ns", a.att_ns);
+    printf("warps %2d ring %d mode %d %s prep %d st %2d: %6.2f us a layer (min %6.2f), "
            "%5.1f MB, %4.0f GB/s (4,250 GB/s: %5.2f us)%s%s\n",
-           NW, R, a.mode, a.att_ns, a.prep, a.mask, per[n / 2], per[0], mb, mb * 1e3 / per[n / 2],
+           NW, R, a.mode, att, a.prep, a.mask, per[n / 2], per[0], mb, mb * 1e3 / per[n / 2],
            mb / 4.25, ctr == g_done ? "" : " COUNT MISMATCH", bad ? " x NOT FINITE" : "");
     if (ctr != g_done) g_done = ctr;
 }
@@ -455,7 +576,36 @@ static int pl_check(pl_args a, const uint8_t *const *hw, int sms, cudaStream_t s
     h_norm(x1, v); /* q/k/v from x0 */
     h_matvec(w[ST_QKV], QKV, D, v, r);
     ok &= h_cmp("qkv", qkv, r, QKV);
-    h_matvec(w[ST_O], D, D, qkv, x1); /* x1 = x0 + o(q), the device's q */
+    if (a.ctx > 0) { /* attention of the device's q, k, v over the cache (layer 0) */
+        const size_t ne = (size_t)a.ctx * 1024;
+        uint16_t *kc = (uint16_t *)h_copy((const uint8_t *)a.kc, ne * 2);
+        uint16_t *vc = (uint16_t *)h_copy((const uint8_t *)a.vc, ne * 2);
+        double *sc = (double *)malloc((a.ctx + 1) * sizeof *sc);
+        float *att = (float *)malloc(D * 4);
+        const auto kv = [&](const uint16_t *c, int off, int t, int h, int d) {
+            return t < a.ctx ? (double)h_bf16((const uint8_t *)(c + ((size_t)t * 8 + h) * 128 + d))
+                             : (double)qkv[off + h * 128 + d];
+        };
+        for (int hq = 0; hq < 32; hq++) {
+            const int h = hq / 4;
+            double mx = -1e300, sum = 0;
+            for (int t = 0; t <= a.ctx; t++) {
+                double d = 0;
+                for (int e = 0; e < 128; e++) d += (double)qkv[hq * 128 + e] * kv(kc, D, t, h, e);
+                sc[t] = d / sqrt(128.0), mx = fmax(mx, sc[t]);
+            }
+            for (int t = 0; t <= a.ctx; t++) sc[t] = exp(sc[t] - mx), sum += sc[t];
+            for (int e = 0; e < 128; e++) {
+                double o = 0;
+                for (int t = 0; t <= a.ctx; t++) o += sc[t] * kv(vc, D + 1024, t, h, e);
+                att[hq * 128 + e] = (float)(o / sum);
+            }
+        }
+        h_matvec(w[ST_O], D, D, att, x1); /* x1 = x0 + o(attention) */
+        free(kc), free(vc), free(sc), free(att);
+    } else {
+        h_matvec(w[ST_O], D, D, qkv, x1); /* x1 = x0 + o(q), the device's q */
+    }
     h_norm(x1, v);
     memset(r, 0, 2 * F * sizeof *r);
     h_matvec(w[ST_GU], 2 * F, D, v, r);
@@ -506,28 +656,46 @@ int main(int argc, char **argv) {
     CK(cudaMemcpy(dw, hw, sizeof hw, cudaMemcpyHostToDevice));
     a.w = dw;
     a.xres = (float *)dev_fill(D * 4, 5, 0x807fffffu, 0x3f000000u); /* +-[0.5, 1) */
-    CK(cudaMalloc((void **)&a.qkv, 2 * QKV * 4));
-    CK(cudaMalloc((void **)&a.gu, 4 * F * 4));
+    CK(cudaMalloc((void **)&a.qkv, QKV * 4));
+    CK(cudaMalloc((void **)&a.gu, 2 * F * 4));
     CK(cudaMalloc((void **)&a.ctr, 4));
-    CK(cudaMemset(a.qkv, 0, 2 * QKV * 4));
-    CK(cudaMemset(a.gu, 0, 4 * F * 4));
+    CK(cudaMemset(a.qkv, 0, QKV * 4));
+    CK(cudaMemset(a.gu, 0, 2 * F * 4));
     CK(cudaMemset(a.ctr, 0, 4));
     CK(cudaDeviceSynchronize());
     a.nl = nl;
-    int cfg[3], mode[8], att[8], prep[4], mask[8];
+    int cfg[3], mode[8], att[8], prep[4], mask[8], ctx[8], spl[8];
     const int ncfg = pl_list("PL_CFG", "16,12,8", cfg, 3), nmode = pl_list("PL_MODE", "0,1,2", mode, 8);
     const int natt = pl_list("PL_ATT", "0", att, 8), nprep = pl_list("PL_PREP", "1", prep, 4);
     const int nmask = pl_list("PL_ST", "15", mask, 8);
+    const int nctx = pl_list("PL_CTX", "512", ctx, 8), nspl = pl_list("PL_SPLITS", "4", spl, 8);
+    int cmax = 0;
+    for (int i = 0; i < nctx; i++) {
+        if (ctx[i] < 0 || ctx[i] > 32768) ctx[i] = 512;
+        cmax = ctx[i] > cmax ? ctx[i] : cmax;
+    }
+    for (int i = 0; i < nspl; i++)
+        if (spl[i] < 1 || spl[i] > 16 || 8 * spl[i] > sms) spl[i] = 4;
+    /* K / V caches, bf16 of both signs in [0.5, 1), distinct per layer */
+    const size_t kvb = (size_t)nl * (cmax ? cmax : 1) * 1024 * 2;
+    a.kc = (const uint16_t *)dev_fill(kvb, 71, 0x807f807fu, 0x3f003f00u);
+    a.vc = (const uint16_t *)dev_fill(kvb, 73, 0x807f807fu, 0x3f003f00u);
+    CK(cudaMalloc((void **)&a.att, 8 * 16 * PL_AP * 4));
+    CK(cudaDeviceSynchronize());
+    a.ctx = ctx[0], a.splits = spl[0];
     printf("persist_layer: %d SMs, %d layers a launch, 8B q4g64 tiled; today's four launches "
            "(qi_timeline) ~45 us a layer\n", sms, nl);
     if (getenv("PL_CHECK") && atoi(getenv("PL_CHECK")) && !pl_check(a, hw, sms, st)) return 1;
     for (int im = 0; im < nmask; im++)
         for (int ip = 0; ip < nprep; ip++)
-            for (int ia = 0; ia < natt; ia++)
+            for (int ix = 0; ix < nctx * nspl * natt; ix++)
                 for (int io = 0; io < nmode; io++)
                     for (int ic = 0; ic < ncfg; ic++) {
-                        a.mask = mask[im] & 15, a.prep = prep[ip], a.att_ns = att[ia];
-                        a.mode = mode[io];
+                        a.mask = mask[im] & 15, a.prep = prep[ip], a.mode = mode[io];
+                        a.ctx = ctx[ix / (nspl * natt)], a.splits = spl[ix / natt % nspl];
+                        a.att_ns = att[ix % natt];
+                        if (a.ctx > 0 && ix % natt) continue; /* the spin only without */
+                        if (a.ctx == 0 && ix / natt % nspl) continue; /* splits only with */
                         if (cfg[ic] == 16) pl_time<16, 2>(iters, a, sms, st);
                         else if (cfg[ic] == 12) pl_time<12, 3>(iters, a, sms, st);
                         else if (cfg[ic] == 8) pl_time<8, 4>(iters, a, sms, st);
