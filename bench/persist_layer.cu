@@ -19,8 +19,9 @@
  * Left out: RoPE, the new token's KV write, a paged cache (contiguous here). The weights and
  * the cache are made up (small positive scales, values of both signs).
  *
- * Env (each a comma list, every combination timed): PL_CFG warps x ring among 16x2, 12x3,
- * 8x4 (default all); PL_MODE 0 flags, 1 no flags (the streaming and compute alone), 2 the
+ * Env (each a comma list, every combination timed): PL_CFG warps x ring among 16 (x 2), 12
+ * (x 3), 8 (x 4), and -12, -8: 12 / 8 warps with no ring, each warp's blocks loaded into
+ * registers one ahead as qmv_i8's batches are ("ring 0"; default all); PL_MODE 0 flags, 1 no flags (the streaming and compute alone), 2 the
  * rings' copy alone (default 0,1,2); PL_CTX cached tokens (default 512; 0: no attention, o's
  * x is q), PL_SPLITS a KV head (default 4), PL_ATT with PL_CTX=0: a stand-in, every CTA
  * waits that many ns then a flag (default 0); PL_PREP 1/0
@@ -62,9 +63,11 @@ __host__ __device__ constexpr int pl_blocks(int st) { return pl_rows(st) / 16 * 
 #define PL_MIN_CTAS 128
 constexpr int TMAX = (2 * F / 16 + PL_MIN_CTAS - 1) / PL_MIN_CTAS;
 
-/* x, the warps' partial rows [TMAX][NW][16], the rings, their mbarriers */
+/* x, the warps' partial rows [TMAX][NW][16], the rings, their mbarriers. R = 0 (blocks in
+ * registers) reserves a 2-slot ring all the same: one CTA an SM, the same placement. */
 template <int NW, int R> constexpr size_t pl_smem() {
-    return XB + (size_t)TMAX * NW * 16 * 4 + (size_t)NW * R * TB + (size_t)NW * R * 8;
+    constexpr int RS = R ? R : 2;
+    return XB + (size_t)TMAX * NW * 16 * 4 + (size_t)NW * RS * TB + (size_t)NW * RS * 8;
 }
 
 struct pl_args {
@@ -79,46 +82,77 @@ struct pl_args {
 };
 enum { PL_AP = 8 + 4 * 128 }; /* floats of one attention partial */
 
-/* One block b (shared memory) of 16 rows: 4 steps of int8 MMAs against x from step s0, as
+/* One step of a block (16 rows x 128 codes): the lane's code quads qa (row g) and qb (row
+ * g + 8), the step's scale / bias words ws (scales of g, biases of g, scales of g + 8, biases
+ * of g + 8: word u of each holds step u's groups 0, 1), int8 MMAs against x step s, as
  * qmv_i8_kernel's step computes them (D: rows g, g + 8 x columns 2t, 2t + 1; only t == 0's
  * columns, x row 0's two groups, are real). */
-__device__ __forceinline__ void pl_block(const uint8_t *b, const uint4 *xq, const float *xsc,
-                                         const float *xsum, int s0, int lane, float acc[4]) {
+__device__ __forceinline__ void pl_step(uint4 qa, uint4 qb, const uint32_t ws[4], const uint4 *xq,
+                                        const float *xsc, const float *xsum, int s, int lane,
+                                        float acc[4]) {
     const int g = lane >> 2, t = lane & 3;
     const bool on = g < 2 && (g & 1) == (t >> 1); /* the diagonal (one x row, C = 2) */
-    const uint4 *xl = on ? xq + t : xq + 4 + t;
-    const uint8_t *sw = b + 4096 + 4 * NWS * g;
+    const uint4 *xp = (on ? xq + t : xq + 4 + t) + (size_t)s * 16;
+    const uint4 bx0 = xp[0], bx1 = xp[8];
+    const uint32_t wda[4] = {qa.x, qa.y, qa.z, qa.w}, wdb[4] = {qb.x, qb.y, qb.z, qb.w};
+    int d[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+#pragma unroll
+    for (int w = 0; w < 4; w++) {
+        const uint32_t a0 = wda[w] & 0x0F0F0F0Fu, a1 = wdb[w] & 0x0F0F0F0Fu;
+        const uint32_t a2 = (wda[w] >> 4) & 0x0F0F0F0Fu, a3 = (wdb[w] >> 4) & 0x0F0F0F0Fu;
+        const uint4 &bb = (w >> 1) ? bx1 : bx0;
+        mma_u8s8_16832(d[w & 1], a0, a1, a2, a3, (w & 1) ? bb.z : bb.x, (w & 1) ? bb.w : bb.y);
+    }
+    const float sc[4] = {qw_sb<CUDA_QSB_BF16>(&ws[0], 0), qw_sb<CUDA_QSB_BF16>(&ws[0], 1),
+                         qw_sb<CUDA_QSB_BF16>(&ws[2], 0), qw_sb<CUDA_QSB_BF16>(&ws[2], 1)};
+    const float bi[4] = {qw_sb<CUDA_QSB_BF16>(&ws[1], 0), qw_sb<CUDA_QSB_BF16>(&ws[1], 1),
+                         qw_sb<CUDA_QSB_BF16>(&ws[3], 0), qw_sb<CUDA_QSB_BF16>(&ws[3], 1)};
+    const float2 sx = *(const float2 *)(xsc + (size_t)s * QI_XW + 2 * t);
+    const float2 sm = *(const float2 *)(xsum + (size_t)s * QI_XW + 2 * t);
+    const float sxe[4] = {sx.x, sx.y, sx.x, sx.y}, sme[4] = {sm.x, sm.y, sm.x, sm.y};
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        acc[i] = fmaf(sc[i] * sxe[i], (float)(d[0][i] + d[1][i]), fmaf(bi[i], sme[i], acc[i]));
+}
+
+/* One block b in shared memory (a ring slot): its 4 steps against x from step s0. */
+__device__ __forceinline__ void pl_block(const uint8_t *b, const uint4 *xq, const float *xsc,
+                                         const float *xsum, int s0, int lane, float acc[4]) {
+    const uint8_t *sw = b + 4096 + 4 * NWS * (lane >> 2);
 #pragma unroll
     for (int u = 0; u < 4; u++) {
-        const int s = s0 + u;
-        const uint4 qa = *(const uint4 *)(b + u * 1024 + 16 * lane);
-        const uint4 qb = *(const uint4 *)(b + u * 1024 + 512 + 16 * lane);
-        const uint4 *xp = xl + (size_t)s * 16;
-        const uint4 bx0 = xp[0], bx1 = xp[8];
-        const uint32_t wda[4] = {qa.x, qa.y, qa.z, qa.w}, wdb[4] = {qb.x, qb.y, qb.z, qb.w};
-        int d[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
-#pragma unroll
-        for (int w = 0; w < 4; w++) {
-            const uint32_t a0 = wda[w] & 0x0F0F0F0Fu, a1 = wdb[w] & 0x0F0F0F0Fu;
-            const uint32_t a2 = (wda[w] >> 4) & 0x0F0F0F0Fu, a3 = (wdb[w] >> 4) & 0x0F0F0F0Fu;
-            const uint4 &bb = (w >> 1) ? bx1 : bx0;
-            mma_u8s8_16832(d[w & 1], a0, a1, a2, a3, (w & 1) ? bb.z : bb.x, (w & 1) ? bb.w : bb.y);
-        }
-        /* the step's scale / bias words: word u holds groups 2u, 2u + 1 (qtile.cuh) */
         const uint32_t ws[4] = {*(const uint32_t *)(sw + 4 * u),
                                 *(const uint32_t *)(sw + 32 * NWS + 4 * u),
                                 *(const uint32_t *)(sw + 64 * NWS + 4 * u),
                                 *(const uint32_t *)(sw + 96 * NWS + 4 * u)};
-        const float sc[4] = {qw_sb<CUDA_QSB_BF16>(&ws[0], 0), qw_sb<CUDA_QSB_BF16>(&ws[0], 1),
-                             qw_sb<CUDA_QSB_BF16>(&ws[2], 0), qw_sb<CUDA_QSB_BF16>(&ws[2], 1)};
-        const float bi[4] = {qw_sb<CUDA_QSB_BF16>(&ws[1], 0), qw_sb<CUDA_QSB_BF16>(&ws[1], 1),
-                             qw_sb<CUDA_QSB_BF16>(&ws[3], 0), qw_sb<CUDA_QSB_BF16>(&ws[3], 1)};
-        const float2 sx = *(const float2 *)(xsc + (size_t)s * QI_XW + 2 * t);
-        const float2 sm = *(const float2 *)(xsum + (size_t)s * QI_XW + 2 * t);
-        const float sxe[4] = {sx.x, sx.y, sx.x, sx.y}, sme[4] = {sm.x, sm.y, sm.x, sm.y};
+        pl_step(*(const uint4 *)(b + u * 1024 + 16 * lane),
+                *(const uint4 *)(b + u * 1024 + 512 + 16 * lane), ws, xq, xsc, xsum, s0 + u, lane,
+                acc);
+    }
+}
+
+/* A block in registers (R = 0: as qmv_i8's tiled batch): the lane's 8 code quads and the 4
+ * kinds x 4 scale / bias words of its row pair, loaded straight from global memory. */
+struct pl_regblk {
+    uint4 qa[4], qb[4];
+    uint32_t w[4][NWS];
+};
+__device__ __forceinline__ void pl_load(pl_regblk &r, const uint8_t *b, int lane) {
 #pragma unroll
-        for (int i = 0; i < 4; i++)
-            acc[i] = fmaf(sc[i] * sxe[i], (float)(d[0][i] + d[1][i]), fmaf(bi[i], sme[i], acc[i]));
+    for (int u = 0; u < 4; u++) {
+        r.qa[u] = ldg_stream16(b + u * 1024 + 16 * lane);
+        r.qb[u] = ldg_stream16(b + u * 1024 + 512 + 16 * lane);
+    }
+    const uint8_t *sw = b + 4096 + 4 * NWS * (lane >> 2);
+#pragma unroll
+    for (int k = 0; k < 4; k++) qw_sb_tile<NWS>(r.w[k], sw + k * 32 * NWS);
+}
+__device__ __forceinline__ void pl_block_reg(const pl_regblk &r, const uint4 *xq, const float *xsc,
+                                             const float *xsum, int s0, int lane, float acc[4]) {
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+        const uint32_t ws[4] = {r.w[0][u], r.w[1][u], r.w[2][u], r.w[3][u]};
+        pl_step(r.qa[u], r.qb[u], ws, xq, xsc, xsum, s0 + u, lane, acc);
     }
 }
 
@@ -321,8 +355,10 @@ __global__ void __launch_bounds__(NW * 32, 1) pl_kernel(pl_args a) {
     float *part = (float *)(pl_sm + XB); /* [TMAX][NW][16] */
     uint8_t *ring = pl_sm + XB + (size_t)TMAX * NW * 16 * 4;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    uint8_t *slots = ring + (size_t)warp * R * TB;
-    uint64_t *bar = (uint64_t *)(ring + (size_t)NW * R * TB) + warp * R;
+    constexpr bool REG = R == 0; /* blocks in registers, one in flight ahead */
+    constexpr int RS = REG ? 1 : R;
+    uint8_t *slots = ring + (size_t)warp * RS * TB;
+    uint64_t *bar = (uint64_t *)(ring + (size_t)NW * RS * TB) + warp * RS;
     /* this warp's blocks of each stage [r, r + c) */
     int r[NST], c[NST];
 #pragma unroll
@@ -341,7 +377,9 @@ __global__ void __launch_bounds__(NW * 32, 1) pl_kernel(pl_args a) {
         const uint8_t *w = (const uint8_t *)__ldg((const unsigned long long *)a.w + l * NST + st);
         return w + (size_t)(rb + o) * TB;
     };
-    if (lane == 0) {
+    pl_regblk nx; /* REG: the next block */
+    if (REG && n > 0) pl_load(nx, src(0), lane);
+    if (!REG && lane == 0) {
         for (int i = 0; i < R; i++) mbar_init(&bar[i], 1);
         mbar_init_fence_cluster();
         for (long j = 0; j < R && j < n; j++) {
@@ -381,19 +419,28 @@ __global__ void __launch_bounds__(NW * 32, 1) pl_kernel(pl_args a) {
             const int nb = pl_nb(st);
             float acc[4] = {0.f, 0.f, 0.f, 0.f};
             int tile = -1;
-            for (int i = 0; i < cs; i++, j++) {
-                const int s = (int)(j % R);
-                mbar_wait(&bar[s], (unsigned)(j / R) & 1u);
+            for (int i = 0; i < cs && REG; i++, j++) {
+                const pl_regblk cur = nx;
+                if (j + 1 < n) pl_load(nx, src(j + 1), lane);
+                if (compute) {
+                    const int blk = rs + i, tl = blk / nb - ts, kb = blk % nb;
+                    if (tl != tile) pl_flush(part + (tile * NW + warp) * 16, tile, lane, acc), tile = tl;
+                    pl_block_reg(cur, xq, xsc, xsum, 4 * kb, lane, acc);
+                }
+            }
+            for (int i = 0; i < cs && !REG; i++, j++) {
+                const int s = (int)(j % RS);
+                mbar_wait(&bar[s], (unsigned)(j / RS) & 1u);
                 if (compute) {
                     const int blk = rs + i, tl = blk / nb - ts, kb = blk % nb;
                     if (tl != tile) pl_flush(part + (tile * NW + warp) * 16, tile, lane, acc), tile = tl;
                     pl_block(slots + (size_t)s * TB, xq, xsc, xsum, 4 * kb, lane, acc);
                 }
                 __syncwarp(); /* every lane's reads of the slot before the refill overwrites it */
-                if (lane == 0 && j + R < n) {
+                if (lane == 0 && j + RS < n) {
                     fence_proxy_async();
                     mbar_expect(&bar[s], TB);
-                    bulk_g2s(slots + (size_t)s * TB, src(j + R), TB, &bar[s]);
+                    bulk_g2s(slots + (size_t)s * TB, src(j + RS), TB, &bar[s]);
                 }
             }
             if (!compute) continue;
@@ -541,10 +588,12 @@ static uint8_t *h_copy(const uint8_t *dev, size_t bytes) {
     return h;
 }
 
+template <int NW, int R>
 static int pl_check(pl_args a, const uint8_t *const *hw, int sms, cudaStream_t st) {
-    const size_t smem = pl_smem<16, 2>();
-    CK(cudaFuncSetAttribute(pl_kernel<16, 2>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    const size_t smem = pl_smem<NW, R>();
+    CK(cudaFuncSetAttribute(pl_kernel<NW, R>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                             (int)smem));
+    printf("check: warps %d ring %d, ctx %d / %d\n", NW, R, a.ctx, a.splits);
     a.mode = 0, a.nl = 1, a.mask = 15, a.att_ns = 0, a.prep = 1, a.base = g_done;
     CK(cudaMemset(a.qkv, 0, QKV * 4));
     CK(cudaMemset(a.gu, 0, 2 * F * 4));
@@ -555,7 +604,7 @@ static int pl_check(pl_args a, const uint8_t *const *hw, int sms, cudaStream_t s
     for (int rep = 0; rep < 2; rep++) { /* twice from x0: the sums' order is fixed */
         CK(cudaMemcpy(a.xres, x0, D * 4, cudaMemcpyHostToDevice));
         a.base = g_done;
-        pl_kernel<16, 2><<<sms, 512, smem, st>>>(a);
+        pl_kernel<NW, R><<<sms, NW * 32, smem, st>>>(a);
         CK(cudaGetLastError());
         CK(cudaStreamSynchronize(st));
         g_done += pl_flags(a) * (unsigned)sms;
@@ -664,8 +713,8 @@ int main(int argc, char **argv) {
     CK(cudaMemset(a.ctr, 0, 4));
     CK(cudaDeviceSynchronize());
     a.nl = nl;
-    int cfg[3], mode[8], att[8], prep[4], mask[8], ctx[8], spl[8];
-    const int ncfg = pl_list("PL_CFG", "16,12,8", cfg, 3), nmode = pl_list("PL_MODE", "0,1,2", mode, 8);
+    int cfg[5], mode[8], att[8], prep[4], mask[8], ctx[8], spl[8];
+    const int ncfg = pl_list("PL_CFG", "16,12,8,-12,-8", cfg, 5), nmode = pl_list("PL_MODE", "0,1,2", mode, 8);
     const int natt = pl_list("PL_ATT", "0", att, 8), nprep = pl_list("PL_PREP", "1", prep, 4);
     const int nmask = pl_list("PL_ST", "15", mask, 8);
     const int nctx = pl_list("PL_CTX", "512", ctx, 8), nspl = pl_list("PL_SPLITS", "4", spl, 8);
@@ -685,7 +734,9 @@ int main(int argc, char **argv) {
     a.ctx = ctx[0], a.splits = spl[0];
     printf("persist_layer: %d SMs, %d layers a launch, 8B q4g64 tiled; today's four launches "
            "(qi_timeline) ~45 us a layer\n", sms, nl);
-    if (getenv("PL_CHECK") && atoi(getenv("PL_CHECK")) && !pl_check(a, hw, sms, st)) return 1;
+    if (getenv("PL_CHECK") && atoi(getenv("PL_CHECK")) &&
+        !(pl_check<16, 2>(a, hw, sms, st) & pl_check<8, 0>(a, hw, sms, st)))
+        return 1;
     for (int im = 0; im < nmask; im++)
         for (int ip = 0; ip < nprep; ip++)
             for (int ix = 0; ix < nctx * nspl * natt; ix++)
@@ -699,6 +750,8 @@ int main(int argc, char **argv) {
                         if (cfg[ic] == 16) pl_time<16, 2>(iters, a, sms, st);
                         else if (cfg[ic] == 12) pl_time<12, 3>(iters, a, sms, st);
                         else if (cfg[ic] == 8) pl_time<8, 4>(iters, a, sms, st);
+                        else if (cfg[ic] == -12) pl_time<12, 0>(iters, a, sms, st);
+                        else if (cfg[ic] == -8) pl_time<8, 0>(iters, a, sms, st);
                     }
     return 0;
 }

@@ -22,7 +22,7 @@ pl() {
 }
 echo "== persist_layer (us a layer; the bytes at 4,250 GB/s in brackets)"
 pl PL_CHECK=1 PL_ST=12 PL_MODE=0,1,2            # the arithmetic checked; the probe: two stages
-pl PL_ST=15 PL_MODE=0,1,2                       # the layer, 512 tokens, 4 splits
+pl PL_ST=15 PL_MODE=0,1,2                       # the layer, 512 tokens, 4 splits, all 5 configs
 pl PL_ST=15 PL_MODE=0 PL_CFG=16 PL_SPLITS=2,8,16 PL_CTX=512,4096  # attention's shape
 pl PL_ST=15 PL_MODE=0 PL_CFG=16 PL_CTX=0 PL_ATT=0,3000  # no attention / a 3 us stand-in
 pl PL_ST=15 PL_MODE=0 PL_PREP=0 PL_CFG=16,12    # what the preps cost (x stale)
