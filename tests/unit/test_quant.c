@@ -349,6 +349,45 @@ static void test_matmul_canonical(void **st) {
     }
 }
 
+/* The one-row product (the fused AVX-512 kernel where this CPU has it) on poisoned groups
+ * (NaN / inf scales, values that overflow after rounding) and on column counts that leave
+ * partial tiles: each output is the canonical dot of x and the scalar reference's
+ * dequantized row, bit for bit (a NaN only has to be a NaN: its payload may follow the
+ * FMA's operand order), in every kernel family. */
+static void test_one_row_poisoned(void **st) {
+    (void)st;
+    static const int bits[] = {2, 4, 8, 3};
+    const mx_dtype dts[] = {MX_BF16, MX_F16, MX_F32};
+    for (int bi = 0; bi < 4; bi++)
+        for (int gi = 0; gi < 3; gi++) {
+            const mx_dtype dt = dts[(bi + gi) % 3];
+            const int64_t n = 13, k = 256;
+            qmat q;
+            make_qmat(&q, n, k, bits[bi], k_groups[gi], dt);
+            const float poison[3] = {NAN, INFINITY, dt == MX_F16 ? 65000.0f : 3.0e38f};
+            for (int i = 0; i < 3; i++) mlxq_store((void *)q.m.scales, dt, i * 5 + 1, poison[i]);
+            mlxq_store((void *)q.m.biases, dt, 7, poison[2]);
+            float x[256], y[13], want[13], row[256];
+            for (int i = 0; i < k; i++) x[i] = rng_normal();
+            for (int64_t j = 0; j < n; j++) {
+                mlxq_dequantize_row_ref(row, &q.m, j); /* already the dtype's values */
+                want[j] = cpu_dot_ref(x, row, MX_F32, k);
+            }
+            mx_error err;
+            for (int isa = CPU_ISA_SCALAR; isa <= CPU_ISA_AVX512; isa++) {
+                if (cpu_matmul_force_isa((cpu_isa)isa)) continue;
+                assert_int_equal(mlxq_matmul(y, x, 1, &q.m, &err), 0);
+                for (int64_t j = 0; j < n; j++)
+                    if (!(isnan(y[j]) && isnan(want[j])) && memcmp(&y[j], &want[j], 4))
+                        fail_msg("%s q%d g%d %s column %lld: %g, canonical %g",
+                                 cpu_isa_name((cpu_isa)isa), bits[bi], k_groups[gi],
+                                 mx_dtype_name(dt), (long long)j, y[j], want[j]);
+            }
+            cpu_matmul_force_isa(CPU_ISA_AUTO);
+            free_qmat(&q);
+        }
+}
+
 static void test_rows_view(void **st) {
     (void)st;
     /* a stacked [E=3, 32, 128] expert tensor: expert e = rows [32e, 32e + 32) */
@@ -395,7 +434,8 @@ int main(void) {
         cmocka_unit_test(test_fixtures),   cmocka_unit_test(test_pack_layout),
         cmocka_unit_test(test_error_bound), cmocka_unit_test(test_errors),
         cmocka_unit_test(test_dequant_simd),
-        cmocka_unit_test(test_matmul_canonical),    cmocka_unit_test(test_rows_view),
+        cmocka_unit_test(test_matmul_canonical),    cmocka_unit_test(test_one_row_poisoned),
+        cmocka_unit_test(test_rows_view),
         cmocka_unit_test(test_embed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -105,22 +105,9 @@ static const kernel_set k_scalar = {CPU_ISA_SCALAR, 4, 4, 4,
 
 /* ==== x86-64 kernels (chosen at run time) ==== */
 #if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
 #define HAVE_X86_KERNELS 1
+#include "backend/cpu/cpu_simd.h"
 
-#define AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
-#define AVX512_TARGET __attribute__((target("avx512f,avx2,fma,f16c")))
-#define INLINE static inline __attribute__((always_inline))
-/* Full unrolling over the tile keeps the accumulators in registers (-O2 does not do it). */
-#define UNROLL _Pragma("GCC unroll 8")
-
-/* Lanes j and j + 8 already added (8 lanes in): j += j + 4, j += j + 2, j += j + 1. */
-INLINE AVX2_TARGET float hsum8(__m256 v) {
-    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-    lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
-    return _mm_cvtss_f32(lo);
-}
 
 /* ---- AVX2: a 16-lane accumulator is two ymm registers (lanes 0-7, 8-15) ---- */
 /* Tiles measured on Zen 5 forced to AVX2 (16 registers): 4 rows x 1 column for many rows,
@@ -220,11 +207,6 @@ INLINE AVX512_TARGET __m512 ld16(const char *w, int wt, int64_t k) {
     return _mm512_loadu_ps((const float *)w + k);
 }
 
-/* Lanes j + (j + 8) first, then the 8-lane tree: the same pairs as fold16. */
-INLINE AVX512_TARGET float hsum16(__m512 a) {
-    const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
-    return hsum8(_mm256_add_ps(_mm512_castps512_ps256(a), hi));
-}
 
 INLINE AVX512_TARGET void tile_avx512_body(const int NR, const int NC, const int wt,
                                            const float *x, int64_t ldx, const char *w,
@@ -369,6 +351,7 @@ typedef struct wsource {
     int64_t ldw;          /* direct: bytes between rows */
     int wt;               /* direct: WT_* */
     cpu_wfill_fn fill;    /* or NULL */
+    cpu_dot1_fn dot1;     /* fill sources, may be NULL: one row without the fp32 rows */
     const void *ctx;
 } wsource;
 
@@ -414,17 +397,26 @@ static void matmul_drive(mx_tensor *out, const mx_tensor *x, int64_t N, const ws
     float *o0 = out->data;
     const tile_fn tile = ks->tile[wt];
     int failed = 0;
+    const bool one = src->dot1 && n == 1 && ks->nc_one_row <= CPU_DOT1_MAX_NC;
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
         /* [np, K] fp32 weight rows of the current panel (fill sources only) */
-        float *scratch = src->fill ? malloc((size_t)(np * K) * sizeof(float)) : NULL;
-        if (src->fill && !scratch) {
+        float *scratch = src->fill && !one ? malloc((size_t)(np * K) * sizeof(float)) : NULL;
+        if (src->fill && !one && !scratch) {
 #pragma omp atomic write
             failed = 1;
         }
 #pragma omp for schedule(dynamic, 1)
         for (int64_t p = 0; p < n_panels; p++) {
             const int64_t j0 = p * np, pw = N - j0 < np ? N - j0 : np;
+            if (one) {
+                for (int64_t c0 = 0; c0 < pw; c0 += ks->nc_one_row) {
+                    const int ncc = (int)(pw - c0 < ks->nc_one_row ? pw - c0 : ks->nc_one_row);
+                    src->dot1(ncc, x0, j0 + c0, o0 + j0 + c0, bias32 ? bias32 + j0 + c0 : NULL,
+                              src->ctx);
+                }
+                continue;
+            }
             const char *wp;
             int64_t ldw;
             if (src->fill) {
@@ -461,6 +453,11 @@ void cpu_matmul(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, const mx
 
 void cpu_matmul_fill(mx_tensor *out, const mx_tensor *x, int64_t N, cpu_wfill_fn fill,
                      const void *ctx, const mx_tensor *bias) {
-    const wsource src = {.fill = fill, .ctx = ctx};
+    cpu_matmul_fill_dot1(out, x, N, fill, NULL, ctx, bias);
+}
+
+void cpu_matmul_fill_dot1(mx_tensor *out, const mx_tensor *x, int64_t N, cpu_wfill_fn fill,
+                          cpu_dot1_fn dot1, const void *ctx, const mx_tensor *bias) {
+    const wsource src = {.fill = fill, .dot1 = dot1, .ctx = ctx};
     matmul_drive(out, x, N, &src, bias);
 }
