@@ -252,6 +252,58 @@ INLINE AVX2_TARGET void row256_body(float *out, const mlxq_matrix *m, int64_t r,
     }
 }
 
+/* ---- AVX2, fused one-row product: as qdot512_body, a 16-lane accumulator in two registers
+ * (lanes 0-7, 8-15), each 8-code half dequantized as row256_body does it ---- */
+INLINE AVX2_TARGET void qdot256_body(const int NC, const int bits, const int dt,
+                                     const mlxq_matrix *m, int64_t j0, const float *x, float *out,
+                                     const float *bias) {
+    const int64_t ng = m->k / m->group_size, nw = mlxq_packed_cols(m->k, bits);
+    const int gs = m->group_size, wpg = gs * bits / 32;
+    __m256 lo[QDOT_NC], hi[QDOT_NC];
+    UNROLL
+    for (int c = 0; c < NC; c++) lo[c] = hi[c] = _mm256_setzero_ps();
+    for (int64_t g = 0; g < ng; g++) {
+        const float *xg = x + g * gs;
+        const uint32_t *w[QDOT_NC];
+        __m256 vs[QDOT_NC], vb[QDOT_NC];
+        UNROLL
+        for (int c = 0; c < NC; c++) {
+            const int64_t r = j0 + c;
+            vs[c] = _mm256_set1_ps(SB_LOAD(dt, m->scales, r * ng + g));
+            vb[c] = _mm256_set1_ps(SB_LOAD(dt, m->biases, r * ng + g));
+            w[c] = m->w + r * nw + g * wpg;
+        }
+        for (int i = 0; i < gs; i += 16) {
+            const __m256 xl = _mm256_loadu_ps(xg + i), xh = _mm256_loadu_ps(xg + i + 8);
+            UNROLL
+            for (int c = 0; c < NC; c++) { /* multiply, then add: not fused, as the reference */
+                const __m256 cl = _mm256_cvtepi32_ps(codes8(w[c], NULL, bits, i));
+                const __m256 ch = _mm256_cvtepi32_ps(codes8(w[c], NULL, bits, i + 8));
+                lo[c] = _mm256_fmadd_ps(xl, round256(_mm256_add_ps(_mm256_mul_ps(vs[c], cl), vb[c]), dt), lo[c]);
+                hi[c] = _mm256_fmadd_ps(xh, round256(_mm256_add_ps(_mm256_mul_ps(vs[c], ch), vb[c]), dt), hi[c]);
+            }
+        }
+    }
+    UNROLL
+    for (int c = 0; c < NC; c++) {
+        const float v = hsum8(_mm256_add_ps(lo[c], hi[c]));
+        out[c] = bias ? v + bias[c] : v;
+    }
+}
+
+#define QDOTF2(BITS, DT)                                                                          \
+    AVX2_TARGET static void qdot2_##BITS##_##DT(int nc, const float *x, int64_t j0, float *out,   \
+                                                const float *bias, const void *ctx) {             \
+        switch (nc) {                                                                              \
+        case 1: qdot256_body(1, BITS, DT, ctx, j0, x, out, bias); break;                           \
+        case 2: qdot256_body(2, BITS, DT, ctx, j0, x, out, bias); break;                           \
+        default: qdot256_body(3, BITS, DT, ctx, j0, x, out, bias); break;                          \
+        }                                                                                          \
+    }
+QDOTF2(2, DT_BF16) QDOTF2(2, DT_F16) QDOTF2(2, DT_F32)
+QDOTF2(4, DT_BF16) QDOTF2(4, DT_F16) QDOTF2(4, DT_F32)
+QDOTF2(8, DT_BF16) QDOTF2(8, DT_F16) QDOTF2(8, DT_F32)
+
 /* One function per (family, bits class, dtype): constants fold, no branch in the inner loop. */
 typedef void (*row_fn)(float *out, const mlxq_matrix *m, int64_t r);
 #define ROWF(FAM, TGT, BITS, DT)                                                                  \
@@ -278,12 +330,16 @@ static const row_fn k_rows256[3][9] = {TAB_DT(row256, DT_BF16), TAB_DT(row256, D
 
 cpu_dot1_fn mlxq_dot1_for(const mlxq_matrix *m) {
 #ifdef HAVE_X86
-    if (cpu_matmul_isa() != CPU_ISA_AVX512) return NULL;
+    const cpu_isa isa = cpu_matmul_isa();
     const int dt = m->sb_dtype == MX_BF16 ? DT_BF16 : m->sb_dtype == MX_F16 ? DT_F16 : DT_F32;
-    static const cpu_dot1_fn tab[3][3] = {{qdot_2_DT_BF16, qdot_4_DT_BF16, qdot_8_DT_BF16},
-                                          {qdot_2_DT_F16, qdot_4_DT_F16, qdot_8_DT_F16},
-                                          {qdot_2_DT_F32, qdot_4_DT_F32, qdot_8_DT_F32}};
-    if (m->bits == 2 || m->bits == 4 || m->bits == 8) return tab[dt][m->bits / 4];
+    static const cpu_dot1_fn tab512[3][3] = {{qdot_2_DT_BF16, qdot_4_DT_BF16, qdot_8_DT_BF16},
+                                             {qdot_2_DT_F16, qdot_4_DT_F16, qdot_8_DT_F16},
+                                             {qdot_2_DT_F32, qdot_4_DT_F32, qdot_8_DT_F32}};
+    static const cpu_dot1_fn tab256[3][3] = {{qdot2_2_DT_BF16, qdot2_4_DT_BF16, qdot2_8_DT_BF16},
+                                             {qdot2_2_DT_F16, qdot2_4_DT_F16, qdot2_8_DT_F16},
+                                             {qdot2_2_DT_F32, qdot2_4_DT_F32, qdot2_8_DT_F32}};
+    if ((isa == CPU_ISA_AVX512 || isa == CPU_ISA_AVX2) && (m->bits == 2 || m->bits == 4 || m->bits == 8))
+        return (isa == CPU_ISA_AVX512 ? tab512 : tab256)[dt][m->bits / 4];
 #endif
     (void)m;
     return NULL;
