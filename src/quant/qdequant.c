@@ -130,26 +130,30 @@ INLINE AVX512_TARGET void row512_body(float *out, const mlxq_matrix *m, int64_t 
     }
 }
 
-/* ---- AVX-512, fused one-row product ----
- * out[c] = canonical dot (cpu_matmul.c) of x and dequantized row j0 + c, c < nc <= 6, with no
- * fp32 copy of the rows: each 16-code chunk is dequantized in registers exactly as row512_body
- * does it (the same table or the same multiply, add and rounding) and goes straight into the
- * column's 16-lane FMA accumulator, k ascending. So the outputs are bit for bit those of the
- * dequantize-then-multiply path (test_quant's canonical check), at one row (decode) without
+/* ---- AVX-512, fused product of a few rows ----
+ * out[r][c] = canonical dot (cpu_matmul.c) of x row r and dequantized weight row j0 + c, with
+ * no fp32 copy of the weight rows: each 16-code chunk is dequantized in registers exactly as
+ * row512_body does it (the same table or the same multiply, add and rounding) and goes
+ * straight into each row's 16-lane FMA accumulator of that column, k ascending. So the outputs
+ * are bit for bit those of the dequantize-then-multiply path (test_quant's canonical check),
+ * for decode rows (1..4: cpu_matmul_fill_tile) without
  * the scratch round trip that made the 4-bit product no faster than bf16 (session 21: the
  * dequantize 43% of a q4 decode step, the fp32 product 16%). Bits 2, 4 (tables) and 8. A
  * non-finite scale or bias needs no scalar detour here: its values are the reference's but
  * for NaN encodings, and a NaN weight makes the output a NaN either way. */
-#define QDOT_NC CPU_DOT1_MAX_NC
-INLINE AVX512_TARGET void qdot512_body(const int NC, const int bits, const int dt,
-                                       const mlxq_matrix *m, int64_t j0, const float *x, float *out,
-                                       const float *bias) {
+#define QDOT_NC CPU_WTILE_MAX_NC
+#define QDOT_NR CPU_WTILE_MAX_ROWS
+INLINE AVX512_TARGET void qdot512_body(const int NR, const int NC, const int bits, const int dt,
+                                       const mlxq_matrix *m, int64_t j0, const float *x,
+                                       int64_t ldx, float *out, int64_t ldo, const float *bias) {
     const int64_t ng = m->k / m->group_size, nw = mlxq_packed_cols(m->k, bits);
     const int gs = m->group_size, wpg = gs * bits / 32;
     const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    __m512 acc[QDOT_NC];
+    __m512 acc[QDOT_NR][QDOT_NC];
     UNROLL
-    for (int c = 0; c < NC; c++) acc[c] = _mm512_setzero_ps();
+    for (int r = 0; r < NR; r++)
+        UNROLL
+        for (int c = 0; c < NC; c++) acc[r][c] = _mm512_setzero_ps();
     for (int64_t g = 0; g < ng; g++) {
         const float *xg = x + g * gs;
         const uint32_t *w[QDOT_NC];
@@ -157,41 +161,59 @@ INLINE AVX512_TARGET void qdot512_body(const int NC, const int bits, const int d
         UNROLL
         for (int c = 0; c < NC; c++) {
             const int64_t r = j0 + c;
-            const float sc = SB_LOAD(dt, m->scales, r * ng + g), bi = SB_LOAD(dt, m->biases, r * ng + g);
+            t0[c] = _mm512_set1_ps(SB_LOAD(dt, m->scales, r * ng + g));
+            t1[c] = _mm512_set1_ps(SB_LOAD(dt, m->biases, r * ng + g));
             w[c] = m->w + r * nw + g * wpg;
-            t0[c] = _mm512_set1_ps(sc), t1[c] = _mm512_set1_ps(bi);
             if (bits <= 4) t0[c] = round512(_mm512_add_ps(_mm512_mul_ps(t0[c], iota), t1[c]), dt);
         }
         for (int i = 0; i < gs; i += 16) {
-            const __m512 xv = _mm512_loadu_ps(xg + i);
+            __m512 xv[QDOT_NR];
+            UNROLL
+            for (int r = 0; r < NR; r++) xv[r] = _mm512_loadu_ps(xg + r * ldx + i);
             UNROLL
             for (int c = 0; c < NC; c++) {
                 __m512 wv;
                 if (bits == 4) wv = _mm512_permutexvar_ps(idx4_16(w[c], i), t0[c]);
                 else if (bits == 2) wv = _mm512_permutexvar_ps(codes16(w[c], NULL, 2, i), t0[c]);
                 else /* multiply, then add: not fused, as the reference */
-                    wv = round512(_mm512_add_ps(_mm512_mul_ps(t0[c], _mm512_cvtepi32_ps(codes16(w[c], NULL, 8, i))), t1[c]), dt);
-                acc[c] = _mm512_fmadd_ps(xv, wv, acc[c]);
+                    wv = round512(_mm512_add_ps(_mm512_mul_ps(t0[c], _mm512_cvtepi32_ps(
+                                                                        codes16(w[c], NULL, 8, i))),
+                                                t1[c]),
+                                  dt);
+                UNROLL
+                for (int r = 0; r < NR; r++) acc[r][c] = _mm512_fmadd_ps(xv[r], wv, acc[r][c]);
             }
         }
     }
     UNROLL
-    for (int c = 0; c < NC; c++) {
-        const float v = hsum16(acc[c]);
-        out[c] = bias ? v + bias[c] : v;
-    }
+    for (int r = 0; r < NR; r++)
+        UNROLL
+        for (int c = 0; c < NC; c++) {
+            const float v = hsum16(acc[r][c]);
+            out[r * ldo + c] = bias ? v + bias[c] : v;
+        }
 }
 
+/* One row: up to 6 columns at once; 2..4 rows: 3 columns at a time (accumulators and the
+ * columns' tables fit the 32 registers). The switch makes the shape a constant. */
+#define QC5(R, C, B, T)                                                                            \
+    case (R) * 8 + (C):                                                                            \
+        qdot512_body(R, C, B, T, ctx, j0 + c0, x, ldx, out + c0, ldo, bias ? bias + c0 : NULL);    \
+        break;
+#define QCASES5(B, T)                                                                              \
+    QC5(1, 1, B, T) QC5(1, 2, B, T) QC5(1, 3, B, T) QC5(1, 4, B, T) QC5(1, 5, B, T)               \
+    QC5(1, 6, B, T) QC5(2, 1, B, T) QC5(2, 2, B, T) QC5(2, 3, B, T) QC5(3, 1, B, T)               \
+    QC5(3, 2, B, T) QC5(3, 3, B, T) QC5(4, 1, B, T) QC5(4, 2, B, T) QC5(4, 3, B, T)
 #define QDOTF(BITS, DT)                                                                           \
-    AVX512_TARGET static void qdot_##BITS##_##DT(int nc, const float *x, int64_t j0, float *out,  \
+    AVX512_TARGET static void qdot_##BITS##_##DT(int nr, int nc, const float *x, int64_t ldx,     \
+                                                 int64_t j0, float *out, int64_t ldo,              \
                                                  const float *bias, const void *ctx) {            \
-        switch (nc) {                                                                              \
-        case 1: qdot512_body(1, BITS, DT, ctx, j0, x, out, bias); break;                           \
-        case 2: qdot512_body(2, BITS, DT, ctx, j0, x, out, bias); break;                           \
-        case 3: qdot512_body(3, BITS, DT, ctx, j0, x, out, bias); break;                           \
-        case 4: qdot512_body(4, BITS, DT, ctx, j0, x, out, bias); break;                           \
-        case 5: qdot512_body(5, BITS, DT, ctx, j0, x, out, bias); break;                           \
-        default: qdot512_body(6, BITS, DT, ctx, j0, x, out, bias); break;                          \
+        const int w = nr == 1 ? 6 : 3;                                                             \
+        for (int c0 = 0; c0 < nc; c0 += w) {                                                       \
+            switch (nr * 8 + (nc - c0 < w ? nc - c0 : w)) {                                        \
+                QCASES5(BITS, DT)                                                                  \
+            default: break;                                                                        \
+            }                                                                                      \
         }                                                                                          \
     }
 QDOTF(2, DT_BF16) QDOTF(2, DT_F16) QDOTF(2, DT_F32)
@@ -261,14 +283,16 @@ INLINE AVX2_TARGET __m256 lut16_256(__m256i idx, __m256 t_lo, __m256 t_hi) {
     return _mm256_blendv_ps(a, b, _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
 }
 
-INLINE AVX2_TARGET void qdot256_body(const int NC, const int bits, const int dt,
-                                     const mlxq_matrix *m, int64_t j0, const float *x, float *out,
-                                     const float *bias) {
+INLINE AVX2_TARGET void qdot256_body(const int NR, const int NC, const int bits, const int dt,
+                                     const mlxq_matrix *m, int64_t j0, const float *x,
+                                     int64_t ldx, float *out, int64_t ldo, const float *bias) {
     const int64_t ng = m->k / m->group_size, nw = mlxq_packed_cols(m->k, bits);
     const int gs = m->group_size, wpg = gs * bits / 32;
-    __m256 lo[QDOT_NC], hi[QDOT_NC];
+    __m256 lo[QDOT_NR][QDOT_NC], hi[QDOT_NR][QDOT_NC];
     UNROLL
-    for (int c = 0; c < NC; c++) lo[c] = hi[c] = _mm256_setzero_ps();
+    for (int r = 0; r < NR; r++)
+        UNROLL
+        for (int c = 0; c < NC; c++) lo[r][c] = hi[r][c] = _mm256_setzero_ps();
     for (int64_t g = 0; g < ng; g++) {
         const float *xg = x + g * gs;
         const uint32_t *w[QDOT_NC];
@@ -283,11 +307,11 @@ INLINE AVX2_TARGET void qdot256_body(const int NC, const int bits, const int dt,
             if (bits <= 4) { /* the group's values, as the reference computes each */
                 const __m256 s = t0[c], b = t1[c];
                 t0[c] = round256(_mm256_add_ps(_mm256_mul_ps(s, iota), b), dt);
-                t1[c] = round256(_mm256_add_ps(_mm256_mul_ps(s, _mm256_add_ps(iota, eight)), b), dt);
+                const __m256 hi8 = _mm256_add_ps(iota, eight);
+                t1[c] = round256(_mm256_add_ps(_mm256_mul_ps(s, hi8), b), dt);
             }
         }
         for (int i = 0; i < gs; i += 16) {
-            const __m256 xl = _mm256_loadu_ps(xg + i), xh = _mm256_loadu_ps(xg + i + 8);
             UNROLL
             for (int c = 0; c < NC; c++) {
                 __m256 wl, wh;
@@ -300,25 +324,41 @@ INLINE AVX2_TARGET void qdot256_body(const int NC, const int bits, const int dt,
                     wl = round256(_mm256_add_ps(_mm256_mul_ps(t0[c], cl), t1[c]), dt);
                     wh = round256(_mm256_add_ps(_mm256_mul_ps(t0[c], ch), t1[c]), dt);
                 }
-                lo[c] = _mm256_fmadd_ps(xl, wl, lo[c]);
-                hi[c] = _mm256_fmadd_ps(xh, wh, hi[c]);
+                UNROLL
+                for (int r = 0; r < NR; r++) {
+                    lo[r][c] = _mm256_fmadd_ps(_mm256_loadu_ps(xg + r * ldx + i), wl, lo[r][c]);
+                    hi[r][c] = _mm256_fmadd_ps(_mm256_loadu_ps(xg + r * ldx + i + 8), wh, hi[r][c]);
+                }
             }
         }
     }
     UNROLL
-    for (int c = 0; c < NC; c++) {
-        const float v = hsum8(_mm256_add_ps(lo[c], hi[c]));
-        out[c] = bias ? v + bias[c] : v;
-    }
+    for (int r = 0; r < NR; r++)
+        UNROLL
+        for (int c = 0; c < NC; c++) {
+            const float v = hsum8(_mm256_add_ps(lo[r][c], hi[r][c]));
+            out[r * ldo + c] = bias ? v + bias[c] : v;
+        }
 }
 
+/* One row: up to 3 columns at once; 2..4 rows: one column (the dense AVX2 tiles' shapes) */
+#define QC2(R, C, B, T)                                                                            \
+    case (R) * 8 + (C):                                                                            \
+        qdot256_body(R, C, B, T, ctx, j0 + c0, x, ldx, out + c0, ldo, bias ? bias + c0 : NULL);    \
+        break;
+#define QCASES2(B, T)                                                                              \
+    QC2(1, 1, B, T) QC2(1, 2, B, T) QC2(1, 3, B, T) QC2(2, 1, B, T) QC2(3, 1, B, T)               \
+    QC2(4, 1, B, T)
 #define QDOTF2(BITS, DT)                                                                          \
-    AVX2_TARGET static void qdot2_##BITS##_##DT(int nc, const float *x, int64_t j0, float *out,   \
+    AVX2_TARGET static void qdot2_##BITS##_##DT(int nr, int nc, const float *x, int64_t ldx,      \
+                                                int64_t j0, float *out, int64_t ldo,               \
                                                 const float *bias, const void *ctx) {             \
-        switch (nc) {                                                                              \
-        case 1: qdot256_body(1, BITS, DT, ctx, j0, x, out, bias); break;                           \
-        case 2: qdot256_body(2, BITS, DT, ctx, j0, x, out, bias); break;                           \
-        default: qdot256_body(3, BITS, DT, ctx, j0, x, out, bias); break;                          \
+        const int w = nr == 1 ? 3 : 1;                                                             \
+        for (int c0 = 0; c0 < nc; c0 += w) {                                                       \
+            switch (nr * 8 + (nc - c0 < w ? nc - c0 : w)) {                                        \
+                QCASES2(BITS, DT)                                                                  \
+            default: break;                                                                        \
+            }                                                                                      \
         }                                                                                          \
     }
 QDOTF2(2, DT_BF16) QDOTF2(2, DT_F16) QDOTF2(2, DT_F32)
@@ -349,17 +389,18 @@ static const row_fn k_rows256[3][9] = {TAB_DT(row256, DT_BF16), TAB_DT(row256, D
 
 /* ==== Dispatch ==== */
 
-cpu_dot1_fn mlxq_dot1_for(const mlxq_matrix *m) {
+cpu_wtile_fn mlxq_wtile_for(const mlxq_matrix *m) {
 #ifdef HAVE_X86
     const cpu_isa isa = cpu_matmul_isa();
     const int dt = m->sb_dtype == MX_BF16 ? DT_BF16 : m->sb_dtype == MX_F16 ? DT_F16 : DT_F32;
-    static const cpu_dot1_fn tab512[3][3] = {{qdot_2_DT_BF16, qdot_4_DT_BF16, qdot_8_DT_BF16},
+    static const cpu_wtile_fn tab512[3][3] = {{qdot_2_DT_BF16, qdot_4_DT_BF16, qdot_8_DT_BF16},
                                              {qdot_2_DT_F16, qdot_4_DT_F16, qdot_8_DT_F16},
                                              {qdot_2_DT_F32, qdot_4_DT_F32, qdot_8_DT_F32}};
-    static const cpu_dot1_fn tab256[3][3] = {{qdot2_2_DT_BF16, qdot2_4_DT_BF16, qdot2_8_DT_BF16},
+    static const cpu_wtile_fn tab256[3][3] = {{qdot2_2_DT_BF16, qdot2_4_DT_BF16, qdot2_8_DT_BF16},
                                              {qdot2_2_DT_F16, qdot2_4_DT_F16, qdot2_8_DT_F16},
                                              {qdot2_2_DT_F32, qdot2_4_DT_F32, qdot2_8_DT_F32}};
-    if ((isa == CPU_ISA_AVX512 || isa == CPU_ISA_AVX2) && (m->bits == 2 || m->bits == 4 || m->bits == 8))
+    const bool direct = m->bits == 2 || m->bits == 4 || m->bits == 8;
+    if (direct && (isa == CPU_ISA_AVX512 || isa == CPU_ISA_AVX2))
         return (isa == CPU_ISA_AVX512 ? tab512 : tab256)[dt][m->bits / 4];
 #endif
     (void)m;

@@ -23,7 +23,7 @@ int mlxq_matmul(float *y, const float *x, int64_t m, const mlxq_matrix *w, mx_er
     if (m < 1) return mx_fail(err, "quantized matmul: %lld rows", (long long)m);
     mx_tensor tx = mx_tensor_2d((void *)x, MX_F32, m, w->k, MX_DEV_CPU);
     mx_tensor ty = mx_tensor_2d(y, MX_F32, m, w->n, MX_DEV_CPU);
-    cpu_matmul_fill_dot1(&ty, &tx, w->n, mlxq_fill_rows, mlxq_dot1_for(w), w, NULL);
+    cpu_matmul_fill_tile(&ty, &tx, w->n, mlxq_fill_rows, mlxq_wtile_for(w), w, NULL);
     return 0;
 }
 

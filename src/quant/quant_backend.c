@@ -58,7 +58,7 @@ void mlxq_cpu_matmul_q(mx_tensor *out, const mx_tensor *x, const mx_qweight *w,
         zero_rows(out, n);
         return;
     }
-    cpu_matmul_fill_dot1(out, x, m.n, mlxq_fill_rows, mlxq_dot1_for(&m), &m, bias);
+    cpu_matmul_fill_tile(out, x, m.n, mlxq_fill_rows, mlxq_wtile_for(&m), &m, bias);
 }
 
 void mlxq_cpu_embed_q(mx_tensor *out, const mx_qweight *table, const int32_t *ids, int n,

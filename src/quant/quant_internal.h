@@ -39,8 +39,8 @@ void mlxq_dequantize_row(float *out, const mlxq_matrix *m, int64_t r);
 void mlxq_dequantize_row_ref(float *out, const mlxq_matrix *m, int64_t r);
 /* cpu_wfill_fn over an mlxq_matrix (ctx): rows [j0, j0 + nr) dequantized into dst [nr, k]. */
 void mlxq_fill_rows(float *dst, int64_t j0, int64_t nr, const void *ctx);
-/* The fused one-row product over an mlxq_matrix (ctx) for this CPU's kernel family, or NULL
- * (then the rows go through mlxq_fill_rows): qdequant.c. */
-cpu_dot1_fn mlxq_dot1_for(const mlxq_matrix *m);
+/* The fused product of a few rows over an mlxq_matrix (ctx) for this CPU's kernel family, or
+ * NULL (then the rows go through mlxq_fill_rows): qdequant.c. */
+cpu_wtile_fn mlxq_wtile_for(const mlxq_matrix *m);
 
 #endif

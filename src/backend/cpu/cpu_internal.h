@@ -81,14 +81,17 @@ typedef void (*cpu_wfill_fn)(float *dst, int64_t j0, int64_t nr, const void *ctx
  * by all rows (decode reads a packed weight once per step). */
 void cpu_matmul_fill(mx_tensor *out, const mx_tensor *x, int64_t N, cpu_wfill_fn fill,
                      const void *ctx, const mx_tensor *bias);
-/* One row straight from the stored weight (quantized: dequantized in registers): out[c] =
- * the canonical dot of x[K] and weight row j0 + c (+ bias[c] when bias), c < nc <= the
- * family's one-row tile width. Bit-identical to what `fill` then the fp32 tile give. */
-typedef void (*cpu_dot1_fn)(int nc, const float *x, int64_t j0, float *out, const float *bias,
-                            const void *ctx);
-#define CPU_DOT1_MAX_NC 6 /* the widest one-row tile a dot1 function takes */
-/* cpu_matmul_fill, with dot1 (may be NULL) taking the calls of one row: no fp32 rows made. */
-void cpu_matmul_fill_dot1(mx_tensor *out, const mx_tensor *x, int64_t N, cpu_wfill_fn fill,
-                          cpu_dot1_fn dot1, const void *ctx, const mx_tensor *bias);
+/* A tile straight from the stored weight (quantized: dequantized in registers): out[r * ldo
+ * + c] = the canonical dot of x row r (x + r * ldx) and weight row j0 + c (+ bias[c] when
+ * bias), r < nr <= 4, c < nc <= the family's tile width for nr rows (cpu_matmul.c's
+ * nc_one_row for one row, nc for more: at most 6). Bit-identical to `fill` then the fp32 tile. */
+typedef void (*cpu_wtile_fn)(int nr, int nc, const float *x, int64_t ldx, int64_t j0, float *out,
+                             int64_t ldo, const float *bias, const void *ctx);
+#define CPU_WTILE_MAX_ROWS 4
+#define CPU_WTILE_MAX_NC 6
+/* cpu_matmul_fill, with wtile (may be NULL) taking the calls of at most CPU_WTILE_MAX_ROWS
+ * rows (decode of a few sequences): no fp32 rows made; more rows amortise the scratch. */
+void cpu_matmul_fill_tile(mx_tensor *out, const mx_tensor *x, int64_t N, cpu_wfill_fn fill,
+                          cpu_wtile_fn wtile, const void *ctx, const mx_tensor *bias);
 
 #endif

@@ -351,7 +351,7 @@ typedef struct wsource {
     int64_t ldw;          /* direct: bytes between rows */
     int wt;               /* direct: WT_* */
     cpu_wfill_fn fill;    /* or NULL */
-    cpu_dot1_fn dot1;     /* fill sources, may be NULL: one row without the fp32 rows */
+    cpu_wtile_fn wtile;   /* fill sources, may be NULL: a few rows without the fp32 rows */
     const void *ctx;
 } wsource;
 
@@ -397,23 +397,25 @@ static void matmul_drive(mx_tensor *out, const mx_tensor *x, int64_t N, const ws
     float *o0 = out->data;
     const tile_fn tile = ks->tile[wt];
     int failed = 0;
-    const bool one = src->dot1 && n == 1 && ks->nc_one_row <= CPU_DOT1_MAX_NC;
+    const bool direct = src->wtile && n <= CPU_WTILE_MAX_ROWS && n <= ks->mr &&
+                        ks->nc <= CPU_WTILE_MAX_NC && ks->nc_one_row <= CPU_WTILE_MAX_NC;
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
         /* [np, K] fp32 weight rows of the current panel (fill sources only) */
-        float *scratch = src->fill && !one ? malloc((size_t)(np * K) * sizeof(float)) : NULL;
-        if (src->fill && !one && !scratch) {
+        float *scratch = src->fill && !direct ? malloc((size_t)(np * K) * sizeof(float)) : NULL;
+        if (src->fill && !direct && !scratch) {
 #pragma omp atomic write
             failed = 1;
         }
 #pragma omp for schedule(dynamic, 1)
         for (int64_t p = 0; p < n_panels; p++) {
             const int64_t j0 = p * np, pw = N - j0 < np ? N - j0 : np;
-            if (one) {
-                for (int64_t c0 = 0; c0 < pw; c0 += ks->nc_one_row) {
-                    const int ncc = (int)(pw - c0 < ks->nc_one_row ? pw - c0 : ks->nc_one_row);
-                    src->dot1(ncc, x0, j0 + c0, o0 + j0 + c0, bias32 ? bias32 + j0 + c0 : NULL,
-                              src->ctx);
+            if (direct) { /* one row block: the tile widths of the dense kernels */
+                const int64_t step = n == 1 ? ks->nc_one_row : nc;
+                for (int64_t c0 = 0; c0 < pw; c0 += step) {
+                    const int ncc = (int)(pw - c0 < step ? pw - c0 : step);
+                    src->wtile((int)n, ncc, x0, ldx, j0 + c0, o0 + j0 + c0, ldo,
+                               bias32 ? bias32 + j0 + c0 : NULL, src->ctx);
                 }
                 continue;
             }
@@ -453,11 +455,11 @@ void cpu_matmul(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, const mx
 
 void cpu_matmul_fill(mx_tensor *out, const mx_tensor *x, int64_t N, cpu_wfill_fn fill,
                      const void *ctx, const mx_tensor *bias) {
-    cpu_matmul_fill_dot1(out, x, N, fill, NULL, ctx, bias);
+    cpu_matmul_fill_tile(out, x, N, fill, NULL, ctx, bias);
 }
 
-void cpu_matmul_fill_dot1(mx_tensor *out, const mx_tensor *x, int64_t N, cpu_wfill_fn fill,
-                          cpu_dot1_fn dot1, const void *ctx, const mx_tensor *bias) {
-    const wsource src = {.fill = fill, .dot1 = dot1, .ctx = ctx};
+void cpu_matmul_fill_tile(mx_tensor *out, const mx_tensor *x, int64_t N, cpu_wfill_fn fill,
+                          cpu_wtile_fn wtile, const void *ctx, const mx_tensor *bias) {
+    const wsource src = {.fill = fill, .wtile = wtile, .ctx = ctx};
     matmul_drive(out, x, N, &src, bias);
 }
