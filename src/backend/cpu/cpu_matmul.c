@@ -108,7 +108,6 @@ static const kernel_set k_scalar = {CPU_ISA_SCALAR, 4, 4, 4,
 #define HAVE_X86_KERNELS 1
 #include "backend/cpu/cpu_simd.h"
 
-
 /* ---- AVX2: a 16-lane accumulator is two ymm registers (lanes 0-7, 8-15) ---- */
 /* Tiles measured on Zen 5 forced to AVX2 (16 registers): 4 rows x 1 column for many rows,
  * 1 row x 3 columns for a single row (more independent weight streams). */
@@ -206,7 +205,6 @@ INLINE AVX512_TARGET __m512 ld16(const char *w, int wt, int64_t k) {
     if (wt == WT_F16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)w + k)));
     return _mm512_loadu_ps((const float *)w + k);
 }
-
 
 INLINE AVX512_TARGET void tile_avx512_body(const int NR, const int NC, const int wt,
                                            const float *x, int64_t ldx, const char *w,
