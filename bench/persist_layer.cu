@@ -76,10 +76,13 @@ struct pl_args {
     unsigned *ctr;
     unsigned base; /* the count before this launch */
     int nl, mode, prep, att_ns, mask;
-    const uint16_t *kc, *vc; /* bf16 K / V caches [layer][ctx][8 heads][128] */
-    float *att;              /* attention partials [8 x splits][4 m, 4 l, 4 x 128 o] */
-    int ctx, splits;         /* cached tokens (0: no attention), splits a KV head */
+    uint16_t *kc, *vc;   /* bf16 K / V pools [layer][slot][8 heads][128] */
+    const int *pt;       /* the sequence's page table: token t at slot pt[t / PL_PAGE] PL_PAGE + .. */
+    const float *cs;     /* RoPE cos, sin of the new position (ctx) [64][2] */
+    float *att;          /* attention partials [8 x splits][4 m, 4 l, 4 x 128 o] */
+    int ctx, splits;     /* cached tokens (0: no attention), splits a KV head */
 };
+#define PL_PAGE 16 /* tokens a KV page */
 enum { PL_AP = 8 + 4 * 128 }; /* floats of one attention partial */
 
 /* One step of a block (16 rows x 128 codes): the lane's code quads qa (row g) and qb (row
@@ -185,12 +188,28 @@ __device__ __forceinline__ void pl_ld8(const float *p, int k, float f[8]) {
 }
 
 /* Decode attention of layer l for B = 1 (32 q heads, 8 KV heads, head dim 128; q and the new
- * token's k, v from the q/k/v output, ctx cached tokens before it): CTA i < 8 x splits takes
- * KV head i / splits (its 4 q heads) and split i % splits of the ctx + 1 tokens; its warps
- * take every NW-th token (online softmax, PL_TOKB tokens' loads in flight), then the CTA merges the
- * warps in order into partial i (max, sum, unnormalised o of each q head). buf: shared
- * memory of NW x PL_AP floats (x's, free until the next prep). */
+ * token's k, v from the q/k/v output, rotated here (RoPE, halves j, j + 64), ctx cached tokens
+ * before it in a paged pool): CTA i < 8 x splits takes KV head i / splits (its 4 q heads) and
+ * split i % splits of the ctx + 1 tokens; its warps take every NW-th token (online softmax,
+ * PL_TOKB tokens' loads in flight; a token's slot from the page table first), then the CTA
+ * merges the warps in order into partial i (max, sum, unnormalised o of each q head). The
+ * warp with the new token also writes its k, v to the pool (bf16). buf: shared memory of NW x
+ * PL_AP floats (x's, free until the next prep). */
 #define PL_TOKB 2 /* 4 spilled in the 16-warp kernel (128 registers) */
+/* Lane L's 4 values (dims 4L .. 4L + 3) of a head rotated: dims j < 64 pair with j + 64, 16
+ * lanes on (every lane calls it: the shuffle). */
+__device__ __forceinline__ void pl_rope4(float v[4], const float *cs, int lane) {
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        const float o = __shfl_xor_sync(0xffffffffu, v[e], 16);
+        const int j = (4 * lane + e) & 63;
+        const float c = __ldg(cs + 2 * j), sn = __ldg(cs + 2 * j + 1);
+        float r0, r1;
+        if (lane < 16) rope_rotate(v[e], o, c, sn, r0, r1), v[e] = r0;
+        else rope_rotate(o, v[e], c, sn, r0, r1), v[e] = r1;
+    }
+}
+
 /* noinline: its registers apart from the walk's (inlined, the 16-warp kernel spilled 12 bytes) */
 template <int NW>
 __device__ __noinline__ void pl_attn(const pl_args &a, int l, float *buf) {
@@ -204,26 +223,41 @@ __device__ __noinline__ void pl_attn(const pl_args &a, int l, float *buf) {
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         const float4 v = __ldcg((const float4 *)(a.qkv + (4 * h + i) * 128 + 4 * lane));
-        const float sc = 0.08838834764831845f; /* 1 / sqrt(128) */
-        q[i][0] = v.x * sc, q[i][1] = v.y * sc, q[i][2] = v.z * sc, q[i][3] = v.w * sc;
+        q[i][0] = v.x, q[i][1] = v.y, q[i][2] = v.z, q[i][3] = v.w;
+        pl_rope4(q[i], a.cs, lane);
+#pragma unroll
+        for (int e = 0; e < 4; e++) q[i][e] *= 0.08838834764831845f; /* 1 / sqrt(128) */
         m[i] = -1e30f, sl[i] = 0.f, o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
     }
-    const size_t lay = (size_t)l * a.ctx * 1024;
+    const size_t lay = (size_t)l * ((a.ctx + PL_PAGE) / PL_PAGE) * PL_PAGE * 1024;
     for (int tb = t0 + warp; tb < t1; tb += PL_TOKB * NW) {
         float k[PL_TOKB][4], v[PL_TOKB][4];
+        int slot[PL_TOKB];
 #pragma unroll
-        for (int b = 0; b < PL_TOKB; b++) { /* the loads first */
+        for (int b = 0; b < PL_TOKB; b++) { /* the page table first, then the rows */
+            const int t = tb + b * NW;
+            slot[b] = t < a.ctx ? __ldg(a.pt + t / PL_PAGE) * PL_PAGE + t % PL_PAGE : 0;
+        }
+#pragma unroll
+        for (int b = 0; b < PL_TOKB; b++) {
             const int t = tb + b * NW;
             if (t < a.ctx) {
-                const size_t e = lay + ((size_t)t * 8 + h) * 128 + 4 * lane;
+                const size_t e = lay + ((size_t)slot[b] * 8 + h) * 128 + 4 * lane;
                 const uint2 kw = __ldg((const uint2 *)(a.kc + e)), vw = __ldg((const uint2 *)(a.vc + e));
                 k[b][0] = bf16_lo(kw.x), k[b][1] = bf16_hi(kw.x), k[b][2] = bf16_lo(kw.y), k[b][3] = bf16_hi(kw.y);
                 v[b][0] = bf16_lo(vw.x), v[b][1] = bf16_hi(vw.x), v[b][2] = bf16_lo(vw.y), v[b][3] = bf16_hi(vw.y);
-            } else if (t < t1) { /* the new token, from the q/k/v output */
+            } else if (t < t1) { /* the new token, from the q/k/v output; to the pool */
                 const float4 kf = __ldcg((const float4 *)(a.qkv + D + h * 128 + 4 * lane));
                 const float4 vf = __ldcg((const float4 *)(a.qkv + D + 1024 + h * 128 + 4 * lane));
                 k[b][0] = kf.x, k[b][1] = kf.y, k[b][2] = kf.z, k[b][3] = kf.w;
                 v[b][0] = vf.x, v[b][1] = vf.y, v[b][2] = vf.z, v[b][3] = vf.w;
+                pl_rope4(k[b], a.cs, lane);
+                const int ns = __ldg(a.pt + t / PL_PAGE) * PL_PAGE + t % PL_PAGE;
+                const size_t e = lay + ((size_t)ns * 8 + h) * 128 + 4 * lane;
+                *(uint2 *)(a.kc + e) = make_uint2(f32_to_bf16_bits(k[b][0]) | f32_to_bf16_bits(k[b][1]) << 16,
+                                                  f32_to_bf16_bits(k[b][2]) | f32_to_bf16_bits(k[b][3]) << 16);
+                *(uint2 *)(a.vc + e) = make_uint2(f32_to_bf16_bits(v[b][0]) | f32_to_bf16_bits(v[b][1]) << 16,
+                                                  f32_to_bf16_bits(v[b][2]) | f32_to_bf16_bits(v[b][3]) << 16);
             }
         }
 #pragma unroll
@@ -470,6 +504,29 @@ static unsigned pl_flags(const pl_args &a) {
 
 static unsigned g_done; /* CTAs counted so far (the counter is never reset) */
 
+/* Host copies of what pl_ctx uploads (pl_check reads them). */
+static int g_pt[32768 / PL_PAGE + 2];
+static float g_cs[128];
+
+/* The page table (the pages of ctx + 1 tokens in a shuffled order, so that the addressing is
+ * tested) and the RoPE cos / sin of position ctx (theta 500,000) for a.ctx. */
+static void pl_ctx(const pl_args &a) {
+    const int np = (a.ctx + PL_PAGE) / PL_PAGE;
+    for (int i = 0; i < np; i++) g_pt[i] = i;
+    uint32_t h = 2166136261u;
+    for (int i = np - 1; i > 0; i--) {
+        h = h * 16777619u ^ (uint32_t)i;
+        const int j = (int)(h % (uint32_t)(i + 1)), t = g_pt[i];
+        g_pt[i] = g_pt[j], g_pt[j] = t;
+    }
+    for (int j = 0; j < 64; j++) {
+        const double ang = a.ctx * pow(500000.0, -2.0 * j / 128.0);
+        g_cs[2 * j] = (float)cos(ang), g_cs[2 * j + 1] = (float)sin(ang);
+    }
+    CK(cudaMemcpy((void *)a.pt, g_pt, np * sizeof(int), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy((void *)a.cs, g_cs, sizeof g_cs, cudaMemcpyHostToDevice));
+}
+
 static double pl_mb(int mask) {
     double b = 0;
     for (int s = 0; s < NST; s++)
@@ -488,6 +545,7 @@ static void pl_time(int iters, pl_args a, int sms, cudaStream_t st) {
         printf("warps %d ring %d: does not fit (%zu bytes of shared memory)\n", NW, R, smem);
         return;
     }
+    pl_ctx(a);
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
@@ -595,6 +653,7 @@ static int pl_check(pl_args a, const uint8_t *const *hw, int sms, cudaStream_t s
                             (int)smem));
     printf("check: warps %d ring %d, ctx %d / %d\n", NW, R, a.ctx, a.splits);
     a.mode = 0, a.nl = 1, a.mask = 15, a.att_ns = 0, a.prep = 1, a.base = g_done;
+    pl_ctx(a);
     CK(cudaMemset(a.qkv, 0, QKV * 4));
     CK(cudaMemset(a.gu, 0, 2 * F * 4));
     float *x0 = (float *)malloc(D * 4), *x2 = (float *)malloc(D * 4);
@@ -625,28 +684,51 @@ static int pl_check(pl_args a, const uint8_t *const *hw, int sms, cudaStream_t s
     h_norm(x1, v); /* q/k/v from x0 */
     h_matvec(w[ST_QKV], QKV, D, v, r);
     ok &= h_cmp("qkv", qkv, r, QKV);
-    if (a.ctx > 0) { /* attention of the device's q, k, v over the cache (layer 0) */
-        const size_t ne = (size_t)a.ctx * 1024;
+    if (a.ctx > 0) { /* attention of the device's q, k, v over the pool (layer 0) */
+        const size_t ne = (size_t)(a.ctx + PL_PAGE) / PL_PAGE * PL_PAGE * 1024;
         uint16_t *kc = (uint16_t *)h_copy((const uint8_t *)a.kc, ne * 2);
         uint16_t *vc = (uint16_t *)h_copy((const uint8_t *)a.vc, ne * 2);
         double *sc = (double *)malloc((a.ctx + 1) * sizeof *sc);
-        float *att = (float *)malloc(D * 4);
-        const auto kv = [&](const uint16_t *c, int off, int t, int h, int d) {
-            return t < a.ctx ? (double)h_bf16((const uint8_t *)(c + ((size_t)t * 8 + h) * 128 + d))
-                             : (double)qkv[off + h * 128 + d];
+        float *att = (float *)malloc(D * 4), rq[D], rk[1024];
+        /* q and the new k rotated as pl_rope4 does (fp32: a rounding away from the device) */
+        const auto rope = [&](const float *in, float *out, int heads) {
+            for (int hh = 0; hh < heads; hh++)
+                for (int j = 0; j < 64; j++) {
+                    const float x0 = in[hh * 128 + j], x1 = in[hh * 128 + j + 64];
+                    out[hh * 128 + j] = x0 * g_cs[2 * j] - x1 * g_cs[2 * j + 1];
+                    out[hh * 128 + j + 64] = x1 * g_cs[2 * j] + x0 * g_cs[2 * j + 1];
+                }
         };
+        rope(qkv, rq, 32);
+        rope(qkv + D, rk, 8);
+        const auto slot = [&](int t) { return g_pt[t / PL_PAGE] * PL_PAGE + t % PL_PAGE; };
+        const auto kv = [&](const uint16_t *c, const float *nw, int t, int h, int d) {
+            return t < a.ctx ? (double)h_bf16((const uint8_t *)(c + ((size_t)slot(t) * 8 + h) * 128 + d))
+                             : (double)nw[h * 128 + d];
+        };
+        /* the new token's k, v in the pool: bf16 of the rotated k and of v */
+        double kd = 0;
+        for (int i = 0; i < 1024; i++) {
+            const size_t o = (size_t)slot(a.ctx) * 1024 + i;
+            kd = fmax(kd, fabs(h_bf16((const uint8_t *)(kc + o)) - rk[i]) / (fabs(rk[i]) + 1e-3));
+            kd = fmax(kd, fabs(h_bf16((const uint8_t *)(vc + o)) - qkv[D + 1024 + i]) /
+                              (fabs(qkv[D + 1024 + i]) + 1e-3));
+        }
+        const int kv_ok = kd < 1e-2;
+        printf("check pool   new token's k, v: max rel diff %.3g: %s\n", kd, kv_ok ? "ok" : "FAILED");
+        ok &= kv_ok;
         for (int hq = 0; hq < 32; hq++) {
             const int h = hq / 4;
             double mx = -1e300, sum = 0;
             for (int t = 0; t <= a.ctx; t++) {
                 double d = 0;
-                for (int e = 0; e < 128; e++) d += (double)qkv[hq * 128 + e] * kv(kc, D, t, h, e);
+                for (int e = 0; e < 128; e++) d += (double)rq[hq * 128 + e] * kv(kc, rk, t, h, e);
                 sc[t] = d / sqrt(128.0), mx = fmax(mx, sc[t]);
             }
             for (int t = 0; t <= a.ctx; t++) sc[t] = exp(sc[t] - mx), sum += sc[t];
             for (int e = 0; e < 128; e++) {
                 double o = 0;
-                for (int t = 0; t <= a.ctx; t++) o += sc[t] * kv(vc, D + 1024, t, h, e);
+                for (int t = 0; t <= a.ctx; t++) o += sc[t] * kv(vc, qkv + D + 1024, t, h, e);
                 att[hq * 128 + e] = (float)(o / sum);
             }
         }
@@ -726,9 +808,11 @@ int main(int argc, char **argv) {
     for (int i = 0; i < nspl; i++)
         if (spl[i] < 1 || spl[i] > 16 || 8 * spl[i] > sms) spl[i] = 4;
     /* K / V caches, bf16 of both signs in [0.5, 1), distinct per layer */
-    const size_t kvb = (size_t)nl * (cmax ? cmax : 1) * 1024 * 2;
-    a.kc = (const uint16_t *)dev_fill(kvb, 71, 0x807f807fu, 0x3f003f00u);
-    a.vc = (const uint16_t *)dev_fill(kvb, 73, 0x807f807fu, 0x3f003f00u);
+    const size_t kvb = (size_t)nl * ((cmax + PL_PAGE) / PL_PAGE) * PL_PAGE * 1024 * 2;
+    a.kc = (uint16_t *)dev_fill(kvb, 71, 0x807f807fu, 0x3f003f00u);
+    a.vc = (uint16_t *)dev_fill(kvb, 73, 0x807f807fu, 0x3f003f00u);
+    CK(cudaMalloc((void **)&a.pt, sizeof g_pt));
+    CK(cudaMalloc((void **)&a.cs, sizeof g_cs));
     CK(cudaMalloc((void **)&a.att, 8 * 16 * PL_AP * 4));
     CK(cudaDeviceSynchronize());
     a.ctx = ctx[0], a.splits = spl[0];
