@@ -14,10 +14,11 @@
  *   and biases), each warp's partial rows of a tile into shared memory, summed in warp order
  *   at the stage's end (reproducible, no atomics) and written by the CTA that owns the rows
  *   (o and down add the residual there);
- * - attention after q/k/v (pl_attn: 8 KV heads x PL_SPLITS CTAs over a bf16 cache of PL_CTX
- *   tokens and the new one, then a flag; o's prep merges the splits).
- * Left out: RoPE, the new token's KV write, a paged cache (contiguous here). The weights and
- * the cache are made up (small positive scales, values of both signs).
+ * - attention after q/k/v (pl_attn: 8 KV heads x PL_SPLITS CTAs over a paged bf16 pool of
+ *   PL_CTX tokens and the new one, RoPE on load, the new k, v to the pool, then a flag; o's
+ *   prep merges the splits).
+ * Left out: norm weights (1), q8, the lm_head. The weights and the pool are made up (small
+ * positive scales, values of both signs).
  *
  * Env (each a comma list, every combination timed): PL_CFG warps x ring among 16 (x 2), 12
  * (x 3), 8 (x 4), and -12, -8: 12 / 8 warps with no ring, each warp's blocks loaded into
