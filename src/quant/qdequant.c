@@ -194,31 +194,40 @@ INLINE AVX512_TARGET void qdot512_body(const int NR, const int NC, const int bit
         }
 }
 
-/* One row: up to 6 columns at once; 2..4 rows: 3 columns at a time (accumulators and the
- * columns' tables fit the 32 registers). The switch makes the shape a constant. */
-#define QC5(R, C, B, T)                                                                            \
+/* The exported tile of a kernel body (qdot512_body / qdot256_body) for one bits and dtype:
+ * column blocks of W1 (one row) or WN (2..4 rows) columns, each a call with the shape a
+ * constant (CASES: the (rows, columns) pairs the body is compiled for). */
+#define QC(BODY, R, C, B, T)                                                                       \
     case (R) * 8 + (C):                                                                            \
-        qdot512_body(R, C, B, T, ctx, j0 + c0, x, ldx, out + c0, ldo, bias ? bias + c0 : NULL);    \
+        BODY(R, C, B, T, ctx, j0 + c0, x, ldx, out + c0, ldo, bias ? bias + c0 : NULL);           \
         break;
-#define QCASES5(B, T)                                                                              \
-    QC5(1, 1, B, T) QC5(1, 2, B, T) QC5(1, 3, B, T) QC5(1, 4, B, T) QC5(1, 5, B, T)               \
-    QC5(1, 6, B, T) QC5(2, 1, B, T) QC5(2, 2, B, T) QC5(2, 3, B, T) QC5(3, 1, B, T)               \
-    QC5(3, 2, B, T) QC5(3, 3, B, T) QC5(4, 1, B, T) QC5(4, 2, B, T) QC5(4, 3, B, T)
-#define QDOTF(BITS, DT)                                                                           \
-    AVX512_TARGET static void qdot_##BITS##_##DT(int nr, int nc, const float *x, int64_t ldx,     \
-                                                 int64_t j0, float *out, int64_t ldo,              \
-                                                 const float *bias, const void *ctx) {            \
-        const int w = nr == 1 ? 6 : 3;                                                             \
+#define QDOTF(NAME, TGT, W1, WN, CASES, BITS, DT)                                                  \
+    TGT static void NAME##_##BITS##_##DT(int nr, int nc, const float *x, int64_t ldx, int64_t j0, \
+                                         float *out, int64_t ldo, const float *bias,              \
+                                         const void *ctx) {                                        \
+        const int w = nr == 1 ? (W1) : (WN);                                                       \
         for (int c0 = 0; c0 < nc; c0 += w) {                                                       \
             switch (nr * 8 + (nc - c0 < w ? nc - c0 : w)) {                                        \
-                QCASES5(BITS, DT)                                                                  \
+                CASES(BITS, DT)                                                                    \
             default: break;                                                                        \
             }                                                                                      \
         }                                                                                          \
     }
-QDOTF(2, DT_BF16) QDOTF(2, DT_F16) QDOTF(2, DT_F32)
-QDOTF(4, DT_BF16) QDOTF(4, DT_F16) QDOTF(4, DT_F32)
-QDOTF(8, DT_BF16) QDOTF(8, DT_F16) QDOTF(8, DT_F32)
+#define QDOTF_ALL(NAME, TGT, W1, WN, CASES)                                                        \
+    QDOTF(NAME, TGT, W1, WN, CASES, 2, DT_BF16) QDOTF(NAME, TGT, W1, WN, CASES, 2, DT_F16)         \
+    QDOTF(NAME, TGT, W1, WN, CASES, 2, DT_F32) QDOTF(NAME, TGT, W1, WN, CASES, 4, DT_BF16)         \
+    QDOTF(NAME, TGT, W1, WN, CASES, 4, DT_F16) QDOTF(NAME, TGT, W1, WN, CASES, 4, DT_F32)          \
+    QDOTF(NAME, TGT, W1, WN, CASES, 8, DT_BF16) QDOTF(NAME, TGT, W1, WN, CASES, 8, DT_F16)         \
+    QDOTF(NAME, TGT, W1, WN, CASES, 8, DT_F32)
+
+/* One row: up to 6 columns at once; 2..4 rows: 3 columns at a time (accumulators and the
+ * columns' tables fit the 32 registers). */
+#define Q5(R, C, B, T) QC(qdot512_body, R, C, B, T)
+#define QCASES5(B, T)                                                                              \
+    Q5(1, 1, B, T) Q5(1, 2, B, T) Q5(1, 3, B, T) Q5(1, 4, B, T) Q5(1, 5, B, T) Q5(1, 6, B, T)     \
+    Q5(2, 1, B, T) Q5(2, 2, B, T) Q5(2, 3, B, T) Q5(3, 1, B, T) Q5(3, 2, B, T) Q5(3, 3, B, T)     \
+    Q5(4, 1, B, T) Q5(4, 2, B, T) Q5(4, 3, B, T)
+QDOTF_ALL(qdot, AVX512_TARGET, 6, 3, QCASES5)
 
 /* ---- AVX2: 8 codes per vector ---- */
 INLINE AVX2_TARGET __m256i codes8(const uint32_t *w, const uint8_t *q, const int bits, int i) {
@@ -342,28 +351,10 @@ INLINE AVX2_TARGET void qdot256_body(const int NR, const int NC, const int bits,
 }
 
 /* One row: up to 3 columns at once; 2..4 rows: one column (the dense AVX2 tiles' shapes) */
-#define QC2(R, C, B, T)                                                                            \
-    case (R) * 8 + (C):                                                                            \
-        qdot256_body(R, C, B, T, ctx, j0 + c0, x, ldx, out + c0, ldo, bias ? bias + c0 : NULL);    \
-        break;
+#define Q2(R, C, B, T) QC(qdot256_body, R, C, B, T)
 #define QCASES2(B, T)                                                                              \
-    QC2(1, 1, B, T) QC2(1, 2, B, T) QC2(1, 3, B, T) QC2(2, 1, B, T) QC2(3, 1, B, T)               \
-    QC2(4, 1, B, T)
-#define QDOTF2(BITS, DT)                                                                          \
-    AVX2_TARGET static void qdot2_##BITS##_##DT(int nr, int nc, const float *x, int64_t ldx,      \
-                                                int64_t j0, float *out, int64_t ldo,               \
-                                                const float *bias, const void *ctx) {             \
-        const int w = nr == 1 ? 3 : 1;                                                             \
-        for (int c0 = 0; c0 < nc; c0 += w) {                                                       \
-            switch (nr * 8 + (nc - c0 < w ? nc - c0 : w)) {                                        \
-                QCASES2(BITS, DT)                                                                  \
-            default: break;                                                                        \
-            }                                                                                      \
-        }                                                                                          \
-    }
-QDOTF2(2, DT_BF16) QDOTF2(2, DT_F16) QDOTF2(2, DT_F32)
-QDOTF2(4, DT_BF16) QDOTF2(4, DT_F16) QDOTF2(4, DT_F32)
-QDOTF2(8, DT_BF16) QDOTF2(8, DT_F16) QDOTF2(8, DT_F32)
+    Q2(1, 1, B, T) Q2(1, 2, B, T) Q2(1, 3, B, T) Q2(2, 1, B, T) Q2(3, 1, B, T) Q2(4, 1, B, T)
+QDOTF_ALL(qdot2, AVX2_TARGET, 3, 1, QCASES2)
 
 /* One function per (family, bits class, dtype): constants fold, no branch in the inner loop. */
 typedef void (*row_fn)(float *out, const mlxq_matrix *m, int64_t r);
