@@ -1,6 +1,7 @@
 /* The persistent B=1 decode layer (NOTES-cuda, session 20's sketch) as a timing skeleton: how
- * long would an 8B q4g64 layer take if one resident grid ran its four matmuls (q/k/v, o,
- * gate+up, down; tiled blocks) with grid-wide flags between them instead of five launches?
+ * long would an 8B q4g64 / q8g64 layer take if one resident grid ran its four matmuls (q/k/v,
+ * o, gate+up, down; tiled blocks) and attention with grid-wide flags between them instead of
+ * five launches?
  * One CTA an SM of NW warps. Every CTA owns whole row tiles of each matrix, split between its
  * warps as contiguous block ranges (the tiled layout keeps a tile's blocks contiguous), and
  * every warp a ring of R block slots in shared memory that it refills itself by bulk copies
@@ -9,7 +10,8 @@
  * - the flag: the CTA's warps done (barrier), one fence + atomic a CTA, spin on the count;
  * - the prep: x read from L2 (the previous stage's fp32 output), the RMSNorm before q/k/v and
  *   gate+up (weight 1), act(gate) * up before down, rounded to int8 per g64 group into shared
- *   memory (qi_quant_store: the layout qmv_i8's in-CTA prep writes);
+ *   memory (qi_quant_store; with 8-bit weights hi + lo rows, qi_quant_store_hl: the layouts
+ *   qmv_i8's in-CTA prep writes);
  * - the walk: each block computed as qmv_i8's one-row step does (int8 MMAs, per-group scales
  *   and biases), each warp's partial rows of a tile into shared memory, summed in warp order
  *   at the stage's end (reproducible, no atomics) and written by the CTA that owns the rows
@@ -17,13 +19,14 @@
  * - attention after q/k/v (pl_attn: 8 KV heads x PL_SPLITS CTAs over a paged bf16 pool of
  *   PL_CTX tokens and the new one, RoPE on load, the new k, v to the pool, then a flag; o's
  *   prep merges the splits).
- * Left out: norm weights (1), q8, the lm_head. The weights and the pool are made up (small
+ * Left out: norm weights (1), the lm_head. The weights and the pool are made up (small
  * positive scales, values of both signs).
  *
- * Env (each a comma list, every combination timed): PL_CFG warps x ring among 16 (x 2), 12
- * (x 3), 8 (x 4), and -12, -8: 12 / 8 warps with no ring, each warp's blocks loaded into
- * registers one ahead as qmv_i8's batches are ("ring 0"; default all); PL_MODE 0 flags, 1 no flags (the streaming and compute alone), 2 the
- * rings' copy alone (default 0,1,2); PL_CTX cached tokens (default 512; 0: no attention, o's
+ * Env (each a comma list, every combination timed): PL_BITS 4, 8 (default both); PL_CFG warps
+ * x ring among 16 (x 2), 12 (x 3), 8 (x 4), and -12, -8: 12 / 8 warps with no ring, each
+ * warp's blocks loaded into registers one ahead as qmv_i8's batches are ("ring 0"; default
+ * all); PL_MODE 0 flags, 1 no flags (the streaming and compute alone), 2 the rings' copy
+ * alone (default 0,1,2); PL_CTX cached tokens (default 512; 0: no attention, o's
  * x is q), PL_SPLITS a KV head (default 4), PL_ATT with PL_CTX=0: a stand-in, every CTA
  * waits that many ns then a flag (default 0); PL_PREP 1/0
  * (0: no prep, x stale; default 1); PL_ST stage mask (1 q/k/v, 2 o, 4 gate+up, 8 down;
@@ -48,17 +51,25 @@
 
 enum { D = 4096, F = 14336, QKV = 6144, NLMAX = 16 };
 enum { ST_QKV, ST_O, ST_GU, ST_DOWN, NST };
-constexpr int TB = qt_geo<4, 64>::TB;   /* 4,608 bytes: 16 rows x 4 steps + scales / biases */
-constexpr int NWS = qt_geo<4, 64>::NW;  /* scale words a row and block */
-constexpr int SMAX = F / 128;           /* steps of the longest x */
-constexpr size_t XB = qi_inprep_bytes(F, 4); /* x quads, scales, sums, 32 floats */
+constexpr int SMAX = F / 128; /* steps of the longest x */
+
+/* The weights' bits (4 or 8, group 64, tiled): a block's geometry (qtile.cuh: 4-bit 4 steps,
+ * 4,608 bytes; 8-bit 2 steps, 4,352 bytes) and x's shared memory (8-bit weights take x as
+ * int8 hi + lo rows, as qmv_i8's one-row fused launches: qi_quant_store_hl). */
+template <int BITS> struct pl_q {
+    static constexpr int TB = qt_geo<BITS, 64>::TB, NWS = qt_geo<BITS, 64>::NW;
+    static constexpr int U = qt_geo<BITS, 64>::U, LQ = qt_geo<BITS, 64>::LQ;
+    static constexpr bool HL = BITS == 8;
+    static constexpr size_t XB = qi_inprep_bytes(F, BITS); /* quads, scales, sums, 32 floats */
+};
 
 __host__ __device__ constexpr int pl_rows(int st) {
     return st == ST_QKV ? QKV : st == ST_GU ? 2 * F : D;
 }
 __host__ __device__ constexpr int pl_k(int st) { return st == ST_DOWN ? F : D; }
-__host__ __device__ constexpr int pl_nb(int st) { return pl_k(st) / 512; } /* blocks a tile */
-__host__ __device__ constexpr int pl_blocks(int st) { return pl_rows(st) / 16 * pl_nb(st); }
+/* blocks a row tile, blocks of the matrix */
+__host__ __device__ constexpr int pl_nb(int st, int bits) { return pl_k(st) / (bits == 4 ? 512 : 256); }
+__host__ __device__ constexpr int pl_blocks(int st, int bits) { return pl_rows(st) / 16 * pl_nb(st, bits); }
 
 /* Row tiles a CTA at most (the grid has >= PL_MIN_CTAS CTAs): gate+up's 1,792 on 128 */
 #define PL_MIN_CTAS 128
@@ -66,9 +77,9 @@ constexpr int TMAX = (2 * F / 16 + PL_MIN_CTAS - 1) / PL_MIN_CTAS;
 
 /* x, the warps' partial rows [TMAX][NW][16], the rings, their mbarriers. R = 0 (blocks in
  * registers) reserves a 2-slot ring all the same: one CTA an SM, the same placement. */
-template <int NW, int R> constexpr size_t pl_smem() {
-    constexpr int RS = R ? R : 2;
-    return XB + (size_t)TMAX * NW * 16 * 4 + (size_t)NW * RS * TB + (size_t)NW * RS * 8;
+template <int NW, int R, int BITS> constexpr size_t pl_smem() {
+    constexpr int RS = R ? R : 2, TB = pl_q<BITS>::TB;
+    return pl_q<BITS>::XB + (size_t)TMAX * NW * 16 * 4 + (size_t)NW * RS * TB + (size_t)NW * RS * 8;
 }
 
 struct pl_args {
@@ -86,24 +97,31 @@ struct pl_args {
 #define PL_PAGE 16 /* tokens a KV page */
 enum { PL_AP = 8 + 4 * 128 }; /* floats of one attention partial */
 
-/* One step of a block (16 rows x 128 codes): the lane's code quads qa (row g) and qb (row
- * g + 8), the step's scale / bias words ws (scales of g, biases of g, scales of g + 8, biases
- * of g + 8: word u of each holds step u's groups 0, 1), int8 MMAs against x step s, as
- * qmv_i8_kernel's step computes them (D: rows g, g + 8 x columns 2t, 2t + 1; only t == 0's
- * columns, x row 0's two groups, are real). */
-__device__ __forceinline__ void pl_step(uint4 qa, uint4 qb, const uint32_t ws[4], const uint4 *xq,
-                                        const float *xsc, const float *xsum, int s, int lane,
-                                        float acc[4]) {
+/* One step of a block (16 rows x 128 codes): the lane's code words wa (row g) and wb (row
+ * g + 8; 4 words at 4 bits, 8 at 8), the step's scale / bias words ws (scales of g, biases
+ * of g, scales of g + 8, biases of g + 8: word u of each holds step u's groups 0, 1), int8
+ * MMAs against x step s, as qmv_i8_kernel's step computes them (D: rows g, g + 8 x columns
+ * 2t, 2t + 1: x row 0's two groups at t == 0; with hi + lo x (8 bits) row 1's at t == 1, the
+ * lo row at S steps past the hi one). */
+template <int BITS>
+__device__ __forceinline__ void pl_step(const uint32_t *wa, const uint32_t *wb, const uint32_t ws[4],
+                                        const uint4 *xq, const float *xsc, const float *xsum, int s,
+                                        int S, int lane, float acc[4]) {
     const int g = lane >> 2, t = lane & 3;
-    const bool on = g < 2 && (g & 1) == (t >> 1); /* the diagonal (one x row, C = 2) */
-    const uint4 *xp = (on ? xq + t : xq + 4 + t) + (size_t)s * 16;
+    /* the diagonal: column g is x row g / 2, group g % 2; chunk t is in group t / 2 */
+    const bool on = g < (pl_q<BITS>::HL ? 4 : 2) && (g & 1) == (t >> 1);
+    const uint4 *xp = (on ? xq + (size_t)(g >> 1) * S * 16 + t : xq + 4 + t) + (size_t)s * 16;
     const uint4 bx0 = xp[0], bx1 = xp[8];
-    const uint32_t wda[4] = {qa.x, qa.y, qa.z, qa.w}, wdb[4] = {qb.x, qb.y, qb.z, qb.w};
     int d[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
 #pragma unroll
     for (int w = 0; w < 4; w++) {
-        const uint32_t a0 = wda[w] & 0x0F0F0F0Fu, a1 = wdb[w] & 0x0F0F0F0Fu;
-        const uint32_t a2 = (wda[w] >> 4) & 0x0F0F0F0Fu, a3 = (wdb[w] >> 4) & 0x0F0F0F0Fu;
+        uint32_t a0, a1, a2, a3;
+        if constexpr (BITS == 4) {
+            a0 = wa[w] & 0x0F0F0F0Fu, a1 = wb[w] & 0x0F0F0F0Fu;
+            a2 = (wa[w] >> 4) & 0x0F0F0F0Fu, a3 = (wb[w] >> 4) & 0x0F0F0F0Fu;
+        } else {
+            a0 = wa[2 * w], a1 = wb[2 * w], a2 = wa[2 * w + 1], a3 = wb[2 * w + 1];
+        }
         const uint4 &bb = (w >> 1) ? bx1 : bx0;
         mma_u8s8_16832(d[w & 1], a0, a1, a2, a3, (w & 1) ? bb.z : bb.x, (w & 1) ? bb.w : bb.y);
     }
@@ -119,52 +137,78 @@ __device__ __forceinline__ void pl_step(uint4 qa, uint4 qb, const uint32_t ws[4]
         acc[i] = fmaf(sc[i] * sxe[i], (float)(d[0][i] + d[1][i]), fmaf(bi[i], sme[i], acc[i]));
 }
 
-/* One block b in shared memory (a ring slot): its 4 steps against x from step s0. */
+/* Words of a 16-byte quad */
+__device__ __forceinline__ void pl_words(uint4 q, uint32_t *w) { w[0] = q.x, w[1] = q.y, w[2] = q.z, w[3] = q.w; }
+
+/* One block b in shared memory (a ring slot): its U steps against x from step s0. Quad q of
+ * lane L, row half ab, step u at ((u LQ + q) 2 + ab) 512 + 16 L (qtile.cuh). */
+template <int BITS>
 __device__ __forceinline__ void pl_block(const uint8_t *b, const uint4 *xq, const float *xsc,
-                                         const float *xsum, int s0, int lane, float acc[4]) {
-    const uint8_t *sw = b + 4096 + 4 * NWS * (lane >> 2);
+                                         const float *xsum, int s0, int S, int lane, float acc[4]) {
+    using Q = pl_q<BITS>;
+    const uint8_t *sw = b + 4096 + 4 * Q::NWS * (lane >> 2);
 #pragma unroll
-    for (int u = 0; u < 4; u++) {
+    for (int u = 0; u < Q::U; u++) {
         const uint32_t ws[4] = {*(const uint32_t *)(sw + 4 * u),
-                                *(const uint32_t *)(sw + 32 * NWS + 4 * u),
-                                *(const uint32_t *)(sw + 64 * NWS + 4 * u),
-                                *(const uint32_t *)(sw + 96 * NWS + 4 * u)};
-        pl_step(*(const uint4 *)(b + u * 1024 + 16 * lane),
-                *(const uint4 *)(b + u * 1024 + 512 + 16 * lane), ws, xq, xsc, xsum, s0 + u, lane,
-                acc);
+                                *(const uint32_t *)(sw + 32 * Q::NWS + 4 * u),
+                                *(const uint32_t *)(sw + 64 * Q::NWS + 4 * u),
+                                *(const uint32_t *)(sw + 96 * Q::NWS + 4 * u)};
+        uint32_t wa[4 * Q::LQ], wb[4 * Q::LQ];
+#pragma unroll
+        for (int q = 0; q < Q::LQ; q++) {
+            pl_words(*(const uint4 *)(b + ((u * Q::LQ + q) * 2) * 512 + 16 * lane), wa + 4 * q);
+            pl_words(*(const uint4 *)(b + ((u * Q::LQ + q) * 2 + 1) * 512 + 16 * lane), wb + 4 * q);
+        }
+        pl_step<BITS>(wa, wb, ws, xq, xsc, xsum, s0 + u, S, lane, acc);
     }
 }
 
-/* A block in registers (R = 0: as qmv_i8's tiled batch): the lane's 8 code quads and the 4
- * kinds x 4 scale / bias words of its row pair, loaded straight from global memory. */
-struct pl_regblk {
-    uint4 qa[4], qb[4];
-    uint32_t w[4][NWS];
+/* A block in registers (R = 0: as qmv_i8's tiled batch): the lane's code quads and the 4
+ * kinds x NWS scale / bias words of its row pair, loaded straight from global memory. */
+template <int BITS> struct pl_regblk {
+    uint4 qa[pl_q<BITS>::U * pl_q<BITS>::LQ], qb[pl_q<BITS>::U * pl_q<BITS>::LQ];
+    uint32_t w[4][pl_q<BITS>::NWS];
 };
-__device__ __forceinline__ void pl_load(pl_regblk &r, const uint8_t *b, int lane) {
+template <int BITS>
+__device__ __forceinline__ void pl_load(pl_regblk<BITS> &r, const uint8_t *b, int lane) {
+    using Q = pl_q<BITS>;
 #pragma unroll
-    for (int u = 0; u < 4; u++) {
-        r.qa[u] = ldg_stream16(b + u * 1024 + 16 * lane);
-        r.qb[u] = ldg_stream16(b + u * 1024 + 512 + 16 * lane);
+    for (int i = 0; i < Q::U * Q::LQ; i++) { /* i = u LQ + q */
+        r.qa[i] = ldg_stream16(b + (2 * i) * 512 + 16 * lane);
+        r.qb[i] = ldg_stream16(b + (2 * i + 1) * 512 + 16 * lane);
     }
-    const uint8_t *sw = b + 4096 + 4 * NWS * (lane >> 2);
+    const uint8_t *sw = b + 4096 + 4 * Q::NWS * (lane >> 2);
 #pragma unroll
-    for (int k = 0; k < 4; k++) qw_sb_tile<NWS>(r.w[k], sw + k * 32 * NWS);
+    for (int k = 0; k < 4; k++) qw_sb_tile<Q::NWS>(r.w[k], sw + k * 32 * Q::NWS);
 }
-__device__ __forceinline__ void pl_block_reg(const pl_regblk &r, const uint4 *xq, const float *xsc,
-                                             const float *xsum, int s0, int lane, float acc[4]) {
+template <int BITS>
+__device__ __forceinline__ void pl_block_reg(const pl_regblk<BITS> &r, const uint4 *xq,
+                                             const float *xsc, const float *xsum, int s0, int S,
+                                             int lane, float acc[4]) {
+    using Q = pl_q<BITS>;
 #pragma unroll
-    for (int u = 0; u < 4; u++) {
+    for (int u = 0; u < Q::U; u++) {
         const uint32_t ws[4] = {r.w[0][u], r.w[1][u], r.w[2][u], r.w[3][u]};
-        pl_step(r.qa[u], r.qb[u], ws, xq, xsc, xsum, s0 + u, lane, acc);
+        uint32_t wa[4 * Q::LQ], wb[4 * Q::LQ];
+#pragma unroll
+        for (int q = 0; q < Q::LQ; q++)
+            pl_words(r.qa[u * Q::LQ + q], wa + 4 * q), pl_words(r.qb[u * Q::LQ + q], wb + 4 * q);
+        pl_step<BITS>(wa, wb, ws, xq, xsc, xsum, s0 + u, S, lane, acc);
     }
 }
 
-/* The warp's partial of its CTA's tile `tile` (rows g, g + 8; both group columns) into its
- * slot p (16 floats) of the partials. */
+/* The warp's partial of its CTA's tile `tile` (rows g, g + 8; both group columns, with hi +
+ * lo x the lo row's from lane t = 1) into its slot p (16 floats) of the partials. Every lane
+ * calls it (the shuffle). */
+template <int BITS>
 __device__ __forceinline__ void pl_flush(float *p, int tile, int lane, float acc[4]) {
     const int g = lane >> 2, t = lane & 3;
-    if (tile >= 0 && t == 0) p[g] = acc[0] + acc[1], p[g + 8] = acc[2] + acc[3];
+    float v0 = acc[0] + acc[1], v1 = acc[2] + acc[3];
+    if constexpr (pl_q<BITS>::HL) {
+        v0 += __shfl_down_sync(0xffffffffu, v0, 1);
+        v1 += __shfl_down_sync(0xffffffffu, v1, 1);
+    }
+    if (tile >= 0 && t == 0) p[g] = v0, p[g + 8] = v1;
     acc[0] = acc[1] = acc[2] = acc[3] = 0.f;
 }
 
@@ -318,9 +362,18 @@ __device__ __forceinline__ void pl_att_merge(const pl_args &a, int k, float f[8]
     for (int e = 0; e < 8; e++) f[e] *= inv;
 }
 
+/* 8 values of x rounded into x's shared memory: int8 (4-bit weights) or int8 hi + lo rows
+ * (8-bit), with the groups' scales and sums (every thread of the warp: the shuffles). */
+template <int BITS>
+__device__ __forceinline__ void pl_quant(uint4 *xq, float *xsc, float *xsum, const float f[8],
+                                         qw_prep_at at, int S) {
+    if constexpr (pl_q<BITS>::HL) qi_quant_store_hl<64, QI_XW>(xq, xsc, xsum, f, at, S);
+    else qi_quant_store<64, 4, QI_XW>(xq, xsc, xsum, f, at, 1, S);
+}
+
 /* x of stage st rounded into shared memory by the whole CTA (NW * 32 threads, 8 values a
- * thread and pass; the passes' trip counts are uniform for qi_quant_store's shuffles). */
-template <int NW>
+ * thread and pass; the passes' trip counts are uniform for the shuffles). */
+template <int NW, int BITS>
 __device__ __forceinline__ void pl_prep(int st, const pl_args &a, uint4 *xq, float *xsc,
                                         float *xsum, float *red) {
     constexpr int T = NW * 32, UN = (D / 8 + T - 1) / T; /* passes of a K = D norm */
@@ -342,7 +395,7 @@ __device__ __forceinline__ void pl_prep(int st, const pl_args &a, uint4 *xq, flo
             const qw_prep_at at = {0, u >> 4, (u >> 2) & 3, u & 3, u < D / 8};
 #pragma unroll
             for (int e = 0; e < 8; e++) f[p][e] *= inv;
-            qi_quant_store<64, 4, QI_XW>(xq, xsc, xsum, f[p], at, 1, D / 128);
+            pl_quant<BITS>(xq, xsc, xsum, f[p], at, D / 128);
         }
     } else {
         const int K = pl_k(st);
@@ -363,7 +416,7 @@ __device__ __forceinline__ void pl_prep(int st, const pl_args &a, uint4 *xq, flo
                     for (int e = 0; e < 8; e++) f[e] = act_apply(f[e], 0) * up[e];
                 }
             }
-            qi_quant_store<64, 4, QI_XW>(xq, xsc, xsum, f, at, 1, K / 128);
+            pl_quant<BITS>(xq, xsc, xsum, f, at, K / 128);
         }
     }
     __syncthreads();
@@ -371,24 +424,26 @@ __device__ __forceinline__ void pl_prep(int st, const pl_args &a, uint4 *xq, flo
 
 /* Stage st's row tiles of this CTA [*t0, *t0 + *nt) (whole tiles, as even as they divide)
  * and warp's contiguous share of their blocks [*r, *r + *c). */
-template <int NW>
+template <int NW, int BITS>
 __device__ __forceinline__ void pl_range(int mask, int st, int warp, int *t0, int *nt, int *r,
                                          int *c) {
-    const int G = (int)gridDim.x, b = (int)blockIdx.x, nb = pl_nb(st);
+    const int G = (int)gridDim.x, b = (int)blockIdx.x, nb = pl_nb(st, BITS);
     const int T = (mask >> st & 1) ? pl_rows(st) / 16 : 0;
     *t0 = (int)((long)b * T / G), *nt = (int)((long)(b + 1) * T / G) - *t0;
     const int cb = *nt * nb;
     *r = *t0 * nb + warp * cb / NW, *c = (warp + 1) * cb / NW - warp * cb / NW;
 }
 
-template <int NW, int R>
+template <int NW, int R, int BITS>
 __global__ void __launch_bounds__(NW * 32, 1) pl_kernel(pl_args a) {
+    using Q = pl_q<BITS>;
+    constexpr int TB = Q::TB;
     extern __shared__ __align__(16) uint8_t pl_sm[];
-    uint4 *xq = (uint4 *)pl_sm;
-    float *xsc = (float *)(xq + (size_t)SMAX * 16), *xsum = xsc + (size_t)SMAX * QI_XW;
-    float *red = xsum + (size_t)SMAX * QI_XW;
-    float *part = (float *)(pl_sm + XB); /* [TMAX][NW][16] */
-    uint8_t *ring = pl_sm + XB + (size_t)TMAX * NW * 16 * 4;
+    uint4 *xq = (uint4 *)pl_sm; /* [HL ? 2 : 1][S][16] */
+    float *xsc = (float *)(xq + (size_t)SMAX * 16 * (Q::HL ? 2 : 1));
+    float *xsum = xsc + (size_t)SMAX * QI_XW, *red = xsum + (size_t)SMAX * QI_XW;
+    float *part = (float *)(pl_sm + Q::XB); /* [TMAX][NW][16] */
+    uint8_t *ring = pl_sm + Q::XB + (size_t)TMAX * NW * 16 * 4;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     constexpr bool REG = R == 0; /* blocks in registers, one in flight ahead */
     constexpr int RS = REG ? 1 : R;
@@ -399,7 +454,7 @@ __global__ void __launch_bounds__(NW * 32, 1) pl_kernel(pl_args a) {
 #pragma unroll
     for (int st = 0; st < NST; st++) {
         int t0, nt;
-        pl_range<NW>(a.mask, st, warp, &t0, &nt, &r[st], &c[st]);
+        pl_range<NW, BITS>(a.mask, st, warp, &t0, &nt, &r[st], &c[st]);
     }
     const int per = c[0] + c[1] + c[2] + c[3];
     const long n = (long)per * a.nl;
@@ -412,8 +467,8 @@ __global__ void __launch_bounds__(NW * 32, 1) pl_kernel(pl_args a) {
         const uint8_t *w = (const uint8_t *)__ldg((const unsigned long long *)a.w + l * NST + st);
         return w + (size_t)(rb + o) * TB;
     };
-    pl_regblk nx; /* REG: the next block */
-    if (REG && n > 0) pl_load(nx, src(0), lane);
+    pl_regblk<BITS> nx; /* REG: the next block */
+    if (REG && n > 0) pl_load<BITS>(nx, src(0), lane);
     if (!REG && lane == 0) {
         for (int i = 0; i < R; i++) mbar_init(&bar[i], 1);
         mbar_init_fence_cluster();
@@ -446,21 +501,21 @@ __global__ void __launch_bounds__(NW * 32, 1) pl_kernel(pl_args a) {
             }
             /* the stage's ranges (recomputed: fewer registers held across the stages) */
             int ts, ns, rs, cs;
-            pl_range<NW>(a.mask, st, warp, &ts, &ns, &rs, &cs);
+            pl_range<NW, BITS>(a.mask, st, warp, &ts, &ns, &rs, &cs);
             __syncthreads(); /* every warp done with x and the partials of the last stage */
             for (int i = threadIdx.x; i < ns * NW * 16; i += NW * 32) part[i] = 0.f;
-            if (compute && a.prep) pl_prep<NW>(st, a, xq, xsc, xsum, red);
+            if (compute && a.prep) pl_prep<NW, BITS>(st, a, xq, xsc, xsum, red);
             else __syncthreads();
-            const int nb = pl_nb(st);
+            const int nb = pl_nb(st, BITS), S = pl_k(st) / 128;
             float acc[4] = {0.f, 0.f, 0.f, 0.f};
             int tile = -1;
             for (int i = 0; i < cs && REG; i++, j++) {
-                const pl_regblk cur = nx;
-                if (j + 1 < n) pl_load(nx, src(j + 1), lane);
+                const pl_regblk<BITS> cur = nx;
+                if (j + 1 < n) pl_load<BITS>(nx, src(j + 1), lane);
                 if (compute) {
                     const int blk = rs + i, tl = blk / nb - ts, kb = blk % nb;
-                    if (tl != tile) pl_flush(part + (tile * NW + warp) * 16, tile, lane, acc), tile = tl;
-                    pl_block_reg(cur, xq, xsc, xsum, 4 * kb, lane, acc);
+                    if (tl != tile) pl_flush<BITS>(part + (tile * NW + warp) * 16, tile, lane, acc), tile = tl;
+                    pl_block_reg<BITS>(cur, xq, xsc, xsum, Q::U * kb, S, lane, acc);
                 }
             }
             for (int i = 0; i < cs && !REG; i++, j++) {
@@ -468,8 +523,8 @@ __global__ void __launch_bounds__(NW * 32, 1) pl_kernel(pl_args a) {
                 mbar_wait(&bar[s], (unsigned)(j / RS) & 1u);
                 if (compute) {
                     const int blk = rs + i, tl = blk / nb - ts, kb = blk % nb;
-                    if (tl != tile) pl_flush(part + (tile * NW + warp) * 16, tile, lane, acc), tile = tl;
-                    pl_block(slots + (size_t)s * TB, xq, xsc, xsum, 4 * kb, lane, acc);
+                    if (tl != tile) pl_flush<BITS>(part + (tile * NW + warp) * 16, tile, lane, acc), tile = tl;
+                    pl_block<BITS>(slots + (size_t)s * TB, xq, xsc, xsum, Q::U * kb, S, lane, acc);
                 }
                 __syncwarp(); /* every lane's reads of the slot before the refill overwrites it */
                 if (lane == 0 && j + RS < n) {
@@ -479,7 +534,7 @@ __global__ void __launch_bounds__(NW * 32, 1) pl_kernel(pl_args a) {
                 }
             }
             if (!compute) continue;
-            pl_flush(part + (tile * NW + warp) * 16, tile, lane, acc);
+            pl_flush<BITS>(part + (tile * NW + warp) * 16, tile, lane, acc);
             __syncthreads();
             /* the CTA's rows: partials summed in warp order; o and down add the residual */
             float *y = st == ST_QKV ? a.qkv : st == ST_GU ? a.gu : a.xres;
@@ -528,22 +583,24 @@ static void pl_ctx(const pl_args &a) {
     CK(cudaMemcpy((void *)a.cs, g_cs, sizeof g_cs, cudaMemcpyHostToDevice));
 }
 
-static double pl_mb(int mask) {
+static double pl_mb(int mask, int bits) {
     double b = 0;
     for (int s = 0; s < NST; s++)
-        if (mask >> s & 1) b += (double)pl_blocks(s) * TB;
+        if (mask >> s & 1)
+            b += (double)pl_blocks(s, bits) * (bits == 4 ? pl_q<4>::TB : pl_q<8>::TB);
     return b / 1e6;
 }
 
-template <int NW, int R>
+template <int NW, int R, int BITS>
 static void pl_time(int iters, pl_args a, int sms, cudaStream_t st) {
-    const size_t smem = pl_smem<NW, R>();
-    CK(cudaFuncSetAttribute(pl_kernel<NW, R>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    const size_t smem = pl_smem<NW, R, BITS>();
+    CK(cudaFuncSetAttribute(pl_kernel<NW, R, BITS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                             (int)smem));
     int occ = 0;
-    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, pl_kernel<NW, R>, NW * 32, smem));
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, pl_kernel<NW, R, BITS>, NW * 32, smem));
     if (occ < 1) {
-        printf("warps %d ring %d: does not fit (%zu bytes of shared memory)\n", NW, R, smem);
+        printf("q%d warps %d ring %d: does not fit (%zu bytes of shared memory)\n", BITS, NW, R,
+               smem);
         return;
     }
     pl_ctx(a);
@@ -555,7 +612,7 @@ static void pl_time(int iters, pl_args a, int sms, cudaStream_t st) {
     for (int it = -1; it < n; it++) { /* one untimed launch first */
         a.base = g_done;
         CK(cudaEventRecord(e0, st));
-        pl_kernel<NW, R><<<sms, NW * 32, smem, st>>>(a);
+        pl_kernel<NW, R, BITS><<<sms, NW * 32, smem, st>>>(a);
         CK(cudaGetLastError());
         CK(cudaEventRecord(e1, st));
         g_done += pl_flags(a) * (unsigned)sms;
@@ -573,13 +630,13 @@ static void pl_time(int iters, pl_args a, int sms, cudaStream_t st) {
     CK(cudaMemcpy(x, a.xres, sizeof x, cudaMemcpyDeviceToHost));
     int bad = 0;
     for (int i = 0; i < D; i++) bad += !isfinite(x[i]);
-    const double mb = pl_mb(a.mask);
+    const double mb = pl_mb(a.mask, BITS);
     char att[32];
     if (a.ctx > 0) snprintf(att, sizeof att, "ctx %4d / %2d", a.ctx, a.splits);
     else snprintf(att, sizeof att, "spin %5d ns", a.att_ns);
-    printf("warps %2d ring %d mode %d %s prep %d st %2d: %6.2f us a layer (min %6.2f), "
+    printf("q%d warps %2d ring %d mode %d %s prep %d st %2d: %6.2f us a layer (min %6.2f), "
            "%5.1f MB, %4.0f GB/s (4,250 GB/s: %5.2f us)%s%s\n",
-           NW, R, a.mode, att, a.prep, a.mask, per[n / 2], per[0], mb, mb * 1e3 / per[n / 2],
+           BITS, NW, R, a.mode, att, a.prep, a.mask, per[n / 2], per[0], mb, mb * 1e3 / per[n / 2],
            mb / 4.25, ctr == g_done ? "" : " COUNT MISMATCH", bad ? " x NOT FINITE" : "");
     if (ctr != g_done) g_done = ctr;
 }
@@ -587,8 +644,9 @@ static void pl_time(int iters, pl_args a, int sms, cudaStream_t st) {
 /* ==== PL_CHECK: one layer (mode 0, all stages, no attention stand-in) against the host ====
  * Each stage's output is recomputed in double from the device's own input to that stage
  * (atomics add in any order, and a flipped int8 rounding of x should not read as a bug): the
- * same int8 rounding of x per g64 group (scale absmax / 127, round to nearest even), the
- * weights decoded from the tiled layout (qtile.cuh), y = sum over groups of s sx D + b sum(x). */
+ * same int8 rounding of x per g64 group (scale absmax / 127, round to nearest even; 8-bit
+ * weights: hi + lo, lo = rn((z - hi) 254), scale / 254), the weights decoded from the tiled
+ * layout (qtile.cuh), y = sum over groups of s (sx D_hi + sx / 254 D_lo) + b sum(x). */
 static float h_bf16(const uint8_t *p) {
     uint32_t u = (uint32_t)(p[0] | p[1] << 8) << 16;
     float f;
@@ -596,32 +654,37 @@ static float h_bf16(const uint8_t *p) {
     return f;
 }
 
-/* y[N] (+=) M x for the tiled q4g64 weight w [N, K], x rounded as the device rounds it */
-static void h_matvec(const uint8_t *w, int N, int K, const float *x, double *y) {
-    const qt_shape s = qt_of(4, 64, K);
+/* y[N] (+=) M x for the tiled BITS-bit g64 weight w [N, K], x rounded as the device rounds it */
+static void h_matvec(const uint8_t *w, int bits, int N, int K, const float *x, double *y) {
+    const qt_shape s = qt_of(bits, 64, K);
     const int G = K / 64;
-    int8_t *q = (int8_t *)malloc(K);
+    const uint32_t mask = (1u << bits) - 1;
+    int8_t *qh = (int8_t *)malloc(K), *ql = (int8_t *)malloc(K);
     double *sx = (double *)malloc(G * sizeof *sx), *sum = (double *)malloc(G * sizeof *sum);
     for (int g = 0; g < G; g++) {
         float amax = 0.f, sm = 0.f;
         for (int k = 64 * g; k < 64 * g + 64; k++) amax = fmaxf(amax, fabsf(x[k])), sm += x[k];
         const float inv = amax > 0.f ? 127.f / amax : 0.f;
-        for (int k = 64 * g; k < 64 * g + 64; k++) q[k] = (int8_t)nearbyintf(x[k] * inv);
+        for (int k = 64 * g; k < 64 * g + 64; k++) {
+            const float z = x[k] * inv, h = nearbyintf(z);
+            qh[k] = (int8_t)h, ql[k] = bits == 8 ? (int8_t)nearbyintf((z - h) * 254.f) : 0;
+        }
         sx[g] = amax / 127.f, sum[g] = sm;
     }
     for (int n = 0; n < N; n++)
         for (int g = 0; g < G; g++) {
-            long dot = 0;
+            long dh = 0, dl = 0;
             for (int k = 64 * g; k < 64 * g + 64; k++) {
                 int sh;
                 uint32_t word;
                 memcpy(&word, w + qt_code_word(s, n, k, &sh), 4);
-                dot += (long)((word >> sh) & 15) * q[k];
+                const long c = (long)((word >> sh) & mask);
+                dh += c * qh[k], dl += c * ql[k];
             }
-            y[n] += h_bf16(w + qt_sb_half(s, n, 64 * g, 0)) * sx[g] * (double)dot +
+            y[n] += h_bf16(w + qt_sb_half(s, n, 64 * g, 0)) * sx[g] * ((double)dh + dl / 254.0) +
                     h_bf16(w + qt_sb_half(s, n, 64 * g, 1)) * sum[g];
         }
-    free(q), free(sx), free(sum);
+    free(qh), free(ql), free(sx), free(sum);
 }
 
 /* x / rms(x) in fp32, as pl_prep */
@@ -647,12 +710,12 @@ static uint8_t *h_copy(const uint8_t *dev, size_t bytes) {
     return h;
 }
 
-template <int NW, int R>
+template <int NW, int R, int BITS>
 static int pl_check(pl_args a, const uint8_t *const *hw, int sms, cudaStream_t st) {
-    const size_t smem = pl_smem<NW, R>();
-    CK(cudaFuncSetAttribute(pl_kernel<NW, R>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    const size_t smem = pl_smem<NW, R, BITS>();
+    CK(cudaFuncSetAttribute(pl_kernel<NW, R, BITS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                             (int)smem));
-    printf("check: warps %d ring %d, ctx %d / %d\n", NW, R, a.ctx, a.splits);
+    printf("check: q%d warps %d ring %d, ctx %d / %d\n", BITS, NW, R, a.ctx, a.splits);
     a.mode = 0, a.nl = 1, a.mask = 15, a.att_ns = 0, a.prep = 1, a.base = g_done;
     pl_ctx(a);
     CK(cudaMemset(a.qkv, 0, QKV * 4));
@@ -664,7 +727,7 @@ static int pl_check(pl_args a, const uint8_t *const *hw, int sms, cudaStream_t s
     for (int rep = 0; rep < 2; rep++) { /* twice from x0: the sums' order is fixed */
         CK(cudaMemcpy(a.xres, x0, D * 4, cudaMemcpyHostToDevice));
         a.base = g_done;
-        pl_kernel<NW, R><<<sms, NW * 32, smem, st>>>(a);
+        pl_kernel<NW, R, BITS><<<sms, NW * 32, smem, st>>>(a);
         CK(cudaGetLastError());
         CK(cudaStreamSynchronize(st));
         g_done += pl_flags(a) * (unsigned)sms;
@@ -677,13 +740,13 @@ static int pl_check(pl_args a, const uint8_t *const *hw, int sms, cudaStream_t s
     CK(cudaMemcpy(gu, a.gu, 2 * F * 4, cudaMemcpyDeviceToHost));
     uint8_t *w[NST];
     for (int s = 0; s < NST; s++)
-        w[s] = h_copy(hw[s], cuda_q_tiled_bytes(pl_rows(s), pl_k(s), 4, 64));
+        w[s] = h_copy(hw[s], cuda_q_tiled_bytes(pl_rows(s), pl_k(s), BITS, 64));
     double *r = (double *)calloc(2 * F, sizeof *r), *x1 = (double *)calloc(D, sizeof *x1);
     float *v = (float *)malloc(F * 4);
     int ok = 1;
     for (int k = 0; k < D; k++) x1[k] = x0[k];
     h_norm(x1, v); /* q/k/v from x0 */
-    h_matvec(w[ST_QKV], QKV, D, v, r);
+    h_matvec(w[ST_QKV], BITS, QKV, D, v, r);
     ok &= h_cmp("qkv", qkv, r, QKV);
     if (a.ctx > 0) { /* attention of the device's q, k, v over the pool (layer 0) */
         const size_t ne = (size_t)(a.ctx + PL_PAGE) / PL_PAGE * PL_PAGE * 1024;
@@ -733,21 +796,30 @@ static int pl_check(pl_args a, const uint8_t *const *hw, int sms, cudaStream_t s
                 att[hq * 128 + e] = (float)(o / sum);
             }
         }
-        h_matvec(w[ST_O], D, D, att, x1); /* x1 = x0 + o(attention) */
+        h_matvec(w[ST_O], BITS, D, D, att, x1); /* x1 = x0 + o(attention) */
         free(kc), free(vc), free(sc), free(att);
     } else {
-        h_matvec(w[ST_O], D, D, qkv, x1); /* x1 = x0 + o(q), the device's q */
+        h_matvec(w[ST_O], BITS, D, D, qkv, x1); /* x1 = x0 + o(q), the device's q */
     }
     h_norm(x1, v);
     memset(r, 0, 2 * F * sizeof *r);
-    h_matvec(w[ST_GU], 2 * F, D, v, r);
+    h_matvec(w[ST_GU], BITS, 2 * F, D, v, r);
     ok &= h_cmp("gu", gu, r, 2 * F);
     for (int k = 0; k < F; k++) v[k] = gu[k] / (1.0f + expf(-gu[k])) * gu[F + k];
-    h_matvec(w[ST_DOWN], D, F, v, x1); /* x2 = x1 + down(act(gate) * up) */
+    h_matvec(w[ST_DOWN], BITS, D, F, v, x1); /* x2 = x1 + down(act(gate) * up) */
     ok &= h_cmp("x", x2, x1, D) & same;
     for (int s = 0; s < NST; s++) free(w[s]);
     free(x0), free(x2), free(qkv), free(gu), free(r), free(x1), free(v);
     return ok;
+}
+
+/* One PL_CFG value timed */
+template <int BITS> static void pl_cfg(int cfg, int iters, const pl_args &a, int sms, cudaStream_t st) {
+    if (cfg == 16) pl_time<16, 2, BITS>(iters, a, sms, st);
+    else if (cfg == 12) pl_time<12, 3, BITS>(iters, a, sms, st);
+    else if (cfg == 8) pl_time<8, 4, BITS>(iters, a, sms, st);
+    else if (cfg == -12) pl_time<12, 0, BITS>(iters, a, sms, st);
+    else if (cfg == -8) pl_time<8, 0, BITS>(iters, a, sms, st);
 }
 
 /* comma list of ints from env name (default def) into v[]; returns the count */
@@ -774,19 +846,24 @@ int main(int argc, char **argv) {
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     const char *nle = getenv("PL_NL");
     const int nl = nle && atoi(nle) >= 1 && atoi(nle) <= NLMAX ? atoi(nle) : NLMAX;
-    /* weights: codes of hashed bytes, every bf16 scale and bias 0x3a.. (~5e-4 .. 1e-3) */
-    const uint8_t *hw[NLMAX * NST];
-    for (int l = 0; l < nl; l++)
-        for (int s = 0; s < NST; s++)
-            hw[l * NST + s] = (const uint8_t *)dev_fill(
-                cuda_q_tiled_bytes(pl_rows(s), pl_k(s), 4, 64), 17 + 7 * l + s, 0x00ff00ffu,
-                0x3a003a00u);
+    int bits[2];
+    const int nbits = pl_list("PL_BITS", "4,8", bits, 2);
+    /* weights of each bit width: codes of hashed bytes, every bf16 scale and bias 0x3a..
+     * (~5e-4 .. 1e-3) */
+    static const uint8_t *hw[2][NLMAX * NST];
+    const uint8_t **dw[2] = {NULL, NULL};
+    for (int ib = 0; ib < nbits; ib++) {
+        if (bits[ib] != 4 && bits[ib] != 8) bits[ib] = 4;
+        for (int l = 0; l < nl; l++)
+            for (int s = 0; s < NST; s++)
+                hw[ib][l * NST + s] = (const uint8_t *)dev_fill(
+                    cuda_q_tiled_bytes(pl_rows(s), pl_k(s), bits[ib], 64), 17 + 7 * l + s,
+                    0x00ff00ffu, 0x3a003a00u);
+        CK(cudaMalloc((void **)&dw[ib], sizeof hw[ib]));
+        CK(cudaMemcpy(dw[ib], hw[ib], sizeof hw[ib], cudaMemcpyHostToDevice));
+    }
     pl_args a;
     memset(&a, 0, sizeof a);
-    const uint8_t **dw;
-    CK(cudaMalloc((void **)&dw, sizeof hw));
-    CK(cudaMemcpy(dw, hw, sizeof hw, cudaMemcpyHostToDevice));
-    a.w = dw;
     a.xres = (float *)dev_fill(D * 4, 5, 0x807fffffu, 0x3f000000u); /* +-[0.5, 1) */
     CK(cudaMalloc((void **)&a.qkv, QKV * 4));
     CK(cudaMalloc((void **)&a.gu, 2 * F * 4));
@@ -817,11 +894,17 @@ int main(int argc, char **argv) {
     CK(cudaMalloc((void **)&a.att, 8 * 16 * PL_AP * 4));
     CK(cudaDeviceSynchronize());
     a.ctx = ctx[0], a.splits = spl[0];
-    printf("persist_layer: %d SMs, %d layers a launch, 8B q4g64 tiled; today's four launches "
-           "(qi_timeline) ~45 us a layer\n", sms, nl);
-    if (getenv("PL_CHECK") && atoi(getenv("PL_CHECK")) &&
-        !(pl_check<16, 2>(a, hw, sms, st) & pl_check<8, 0>(a, hw, sms, st)))
-        return 1;
+    printf("persist_layer: %d SMs, %d layers a launch, 8B shape, g64 tiled; today's four q4 "
+           "launches (qi_timeline) ~45 us a layer\n", sms, nl);
+    for (int ib = 0; ib < nbits && getenv("PL_CHECK") && atoi(getenv("PL_CHECK")); ib++) {
+        a.w = dw[ib];
+        const int ok = bits[ib] == 8 ? pl_check<16, 2, 8>(a, hw[ib], sms, st) &
+                                           pl_check<8, 0, 8>(a, hw[ib], sms, st)
+                                     : pl_check<16, 2, 4>(a, hw[ib], sms, st) &
+                                           pl_check<8, 0, 4>(a, hw[ib], sms, st);
+        if (!ok) return 1;
+    }
+    for (int ib = 0; ib < nbits; ib++)
     for (int im = 0; im < nmask; im++)
         for (int ip = 0; ip < nprep; ip++)
             for (int ix = 0; ix < nctx * nspl * natt; ix++)
@@ -832,11 +915,9 @@ int main(int argc, char **argv) {
                         a.att_ns = att[ix % natt];
                         if (a.ctx > 0 && ix % natt) continue; /* the spin only without */
                         if (a.ctx == 0 && ix / natt % nspl) continue; /* splits only with */
-                        if (cfg[ic] == 16) pl_time<16, 2>(iters, a, sms, st);
-                        else if (cfg[ic] == 12) pl_time<12, 3>(iters, a, sms, st);
-                        else if (cfg[ic] == 8) pl_time<8, 4>(iters, a, sms, st);
-                        else if (cfg[ic] == -12) pl_time<12, 0>(iters, a, sms, st);
-                        else if (cfg[ic] == -8) pl_time<8, 0>(iters, a, sms, st);
+                        a.w = dw[ib];
+                        if (bits[ib] == 8) pl_cfg<8>(cfg[ic], iters, a, sms, st);
+                        else pl_cfg<4>(cfg[ic], iters, a, sms, st);
                     }
     return 0;
 }

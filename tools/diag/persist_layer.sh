@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # GPU machine (~1-2 min): bench/persist_layer.cu (built here, carried as .carry/pp/persist_layer):
-# the 8B q4g64 B=1 layer (q/k/v, attention over 512 cached tokens, o, gate+up, down) in one
-# resident grid with per-warp shared-memory rings and grid-wide flags. Compare mode 0 (flags)
-# with 28.9 us (the layer's 122.7 MB at 4,250 GB/s) and with today's engine layer (~57 us at
-# ~550 tok/s; qi_timeline's four launches ~45 us + ~8.5 us of attention).
+# the 8B q4g64 / q8g64 B=1 layer (q/k/v, attention over 512 cached tokens, o, gate+up, down)
+# in one resident grid with per-warp shared-memory rings (or register batches) and grid-wide
+# flags. Compare mode 0 (flags) with the bytes at 4,250 GB/s (q4 122.7 MB: 28.9 us; q8 231.7
+# MB: 54.5 us; printed) and with today's engine layer (q4 ~57 us at ~550 tok/s, qi_timeline's
+# four launches ~45 us + ~8.5 us of attention; q8 ~85 us at ~365 tok/s).
 # Stage mask 12 is session 20's probe (gate+up then down: 23.3 us of bytes against ~31-33 us
 # in today's two launches).
 #   mkdir -p .carry/pp && nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Isrc \
