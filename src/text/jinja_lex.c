@@ -84,8 +84,8 @@ static int emit_data(lexer *L, size_t from, size_t to, char sign, bool lstrip_ok
 }
 
 /* ==== String literals: Python's unicode-escape decoding of the quoted text ==== */
-static bool put_cp(char *o, size_t *k, int32_t cp) {
-    if (cp < 0 || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+static bool put_cp(char *o, size_t *k, uint32_t cp) {
+    if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
     if (cp < 0x80) o[(*k)++] = (char)cp;
     else if (cp < 0x800) { o[(*k)++] = (char)(0xC0 | (cp >> 6)); o[(*k)++] = (char)(0x80 | (cp & 0x3F)); }
     else if (cp < 0x10000) {
@@ -142,11 +142,11 @@ static int unescape(lexer *L, const char *p, size_t n, jtok *t) {
         case 'v': o[k++] = '\v'; break;
         case 'x': case 'u': case 'U': {
             int want = c == 'x' ? 2 : c == 'u' ? 4 : 8;
-            int32_t cp = 0;
+            uint32_t cp = 0; /* \UFFFFFFFF: 8 digits fill it (a signed int overflowed) */
             for (int d = 0; d < want; d++) {
                 int h = i < n ? hexval(p[i]) : -1;
                 if (h < 0) return lex_fail(L, "truncated escape sequence in string literal");
-                cp = cp * 16 + h;
+                cp = cp * 16 + (uint32_t)h;
                 i++;
             }
             if (!put_cp(o, &k, cp)) return lex_fail(L, "invalid code point escape in string literal");
@@ -155,8 +155,9 @@ static int unescape(lexer *L, const char *p, size_t n, jtok *t) {
         case 'N': return lex_fail(L, "\\N{...} escapes are not supported in string literals");
         default:
             if (c >= '0' && c <= '7') {
-                int32_t cp = c - '0';
-                for (int d = 0; d < 2 && i < n && p[i] >= '0' && p[i] <= '7'; d++) cp = cp * 8 + (p[i++] - '0');
+                uint32_t cp = (uint32_t)(c - '0');
+                for (int d = 0; d < 2 && i < n && p[i] >= '0' && p[i] <= '7'; d++)
+                    cp = cp * 8 + (uint32_t)(p[i++] - '0');
                 put_cp(o, &k, cp);
             } else {
                 o[k++] = '\\';

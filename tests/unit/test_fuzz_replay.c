@@ -17,6 +17,9 @@
 #define LLVMFuzzerTestOneInput fuzz_config_one
 #include "../../fuzz/fuzz_config.c"
 #undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_template_one
+#include "../../fuzz/fuzz_template.c"
+#undef LLVMFuzzerTestOneInput
 
 static int replay_dir(const char *sub, int (*fn)(const uint8_t *, size_t)) {
     char dir[2048];
@@ -50,6 +53,9 @@ static void test_replay(void **st) {
     int m = replay_dir("corpus/config", fuzz_config_one);
     m += replay_dir("regress/config", fuzz_config_one);
     assert_true(m > 0);
+    int t = replay_dir("corpus/template", fuzz_template_one);
+    t += replay_dir("regress/template", fuzz_template_one);
+    assert_true(t > 0);
 }
 
 int main(void) {

@@ -285,6 +285,17 @@ static void test_errors(void **st) {
     expect_error("{% for x in 3 %}{% endfor %}", NULL, "'int' object is not iterable");
     expect_error("{% endif %}", NULL, "unexpected 'endif'");
     expect_error("\xff", NULL, "not valid UTF-8");
+    /* code point escapes past Unicode, up to all 32 bits (libFuzzer, session 21: the value
+     * overflowed a signed int) */
+    expect_error("{{ '\\UFFFFFFFF' }}", NULL, "invalid code point escape");
+    expect_error("{{ '\\U80000000' }}", NULL, "invalid code point escape");
+    expect_error("{{ '\\U00110000' }}", NULL, "invalid code point escape");
+    expect_error("{{ '\\uD800' }}", NULL, "invalid code point escape");
+    char *out = NULL;
+    mx_error err = {0};
+    assert_int_equal(render("{{ '\\U0010FFFF|\\u00e9|\\x41|\\101' }}", NULL, &out, &err), 0);
+    assert_string_equal(out, "\xf4\x8f\xbf\xbf|\xc3\xa9|A|A");
+    free(out);
 }
 
 static void test_limits(void **st) {
