@@ -38,6 +38,31 @@ void mlxq_dequantize_row_ref(float *out, const mlxq_matrix *m, int64_t r) {
     }
 }
 
+/* ==== Unpacking 3-, 5- and 6-bit codes fast ====
+ * The words of a row are one little-endian bit stream, so 8 codes of BITS bits are BITS
+ * bytes: 8 codes at a time from one 64-bit load of those bytes, constant shifts. Same values
+ * as mlxq_unpack_row (the reference; test_quant compares the SIMD dequantization with it). */
+static inline __attribute__((always_inline)) void unpack8s(uint8_t *q, const uint32_t *w, int gs,
+                                                           const int bits) {
+    const uint8_t *b = (const uint8_t *)w;
+    const uint64_t mask = (1u << bits) - 1;
+    for (int i = 0; i < gs; i += 8, b += bits) {
+        /* little-endian: byte 0 is the low one. A whole 8-byte load (a copy of `bits` bytes
+         * into a zeroed word stalls on store forwarding, ~2x slower), but not past the group */
+        uint64_t v = 0;
+        if (i + 8 < gs) memcpy(&v, b, 8);
+        else memcpy(&v, b, (size_t)bits);
+        _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++)
+            q[i + j] = (uint8_t)((v >> (bits * j)) & mask);
+    }
+}
+static inline void unpack_group(uint8_t *q, const uint32_t *w, int gs, const int bits) {
+    if (bits == 3) unpack8s(q, w, gs, 3);
+    else if (bits == 5) unpack8s(q, w, gs, 5);
+    else if (bits == 6) unpack8s(q, w, gs, 6);
+    else mlxq_unpack_row(q, w, gs, bits);
+}
+
 /* ==== x86-64 ==== */
 #if defined(__x86_64__) && defined(__GNUC__)
 #define HAVE_X86 1
@@ -104,7 +129,7 @@ INLINE AVX512_TARGET void row512_body(float *out, const mlxq_matrix *m, int64_t 
         const float s = SB_LOAD(dt, sc, r * ng + g), b = SB_LOAD(dt, bi, r * ng + g);
         const uint32_t *w = src + g * wpg;
         float *o = out + g * gs;
-        if (!direct || !isfinite(s) || !isfinite(b)) mlxq_unpack_row(q, w, gs, bits);
+        if (!direct || !isfinite(s) || !isfinite(b)) unpack_group(q, w, gs, bits);
         if (!isfinite(s) || !isfinite(b)) {
             group_ref(o, q, gs, s, b, m->sb_dtype);
             continue;
@@ -142,6 +167,7 @@ INLINE AVX512_TARGET void row512_body(float *out, const mlxq_matrix *m, int64_t 
  * non-finite scale or bias needs no scalar detour here: its values are the reference's but
  * for NaN encodings, and a NaN weight makes the output a NaN either way. */
 #define QDOT_NC CPU_WTILE_MAX_NC
+#define DIRECT(bits) ((bits) == 2 || (bits) == 4 || (bits) == 8) /* codes read from the words */
 #define QDOT_NR CPU_WTILE_MAX_ROWS
 INLINE AVX512_TARGET void qdot512_body(const int NR, const int NC, const int bits, const int dt,
                                        const mlxq_matrix *m, int64_t j0, const float *x,
@@ -157,7 +183,8 @@ INLINE AVX512_TARGET void qdot512_body(const int NR, const int NC, const int bit
     for (int64_t g = 0; g < ng; g++) {
         const float *xg = x + g * gs;
         const uint32_t *w[QDOT_NC];
-        __m512 t0[QDOT_NC], t1[QDOT_NC]; /* bits <= 4: the table; 8: scale, bias */
+        __m512 t0[QDOT_NC], t1[QDOT_NC]; /* bits <= 4: the table; 5, 6, 8: scale, bias */
+        uint8_t q[DIRECT(bits) ? 1 : QDOT_NC][128]; /* 3, 5, 6 bits: the group's codes */
         UNROLL
         for (int c = 0; c < NC; c++) {
             const int64_t r = j0 + c;
@@ -165,6 +192,7 @@ INLINE AVX512_TARGET void qdot512_body(const int NR, const int NC, const int bit
             t1[c] = _mm512_set1_ps(SB_LOAD(dt, m->biases, r * ng + g));
             w[c] = m->w + r * nw + g * wpg;
             if (bits <= 4) t0[c] = round512(_mm512_add_ps(_mm512_mul_ps(t0[c], iota), t1[c]), dt);
+            if (!DIRECT(bits)) unpack_group(q[c], w[c], gs, bits);
         }
         for (int i = 0; i < gs; i += 16) {
             __m512 xv[QDOT_NR];
@@ -173,11 +201,12 @@ INLINE AVX512_TARGET void qdot512_body(const int NR, const int NC, const int bit
             UNROLL
             for (int c = 0; c < NC; c++) {
                 __m512 wv;
+                const uint8_t *qc = q[DIRECT(bits) ? 0 : c];
                 if (bits == 4) wv = _mm512_permutexvar_ps(idx4_16(w[c], i), t0[c]);
-                else if (bits == 2) wv = _mm512_permutexvar_ps(codes16(w[c], NULL, 2, i), t0[c]);
+                else if (bits <= 3) wv = _mm512_permutexvar_ps(codes16(w[c], qc, bits, i), t0[c]);
                 else /* multiply, then add: not fused, as the reference */
                     wv = round512(_mm512_add_ps(_mm512_mul_ps(t0[c], _mm512_cvtepi32_ps(
-                                                                        codes16(w[c], NULL, 8, i))),
+                                                                        codes16(w[c], qc, bits, i))),
                                                 t1[c]),
                                   dt);
                 UNROLL
@@ -213,12 +242,13 @@ INLINE AVX512_TARGET void qdot512_body(const int NR, const int NC, const int bit
             }                                                                                      \
         }                                                                                          \
     }
+#define QDOTF_DT(NAME, TGT, W1, WN, CASES, BITS)                                                   \
+    QDOTF(NAME, TGT, W1, WN, CASES, BITS, DT_BF16) QDOTF(NAME, TGT, W1, WN, CASES, BITS, DT_F16)   \
+    QDOTF(NAME, TGT, W1, WN, CASES, BITS, DT_F32)
 #define QDOTF_ALL(NAME, TGT, W1, WN, CASES)                                                        \
-    QDOTF(NAME, TGT, W1, WN, CASES, 2, DT_BF16) QDOTF(NAME, TGT, W1, WN, CASES, 2, DT_F16)         \
-    QDOTF(NAME, TGT, W1, WN, CASES, 2, DT_F32) QDOTF(NAME, TGT, W1, WN, CASES, 4, DT_BF16)         \
-    QDOTF(NAME, TGT, W1, WN, CASES, 4, DT_F16) QDOTF(NAME, TGT, W1, WN, CASES, 4, DT_F32)          \
-    QDOTF(NAME, TGT, W1, WN, CASES, 8, DT_BF16) QDOTF(NAME, TGT, W1, WN, CASES, 8, DT_F16)         \
-    QDOTF(NAME, TGT, W1, WN, CASES, 8, DT_F32)
+    QDOTF_DT(NAME, TGT, W1, WN, CASES, 2) QDOTF_DT(NAME, TGT, W1, WN, CASES, 3)                    \
+    QDOTF_DT(NAME, TGT, W1, WN, CASES, 4) QDOTF_DT(NAME, TGT, W1, WN, CASES, 5)                    \
+    QDOTF_DT(NAME, TGT, W1, WN, CASES, 6) QDOTF_DT(NAME, TGT, W1, WN, CASES, 8)
 
 /* One row: up to 6 columns at once; 2..4 rows: 3 columns at a time (accumulators and the
  * columns' tables fit the 32 registers). */
@@ -270,7 +300,7 @@ INLINE AVX2_TARGET void row256_body(float *out, const mlxq_matrix *m, int64_t r,
         const float s = SB_LOAD(dt, sc, r * ng + g), b = SB_LOAD(dt, bi, r * ng + g);
         const uint32_t *w = src + g * wpg;
         float *o = out + g * gs;
-        if (!direct || !isfinite(s) || !isfinite(b)) mlxq_unpack_row(q, w, gs, bits);
+        if (!direct || !isfinite(s) || !isfinite(b)) unpack_group(q, w, gs, bits);
         if (!isfinite(s) || !isfinite(b)) {
             group_ref(o, q, gs, s, b, m->sb_dtype);
             continue;
@@ -305,7 +335,8 @@ INLINE AVX2_TARGET void qdot256_body(const int NR, const int NC, const int bits,
     for (int64_t g = 0; g < ng; g++) {
         const float *xg = x + g * gs;
         const uint32_t *w[QDOT_NC];
-        __m256 t0[QDOT_NC], t1[QDOT_NC]; /* bits <= 4: values 0-7, 8-15; 8: scale, bias */
+        __m256 t0[QDOT_NC], t1[QDOT_NC]; /* bits <= 4: values 0-7, 8-15; 5, 6, 8: scale, bias */
+        uint8_t q[DIRECT(bits) ? 1 : QDOT_NC][128]; /* 3, 5, 6 bits: the group's codes */
         const __m256 iota = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7), eight = _mm256_set1_ps(8);
         UNROLL
         for (int c = 0; c < NC; c++) {
@@ -313,6 +344,7 @@ INLINE AVX2_TARGET void qdot256_body(const int NR, const int NC, const int bits,
             t0[c] = _mm256_set1_ps(SB_LOAD(dt, m->scales, r * ng + g));
             t1[c] = _mm256_set1_ps(SB_LOAD(dt, m->biases, r * ng + g));
             w[c] = m->w + r * nw + g * wpg;
+            if (!DIRECT(bits)) unpack_group(q[c], w[c], gs, bits);
             if (bits <= 4) { /* the group's values, as the reference computes each */
                 const __m256 s = t0[c], b = t1[c];
                 t0[c] = round256(_mm256_add_ps(_mm256_mul_ps(s, iota), b), dt);
@@ -324,12 +356,13 @@ INLINE AVX2_TARGET void qdot256_body(const int NR, const int NC, const int bits,
             UNROLL
             for (int c = 0; c < NC; c++) {
                 __m256 wl, wh;
+                const uint8_t *qc = q[DIRECT(bits) ? 0 : c];
                 if (bits <= 4) {
-                    wl = lut16_256(codes8(w[c], NULL, bits, i), t0[c], t1[c]);
-                    wh = lut16_256(codes8(w[c], NULL, bits, i + 8), t0[c], t1[c]);
+                    wl = lut16_256(codes8(w[c], qc, bits, i), t0[c], t1[c]);
+                    wh = lut16_256(codes8(w[c], qc, bits, i + 8), t0[c], t1[c]);
                 } else { /* multiply, then add: not fused, as the reference */
-                    const __m256 cl = _mm256_cvtepi32_ps(codes8(w[c], NULL, bits, i));
-                    const __m256 ch = _mm256_cvtepi32_ps(codes8(w[c], NULL, bits, i + 8));
+                    const __m256 cl = _mm256_cvtepi32_ps(codes8(w[c], qc, bits, i));
+                    const __m256 ch = _mm256_cvtepi32_ps(codes8(w[c], qc, bits, i + 8));
                     wl = round256(_mm256_add_ps(_mm256_mul_ps(t0[c], cl), t1[c]), dt);
                     wh = round256(_mm256_add_ps(_mm256_mul_ps(t0[c], ch), t1[c]), dt);
                 }
@@ -384,15 +417,15 @@ cpu_wtile_fn mlxq_wtile_for(const mlxq_matrix *m) {
 #ifdef HAVE_X86
     const cpu_isa isa = cpu_matmul_isa();
     const int dt = m->sb_dtype == MX_BF16 ? DT_BF16 : m->sb_dtype == MX_F16 ? DT_F16 : DT_F32;
-    static const cpu_wtile_fn tab512[3][3] = {{qdot_2_DT_BF16, qdot_4_DT_BF16, qdot_8_DT_BF16},
-                                             {qdot_2_DT_F16, qdot_4_DT_F16, qdot_8_DT_F16},
-                                             {qdot_2_DT_F32, qdot_4_DT_F32, qdot_8_DT_F32}};
-    static const cpu_wtile_fn tab256[3][3] = {{qdot2_2_DT_BF16, qdot2_4_DT_BF16, qdot2_8_DT_BF16},
-                                             {qdot2_2_DT_F16, qdot2_4_DT_F16, qdot2_8_DT_F16},
-                                             {qdot2_2_DT_F32, qdot2_4_DT_F32, qdot2_8_DT_F32}};
-    const bool direct = m->bits == 2 || m->bits == 4 || m->bits == 8;
-    if (direct && (isa == CPU_ISA_AVX512 || isa == CPU_ISA_AVX2))
-        return (isa == CPU_ISA_AVX512 ? tab512 : tab256)[dt][m->bits / 4];
+#define WT_DT(FAM, DT)                                                                             \
+    {NULL, NULL, FAM##_2_##DT, FAM##_3_##DT, FAM##_4_##DT, FAM##_5_##DT, FAM##_6_##DT, NULL,      \
+     FAM##_8_##DT}
+    static const cpu_wtile_fn tab512[3][9] = {WT_DT(qdot, DT_BF16), WT_DT(qdot, DT_F16),
+                                              WT_DT(qdot, DT_F32)};
+    static const cpu_wtile_fn tab256[3][9] = {WT_DT(qdot2, DT_BF16), WT_DT(qdot2, DT_F16),
+                                              WT_DT(qdot2, DT_F32)};
+    if ((isa == CPU_ISA_AVX512 || isa == CPU_ISA_AVX2) && mlxq_valid_bits(m->bits))
+        return (isa == CPU_ISA_AVX512 ? tab512 : tab256)[dt][m->bits];
 #endif
     (void)m;
     return NULL;
