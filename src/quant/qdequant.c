@@ -10,6 +10,7 @@
  * reproduce. The SIMD family follows the matmul's (cpu_matmul_isa), so a test that forces a
  * family exercises both. */
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_internal.h"
@@ -50,7 +51,7 @@ static inline __attribute__((always_inline)) void unpack8s(uint8_t *q, const uin
         /* little-endian: byte 0 is the low one. A whole 8-byte load (a copy of `bits` bytes
          * into a zeroed word stalls on store forwarding, ~2x slower), but not past the group */
         uint64_t v = 0;
-        if (i + 8 < gs) memcpy(&v, b, 8);
+        if (i * bits / 8 + 8 <= gs * bits / 8) memcpy(&v, b, 8); /* 3 bits: not the last 2 */
         else memcpy(&v, b, (size_t)bits);
         _Pragma("GCC unroll 8") for (int j = 0; j < 8; j++)
             q[i + j] = (uint8_t)((v >> (bits * j)) & mask);
@@ -79,6 +80,39 @@ enum { DT_BF16 = 0, DT_F16 = 1, DT_F32 = 2 };
                       : ((const float *)(p))[i])
 
 /* ---- AVX-512: 16 codes per vector ---- */
+/* 3-, 5- and 6-bit codes straight from the words: code k of a 16-code chunk starting at bit
+ * sb of word wb sits at bit p = sb + bits k, i.e. word p / 32, shift p % 32, and may straddle
+ * two words. Each 64-bit lane gets the word pair (vpermd), a variable shift (vpsrlvq) leaves
+ * the code at its bottom; two halves of 8 codes, then their low dwords in order (vpermt2d).
+ * The permutations and shifts per (bits, sb) are made once (sb is 0 or 16: a chunk is 48, 80
+ * or 96 bits). */
+typedef struct p16_tab {
+    int32_t idx[2][16]; /* per half: dword pairs (p / 32, p / 32 + 1) of its 8 codes */
+    int64_t sh[2][8];   /* per half: p % 32 */
+} p16_tab;
+static p16_tab g_p16[9][2];
+static pthread_once_t g_p16_once = PTHREAD_ONCE_INIT;
+static void p16_init(void) {
+    for (int bits = 3; bits <= 6; bits++)
+        for (int s = 0; s < 2; s++)
+            for (int k = 0; k < 16; k++) {
+                const int p = 16 * s + bits * k, h = k >> 3, j = k & 7;
+                g_p16[bits][s].idx[h][2 * j] = p >> 5, g_p16[bits][s].idx[h][2 * j + 1] = (p >> 5) + 1;
+                g_p16[bits][s].sh[h][j] = p & 31;
+            }
+}
+INLINE AVX512_TARGET __m512i codes16_p(const uint32_t *w, const int bits, int i) {
+    const int p0 = bits * i, sb = p0 & 31, nw = (sb + 16 * bits + 31) >> 5; /* words, <= 3 */
+    const __m512i v = _mm512_maskz_loadu_epi32((__mmask16)((1u << nw) - 1), w + (p0 >> 5));
+    const p16_tab *t = &g_p16[bits][sb >> 4];
+    const __m512i a = _mm512_srlv_epi64(
+        _mm512_permutexvar_epi32(_mm512_loadu_si512(t->idx[0]), v), _mm512_loadu_si512(t->sh[0]));
+    const __m512i b = _mm512_srlv_epi64(
+        _mm512_permutexvar_epi32(_mm512_loadu_si512(t->idx[1]), v), _mm512_loadu_si512(t->sh[1]));
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    return _mm512_and_si512(_mm512_permutex2var_epi32(a, even, b), _mm512_set1_epi32((1 << bits) - 1));
+}
+
 /* Codes i..i+15 of a group (i % 16 == 0) as int32 lanes; w = the group's first word. For bit
  * widths that straddle words the codes come from q (already unpacked). */
 INLINE AVX512_TARGET __m512i codes16(const uint32_t *w, const uint8_t *q, const int bits, int i) {
@@ -94,6 +128,7 @@ INLINE AVX512_TARGET __m512i codes16(const uint32_t *w, const uint8_t *q, const 
         return _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi));
     }
     if (bits == 8) return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)((const uint8_t *)w + i)));
+    if (bits == 3 || bits == 5 || bits == 6) return codes16_p(w, bits, i);
     return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + i)));
 }
 
@@ -122,15 +157,14 @@ INLINE AVX512_TARGET void row512_body(float *out, const mlxq_matrix *m, int64_t 
     const int64_t ng = m->k / m->group_size, nw = mlxq_packed_cols(m->k, bits);
     const uint32_t *src = m->w + r * nw;
     const int gs = m->group_size, wpg = gs * bits / 32;
-    const bool direct = bits == 2 || bits == 4 || bits == 8;
     const void *sc = m->scales, *bi = m->biases;
     uint8_t q[128];
     for (int64_t g = 0; g < ng; g++) {
         const float s = SB_LOAD(dt, sc, r * ng + g), b = SB_LOAD(dt, bi, r * ng + g);
         const uint32_t *w = src + g * wpg;
         float *o = out + g * gs;
-        if (!direct || !isfinite(s) || !isfinite(b)) unpack_group(q, w, gs, bits);
-        if (!isfinite(s) || !isfinite(b)) {
+        if (!isfinite(s) || !isfinite(b)) { /* codes16 reads 3/5/6 bits from the words too */
+            unpack_group(q, w, gs, bits);
             group_ref(o, q, gs, s, b, m->sb_dtype);
             continue;
         }
@@ -184,7 +218,6 @@ INLINE AVX512_TARGET void qdot512_body(const int NR, const int NC, const int bit
         const float *xg = x + g * gs;
         const uint32_t *w[QDOT_NC];
         __m512 t0[QDOT_NC], t1[QDOT_NC]; /* bits <= 4: the table; 5, 6, 8: scale, bias */
-        uint8_t q[DIRECT(bits) ? 1 : QDOT_NC][128]; /* 3, 5, 6 bits: the group's codes */
         UNROLL
         for (int c = 0; c < NC; c++) {
             const int64_t r = j0 + c;
@@ -192,7 +225,6 @@ INLINE AVX512_TARGET void qdot512_body(const int NR, const int NC, const int bit
             t1[c] = _mm512_set1_ps(SB_LOAD(dt, m->biases, r * ng + g));
             w[c] = m->w + r * nw + g * wpg;
             if (bits <= 4) t0[c] = round512(_mm512_add_ps(_mm512_mul_ps(t0[c], iota), t1[c]), dt);
-            if (!DIRECT(bits)) unpack_group(q[c], w[c], gs, bits);
         }
         for (int i = 0; i < gs; i += 16) {
             __m512 xv[QDOT_NR];
@@ -201,12 +233,11 @@ INLINE AVX512_TARGET void qdot512_body(const int NR, const int NC, const int bit
             UNROLL
             for (int c = 0; c < NC; c++) {
                 __m512 wv;
-                const uint8_t *qc = q[DIRECT(bits) ? 0 : c];
                 if (bits == 4) wv = _mm512_permutexvar_ps(idx4_16(w[c], i), t0[c]);
-                else if (bits <= 3) wv = _mm512_permutexvar_ps(codes16(w[c], qc, bits, i), t0[c]);
+                else if (bits <= 3) wv = _mm512_permutexvar_ps(codes16(w[c], NULL, bits, i), t0[c]);
                 else /* multiply, then add: not fused, as the reference */
                     wv = round512(_mm512_add_ps(_mm512_mul_ps(t0[c], _mm512_cvtepi32_ps(
-                                                                        codes16(w[c], qc, bits, i))),
+                                                                        codes16(w[c], NULL, bits, i))),
                                                 t1[c]),
                                   dt);
                 UNROLL
@@ -415,6 +446,7 @@ static const row_fn k_rows256[3][9] = {TAB_DT(row256, DT_BF16), TAB_DT(row256, D
 
 cpu_wtile_fn mlxq_wtile_for(const mlxq_matrix *m) {
 #ifdef HAVE_X86
+    pthread_once(&g_p16_once, p16_init);
     const cpu_isa isa = cpu_matmul_isa();
     const int dt = m->sb_dtype == MX_BF16 ? DT_BF16 : m->sb_dtype == MX_F16 ? DT_F16 : DT_F32;
 #define WT_DT(FAM, DT)                                                                             \
@@ -433,6 +465,7 @@ cpu_wtile_fn mlxq_wtile_for(const mlxq_matrix *m) {
 
 void mlxq_dequantize_row(float *out, const mlxq_matrix *m, int64_t r) {
 #ifdef HAVE_X86
+    pthread_once(&g_p16_once, p16_init);
     const int dt = m->sb_dtype == MX_BF16 ? DT_BF16 : m->sb_dtype == MX_F16 ? DT_F16 : DT_F32;
     const cpu_isa isa = cpu_matmul_isa();
     if (isa == CPU_ISA_AVX512 || isa == CPU_ISA_AVX2) {
