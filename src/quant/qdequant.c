@@ -195,9 +195,10 @@ INLINE AVX512_TARGET void row512_body(float *out, const mlxq_matrix *m, int64_t 
  * row512_body does it (the same table or the same multiply, add and rounding) and goes
  * straight into each row's 16-lane FMA accumulator of that column, k ascending. So the outputs
  * are bit for bit those of the dequantize-then-multiply path (test_quant's canonical check),
- * for decode rows (1..4: cpu_matmul_fill_tile) without
- * the scratch round trip that made the 4-bit product no faster than bf16 (session 21: the
- * dequantize 43% of a q4 decode step, the fp32 product 16%). Bits 2, 4 (tables) and 8. A
+ * for decode rows (1..4: cpu_matmul_fill_tile) without the scratch round trip that made the
+ * 4-bit product no faster than bf16 (session 21: the dequantize 43% of a q4 decode step, the
+ * fp32 product 16%). Every bit width: <= 4 bits by a table of the group's 16 values, 5, 6 and
+ * 8 by multiply, add and rounding. A
  * non-finite scale or bias needs no scalar detour here: its values are the reference's but
  * for NaN encodings, and a NaN weight makes the output a NaN either way. */
 #define QDOT_NC CPU_WTILE_MAX_NC
