@@ -10,7 +10,6 @@
  * reproduce. The SIMD family follows the matmul's (cpu_matmul_isa), so a test that forces a
  * family exercises both. */
 #include <math.h>
-#include <pthread.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_internal.h"
@@ -69,8 +68,9 @@ static inline void unpack_group(uint8_t *q, const uint32_t *w, int gs, const int
 #define HAVE_X86 1
 #include "backend/cpu/cpu_simd.h"
 
-/* Kernels are specialised per bit width (2, 4, 8 read straight from the words; 3, 5, 6 from
- * codes unpacked per group) and per scales dtype, so the inner loop holds no branch. A group
+/* Kernels are specialised per bit width (AVX-512 reads every width straight from the words;
+ * AVX2 2, 4, 8, and 3, 5, 6 from codes unpacked per group) and per scales dtype, so the inner
+ * loop holds no branch. A group
  * whose scale or bias is not finite (the only way to get a NaN: inf * 0, inf - inf, NaN) is
  * done by the scalar reference. */
 enum { DT_BF16 = 0, DT_F16 = 1, DT_F32 = 2 };
@@ -84,23 +84,26 @@ enum { DT_BF16 = 0, DT_F16 = 1, DT_F32 = 2 };
  * sb of word wb sits at bit p = sb + bits k, i.e. word p / 32, shift p % 32, and may straddle
  * two words. Each 64-bit lane gets the word pair (vpermd), a variable shift (vpsrlvq) leaves
  * the code at its bottom; two halves of 8 codes, then their low dwords in order (vpermt2d).
- * The permutations and shifts per (bits, sb) are made once (sb is 0 or 16: a chunk is 48, 80
- * or 96 bits). */
+ * The permutations and shifts per (bits, sb) are constant tables (sb is 0 or 16: a chunk is
+ * 48, 80 or 96 bits). */
 typedef struct p16_tab {
     int32_t idx[2][16]; /* per half: dword pairs (p / 32, p / 32 + 1) of its 8 codes */
     int64_t sh[2][8];   /* per half: p % 32 */
 } p16_tab;
-static p16_tab g_p16[9][2];
-static pthread_once_t g_p16_once = PTHREAD_ONCE_INIT;
-static void p16_init(void) {
-    for (int bits = 3; bits <= 6; bits++)
-        for (int s = 0; s < 2; s++)
-            for (int k = 0; k < 16; k++) {
-                const int p = 16 * s + bits * k, h = k >> 3, j = k & 7;
-                g_p16[bits][s].idx[h][2 * j] = p >> 5, g_p16[bits][s].idx[h][2 * j + 1] = (p >> 5) + 1;
-                g_p16[bits][s].sh[h][j] = p & 31;
-            }
-}
+#define P16_P(B, S, K) (16 * (S) + (B) * (K))
+#define P16_W(B, S, K) P16_P(B, S, K) >> 5, (P16_P(B, S, K) >> 5) + 1
+#define P16_IDX(B, S, H)                                                                           \
+    {P16_W(B, S, 8 * (H)), P16_W(B, S, 8 * (H) + 1), P16_W(B, S, 8 * (H) + 2),                     \
+     P16_W(B, S, 8 * (H) + 3), P16_W(B, S, 8 * (H) + 4), P16_W(B, S, 8 * (H) + 5),                 \
+     P16_W(B, S, 8 * (H) + 6), P16_W(B, S, 8 * (H) + 7)}
+#define P16_SH(B, S, H)                                                                            \
+    {P16_P(B, S, 8 * (H)) & 31,     P16_P(B, S, 8 * (H) + 1) & 31, P16_P(B, S, 8 * (H) + 2) & 31, \
+     P16_P(B, S, 8 * (H) + 3) & 31, P16_P(B, S, 8 * (H) + 4) & 31, P16_P(B, S, 8 * (H) + 5) & 31, \
+     P16_P(B, S, 8 * (H) + 6) & 31, P16_P(B, S, 8 * (H) + 7) & 31}
+#define P16_TAB(B, S) {{P16_IDX(B, S, 0), P16_IDX(B, S, 1)}, {P16_SH(B, S, 0), P16_SH(B, S, 1)}}
+static const p16_tab g_p16[9][2] = {[3] = {P16_TAB(3, 0), P16_TAB(3, 1)},
+                                    [5] = {P16_TAB(5, 0), P16_TAB(5, 1)},
+                                    [6] = {P16_TAB(6, 0), P16_TAB(6, 1)}};
 INLINE AVX512_TARGET __m512i codes16_p(const uint32_t *w, const int bits, int i) {
     const int p0 = bits * i, sb = p0 & 31, nw = (sb + 16 * bits + 31) >> 5; /* words, <= 3 */
     const __m512i v = _mm512_maskz_loadu_epi32((__mmask16)((1u << nw) - 1), w + (p0 >> 5));
@@ -113,9 +116,8 @@ INLINE AVX512_TARGET __m512i codes16_p(const uint32_t *w, const int bits, int i)
     return _mm512_and_si512(_mm512_permutex2var_epi32(a, even, b), _mm512_set1_epi32((1 << bits) - 1));
 }
 
-/* Codes i..i+15 of a group (i % 16 == 0) as int32 lanes; w = the group's first word. For bit
- * widths that straddle words the codes come from q (already unpacked). */
-INLINE AVX512_TARGET __m512i codes16(const uint32_t *w, const uint8_t *q, const int bits, int i) {
+/* Codes i..i+15 of a group (i % 16 == 0) as int32 lanes; w = the group's first word. */
+INLINE AVX512_TARGET __m512i codes16(const uint32_t *w, const int bits, int i) {
     if (bits == 2) { /* one word holds 16 codes */
         const __m512i sh = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
         return _mm512_and_si512(_mm512_srlv_epi32(_mm512_set1_epi32((int)w[i / 16]), sh),
@@ -128,8 +130,7 @@ INLINE AVX512_TARGET __m512i codes16(const uint32_t *w, const uint8_t *q, const 
         return _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi));
     }
     if (bits == 8) return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)((const uint8_t *)w + i)));
-    if (bits == 3 || bits == 5 || bits == 6) return codes16_p(w, bits, i);
-    return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + i)));
+    return codes16_p(w, bits, i); /* 3, 5, 6 */
 }
 
 /* 4-bit codes i..i+15 of a group (w: its first word) as lane indices for a 16-entry table:
@@ -176,13 +177,13 @@ INLINE AVX512_TARGET void row512_body(float *out, const mlxq_matrix *m, int64_t 
                 _mm512_add_ps(_mm512_mul_ps(vs, _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,
                                                                 12, 13, 14, 15)), vb), dt);
             for (int i = 0; i < gs; i += 16) {
-                const __m512i c = bits == 4 ? idx4_16(w, i) : codes16(w, q, bits, i);
+                const __m512i c = bits == 4 ? idx4_16(w, i) : codes16(w, bits, i);
                 _mm512_storeu_ps(o + i, _mm512_permutexvar_ps(c, lut));
             }
             continue;
         }
         for (int i = 0; i < gs; i += 16) {
-            const __m512 c = _mm512_cvtepi32_ps(codes16(w, q, bits, i));
+            const __m512 c = _mm512_cvtepi32_ps(codes16(w, bits, i));
             /* multiply, then add: not fused, as the reference */
             _mm512_storeu_ps(o + i, round512(_mm512_add_ps(_mm512_mul_ps(vs, c), vb), dt));
         }
@@ -202,7 +203,7 @@ INLINE AVX512_TARGET void row512_body(float *out, const mlxq_matrix *m, int64_t 
  * non-finite scale or bias needs no scalar detour here: its values are the reference's but
  * for NaN encodings, and a NaN weight makes the output a NaN either way. */
 #define QDOT_NC CPU_WTILE_MAX_NC
-#define DIRECT(bits) ((bits) == 2 || (bits) == 4 || (bits) == 8) /* codes read from the words */
+#define DIRECT(bits) ((bits) == 2 || (bits) == 4 || (bits) == 8) /* AVX2 reads these from the words */
 #define QDOT_NR CPU_WTILE_MAX_ROWS
 INLINE AVX512_TARGET void qdot512_body(const int NR, const int NC, const int bits, const int dt,
                                        const mlxq_matrix *m, int64_t j0, const float *x,
@@ -235,10 +236,10 @@ INLINE AVX512_TARGET void qdot512_body(const int NR, const int NC, const int bit
             for (int c = 0; c < NC; c++) {
                 __m512 wv;
                 if (bits == 4) wv = _mm512_permutexvar_ps(idx4_16(w[c], i), t0[c]);
-                else if (bits <= 3) wv = _mm512_permutexvar_ps(codes16(w[c], NULL, bits, i), t0[c]);
+                else if (bits <= 3) wv = _mm512_permutexvar_ps(codes16(w[c], bits, i), t0[c]);
                 else /* multiply, then add: not fused, as the reference */
                     wv = round512(_mm512_add_ps(_mm512_mul_ps(t0[c], _mm512_cvtepi32_ps(
-                                                                        codes16(w[c], NULL, bits, i))),
+                                                                        codes16(w[c], bits, i))),
                                                 t1[c]),
                                   dt);
                 UNROLL
@@ -325,7 +326,7 @@ INLINE AVX2_TARGET void row256_body(float *out, const mlxq_matrix *m, int64_t r,
     const int64_t ng = m->k / m->group_size, nw = mlxq_packed_cols(m->k, bits);
     const uint32_t *src = m->w + r * nw;
     const int gs = m->group_size, wpg = gs * bits / 32;
-    const bool direct = bits == 2 || bits == 4 || bits == 8;
+    const bool direct = DIRECT(bits);
     const void *sc = m->scales, *bi = m->biases;
     uint8_t q[128];
     for (int64_t g = 0; g < ng; g++) {
@@ -447,7 +448,6 @@ static const row_fn k_rows256[3][9] = {TAB_DT(row256, DT_BF16), TAB_DT(row256, D
 
 cpu_wtile_fn mlxq_wtile_for(const mlxq_matrix *m) {
 #ifdef HAVE_X86
-    pthread_once(&g_p16_once, p16_init);
     const cpu_isa isa = cpu_matmul_isa();
     const int dt = m->sb_dtype == MX_BF16 ? DT_BF16 : m->sb_dtype == MX_F16 ? DT_F16 : DT_F32;
 #define WT_DT(FAM, DT)                                                                             \
@@ -466,7 +466,6 @@ cpu_wtile_fn mlxq_wtile_for(const mlxq_matrix *m) {
 
 void mlxq_dequantize_row(float *out, const mlxq_matrix *m, int64_t r) {
 #ifdef HAVE_X86
-    pthread_once(&g_p16_once, p16_init);
     const int dt = m->sb_dtype == MX_BF16 ? DT_BF16 : m->sb_dtype == MX_F16 ? DT_F16 : DT_F32;
     const cpu_isa isa = cpu_matmul_isa();
     if (isa == CPU_ISA_AVX512 || isa == CPU_ISA_AVX2) {
