@@ -47,6 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/dtype.h"
 #include "diag_util.cuh"
 
 enum { D = 4096, F = 14336, QKV = 6144, NLMAX = 16 };
@@ -647,11 +648,10 @@ static void pl_time(int iters, pl_args a, int sms, cudaStream_t st) {
  * same int8 rounding of x per g64 group (scale absmax / 127, round to nearest even; 8-bit
  * weights: hi + lo, lo = rn((z - hi) 254), scale / 254), the weights decoded from the tiled
  * layout (qtile.cuh), y = sum over groups of s (sx D_hi + sx / 254 D_lo) + b sum(x). */
-static float h_bf16(const uint8_t *p) {
-    uint32_t u = (uint32_t)(p[0] | p[1] << 8) << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
+static float h_bf16(const void *p) { /* an unaligned bf16 (scales sit at 2-byte offsets) */
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return mx_bf16_to_f32(h);
 }
 
 /* y[N] (+=) M x for the tiled BITS-bit g64 weight w [N, K], x rounded as the device rounds it */
@@ -767,15 +767,15 @@ static int pl_check(pl_args a, const uint8_t *const *hw, int sms, cudaStream_t s
         rope(qkv + D, rk, 8);
         const auto slot = [&](int t) { return g_pt[t / PL_PAGE] * PL_PAGE + t % PL_PAGE; };
         const auto kv = [&](const uint16_t *c, const float *nw, int t, int h, int d) {
-            return t < a.ctx ? (double)h_bf16((const uint8_t *)(c + ((size_t)slot(t) * 8 + h) * 128 + d))
+            return t < a.ctx ? (double)h_bf16(c + ((size_t)slot(t) * 8 + h) * 128 + d)
                              : (double)nw[h * 128 + d];
         };
         /* the new token's k, v in the pool: bf16 of the rotated k and of v */
         double kd = 0;
         for (int i = 0; i < 1024; i++) {
             const size_t o = (size_t)slot(a.ctx) * 1024 + i;
-            kd = fmax(kd, fabs(h_bf16((const uint8_t *)(kc + o)) - rk[i]) / (fabs(rk[i]) + 1e-3));
-            kd = fmax(kd, fabs(h_bf16((const uint8_t *)(vc + o)) - qkv[D + 1024 + i]) /
+            kd = fmax(kd, fabs(h_bf16(kc + o) - rk[i]) / (fabs(rk[i]) + 1e-3));
+            kd = fmax(kd, fabs(h_bf16(vc + o) - qkv[D + 1024 + i]) /
                               (fabs(qkv[D + 1024 + i]) + 1e-3));
         }
         const int kv_ok = kd < 1e-2;
