@@ -73,6 +73,7 @@ int tk_bpe_init_tables(tk_bpe *b, mx_error *err) {
 void tk_bpe_free(tk_bpe *b) {
     tk_map_free(&b->vocab);
     free(b->pieces);
+    free(b->piece_lens);
     free(b->merges);
     free(b->prefix);
     free(b->suffix);

@@ -158,9 +158,10 @@ void tk_decode_append(const tokenizer *t, const int32_t *ids, size_t n, bool ski
     tk_buf_reserve(&l[0].text, 64);
     tk_buf_reserve(&l[1].text, 64);
     for (size_t i = 0; i < n; i++) {
-        const char *p = tok_id_to_piece(t, ids[i]);
+        size_t pn;
+        const char *p = tok_id_to_piece_n(t, ids[i], &pn);
         if (!p || (skip_special && tok_is_special(t, ids[i]))) continue;
-        tl_add(&l[0], p, strlen(p));
+        tl_add(&l[0], p, pn);
     }
     if (!t->has_decoder) { /* tokenizers joins the pieces with spaces */
         for (size_t i = 0; i < l[0].sp.n; i++) {

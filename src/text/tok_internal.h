@@ -188,6 +188,7 @@ typedef struct tk_merge_ent {
 typedef struct tk_bpe {
     tk_map vocab;
     const char **pieces;   /* [n_pieces] id -> vocab string (NULL for holes) */
+    uint32_t *piece_lens;  /* [n_pieces] its bytes (a piece may hold U+0000) */
     int32_t n_pieces;
     tk_merge_ent *merges;  /* [merge_cap] */
     size_t merge_cap, n_merges;

@@ -380,10 +380,11 @@ static int load_model(tokenizer *t, const json_t *m, tk_model_src *src, mx_error
         if (!json_is_object(vocab)) return mx_fail(err, "model.vocab: expected an object {token: id}");
         tk_map_init(&b->vocab, json_object_size(vocab));
         const char *k;
+        size_t kn;
         const json_t *v;
-        json_object_foreach((json_t *)vocab, k, v) {
+        json_object_keylen_foreach((json_t *)vocab, k, kn, v) { /* a key may hold U+0000 */
             if (!json_is_integer(v)) return mx_fail(err, "model.vocab[\"%.60s\"]: expected an integer id", k);
-            if (vocab_put(b, k, strlen(k), json_integer_value(v), err)) return -1;
+            if (vocab_put(b, k, kn, json_integer_value(v), err)) return -1;
         }
     }
     if (!src->merges_done) {
@@ -409,10 +410,14 @@ static int load_model(tokenizer *t, const json_t *m, tk_model_src *src, mx_error
         if (b->vocab.slots[i].len != UINT32_MAX && b->vocab.slots[i].val > max_id) max_id = b->vocab.slots[i].val;
     b->n_pieces = max_id + 1;
     b->pieces = calloc((size_t)b->n_pieces + 1, sizeof *b->pieces);
-    if (!b->pieces) return mx_fail(err, "model.vocab: out of memory");
+    b->piece_lens = calloc((size_t)b->n_pieces + 1, sizeof *b->piece_lens);
+    if (!b->pieces || !b->piece_lens) return mx_fail(err, "model.vocab: out of memory");
     for (size_t i = 0; i < b->vocab.cap; i++) {
         const tk_map_ent *e = &b->vocab.slots[i];
-        if (e->len != UINT32_MAX) b->pieces[e->val] = tk_map_key(&b->vocab, e);
+        if (e->len != UINT32_MAX) {
+            b->pieces[e->val] = tk_map_key(&b->vocab, e);
+            b->piece_lens[e->val] = e->len;
+        }
     }
     b->byte_fallback = jbool(m, "byte_fallback", false);
     b->fuse_unk = jbool(m, "fuse_unk", false);

@@ -303,9 +303,21 @@ int tk_debug_pieces(const tokenizer *t, const char *text, size_t len, char **out
 int tok_vocab_size(const tokenizer *t) { return t->n_ids; }
 
 const char *tok_id_to_piece(const tokenizer *t, int32_t id) {
+    size_t n;
+    return tok_id_to_piece_n(t, id, &n);
+}
+
+const char *tok_id_to_piece_n(const tokenizer *t, int32_t id, size_t *len) {
+    *len = 0;
     if (id < 0 || id >= t->n_ids) return NULL;
-    if (t->added_of_id[id] >= 0) return t->added[t->added_of_id[id]].content;
-    return id < t->bpe.n_pieces ? t->bpe.pieces[id] : NULL;
+    if (t->added_of_id[id] >= 0) {
+        const tk_added *a = &t->added[t->added_of_id[id]];
+        *len = a->len;
+        return a->content;
+    }
+    if (id >= t->bpe.n_pieces || !t->bpe.pieces[id]) return NULL;
+    *len = t->bpe.piece_lens[id];
+    return t->bpe.pieces[id];
 }
 
 int32_t tok_piece_to_id(const tokenizer *t, const char *piece) {

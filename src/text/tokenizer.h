@@ -40,6 +40,8 @@ int tok_decode_n(const tokenizer *t, const int32_t *ids, size_t n_ids, bool skip
 
 int tok_vocab_size(const tokenizer *t);               /* including added tokens */
 const char *tok_id_to_piece(const tokenizer *t, int32_t id); /* raw vocab string or NULL */
+/* the same with its length: a vocab string may hold U+0000 (InternLM2's "\u0000" piece) */
+const char *tok_id_to_piece_n(const tokenizer *t, int32_t id, size_t *len);
 int32_t tok_piece_to_id(const tokenizer *t, const char *piece); /* -1 when absent */
 bool tok_is_special(const tokenizer *t, int32_t id);
 /* From tokenizer_config.json when loaded from a dir (NULL otherwise). */

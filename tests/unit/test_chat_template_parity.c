@@ -3,7 +3,9 @@
  * tests/fixtures/templates/<llama3|qwen3|mistral|gemma3>.json; each holds the template text, the
  * special tokens, and per case the conversation index (into conversations.json),
  * add_generation_prompt, extra variables, and "expected" text or an "error".
- * A missing fixture fails the test: parity is what this module promises. */
+ * A missing fixture fails the test: parity is what this module promises.
+ * Usage: test_chat_template_parity [FIXTURE_DIR NAME...]: other fixtures in the same form, e.g.
+ * renders of more checkpoints' templates by tools/reference/node/template_fixtures.mjs. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,11 +19,15 @@
 #include "text/chat_template.h"
 
 static const char *const k_names[] = {"llama3", "qwen3", "mistral", "gemma3"};
+static const char *const *g_names = k_names;
+static size_t g_n_names = sizeof k_names / sizeof k_names[0];
+static const char *g_dir; /* NULL: the committed fixtures */
 
 static json_t *load_json(const char *rel) {
     const char *root = getenv("MLXCEL_SOURCE_DIR");
     char path[1024];
-    snprintf(path, sizeof path, "%s/%s", root ? root : ".", rel);
+    if (rel[0] == '/') snprintf(path, sizeof path, "%s", rel);
+    else snprintf(path, sizeof path, "%s/%s", root ? root : ".", rel);
     json_error_t je;
     json_t *j = json_load_file(path, 0, &je);
     if (!j) fprintf(stderr, "%s: %s (expected renders come from tools/reference/make_template_fixtures.py)\n",
@@ -64,9 +70,10 @@ static void test_parity(void **st) {
     json_t *convs = json_object_get(convs_doc, "conversations");
     assert_true(json_is_array(convs));
     int failures = 0, checked = 0, missing = 0;
-    for (size_t t = 0; t < sizeof k_names / sizeof k_names[0]; t++) {
-        char rel[256];
-        snprintf(rel, sizeof rel, "tests/fixtures/templates/%s.json", k_names[t]);
+    for (size_t t = 0; t < g_n_names; t++) {
+        char rel[1024];
+        if (g_dir) snprintf(rel, sizeof rel, "%s/%s.json", g_dir, g_names[t]);
+        else snprintf(rel, sizeof rel, "tests/fixtures/templates/%s.json", g_names[t]);
         json_t *fx = load_json(rel);
         if (!fx) {
             missing++;
@@ -77,7 +84,7 @@ static void test_parity(void **st) {
         chat_template *ct = NULL;
         mx_error err = {0};
         if (chat_template_load(&ct, dir, NULL, &err)) {
-            fprintf(stderr, "%s: template does not compile: %s\n", k_names[t], err.msg);
+            fprintf(stderr, "%s: template does not compile: %s\n", g_names[t], err.msg);
             failures++;
         }
         size_t i;
@@ -102,11 +109,11 @@ static void test_parity(void **st) {
             checked++;
             if (want) {
                 if (rc) {
-                    fprintf(stderr, "%s case %zu (conversation %lld, agp=%d): error: %s\n", k_names[t], i,
+                    fprintf(stderr, "%s case %zu (conversation %lld, agp=%d): error: %s\n", g_names[t], i,
                             (long long)conv_id, agp, err.msg);
                     failures++;
                 } else if (strcmp(out, want)) {
-                    fprintf(stderr, "%s case %zu (conversation %lld, agp=%d): render differs\n", k_names[t], i,
+                    fprintf(stderr, "%s case %zu (conversation %lld, agp=%d): render differs\n", g_names[t], i,
                             (long long)conv_id, agp);
                     show_diff(want, out);
                     failures++;
@@ -116,10 +123,10 @@ static void test_parity(void **st) {
                  * message (TemplateError) must come through. */
                 if (!rc) {
                     fprintf(stderr, "%s case %zu (conversation %lld): expected error '%s', rendered fine\n",
-                            k_names[t], i, (long long)conv_id, want_err ? want_err : "?");
+                            g_names[t], i, (long long)conv_id, want_err ? want_err : "?");
                     failures++;
                 } else if (err_type && !strcmp(err_type, "TemplateError") && want_err && !strstr(err.msg, want_err)) {
-                    fprintf(stderr, "%s case %zu: error '%s' does not contain '%s'\n", k_names[t], i, err.msg,
+                    fprintf(stderr, "%s case %zu: error '%s' does not contain '%s'\n", g_names[t], i, err.msg,
                             want_err);
                     failures++;
                 }
@@ -141,7 +148,12 @@ static void test_parity(void **st) {
     assert_int_equal(failures, 0);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    if (argc > 2) {
+        g_dir = argv[1];
+        g_names = (const char *const *)(argv + 2);
+        g_n_names = (size_t)(argc - 2);
+    }
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_parity)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -299,6 +299,40 @@ static void test_bpe_sentencepiece(void **st) {
     free(j);
 }
 
+/* InternLM2's vocabulary holds the piece "\u0000" (id 354 there): it encodes U+0000 and decodes
+ * back to that one byte, not to an empty string (found against the JavaScript tokenizers
+ * library: "\u0000nul inside" decoded as "<s>nul inside"). */
+static void test_nul_piece(void **st) {
+    (void)st;
+    tokenizer *t = load("{\"model\": {\"type\": \"BPE\", \"byte_fallback\": true,"
+                        " \"vocab\": {\"<s>\": 0, \"\\u0000\": 1, \"n\": 2, \"\\u2581x\": 3}, \"merges\": []},"
+                        " \"added_tokens\": [{\"id\": 0, \"content\": \"<s>\", \"special\": true}],"
+                        " \"normalizer\": {\"type\": \"Replace\", \"pattern\": {\"String\": \" \"},"
+                        " \"content\": \"\\u2581\"},"
+                        " \"decoder\": {\"type\": \"Sequence\", \"decoders\": [{\"type\": \"Replace\","
+                        " \"pattern\": {\"String\": \"\\u2581\"}, \"content\": \" \"}, {\"type\": \"ByteFallback\"},"
+                        " {\"type\": \"Fuse\"}]}}");
+    int32_t *ids;
+    size_t n;
+    mx_error err;
+    assert_int_equal(tok_encode(t, "\0n", 2, false, &ids, &n, &err), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(ids[0], 1);
+    assert_int_equal(ids[1], 2);
+    const int32_t d[] = {0, 1, 2, 3};
+    char *got;
+    size_t got_n;
+    assert_int_equal(tok_decode_n(t, d, 4, false, &got, &got_n, &err), 0);
+    assert_int_equal(got_n, 7);
+    assert_memory_equal(got, "<s>\0n x", 7);
+    free(got);
+    size_t pn;
+    assert_non_null(tok_id_to_piece_n(t, 1, &pn));
+    assert_int_equal(pn, 1);
+    free(ids);
+    tok_free(t);
+}
+
 static void test_bpe_prefix_suffix_ignore_merges(void **st) {
     (void)st;
     /* WordPiece-like continuing_subword_prefix: merged token drops the right part's prefix */
@@ -402,6 +436,7 @@ int main(void) {
         cmocka_unit_test(test_digits_punct_whitespace),
         cmocka_unit_test(test_normalizers),
         cmocka_unit_test(test_bpe_sentencepiece),
+        cmocka_unit_test(test_nul_piece),
         cmocka_unit_test(test_bpe_prefix_suffix_ignore_merges),
         cmocka_unit_test(test_bpe_rank_order),
         cmocka_unit_test(test_errors),

@@ -7,7 +7,9 @@
  * Every case must match exactly: ids (add_special_tokens=False), ids_special (True),
  * decoded = decode(ids_special, skip_special_tokens=False), decoded_skip (True).
  * A missing fixture or tokenizer file is a failure, not a skip.
- * Usage: test_tokenizer_parity [FIXTURE_DIR] (default $MLXCEL_SOURCE_DIR/tests/fixtures/tokenizers). */
+ * Usage: test_tokenizer_parity [FIXTURE_DIR [NAME...]] (default $MLXCEL_SOURCE_DIR/tests/fixtures/tokenizers
+ * and the three committed names); other names check fixtures made elsewhere in the same layout,
+ * e.g. by tools/reference/node/tokenizer_fixtures.mjs with the JavaScript tokenizers library. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -140,6 +142,7 @@ static void check_one(const char *name) {
     assert_int_equal(n_fail, 0);
 }
 
+static void test_named(void **st) { check_one(*st); }
 static void test_llama3(void **st) { (void)st; check_one("llama3"); }
 static void test_qwen3(void **st) { (void)st; check_one("qwen3"); }
 static void test_mistral(void **st) { (void)st; check_one("mistral"); }
@@ -148,6 +151,14 @@ int main(int argc, char **argv) {
     const char *src = getenv("MLXCEL_SOURCE_DIR");
     snprintf(g_src, sizeof g_src, "%s/tests/fixtures/tokenizers", src ? src : ".");
     g_fixture_dir = argc > 1 ? argv[1] : g_src;
+    if (argc > 2) {
+        struct CMUnitTest *named = calloc((size_t)argc, sizeof *named);
+        for (int i = 2; i < argc; i++)
+            named[i - 2] = (struct CMUnitTest)cmocka_unit_test_prestate(test_named, argv[i]);
+        int rc = _cmocka_run_group_tests("named", named, (size_t)(argc - 2), NULL, NULL);
+        free(named);
+        return rc;
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_llama3),
         cmocka_unit_test(test_qwen3),

@@ -3,6 +3,11 @@
 // Same output format as make_tokenizer_fixtures.py, usable where no Python `tokenizers` exists.
 //
 //   (cd tools/reference/node && npm ci) && node tools/reference/node/make_tokenizer_fixtures.mjs NPM_DIR OUTDIR
+//       [--names a,b,c] [--strings FILE]
+// --names: other tokenizers of NPM_DIR (default: the three of the committed fixtures);
+// --strings: another {"strings": [...]} file (default: tests/fixtures/tokenizers/strings.json).
+// The output goes to OUTDIR/tests/fixtures/tokenizers/<name>.json, the layout that
+// test_tokenizer_parity reads (`test_tokenizer_parity DIR NAME...` for names other than the three).
 import { createHash } from "node:crypto";
 import { mkdirSync, readFileSync, writeFileSync, existsSync } from "node:fs";
 import { createRequire } from "node:module";
@@ -13,7 +18,7 @@ const require = createRequire(import.meta.url);
 const { Tokenizer } = require("tokenizers");
 const version = require("tokenizers/package.json").version;
 
-const NAMES = ["llama3", "qwen3", "mistral"];
+let NAMES = ["llama3", "qwen3", "mistral"];
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 
 const sha256 = (p) => createHash("sha256").update(readFileSync(p)).digest("hex");
@@ -22,12 +27,19 @@ const sha256 = (p) => createHash("sha256").update(readFileSync(p)).digest("hex")
 const asciiJson = (v) =>
   JSON.stringify(v).replace(/[\u007f-\uffff]/g, (c) => "\\u" + c.charCodeAt(0).toString(16).padStart(4, "0"));
 
-const [npmDir, outDir] = process.argv.slice(2);
+const args = process.argv.slice(2);
+let stringsPath = path.join(REPO, "tests", "fixtures", "tokenizers", "strings.json");
+const pos = [];
+for (let i = 0; i < args.length; i++) {
+  if (args[i] === "--names") NAMES = args[++i].split(",");
+  else if (args[i] === "--strings") stringsPath = path.resolve(args[++i]);
+  else pos.push(args[i]);
+}
+const [npmDir, outDir] = pos;
 if (!npmDir || !outDir) {
-  console.error("usage: make_tokenizer_fixtures.mjs NPM_DIR OUTDIR");
+  console.error("usage: make_tokenizer_fixtures.mjs NPM_DIR OUTDIR [--names a,b,c] [--strings FILE]");
   process.exit(2);
 }
-const stringsPath = path.join(REPO, "tests", "fixtures", "tokenizers", "strings.json");
 const strings = JSON.parse(readFileSync(stringsPath, "utf8")).strings;
 const dest = path.join(outDir, "tests", "fixtures", "tokenizers");
 mkdirSync(dest, { recursive: true });
