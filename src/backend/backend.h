@@ -59,6 +59,14 @@ typedef struct mx_qweight {
     bool tiled;
 } mx_qweight;
 
+/* One product of matmul_group: out = x @ w^T (+ bias), w dense, or quantized when q is set. */
+typedef struct mx_linear {
+    mx_tensor *out;
+    const mx_tensor *w;
+    const mx_qweight *q;
+    const mx_tensor *bias;
+} mx_linear;
+
 /* ==== Attention batch ====
  * Each row of the step batch is one query token of some sequence. Row i attends to the keys of
  * its sequence at positions [max(0, pos[i] - window + 1), pos[i]] (window 0 = causal, unbounded);
@@ -170,6 +178,9 @@ typedef struct backend_ops {
      * that sets it also handles embed_q and quantized experts in moe. CPU: bit-identical to
      * matmul on the dequantized weight (docs/quantization.md). */
     void (*matmul_q)(mx_tensor *out, const mx_tensor *x, const mx_qweight *w, const mx_tensor *bias);
+    /* Products of one x (q/k/v, gate/up), each as matmul / matmul_q computes it; NULL: the
+     * forward calls those one by one. CPU: one parallel region for all of them. */
+    void (*matmul_group)(const mx_tensor *x, const mx_linear *ls, int n);
     /* embed from a quantized table [V, H] (dequantized rows; scale as embed). */
     void (*embed_q)(mx_tensor *out, const mx_qweight *table, const int32_t *ids, int n,
                     float scale, bool round_scale);

@@ -91,6 +91,21 @@ static void linear(const backend_ops *be, mx_tensor *out, const mx_tensor *x, co
     else be->matmul(out, x, &w->w, bias);
 }
 
+/* Products of one x: one call where the backend groups them (the CPU's thread team then wakes
+ * once), else one by one (the CUDA backend joins them itself). bias entries may be NULL. */
+static void linear_n(const backend_ops *be, const mx_tensor *x, int n, mx_tensor *const *outs,
+                     const model_weight *const *ws, const mx_tensor *const *biases) {
+    if (!be->matmul_group) {
+        for (int i = 0; i < n; i++) linear(be, outs[i], x, ws[i], biases[i]);
+        return;
+    }
+    mx_linear ls[3];
+    for (int i = 0; i < n; i++)
+        ls[i] = (mx_linear){.out = outs[i], .w = &ws[i]->w,
+                            .q = model_weight_quantized(ws[i]) ? &ws[i]->q : NULL, .bias = biases[i]};
+    be->matmul_group(x, ls, n);
+}
+
 /* ==== Collectives: no-ops for one rank ==== */
 /* A rank of a group (coll set) always calls the collective, also in a group of one
  * (MLXCEL_TP_GROUP=1: the NCCL path on one GPU); a plain model never does. */
@@ -193,9 +208,9 @@ static int forward(model *m, kv_cache *kv, const model_batch *b, float *logits, 
             const bool sliding = s->sliding_window > 0 && s->layer_sliding[l];
             /* ---- attention ---- */
             be->rms_norm(&h, &x, &L->attn_norm, eps, off);
-            linear(be, &q2, &h, &L->wq, &L->bq);
-            linear(be, &k2, &h, &L->wk, &L->bk);
-            linear(be, &v2, &h, &L->wv, &L->bv);
+            linear_n(be, &h, 3, (mx_tensor *const[]){&q2, &k2, &v2},
+                     (const model_weight *const[]){&L->wq, &L->wk, &L->wv},
+                     (const mx_tensor *const[]){&L->bq, &L->bk, &L->bv});
             if (mx_tensor_present(&L->q_norm)) {
                 be->rms_norm(&q, &q, &L->q_norm, eps, off);
                 be->rms_norm(&k, &k, &L->k_norm, eps, off);
@@ -244,8 +259,9 @@ static int forward(model *m, kv_cache *kv, const model_batch *b, float *logits, 
                 const int I = m->ffn;
                 mx_tensor g = mx_tensor_2d(m->g, MX_F32, n, I, dev);
                 mx_tensor u = mx_tensor_2d(m->u, MX_F32, n, I, dev);
-                linear(be, &g, &h, &L->w_gate, NULL);
-                linear(be, &u, &h, &L->w_up, NULL);
+                linear_n(be, &h, 2, (mx_tensor *const[]){&g, &u},
+                         (const model_weight *const[]){&L->w_gate, &L->w_up},
+                         (const mx_tensor *const[]){NULL, NULL});
                 be->glu(&g, &g, &u, (int)s->act);
                 linear(be, &o, &g, &L->w_down, NULL);
                 if ((rc = tp_reduce(m, &o, err))) break; /* row-parallel down_proj */

@@ -41,24 +41,47 @@ static void zero_rows(mx_tensor *out, int64_t n) {
         memset(cpu_row_ptr(out, r), 0, (size_t)out->shape[out->ndim - 1] * sizeof(float));
 }
 
+/* The cpu_mm of out = x @ w^T for a quantized w, its descriptor in *m; false (out zeroed, the
+ * error logged: the table entries return nothing, shapes are validated at load time) when w
+ * does not fit. */
+static bool quant_mm(cpu_mm *mm, mlxq_matrix *m, mx_tensor *out, const mx_tensor *x, const mx_qweight *w,
+                     const mx_tensor *bias) {
+    mx_error err;
+    const int64_t n = x->shape[0];
+    int rc = mlxq_from_qweight(m, w, &err);
+    if (!rc && (x->dtype != MX_F32 || out->dtype != MX_F32 || x->shape[x->ndim - 1] != m->k ||
+                out->shape[out->ndim - 1] != m->n || out->shape[0] != n))
+        rc = mx_fail(&err, "quantized matmul: expected fp32 x [%lld, %lld] and out [%lld, %lld]",
+                     (long long)n, (long long)m->k, (long long)n, (long long)m->n);
+    if (rc) {
+        LOG_ERR("%s", err.msg);
+        zero_rows(out, n);
+        return false;
+    }
+    *mm = (cpu_mm){.out = out, .N = m->n, .fill = mlxq_fill_rows, .wtile = mlxq_wtile_for(m), .ctx = m,
+                   .bias = bias};
+    return true;
+}
+
 void mlxq_cpu_matmul_q(mx_tensor *out, const mx_tensor *x, const mx_qweight *w,
                        const mx_tensor *bias) {
     mlxq_matrix m;
-    mx_error err;
-    const int64_t n = x->shape[0];
-    int rc = mlxq_from_qweight(&m, w, &err);
-    if (!rc && (x->dtype != MX_F32 || out->dtype != MX_F32 || x->shape[x->ndim - 1] != m.k ||
-                out->shape[out->ndim - 1] != m.n || out->shape[0] != n))
-        rc = mx_fail(&err, "quantized matmul: expected fp32 x [%lld, %lld] and out [%lld, %lld]",
-                     (long long)n, (long long)m.k, (long long)n, (long long)m.n);
-    if (rc) {
-        /* The table entry returns nothing: an internal error is logged and yields zeros
-         * rather than garbage. Shapes are validated at load time. */
-        LOG_ERR("%s", err.msg);
-        zero_rows(out, n);
-        return;
+    cpu_mm mm;
+    if (quant_mm(&mm, &m, out, x, w, bias)) cpu_matmul_group(x, &mm, 1);
+}
+
+void mlxq_cpu_matmul_group(const mx_tensor *x, const mx_linear *ls, int n) {
+    mlxq_matrix m[CPU_MM_GROUP_MAX];
+    cpu_mm mm[CPU_MM_GROUP_MAX];
+    for (int done = 0; done < n; done += CPU_MM_GROUP_MAX) {
+        int k = 0;
+        for (int i = done; i < n && i < done + CPU_MM_GROUP_MAX; i++) {
+            const mx_linear *l = &ls[i];
+            if (!l->q) mm[k++] = (cpu_mm){.out = l->out, .w = l->w, .bias = l->bias};
+            else if (quant_mm(&mm[k], &m[k], l->out, x, l->q, l->bias)) k++;
+        }
+        cpu_matmul_group(x, mm, k);
     }
-    cpu_matmul_fill_tile(out, x, m.n, mlxq_fill_rows, mlxq_wtile_for(&m), &m, bias);
 }
 
 void mlxq_cpu_embed_q(mx_tensor *out, const mx_qweight *table, const int32_t *ids, int n,

@@ -14,6 +14,8 @@ int mlxq_from_qweight(mlxq_matrix *m, const mx_qweight *w, mx_error *err);
  * weight, for any n. x and out may have row strides; their last dimension is contiguous. */
 void mlxq_cpu_matmul_q(mx_tensor *out, const mx_tensor *x, const mx_qweight *w,
                        const mx_tensor *bias);
+/* backend_ops.matmul_group: dense and quantized products of one x in one parallel region. */
+void mlxq_cpu_matmul_group(const mx_tensor *x, const mx_linear *ls, int n);
 /* backend_ops.embed on a quantized table [V, H] (mlxq_embed). */
 void mlxq_cpu_embed_q(mx_tensor *out, const mx_qweight *table, const int32_t *ids, int n,
                       float scale, bool round_scale);

@@ -1,6 +1,7 @@
 /* backend_cpu()->matmul_q (MLX-quantized weight) against backend_cpu()->matmul on the
  * dequantized weight (what `mlxcel convert -d` writes): bit-identical for every row count,
- * with and without a bias, bf16 and f16 models; embed_q against embed likewise. */
+ * with and without a bias, bf16 and f16 models; matmul_group against the single calls and
+ * embed_q against embed likewise. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -61,6 +62,26 @@ static void run(int bits, int gs, int64_t N, int64_t K, int64_t rows, mx_dtype d
             den += ref * ref;
         }
     assert_true(den > 0 && sqrt(num / den) < 1e-5);
+    /* matmul_group: five products of x (more than one region's four), dense and quantized, with
+     * and without the bias, each bitwise what its own call gives */
+    assert_non_null(ops->matmul_group);
+    float *yg = malloc((size_t)(5 * rows * N) * 4);
+    mx_tensor gt[5];
+    mx_linear ls[5];
+    const mx_tensor none = {0};
+    for (int i = 0; i < 5; i++) {
+        gt[i] = mx_tensor_2d(yg + (size_t)i * rows * N, MX_F32, rows, N, MX_DEV_CPU);
+        ls[i] = (mx_linear){.out = &gt[i], .w = &wdt, .q = i % 2 ? NULL : &qw, .bias = i == 1 || i == 4 ? &bt : &none};
+    }
+    ops->matmul_group(&xt, ls, 5);
+    for (int i = 0; i < 5; i++) {
+        if (i % 2) ops->matmul(&yrt, &xt, &wdt, ls[i].bias);
+        else ops->matmul_q(&yrt, &xt, &qw, ls[i].bias);
+        if (memcmp(yg + (size_t)i * rows * N, yr, (size_t)(rows * N) * 4))
+            fail_msg("q%d g%d rows %lld: matmul_group product %d differs from its own call", bits, gs,
+                     (long long)rows, i);
+    }
+    free(yg);
     /* embedding rows: embed_q on the packed table = embed on the dequantized table */
     int32_t ids[3] = {0, (int32_t)(N - 1), (int32_t)(N / 2)};
     float *e1 = malloc((size_t)(3 * K) * 4), *e2 = malloc((size_t)(3 * K) * 4);

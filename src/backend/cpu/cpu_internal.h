@@ -93,5 +93,21 @@ typedef void (*cpu_wtile_fn)(int nr, int nc, const float *x, int64_t ldx, int64_
  * rows (decode of a few sequences): no fp32 rows made; more rows amortise the scratch. */
 void cpu_matmul_fill_tile(mx_tensor *out, const mx_tensor *x, int64_t N, cpu_wfill_fn fill,
                           cpu_wtile_fn wtile, const void *ctx, const mx_tensor *bias);
+/* One product of cpu_matmul_group: a dense weight w, or (w NULL) N rows from fill / wtile / ctx
+ * as cpu_matmul_fill_tile takes them. */
+typedef struct cpu_mm {
+    mx_tensor *out;
+    const mx_tensor *w;
+    int64_t N;
+    cpu_wfill_fn fill;
+    cpu_wtile_fn wtile;
+    const void *ctx;
+    const mx_tensor *bias;
+} cpu_mm;
+#define CPU_MM_GROUP_MAX 4
+/* Products of the same x, each exactly as cpu_matmul / cpu_matmul_fill_tile computes it, in one
+ * OpenMP parallel region (per CPU_MM_GROUP_MAX of them): q/k/v or gate/up wake the thread team
+ * once instead of once each. */
+void cpu_matmul_group(const mx_tensor *x, const cpu_mm *mms, int n);
 
 #endif

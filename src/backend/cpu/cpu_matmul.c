@@ -353,24 +353,72 @@ typedef struct wsource {
     const void *ctx;
 } wsource;
 
-static void matmul_drive(mx_tensor *out, const mx_tensor *x, int64_t N, const wsource *src,
-                         const mx_tensor *bias) {
-    const int64_t n = x->shape[0], K = x->shape[x->ndim - 1];
-    if (n <= 0 || N <= 0) return;
-    const kernel_set *ks = kernels_for(cpu_matmul_isa());
-    const int wt = src->fill ? WT_F32 : src->wt;
-    const size_t esz = src->fill ? sizeof(float) : (wt == WT_F32 ? 4 : 2);
-    float *bias32 = NULL; /* [N] */
-    if (mx_tensor_present(bias)) {
-        bias32 = malloc((size_t)N * sizeof(float));
-        if (!bias32) { /* cannot happen for sane N; leave a defined result rather than garbage */
-            for (int64_t r = 0; r < n; r++) memset(cpu_row_ptr(out, r), 0, (size_t)N * sizeof(float));
-            return;
+/* One product of a call: its source and, once planned, its panels. */
+typedef struct mm_job {
+    mx_tensor *out;
+    int64_t N;
+    wsource src;
+    const mx_tensor *bias;
+    float *bias32;        /* [N] or NULL */
+    int64_t np, n_panels; /* panel width, count (0: nothing to run) */
+    int64_t first;        /* its first panel in the call's numbering */
+    bool direct;          /* the wtile path: no fp32 rows */
+} mm_job;
+
+static void zero_out(mx_tensor *out, int64_t n, int64_t N) {
+    for (int64_t r = 0; r < n; r++) memset(cpu_row_ptr(out, r), 0, (size_t)N * sizeof(float));
+}
+
+/* One panel of a job: its weight rows [j0, j0 + pw) against every row of x. */
+static void run_panel(const kernel_set *ks, const mm_job *jb, int64_t p, const mx_tensor *x,
+                      float *scratch) {
+    const int64_t n = x->shape[0], K = x->shape[x->ndim - 1], nc = ks->nc;
+    const int64_t ldx = x->stride[0], ldo = jb->out->stride[0];
+    const float *x0 = x->data;
+    float *o0 = jb->out->data;
+    const wsource *src = &jb->src;
+    const float *bias32 = jb->bias32;
+    const int64_t j0 = p * jb->np, pw = jb->N - j0 < jb->np ? jb->N - j0 : jb->np;
+    if (jb->direct) { /* one row block: the tile widths of the dense kernels */
+        const int64_t step = n == 1 ? ks->nc_one_row : nc;
+        for (int64_t c0 = 0; c0 < pw; c0 += step) {
+            const int ncc = (int)(pw - c0 < step ? pw - c0 : step);
+            src->wtile((int)n, ncc, x0, ldx, j0 + c0, o0 + j0 + c0, ldo, bias32 ? bias32 + j0 + c0 : NULL,
+                       src->ctx);
         }
-        cpu_row_to_f32(bias32, bias->data, bias->dtype, N);
+        return;
     }
-    const int64_t nc = ks->nc;
-    const double macs = (double)n * (double)N * (double)K;
+    const char *wp;
+    int64_t ldw;
+    if (src->fill) {
+        if (!scratch) return;
+        src->fill(scratch, j0, pw, src->ctx);
+        wp = (const char *)scratch;
+        ldw = K * (int64_t)sizeof(float);
+    } else {
+        wp = src->w + j0 * src->ldw;
+        ldw = src->ldw;
+    }
+    const tile_fn tile = ks->tile[src->fill ? WT_F32 : src->wt];
+    for (int64_t r0 = 0; r0 < n; r0 += ks->mr) {
+        const int nr = (int)(n - r0 < ks->mr ? n - r0 : ks->mr);
+        const int64_t step = nr == 1 ? ks->nc_one_row : nc;
+        for (int64_t c0 = 0; c0 < pw; c0 += step) {
+            const int ncc = (int)(pw - c0 < step ? pw - c0 : step);
+            tile(nr, ncc, x0 + r0 * ldx, ldx, wp + c0 * ldw, ldw, K, o0 + r0 * ldo + j0 + c0, ldo,
+                 bias32 ? bias32 + j0 + c0 : NULL);
+        }
+    }
+}
+
+/* The products of jobs (all of x) in one parallel region: a product of the same x as the
+ * previous one (q/k/v, gate/up) costs no extra wake-up of the thread team. */
+static void matmul_drive(const mx_tensor *x, mm_job *jobs, int nj) {
+    const int64_t n = x->shape[0], K = x->shape[x->ndim - 1];
+    if (n <= 0) return;
+    const kernel_set *ks = kernels_for(cpu_matmul_isa());
+    double macs = 0;
+    for (int i = 0; i < nj; i++) macs += (double)n * (double)(jobs[i].N > 0 ? jobs[i].N : 0) * (double)K;
     int nt = 1;
     if (macs >= MIN_PARALLEL_MACS) {
         const int max_t = omp_get_max_threads();
@@ -378,77 +426,87 @@ static void matmul_drive(mx_tensor *out, const mx_tensor *x, int64_t N, const ws
         nt = want < max_t ? (int)want : max_t;
         if (nt < 1) nt = 1;
     }
-    /* Panel width: L2-sized, and narrow enough that every thread gets several panels (the
-     * dynamic schedule then absorbs a thread slowed by other load on the machine). */
-    int64_t np = PANEL_BYTES / (K * (int64_t)esz);
-    if (np > 256) np = 256;
-    const int64_t per_thread = (N + 4 * nt - 1) / (4 * nt);
-    if (nt > 1 && np > per_thread) np = per_thread;
-    int64_t align = nc; /* whole tiles of both widths: lcm(nc, nc_one_row) */
-    while (align % ks->nc_one_row) align += nc;
-    np = (np + align - 1) / align * align;
-    const int64_t n_panels = (N + np - 1) / np;
-    if (nt > n_panels) nt = (int)n_panels;
-
-    const int64_t ldx = x->stride[0], ldo = out->stride[0];
-    const float *x0 = x->data;
-    float *o0 = out->data;
-    const tile_fn tile = ks->tile[wt];
+    int64_t align = ks->nc; /* whole tiles of both widths: lcm(nc, nc_one_row) */
+    while (align % ks->nc_one_row) align += ks->nc;
+    int64_t total = 0, scratch_floats = 0;
+    for (int i = 0; i < nj; i++) {
+        mm_job *jb = &jobs[i];
+        jb->bias32 = NULL;
+        jb->n_panels = 0;
+        jb->first = total;
+        if (jb->N <= 0) continue;
+        if (mx_tensor_present(jb->bias)) {
+            jb->bias32 = malloc((size_t)jb->N * sizeof(float));
+            if (!jb->bias32) { /* cannot happen for sane N; a defined result rather than garbage */
+                zero_out(jb->out, n, jb->N);
+                continue;
+            }
+            cpu_row_to_f32(jb->bias32, jb->bias->data, jb->bias->dtype, jb->N);
+        }
+        const wsource *src = &jb->src;
+        const size_t esz = src->fill ? sizeof(float) : (src->wt == WT_F32 ? 4 : 2);
+        /* Panel width: L2-sized, and narrow enough that every thread gets several panels (the
+         * dynamic schedule then absorbs a thread slowed by other load on the machine). */
+        int64_t np = PANEL_BYTES / (K * (int64_t)esz);
+        if (np > 256) np = 256;
+        const int64_t per_thread = (jb->N + 4 * nt - 1) / (4 * nt);
+        if (nt > 1 && np > per_thread) np = per_thread;
+        np = (np + align - 1) / align * align;
+        jb->np = np;
+        jb->n_panels = (jb->N + np - 1) / np;
+        jb->direct = src->wtile && n <= CPU_WTILE_MAX_ROWS && n <= ks->mr && ks->nc <= CPU_WTILE_MAX_NC &&
+                     ks->nc_one_row <= CPU_WTILE_MAX_NC;
+        if (src->fill && !jb->direct && np * K > scratch_floats) scratch_floats = np * K;
+        total += jb->n_panels;
+    }
+    if (nt > total) nt = (int)(total > 0 ? total : 1);
     int failed = 0;
-    const bool direct = src->wtile && n <= CPU_WTILE_MAX_ROWS && n <= ks->mr &&
-                        ks->nc <= CPU_WTILE_MAX_NC && ks->nc_one_row <= CPU_WTILE_MAX_NC;
 #pragma omp parallel num_threads(nt) if (nt > 1)
     {
         /* [np, K] fp32 weight rows of the current panel (fill sources only) */
-        float *scratch = src->fill && !direct ? malloc((size_t)(np * K) * sizeof(float)) : NULL;
-        if (src->fill && !direct && !scratch) {
+        float *scratch = scratch_floats ? malloc((size_t)scratch_floats * sizeof(float)) : NULL;
+        if (scratch_floats && !scratch) {
 #pragma omp atomic write
             failed = 1;
         }
 #pragma omp for schedule(dynamic, 1)
-        for (int64_t p = 0; p < n_panels; p++) {
-            const int64_t j0 = p * np, pw = N - j0 < np ? N - j0 : np;
-            if (direct) { /* one row block: the tile widths of the dense kernels */
-                const int64_t step = n == 1 ? ks->nc_one_row : nc;
-                for (int64_t c0 = 0; c0 < pw; c0 += step) {
-                    const int ncc = (int)(pw - c0 < step ? pw - c0 : step);
-                    src->wtile((int)n, ncc, x0, ldx, j0 + c0, o0 + j0 + c0, ldo,
-                               bias32 ? bias32 + j0 + c0 : NULL, src->ctx);
-                }
-                continue;
-            }
-            const char *wp;
-            int64_t ldw;
-            if (src->fill) {
-                if (!scratch) continue;
-                src->fill(scratch, j0, pw, src->ctx);
-                wp = (const char *)scratch;
-                ldw = K * (int64_t)sizeof(float);
-            } else {
-                wp = src->w + j0 * src->ldw;
-                ldw = src->ldw;
-            }
-            for (int64_t r0 = 0; r0 < n; r0 += ks->mr) {
-                const int nr = (int)(n - r0 < ks->mr ? n - r0 : ks->mr);
-                const int64_t step = nr == 1 ? ks->nc_one_row : nc;
-                for (int64_t c0 = 0; c0 < pw; c0 += step) {
-                    const int ncc = (int)(pw - c0 < step ? pw - c0 : step);
-                    tile(nr, ncc, x0 + r0 * ldx, ldx, wp + c0 * ldw, ldw, K,
-                         o0 + r0 * ldo + j0 + c0, ldo, bias32 ? bias32 + j0 + c0 : NULL);
-                }
-            }
+        for (int64_t p = 0; p < total; p++) {
+            int i = 0;
+            while (p >= jobs[i].first + jobs[i].n_panels) i++;
+            run_panel(ks, &jobs[i], p - jobs[i].first, x, scratch);
         }
         free(scratch);
     }
-    if (failed) /* out of memory for a panel: a defined result rather than garbage */
-        for (int64_t r = 0; r < n; r++) memset(cpu_row_ptr(out, r), 0, (size_t)N * sizeof(float));
-    free(bias32);
+    for (int i = 0; i < nj; i++) {
+        /* out of memory for a panel: a defined result rather than garbage */
+        if (failed && jobs[i].src.fill && !jobs[i].direct && jobs[i].n_panels) zero_out(jobs[i].out, n, jobs[i].N);
+        free(jobs[i].bias32);
+    }
+}
+
+static mm_job dense_job(mx_tensor *out, const mx_tensor *w, const mx_tensor *bias) {
+    return (mm_job){.out = out, .N = w->shape[0], .bias = bias,
+                    .src = {.w = w->data, .ldw = w->stride[0] * (int64_t)mx_dtype_size(w->dtype),
+                            .wt = wt_of(w->dtype)}};
 }
 
 void cpu_matmul(mx_tensor *out, const mx_tensor *x, const mx_tensor *w, const mx_tensor *bias) {
-    const wsource src = {.w = w->data, .ldw = w->stride[0] * (int64_t)mx_dtype_size(w->dtype),
-                         .wt = wt_of(w->dtype)};
-    matmul_drive(out, x, w->shape[0], &src, bias);
+    mm_job jb = dense_job(out, w, bias);
+    matmul_drive(x, &jb, 1);
+}
+
+void cpu_matmul_group(const mx_tensor *x, const cpu_mm *mms, int n) {
+    mm_job jobs[CPU_MM_GROUP_MAX];
+    for (int done = 0; done < n; done += CPU_MM_GROUP_MAX) {
+        const int k = n - done < CPU_MM_GROUP_MAX ? n - done : CPU_MM_GROUP_MAX;
+        for (int i = 0; i < k; i++) {
+            const cpu_mm *m = &mms[done + i];
+            jobs[i] = m->w ? dense_job(m->out, m->w, m->bias)
+                           : (mm_job){.out = m->out, .N = m->N, .bias = m->bias,
+                                      .src = {.fill = m->fill, .wtile = m->wtile, .ctx = m->ctx}};
+        }
+        matmul_drive(x, jobs, k);
+    }
 }
 
 void cpu_matmul_fill(mx_tensor *out, const mx_tensor *x, int64_t N, cpu_wfill_fn fill,
@@ -458,6 +516,6 @@ void cpu_matmul_fill(mx_tensor *out, const mx_tensor *x, int64_t N, cpu_wfill_fn
 
 void cpu_matmul_fill_tile(mx_tensor *out, const mx_tensor *x, int64_t N, cpu_wfill_fn fill,
                           cpu_wtile_fn wtile, const void *ctx, const mx_tensor *bias) {
-    const wsource src = {.fill = fill, .wtile = wtile, .ctx = ctx};
-    matmul_drive(out, x, N, &src, bias);
+    const cpu_mm m = {.out = out, .N = N, .fill = fill, .wtile = wtile, .ctx = ctx, .bias = bias};
+    cpu_matmul_group(x, &m, 1);
 }

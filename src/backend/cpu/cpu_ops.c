@@ -163,6 +163,7 @@ static const backend_ops k_cpu_ops = {
     .gather_rows = cpu_gather_rows,
     .matmul = cpu_matmul,
     .matmul_q = mlxq_cpu_matmul_q, /* src/quant/quant_backend.c */
+    .matmul_group = mlxq_cpu_matmul_group,
     .embed_q = mlxq_cpu_embed_q,
     .moe = cpu_moe,
     .kv_write = cpu_kv_write,
