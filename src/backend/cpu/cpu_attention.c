@@ -175,7 +175,7 @@ void cpu_attention(mx_tensor *out, const mx_tensor *q, const mx_tensor *k_pool,
          * this key's scores s [G] */
         float *acc = malloc((size_t)G * (D + 3) * sizeof(float));
         float *m = acc + (size_t)G * D, *l = m + G, *s = l + G;
-#pragma omp for schedule(dynamic, 1)
+#pragma omp for schedule(dynamic, 1) nowait /* the region's end is the one barrier */
         for (int64_t t = 0; t < total; t++) {
             const int i = (int)(t / Hkv), kvh = (int)(t % Hkv);
             const float *qv = (const float *)cpu_row_ptr(q, i) + (size_t)kvh * G * D; /* [G, D] */

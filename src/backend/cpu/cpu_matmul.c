@@ -469,7 +469,7 @@ static void matmul_drive(const mx_tensor *x, mm_job *jobs, int nj) {
 #pragma omp atomic write
             failed = 1;
         }
-#pragma omp for schedule(dynamic, 1)
+#pragma omp for schedule(dynamic, 1) nowait /* the region's end is the one barrier */
         for (int64_t p = 0; p < total; p++) {
             int i = 0;
             while (p >= jobs[i].first + jobs[i].n_panels) i++;
