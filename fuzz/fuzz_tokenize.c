@@ -1,6 +1,6 @@
 /* libFuzzer target: encoding arbitrary bytes (invalid UTF-8 included) with the real Llama 3,
- * Qwen 3 and Mistral tokenizers (when tests/fixtures/tokenizers/npm holds them) and with a
- * synthetic tokenizer that uses every supported component. The first input byte picks the
+ * Qwen 3, Mistral, DeepSeek-V3 and InternLM2 tokenizers (when tests/fixtures/tokenizers/npm
+ * holds them) and with a synthetic tokenizer that uses every supported component. The first input byte picks the
  * tokenizer and flags (0x10 add special, 0x20 skip special, 0x40 specials as text); the rest
  * is the text. The ids are then decoded and streamed back. */
 #include <stddef.h>
@@ -32,7 +32,7 @@ static const char k_synth[] =
     " \"decoder\": {\"type\": \"Sequence\", \"decoders\": [{\"type\": \"Metaspace\", \"replacement\": \"\\u2581\", \"prepend_scheme\": \"first\"},"
     "  {\"type\": \"ByteFallback\"}, {\"type\": \"Fuse\"}, {\"type\": \"Strip\", \"content\": \" \", \"start\": 1, \"stop\": 0}]}}";
 
-static tokenizer *g_tok[4];
+static tokenizer *g_tok[6];
 static int g_n;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
@@ -45,12 +45,12 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     }
     g_n++;
     /* __FILE__ is absolute under CMake: find the fixtures next to this source file. */
-    static const char *names[] = {"llama3", "qwen3", "mistral"};
+    static const char *names[] = {"llama3", "qwen3", "mistral", "deepseek_v3", "internlm2"};
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", __FILE__);
     char *slash = strrchr(dir, '/');
     if (slash) *slash = '\0';
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 5; i++) {
         char path[8192];
         snprintf(path, sizeof path, "%s/../tests/fixtures/tokenizers/npm/%s/tokenizer.json", dir, names[i]);
         if (tok_load_file(&g_tok[g_n], path, &err) == 0) g_n++;

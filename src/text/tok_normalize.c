@@ -1,14 +1,49 @@
 /* Normalizers: NFC/NFD/NFKC/NFKD (utf8proc), Lowercase, StripAccents, Strip, Prepend, Replace.
  * Each step maps a string to a new string; steps ping-pong between two scratch buffers. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
 
 #include "text/tok_internal.h"
+#include "text/tok_unicode_delta.h"
+
+/* ==== Unicode versions ====
+ * tokenizers normalizes with older tables than utf8proc 2.8's (it leaves U+32FF, U+11938, ...
+ * alone under NFKC / NFD) and lowercases with newer ones (Garay, U+A7CB, ...); its StripAccents
+ * removes every mark (Mn, Mc, Me) of its own tables. tok_unicode_delta.h, asked of tokenizers
+ * itself (tools/reference/unicode/make_unicode_delta.sh), lists the differences. */
+
+static bool norm_frozen(int32_t cp) {
+    if (cp < (int32_t)k_norm_frozen[0][0]) return false;
+    for (size_t i = 0; i < sizeof k_norm_frozen / sizeof k_norm_frozen[0]; i++)
+        if (cp >= (int32_t)k_norm_frozen[i][0] && cp <= (int32_t)k_norm_frozen[i][1]) return true;
+    return false;
+}
+
+static int cmp_u32(const void *a, const void *b) {
+    const uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int32_t lower_of(int32_t cp) {
+    const uint32_t key = (uint32_t)cp;
+    const uint32_t(*e)[2] = bsearch(&key, k_lower_delta, sizeof k_lower_delta / sizeof k_lower_delta[0],
+                                    sizeof k_lower_delta[0], cmp_u32);
+    return e ? (int32_t)(*e)[1] : utf8proc_tolower(cp);
+}
+
+static bool is_mark(int32_t cp) {
+    const utf8proc_category_t k = utf8proc_category(cp);
+    const bool m = k == UTF8PROC_CATEGORY_MN || k == UTF8PROC_CATEGORY_MC || k == UTF8PROC_CATEGORY_ME;
+    const uint32_t key = (uint32_t)cp;
+    return bsearch(&key, k_strip_delta, sizeof k_strip_delta / sizeof k_strip_delta[0], sizeof k_strip_delta[0],
+                   cmp_u32) ? !m : m;
+}
 
 /* ==== Steps ==== */
 
-static void map_segment(tk_buf *dst, const char *s, size_t n, utf8proc_option_t opt) {
+static void map_run(tk_buf *dst, const char *s, size_t n, utf8proc_option_t opt) {
     utf8proc_uint8_t *out = NULL;
     utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &out, opt | UTF8PROC_STABLE);
     if (r < 0) /* cannot happen on valid UTF-8; keep the text as it is */
@@ -18,10 +53,46 @@ static void map_segment(tk_buf *dst, const char *s, size_t n, utf8proc_option_t 
     free(out);
 }
 
+static unsigned lead_byte(uint32_t cp) { return cp < 0x80 ? cp : cp < 0x800 ? 0xC0 | cp >> 6 : cp < 0x10000 ? 0xE0 | cp >> 12 : 0xF0 | cp >> 18; }
+
+/* A non-ASCII run through utf8proc, the code points tokenizers leaves alone copied as they are
+ * (all are starters: no reordering or composition crosses them, so the parts between them
+ * normalize on their own). Runs without a lead byte of one (CJK, most scripts) skip the
+ * per-code-point look. */
+static bool g_frozen_lead[256];
+static pthread_once_t g_frozen_once = PTHREAD_ONCE_INIT;
+
+static void frozen_lead_init(void) {
+    for (size_t r = 0; r < sizeof k_norm_frozen / sizeof k_norm_frozen[0]; r++) /* leads grow with the code point */
+        for (unsigned b = lead_byte(k_norm_frozen[r][0]); b <= lead_byte(k_norm_frozen[r][1]); b++) g_frozen_lead[b] = true;
+}
+
+static void map_segment(tk_buf *dst, const char *s, size_t n, utf8proc_option_t opt) {
+    size_t i = 0;
+    while (i < n && !g_frozen_lead[(unsigned char)s[i]]) i++;
+    if (i == n) {
+        map_run(dst, s, n, opt);
+        return;
+    }
+    size_t a = 0;
+    for (size_t i = 0; i < n;) {
+        int32_t cp;
+        const size_t l = (size_t)tk_utf8_next(s + i, n - i, &cp);
+        if (norm_frozen(cp)) {
+            if (i > a) map_run(dst, s + a, i - a, opt);
+            tk_buf_put(dst, s + i, l);
+            a = i + l;
+        }
+        i += l;
+    }
+    if (a < n) map_run(dst, s + a, n - a, opt);
+}
+
 /* ASCII is stable under every normalization form, never reorders, and never composes with
  * the char before it, so only non-ASCII runs (with the one ASCII char before them, which a
  * following combining mark may compose with) go through utf8proc. */
 static void norm_unicode(tk_buf *dst, const char *s, size_t n, utf8proc_option_t opt) {
+    pthread_once(&g_frozen_once, frozen_lead_init);
     size_t i = 0;
     tk_buf_reserve(dst, n);
     while (i < n) {
@@ -57,7 +128,7 @@ static void norm_lower(tk_buf *dst, const char *s, size_t n) {
             tk_buf_put(dst, "i\xCC\x87", 3);
             continue;
         }
-        tk_buf_put(dst, tmp, (size_t)tk_utf8_put(tmp, utf8proc_tolower(cp)));
+        tk_buf_put(dst, tmp, (size_t)tk_utf8_put(tmp, lower_of(cp)));
     }
 }
 
@@ -65,7 +136,7 @@ static void norm_strip_accents(tk_buf *dst, const char *s, size_t n) {
     for (size_t i = 0; i < n;) {
         int32_t cp;
         int l = tk_utf8_next(s + i, n - i, &cp);
-        if (utf8proc_category(cp) != UTF8PROC_CATEGORY_MN) tk_buf_put(dst, s + i, (size_t)l);
+        if (!is_mark(cp)) tk_buf_put(dst, s + i, (size_t)l);
         i += (size_t)l;
     }
 }

@@ -257,7 +257,7 @@ static const char *const k_onig_w[] = {"L", "M", "N", "Pc"};
 #include "tok_unicode_delta.h"
 
 static uint8_t g_new_cp[0x110000 / 8]; /* the code points of k_uni_delta */
-static unsigned g_new_lead = 0xC2;      /* no UTF-8 lead byte below this starts one of them */
+static bool g_new_lead[256];            /* the UTF-8 lead bytes that start one of them */
 static pthread_once_t g_new_cp_once = PTHREAD_ONCE_INIT;
 
 static void new_cp_init(void) {
@@ -271,17 +271,17 @@ static void new_cp_init(void) {
                 b = strtoul(p + 4, &e, 16);
                 p = e + 1;
             }
-            for (unsigned long c = a; c <= b && c < 0x110000; c++) g_new_cp[c >> 3] |= (uint8_t)(1u << (c & 7));
+            for (unsigned long c = a; c <= b && c < 0x110000; c++) {
+                g_new_cp[c >> 3] |= (uint8_t)(1u << (c & 7));
+                g_new_lead[c < 0x800 ? 0xC0 | c >> 6 : c < 0x10000 ? 0xE0 | c >> 12 : 0xF0 | c >> 18] = true;
+            }
         }
     }
-    g_new_lead = 0xE0; /* all at or above U+0800 (U+0897 today)? then two-byte ones are skipped */
-    for (unsigned c = 0x80; c < 0x800; c++)
-        if (g_new_cp[c >> 3] >> (c & 7) & 1) g_new_lead = 0xC2;
 }
 
 /* Whether valid UTF-8 s holds a code point of g_new_cp (ASCII runs and the sequences whose
- * lead byte is below g_new_lead are skipped undecoded; the input is valid, so a lead byte's
- * continuation bytes are there). */
+ * lead byte starts none, e.g. all of CJK's, are skipped undecoded; the input is valid, so a
+ * lead byte's continuation bytes are there). */
 static bool has_new_cp(const char *s, size_t n) {
     const unsigned char *u = (const unsigned char *)s;
     size_t i = 0;
@@ -294,7 +294,7 @@ static bool has_new_cp(const char *s, size_t n) {
             continue;
         }
         const size_t len = b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
-        if (b >= g_new_lead) {
+        if (g_new_lead[b]) {
             uint32_t cp;
             if (len == 2) cp = (b & 0x1Fu) << 6 | (u[i + 1] & 0x3Fu);
             else if (len == 3) cp = (b & 0x0Fu) << 12 | (u[i + 1] & 0x3Fu) << 6 | (u[i + 2] & 0x3Fu);

@@ -261,6 +261,21 @@ static void test_normalizers(void **st) {
     t = load_parts("{\"type\": \"Replace\", \"pattern\": {\"Regex\": \"[0-9]+\"}, \"content\": \"#\"}", NULL, NULL);
     expect_pieces(t, "a12b3", "a#b#");
     tok_free(t);
+    /* tokenizers' own Unicode tables (tok_unicode_delta.h): its normalization tables are older
+     * (U+32FF stays under NFKC; U+11935 U+11930 do not compose; U+0898, a mark it does not
+     * know, is a starter and keeps U+0301 apart from the e), its lowercase newer (Garay
+     * U+10D50 -> U+10D70), its StripAccents removes every mark (U+0903 is Mc) it knows */
+    t = load_parts("{\"type\": \"NFKC\"}", NULL, NULL);
+    expect_pieces(t, "\xE3\x8B\xBF\xEF\xAC\x81", "\xE3\x8B\xBF" "fi");
+    expect_pieces(t, "\xF0\x91\xA4\xB5\xF0\x91\xA4\xB0", "\xF0\x91\xA4\xB5\xF0\x91\xA4\xB0");
+    expect_pieces(t, "e\xE0\xA2\x98\xCC\x81" "e\xCC\x81", "e\xE0\xA2\x98\xCC\x81\xC3\xA9");
+    tok_free(t);
+    t = load_parts("{\"type\": \"Lowercase\"}", NULL, NULL);
+    expect_pieces(t, "A\xF0\x90\xB5\x90\xC3\x89", "a\xF0\x90\xB5\xB0\xC3\xA9");
+    tok_free(t);
+    t = load_parts("{\"type\": \"StripAccents\"}", NULL, NULL);
+    expect_pieces(t, "a\xE0\xA4\x83" "b\xCC\x81" "c\xE0\xA2\x98", "abc\xE0\xA2\x98");
+    tok_free(t);
 }
 
 /* ==== BPE model ==== */
