@@ -160,7 +160,7 @@ void tk_decode_append(const tokenizer *t, const int32_t *ids, size_t n, bool ski
     for (size_t i = 0; i < n; i++) {
         size_t pn;
         const char *p = tok_id_to_piece_n(t, ids[i], &pn);
-        if (!p || (skip_special && tok_is_special(t, ids[i]))) continue;
+        if (!p || (skip_special && tk_skip_special(t, ids[i]))) continue;
         tl_add(&l[0], p, pn);
     }
     if (!t->has_decoder) { /* tokenizers joins the pieces with spaces */

@@ -92,6 +92,9 @@ typedef struct tk_regex {
     pcre2_code *code_new; /* with the code points PCRE2's Unicode tables lack (tok_util.c), or NULL */
 } tk_regex;
 int tk_regex_compile(tk_regex *r, const char *pat, size_t n, bool literal, mx_error *err);
+/* The Rust regex crate's \w (tokenizers' Whitespace pre-tokenizer, single_word) as PCRE2 class
+ * items: letters, marks, Nd, Nl, Pc, ZWNJ, ZWJ and k_word_delta's other Alphabetic ones. */
+void tk_rust_word_items(tk_buf *out);
 void tk_regex_free(tk_regex *r);
 /* Per-caller matcher state (match data, JIT stack), created on first use. */
 typedef struct tk_rx_state {
@@ -161,9 +164,16 @@ typedef struct tk_dec {
 typedef struct tk_added {
     char *content;
     size_t len;
+    char *match;      /* what the matcher looks for: content, or for a normalized token its
+                       * content through the normalizers (as tokenizers' AddedVocabulary) */
+    size_t match_len; /* 0: never matches (normalized to nothing) */
     int32_t id;
     bool special, normalized, lstrip, rstrip, single_word;
 } tk_added;
+/* Sets each normalized added token's match string (tokenizer.c); after the normalizers load. */
+int tk_added_normalize(struct tokenizer *t, mx_error *err);
+/* Whether decoding with skip_special drops id (tokenizer.c). */
+bool tk_skip_special(const struct tokenizer *t, int32_t id);
 /* Leftmost-longest matcher over a subset of added tokens. */
 typedef struct tk_matcher {
     int32_t *order;      /* [n] indices into tokenizer.added, grouped by first byte, longest first */

@@ -181,8 +181,18 @@ static int load_pre(tokenizer *t, const json_t *o, mx_error *err) {
         p.split = jbool(o, "split", true);
     } else if (!strcmp(ty, "Whitespace")) {
         p.kind = TK_PRE_WHITESPACE;
-        static const char re[] = "\\w+|[^\\w\\s]+";
-        if (tk_regex_compile(&p.re, re, sizeof re - 1, false, err)) return -1;
+        /* tokenizers' Whitespace is the Rust regex crate's \w+|[^\w\s]+ (not Oniguruma's):
+         * its \w is Alphabetic, marks, Nd, Pc and ZWNJ/ZWJ, so U+00B2 or U+2460 (No) are not
+         * word characters there and U+24B6 (So, Alphabetic) is */
+        tk_buf re = {0};
+        tk_buf_putc(&re, '[');
+        tk_rust_word_items(&re);
+        tk_buf_put(&re, "]+|[^", 5);
+        tk_rust_word_items(&re);
+        tk_buf_put(&re, "\\s]+", 4);
+        int rc = tk_regex_compile(&p.re, re.p, re.n, false, err);
+        free(re.p);
+        if (rc) return -1;
     } else if (!strcmp(ty, "WhitespaceSplit")) {
         p.kind = TK_PRE_WHITESPACE_SPLIT;
     } else if (!strcmp(ty, "Punctuation")) {
@@ -590,6 +600,8 @@ static int load_added(tokenizer *t, const json_t *arr, mx_error *err) {
         tk_added *a = &t->added[t->n_added++];
         a->len = json_string_length(c);
         a->content = xstrndup(json_string_value(c), a->len);
+        a->match = a->content;
+        a->match_len = a->len;
         a->id = (int32_t)json_integer_value(id);
         a->special = jbool(v, "special", false);
         a->normalized = jbool(v, "normalized", !a->special);
@@ -605,9 +617,9 @@ static int load_added(tokenizer *t, const json_t *arr, mx_error *err) {
 static int by_byte_then_len(const void *a, const void *b, void *arg) {
     const tokenizer *t = arg;
     const tk_added *x = &t->added[*(const int32_t *)a], *y = &t->added[*(const int32_t *)b];
-    unsigned cx = (unsigned char)x->content[0], cy = (unsigned char)y->content[0];
+    unsigned cx = (unsigned char)x->match[0], cy = (unsigned char)y->match[0];
     if (cx != cy) return cx < cy ? -1 : 1;
-    if (x->len != y->len) return x->len > y->len ? -1 : 1;
+    if (x->match_len != y->match_len) return x->match_len > y->match_len ? -1 : 1;
     return 0;
 }
 
@@ -615,11 +627,11 @@ static void build_matcher(tokenizer *t, tk_matcher *m, bool normalized) {
     m->order = malloc(((size_t)t->n_added + 1) * sizeof *m->order);
     m->n = 0;
     for (int i = 0; i < t->n_added; i++)
-        if (t->added[i].normalized == normalized) m->order[m->n++] = i;
+        if (t->added[i].normalized == normalized && t->added[i].match_len) m->order[m->n++] = i;
     qsort_r(m->order, (size_t)m->n, sizeof *m->order, by_byte_then_len, t);
     int j = 0;
     for (int c = 0; c <= 256; c++) {
-        while (j < m->n && (unsigned char)t->added[m->order[j]].content[0] < c) j++;
+        while (j < m->n && (unsigned char)t->added[m->order[j]].match[0] < c) j++;
         m->first[c] = j;
     }
 }
@@ -653,6 +665,7 @@ int tk_load_json(tokenizer *t, const char *text, size_t len, const char *name, m
     t->added_of_id = malloc((size_t)t->n_ids * sizeof *t->added_of_id + 1);
     for (int32_t i = 0; i < t->n_ids; i++) t->added_of_id[i] = -1;
     for (int i = 0; i < t->n_added; i++) t->added_of_id[t->added[i].id] = i;
+    if (tk_added_normalize(t, err)) goto out;
     build_matcher(t, &t->match_raw, false);
     build_matcher(t, &t->match_norm, true);
     if (load_post(t, json_object_get(root, "post_processor"), err)) goto out;

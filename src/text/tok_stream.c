@@ -122,7 +122,7 @@ int tok_stream_push(tok_stream *s, int32_t id, const char **out, size_t *out_len
     *out_len = 0;
     if (s->stopped) return 1;
     /* A skipped special token contributes nothing, whatever its neighbours. */
-    if (s->skip_special && tok_is_special(s->t, id)) return 0;
+    if (s->skip_special && tk_skip_special(s->t, id)) return 0;
     tk_ids_push(&s->ids, id);
     s->tmp.n = 0;
     tk_decode_append(s->t, s->ids.p + s->w, s->ids.n - s->w, s->skip_special, &s->tmp);

@@ -306,6 +306,16 @@ static bool has_new_cp(const char *s, size_t n) {
     return false;
 }
 
+void tk_rust_word_items(tk_buf *out) {
+    static const char base[] = "\\p{L}\\p{M}\\p{Nd}\\p{Nl}\\p{Pc}\\x{200C}\\x{200D}";
+    tk_buf_put(out, base, sizeof base - 1);
+    for (size_t i = 0; i < sizeof k_word_delta / sizeof k_word_delta[0]; i++) {
+        char r[48];
+        int k = snprintf(r, sizeof r, "\\x{%X}-\\x{%X}", (unsigned)k_word_delta[i][0], (unsigned)k_word_delta[i][1]);
+        tk_buf_put(out, r, (size_t)k);
+    }
+}
+
 static const tk_uni_delta *uni_delta(const char *name, size_t n) {
     for (size_t i = 0; i < sizeof k_uni_delta / sizeof k_uni_delta[0]; i++)
         if (strlen(k_uni_delta[i].cat) == n && !memcmp(k_uni_delta[i].cat, name, n)) return &k_uni_delta[i];

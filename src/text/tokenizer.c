@@ -4,8 +4,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <utf8proc.h>
 
 #include "text/tok_internal.h"
+#include "text/tok_unicode_delta.h"
 
 /* ==== Loading ==== */
 
@@ -102,7 +104,10 @@ void tok_free(tokenizer *t) {
     for (int i = 0; i < t->n_norms; i++) tk_norm_free(&t->norms[i]);
     for (int i = 0; i < t->n_pres; i++) tk_pre_free(&t->pres[i]);
     for (int i = 0; i < t->n_decs; i++) tk_dec_free(&t->decs[i]);
-    for (int i = 0; i < t->n_added; i++) free(t->added[i].content);
+    for (int i = 0; i < t->n_added; i++) {
+        if (t->added[i].match != t->added[i].content) free(t->added[i].match);
+        free(t->added[i].content);
+    }
     free(t->norms);
     free(t->pres);
     free(t->decs);
@@ -119,7 +124,18 @@ void tok_free(tokenizer *t) {
 
 /* ==== Added tokens (tokenizers' AddedVocabulary::find_matches) ==== */
 
-static bool is_word_char(int32_t cp) { return cp == '_' || tk_is_alnum(cp); }
+/* Rust regex's \w (tokenizers' single_word check): letters, marks, Nd, Nl, Pc, ZWNJ, ZWJ, and
+ * k_word_delta's corrections (Other_Alphabetic symbols such as U+24B6, newer letters). */
+static bool is_word_char(int32_t cp) {
+    if (cp < 0x80) return cp == '_' || tk_is_alnum(cp);
+    const utf8proc_category_t k = utf8proc_category(cp);
+    bool w = (k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_LO) ||
+             (k >= UTF8PROC_CATEGORY_MN && k <= UTF8PROC_CATEGORY_ME) || k == UTF8PROC_CATEGORY_ND ||
+             k == UTF8PROC_CATEGORY_NL || k == UTF8PROC_CATEGORY_PC || cp == 0x200C || cp == 0x200D;
+    for (size_t i = 0; i < sizeof k_word_delta / sizeof k_word_delta[0]; i++)
+        if (cp >= (int32_t)k_word_delta[i][0] && cp <= (int32_t)k_word_delta[i][1]) return !w;
+    return w;
+}
 
 static int32_t char_before(const char *s, size_t i) {
     if (i == 0) return -1;
@@ -143,7 +159,7 @@ static void find_added(const tokenizer *t, const tk_matcher *mt, const char *s, 
             unsigned char c0 = (unsigned char)s[i];
             for (int j = mt->first[c0]; j < mt->first[c0 + 1]; j++) {
                 const tk_added *a = &t->added[mt->order[j]];
-                if (a->len <= n - i && !memcmp(s + i, a->content, a->len)) {
+                if (a->match_len <= n - i && !memcmp(s + i, a->match, a->match_len)) {
                     hit = mt->order[j];
                     break;
                 }
@@ -152,7 +168,7 @@ static void find_added(const tokenizer *t, const tk_matcher *mt, const char *s, 
         }
         if (hit < 0) break;
         const tk_added *a = &t->added[hit];
-        size_t start = i, stop = i + a->len;
+        size_t start = i, stop = i + a->match_len;
         pos = stop;
         if (special_as_text && a->special) continue; /* stays text, as in tokenizers */
         if (a->single_word) {
@@ -177,12 +193,44 @@ static void find_added(const tokenizer *t, const tk_matcher *mt, const char *s, 
                 stop += (size_t)l;
             }
         }
+        /* the next match is searched from this one's own end, not from the end rstrip extended
+         * it to: tokenizers finds all matches first, so " world world" with an rstrip " world"
+         * gives the token twice (the second one's span then starts inside the first's) */
         if (start_off < start) tk_spans_push(out, start_off, start, 0);
         tk_spans_push(out, start, stop, 1 + hit);
         start_off = stop;
-        if (stop > pos) pos = stop;
     }
     if (start_off < n) tk_spans_push(out, start_off, n, 0);
+}
+
+/* A normalized added token is looked for in normalized text as its own content normalized
+ * (tokenizers' AddedVocabulary::refresh_added_tokens): with a Lowercase normalizer "Hello"
+ * matches "HELLO", with Replace("a", "X") "ab" matches "ab" (both "Xb"). */
+int tk_added_normalize(tokenizer *t, mx_error *err) {
+    if (!t->n_norms) return 0;
+    tk_ctx c;
+    memset(&c, 0, sizeof c);
+    c.t = t;
+    c.err = err;
+    int rc = 0;
+    for (int i = 0; i < t->n_added && rc == 0; i++) {
+        tk_added *a = &t->added[i];
+        const char *s;
+        size_t n;
+        if (!a->normalized) continue;
+        if ((rc = tk_normalize_str(&c, a->content, a->len, &s, &n))) break;
+        a->match = malloc(n + 1);
+        if (!a->match) {
+            a->match = a->content;
+            rc = mx_fail(err, "added tokens: out of memory");
+            break;
+        }
+        memcpy(a->match, s, n);
+        a->match[n] = '\0';
+        a->match_len = n;
+    }
+    tk_ctx_free(&c);
+    return rc;
 }
 
 /* ==== Encode ==== */
@@ -310,10 +358,10 @@ const char *tok_id_to_piece(const tokenizer *t, int32_t id) {
 const char *tok_id_to_piece_n(const tokenizer *t, int32_t id, size_t *len) {
     *len = 0;
     if (id < 0 || id >= t->n_ids) return NULL;
-    if (t->added_of_id[id] >= 0) {
+    if (t->added_of_id[id] >= 0) { /* a normalized token decodes as its normalized content, as in tokenizers */
         const tk_added *a = &t->added[t->added_of_id[id]];
-        *len = a->len;
-        return a->content;
+        *len = a->match_len;
+        return a->match;
     }
     if (id >= t->bpe.n_pieces || !t->bpe.pieces[id]) return NULL;
     *len = t->bpe.piece_lens[id];
@@ -325,6 +373,14 @@ int32_t tok_piece_to_id(const tokenizer *t, const char *piece) {
     for (int i = 0; i < t->n_added; i++)
         if (t->added[i].len == n && !memcmp(t->added[i].content, piece, n)) return t->added[i].id;
     return tk_map_get(&t->bpe.vocab, piece, n);
+}
+
+bool tk_skip_special(const tokenizer *t, int32_t id) {
+    /* tokenizers skips by the decoded string, which for a normalized token is its normalized
+     * content: one the normalizers change is not recognised as special and stays */
+    if (!tok_is_special(t, id)) return false;
+    const tk_added *a = &t->added[t->added_of_id[id]];
+    return a->match_len == a->len && !memcmp(a->match, a->content, a->len);
 }
 
 bool tok_is_special(const tokenizer *t, int32_t id) {

@@ -197,9 +197,28 @@ static void test_added_strip(void **st) {
                    "[{\"id\": 0, \"content\": \"<mask>\", \"special\": true, \"normalized\": false, \"rstrip\": true}]");
     expect_pieces(t, "I saw a <mask> \xF0\x9F\x98\xBA", "I|\xC4\xA0saw|\xC4\xA0" "a|\xC4\xA0|<mask>|\xC3\xB0\xC5\x81\xC4\xBA\xC2\xBA");
     tok_free(t);
+    /* tokenizers finds every match before it strips: the space that the first " world"'s rstrip
+     * takes still starts the second match (found against the Rust library's Node bindings) */
+    t = load_parts(NULL, NULL, "[{\"id\": 0, \"content\": \" world\", \"special\": false, \"normalized\": false, \"rstrip\": true}]");
+    expect_pieces(t, "a world world", "a| world| world");
+    tok_free(t);
+    /* a normalized token is looked for as its normalized content, and decodes as that */
+    t = load_parts("{\"type\": \"Lowercase\"}", NULL,
+                   "[{\"id\": 0, \"content\": \"HeLLo\", \"special\": false, \"normalized\": true}]");
+    expect_pieces(t, "say HELLO", "say |HeLLo");
+    int32_t hid = 0;
+    expect_decode(t, &hid, 1, false, "hello");
+    tok_free(t);
 }
 
 static void test_added_single_word_and_longest(void **st) {
+    {   /* single_word uses the Rust regex crate's \w: a combining mark before the token is a
+         * word character (no match), U+00B2 is not (a match) */
+        tokenizer *t = load_parts(NULL, NULL, "[{\"id\": 0, \"content\": \"ab\", \"single_word\": true, \"normalized\": false}]");
+        expect_pieces(t, "e\xCC\x81" "ab", "e\xCC\x81" "ab");
+        expect_pieces(t, "\xC2\xB2" "ab", "\xC2\xB2|ab");
+        tok_free(t);
+    }
     (void)st;
     tokenizer *t = load_parts(NULL, "{\"type\": \"WhitespaceSplit\"}",
                               "[{\"id\": 0, \"content\": \"ab\", \"special\": false, \"normalized\": false, \"single_word\": true},"
@@ -229,6 +248,8 @@ static void test_digits_punct_whitespace(void **st) {
     tok_free(t);
     t = load_parts(NULL, "{\"type\": \"Whitespace\"}", NULL);
     expect_pieces(t, "Hey man!", "Hey|man|!");
+    /* the Rust regex crate's \w: U+00B2 (No) is not a word character, ZWJ and U+24B6 are */
+    expect_pieces(t, "x\xC2\xB2 a\xE2\x80\x8D" "b \xE2\x92\xB6z", "x|\xC2\xB2|a\xE2\x80\x8D" "b|\xE2\x92\xB6z");
     expect_pieces(t, "How are you doing?", "How|are|you|doing|?");
     expect_pieces(t, "\n", "");
     tok_free(t);

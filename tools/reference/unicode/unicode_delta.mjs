@@ -44,8 +44,8 @@ for (const cat of CATS) {
 // and compared with utf8proc's (FORMS: utf8proc_forms.c's lines).
 const forms = new Map();
 for (const line of readFileSync(formsList, "utf8").trim().split("\n")) {
-  const [c, nfd, nfkd, lower, mn, ccc] = line.split(" ");
-  forms.set(parseInt(c, 16), { nfd, nfkd, lower, mn: mn === "1", ccc: parseInt(ccc, 10) });
+  const [c, nfd, nfkd, lower, mn, ccc, w] = line.split(" ");
+  forms.set(parseInt(c, 16), { nfd, nfkd, lower, mn: mn === "1", ccc: parseInt(ccc, 10), word: w === "1" });
 }
 const all = [...forms.keys()];
 const bytesVocab = {};
@@ -84,6 +84,20 @@ const unknownMarks = marks.filter((c, i) => {
   return p1[i] !== want1 || p2[i] !== want2;
 });
 const refLower = await refForm({ type: "Lowercase" }), refStrip = await refForm({ type: "StripAccents" });
+// Word characters of an added token's single_word check (Rust regex \w): an added single_word
+// token right after the code point matches exactly when the code point is not one.
+const swJson = path.join(tmp, "single_word.json");
+writeFileSync(swJson, JSON.stringify({ version: "1.0", truncation: null, padding: null,
+  added_tokens: [{ id: 257, content: "\u00a7\u00a7", single_word: true, lstrip: false, rstrip: false, normalized: false, special: false }],
+  normalizer: null, pre_tokenizer: null, post_processor: null, decoder: null,
+  model: { type: "BPE", dropout: null, unk_token: "<unk>", continuing_subword_prefix: null, end_of_word_suffix: null,
+    fuse_unk: false, byte_fallback: true, vocab: bytesVocab, merges: [] } }));
+const swTok = Tokenizer.fromFile(swJson), refWord = [];
+for (let i = 0; i < all.length; i += 20000) {
+  const enc = await swTok.encodeBatch(all.slice(i, i + 20000).map((c) => String.fromCodePoint(c) + "\u00a7\u00a7"), { addSpecialTokens: false });
+  for (const e of enc) refWord.push(!e.getIds().includes(257));
+}
+const wordFlip = all.filter((c, i) => refWord[i] !== forms.get(c).word);
 const frozen = new Set(unknownMarks), lowerRows = [], stripRows = [];
 all.forEach((c, i) => {
   const f = forms.get(c), self = c.toString(16);
@@ -107,7 +121,16 @@ for (const c of fr) {
   else frRanges.push([c, c]);
 }
 const hex = (c) => `0x${c.toString(16).toUpperCase()}`;
-console.error(`normalizers: ${fr.length} code points left alone (${unknownMarks.length} marks it does not know), ${lowerRows.length} lowercase, ${stripRows.length} StripAccents`);
+const toRanges = (list) => {
+  const r = [];
+  for (const c of list) {
+    if (r.length && r[r.length - 1][1] === c - 1) r[r.length - 1][1] = c;
+    else r.push([c, c]);
+  }
+  return r;
+};
+const wordRanges = toRanges(wordFlip);
+console.error(`normalizers: ${fr.length} code points left alone (${unknownMarks.length} marks it does not know), ${lowerRows.length} lowercase, ${stripRows.length} StripAccents, ${wordFlip.length} word characters (${wordRanges.length} ranges)`);
 const wrap = (items) => items.map((x, i) => (i % 6 === 0 ? "\n    " : " ") + x + ",").join("");
 const normPart = `
 /* Normalization: tokenizers' tables (unicode-normalization-alignments) are older than utf8proc
@@ -119,6 +142,10 @@ static const uint32_t k_norm_frozen[][2] = {${wrap(frRanges.map(([a, b]) => `{${
 /* Lowercase: code points whose lowercase tokenizers (Rust's char tables) knows and utf8proc
  * does not (or otherwise), sorted: {code point, lowercase}. */
 static const uint32_t k_lower_delta[][2] = {${wrap(lowerRows)}
+};
+/* Added tokens' single_word check: code points whose word-ness (Rust regex \w) differs from
+ * letters, marks, Nd, Nl, Pc, ZWNJ and ZWJ by utf8proc's categories, as [first, last] ranges. */
+static const uint32_t k_word_delta[][2] = {${wrap(wordRanges.map(([a, b]) => `{${hex(a)}, ${hex(b)}}`))}
 };
 /* StripAccents: code points whose mark-ness (Mn, Mc, Me) differs (utf8proc's decision flipped). */
 static const uint32_t k_strip_delta[] = {${stripRows.length ? wrap(stripRows) : "\n    0x110000, /* none */"}
