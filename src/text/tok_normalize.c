@@ -55,11 +55,7 @@ static void map_run(tk_buf *dst, const char *s, size_t n, utf8proc_option_t opt)
 
 static unsigned lead_byte(uint32_t cp) { return cp < 0x80 ? cp : cp < 0x800 ? 0xC0 | cp >> 6 : cp < 0x10000 ? 0xE0 | cp >> 12 : 0xF0 | cp >> 18; }
 
-/* A non-ASCII run through utf8proc, the code points tokenizers leaves alone copied as they are
- * (all are starters: no reordering or composition crosses them, so the parts between them
- * normalize on their own). Runs without a lead byte of one (CJK, most scripts) skip the
- * per-code-point look. */
-static bool g_frozen_lead[256];
+static bool g_frozen_lead[256]; /* the UTF-8 lead bytes of k_norm_frozen's code points */
 static pthread_once_t g_frozen_once = PTHREAD_ONCE_INIT;
 
 static void frozen_lead_init(void) {
@@ -67,10 +63,14 @@ static void frozen_lead_init(void) {
         for (unsigned b = lead_byte(k_norm_frozen[r][0]); b <= lead_byte(k_norm_frozen[r][1]); b++) g_frozen_lead[b] = true;
 }
 
+/* A non-ASCII run through utf8proc, the code points tokenizers leaves alone copied as they are
+ * (all are starters: no reordering or composition crosses them, so the parts between them
+ * normalize on their own). Runs without a lead byte of one (CJK, most scripts) skip the
+ * per-code-point look. */
 static void map_segment(tk_buf *dst, const char *s, size_t n, utf8proc_option_t opt) {
-    size_t i = 0;
-    while (i < n && !g_frozen_lead[(unsigned char)s[i]]) i++;
-    if (i == n) {
+    size_t k = 0;
+    while (k < n && !g_frozen_lead[(unsigned char)s[k]]) k++;
+    if (k == n) {
         map_run(dst, s, n, opt);
         return;
     }
