@@ -95,6 +95,10 @@ int tk_regex_compile(tk_regex *r, const char *pat, size_t n, bool literal, mx_er
 /* The Rust regex crate's \w (tokenizers' Whitespace pre-tokenizer, single_word) as PCRE2 class
  * items: letters, marks, Nd, Nl, Pc, ZWNJ, ZWJ and k_word_delta's other Alphabetic ones. */
 void tk_rust_word_items(tk_buf *out);
+/* The first UTF-8 byte of code point cp (grows with cp). */
+static inline unsigned tk_utf8_lead(uint32_t cp) {
+    return cp < 0x80 ? cp : cp < 0x800 ? 0xC0 | cp >> 6 : cp < 0x10000 ? 0xE0 | cp >> 12 : 0xF0 | cp >> 18;
+}
 void tk_regex_free(tk_regex *r);
 /* Per-caller matcher state (match data, JIT stack), created on first use. */
 typedef struct tk_rx_state {

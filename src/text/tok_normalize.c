@@ -53,14 +53,13 @@ static void map_run(tk_buf *dst, const char *s, size_t n, utf8proc_option_t opt)
     free(out);
 }
 
-static unsigned lead_byte(uint32_t cp) { return cp < 0x80 ? cp : cp < 0x800 ? 0xC0 | cp >> 6 : cp < 0x10000 ? 0xE0 | cp >> 12 : 0xF0 | cp >> 18; }
-
 static bool g_frozen_lead[256]; /* the UTF-8 lead bytes of k_norm_frozen's code points */
 static pthread_once_t g_frozen_once = PTHREAD_ONCE_INIT;
 
 static void frozen_lead_init(void) {
     for (size_t r = 0; r < sizeof k_norm_frozen / sizeof k_norm_frozen[0]; r++) /* leads grow with the code point */
-        for (unsigned b = lead_byte(k_norm_frozen[r][0]); b <= lead_byte(k_norm_frozen[r][1]); b++) g_frozen_lead[b] = true;
+        for (unsigned b = tk_utf8_lead(k_norm_frozen[r][0]); b <= tk_utf8_lead(k_norm_frozen[r][1]); b++)
+            g_frozen_lead[b] = true;
 }
 
 /* A non-ASCII run through utf8proc, the code points tokenizers leaves alone copied as they are

@@ -273,7 +273,7 @@ static void new_cp_init(void) {
             }
             for (unsigned long c = a; c <= b && c < 0x110000; c++) {
                 g_new_cp[c >> 3] |= (uint8_t)(1u << (c & 7));
-                g_new_lead[c < 0x800 ? 0xC0 | c >> 6 : c < 0x10000 ? 0xE0 | c >> 12 : 0xF0 | c >> 18] = true;
+                g_new_lead[tk_utf8_lead((uint32_t)c)] = true;
             }
         }
     }
