@@ -223,8 +223,8 @@ static int tx_tokenize(void *p, const char *text, size_t len, bool add_special, 
 }
 
 static int tx_detokenize(void *p, const int32_t *ids, size_t n_ids, bool skip_special, char **out,
-                         mx_error *err) {
-    return tok_decode(((sbe *)p)->tok, ids, n_ids, skip_special, out, err);
+                         size_t *out_len, mx_error *err) {
+    return tok_decode_n(((sbe *)p)->tok, ids, n_ids, skip_special, out, out_len, err);
 }
 
 static int tx_template(void *p, const json_t *messages, const json_t *extra, bool add_gen, char **out,

@@ -118,9 +118,10 @@ typedef struct srv_text_stream srv_text_stream;
 typedef struct srv_text_ops {
     int (*tokenize)(void *txt, const char *text, size_t len, bool add_special, int32_t **ids,
                     size_t *n_ids, mx_error *err);
-    /* skip_special as tokenizers' skip_special_tokens. *out malloc'd. */
+    /* skip_special as tokenizers' skip_special_tokens. *out malloc'd, NUL-terminated, *out_len
+     * bytes (the text may hold U+0000 itself: InternLM2 has a piece for it). */
     int (*detokenize)(void *txt, const int32_t *ids, size_t n_ids, bool skip_special, char **out,
-                      mx_error *err);
+                      size_t *out_len, mx_error *err);
     /* messages: OpenAI messages normalized to {role, content: string}; extra: optional object
      * merged into the template context. *out malloc'd. */
     int (*apply_template)(void *txt, const json_t *messages, const json_t *extra,

@@ -44,14 +44,14 @@ char *srv_resp_error(int status, const char *message, const char *param) {
 /* ==== Pieces ==== */
 static json_t *token_text_json(srv_server *s, int32_t id, json_t **bytes) {
     char *t = NULL;
+    size_t n = 0;
     mx_error err;
-    if (s->be->text_ops->detokenize(s->be->text, &id, 1, false, &t, &err)) t = NULL;
-    const char *str = t ? t : "";
-    json_t *out = json_string(str);
+    if (s->be->text_ops->detokenize(s->be->text, &id, 1, false, &t, &n, &err)) t = NULL, n = 0;
+    json_t *out = json_stringn(t ? t : "", n);
     if (!out) out = json_string(""); /* a piece that is not valid UTF-8 on its own */
     if (bytes) {
         *bytes = json_array();
-        for (const unsigned char *p = (const unsigned char *)str; *p; p++) json_array_append_new(*bytes, json_integer(*p));
+        for (size_t i = 0; i < n; i++) json_array_append_new(*bytes, json_integer((unsigned char)t[i]));
     }
     free(t);
     return out;

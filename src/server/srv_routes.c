@@ -86,12 +86,12 @@ static MHD_Result_t route_tokenize(srv_server *s, struct MHD_Connection *c, cons
     for (size_t i = 0; i < n; i++) {
         if (!with_pieces) { json_array_append_new(arr, json_integer(ids[i])); continue; }
         char *piece = NULL;
-        if (s->be->text_ops->detokenize(s->be->text, &ids[i], 1, false, &piece, &err)) piece = NULL;
-        json_t *p = piece ? json_string(piece) : NULL;
+        size_t pn = 0;
+        if (s->be->text_ops->detokenize(s->be->text, &ids[i], 1, false, &piece, &pn, &err)) piece = NULL, pn = 0;
+        json_t *p = piece ? json_stringn(piece, pn) : NULL;
         if (!p) { /* not valid UTF-8 alone: llama-server gives the bytes */
             p = json_array();
-            for (const unsigned char *q = (const unsigned char *)(piece ? piece : ""); *q; q++)
-                json_array_append_new(p, json_integer(*q));
+            for (size_t k = 0; k < pn; k++) json_array_append_new(p, json_integer((unsigned char)piece[k]));
         }
         free(piece);
         json_array_append_new(arr, json_pack("{s:i, s:o}", "id", ids[i], "piece", p));
@@ -123,13 +123,14 @@ static MHD_Result_t route_detokenize(srv_server *s, struct MHD_Connection *c, co
     }
     json_decref(o);
     char *out = NULL;
+    size_t out_n = 0;
     mx_error err;
-    if (!ids || s->be->text_ops->detokenize(s->be->text, ids, n, false, &out, &err)) {
+    if (!ids || s->be->text_ops->detokenize(s->be->text, ids, n, false, &out, &out_n, &err)) {
         free(ids);
         return send_err(s, c, 400, ids ? err.msg : "out of memory", "tokens");
     }
     free(ids);
-    json_t *str = json_string(out);
+    json_t *str = json_stringn(out, out_n);
     free(out);
     if (!str) str = json_string(""); /* cut inside a UTF-8 sequence */
     return send_json(s, c, 200, json_pack("{s:o}", "content", str));

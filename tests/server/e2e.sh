@@ -62,6 +62,11 @@ req POST /tokenize '{"content":"hello"}'
 [ "$CODE" = 200 ] && [ "$BODY" = '{"tokens":[104,101,108,108,111]}' ] && ok || bad "/tokenize: $CODE $BODY"
 req POST /detokenize '{"tokens":[104,101,108,108,111]}'
 [ "$BODY" = '{"content":"hello"}' ] && ok || bad "/detokenize: $BODY"
+# a token whose text is U+0000 (InternLM2 has one) is not the end of the text
+req POST /detokenize '{"tokens":[104,0,105]}'
+[ "$BODY" = '{"content":"h\u0000i"}' ] && ok || bad "/detokenize with U+0000: $BODY"
+req POST /tokenize '{"content":"a","with_pieces":true}'
+[ "$BODY" = '{"tokens":[{"id":97,"piece":"a"}]}' ] && ok || bad "/tokenize with_pieces: $BODY"
 req POST /apply-template '{"messages":[{"role":"user","content":"hi"}]}'
 [ "$BODY" = '{"prompt":"<|user|>\nhi\n<|assistant|>\n"}' ] && ok || bad "/apply-template: $BODY"
 req GET /props; [ "$(echo "$BODY" | jq_ 'o.total_slots+","+o.default_generation_settings.n_ctx')" = "16,256" ] && ok || bad "/props: $BODY"

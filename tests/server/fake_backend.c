@@ -32,7 +32,8 @@ static int fk_tokenize(void *t, const char *text, size_t len, bool add_special, 
     return 0;
 }
 
-static int fk_detokenize(void *t, const int32_t *ids, size_t n, bool skip_special, char **out, mx_error *err) {
+static int fk_detokenize(void *t, const int32_t *ids, size_t n, bool skip_special, char **out, size_t *out_len,
+                         mx_error *err) {
     (void)t;
     char *s = malloc(n * 4 + 1), *p = s;
     if (!s) return mx_fail(err, "out of memory");
@@ -42,6 +43,7 @@ static int fk_detokenize(void *t, const int32_t *ids, size_t n, bool skip_specia
     }
     *p = 0;
     *out = s;
+    *out_len = (size_t)(p - s);
     return 0;
 }
 
