@@ -269,9 +269,10 @@ static int parse_ids(const char *s, int32_t **out, size_t *n) {
     return v ? 0 : -1;
 }
 
-static void print_json_string(const char *s) {
+/* s[0..n) may hold U+0000 (InternLM2 has a piece for it): printed as \u0000, never the end */
+static void print_json_string(const char *s, size_t n) {
     putchar('"');
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    for (const unsigned char *p = (const unsigned char *)s; p < (const unsigned char *)s + n; p++) {
         if (*p == '"' || *p == '\\') printf("\\%c", *p);
         else if (*p == '\n') fputs("\\n", stdout);
         else if (*p == '\t') fputs("\\t", stdout);
@@ -310,13 +311,17 @@ int cmd_detokenize(int argc, char **argv) {
             return 1;
         }
     char *text;
+    size_t text_n;
     mx_error err;
-    if (tok_decode(t, ids, n_ids, a.skip_special, &text, &err)) {
+    if (tok_decode_n(t, ids, n_ids, a.skip_special, &text, &text_n, &err)) {
         fprintf(stderr, "mlxcel detokenize: %s\n", err.msg);
         rc = 1;
     } else {
-        if (a.json) print_json_string(text);
-        else printf("%s\n", text);
+        if (a.json) print_json_string(text, text_n);
+        else {
+            fwrite(text, 1, text_n, stdout);
+            putchar('\n');
+        }
         free(text);
     }
     free(ids);

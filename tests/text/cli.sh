@@ -15,6 +15,9 @@ check "detokenize --ids" "Hello world" "$("$bin" detokenize --tokenizer "$fx/lla
 check "detokenize stdin json array" "Hello world" "$(echo '[9906, 1917]' | "$bin" detokenize --tokenizer "$fx/llama3/tokenizer.json")"
 check "detokenize specials" "<s> Hello world" "$("$bin" detokenize -m "$fx/mistral" --ids 1,22557,1526)"
 check "detokenize --skip-special" "Hello world" "$("$bin" detokenize -m "$fx/mistral" --ids 1,22557,1526 --skip-special)"
+# InternLM2's id 354 is the piece U+0000: it is text, not the end of it
+check "detokenize U+0000 json" '"<s>\u0000n"' "$("$bin" detokenize --tokenizer "$fx/internlm2/tokenizer.json" --ids 1,354,265 --json)"
+check "detokenize U+0000 bytes" 6 "$("$bin" detokenize --tokenizer "$fx/internlm2/tokenizer.json" --ids 1,354,265 | wc -c)"
 check "detokenize --json" '"Hello world\n"' "$("$bin" detokenize --tokenizer "$fx/llama3/tokenizer.json" --ids 9906,1917,198 --json)"
 check "special token parsed" "151644 872" "$("$bin" tokenize --tokenizer "$fx/qwen3/tokenizer.json" -p "<|im_start|>user")"
 case $("$bin" tokenize --tokenizer "$fx/qwen3/tokenizer.json" --special-as-text -p "<|im_start|>user") in
