@@ -422,15 +422,18 @@ static pcre2_code *compile_one(const char *pat, size_t n, bool literal, bool del
 
 int tk_regex_compile(tk_regex *r, const char *pat, size_t n, bool literal, mx_error *err) {
     bool used = false;
-    r->code_new = NULL;
-    if (!(r->code = compile_one(pat, n, literal, false, &used, err))) return -1;
-    if (literal) return 0;
-    tk_buf probe = {0}; /* does the pattern name a property that gained code points? */
-    rewrite_classes(&probe, pat, n, true, &used);
-    free(probe.p);
-    if (!used) return 0;
+    r->code = r->code_new = NULL;
+    /* the form with the newer code points first: when the pattern names no property that
+     * gained any, it is the plain form too, and the only one compiled */
+    pcre2_code *code = compile_one(pat, n, literal, !literal, &used, err);
+    if (!code) return -1;
+    if (!used) {
+        r->code = code;
+        return 0;
+    }
     pthread_once(&g_new_cp_once, new_cp_init);
-    if (!(r->code_new = compile_one(pat, n, false, true, &used, err))) {
+    r->code_new = code;
+    if (!(r->code = compile_one(pat, n, false, false, &used, err))) {
         tk_regex_free(r);
         return -1;
     }
