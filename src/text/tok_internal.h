@@ -92,8 +92,10 @@ typedef struct tk_regex {
     pcre2_code *code_new; /* with the code points PCRE2's Unicode tables lack (tok_util.c), or NULL */
 } tk_regex;
 int tk_regex_compile(tk_regex *r, const char *pat, size_t n, bool literal, mx_error *err);
-/* The Rust regex crate's \w (tokenizers' Whitespace pre-tokenizer, single_word) as PCRE2 class
- * items: letters, marks, Nd, Nl, Pc, ZWNJ, ZWJ and k_word_delta's other Alphabetic ones. */
+/* The Rust regex crate's \w (tokenizers' Whitespace pre-tokenizer, added tokens' single_word):
+ * letters, marks, Nd, Nl, Pc, ZWNJ, ZWJ and k_word_delta's other Alphabetic or newer ones, as a
+ * predicate and as PCRE2 class items (tok_util.c keeps both forms of the one definition). */
+bool tk_is_rust_word(int32_t cp);
 void tk_rust_word_items(tk_buf *out);
 /* The first UTF-8 byte of code point cp (grows with cp). */
 static inline unsigned tk_utf8_lead(uint32_t cp) {

@@ -306,6 +306,17 @@ static bool has_new_cp(const char *s, size_t n) {
     return false;
 }
 
+bool tk_is_rust_word(int32_t cp) {
+    if (cp < 0x80) return cp == '_' || tk_is_alnum(cp);
+    const utf8proc_category_t k = utf8proc_category(cp);
+    bool w = (k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_LO) ||
+             (k >= UTF8PROC_CATEGORY_MN && k <= UTF8PROC_CATEGORY_ME) || k == UTF8PROC_CATEGORY_ND ||
+             k == UTF8PROC_CATEGORY_NL || k == UTF8PROC_CATEGORY_PC || cp == 0x200C || cp == 0x200D;
+    for (size_t i = 0; i < sizeof k_word_delta / sizeof k_word_delta[0]; i++)
+        if (cp >= (int32_t)k_word_delta[i][0] && cp <= (int32_t)k_word_delta[i][1]) return !w;
+    return w;
+}
+
 void tk_rust_word_items(tk_buf *out) {
     static const char base[] = "\\p{L}\\p{M}\\p{Nd}\\p{Nl}\\p{Pc}\\x{200C}\\x{200D}";
     tk_buf_put(out, base, sizeof base - 1);

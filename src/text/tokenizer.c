@@ -4,10 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <utf8proc.h>
 
 #include "text/tok_internal.h"
-#include "text/tok_unicode_delta.h"
 
 /* ==== Loading ==== */
 
@@ -124,18 +122,6 @@ void tok_free(tokenizer *t) {
 
 /* ==== Added tokens (tokenizers' AddedVocabulary::find_matches) ==== */
 
-/* Rust regex's \w (tokenizers' single_word check): letters, marks, Nd, Nl, Pc, ZWNJ, ZWJ, and
- * k_word_delta's corrections (Other_Alphabetic symbols such as U+24B6, newer letters). */
-static bool is_word_char(int32_t cp) {
-    if (cp < 0x80) return cp == '_' || tk_is_alnum(cp);
-    const utf8proc_category_t k = utf8proc_category(cp);
-    bool w = (k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_LO) ||
-             (k >= UTF8PROC_CATEGORY_MN && k <= UTF8PROC_CATEGORY_ME) || k == UTF8PROC_CATEGORY_ND ||
-             k == UTF8PROC_CATEGORY_NL || k == UTF8PROC_CATEGORY_PC || cp == 0x200C || cp == 0x200D;
-    for (size_t i = 0; i < sizeof k_word_delta / sizeof k_word_delta[0]; i++)
-        if (cp >= (int32_t)k_word_delta[i][0] && cp <= (int32_t)k_word_delta[i][1]) return !w;
-    return w;
-}
 
 static int32_t char_before(const char *s, size_t i) {
     if (i == 0) return -1;
@@ -174,7 +160,7 @@ static void find_added(const tokenizer *t, const tk_matcher *mt, const char *s, 
         if (a->single_word) {
             int32_t before = char_before(s, start), after = -1;
             if (stop < n) tk_utf8_next(s + stop, n - stop, &after);
-            if ((before >= 0 && is_word_char(before)) || (after >= 0 && is_word_char(after))) continue;
+            if ((before >= 0 && tk_is_rust_word(before)) || (after >= 0 && tk_is_rust_word(after))) continue;
         }
         if (a->lstrip) {
             size_t k = start;

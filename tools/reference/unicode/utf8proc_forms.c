@@ -1,7 +1,7 @@
 /* Prints, for every code point but the surrogates, what this machine's utf8proc makes of it
  * the way src/text/tok_normalize.c calls it: "cp nfd nfkd lower mark ccc word", each form a
  * comma-separated list of hex code points, mark 1 when the category is Mn, Mc or Me (what
- * StripAccents removes), ccc the canonical combining class, word 1 for tokenizer.c's word
+ * StripAccents removes), ccc the canonical combining class, word 1 for tok_util.c's word
  * characters before its table (k_word_delta). Used by
  * make_unicode_delta.sh. */
 #include <stdint.h>
@@ -32,7 +32,7 @@ int main(void) {
         if (c == 0x130) printf(" 69,307");
         else printf(" %x", (unsigned)utf8proc_tolower((utf8proc_int32_t)c));
         const utf8proc_category_t k = utf8proc_category((utf8proc_int32_t)c);
-        /* tokenizer.c's is_word_char before its table: letters, marks, Nd, Nl, Pc, ZWNJ, ZWJ */
+        /* tok_util.c's tk_is_rust_word before its table: letters, marks, Nd, Nl, Pc, ZWNJ, ZWJ */
         const int w = (k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_LO) ||
                       (k >= UTF8PROC_CATEGORY_MN && k <= UTF8PROC_CATEGORY_ME) || k == UTF8PROC_CATEGORY_ND ||
                       k == UTF8PROC_CATEGORY_NL || k == UTF8PROC_CATEGORY_PC || c == 0x200C || c == 0x200D;
