@@ -26,7 +26,8 @@
  * x ring among 16 (x 2), 12 (x 3), 8 (x 4), and -12, -8: 12 / 8 warps with no ring, each
  * warp's blocks loaded into registers one ahead as qmv_i8's batches are ("ring 0"; default
  * all); PL_MODE 0 flags, 1 no flags (the streaming and compute alone), 2 the rings' copy
- * alone (default 0,1,2); PL_CTX cached tokens (default 512; 0: no attention, o's
+ * alone, 3 the flags alone (no block read; default 0,1,2); PL_FLAGK the flag's count: 0 a
+ * fence and an atomic add, 1 one red.release (default 0); PL_CTX cached tokens (default 512; 0: no attention, o's
  * x is q), PL_SPLITS a KV head (default 4), PL_ATT with PL_CTX=0: a stand-in, every CTA
  * waits that many ns then a flag (default 0); PL_PREP 1/0
  * (0: no prep, x stale; default 1); PL_ST stage mask (1 q/k/v, 2 o, 4 gate+up, 8 down;
@@ -88,7 +89,7 @@ struct pl_args {
     float *xres, *qkv, *gu;  /* the residual (D), q/k/v out (QKV), gate / up out (2F) */
     unsigned *ctr;
     unsigned base; /* the count before this launch */
-    int nl, mode, prep, att_ns, mask;
+    int nl, mode, prep, att_ns, mask, flagk;
     uint16_t *kc, *vc;   /* bf16 K / V pools [layer][slot][8 heads][128] */
     const int *pt;       /* the sequence's page table: token t at slot pt[t / PL_PAGE] PL_PAGE + .. */
     const float *cs;     /* RoPE cos, sin of the new position (ctx) [64][2] */
@@ -215,11 +216,15 @@ __device__ __forceinline__ void pl_flush(float *p, int tile, int lane, float acc
 
 /* The grid-wide flag: every warp of the CTA done, then one fence and count a CTA (as
  * cooperative groups' grid sync), the CTA waits until `tgt` CTAs have counted. */
-__device__ __forceinline__ void pl_flag(unsigned *ctr, unsigned tgt) {
+__device__ __forceinline__ void pl_flag(unsigned *ctr, unsigned tgt, int kind) {
     __syncthreads();
     if (threadIdx.x == 0) {
-        __threadfence();
-        atomicAdd(ctr, 1u);
+        if (kind == 1) { /* one release reduction: no separate fence, no value returned */
+            asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(ctr) : "memory");
+        } else {
+            __threadfence();
+            atomicAdd(ctr, 1u);
+        }
         unsigned v;
         do asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(ctr) : "memory");
         while ((int)(v - tgt) < 0);
@@ -469,8 +474,9 @@ __global__ void __launch_bounds__(NW * 32, 1) pl_kernel(pl_args a) {
         return w + (size_t)(rb + o) * TB;
     };
     pl_regblk<BITS> nx; /* REG: the next block */
-    if (REG && n > 0) pl_load<BITS>(nx, src(0), lane);
-    if (!REG && lane == 0) {
+    if (REG && n > 0 && a.mode != 3) pl_load<BITS>(nx, src(0), lane);
+    const bool stream = a.mode != 3; /* mode 3: the flags alone, no block touched */
+    if (!REG && lane == 0 && stream) {
         for (int i = 0; i < R; i++) mbar_init(&bar[i], 1);
         mbar_init_fence_cluster();
         for (long j = 0; j < R && j < n; j++) {
@@ -479,18 +485,18 @@ __global__ void __launch_bounds__(NW * 32, 1) pl_kernel(pl_args a) {
         }
     }
     __syncwarp();
-    const bool flags = a.mode == 0, compute = a.mode != 2;
+    const bool flags = a.mode == 0 || a.mode == 3, compute = a.mode < 2;
     unsigned tgt = a.base;
     long j = 0;
     bool first = true;
     for (int l = 0; l < a.nl; l++) {
         for (int st = 0; st < NST; st++) {
             if (!(a.mask >> st & 1)) continue;
-            if (!first && flags) pl_flag(a.ctr, tgt += gridDim.x);
+            if (!first && flags) pl_flag(a.ctr, tgt += gridDim.x, a.flagk);
             first = false;
             if (st == ST_O && a.ctx > 0) { /* attention, then its flag */
                 if (compute) pl_attn<NW>(a, l, (float *)pl_sm);
-                if (flags) pl_flag(a.ctr, tgt += gridDim.x);
+                if (flags) pl_flag(a.ctr, tgt += gridDim.x, a.flagk);
             } else if (st == ST_O && a.att_ns > 0) { /* a stand-in, then its flag */
                 if (threadIdx.x == 0) {
                     uint64_t c0, c1;
@@ -498,7 +504,7 @@ __global__ void __launch_bounds__(NW * 32, 1) pl_kernel(pl_args a) {
                     do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(c1));
                     while (c1 - c0 < (uint64_t)a.att_ns);
                 }
-                if (flags) pl_flag(a.ctr, tgt += gridDim.x);
+                if (flags) pl_flag(a.ctr, tgt += gridDim.x, a.flagk);
             }
             /* the stage's ranges (recomputed: fewer registers held across the stages) */
             int ts, ns, rs, cs;
@@ -510,7 +516,7 @@ __global__ void __launch_bounds__(NW * 32, 1) pl_kernel(pl_args a) {
             const int nb = pl_nb(st, BITS), S = pl_k(st) / 128;
             float acc[4] = {0.f, 0.f, 0.f, 0.f};
             int tile = -1;
-            for (int i = 0; i < cs && REG; i++, j++) {
+            for (int i = 0; i < cs && REG && stream; i++, j++) {
                 const pl_regblk<BITS> cur = nx;
                 if (j + 1 < n) pl_load<BITS>(nx, src(j + 1), lane);
                 if (compute) {
@@ -519,7 +525,7 @@ __global__ void __launch_bounds__(NW * 32, 1) pl_kernel(pl_args a) {
                     pl_block_reg<BITS>(cur, xq, xsc, xsum, Q::U * kb, S, lane, acc);
                 }
             }
-            for (int i = 0; i < cs && !REG; i++, j++) {
+            for (int i = 0; i < cs && !REG && stream; i++, j++) {
                 const int s = (int)(j % RS);
                 mbar_wait(&bar[s], (unsigned)(j / RS) & 1u);
                 if (compute) {
@@ -552,7 +558,7 @@ __global__ void __launch_bounds__(NW * 32, 1) pl_kernel(pl_args a) {
 
 /* the flags one launch counts (each adds gridDim.x) */
 static unsigned pl_flags(const pl_args &a) {
-    if (a.mode != 0) return 0;
+    if (a.mode != 0 && a.mode != 3) return 0;
     int st = 0;
     for (int s = 0; s < NST; s++) st += a.mask >> s & 1;
     const int att = (a.att_ns > 0 || a.ctx > 0) && (a.mask >> ST_O & 1);
@@ -635,9 +641,9 @@ static void pl_time(int iters, pl_args a, int sms, cudaStream_t st) {
     char att[32];
     if (a.ctx > 0) snprintf(att, sizeof att, "ctx %4d / %2d", a.ctx, a.splits);
     else snprintf(att, sizeof att, "spin %5d ns", a.att_ns);
-    printf("q%d warps %2d ring %d mode %d %s prep %d st %2d: %6.2f us a layer (min %6.2f), "
+    printf("q%d warps %2d ring %d mode %d f%d %s prep %d st %2d: %6.2f us a layer (min %6.2f), "
            "%5.1f MB, %4.0f GB/s (4,250 GB/s: %5.2f us)%s%s\n",
-           BITS, NW, R, a.mode, att, a.prep, a.mask, per[n / 2], per[0], mb, mb * 1e3 / per[n / 2],
+           BITS, NW, R, a.mode, a.flagk, att, a.prep, a.mask, per[n / 2], per[0], mb, mb * 1e3 / per[n / 2],
            mb / 4.25, ctr == g_done ? "" : " COUNT MISMATCH", bad ? " x NOT FINITE" : "");
     if (ctr != g_done) g_done = ctr;
 }
@@ -873,10 +879,10 @@ int main(int argc, char **argv) {
     CK(cudaMemset(a.ctr, 0, 4));
     CK(cudaDeviceSynchronize());
     a.nl = nl;
-    int cfg[5], mode[8], att[8], prep[4], mask[8], ctx[8], spl[8];
+    int cfg[5], mode[8], att[8], prep[4], mask[8], ctx[8], spl[8], fk[2];
     const int ncfg = pl_list("PL_CFG", "16,12,8,-12,-8", cfg, 5), nmode = pl_list("PL_MODE", "0,1,2", mode, 8);
     const int natt = pl_list("PL_ATT", "0", att, 8), nprep = pl_list("PL_PREP", "1", prep, 4);
-    const int nmask = pl_list("PL_ST", "15", mask, 8);
+    const int nmask = pl_list("PL_ST", "15", mask, 8), nfk = pl_list("PL_FLAGK", "0", fk, 2);
     const int nctx = pl_list("PL_CTX", "512", ctx, 8), nspl = pl_list("PL_SPLITS", "4", spl, 8);
     int cmax = 0;
     for (int i = 0; i < nctx; i++) {
@@ -908,9 +914,10 @@ int main(int argc, char **argv) {
     for (int im = 0; im < nmask; im++)
         for (int ip = 0; ip < nprep; ip++)
             for (int ix = 0; ix < nctx * nspl * natt; ix++)
-                for (int io = 0; io < nmode; io++)
+                for (int io = 0; io < nmode * nfk; io++)
                     for (int ic = 0; ic < ncfg; ic++) {
-                        a.mask = mask[im] & 15, a.prep = prep[ip], a.mode = mode[io];
+                        a.flagk = fk[io % nfk], a.mode = mode[io / nfk];
+                        a.mask = mask[im] & 15, a.prep = prep[ip];
                         a.ctx = ctx[ix / (nspl * natt)], a.splits = spl[ix / natt % nspl];
                         a.att_ns = att[ix % natt];
                         if (a.ctx > 0 && ix % natt) continue; /* the spin only without */
