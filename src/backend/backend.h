@@ -205,7 +205,7 @@ typedef struct backend_ops {
     /* ---- convert ---- */
     void (*convert)(mx_tensor *dst, const mx_tensor *src);   /* same shape, any float dtypes */
 
-    /* ---- optional hooks (NULL = not needed; the CPU backend sets none) ---- */
+    /* ---- optional hooks (NULL = not needed) ---- */
     /* After the last upload of a model: waits until every weight is resident (eager policy). */
     int (*finish_load)(mx_error *err);
     /* Before the first op of a forward: MX_STEP_RUN (issue the ops) or MX_STEP_REPLAYED (the

@@ -18,15 +18,16 @@
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: mlxcel inspect -m DIR [--ctx N] [--batch B] [--kv-dtype f16|bf16|int8]\n"
+            "usage: mlxcel inspect -m DIR [--ctx N] [--batch B] [--kv-dtype f32|bf16|f16|int8]\n"
             "                      [--device cpu|cuda] [--json]\n\n"
             "Memory estimate for the checkpoint in DIR and whether it fits.\n\n"
             "  -m, --model DIR    checkpoint directory (config.json + *.safetensors)\n"
             "  -c, --ctx N        context length per sequence (default min(4096, max_position_embeddings))\n"
             "  -b, --batch B      concurrent sequences (default 1)\n"
-            "  --kv-dtype T       KV cache element type: f16, bf16 (2 bytes) or int8 (1 byte plus\n"
-            "                     one f32 scale per head per token for K and for V); default: the\n"
-            "                     model's dtype when it is bf16, else f16\n"
+            "  --kv-dtype T       KV cache element type: f32 (4 bytes), bf16, f16 (2 bytes) or int8\n"
+            "                     (1 byte plus one f32 scale per head per token for K and for V: a\n"
+            "                     what-if, the engine has no int8 cache); default: what the engine\n"
+            "                     keeps on the device, f32 on cpu and bf16 on cuda\n"
             "  --device D         where the model would run: cuda (free GPU memory) or cpu\n"
             "                     (MemAvailable); default cuda when a GPU is usable, else cpu\n"
             "  --json             one JSON object instead of the table\n\n"
@@ -234,7 +235,7 @@ int cmd_inspect(int argc, char **argv) {
     }
     mx_kv_dtype kv = MX_KV_F16;
     if (kv_s && kv_dtype_parse(kv_s, &kv)) {
-        fprintf(stderr, "mlxcel inspect: --kv-dtype '%s' is not f16, bf16 or int8\n", kv_s);
+        fprintf(stderr, "mlxcel inspect: --kv-dtype '%s' is not f32, bf16, f16 or int8\n", kv_s);
         return 2;
     }
 
@@ -246,7 +247,6 @@ int cmd_inspect(int argc, char **argv) {
         return 1;
     }
     int rc = 1;
-    if (!kv_s) kv = c.spec.dtype == MX_BF16 ? MX_KV_BF16 : MX_KV_F16;
     int max_pos = c.spec.max_position_embeddings;
     if (!ctx) ctx = max_pos < DEFAULT_CTX ? max_pos : DEFAULT_CTX;
     if (ctx > max_pos) {
@@ -255,8 +255,6 @@ int cmd_inspect(int argc, char **argv) {
         rc = 2;
         goto out;
     }
-    mx_mem_estimate e;
-    estimate_memory(&c.spec, c.n_params, c.weights_bytes, ctx, batch, kv, &e);
     uint64_t avail = 0;
     const char *dev = "cpu";
     char source[160];
@@ -264,6 +262,10 @@ int cmd_inspect(int argc, char **argv) {
         fprintf(stderr, "mlxcel inspect: %s\n", err.msg);
         goto out;
     }
+    /* the cache the engine would allocate there: the CPU backend keeps fp32 K/V, CUDA bf16 */
+    if (!kv_s) kv = !strcmp(dev, "cuda") ? MX_KV_BF16 : MX_KV_F32;
+    mx_mem_estimate e;
+    estimate_memory(&c.spec, c.n_params, c.weights_bytes, ctx, batch, kv, &e);
     if (json) print_json(&c, &e, kv, avail, dev, source);
     else print_table(&c, &e, kv, avail, dev, source);
     rc = 0;

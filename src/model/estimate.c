@@ -4,13 +4,14 @@
 #include <string.h>
 
 const char *kv_dtype_name(mx_kv_dtype t) {
-    return t == MX_KV_INT8 ? "int8" : t == MX_KV_BF16 ? "bf16" : "f16";
+    return t == MX_KV_INT8 ? "int8" : t == MX_KV_BF16 ? "bf16" : t == MX_KV_F32 ? "f32" : "f16";
 }
 
 int kv_dtype_parse(const char *s, mx_kv_dtype *out) {
     if (!s) return -1;
     if (!strcmp(s, "f16") || !strcmp(s, "fp16") || !strcmp(s, "float16")) *out = MX_KV_F16;
     else if (!strcmp(s, "bf16") || !strcmp(s, "bfloat16")) *out = MX_KV_BF16;
+    else if (!strcmp(s, "f32") || !strcmp(s, "fp32") || !strcmp(s, "float32")) *out = MX_KV_F32;
     else if (!strcmp(s, "int8") || !strcmp(s, "q8")) *out = MX_KV_INT8;
     else return -1;
     return 0;
@@ -28,7 +29,7 @@ void estimate_memory(const model_spec *s, uint64_t params, uint64_t weights_byte
     /* Per layer and token: K and V, n_kv_heads x head_dim elements each. int8 adds one f32
      * scale per head per token for K and for V. */
     uint64_t elems = 2ull * (uint64_t)s->n_kv_heads * (uint64_t)s->head_dim;
-    uint64_t elem_bytes = kv == MX_KV_INT8 ? 1 : 2;
+    uint64_t elem_bytes = kv == MX_KV_INT8 ? 1 : kv == MX_KV_F32 ? 4 : 2;
     uint64_t scale_bytes = kv == MX_KV_INT8 ? 2ull * (uint64_t)s->n_kv_heads * 4 : 0;
     uint64_t layer_tok = elems * elem_bytes + scale_bytes;
     uint64_t total = 0;

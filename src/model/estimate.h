@@ -8,7 +8,7 @@
 
 #include "model/model_spec.h"
 
-typedef enum { MX_KV_F16 = 0, MX_KV_BF16, MX_KV_INT8 } mx_kv_dtype;
+typedef enum { MX_KV_F16 = 0, MX_KV_BF16, MX_KV_INT8, MX_KV_F32 } mx_kv_dtype;
 
 /* Prefill chunk the activation estimate assumes (tokens per sequence per step). */
 #define ESTIMATE_PREFILL_CHUNK 512
@@ -31,7 +31,7 @@ typedef struct mx_mem_estimate {
 } mx_mem_estimate;
 
 const char *kv_dtype_name(mx_kv_dtype t);
-/* "f16" | "bf16" | "int8" -> 0, else -1. */
+/* "f16" | "bf16" | "f32" | "int8" -> 0, else -1. */
 int kv_dtype_parse(const char *s, mx_kv_dtype *out);
 
 /* Fills `out`; ctx and batch must be >= 1. */

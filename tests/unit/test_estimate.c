@@ -69,6 +69,9 @@ static void test_kv_dtype_parse(void **st) {
     assert_int_equal(t, MX_KV_INT8);
     assert_int_equal(kv_dtype_parse("bf16", &t), 0);
     assert_int_equal(t, MX_KV_BF16);
+    assert_int_equal(kv_dtype_parse("f32", &t), 0);
+    assert_int_equal(t, MX_KV_F32);
+    assert_string_equal(kv_dtype_name(MX_KV_F32), "f32");
     assert_int_equal(kv_dtype_parse("q4", &t), -1);
     assert_string_equal(kv_dtype_name(MX_KV_F16), "f16");
 }

@@ -95,6 +95,45 @@ static void test_json_and_consistency(void **st) {
     json_decref(base);
 }
 
+/* Eager materialisation on the CPU (the tuning page: the load reads the checkpoint before it
+ * reports loaded): MLXCEL_PROFILE_TTFT's line counts every weight byte read at load, the same
+ * total `mlxcel inspect` sums from the safetensors headers; lazy reads nothing at load. */
+static void test_weight_materialization(void **st) {
+    (void)st;
+    const char *bin = getenv("MLXCEL_BIN");
+    char cmd[2048], line[512];
+    snprintf(cmd, sizeof cmd, "'%s' inspect -m %s --json --device cpu", bin, g_dir);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    json_error_t je;
+    json_t *o = json_loadf(p, 0, &je);
+    pclose(p);
+    assert_non_null(o);
+    const long long want = json_integer_value(json_object_get(o, "weights_bytes"));
+    json_decref(o);
+    assert_true(want > 0);
+    for (int lazy = 0; lazy < 2; lazy++) {
+        snprintf(cmd, sizeof cmd, "MLXCEL_PROFILE_TTFT=1 MLXCEL_WEIGHT_MATERIALIZATION=%s '%s' generate "
+                 "-m %s --prompt-ids 3,14 -n 1 --temp 0 2>&1 >/dev/null", lazy ? "lazy" : "eager", bin, g_dir);
+        p = popen(cmd, "r");
+        assert_non_null(p);
+        long long tensors = -1, bytes = -1;
+        int saw_lazy = 0;
+        while (fgets(line, sizeof line, p)) {
+            sscanf(line, "[TTFT] weights: eager, %lld tensors, %lld bytes", &tensors, &bytes);
+            saw_lazy |= strstr(line, "[TTFT] weights: lazy") != NULL;
+        }
+        assert_int_equal(WEXITSTATUS(pclose(p)), 0);
+        if (lazy) {
+            assert_true(saw_lazy);
+            assert_int_equal(bytes, -1);
+        } else {
+            assert_true(tensors > 0);
+            assert_int_equal(bytes, want);
+        }
+    }
+}
+
 static void test_bad_input(void **st) {
     (void)st;
     char args[512], *out = NULL;
@@ -134,7 +173,7 @@ static int setup(void **st) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_json_and_consistency),
-        cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_weight_materialization), cmocka_unit_test(test_bad_input),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

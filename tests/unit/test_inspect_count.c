@@ -179,17 +179,24 @@ static void check_fixture(const char *dir) {
     print_message("%s: params %llu weights %llu kv/token %llu\n", dir, (unsigned long long)c.params,
                   (unsigned long long)c.weights, (unsigned long long)c.kv_tok_f16);
 
+    /* --device cpu: by default the CPU engine's fp32 K/V, twice the 2-byte counts */
     json_t *o = inspect(dir, "--ctx 64 --batch 3");
     assert_int_equal(jget(o, "params"), c.params);
     assert_int_equal(jget(o, "weights_bytes"), c.weights);
-    assert_int_equal(jget(o, "kv_bytes_per_token"), c.kv_tok_f16);
-    assert_int_equal(jget(o, "kv_bytes_total"), kv_total(&c, c.kv_layer_f16, 64, 3));
+    assert_string_equal(json_string_value(json_object_get(o, "kv_dtype")), "f32");
+    assert_int_equal(jget(o, "kv_bytes_per_token"), 2 * c.kv_tok_f16);
+    assert_int_equal(jget(o, "kv_bytes_total"), kv_total(&c, 2 * c.kv_layer_f16, 64, 3));
     uint64_t sum = jget(o, "weights_bytes") + jget(o, "kv_bytes_total") + jget(o, "activation_bytes");
     assert_int_equal(jget(o, "total_bytes"), sum + jget(o, "headroom_bytes"));
     assert_int_equal(jget(o, "headroom_bytes"), (512ull << 20) + sum / 100 * 5);
     assert_int_equal(jget(o, "available_bytes"), 64ull << 30);
     assert_true(json_is_true(json_object_get(o, "fits")));
     assert_true(jget(o, "activation_bytes") > 0);
+    json_decref(o);
+
+    o = inspect(dir, "--ctx 40 --kv-dtype bf16");
+    assert_int_equal(jget(o, "kv_bytes_per_token"), c.kv_tok_f16);
+    assert_int_equal(jget(o, "kv_bytes_total"), kv_total(&c, c.kv_layer_f16, 40, 1));
     json_decref(o);
 
     o = inspect(dir, "--ctx 40 --kv-dtype int8");
