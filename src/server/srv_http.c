@@ -18,14 +18,9 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "server/srv_internal.h"
+#include "server/srv_mhd.h"
 #include "tune/tune_policy.h"
 #include "server/srv_server.h"
-
-#if MHD_VERSION < 0x00097002
-typedef int MHD_Result_t;
-#else
-typedef enum MHD_Result MHD_Result_t;
-#endif
 
 /* ==== Replies ==== */
 typedef struct conn_ctx {
@@ -44,13 +39,23 @@ static const char *code_label(int status) {
     return "other";
 }
 
+void srv_mhd_cors(struct MHD_Response *r, struct MHD_Connection *c) {
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (origin && *origin) {
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", origin);
+        MHD_add_response_header(r, "Vary", "Origin");
+    } else {
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
+    }
+}
+
 static MHD_Result_t reply(srv_server *s, struct MHD_Connection *c, int status, const char *ctype, char *body) {
     const char *b = body ? body : "{}";
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(b), (void *)b, MHD_RESPMEM_MUST_COPY);
     free(body);
     if (!r) return MHD_NO;
     MHD_add_response_header(r, "Content-Type", ctype);
-    MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
+    srv_mhd_cors(r, c);
     if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
     MHD_Result_t rc = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
@@ -60,6 +65,23 @@ static MHD_Result_t reply(srv_server *s, struct MHD_Connection *c, int status, c
 
 static MHD_Result_t reply_error(srv_server *s, struct MHD_Connection *c, int status, const char *msg, const char *param) {
     return reply(s, c, status, "application/json; charset=utf-8", srv_resp_error(status, msg, param));
+}
+
+/* CORS preflight: a browser sends it before a cross-origin POST with a JSON body or an
+ * Authorization header, and sends no credentials with it, so it is answered before the API-key
+ * check (as llama-server does) on every route, known or not. */
+static MHD_Result_t reply_preflight(srv_server *s, struct MHD_Connection *c) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    srv_mhd_cors(r, c);
+    const char *want = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+    MHD_add_response_header(r, "Access-Control-Allow-Credentials", "true");
+    MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    MHD_add_response_header(r, "Access-Control-Allow-Headers", want && *want ? want : "content-type, authorization");
+    MHD_Result_t rc = MHD_queue_response(c, 200, r);
+    MHD_destroy_response(r);
+    srv_metrics_add(s->metrics, SM_HTTP_RESPONSES_TOTAL, code_label(200), 1);
+    return rc;
 }
 
 /* ==== Auth ==== */
@@ -228,7 +250,7 @@ static MHD_Result_t route_generate(srv_server *s, struct MHD_Connection *c, conn
         MHD_add_response_header(r, "Content-Type", "text/event-stream");
         MHD_add_response_header(r, "Cache-Control", "no-cache");
         MHD_add_response_header(r, "X-Accel-Buffering", "no");
-        MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
+        srv_mhd_cors(r, c);
         MHD_Result_t rc = MHD_queue_response(c, 200, r);
         MHD_destroy_response(r);
         srv_metrics_add(s->metrics, SM_HTTP_RESPONSES_TOTAL, "200", 1);
@@ -270,6 +292,10 @@ static MHD_Result_t on_request(void *cls, struct MHD_Connection *c, const char *
         cc = calloc(1, sizeof *cc);
         if (!cc) return MHD_NO;
         *con_cls = cc;
+        if (!strcmp(method, "OPTIONS")) {
+            cc->replied = true;
+            return reply_preflight(s, c);
+        }
         bool public = !strcmp(url, "/health") || !strcmp(url, "/v1/health");
         if (!public && !authorized(s, c)) {
             cc->replied = true;

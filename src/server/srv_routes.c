@@ -5,12 +5,7 @@
 #include <string.h>
 
 #include "server/srv_internal.h"
-
-#if MHD_VERSION < 0x00097002
-typedef int MHD_Result_t;
-#else
-typedef enum MHD_Result MHD_Result_t;
-#endif
+#include "server/srv_mhd.h"
 
 /* ==== Reply helpers (same shapes as srv_http.c) ==== */
 static MHD_Result_t send_body(srv_server *s, struct MHD_Connection *c, int status, const char *ctype, char *body) {
@@ -19,7 +14,7 @@ static MHD_Result_t send_body(srv_server *s, struct MHD_Connection *c, int statu
     free(body);
     if (!r) return MHD_NO;
     MHD_add_response_header(r, "Content-Type", ctype);
-    MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
+    srv_mhd_cors(r, c);
     MHD_Result_t rc = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     char code[8];

@@ -157,6 +157,16 @@ err_case "no API key" 401 POST /v1/completions '{"prompt":"x","max_tokens":1}' '
 req POST /v1/completions '{"prompt":"x","max_tokens":1}' -H 'Authorization: Bearer wrong'
 [ "$CODE" = 401 ] && ok || bad "wrong key: $CODE"
 req GET /health; [ "$CODE" = 200 ] && ok || bad "/health must not need a key: $CODE"
+# CORS preflight: browsers send no Authorization with it, so it is answered before the key check
+head_req OPTIONS "http://127.0.0.1:$PORT/v1/chat/completions" -H 'Origin: http://app.example' \
+    -H 'Access-Control-Request-Method: POST' -H 'Access-Control-Request-Headers: content-type,authorization,x-stainless-os'
+[ "$CODE" = 200 ] && has_hdr 'access-control-allow-origin: http://app.example' &&
+    has_hdr 'access-control-allow-credentials: true' && has_hdr 'access-control-allow-methods: GET, POST, OPTIONS' &&
+    has_hdr 'access-control-allow-headers: content-type,authorization,x-stainless-os' && ok ||
+    bad "CORS preflight with --api-key: $CODE $HDRS"
+head_req OPTIONS "http://127.0.0.1:$PORT/no/such/route"
+[ "$CODE" = 200 ] && has_hdr 'access-control-allow-origin: *' &&
+    has_hdr 'access-control-allow-headers: content-type, authorization' && ok || bad "CORS preflight, no Origin: $CODE $HDRS"
 req GET /props '' -H 'Authorization: Bearer filekey'
 [ "$CODE" = 200 ] && [ "$(echo "$BODY" | jq_ 'o.total_slots+","+o.default_generation_settings.n_ctx')" = "3,200" ] && ok ||
     bad "--api-key-file key, LLAMA_ARG_N_PARALLEL, -c over LLAMA_ARG_CTX_SIZE: $CODE $BODY"

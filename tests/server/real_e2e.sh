@@ -77,6 +77,12 @@ req GET /props
 [ "$(echo "$BODY" | jq_ 'o.total_slots+","+o.default_generation_settings.n_ctx')" = "16,128" ] && ok || bad "/props: $BODY"
 req GET /slots; [ "$(echo "$BODY" | jq_ 'o.length')" = 16 ] && ok || bad "/slots: $BODY"
 req GET /v1/models; [ "$(echo "$BODY" | jq_ 'o.data[0].id')" = tiny ] && ok || bad "/v1/models: $BODY"
+# CORS: a preflight is answered 200 on every route; responses echo the Origin
+head_req OPTIONS "http://127.0.0.1:$PORT/completion" -H 'Origin: http://app.example' -H 'Access-Control-Request-Method: POST'
+[ "$CODE" = 200 ] && has_hdr 'access-control-allow-origin: http://app.example' &&
+    has_hdr 'access-control-allow-methods: GET, POST, OPTIONS' && ok || bad "CORS preflight: $CODE $HDRS"
+head_req GET "http://127.0.0.1:$PORT/health" -H 'Origin: http://app.example'
+has_hdr 'access-control-allow-origin: http://app.example' && ok || bad "response does not echo the Origin: $HDRS"
 
 # /completion non-stream and stream agree (greedy); prompt as ids works as well as text
 req POST /completion '{"prompt":"The sky","n_predict":16,"temperature":0}'
