@@ -227,6 +227,10 @@ static int tx_detokenize(void *p, const int32_t *ids, size_t n_ids, bool skip_sp
     return tok_decode_n(((sbe *)p)->tok, ids, n_ids, skip_special, out, out_len, err);
 }
 
+static int tx_token_bytes(void *p, int32_t id, char **out, size_t *out_len, mx_error *err) {
+    return tok_decode_bytes(((sbe *)p)->tok, &id, 1, false, out, out_len, err);
+}
+
 static int tx_template(void *p, const json_t *messages, const json_t *extra, bool add_gen, char **out,
                        mx_error *err) {
     sbe *b = p;
@@ -264,9 +268,11 @@ static void tx_stream_free(srv_text_stream *s) {
  * against it). */
 static int tx_vocab_size(void *p) { return ((sbe *)p)->spec->vocab_size; }
 
-static const srv_text_ops k_text_ops = {tx_tokenize, tx_detokenize, tx_template, tx_stream_new,
-                                        tx_stream_push, tx_stream_flush, tx_stream_free,
-                                        tx_vocab_size, false};
+static const srv_text_ops k_text_ops = {
+    .tokenize = tx_tokenize, .detokenize = tx_detokenize, .token_bytes = tx_token_bytes,
+    .apply_template = tx_template, .stream_new = tx_stream_new, .stream_push = tx_stream_push,
+    .stream_flush = tx_stream_flush, .stream_free = tx_stream_free, .vocab_size = tx_vocab_size,
+    .has_template = false};
 
 /* ==== Open / close ==== */
 static bool path_exists(const char *p) {

@@ -122,6 +122,10 @@ typedef struct srv_text_ops {
      * bytes (the text may hold U+0000 itself: InternLM2 has a piece for it). */
     int (*detokenize)(void *txt, const int32_t *ids, size_t n_ids, bool skip_special, char **out,
                       size_t *out_len, mx_error *err);
+    /* One token's own bytes, as detokenize gives them but without replacing invalid UTF-8:
+     * a token that is part of a character (a byte such as 0xC3) gives that byte. Reentrant;
+     * *out malloc'd, *out_len bytes. For logprobs `bytes` and /tokenize pieces. */
+    int (*token_bytes)(void *txt, int32_t id, char **out, size_t *out_len, mx_error *err);
     /* messages: OpenAI messages normalized to {role, content: string}; extra: optional object
      * merged into the template context. *out malloc'd. */
     int (*apply_template)(void *txt, const json_t *messages, const json_t *extra,

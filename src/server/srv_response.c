@@ -42,19 +42,62 @@ char *srv_resp_error(int status, const char *message, const char *param) {
 }
 
 /* ==== Pieces ==== */
+static json_t *bytes_json(const char *p, size_t n) {
+    json_t *a = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(a, json_integer((unsigned char)p[i]));
+    return a;
+}
+
+/* The token's own bytes (token_bytes: 0xC3 stays 0xC3); *raw malloc'd, never NULL. */
+static void token_raw(srv_server *s, int32_t id, char **raw, size_t *n) {
+    mx_error err;
+    *raw = NULL;
+    *n = 0;
+    if (s->be->text_ops->token_bytes(s->be->text, id, raw, n, &err) || !*raw) {
+        free(*raw);
+        *raw = strdup("");
+        *n = 0;
+    }
+}
+
+/* The token's text: its bytes when they are valid UTF-8 alone, else the tokenizer's lossy text
+ * (U+FFFD for a partial character); `bytes` always has the token's own bytes. */
 static json_t *token_text_json(srv_server *s, int32_t id, json_t **bytes) {
+    char *raw;
+    size_t n;
+    token_raw(s, id, &raw, &n);
+    if (bytes) *bytes = bytes_json(raw ? raw : "", raw ? n : 0);
+    json_t *out = raw ? json_stringn(raw, n) : NULL;
+    free(raw);
+    if (out) return out;
     char *t = NULL;
-    size_t n = 0;
     mx_error err;
     if (s->be->text_ops->detokenize(s->be->text, &id, 1, false, &t, &n, &err)) t = NULL, n = 0;
-    json_t *out = json_stringn(t ? t : "", n);
-    if (!out) out = json_string(""); /* a piece that is not valid UTF-8 on its own */
-    if (bytes) {
-        *bytes = json_array();
-        for (size_t i = 0; i < n; i++) json_array_append_new(*bytes, json_integer((unsigned char)t[i]));
-    }
+    out = t ? json_stringn(t, n) : NULL;
     free(t);
-    return out;
+    return out ? out : json_string("");
+}
+
+/* Legacy completions key each position's alternatives by token text (a dict), so tokens with
+ * the same text would collide and one would be lost. The key is the text when the token's
+ * bytes are valid UTF-8 alone; else "bytes:\xNN..." (its bytes escaped, the form OpenAI gives
+ * such tokens), which differs for different bytes. A key already taken at the position (two ids
+ * with the same bytes) becomes "token_id:N" (vLLM's form). Clients read any string key. */
+static void legacy_key(srv_server *s, int32_t id, const json_t *taken, char *key, size_t cap) {
+    char *raw;
+    size_t n;
+    token_raw(s, id, &raw, &n);
+    json_t *text = raw && memchr(raw, 0, n) == NULL ? json_stringn(raw, n) : NULL;
+    if (text) {
+        snprintf(key, cap, "%s", raw);
+    } else {
+        size_t k = (size_t)snprintf(key, cap, "bytes:");
+        for (size_t i = 0; raw && i < n && k + 5 <= cap; i++)
+            k += (size_t)snprintf(key + k, cap - k, "\\x%02x", (unsigned char)raw[i]);
+    }
+    json_decref(text);
+    free(raw);
+    if (taken && json_object_get(taken, key)) snprintf(key, cap, "token_id:%d", (int)id);
 }
 
 /* OpenAI chat logprobs entry for token i. */
@@ -85,16 +128,20 @@ static json_t *text_slice(srv_job *j, int from, int to) {
 /* Legacy completions logprobs: {tokens, token_logprobs, top_logprobs, text_offset}. */
 static json_t *completion_logprobs(srv_server *s, srv_job *j, int from, int to) {
     json_t *toks = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+    char key[512], chosen[512];
     for (int i = from; i < to; i++) {
         const srv_token *tk = &j->toks[i];
-        json_array_append_new(toks, token_text_json(s, tk->id, NULL));
-        json_array_append_new(lps, json_real(tk->logprob));
         json_t *top = json_object();
+        chosen[0] = 0;
         for (int k = 0; k < tk->n_top; k++) {
-            json_t *t2 = token_text_json(s, tk->top_ids[k], NULL);
-            json_object_set_new(top, json_string_value(t2), json_real(tk->top_logprobs[k]));
-            json_decref(t2);
+            legacy_key(s, tk->top_ids[k], top, key, sizeof key);
+            json_object_set_new(top, key, json_real(tk->top_logprobs[k]));
+            if (tk->top_ids[k] == tk->id) snprintf(chosen, sizeof chosen, "%s", key);
         }
+        /* the chosen token under the same key as among the alternatives: top[tokens[i]] works */
+        if (!chosen[0]) legacy_key(s, tk->id, NULL, chosen, sizeof chosen);
+        json_array_append_new(toks, json_string(chosen));
+        json_array_append_new(lps, json_real(tk->logprob));
         json_array_append_new(tops, top);
         json_array_append_new(offs, json_integer(i > 0 ? (json_int_t)j->tok_end[i - 1] : 0));
     }

@@ -82,7 +82,8 @@ static MHD_Result_t route_tokenize(srv_server *s, struct MHD_Connection *c, cons
         if (!with_pieces) { json_array_append_new(arr, json_integer(ids[i])); continue; }
         char *piece = NULL;
         size_t pn = 0;
-        if (s->be->text_ops->detokenize(s->be->text, &ids[i], 1, false, &piece, &pn, &err)) piece = NULL, pn = 0;
+        /* the token's own bytes: a partial character (0xC3) must not read as U+FFFD */
+        if (s->be->text_ops->token_bytes(s->be->text, ids[i], &piece, &pn, &err)) piece = NULL, pn = 0;
         json_t *p = piece ? json_stringn(piece, pn) : NULL;
         if (!p) { /* not valid UTF-8 alone: llama-server gives the bytes */
             p = json_array();

@@ -38,6 +38,12 @@ int tok_decode(const tokenizer *t, const int32_t *ids, size_t n_ids, bool skip_s
 int tok_decode_n(const tokenizer *t, const int32_t *ids, size_t n_ids, bool skip_special, char **out,
                  size_t *out_len, mx_error *err);
 
+/* Same, but the bytes the decoders produce are kept as they are: a token that is only part of
+ * a character (a ByteLevel or byte-fallback byte such as 0xC3) gives that byte, not U+FFFD.
+ * For logprobs `bytes` and /tokenize pieces, which must show a token's own bytes. */
+int tok_decode_bytes(const tokenizer *t, const int32_t *ids, size_t n_ids, bool skip_special, char **out,
+                     size_t *out_len, mx_error *err);
+
 int tok_vocab_size(const tokenizer *t);               /* including added tokens */
 const char *tok_id_to_piece(const tokenizer *t, int32_t id); /* raw vocab string or NULL */
 /* the same with its length: a vocab string may hold U+0000 (InternLM2's "\u0000" piece) */

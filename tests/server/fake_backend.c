@@ -47,6 +47,11 @@ static int fk_detokenize(void *t, const int32_t *ids, size_t n, bool skip_specia
     return 0;
 }
 
+/* Byte-level: a token's bytes are its text (ids >= 256 are special). */
+static int fk_token_bytes(void *t, int32_t id, char **out, size_t *out_len, mx_error *err) {
+    return fk_detokenize(t, &id, 1, false, out, out_len, err);
+}
+
 static int fk_template(void *t, const json_t *messages, const json_t *extra, bool add_gen, char **out, mx_error *err) {
     (void)t; (void)extra;
     size_t cap = 64, len = 0;
@@ -133,8 +138,11 @@ static void fk_stream_free(srv_text_stream *s) {
 
 static int fk_vocab(void *t) { (void)t; return FAKE_VOCAB; }
 
-static const srv_text_ops k_fake_text = {fk_tokenize, fk_detokenize, fk_template, fk_stream_new, fk_stream_push,
-                                         fk_stream_flush, fk_stream_free, fk_vocab, true};
+static const srv_text_ops k_fake_text = {
+    .tokenize = fk_tokenize, .detokenize = fk_detokenize, .token_bytes = fk_token_bytes,
+    .apply_template = fk_template, .stream_new = fk_stream_new, .stream_push = fk_stream_push,
+    .stream_flush = fk_stream_flush, .stream_free = fk_stream_free, .vocab_size = fk_vocab,
+    .has_template = true};
 
 /* ==== Engine ==== */
 typedef struct fseq {

@@ -84,6 +84,26 @@ head_req OPTIONS "http://127.0.0.1:$PORT/completion" -H 'Origin: http://app.exam
 head_req GET "http://127.0.0.1:$PORT/health" -H 'Origin: http://app.example'
 has_hdr 'access-control-allow-origin: http://app.example' && ok || bad "response does not echo the Origin: $HDRS"
 
+# Tokens that are part of a character: the test tokenizer is byte-level, "é" is 198 (0xC3) +
+# 172 (0xA9). Pieces, logprobs `bytes` and legacy top_logprobs keys show the token's own bytes.
+req POST /tokenize '{"content":"é","with_pieces":true}'
+[ "$BODY" = '{"tokens":[{"id":198,"piece":[195]},{"id":172,"piece":[169]}]}' ] && ok || bad "/tokenize pieces of é: $BODY"
+# +100 / +99 (and a frequency penalty, so both get chosen): the two byte tokens are every
+# position's top two; greedy picks the first
+EAC='"max_tokens":4,"temperature":0,"frequency_penalty":2,"logit_bias":{"198":100,"172":99}'
+req POST /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],$EAC,\"logprobs\":true,\"top_logprobs\":2}"
+[ "$(echo "$BODY" | jq_ 'o.choices[0].logprobs.content.every(t=>JSON.stringify(t.bytes)===JSON.stringify(t.top_logprobs[0].bytes) &&
+    t.top_logprobs.map(x=>JSON.stringify(x.bytes)).sort().join()==="[169],[195]")')" = true ] &&
+    ok || bad "chat logprobs bytes of byte tokens: $BODY"
+req POST /v1/completions "{\"prompt\":\"x\",$EAC,\"logprobs\":2}"
+[ "$(echo "$BODY" | jq_ 'const l=o.choices[0].logprobs; l.tokens.length===4 && l.top_logprobs.every((t,i)=>
+    Object.keys(t).sort().join()==="bytes:\\xa9,bytes:\\xc3" && l.tokens[i] in t)')" = true ] &&
+    ok || bad "legacy completions logprobs of byte tokens (keys must not collide): $BODY"
+req POST /completion '{"prompt":"x","n_predict":4,"temperature":0,"frequency_penalty":2,"logit_bias":[[198,100],[172,99]],"n_probs":2}'
+[ "$(echo "$BODY" | jq_ 'const B={198:195,172:169}; o.completion_probabilities.length===4 &&
+    o.completion_probabilities.every(p=>p.bytes.length===1 && p.bytes[0]===B[p.id] && p.top_logprobs.every(t=>t.bytes.length===1 && t.bytes[0]===B[t.id]))')" = true ] &&
+    ok || bad "/completion completion_probabilities bytes: $BODY"
+
 # /completion non-stream and stream agree (greedy); prompt as ids works as well as text
 req POST /completion '{"prompt":"The sky","n_predict":16,"temperature":0}'
 C1=$(echo "$BODY" | jq_ 'o.content')
