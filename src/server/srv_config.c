@@ -295,6 +295,9 @@ int srv_config_parse(srv_config *c, int argc, char **argv, FILE *help_out, mx_er
 }
 
 int srv_config_finalize(srv_config *c, int model_ctx, mx_error *err) {
+    /* the default of every request that names none: the sampler refuses 0 (it divides by it) */
+    if (!(c->repeat_penalty > 0))
+        return mx_fail(err, "--repeat-penalty %g: must be > 0 (1 = off)", (double)c->repeat_penalty);
     if (c->ctx_size == 0) c->ctx_size = model_ctx;
     if (c->ctx_size <= 0) return mx_fail(err, "--ctx-size: the model gives no context length; set one");
     /* llama-server: the physical batch never exceeds the logical one. */

@@ -122,6 +122,18 @@ LONG=$(head -c 400 /dev/zero | tr '\0' 'a' | sed 's/a/a /g')
 req POST /v1/completions "{\"prompt\":\"$LONG\"}"
 [ "$CODE" = 400 ] && echo "$BODY" | grep -q context && ok || bad "prompt longer than the context: $CODE $BODY"
 
+# values the sampler would refuse are refused by the parser (400 naming the field), not by the
+# engine (500)
+for c in '/completion|{"prompt":"x","n_predict":2,"repeat_penalty":0}|repeat_penalty' \
+         '/v1/completions|{"prompt":"x","max_tokens":2,"repeat_penalty":0}|repeat_penalty' \
+         '/completion|{"prompt":"x","n_predict":2,"logit_bias":[[5,1e300]]}|logit_bias' \
+         '/completion|{"prompt":"x","n_predict":2,"logit_bias":[[5,-1e300]]}|logit_bias'; do
+    IFS='|' read -r path body param <<<"$c"
+    req POST "$path" "$body"
+    [ "$CODE" = 400 ] && [ "$(echo "$BODY" | jq_ 'o.error.param+","+o.error.type')" = "$param,invalid_request_error" ] &&
+        ok || bad "$path $body: want 400 naming $param, got $CODE $BODY"
+done
+
 # prefix cache: the same long prompt twice reuses its full 16-token blocks the second time
 metric() { curl -sS -m 10 "http://127.0.0.1:$PORT/metrics" | sed -n "s/^$1 //p"; }
 PFX="Tell me a story about the sea. Tell me a story about the moon. Write a poem about the sky."

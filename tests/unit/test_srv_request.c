@@ -86,6 +86,11 @@ static void test_rejections(void **st) {
         {SRV_API_COMPLETIONS, "{\"prompt\":\"a\",\"prompt\":\"b\"}", "body"},
         {SRV_API_LLAMA_COMPLETION, "{\"prompt\":\"a\",\"n_predict\":-2}", "n_predict"},
         {SRV_API_LLAMA_COMPLETION, "{\"prompt\":\"a\",\"logit_bias\":[[1]]}", "logit_bias"},
+        /* accepted by the old ranges, refused by the sampler (sampling_params_validate) */
+        {SRV_API_LLAMA_COMPLETION, "{\"prompt\":\"a\",\"repeat_penalty\":0}", "repeat_penalty"},
+        {SRV_API_COMPLETIONS, "{\"prompt\":\"a\",\"repeat_penalty\":0}", "repeat_penalty"},
+        {SRV_API_LLAMA_COMPLETION, "{\"prompt\":\"a\",\"logit_bias\":[[1,1e300]]}", "logit_bias"},
+        {SRV_API_LLAMA_COMPLETION, "{\"prompt\":\"a\",\"logit_bias\":[[1,-1e39]]}", "logit_bias"},
     };
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
         srv_request r;
@@ -149,6 +154,12 @@ static void test_config_env_and_flags(void **st) {
     assert_int_equal(srv_config_parse(&c, 1, none, stdout, &err), -1);
     assert_non_null(strstr(err.msg, "LLAMA_ARG_PORT"));
     unsetenv("LLAMA_ARG_PORT");
+    /* a default the sampler would refuse in every request is refused at start-up */
+    char *bad4[] = {"serve", "--repeat-penalty", "0", NULL};
+    c = defaults();
+    assert_int_equal(srv_config_parse(&c, 3, bad4, stdout, &err), 0);
+    assert_int_equal(srv_config_finalize(&c, 8192, &err), -1);
+    assert_non_null(strstr(err.msg, "--repeat-penalty"));
 }
 
 static void test_metrics_render(void **st) {
