@@ -180,6 +180,38 @@ static void stream_free(void *cls) {
 }
 
 /* ==== Generation routes ==== */
+/* SSE response over job j; the reader holds its own reference. */
+static MHD_Result_t reply_stream(srv_server *s, struct MHD_Connection *c, srv_job *j) {
+    stream_state *st = calloc(1, sizeof *st);
+    if (!st) return reply_error(s, c, 500, "out of memory", NULL);
+    pthread_mutex_lock(&s->mu);
+    j->refs++;
+    pthread_mutex_unlock(&s->mu);
+    st->job = j;
+    st->last_write = mx_now();
+    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, st, stream_free);
+    if (!r) { stream_free(st); return MHD_NO; }
+    MHD_add_response_header(r, "Content-Type", "text/event-stream");
+    MHD_add_response_header(r, "Cache-Control", "no-cache");
+    MHD_add_response_header(r, "X-Accel-Buffering", "no");
+    srv_mhd_cors(r, c);
+    MHD_Result_t rc = MHD_queue_response(c, 200, r);
+    MHD_destroy_response(r);
+    srv_metrics_add(s->metrics, SM_HTTP_RESPONSES_TOTAL, "200", 1);
+    return rc;
+}
+
+/* llama-server's n_predict 0: no token is generated, only the prompt would be evaluated. The
+ * engine has no prompt-only request (its max_tokens <= 0 means "until the context is full"), so
+ * the job is finished here and never enqueued: the prompt is tokenized and counted in
+ * tokens_evaluated, but not run (nor cached). Nobody else sees the job yet: no lock. */
+static void job_finish_empty(srv_job *j) {
+    j->max_tokens = 0;
+    j->finish = SRV_FINISH_LENGTH;
+    j->t_done = mx_now();
+    j->done = true;
+}
+
 static MHD_Result_t route_generate(srv_server *s, struct MHD_Connection *c, conn_ctx *cc, srv_api api) {
     srv_backend *be = s->be;
     mx_error err = {{0}};
@@ -225,6 +257,7 @@ static MHD_Result_t route_generate(srv_server *s, struct MHD_Connection *c, conn
     }
     int avail = n_ctx - (int)n;
     j->max_tokens = j->req.max_tokens < 0 || j->req.max_tokens > avail ? avail : j->req.max_tokens;
+    const bool no_tokens = api == SRV_API_LLAMA_COMPLETION && j->req.max_tokens == 0;
     if (j->max_tokens < 1) j->max_tokens = 1;
     pthread_mutex_lock(&s->mu);
     uint64_t seq = ++s->id_counter;
@@ -234,28 +267,13 @@ static MHD_Result_t route_generate(srv_server *s, struct MHD_Connection *c, conn
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     j->fd = ci ? ci->connect_fd : -1;
 
-    int status = 0;
-    if (srv_core_enqueue(s, j, &status, &err)) return reply_error(s, c, status, err.msg, NULL);
-
-    if (j->req.stream) {
-        stream_state *st = calloc(1, sizeof *st);
-        if (!st) return reply_error(s, c, 500, "out of memory", NULL);
-        pthread_mutex_lock(&s->mu);
-        j->refs++;
-        pthread_mutex_unlock(&s->mu);
-        st->job = j;
-        st->last_write = mx_now();
-        struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, st, stream_free);
-        if (!r) { stream_free(st); return MHD_NO; }
-        MHD_add_response_header(r, "Content-Type", "text/event-stream");
-        MHD_add_response_header(r, "Cache-Control", "no-cache");
-        MHD_add_response_header(r, "X-Accel-Buffering", "no");
-        srv_mhd_cors(r, c);
-        MHD_Result_t rc = MHD_queue_response(c, 200, r);
-        MHD_destroy_response(r);
-        srv_metrics_add(s->metrics, SM_HTTP_RESPONSES_TOTAL, "200", 1);
-        return rc;
+    if (no_tokens) {
+        job_finish_empty(j);
+    } else {
+        int status = 0;
+        if (srv_core_enqueue(s, j, &status, &err)) return reply_error(s, c, status, err.msg, NULL);
     }
+    if (j->req.stream) return reply_stream(s, c, j);
     /* Non-stream: this connection's thread waits for the job. */
     pthread_mutex_lock(&j->mu);
     while (!j->done) {

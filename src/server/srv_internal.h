@@ -27,7 +27,7 @@ typedef struct srv_job {
     srv_request req;
     int32_t *prompt;          /* [n_prompt] */
     int n_prompt;
-    int max_tokens;           /* resolved: >= 1, <= n_ctx - n_prompt */
+    int max_tokens;           /* resolved: >= 1, <= n_ctx - n_prompt (0: n_predict 0, never enqueued) */
     char id[48];              /* "chatcmpl-..." / "cmpl-..." */
     long created;             /* unix seconds */
 

@@ -115,6 +115,17 @@ req POST /tokenize '{"content":"The sky"}'
 SKY=$(echo "$BODY" | jq_ 'JSON.stringify(o.tokens)')
 req POST /completion "{\"prompt\":$SKY,\"n_predict\":16,\"temperature\":0}"
 [ "$(echo "$BODY" | jq_ 'o.content')" = "$C1" ] && ok || bad "/completion with prompt ids differs from text: $BODY"
+# n_predict 0 (llama-server: no token is generated): an empty completion at once, the prompt
+# counted as evaluated; this server does not run it through the engine (docs/server.md)
+PT0=$(curl -sS -m 10 "http://127.0.0.1:$PORT/metrics" | sed -n 's/^llamacpp:prompt_tokens_total //p')
+req POST /completion '{"prompt":"The sky","n_predict":0}'
+[ "$CODE" = 200 ] && [ "$(echo "$BODY" | jq_ 'JSON.stringify([o.content,o.tokens,o.tokens_predicted,o.tokens_evaluated,o.stop_type,o.stop,o.generation_settings.n_predict])')" = \
+    "[\"\",[],0,$(echo "$SKY" | jq_ 'o.length'),\"limit\",true,0]" ] && ok || bad "/completion n_predict 0: $CODE $BODY"
+S=$(curl -sN -m 60 "http://127.0.0.1:$PORT/completion" -d '{"prompt":"The sky","n_predict":0,"stream":true}')
+[ "$(echo "$S" | grep -c '^data: ')" = 1 ] && [ "$(echo "$S" | sed -n 's/^data: //p' | jq_ 'o.stop===true && o.content==="" && o.tokens_predicted===0')" = true ] &&
+    ok || bad "/completion n_predict 0 stream: $S"
+[ "$(curl -sS -m 10 "http://127.0.0.1:$PORT/metrics" | sed -n 's/^llamacpp:prompt_tokens_total //p')" = "$PT0" ] && ok ||
+    bad "/completion n_predict 0 ran the prompt through the engine"
 # errors from the real engine's limits
 req POST /v1/completions '{"prompt":[1,2,512]}'
 [ "$CODE" = 400 ] && ok || bad "prompt id outside the model vocabulary: $CODE $BODY"
