@@ -86,6 +86,20 @@ static int get_bool(srv_request *r, json_t *o, const char *k, bool *out, mx_erro
     return 0;
 }
 
+/* seed on every route: -1 = a random seed per request (llama-server's seed is a uint32 whose
+ * 0xFFFFFFFF, i.e. -1, means random), any other integer a fixed seed; absent = the server's
+ * --seed (random when -1). */
+static int get_seed(srv_request *r, json_t *o, mx_error *err) {
+    long long x;
+    bool has;
+    if (get_int(r, o, "seed", INT64_MIN, INT64_MAX, &x, &has, err)) return -1;
+    if (has) {
+        r->sampling.has_seed = x != -1;
+        r->sampling.seed = (uint64_t)x;
+    }
+    return 0;
+}
+
 /* ==== Prompt, stop, logit_bias ==== */
 static int parse_id_array(srv_request *r, json_t *a, const char *k, int vocab, mx_error *err) {
     size_t n = json_array_size(a);
@@ -270,8 +284,7 @@ static int parse_openai(srv_request *r, json_t *o, int vocab, mx_error *err) {
     if (get_num(r, o, "min_p", 0, 1, &r->sampling.min_p, err)) return -1;
     if (get_positive(r, o, "repeat_penalty", 100, &r->sampling.repeat_penalty, err)) return -1;
     if (get_bool(r, o, "ignore_eos", &r->sampling.ignore_eos, err)) return -1;
-    if (get_int(r, o, "seed", INT64_MIN, INT64_MAX, &x, &has, err)) return -1;
-    if (has) { r->sampling.seed = (uint64_t)x; r->sampling.has_seed = true; }
+    if (get_seed(r, o, err)) return -1;
     if (parse_stop(r, o, 4, err)) return -1;
     if (parse_logit_bias(r, o, vocab, false, err)) return -1;
     if (get_bool(r, o, "stream", &r->stream, err)) return -1;
@@ -354,8 +367,7 @@ int srv_request_parse(srv_request *r, srv_api api, const char *body, size_t len,
         if (get_positive(r, o, "repeat_penalty", 100, &s->repeat_penalty, err)) goto out;
         if (get_int(r, o, "repeat_last_n", -1, 1 << 24, &x, &has, err)) goto out;
         if (has) s->repeat_last_n = (int)x;
-        if (get_int(r, o, "seed", INT64_MIN, INT64_MAX, &x, &has, err)) goto out;
-        if (has) { s->has_seed = x >= 0; s->seed = (uint64_t)x; }
+        if (get_seed(r, o, err)) goto out;
         if (get_int(r, o, "n_probs", 0, SRV_MAX_TOP_LOGPROBS, &x, &has, err)) goto out;
         if (has && x > 0) { s->logprobs = true; s->top_logprobs = (int)x; }
         if (get_bool(r, o, "ignore_eos", &s->ignore_eos, err)) goto out;

@@ -133,6 +133,22 @@ LONG=$(head -c 400 /dev/zero | tr '\0' 'a' | sed 's/a/a /g')
 req POST /v1/completions "{\"prompt\":\"$LONG\"}"
 [ "$CODE" = 400 ] && echo "$BODY" | grep -q context && ok || bad "prompt longer than the context: $CODE $BODY"
 
+# seed -1 = a random seed (llama-server; the OpenAI routes too), not the fixed seed -1: three
+# sampled runs of 16 tokens are not all the same
+for route in chat completions; do
+    OUTS=()
+    for _ in 1 2 3; do
+        if [ $route = chat ]; then
+            req POST /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"max_tokens":16,"temperature":1,"seed":-1,"ignore_eos":true}'
+            OUTS+=("$(echo "$BODY" | jq_ 'JSON.stringify(o.choices[0].message.content)')")
+        else
+            req POST /v1/completions '{"prompt":"x","max_tokens":16,"temperature":1,"seed":-1,"ignore_eos":true}'
+            OUTS+=("$(echo "$BODY" | jq_ 'JSON.stringify(o.choices[0].text)')")
+        fi
+    done
+    [ "$(printf '%s\n' "${OUTS[@]}" | sort -u | wc -l)" -gt 1 ] && ok || bad "seed -1 on /v1/$route is a fixed seed: ${OUTS[*]}"
+done
+
 # values the sampler would refuse are refused by the parser (400 naming the field), not by the
 # engine (500)
 for c in '/completion|{"prompt":"x","n_predict":2,"repeat_penalty":0}|repeat_penalty' \

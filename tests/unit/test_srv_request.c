@@ -45,6 +45,22 @@ static void test_chat_ok(void **st) {
     srv_request_free(&r);
 }
 
+/* seed -1 means random on every route (llama-server), any other value is a fixed seed */
+static void test_seed(void **st) {
+    (void)st;
+    static const srv_api apis[] = {SRV_API_COMPLETIONS, SRV_API_LLAMA_COMPLETION};
+    for (int i = 0; i < 2; i++) {
+        srv_request r;
+        mx_error err;
+        assert_int_equal(parse(&r, apis[i], "{\"prompt\":\"a\",\"seed\":-1}", &err), 0);
+        assert_false(r.sampling.has_seed);
+        srv_request_free(&r);
+        assert_int_equal(parse(&r, apis[i], "{\"prompt\":\"a\",\"seed\":-2}", &err), 0);
+        assert_true(r.sampling.has_seed && r.sampling.seed == (uint64_t)-2);
+        srv_request_free(&r);
+    }
+}
+
 static void test_defaults_from_config(void **st) {
     (void)st;
     srv_request r;
@@ -193,6 +209,7 @@ int main(void) {
         cmocka_unit_test(test_chat_ok),          cmocka_unit_test(test_defaults_from_config),
         cmocka_unit_test(test_rejections),       cmocka_unit_test(test_llama_completion),
         cmocka_unit_test(test_config_env_and_flags), cmocka_unit_test(test_metrics_render),
+        cmocka_unit_test(test_seed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
