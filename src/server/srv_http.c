@@ -131,8 +131,12 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
                 st->sent_toks = n;
             }
             if (j->done && st->sent_toks == j->n_toks) {
-                if (j->finish == SRV_FINISH_ERROR) {
-                    char *e = srv_resp_error(500, "generation failed in the engine", NULL);
+                if (j->finish == SRV_FINISH_ERROR || j->finish == SRV_FINISH_CANCELLED) {
+                    /* an error event first: a half-closed client still reads, and learns why */
+                    int status = 500;
+                    const char *why = j->finish == SRV_FINISH_ERROR ? "generation failed in the engine"
+                                                                     : srv_cancel_reason(j, &status);
+                    char *e = srv_resp_error(status, why, NULL);
                     srv_buf_append(&st->buf, &st->len, &st->cap, "data: ", 6);
                     srv_buf_append(&st->buf, &st->len, &st->cap, e, strlen(e));
                     srv_buf_append(&st->buf, &st->len, &st->cap, "\n\n", 2);
@@ -284,8 +288,11 @@ static MHD_Result_t route_generate(srv_server *s, struct MHD_Connection *c, conn
     }
     pthread_mutex_unlock(&j->mu);
     if (j->finish == SRV_FINISH_ERROR) return reply_error(s, c, 500, "generation failed in the engine", NULL);
-    if (j->finish == SRV_FINISH_CANCELLED)
-        return reply_error(s, c, 503, "the request was cancelled (the server is shutting down)", NULL);
+    if (j->finish == SRV_FINISH_CANCELLED) {
+        int status;
+        const char *why = srv_cancel_reason(j, &status);
+        return reply_error(s, c, status, why, NULL);
+    }
     return reply(s, c, 200, "application/json; charset=utf-8", srv_resp_final(s, j));
 }
 

@@ -14,6 +14,13 @@
 
 typedef struct srv_server srv_server;
 
+/* Who cancelled a job, for the message its client gets (the first cause set wins). */
+typedef enum srv_cancel_by {
+    SRV_CANCEL_BY_SERVER = 0, /* allocation failure while delivering its tokens */
+    SRV_CANCEL_BY_CLIENT,     /* hang-up or half-close seen by the poll, or the HTTP side gone */
+    SRV_CANCEL_BY_SHUTDOWN,   /* the server is stopping */
+} srv_cancel_by;
+
 /* ==== Job: one generation request, shared by its HTTP connection and the engine thread ====
  * Lifetime: two references, the HTTP side's and the engine side's (taken at enqueue, dropped
  * after on_finish). Output fields are guarded by `mu`; `cv` signals progress. */
@@ -55,6 +62,7 @@ typedef struct srv_job {
 
     /* control (mu) */
     bool cancel_req;          /* HTTP side gone or stop string: engine thread cancels */
+    srv_cancel_by cancel_by;  /* why it was cancelled, when it was */
     int fd;                   /* client socket for hang-up polling; -1 when detached */
 } srv_job;
 
@@ -111,6 +119,9 @@ void srv_job_release(srv_job *job);
 void srv_job_detach(srv_job *job);
 void srv_core_snapshot(srv_server *s, srv_engine_stats *st, int *outstanding);
 const char *srv_finish_name(srv_finish f); /* OpenAI finish_reason */
+/* A cancelled job's message for its client and the HTTP status to answer (job->mu held or
+ * the job done). */
+const char *srv_cancel_reason(const srv_job *job, int *status);
 
 /* ==== Responses (srv_response.c) ==== */
 char *srv_resp_error(int status, const char *message, const char *param);

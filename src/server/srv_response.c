@@ -27,6 +27,7 @@ const char *srv_error_type(int status) {
     case 404: return "not_found_error";
     case 405: return "invalid_request_error";
     case 413: return "invalid_request_error";
+    case 499: return "invalid_request_error"; /* the client disconnected */
     case 503: return "unavailable_error";
     default: return "server_error";
     }

@@ -213,5 +213,26 @@ PRED=$(metric_e 'llamacpp:tokens_predicted_total')
 [ "$CANC" = 1 ] && [ "${PRED%.*}" -lt 20 ] && ok || bad "hang-up mid-stream: cancelled=$CANC after ${PRED} of 50 tokens"
 [ "$(metric_e mlxcel_kv_blocks_used)" = 0 ] && ok || bad "hang-up mid-stream: KV blocks still used"
 
+# A client that half-closes (shutdown(SHUT_WR)) after sending its request reads as a hang-up
+# (cpp-httplib in llama-server does the same): its request is cancelled, and what it still reads
+# says the client disconnected, not that the server is shutting down.
+HALF=$(node -e 'const b=JSON.stringify({prompt:"a",max_tokens:50,ignore_eos:true});
+const s=require("net").connect(+process.argv[1],"127.0.0.1",()=>s.end("POST /v1/completions HTTP/1.1\r\nHost: x\r\n"+
+  "Content-Type: application/json\r\nConnection: close\r\nContent-Length: "+b.length+"\r\n\r\n"+b));
+let d="";s.setTimeout(20000,()=>s.destroy());s.on("data",x=>d+=x).on("close",()=>console.log(d.split("\r\n")[0]+"|"+d.slice(d.indexOf("\r\n\r\n")+4)))' "$E")
+case "$HALF" in
+"HTTP/1.1 499 "*'"message":"the request was cancelled: the client disconnected'*) ok ;;
+*) bad "half-closed client: $HALF" ;;
+esac
+# A genuine shutdown still says so: SIGTERM while a request runs
+start f --fake-step-ms 300
+curl -sS -m 30 -o "$TMP/f.txt" -w '%{http_code}' "http://127.0.0.1:$PORT/v1/completions" -d '{"prompt":"a","max_tokens":50,"ignore_eos":true}' >"$TMP/f.code" &
+P1=$!
+sleep 1
+kill -TERM "${PIDS[-1]}"
+wait $P1
+[ "$(cat "$TMP/f.code")" = 503 ] && grep -q 'shutting down' "$TMP/f.txt" && ok ||
+    bad "request cancelled by a shutdown: $(cat "$TMP/f.code") $(cat "$TMP/f.txt")"
+
 echo "server e2e: $PASS passed, $FAIL failed"
 [ $FAIL = 0 ]
