@@ -234,7 +234,8 @@ static MHD_Result_t route_generate(srv_server *s, struct MHD_Connection *c, conn
             return reply_error(s, c, 400, "this model has no chat template; start the server with --chat-template-file",
                                "messages");
         char *prompt = NULL;
-        if (be->text_ops->apply_template(be->text, j->req.messages, j->req.template_extra, true, &prompt, &err))
+        if (be->text_ops->apply_template(be->text, j->req.messages, j->req.template_extra,
+                                         j->req.add_generation_prompt, &prompt, &err))
             return reply_error(s, c, 400, err.msg, "messages");
         int rc = be->text_ops->tokenize(be->text, prompt, strlen(prompt), false, &ids, &n, &err);
         free(prompt);

@@ -254,6 +254,10 @@ static int parse_messages(srv_request *r, json_t *o, mx_error *err) {
             return bad(r, err, fld, "expected a string or an array of text parts, got %s", type_name(content));
         }
     }
+    /* llama-server's field: false renders the messages without the assistant header (e.g. to
+     * continue the last message) */
+    r->add_generation_prompt = true;
+    if (get_bool(r, o, "add_generation_prompt", &r->add_generation_prompt, err)) return -1;
     json_t *tools = field(o, "tools"), *kw = field(o, "chat_template_kwargs");
     if (tools && !json_is_array(tools)) return bad(r, err, "tools", "expected an array, got %s", type_name(tools));
     if (kw && !json_is_object(kw)) return bad(r, err, "chat_template_kwargs", "expected an object, got %s", type_name(kw));

@@ -145,7 +145,8 @@ static MHD_Result_t route_apply_template(srv_server *s, struct MHD_Connection *c
         return send_err(s, c, 400, "this model has no chat template; start the server with --chat-template-file", "messages");
     }
     char *prompt = NULL;
-    int rc = s->be->text_ops->apply_template(s->be->text, r.messages, r.template_extra, true, &prompt, &err);
+    int rc = s->be->text_ops->apply_template(s->be->text, r.messages, r.template_extra, r.add_generation_prompt,
+                                             &prompt, &err);
     srv_request_free(&r);
     if (rc) return send_err(s, c, 400, err.msg, "messages");
     json_t *p = json_string(prompt);

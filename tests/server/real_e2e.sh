@@ -73,6 +73,15 @@ req POST /detokenize "{\"tokens\":$IDS}"
 # the ChatML template of tokenizer_config.json, rendered by the server
 req POST /apply-template '{"messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi"}]}'
 [ "$BODY" = '{"prompt":"<|im_start|>system\nbe brief<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"}' ] && ok || bad "/apply-template: $BODY"
+# add_generation_prompt: false (default true) leaves out the assistant header, as llama-server
+req POST /apply-template '{"messages":[{"role":"user","content":"hi"}],"add_generation_prompt":false}'
+[ "$BODY" = '{"prompt":"<|im_start|>user\nhi<|im_end|>\n"}' ] && ok || bad "/apply-template add_generation_prompt false: $BODY"
+req POST /v1/chat/completions '{"messages":[{"role":"user","content":"hi"}],"max_tokens":1}'
+PT1=$(echo "$BODY" | jq_ 'o.usage.prompt_tokens')
+req POST /v1/chat/completions '{"messages":[{"role":"user","content":"hi"}],"max_tokens":1,"add_generation_prompt":false}'
+PT2=$(echo "$BODY" | jq_ 'o.usage.prompt_tokens')
+req POST /tokenize '{"content":"<|im_start|>assistant\n"}'
+[ $((PT1 - PT2)) = "$(echo "$BODY" | jq_ 'o.tokens.length')" ] && ok || bad "chat add_generation_prompt false: prompt tokens $PT1 -> $PT2 ($BODY)"
 req GET /props
 [ "$(echo "$BODY" | jq_ 'o.total_slots+","+o.default_generation_settings.n_ctx')" = "16,128" ] && ok || bad "/props: $BODY"
 req GET /slots; [ "$(echo "$BODY" | jq_ 'o.length')" = 16 ] && ok || bad "/slots: $BODY"

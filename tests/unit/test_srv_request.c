@@ -42,6 +42,11 @@ static void test_chat_ok(void **st) {
     assert_true(r.sampling.logprobs && r.sampling.top_logprobs == 3);
     assert_true(r.stream && r.include_usage);
     assert_string_equal(json_string_value(json_object_get(json_array_get(r.messages, 1), "content")), "ab");
+    assert_true(r.add_generation_prompt); /* the default */
+    srv_request_free(&r);
+    assert_int_equal(parse(&r, SRV_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],"
+                                             "\"add_generation_prompt\":false}", &err), 0);
+    assert_false(r.add_generation_prompt);
     srv_request_free(&r);
 }
 
