@@ -341,6 +341,7 @@ static void fill_info(sbe *b, srv_model_info *m, const srv_config *cfg, const ch
     snprintf(m->storage, sizeof m->storage, "%.15s", kv_storage_name(engine_storage(b->e)));
     snprintf(m->storage_reason, sizeof m->storage_reason, "%.255s", engine_storage_reason(b->e));
     snprintf(m->chat_template, sizeof m->chat_template, "%.63s", tpl_src[0] ? tpl_src : "none");
+    m->chat_template_text = b->ct ? chat_template_source(b->ct) : NULL;
 }
 
 int srv_backend_engine_open(srv_backend *be, srv_config *cfg, mx_error *err) {

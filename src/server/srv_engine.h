@@ -155,7 +155,8 @@ typedef struct srv_model_info {
     int n_ctx_train;
     char storage[16];     /* "dense" | "paged" */
     char storage_reason[256];
-    char chat_template[64]; /* source of the template, for /props */
+    char chat_template[64]; /* where the template came from (start-up log) */
+    const char *chat_template_text; /* its Jinja text for /props (owned by the backend), or NULL */
     char device[512];     /* backend line: "cpu", or the CUDA device, capability and settings */
 } srv_model_info;
 

@@ -436,6 +436,7 @@ static void log_startup(const srv_server *s, int port) {
              (double)m->weight_bytes / 1048576.0, kv / 1048576.0, (unsigned long long)m->kv_bytes_per_token,
              c->ctx_size, c->n_parallel, (double)m->activation_bytes / 1048576.0,
              (double)m->headroom_bytes / 1048576.0, total / 1048576.0);
+    LOG_INFO("chat template: %s", m->chat_template);
     LOG_INFO("decode storage backend: %s (%s)", m->storage, m->storage_reason);
     LOG_INFO("decode path: native batched forward");
     char tuned[512];

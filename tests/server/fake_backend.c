@@ -347,6 +347,9 @@ int fake_backend_init(srv_backend *be, const fake_opts *o, mx_error *err) {
     snprintf(m->storage_reason, sizeof m->storage_reason, "fake test engine: block pool of %lld blocks",
              (long long)fe->st.kv_blocks_total);
     snprintf(m->chat_template, sizeof m->chat_template, "fake");
+    /* what fk_template renders, written as the Jinja it would be */
+    m->chat_template_text = "{% for m in messages %}<|{{ m.role }}|>\n{{ m.content }}\n{% endfor %}"
+                            "{% if add_generation_prompt %}<|assistant|>\n{% endif %}";
     return 0;
 }
 

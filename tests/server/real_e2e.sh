@@ -84,6 +84,9 @@ req POST /tokenize '{"content":"<|im_start|>assistant\n"}'
 [ $((PT1 - PT2)) = "$(echo "$BODY" | jq_ 'o.tokens.length')" ] && ok || bad "chat add_generation_prompt false: prompt tokens $PT1 -> $PT2 ($BODY)"
 req GET /props
 [ "$(echo "$BODY" | jq_ 'o.total_slots+","+o.default_generation_settings.n_ctx')" = "16,128" ] && ok || bad "/props: $BODY"
+# chat_template: the Jinja text (llama-server), here tokenizer_config.json's
+[ "$(echo "$BODY" | jq_ 'o.chat_template===JSON.parse(require("fs").readFileSync("'"$M"'/tokenizer_config.json","utf8")).chat_template')" = true ] &&
+    ok || bad "/props chat_template is not the template text: $(echo "$BODY" | jq_ 'JSON.stringify(o.chat_template)')"
 req GET /slots; [ "$(echo "$BODY" | jq_ 'o.length')" = 16 ] && ok || bad "/slots: $BODY"
 req GET /v1/models; [ "$(echo "$BODY" | jq_ 'o.data[0].id')" = tiny ] && ok || bad "/v1/models: $BODY"
 # CORS: a preflight is answered 200 on every route; responses echo the Origin
