@@ -254,6 +254,8 @@ static int tx_stream_push(srv_text_stream *s, int32_t id, const char **out, size
     return tok_stream_push(s->ts, id, out, out_len);
 }
 
+static const char *tx_stream_stop_word(srv_text_stream *s) { return tok_stream_stop_word(s->ts); }
+
 static void tx_stream_flush(srv_text_stream *s, const char **out, size_t *out_len) {
     tok_stream_flush(s->ts, out, out_len);
 }
@@ -271,7 +273,7 @@ static int tx_vocab_size(void *p) { return ((sbe *)p)->spec->vocab_size; }
 static const srv_text_ops k_text_ops = {
     .tokenize = tx_tokenize, .detokenize = tx_detokenize, .token_bytes = tx_token_bytes,
     .apply_template = tx_template, .stream_new = tx_stream_new, .stream_push = tx_stream_push,
-    .stream_flush = tx_stream_flush, .stream_free = tx_stream_free, .vocab_size = tx_vocab_size,
+    .stream_stop_word = tx_stream_stop_word, .stream_flush = tx_stream_flush, .stream_free = tx_stream_free, .vocab_size = tx_vocab_size,
     .has_template = false};
 
 /* ==== Open / close ==== */

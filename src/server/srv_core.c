@@ -77,6 +77,7 @@ static void job_free(srv_job *j) {
     srv_request_free(&j->req);
     free(j->prompt);
     free(j->text);
+    free(j->stop_word);
     free(j->toks);
     free(j->tok_end);
     pthread_mutex_destroy(&j->mu);
@@ -142,7 +143,9 @@ static void deliver_token(srv_job *j, const srv_token *tok) {
     const bool first = j->n_toks == 1;
     if (first) j->t_first = mx_now();
     if (stopped) {
+        const char *w = s->be->text_ops->stream_stop_word(j->ts);
         j->stop_hit = true;
+        j->stop_word = strdup(w ? w : ""); /* NULL on exhaustion: reported as "" */
         /* acted on before the engine's next step (one more token may be generated and dropped) */
         j->cancel_req = true;
     }

@@ -134,6 +134,8 @@ typedef struct srv_text_ops {
     srv_text_stream *(*stream_new)(void *txt, const char *const *stops, int n_stops);
     /* Returns 1 when a stop string matched (text before it emitted), else 0. */
     int (*stream_push)(srv_text_stream *s, int32_t id, const char **out, size_t *out_len);
+    /* The stop string that matched (valid while s lives), NULL while none has. */
+    const char *(*stream_stop_word)(srv_text_stream *s);
     void (*stream_flush)(srv_text_stream *s, const char **out, size_t *out_len);
     void (*stream_free)(srv_text_stream *s);
     int (*vocab_size)(void *txt);

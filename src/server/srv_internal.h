@@ -55,6 +55,7 @@ typedef struct srv_job {
     size_t *tok_end;          /* [n_toks] text_len after each token */
     int n_toks, cap_toks;
     bool stop_hit;            /* a stop string matched: later tokens are dropped */
+    char *stop_word;          /* that stop string (llama-server's stopping_word), else NULL */
     bool done;
     srv_finish finish;
     int n_cached;

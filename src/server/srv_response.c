@@ -197,6 +197,8 @@ static json_t *llama_final_fields(srv_server *s, srv_job *j, json_t *o) {
     json_object_set_new(o, "tokens_evaluated", json_integer(j->n_prompt));
     json_object_set_new(o, "tokens_cached", json_integer(j->n_cached));
     json_object_set_new(o, "stop_type", json_string(llama_stop_type(j->finish)));
+    json_t *word = j->stop_word ? json_string(j->stop_word) : NULL;
+    json_object_set_new(o, "stopping_word", word ? word : json_string(""));
     json_object_set_new(o, "truncated", json_false());
     json_object_set_new(o, "generation_settings",
                         json_pack("{s:i, s:f, s:f, s:i, s:f, s:f, s:f, s:f, s:i, s:b}", "n_predict", j->max_tokens,

@@ -67,6 +67,8 @@ void tok_stream_set_stops(tok_stream *s, const char *const *stops, int n_stops);
 /* Appends the newly final text to *out, *out_len (a view valid until the next call).
  * Returns 1 when a stop string matched (text before it emitted, the stop not), else 0. */
 int tok_stream_push(tok_stream *s, int32_t id, const char **out, size_t *out_len);
+/* The stop string that ended the stream (llama-server's stopping_word), NULL while none has. */
+const char *tok_stream_stop_word(const tok_stream *s);
 /* End of stream: whatever is held back (invalid UTF-8 replaced by U+FFFD). */
 void tok_stream_flush(tok_stream *s, const char **out, size_t *out_len);
 

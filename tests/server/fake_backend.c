@@ -73,6 +73,7 @@ static int fk_template(void *t, const json_t *messages, const json_t *extra, boo
 struct srv_text_stream {
     char *stops[16];
     int n_stops;
+    int hit;        /* index of the stop string that matched, -1 while none */
     char pend[256]; /* text that could still become a stop string */
     size_t n_pend;
     char out[512];
@@ -82,6 +83,7 @@ static srv_text_stream *fk_stream_new(void *t, const char *const *stops, int n) 
     (void)t;
     srv_text_stream *s = calloc(1, sizeof *s);
     for (int i = 0; s && i < n && i < 16; i++) s->stops[s->n_stops++] = strdup(stops[i]);
+    if (s) s->hit = -1;
     return s;
 }
 
@@ -111,6 +113,7 @@ static int fk_stream_push(srv_text_stream *s, int32_t id, const char **out, size
                 memcpy(s->out + *len, s->pend, at);
                 *len += at;
                 s->n_pend = 0;
+                s->hit = k;
                 return 1;
             }
     }
@@ -122,6 +125,8 @@ static int fk_stream_push(srv_text_stream *s, int32_t id, const char **out, size
     s->n_pend = keep;
     return 0;
 }
+
+static const char *fk_stream_stop_word(srv_text_stream *s) { return s->hit >= 0 ? s->stops[s->hit] : NULL; }
 
 static void fk_stream_flush(srv_text_stream *s, const char **out, size_t *len) {
     memcpy(s->out, s->pend, s->n_pend);
@@ -141,7 +146,7 @@ static int fk_vocab(void *t) { (void)t; return FAKE_VOCAB; }
 static const srv_text_ops k_fake_text = {
     .tokenize = fk_tokenize, .detokenize = fk_detokenize, .token_bytes = fk_token_bytes,
     .apply_template = fk_template, .stream_new = fk_stream_new, .stream_push = fk_stream_push,
-    .stream_flush = fk_stream_flush, .stream_free = fk_stream_free, .vocab_size = fk_vocab,
+    .stream_stop_word = fk_stream_stop_word, .stream_flush = fk_stream_flush, .stream_free = fk_stream_free, .vocab_size = fk_vocab,
     .has_template = true};
 
 /* ==== Engine ==== */

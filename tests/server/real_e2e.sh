@@ -123,6 +123,13 @@ C1=$(echo "$BODY" | jq_ 'o.content')
 S=$(curl -sN -m 60 "http://127.0.0.1:$PORT/completion" -d '{"prompt":"The sky","n_predict":16,"temperature":0,"stream":true}')
 C2=$(echo "$S" | sed -n 's/^data: //p' | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>{let t="";for(const l of s.trim().split("\n")){const o=JSON.parse(l);t+=o.content}console.log(t)})')
 [ "$C1" = "$C2" ] && ok || bad "/completion stream '$C2' != '$C1'"
+[ "$(echo "$BODY" | jq_ 'JSON.stringify([o.stopping_word,o.stop_type])')" = '["","limit"]' ] && ok || bad "/completion stopping_word without a stop: $BODY"
+# stopping_word: the stop string that matched (llama-server), in the final object of both forms
+STOP=$(C1="$C1" node -e 'console.log(JSON.stringify(process.env.C1.slice(3, 5)))')
+req POST /completion "{\"prompt\":\"The sky\",\"n_predict\":16,\"temperature\":0,\"stop\":[\"zzzzqqqq\",$STOP]}"
+[ "$(echo "$BODY" | jq_ 'JSON.stringify([o.stopping_word,o.stop_type])')" = "[$STOP,\"word\"]" ] && ok || bad "/completion stopping_word ($STOP): $BODY"
+S=$(curl -sN -m 60 "http://127.0.0.1:$PORT/completion" -d "{\"prompt\":\"The sky\",\"n_predict\":16,\"temperature\":0,\"stop\":[\"zzzzqqqq\",$STOP],\"stream\":true}")
+[ "$(echo "$S" | sed -n 's/^data: //p' | tail -1 | jq_ 'JSON.stringify([o.stop,o.stopping_word])')" = "[true,$STOP]" ] && ok || bad "/completion stream stopping_word ($STOP): $S"
 req POST /tokenize '{"content":"The sky"}'
 SKY=$(echo "$BODY" | jq_ 'JSON.stringify(o.tokens)')
 req POST /completion "{\"prompt\":$SKY,\"n_predict\":16,\"temperature\":0}"
