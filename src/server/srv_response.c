@@ -114,6 +114,15 @@ static json_t *chat_logprob(srv_server *s, const srv_token *tk) {
     return json_pack("{s:o, s:f, s:o, s:o}", "token", tok, "logprob", (double)tk->logprob, "bytes", bytes, "top_logprobs", top);
 }
 
+/* The response's `model`: the name the request asked for when it is one of the served aliases
+ * (`-a a,b`: a client that asked for "b" is answered as "b"), else the first alias (or the
+ * model directory's name). */
+static const char *resp_model(const srv_server *s, const srv_job *j) {
+    for (int i = 0; i < s->cfg.n_aliases; i++)
+        if (!strcmp(j->req.model, s->cfg.aliases[i])) return s->cfg.aliases[i];
+    return s->be->info.name;
+}
+
 static json_t *usage_json(srv_job *j) {
     return json_pack("{s:i, s:i, s:i}", "prompt_tokens", j->n_prompt, "completion_tokens", j->n_toks,
                      "total_tokens", j->n_prompt + j->n_toks);
@@ -192,7 +201,7 @@ static json_t *llama_timings(srv_job *j) {
 static json_t *llama_final_fields(srv_server *s, srv_job *j, json_t *o) {
     const srv_sampling *sp = &j->req.sampling;
     json_object_set_new(o, "stop", json_true());
-    json_object_set_new(o, "model", json_string(s->be->info.name));
+    json_object_set_new(o, "model", json_string(resp_model(s, j)));
     json_object_set_new(o, "tokens_predicted", json_integer(j->n_toks));
     json_object_set_new(o, "tokens_evaluated", json_integer(j->n_prompt));
     json_object_set_new(o, "tokens_cached", json_integer(j->n_cached));
@@ -226,12 +235,12 @@ char *srv_resp_final(srv_server *s, srv_job *j) {
         json_t *choice = json_pack("{s:i, s:{s:s, s:o}, s:o, s:s}", "index", 0, "message", "role", "assistant",
                                    "content", text, "logprobs", lp, "finish_reason", fr);
         o = json_pack("{s:s, s:s, s:i, s:s, s:[o], s:o}", "id", j->id, "object", "chat.completion", "created",
-                      (json_int_t)j->created, "model", s->be->info.name, "choices", choice, "usage", usage_json(j));
+                      (json_int_t)j->created, "model", resp_model(s, j), "choices", choice, "usage", usage_json(j));
     } else if (j->req.api == SRV_API_COMPLETIONS) {
         json_t *lp = j->req.completion_logprobs >= 0 ? completion_logprobs(s, j, 0, j->n_toks) : json_null();
         json_t *choice = json_pack("{s:o, s:i, s:o, s:s}", "text", text, "index", 0, "logprobs", lp, "finish_reason", fr);
         o = json_pack("{s:s, s:s, s:i, s:s, s:[o], s:o}", "id", j->id, "object", "text_completion", "created",
-                      (json_int_t)j->created, "model", s->be->info.name, "choices", choice, "usage", usage_json(j));
+                      (json_int_t)j->created, "model", resp_model(s, j), "choices", choice, "usage", usage_json(j));
     } else {
         o = json_pack("{s:o, s:i}", "content", text, "id_slot", 0);
         json_t *ids = json_array();
@@ -260,7 +269,7 @@ static json_t *chat_chunk(srv_server *s, srv_job *j, json_t *delta, json_t *lp, 
     json_t *choice = json_pack("{s:i, s:o, s:o, s:o}", "index", 0, "delta", delta, "logprobs", lp ? lp : json_null(),
                                "finish_reason", finish ? finish : json_null());
     json_t *o = json_pack("{s:s, s:s, s:i, s:s, s:[o]}", "id", j->id, "object", "chat.completion.chunk", "created",
-                          (json_int_t)j->created, "model", s->be->info.name, "choices", choice);
+                          (json_int_t)j->created, "model", resp_model(s, j), "choices", choice);
     if (j->req.include_usage) json_object_set_new(o, "usage", json_null());
     return o;
 }
@@ -269,7 +278,7 @@ static json_t *cmpl_chunk(srv_server *s, srv_job *j, json_t *text, json_t *lp, j
     json_t *choice = json_pack("{s:o, s:i, s:o, s:o}", "text", text, "index", 0, "logprobs", lp ? lp : json_null(),
                                "finish_reason", finish ? finish : json_null());
     json_t *o = json_pack("{s:s, s:s, s:i, s:s, s:[o]}", "id", j->id, "object", "text_completion", "created",
-                          (json_int_t)j->created, "model", s->be->info.name, "choices", choice);
+                          (json_int_t)j->created, "model", resp_model(s, j), "choices", choice);
     if (j->req.include_usage) json_object_set_new(o, "usage", json_null());
     return o;
 }
@@ -331,7 +340,7 @@ int srv_sse_final(srv_server *s, srv_job *j, size_t *sent_bytes, char **buf, siz
     if (j->req.include_usage) {
         const char *obj = j->req.api == SRV_API_CHAT ? "chat.completion.chunk" : "text_completion";
         sse_event(buf, len, cap, json_pack("{s:s, s:s, s:i, s:s, s:[], s:o}", "id", j->id, "object", obj, "created",
-                                           (json_int_t)j->created, "model", s->be->info.name, "choices", "usage",
+                                           (json_int_t)j->created, "model", resp_model(s, j), "choices", "usage",
                                            usage_json(j)));
     }
     srv_buf_append(buf, len, cap, "data: [DONE]\n\n", 14);

@@ -49,7 +49,7 @@ fi
 ln -s "$MLXCEL" "$TMP/mlxcel-server"
 # One OpenMP thread: the tiny model gains nothing from threads, and on a loaded 2-core machine
 # OpenMP's barriers cost 30x the forward itself (6 s instead of 0.2 s for 100 tokens).
-OMP_NUM_THREADS=1 "$TMP/mlxcel-server" -m "$M" -a tiny --port 0 --port-file "$TMP/port" --metrics -np 16 -c 128 \
+OMP_NUM_THREADS=1 "$TMP/mlxcel-server" -m "$M" -a tiny,tiny-b --port 0 --port-file "$TMP/port" --metrics -np 16 -c 128 \
     --prefill-chunk-size 16 --prefill-grant-interval 2 -b 256 -ub 64 >"$TMP/log" 2>&1 &
 PIDS+=($!)
 for _ in $(seq 100); do [ -s "$TMP/port" ] && break; sleep 0.1; done
@@ -88,7 +88,19 @@ req GET /props
 [ "$(echo "$BODY" | jq_ 'o.chat_template===JSON.parse(require("fs").readFileSync("'"$M"'/tokenizer_config.json","utf8")).chat_template')" = true ] &&
     ok || bad "/props chat_template is not the template text: $(echo "$BODY" | jq_ 'JSON.stringify(o.chat_template)')"
 req GET /slots; [ "$(echo "$BODY" | jq_ 'o.length')" = 16 ] && ok || bad "/slots: $BODY"
-req GET /v1/models; [ "$(echo "$BODY" | jq_ 'o.data[0].id')" = tiny ] && ok || bad "/v1/models: $BODY"
+req GET /v1/models; [ "$(echo "$BODY" | jq_ 'o.data.map(m=>m.id).join()')" = tiny,tiny-b ] && ok || bad "/v1/models: $BODY"
+# response `model`: the alias the request named, else the first alias
+for c in 'tiny-b|tiny-b' 'tiny|tiny' 'gpt-4o|tiny' '|tiny'; do
+    IFS='|' read -r asked want <<<"$c"
+    MF=; [ -n "$asked" ] && MF="\"model\":\"$asked\","
+    req POST /v1/chat/completions "{$MF\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":1}"
+    GOT=$(echo "$BODY" | jq_ 'o.model')
+    req POST /completion "{$MF\"prompt\":\"x\",\"n_predict\":1}"
+    GOT="$GOT,$(echo "$BODY" | jq_ 'o.model')"
+    S=$(curl -sN -m 60 "http://127.0.0.1:$PORT/v1/completions" -d "{$MF\"prompt\":\"x\",\"max_tokens\":1,\"stream\":true,\"stream_options\":{\"include_usage\":true}}")
+    GOT="$GOT,$(echo "$S" | sed -n 's/^data: \({.*\)/\1/p' | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log([...new Set(s.trim().split("\n").map(l=>JSON.parse(l).model))].join("+")))')"
+    [ "$GOT" = "$want,$want,$want" ] && ok || bad "model '$asked' answered as $GOT, want $want"
+done
 # CORS: a preflight is answered 200 on every route; responses echo the Origin
 head_req OPTIONS "http://127.0.0.1:$PORT/completion" -H 'Origin: http://app.example' -H 'Access-Control-Request-Method: POST'
 [ "$CODE" = 200 ] && has_hdr 'access-control-allow-origin: http://app.example' &&
