@@ -222,6 +222,9 @@ static MHD_Result_t route_generate(srv_server *s, struct MHD_Connection *c, conn
     srv_job *j = srv_job_new(s);
     if (!j) return reply_error(s, c, 500, "out of memory", NULL);
     cc->job = j;
+    pthread_mutex_lock(&s->mu);
+    s->n_http_jobs++; /* until on_completed: its answer is sent (or the client is gone) */
+    pthread_mutex_unlock(&s->mu);
     if (srv_request_parse(&j->req, api, cc->body ? cc->body : "", cc->len, &s->cfg,
                           be->text_ops->vocab_size(be->text), &err))
         return reply_error(s, c, 400, err.msg, j->req.bad_param);
@@ -365,12 +368,16 @@ static MHD_Result_t on_request(void *cls, struct MHD_Connection *c, const char *
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)cls; (void)c; (void)toe;
+    (void)c; (void)toe;
+    srv_server *s = cls;
     conn_ctx *cc = *con_cls;
     if (!cc) return;
     if (cc->job) {
         srv_job_detach(cc->job);
         srv_job_release(cc->job);
+        pthread_mutex_lock(&s->mu);
+        s->n_http_jobs--;
+        pthread_mutex_unlock(&s->mu);
     }
     free(cc->body);
     free(cc);
@@ -422,6 +429,23 @@ static int open_listener(const srv_config *cfg, int *port_out, mx_error *err) {
 }
 
 /* ==== Run ==== */
+/* After srv_core_stop every job is finished, but its connection thread may not have sent the
+ * answer yet ("shutting down", or a stream's last events): MHD_stop_daemon shuts the sockets
+ * down, and the client would read an empty reply. So wait until every connection holding a job
+ * has completed its response, for at most `limit_s` (a client that does not read cannot hold
+ * the shutdown). */
+static void wait_http_answers(srv_server *s, double limit_s) {
+    const double deadline = mx_now() + limit_s;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        const int busy = s->n_http_jobs;
+        pthread_mutex_unlock(&s->mu);
+        if (busy <= 0 || mx_now() >= deadline) return;
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 static void log_startup(const srv_server *s, int port) {
     const srv_model_info *m = &s->be->info;
     const srv_config *c = &s->cfg;
@@ -493,6 +517,7 @@ int srv_run(const srv_config *cfg, srv_backend *be, mx_error *err) {
     rc = 0;
 out:
     srv_core_stop(s); /* cancels running jobs, so blocked connection threads finish */
+    if (d) wait_http_answers(s, 3.0);
     if (d) MHD_stop_daemon(d);
     if (fd >= 0) close(fd);
     if (cfg->host[0] && port == 0 && d) unlink(cfg->host);

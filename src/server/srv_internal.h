@@ -85,6 +85,7 @@ struct srv_server {
     srv_job **inbox_tail;
     srv_job *active;          /* submitted to the engine, not finished */
     int n_outstanding;        /* enqueued and not finished */
+    int n_http_jobs;          /* connections holding a job, until their answer is sent */
     srv_engine_stats last;    /* engine stats after the last step */
     bool stopping;
     bool engine_failed;
