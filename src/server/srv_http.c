@@ -49,13 +49,16 @@ void srv_mhd_cors(struct MHD_Response *r, struct MHD_Connection *c) {
     }
 }
 
-static MHD_Result_t reply(srv_server *s, struct MHD_Connection *c, int status, const char *ctype, char *body) {
+/* hdr/val: one more header, or NULL */
+static MHD_Result_t reply_with(srv_server *s, struct MHD_Connection *c, int status, const char *ctype, char *body,
+                               const char *hdr, const char *val) {
     const char *b = body ? body : "{}";
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(b), (void *)b, MHD_RESPMEM_MUST_COPY);
     free(body);
     if (!r) return MHD_NO;
     MHD_add_response_header(r, "Content-Type", ctype);
     srv_mhd_cors(r, c);
+    if (hdr) MHD_add_response_header(r, hdr, val);
     if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
     MHD_Result_t rc = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
@@ -63,8 +66,19 @@ static MHD_Result_t reply(srv_server *s, struct MHD_Connection *c, int status, c
     return rc;
 }
 
+static MHD_Result_t reply(srv_server *s, struct MHD_Connection *c, int status, const char *ctype, char *body) {
+    return reply_with(s, c, status, ctype, body, NULL, NULL);
+}
+
 static MHD_Result_t reply_error(srv_server *s, struct MHD_Connection *c, int status, const char *msg, const char *param) {
     return reply(s, c, status, "application/json; charset=utf-8", srv_resp_error(status, msg, param));
+}
+
+MHD_Result_t srv_mhd_method_not_allowed(srv_server *s, struct MHD_Connection *c, const char *takes) {
+    char msg[64];
+    snprintf(msg, sizeof msg, "this route takes %s", takes);
+    const char *allow = strcmp(takes, "GET") ? "POST, OPTIONS" : "GET, HEAD, OPTIONS";
+    return reply_with(s, c, 405, "application/json; charset=utf-8", srv_resp_error(405, msg, NULL), "Allow", allow);
 }
 
 /* CORS preflight: a browser sends it before a cross-origin POST with a JSON body or an
@@ -356,7 +370,7 @@ static MHD_Result_t on_request(void *cls, struct MHD_Connection *c, const char *
     }
     srv_api api;
     if (is_post_route(url, &api)) {
-        if (strcmp(method, "POST")) return reply_error(s, c, 405, "this route takes POST", NULL);
+        if (strcmp(method, "POST")) return srv_mhd_method_not_allowed(s, c, "POST");
         return route_generate(s, c, cc, api);
     }
     bool handled = false;

@@ -15,4 +15,9 @@ typedef enum MHD_Result MHD_Result_t;
  * does; "Vary: Origin" then tells caches the answer depends on it), else "*". */
 void srv_mhd_cors(struct MHD_Response *r, struct MHD_Connection *c);
 
+struct srv_server;
+/* 405 for a route that takes `takes` ("GET" or "POST"), with the Allow header a 405 must carry
+ * (RFC 9110): "GET, HEAD, OPTIONS" or "POST, OPTIONS" (OPTIONS: CORS preflights). */
+MHD_Result_t srv_mhd_method_not_allowed(struct srv_server *s, struct MHD_Connection *c, const char *takes);
+
 #endif

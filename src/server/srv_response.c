@@ -28,6 +28,7 @@ const char *srv_error_type(int status) {
     case 405: return "invalid_request_error";
     case 413: return "invalid_request_error";
     case 499: return "invalid_request_error"; /* the client disconnected */
+    case 501: return "not_supported_error";   /* llama-server's type for a disabled endpoint */
     case 503: return "unavailable_error";
     default: return "server_error";
     }

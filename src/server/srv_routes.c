@@ -194,7 +194,8 @@ static MHD_Result_t route_props(srv_server *s, struct MHD_Connection *c) {
 /* The engine seam reports counts, not per-slot state: slots are listed with the number of
  * busy ones (the first n_running) and the server-wide context size. */
 static MHD_Result_t route_slots(srv_server *s, struct MHD_Connection *c) {
-    if (!s->cfg.slots) return send_err(s, c, 404, "the /slots endpoint is disabled (--no-slots)", NULL);
+    /* 501 not_supported_error, as llama-server: the route exists, this server has it off */
+    if (!s->cfg.slots) return send_err(s, c, 501, "the /slots endpoint is disabled (--no-slots)", NULL);
     srv_engine_stats st;
     int out;
     srv_core_snapshot(s, &st, &out);
@@ -206,7 +207,7 @@ static MHD_Result_t route_slots(srv_server *s, struct MHD_Connection *c) {
 }
 
 static MHD_Result_t route_metrics(srv_server *s, struct MHD_Connection *c) {
-    if (!s->cfg.metrics) return send_err(s, c, 404, "the /metrics endpoint is disabled; start the server with --metrics", NULL);
+    if (!s->cfg.metrics) return send_err(s, c, 501, "the /metrics endpoint is disabled; start the server with --metrics", NULL);
     char *text = NULL;
     size_t len = 0;
     if (srv_metrics_render(s->metrics, &text, &len)) return send_err(s, c, 500, "out of memory", NULL);
@@ -226,8 +227,8 @@ MHD_Result_t srv_route_info(srv_server *s, struct MHD_Connection *c, const char 
     if (gi < 0 && pi < 0) return MHD_NO;
     *handled = true;
     bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
-    if (gi >= 0 && !get) return send_err(s, c, 405, "this route takes GET", NULL);
-    if (pi >= 0 && strcmp(method, "POST")) return send_err(s, c, 405, "this route takes POST", NULL);
+    if (gi >= 0 && !get) return srv_mhd_method_not_allowed(s, c, "GET");
+    if (pi >= 0 && strcmp(method, "POST")) return srv_mhd_method_not_allowed(s, c, "POST");
     switch (gi) {
     case 0: case 1: return send_json(s, c, 200, json_pack("{s:s}", "status", "ok"));
     case 2: case 3: return route_models(s, c);

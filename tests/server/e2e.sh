@@ -105,6 +105,11 @@ LONG=$(head -c 300 /dev/zero | tr '\0' 'a')
 err_case "prompt longer than the context" 400 POST /v1/completions "{\"prompt\":\"$LONG\"}" 'context'
 err_case "unknown route" 404 GET /v1/nothing '' 'no route'
 err_case "wrong method" 405 GET /v1/chat/completions ''
+# a 405 names the methods the route takes (Allow, RFC 9110)
+head_req GET "http://127.0.0.1:$PORT/v1/completions"
+[ "$CODE" = 405 ] && has_hdr 'allow: POST, OPTIONS' && ok || bad "405 on a POST route without Allow: $CODE $HDRS"
+head_req POST "http://127.0.0.1:$PORT/v1/models" -d '{}'
+[ "$CODE" = 405 ] && has_hdr 'allow: GET, HEAD, OPTIONS' && ok || bad "405 on a GET route without Allow: $CODE $HDRS"
 BIG=$(head -c 20000 /dev/zero | tr '\0' 'b')
 err_case "body over --max-body-size" 413 POST /v1/completions "{\"prompt\":\"$BIG\"}" 'max-body-size'
 CODE=$(curl -sS -m 30 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$A/v1/completions" -H 'Transfer-Encoding: chunked' --data-binary "{\"prompt\":\"$BIG\"}")
@@ -152,7 +157,7 @@ done
 
 # ==== Server B: API keys and LLAMA_ARG_* variables (flags win over variables) ====
 printf '# keys\nfilekey\n' >"$TMP/keys.txt"
-LLAMA_API_KEY=envkey LLAMA_ARG_N_PARALLEL=3 LLAMA_ARG_CTX_SIZE=300 start b -c 200 --api-key-file "$TMP/keys.txt"
+LLAMA_API_KEY=envkey LLAMA_ARG_N_PARALLEL=3 LLAMA_ARG_CTX_SIZE=300 start b -c 200 --api-key-file "$TMP/keys.txt" --no-slots
 err_case "no API key" 401 POST /v1/completions '{"prompt":"x","max_tokens":1}' 'API key'
 req POST /v1/completions '{"prompt":"x","max_tokens":1}' -H 'Authorization: Bearer wrong'
 [ "$CODE" = 401 ] && ok || bad "wrong key: $CODE"
@@ -172,8 +177,12 @@ req GET /props '' -H 'Authorization: Bearer filekey'
     bad "--api-key-file key, LLAMA_ARG_N_PARALLEL, -c over LLAMA_ARG_CTX_SIZE: $CODE $BODY"
 req GET /props '' -H 'Authorization: Bearer envkey'
 [ "$CODE" = 401 ] && ok || bad "--api-key-file replaces LLAMA_API_KEY: $CODE"
+# a disabled endpoint is 501 not_supported_error (llama-server), not an unknown route (404)
 req GET /metrics '' -H 'Authorization: Bearer filekey'
-[ "$CODE" = 404 ] && ok || bad "/metrics without --metrics: $CODE"
+[ "$CODE" = 501 ] && [ "$(echo "$BODY" | jq_ 'o.error.type+","+o.error.code')" = "not_supported_error,501" ] && ok ||
+    bad "/metrics without --metrics: $CODE $BODY"
+req GET /slots '' -H 'Authorization: Bearer filekey'
+[ "$CODE" = 501 ] && echo "$BODY" | grep -q -- '--no-slots' && ok || bad "/slots with --no-slots: $CODE $BODY"
 
 # ==== Server C: Unix socket ====
 "$FAKE" --host "$TMP/srv.sock" >"$TMP/c.log" 2>&1 &

@@ -107,6 +107,8 @@ head_req OPTIONS "http://127.0.0.1:$PORT/completion" -H 'Origin: http://app.exam
     has_hdr 'access-control-allow-methods: GET, POST, OPTIONS' && ok || bad "CORS preflight: $CODE $HDRS"
 head_req GET "http://127.0.0.1:$PORT/health" -H 'Origin: http://app.example'
 has_hdr 'access-control-allow-origin: http://app.example' && ok || bad "response does not echo the Origin: $HDRS"
+head_req GET "http://127.0.0.1:$PORT/tokenize"
+[ "$CODE" = 405 ] && has_hdr 'allow: POST, OPTIONS' && ok || bad "405 without Allow: $CODE $HDRS"
 
 # Tokens that are part of a character: the test tokenizer is byte-level, "é" is 198 (0xC3) +
 # 172 (0xA9). Pieces, logprobs `bytes` and legacy top_logprobs keys show the token's own bytes.
