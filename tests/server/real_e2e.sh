@@ -49,7 +49,7 @@ fi
 ln -s "$MLXCEL" "$TMP/mlxcel-server"
 # One OpenMP thread: the tiny model gains nothing from threads, and on a loaded 2-core machine
 # OpenMP's barriers cost 30x the forward itself (6 s instead of 0.2 s for 100 tokens).
-OMP_NUM_THREADS=1 "$TMP/mlxcel-server" -m "$M" -a tiny,tiny-b --port 0 --port-file "$TMP/port" --metrics -np 16 -c 128 \
+OMP_NUM_THREADS=1 "$TMP/mlxcel-server" -m "$M" -a tiny,tiny-b --port 0 --port-file "$TMP/port" --metrics -np 16 --max-batch-size 32 -c 128 \
     --prefill-chunk-size 16 --prefill-grant-interval 2 -b 256 -ub 64 >"$TMP/log" 2>&1 &
 PIDS+=($!)
 for _ in $(seq 100); do [ -s "$TMP/port" ] && break; sleep 0.1; done
@@ -62,6 +62,9 @@ for pat in "model: tiny ($M)" "device: cpu" "family: " "parameters: " "dtype: BF
            "slots: 16, max batch 16 sequences, batch 256 / ubatch 64 tokens, prefill chunk 16, grant interval 2, ctx 128"; do
     grep -qF -- "$pat" "$TMP/log" && ok || bad "start-up log lacks '$pat'"
 done
+# --max-batch-size 32 over -np 16 is clamped (above: max batch 16), and the log says so
+grep -q -- "--max-batch-size 32 exceeds -np/--parallel 16: clamped to 16" "$TMP/log" && ok ||
+    bad "no warning that --max-batch-size was clamped: $(head -c 3000 "$TMP/log")"
 
 # ==== llama-server routes (curl) ====
 req GET /health; [ "$CODE" = 200 ] && ok || bad "/health: $CODE $BODY"
