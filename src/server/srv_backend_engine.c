@@ -227,6 +227,10 @@ static int tx_detokenize(void *p, const int32_t *ids, size_t n_ids, bool skip_sp
     return tok_decode_n(((sbe *)p)->tok, ids, n_ids, skip_special, out, out_len, err);
 }
 
+static int tx_token_bytes(void *p, int32_t id, char **out, size_t *out_len, mx_error *err) {
+    return tok_decode_bytes(((sbe *)p)->tok, &id, 1, false, out, out_len, err);
+}
+
 static int tx_template(void *p, const json_t *messages, const json_t *extra, bool add_gen, char **out,
                        mx_error *err) {
     sbe *b = p;
@@ -250,6 +254,8 @@ static int tx_stream_push(srv_text_stream *s, int32_t id, const char **out, size
     return tok_stream_push(s->ts, id, out, out_len);
 }
 
+static const char *tx_stream_stop_word(srv_text_stream *s) { return tok_stream_stop_word(s->ts); }
+
 static void tx_stream_flush(srv_text_stream *s, const char **out, size_t *out_len) {
     tok_stream_flush(s->ts, out, out_len);
 }
@@ -264,9 +270,11 @@ static void tx_stream_free(srv_text_stream *s) {
  * against it). */
 static int tx_vocab_size(void *p) { return ((sbe *)p)->spec->vocab_size; }
 
-static const srv_text_ops k_text_ops = {tx_tokenize, tx_detokenize, tx_template, tx_stream_new,
-                                        tx_stream_push, tx_stream_flush, tx_stream_free,
-                                        tx_vocab_size, false};
+static const srv_text_ops k_text_ops = {
+    .tokenize = tx_tokenize, .detokenize = tx_detokenize, .token_bytes = tx_token_bytes,
+    .apply_template = tx_template, .stream_new = tx_stream_new, .stream_push = tx_stream_push,
+    .stream_stop_word = tx_stream_stop_word, .stream_flush = tx_stream_flush, .stream_free = tx_stream_free, .vocab_size = tx_vocab_size,
+    .has_template = false};
 
 /* ==== Open / close ==== */
 static bool path_exists(const char *p) {
@@ -335,6 +343,7 @@ static void fill_info(sbe *b, srv_model_info *m, const srv_config *cfg, const ch
     snprintf(m->storage, sizeof m->storage, "%.15s", kv_storage_name(engine_storage(b->e)));
     snprintf(m->storage_reason, sizeof m->storage_reason, "%.255s", engine_storage_reason(b->e));
     snprintf(m->chat_template, sizeof m->chat_template, "%.63s", tpl_src[0] ? tpl_src : "none");
+    m->chat_template_text = b->ct ? chat_template_source(b->ct) : NULL;
 }
 
 int srv_backend_engine_open(srv_backend *be, srv_config *cfg, mx_error *err) {

@@ -12,6 +12,7 @@
 #include <strings.h>
 
 #include "base/env.h"
+#include "base/log.h"
 
 /* ==== Option table ==== */
 typedef enum { OPT_INT, OPT_I64, OPT_FLOAT, OPT_STR, OPT_FLAG, OPT_NOFLAG, OPT_SIZE, OPT_SPECIAL } opt_type;
@@ -295,10 +296,18 @@ int srv_config_parse(srv_config *c, int argc, char **argv, FILE *help_out, mx_er
 }
 
 int srv_config_finalize(srv_config *c, int model_ctx, mx_error *err) {
+    /* the default of every request that names none: the sampler refuses 0 (it divides by it) */
+    if (!(c->repeat_penalty > 0))
+        return mx_fail(err, "--repeat-penalty %g: must be > 0 (1 = off)", (double)c->repeat_penalty);
     if (c->ctx_size == 0) c->ctx_size = model_ctx;
     if (c->ctx_size <= 0) return mx_fail(err, "--ctx-size: the model gives no context length; set one");
     /* llama-server: the physical batch never exceeds the logical one. */
     if (c->ubatch_size > c->batch_size) c->ubatch_size = c->batch_size;
+    if (c->max_batch_size > c->n_parallel)
+        /* the KV pool holds -np contexts: more sequences than that can never run together */
+        LOG_WARN("--max-batch-size %d exceeds -np/--parallel %d: clamped to %d (the KV pool holds -np "
+                 "contexts, so at most -np sequences run together; raise -np for a larger batch)",
+                 c->max_batch_size, c->n_parallel, c->n_parallel);
     if (c->max_batch_size == 0 || c->max_batch_size > c->n_parallel) c->max_batch_size = c->n_parallel;
     if (c->prefill_chunk_size == 0) c->prefill_chunk_size = c->ubatch_size;
     if (c->prefill_chunk_size > c->batch_size)

@@ -29,6 +29,34 @@ const char *srv_finish_name(srv_finish f) {
     }
 }
 
+/* A hang-up seen by the poll includes a client that only half-closed (shutdown(SHUT_WR) after
+ * its request): POLLRDHUP cannot tell it from a closed socket, and cpp-httplib (llama-server)
+ * also takes a readable socket with recv() == 0 for a closed one. Such a client still reads, so
+ * its answer names the real cause: 499 (nginx's "client closed request"; a retry made the same
+ * way fails the same way), not 503 "shutting down". */
+const char *srv_cancel_reason(const srv_job *j, int *status) {
+    switch (j->cancel_by) {
+    case SRV_CANCEL_BY_CLIENT:
+        *status = 499;
+        return "the request was cancelled: the client disconnected (it closed or half-closed its "
+               "connection, which reads as a hang-up)";
+    case SRV_CANCEL_BY_SHUTDOWN:
+        *status = 503;
+        return "the request was cancelled (the server is shutting down)";
+    default:
+        *status = 503;
+        return "the request was cancelled by the server (out of memory)";
+    }
+}
+
+/* The first cause wins: a client that hangs up during a shutdown was cancelled by the shutdown
+ * if that came first. */
+static void set_cancel_by(srv_job *j, srv_cancel_by why) {
+    pthread_mutex_lock(&j->mu);
+    if (j->cancel_by == SRV_CANCEL_BY_SERVER) j->cancel_by = why;
+    pthread_mutex_unlock(&j->mu);
+}
+
 /* ==== Jobs ==== */
 srv_job *srv_job_new(srv_server *s) {
     srv_job *j = calloc(1, sizeof *j);
@@ -49,6 +77,7 @@ static void job_free(srv_job *j) {
     srv_request_free(&j->req);
     free(j->prompt);
     free(j->text);
+    free(j->stop_word);
     free(j->toks);
     free(j->tok_end);
     pthread_mutex_destroy(&j->mu);
@@ -68,7 +97,10 @@ void srv_job_detach(srv_job *j) {
     pthread_mutex_lock(&j->mu);
     j->fd = -1;
     bool running = !j->done;
-    if (running) j->cancel_req = true;
+    if (running) {
+        j->cancel_req = true;
+        if (j->cancel_by == SRV_CANCEL_BY_SERVER) j->cancel_by = SRV_CANCEL_BY_CLIENT;
+    }
     pthread_mutex_unlock(&j->mu);
     if (running) {
         pthread_mutex_lock(&j->srv->mu);
@@ -111,7 +143,9 @@ static void deliver_token(srv_job *j, const srv_token *tok) {
     const bool first = j->n_toks == 1;
     if (first) j->t_first = mx_now();
     if (stopped) {
+        const char *w = s->be->text_ops->stream_stop_word(j->ts);
         j->stop_hit = true;
+        j->stop_word = strdup(w ? w : ""); /* NULL on exhaustion: reported as "" */
         /* acted on before the engine's next step (one more token may be generated and dropped) */
         j->cancel_req = true;
     }
@@ -336,6 +370,7 @@ static void process_cancels(srv_server *s) {
             if ((pf[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) && n < SRV_POLL_MAX) {
                 ids[n++] = pj[i]->eng_id;
                 pj[i]->cancel_sent = true;
+                set_cancel_by(pj[i], SRV_CANCEL_BY_CLIENT);
             }
     }
     pthread_mutex_unlock(&s->mu);
@@ -369,6 +404,7 @@ static void *engine_main(void *arg) {
                 in->next = s->active;
                 s->active = in;
                 pthread_mutex_unlock(&s->mu);
+                set_cancel_by(in, SRV_CANCEL_BY_SHUTDOWN);
                 on_finish(in, SRV_FINISH_CANCELLED, 0);
             } else {
                 submit_job(s, in);
@@ -381,7 +417,10 @@ static void *engine_main(void *arg) {
              * over, leave: srv_core_stop then lets the output thread drain. */
             pthread_mutex_lock(&s->mu);
             for (srv_job *j = s->active; j; j = j->next)
-                if (j->submitted && !j->finish_staged) eo->cancel(s->be->eng, j->eng_id);
+                if (j->submitted && !j->finish_staged) {
+                    set_cancel_by(j, SRV_CANCEL_BY_SHUTDOWN);
+                    eo->cancel(s->be->eng, j->eng_id);
+                }
             pthread_mutex_unlock(&s->mu);
             hand_over(s);
             break;

@@ -122,6 +122,10 @@ typedef struct srv_text_ops {
      * bytes (the text may hold U+0000 itself: InternLM2 has a piece for it). */
     int (*detokenize)(void *txt, const int32_t *ids, size_t n_ids, bool skip_special, char **out,
                       size_t *out_len, mx_error *err);
+    /* One token's own bytes, as detokenize gives them but without replacing invalid UTF-8:
+     * a token that is part of a character (a byte such as 0xC3) gives that byte. Reentrant;
+     * *out malloc'd, *out_len bytes. For logprobs `bytes` and /tokenize pieces. */
+    int (*token_bytes)(void *txt, int32_t id, char **out, size_t *out_len, mx_error *err);
     /* messages: OpenAI messages normalized to {role, content: string}; extra: optional object
      * merged into the template context. *out malloc'd. */
     int (*apply_template)(void *txt, const json_t *messages, const json_t *extra,
@@ -130,6 +134,8 @@ typedef struct srv_text_ops {
     srv_text_stream *(*stream_new)(void *txt, const char *const *stops, int n_stops);
     /* Returns 1 when a stop string matched (text before it emitted), else 0. */
     int (*stream_push)(srv_text_stream *s, int32_t id, const char **out, size_t *out_len);
+    /* The stop string that matched (valid while s lives), NULL while none has. */
+    const char *(*stream_stop_word)(srv_text_stream *s);
     void (*stream_flush)(srv_text_stream *s, const char **out, size_t *out_len);
     void (*stream_free)(srv_text_stream *s);
     int (*vocab_size)(void *txt);
@@ -151,7 +157,8 @@ typedef struct srv_model_info {
     int n_ctx_train;
     char storage[16];     /* "dense" | "paged" */
     char storage_reason[256];
-    char chat_template[64]; /* source of the template, for /props */
+    char chat_template[64]; /* where the template came from (start-up log) */
+    const char *chat_template_text; /* its Jinja text for /props (owned by the backend), or NULL */
     char device[512];     /* backend line: "cpu", or the CUDA device, capability and settings */
 } srv_model_info;
 

@@ -18,14 +18,9 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "server/srv_internal.h"
+#include "server/srv_mhd.h"
 #include "tune/tune_policy.h"
 #include "server/srv_server.h"
-
-#if MHD_VERSION < 0x00097002
-typedef int MHD_Result_t;
-#else
-typedef enum MHD_Result MHD_Result_t;
-#endif
 
 /* ==== Replies ==== */
 typedef struct conn_ctx {
@@ -44,13 +39,26 @@ static const char *code_label(int status) {
     return "other";
 }
 
-static MHD_Result_t reply(srv_server *s, struct MHD_Connection *c, int status, const char *ctype, char *body) {
+void srv_mhd_cors(struct MHD_Response *r, struct MHD_Connection *c) {
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (origin && *origin) {
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", origin);
+        MHD_add_response_header(r, "Vary", "Origin");
+    } else {
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
+    }
+}
+
+/* hdr/val: one more header, or NULL */
+static MHD_Result_t reply_with(srv_server *s, struct MHD_Connection *c, int status, const char *ctype, char *body,
+                               const char *hdr, const char *val) {
     const char *b = body ? body : "{}";
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(b), (void *)b, MHD_RESPMEM_MUST_COPY);
     free(body);
     if (!r) return MHD_NO;
     MHD_add_response_header(r, "Content-Type", ctype);
-    MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
+    srv_mhd_cors(r, c);
+    if (hdr) MHD_add_response_header(r, hdr, val);
     if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
     MHD_Result_t rc = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
@@ -58,8 +66,36 @@ static MHD_Result_t reply(srv_server *s, struct MHD_Connection *c, int status, c
     return rc;
 }
 
+static MHD_Result_t reply(srv_server *s, struct MHD_Connection *c, int status, const char *ctype, char *body) {
+    return reply_with(s, c, status, ctype, body, NULL, NULL);
+}
+
 static MHD_Result_t reply_error(srv_server *s, struct MHD_Connection *c, int status, const char *msg, const char *param) {
     return reply(s, c, status, "application/json; charset=utf-8", srv_resp_error(status, msg, param));
+}
+
+MHD_Result_t srv_mhd_method_not_allowed(srv_server *s, struct MHD_Connection *c, const char *takes) {
+    char msg[64];
+    snprintf(msg, sizeof msg, "this route takes %s", takes);
+    const char *allow = strcmp(takes, "GET") ? "POST, OPTIONS" : "GET, HEAD, OPTIONS";
+    return reply_with(s, c, 405, "application/json; charset=utf-8", srv_resp_error(405, msg, NULL), "Allow", allow);
+}
+
+/* CORS preflight: a browser sends it before a cross-origin POST with a JSON body or an
+ * Authorization header, and sends no credentials with it, so it is answered before the API-key
+ * check (as llama-server does) on every route, known or not. */
+static MHD_Result_t reply_preflight(srv_server *s, struct MHD_Connection *c) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    srv_mhd_cors(r, c);
+    const char *want = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+    MHD_add_response_header(r, "Access-Control-Allow-Credentials", "true");
+    MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    MHD_add_response_header(r, "Access-Control-Allow-Headers", want && *want ? want : "content-type, authorization");
+    MHD_Result_t rc = MHD_queue_response(c, 200, r);
+    MHD_destroy_response(r);
+    srv_metrics_add(s->metrics, SM_HTTP_RESPONSES_TOTAL, code_label(200), 1);
+    return rc;
 }
 
 /* ==== Auth ==== */
@@ -109,8 +145,12 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
                 st->sent_toks = n;
             }
             if (j->done && st->sent_toks == j->n_toks) {
-                if (j->finish == SRV_FINISH_ERROR) {
-                    char *e = srv_resp_error(500, "generation failed in the engine", NULL);
+                if (j->finish == SRV_FINISH_ERROR || j->finish == SRV_FINISH_CANCELLED) {
+                    /* an error event first: a half-closed client still reads, and learns why */
+                    int status = 500;
+                    const char *why = j->finish == SRV_FINISH_ERROR ? "generation failed in the engine"
+                                                                     : srv_cancel_reason(j, &status);
+                    char *e = srv_resp_error(status, why, NULL);
                     srv_buf_append(&st->buf, &st->len, &st->cap, "data: ", 6);
                     srv_buf_append(&st->buf, &st->len, &st->cap, e, strlen(e));
                     srv_buf_append(&st->buf, &st->len, &st->cap, "\n\n", 2);
@@ -158,12 +198,47 @@ static void stream_free(void *cls) {
 }
 
 /* ==== Generation routes ==== */
+/* SSE response over job j; the reader holds its own reference. */
+static MHD_Result_t reply_stream(srv_server *s, struct MHD_Connection *c, srv_job *j) {
+    stream_state *st = calloc(1, sizeof *st);
+    if (!st) return reply_error(s, c, 500, "out of memory", NULL);
+    pthread_mutex_lock(&s->mu);
+    j->refs++;
+    pthread_mutex_unlock(&s->mu);
+    st->job = j;
+    st->last_write = mx_now();
+    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, st, stream_free);
+    if (!r) { stream_free(st); return MHD_NO; }
+    MHD_add_response_header(r, "Content-Type", "text/event-stream");
+    MHD_add_response_header(r, "Cache-Control", "no-cache");
+    MHD_add_response_header(r, "X-Accel-Buffering", "no");
+    srv_mhd_cors(r, c);
+    MHD_Result_t rc = MHD_queue_response(c, 200, r);
+    MHD_destroy_response(r);
+    srv_metrics_add(s->metrics, SM_HTTP_RESPONSES_TOTAL, "200", 1);
+    return rc;
+}
+
+/* llama-server's n_predict 0: no token is generated, only the prompt would be evaluated. The
+ * engine has no prompt-only request (its max_tokens <= 0 means "until the context is full"), so
+ * the job is finished here and never enqueued: the prompt is tokenized and counted in
+ * tokens_evaluated, but not run (nor cached). Nobody else sees the job yet: no lock. */
+static void job_finish_empty(srv_job *j) {
+    j->max_tokens = 0;
+    j->finish = SRV_FINISH_LENGTH;
+    j->t_done = mx_now();
+    j->done = true;
+}
+
 static MHD_Result_t route_generate(srv_server *s, struct MHD_Connection *c, conn_ctx *cc, srv_api api) {
     srv_backend *be = s->be;
     mx_error err = {{0}};
     srv_job *j = srv_job_new(s);
     if (!j) return reply_error(s, c, 500, "out of memory", NULL);
     cc->job = j;
+    pthread_mutex_lock(&s->mu);
+    s->n_http_jobs++; /* until on_completed: its answer is sent (or the client is gone) */
+    pthread_mutex_unlock(&s->mu);
     if (srv_request_parse(&j->req, api, cc->body ? cc->body : "", cc->len, &s->cfg,
                           be->text_ops->vocab_size(be->text), &err))
         return reply_error(s, c, 400, err.msg, j->req.bad_param);
@@ -176,7 +251,8 @@ static MHD_Result_t route_generate(srv_server *s, struct MHD_Connection *c, conn
             return reply_error(s, c, 400, "this model has no chat template; start the server with --chat-template-file",
                                "messages");
         char *prompt = NULL;
-        if (be->text_ops->apply_template(be->text, j->req.messages, j->req.template_extra, true, &prompt, &err))
+        if (be->text_ops->apply_template(be->text, j->req.messages, j->req.template_extra,
+                                         j->req.add_generation_prompt, &prompt, &err))
             return reply_error(s, c, 400, err.msg, "messages");
         int rc = be->text_ops->tokenize(be->text, prompt, strlen(prompt), false, &ids, &n, &err);
         free(prompt);
@@ -203,6 +279,7 @@ static MHD_Result_t route_generate(srv_server *s, struct MHD_Connection *c, conn
     }
     int avail = n_ctx - (int)n;
     j->max_tokens = j->req.max_tokens < 0 || j->req.max_tokens > avail ? avail : j->req.max_tokens;
+    const bool no_tokens = api == SRV_API_LLAMA_COMPLETION && j->req.max_tokens == 0;
     if (j->max_tokens < 1) j->max_tokens = 1;
     pthread_mutex_lock(&s->mu);
     uint64_t seq = ++s->id_counter;
@@ -212,28 +289,13 @@ static MHD_Result_t route_generate(srv_server *s, struct MHD_Connection *c, conn
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     j->fd = ci ? ci->connect_fd : -1;
 
-    int status = 0;
-    if (srv_core_enqueue(s, j, &status, &err)) return reply_error(s, c, status, err.msg, NULL);
-
-    if (j->req.stream) {
-        stream_state *st = calloc(1, sizeof *st);
-        if (!st) return reply_error(s, c, 500, "out of memory", NULL);
-        pthread_mutex_lock(&s->mu);
-        j->refs++;
-        pthread_mutex_unlock(&s->mu);
-        st->job = j;
-        st->last_write = mx_now();
-        struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, st, stream_free);
-        if (!r) { stream_free(st); return MHD_NO; }
-        MHD_add_response_header(r, "Content-Type", "text/event-stream");
-        MHD_add_response_header(r, "Cache-Control", "no-cache");
-        MHD_add_response_header(r, "X-Accel-Buffering", "no");
-        MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
-        MHD_Result_t rc = MHD_queue_response(c, 200, r);
-        MHD_destroy_response(r);
-        srv_metrics_add(s->metrics, SM_HTTP_RESPONSES_TOTAL, "200", 1);
-        return rc;
+    if (no_tokens) {
+        job_finish_empty(j);
+    } else {
+        int status = 0;
+        if (srv_core_enqueue(s, j, &status, &err)) return reply_error(s, c, status, err.msg, NULL);
     }
+    if (j->req.stream) return reply_stream(s, c, j);
     /* Non-stream: this connection's thread waits for the job. */
     pthread_mutex_lock(&j->mu);
     while (!j->done) {
@@ -244,8 +306,11 @@ static MHD_Result_t route_generate(srv_server *s, struct MHD_Connection *c, conn
     }
     pthread_mutex_unlock(&j->mu);
     if (j->finish == SRV_FINISH_ERROR) return reply_error(s, c, 500, "generation failed in the engine", NULL);
-    if (j->finish == SRV_FINISH_CANCELLED)
-        return reply_error(s, c, 503, "the request was cancelled (the server is shutting down)", NULL);
+    if (j->finish == SRV_FINISH_CANCELLED) {
+        int status;
+        const char *why = srv_cancel_reason(j, &status);
+        return reply_error(s, c, status, why, NULL);
+    }
     return reply(s, c, 200, "application/json; charset=utf-8", srv_resp_final(s, j));
 }
 
@@ -270,6 +335,10 @@ static MHD_Result_t on_request(void *cls, struct MHD_Connection *c, const char *
         cc = calloc(1, sizeof *cc);
         if (!cc) return MHD_NO;
         *con_cls = cc;
+        if (!strcmp(method, "OPTIONS")) {
+            cc->replied = true;
+            return reply_preflight(s, c);
+        }
         bool public = !strcmp(url, "/health") || !strcmp(url, "/v1/health");
         if (!public && !authorized(s, c)) {
             cc->replied = true;
@@ -301,7 +370,7 @@ static MHD_Result_t on_request(void *cls, struct MHD_Connection *c, const char *
     }
     srv_api api;
     if (is_post_route(url, &api)) {
-        if (strcmp(method, "POST")) return reply_error(s, c, 405, "this route takes POST", NULL);
+        if (strcmp(method, "POST")) return srv_mhd_method_not_allowed(s, c, "POST");
         return route_generate(s, c, cc, api);
     }
     bool handled = false;
@@ -313,12 +382,16 @@ static MHD_Result_t on_request(void *cls, struct MHD_Connection *c, const char *
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)cls; (void)c; (void)toe;
+    (void)c; (void)toe;
+    srv_server *s = cls;
     conn_ctx *cc = *con_cls;
     if (!cc) return;
     if (cc->job) {
         srv_job_detach(cc->job);
         srv_job_release(cc->job);
+        pthread_mutex_lock(&s->mu);
+        s->n_http_jobs--;
+        pthread_mutex_unlock(&s->mu);
     }
     free(cc->body);
     free(cc);
@@ -370,6 +443,23 @@ static int open_listener(const srv_config *cfg, int *port_out, mx_error *err) {
 }
 
 /* ==== Run ==== */
+/* After srv_core_stop every job is finished, but its connection thread may not have sent the
+ * answer yet ("shutting down", or a stream's last events): MHD_stop_daemon shuts the sockets
+ * down, and the client would read an empty reply. So wait until every connection holding a job
+ * has completed its response, for at most `limit_s` (a client that does not read cannot hold
+ * the shutdown). */
+static void wait_http_answers(srv_server *s, double limit_s) {
+    const double deadline = mx_now() + limit_s;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        const int busy = s->n_http_jobs;
+        pthread_mutex_unlock(&s->mu);
+        if (busy <= 0 || mx_now() >= deadline) return;
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 static void log_startup(const srv_server *s, int port) {
     const srv_model_info *m = &s->be->info;
     const srv_config *c = &s->cfg;
@@ -384,6 +474,7 @@ static void log_startup(const srv_server *s, int port) {
              (double)m->weight_bytes / 1048576.0, kv / 1048576.0, (unsigned long long)m->kv_bytes_per_token,
              c->ctx_size, c->n_parallel, (double)m->activation_bytes / 1048576.0,
              (double)m->headroom_bytes / 1048576.0, total / 1048576.0);
+    LOG_INFO("chat template: %s", m->chat_template);
     LOG_INFO("decode storage backend: %s (%s)", m->storage, m->storage_reason);
     LOG_INFO("decode path: native batched forward");
     char tuned[512];
@@ -440,6 +531,7 @@ int srv_run(const srv_config *cfg, srv_backend *be, mx_error *err) {
     rc = 0;
 out:
     srv_core_stop(s); /* cancels running jobs, so blocked connection threads finish */
+    if (d) wait_http_answers(s, 3.0);
     if (d) MHD_stop_daemon(d);
     if (fd >= 0) close(fd);
     if (cfg->host[0] && port == 0 && d) unlink(cfg->host);

@@ -14,6 +14,13 @@
 
 typedef struct srv_server srv_server;
 
+/* Who cancelled a job, for the message its client gets (the first cause set wins). */
+typedef enum srv_cancel_by {
+    SRV_CANCEL_BY_SERVER = 0, /* allocation failure while delivering its tokens */
+    SRV_CANCEL_BY_CLIENT,     /* hang-up or half-close seen by the poll, or the HTTP side gone */
+    SRV_CANCEL_BY_SHUTDOWN,   /* the server is stopping */
+} srv_cancel_by;
+
 /* ==== Job: one generation request, shared by its HTTP connection and the engine thread ====
  * Lifetime: two references, the HTTP side's and the engine side's (taken at enqueue, dropped
  * after on_finish). Output fields are guarded by `mu`; `cv` signals progress. */
@@ -27,7 +34,7 @@ typedef struct srv_job {
     srv_request req;
     int32_t *prompt;          /* [n_prompt] */
     int n_prompt;
-    int max_tokens;           /* resolved: >= 1, <= n_ctx - n_prompt */
+    int max_tokens;           /* resolved: >= 1, <= n_ctx - n_prompt (0: n_predict 0, never enqueued) */
     char id[48];              /* "chatcmpl-..." / "cmpl-..." */
     long created;             /* unix seconds */
 
@@ -48,6 +55,7 @@ typedef struct srv_job {
     size_t *tok_end;          /* [n_toks] text_len after each token */
     int n_toks, cap_toks;
     bool stop_hit;            /* a stop string matched: later tokens are dropped */
+    char *stop_word;          /* that stop string (llama-server's stopping_word), else NULL */
     bool done;
     srv_finish finish;
     int n_cached;
@@ -55,6 +63,7 @@ typedef struct srv_job {
 
     /* control (mu) */
     bool cancel_req;          /* HTTP side gone or stop string: engine thread cancels */
+    srv_cancel_by cancel_by;  /* why it was cancelled, when it was */
     int fd;                   /* client socket for hang-up polling; -1 when detached */
 } srv_job;
 
@@ -76,6 +85,7 @@ struct srv_server {
     srv_job **inbox_tail;
     srv_job *active;          /* submitted to the engine, not finished */
     int n_outstanding;        /* enqueued and not finished */
+    int n_http_jobs;          /* connections holding a job, until their answer is sent */
     srv_engine_stats last;    /* engine stats after the last step */
     bool stopping;
     bool engine_failed;
@@ -111,6 +121,9 @@ void srv_job_release(srv_job *job);
 void srv_job_detach(srv_job *job);
 void srv_core_snapshot(srv_server *s, srv_engine_stats *st, int *outstanding);
 const char *srv_finish_name(srv_finish f); /* OpenAI finish_reason */
+/* A cancelled job's message for its client and the HTTP status to answer (job->mu held or
+ * the job done). */
+const char *srv_cancel_reason(const srv_job *job, int *status);
 
 /* ==== Responses (srv_response.c) ==== */
 char *srv_resp_error(int status, const char *message, const char *param);

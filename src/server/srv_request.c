@@ -1,9 +1,12 @@
 /* Parsing and validation of generation request bodies. Unknown fields are ignored (clients
  * send many); known fields with a wrong type or value are rejected naming the field; features
  * that are known but not implemented (n > 1, echo, suffix, structured output) are rejected
- * rather than silently ignored. */
+ * rather than silently ignored. Every range lies inside what the sampler accepts
+ * (sampling_params_validate), so a request the parser lets through never fails in the engine
+ * (which the client would see as a 500). */
 #include "server/srv_request.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +52,17 @@ static int get_num(srv_request *r, json_t *o, const char *k, double lo, double h
     return 0;
 }
 
+/* A number in (0, hi]: a divisor such as repeat_penalty, which the sampler refuses at 0. */
+static int get_positive(srv_request *r, json_t *o, const char *k, double hi, float *out, mx_error *err) {
+    json_t *v = field(o, k);
+    if (!v) return 0;
+    if (!json_is_number(v)) return bad(r, err, k, "expected a number, got %s", type_name(v));
+    double x = json_number_value(v);
+    if (!isfinite(x) || x <= 0 || x > hi) return bad(r, err, k, "expected a number in (0, %g], got %g", hi, x);
+    *out = (float)x;
+    return 0;
+}
+
 static int get_int(srv_request *r, json_t *o, const char *k, long long lo, long long hi, long long *out,
                    bool *present, mx_error *err) {
     json_t *v = field(o, k);
@@ -69,6 +83,20 @@ static int get_bool(srv_request *r, json_t *o, const char *k, bool *out, mx_erro
     if (!v) return 0;
     if (!json_is_boolean(v)) return bad(r, err, k, "expected a boolean, got %s", type_name(v));
     *out = json_is_true(v);
+    return 0;
+}
+
+/* seed on every route: -1 = a random seed per request (llama-server's seed is a uint32 whose
+ * 0xFFFFFFFF, i.e. -1, means random), any other integer a fixed seed; absent = the server's
+ * --seed (random when -1). */
+static int get_seed(srv_request *r, json_t *o, mx_error *err) {
+    long long x;
+    bool has;
+    if (get_int(r, o, "seed", INT64_MIN, INT64_MAX, &x, &has, err)) return -1;
+    if (has) {
+        r->sampling.has_seed = x != -1;
+        r->sampling.seed = (uint64_t)x;
+    }
     return 0;
 }
 
@@ -129,7 +157,11 @@ static int parse_stop(srv_request *r, json_t *o, int max_n, mx_error *err) {
 
 static int add_bias(srv_request *r, long long id, double b, int vocab, mx_error *err) {
     if (id < 0 || id >= vocab) return bad(r, err, "logit_bias", "token id %lld outside [0, %d)", id, vocab);
-    if (!isfinite(b) && b > 0) return bad(r, err, "logit_bias", "token %lld: bias must be finite or -inf", id);
+    /* The sampler takes a float bias that is finite or -inf (false): 1e300 would become +inf
+     * in the float and fail in the engine, so a bias must fit a float. */
+    if (!(b == -INFINITY || (isfinite(b) && fabs(b) <= FLT_MAX)))
+        return bad(r, err, "logit_bias", "token %lld: expected a bias within +-%g (or false to ban the token), got %g",
+                   id, (double)FLT_MAX, b);
     srv_sampling *s = &r->sampling;
     srv_logit_bias *nb = realloc(s->logit_bias, (size_t)(s->n_logit_bias + 1) * sizeof *nb);
     if (!nb) return bad(r, err, "logit_bias", "out of memory");
@@ -222,6 +254,10 @@ static int parse_messages(srv_request *r, json_t *o, mx_error *err) {
             return bad(r, err, fld, "expected a string or an array of text parts, got %s", type_name(content));
         }
     }
+    /* llama-server's field: false renders the messages without the assistant header (e.g. to
+     * continue the last message) */
+    r->add_generation_prompt = true;
+    if (get_bool(r, o, "add_generation_prompt", &r->add_generation_prompt, err)) return -1;
     json_t *tools = field(o, "tools"), *kw = field(o, "chat_template_kwargs");
     if (tools && !json_is_array(tools)) return bad(r, err, "tools", "expected an array, got %s", type_name(tools));
     if (kw && !json_is_object(kw)) return bad(r, err, "chat_template_kwargs", "expected an object, got %s", type_name(kw));
@@ -250,10 +286,9 @@ static int parse_openai(srv_request *r, json_t *o, int vocab, mx_error *err) {
     if (get_int(r, o, "top_k", 0, 1 << 24, &x, &has, err)) return -1;
     if (has) r->sampling.top_k = (int)x;
     if (get_num(r, o, "min_p", 0, 1, &r->sampling.min_p, err)) return -1;
-    if (get_num(r, o, "repeat_penalty", 0, 100, &r->sampling.repeat_penalty, err)) return -1;
+    if (get_positive(r, o, "repeat_penalty", 100, &r->sampling.repeat_penalty, err)) return -1;
     if (get_bool(r, o, "ignore_eos", &r->sampling.ignore_eos, err)) return -1;
-    if (get_int(r, o, "seed", INT64_MIN, INT64_MAX, &x, &has, err)) return -1;
-    if (has) { r->sampling.seed = (uint64_t)x; r->sampling.has_seed = true; }
+    if (get_seed(r, o, err)) return -1;
     if (parse_stop(r, o, 4, err)) return -1;
     if (parse_logit_bias(r, o, vocab, false, err)) return -1;
     if (get_bool(r, o, "stream", &r->stream, err)) return -1;
@@ -333,11 +368,10 @@ int srv_request_parse(srv_request *r, srv_api api, const char *body, size_t len,
         if (get_num(r, o, "min_p", 0, 1, &s->min_p, err)) goto out;
         if (get_num(r, o, "presence_penalty", -2, 2, &s->presence_penalty, err)) goto out;
         if (get_num(r, o, "frequency_penalty", -2, 2, &s->frequency_penalty, err)) goto out;
-        if (get_num(r, o, "repeat_penalty", 0, 100, &s->repeat_penalty, err)) goto out;
+        if (get_positive(r, o, "repeat_penalty", 100, &s->repeat_penalty, err)) goto out;
         if (get_int(r, o, "repeat_last_n", -1, 1 << 24, &x, &has, err)) goto out;
         if (has) s->repeat_last_n = (int)x;
-        if (get_int(r, o, "seed", INT64_MIN, INT64_MAX, &x, &has, err)) goto out;
-        if (has) { s->has_seed = x >= 0; s->seed = (uint64_t)x; }
+        if (get_seed(r, o, err)) goto out;
         if (get_int(r, o, "n_probs", 0, SRV_MAX_TOP_LOGPROBS, &x, &has, err)) goto out;
         if (has && x > 0) { s->logprobs = true; s->top_logprobs = (int)x; }
         if (get_bool(r, o, "ignore_eos", &s->ignore_eos, err)) goto out;

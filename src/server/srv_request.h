@@ -26,6 +26,7 @@ typedef struct srv_request {
     size_t n_prompt_ids;
     json_t *messages;       /* chat: normalized [{role, content: string, ...}] (owned) */
     json_t *template_extra; /* chat: {tools, ...chat_template_kwargs} or NULL (owned) */
+    bool add_generation_prompt; /* chat: end the prompt with the assistant header (default) */
     int max_tokens;         /* -1 = until the context is full */
     bool stream;
     bool include_usage;     /* stream_options.include_usage */

@@ -27,6 +27,8 @@ const char *srv_error_type(int status) {
     case 404: return "not_found_error";
     case 405: return "invalid_request_error";
     case 413: return "invalid_request_error";
+    case 499: return "invalid_request_error"; /* the client disconnected */
+    case 501: return "not_supported_error";   /* llama-server's type for a disabled endpoint */
     case 503: return "unavailable_error";
     default: return "server_error";
     }
@@ -42,19 +44,62 @@ char *srv_resp_error(int status, const char *message, const char *param) {
 }
 
 /* ==== Pieces ==== */
+static json_t *bytes_json(const char *p, size_t n) {
+    json_t *a = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(a, json_integer((unsigned char)p[i]));
+    return a;
+}
+
+/* The token's own bytes (token_bytes: 0xC3 stays 0xC3); *raw malloc'd, never NULL. */
+static void token_raw(srv_server *s, int32_t id, char **raw, size_t *n) {
+    mx_error err;
+    *raw = NULL;
+    *n = 0;
+    if (s->be->text_ops->token_bytes(s->be->text, id, raw, n, &err) || !*raw) {
+        free(*raw);
+        *raw = strdup("");
+        *n = 0;
+    }
+}
+
+/* The token's text: its bytes when they are valid UTF-8 alone, else the tokenizer's lossy text
+ * (U+FFFD for a partial character); `bytes` always has the token's own bytes. */
 static json_t *token_text_json(srv_server *s, int32_t id, json_t **bytes) {
+    char *raw;
+    size_t n;
+    token_raw(s, id, &raw, &n);
+    if (bytes) *bytes = bytes_json(raw ? raw : "", raw ? n : 0);
+    json_t *out = raw ? json_stringn(raw, n) : NULL;
+    free(raw);
+    if (out) return out;
     char *t = NULL;
-    size_t n = 0;
     mx_error err;
     if (s->be->text_ops->detokenize(s->be->text, &id, 1, false, &t, &n, &err)) t = NULL, n = 0;
-    json_t *out = json_stringn(t ? t : "", n);
-    if (!out) out = json_string(""); /* a piece that is not valid UTF-8 on its own */
-    if (bytes) {
-        *bytes = json_array();
-        for (size_t i = 0; i < n; i++) json_array_append_new(*bytes, json_integer((unsigned char)t[i]));
-    }
+    out = t ? json_stringn(t, n) : NULL;
     free(t);
-    return out;
+    return out ? out : json_string("");
+}
+
+/* Legacy completions key each position's alternatives by token text (a dict), so tokens with
+ * the same text would collide and one would be lost. The key is the text when the token's
+ * bytes are valid UTF-8 alone; else "bytes:\xNN..." (its bytes escaped, the form OpenAI gives
+ * such tokens), which differs for different bytes. A key already taken at the position (two ids
+ * with the same bytes) becomes "token_id:N" (vLLM's form). Clients read any string key. */
+static void legacy_key(srv_server *s, int32_t id, const json_t *taken, char *key, size_t cap) {
+    char *raw;
+    size_t n;
+    token_raw(s, id, &raw, &n);
+    json_t *text = raw && memchr(raw, 0, n) == NULL ? json_stringn(raw, n) : NULL;
+    if (text) {
+        snprintf(key, cap, "%s", raw);
+    } else {
+        size_t k = (size_t)snprintf(key, cap, "bytes:");
+        for (size_t i = 0; raw && i < n && k + 5 <= cap; i++)
+            k += (size_t)snprintf(key + k, cap - k, "\\x%02x", (unsigned char)raw[i]);
+    }
+    json_decref(text);
+    free(raw);
+    if (taken && json_object_get(taken, key)) snprintf(key, cap, "token_id:%d", (int)id);
 }
 
 /* OpenAI chat logprobs entry for token i. */
@@ -68,6 +113,15 @@ static json_t *chat_logprob(srv_server *s, const srv_token *tk) {
         json_array_append_new(top, json_pack("{s:o, s:f, s:o}", "token", t2, "logprob", (double)tk->top_logprobs[k], "bytes", b2));
     }
     return json_pack("{s:o, s:f, s:o, s:o}", "token", tok, "logprob", (double)tk->logprob, "bytes", bytes, "top_logprobs", top);
+}
+
+/* The response's `model`: the name the request asked for when it is one of the served aliases
+ * (`-a a,b`: a client that asked for "b" is answered as "b"), else the first alias (or the
+ * model directory's name). */
+static const char *resp_model(const srv_server *s, const srv_job *j) {
+    for (int i = 0; i < s->cfg.n_aliases; i++)
+        if (!strcmp(j->req.model, s->cfg.aliases[i])) return s->cfg.aliases[i];
+    return s->be->info.name;
 }
 
 static json_t *usage_json(srv_job *j) {
@@ -85,16 +139,20 @@ static json_t *text_slice(srv_job *j, int from, int to) {
 /* Legacy completions logprobs: {tokens, token_logprobs, top_logprobs, text_offset}. */
 static json_t *completion_logprobs(srv_server *s, srv_job *j, int from, int to) {
     json_t *toks = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+    char key[512], chosen[512];
     for (int i = from; i < to; i++) {
         const srv_token *tk = &j->toks[i];
-        json_array_append_new(toks, token_text_json(s, tk->id, NULL));
-        json_array_append_new(lps, json_real(tk->logprob));
         json_t *top = json_object();
+        chosen[0] = 0;
         for (int k = 0; k < tk->n_top; k++) {
-            json_t *t2 = token_text_json(s, tk->top_ids[k], NULL);
-            json_object_set_new(top, json_string_value(t2), json_real(tk->top_logprobs[k]));
-            json_decref(t2);
+            legacy_key(s, tk->top_ids[k], top, key, sizeof key);
+            json_object_set_new(top, key, json_real(tk->top_logprobs[k]));
+            if (tk->top_ids[k] == tk->id) snprintf(chosen, sizeof chosen, "%s", key);
         }
+        /* the chosen token under the same key as among the alternatives: top[tokens[i]] works */
+        if (!chosen[0]) legacy_key(s, tk->id, NULL, chosen, sizeof chosen);
+        json_array_append_new(toks, json_string(chosen));
+        json_array_append_new(lps, json_real(tk->logprob));
         json_array_append_new(tops, top);
         json_array_append_new(offs, json_integer(i > 0 ? (json_int_t)j->tok_end[i - 1] : 0));
     }
@@ -144,11 +202,13 @@ static json_t *llama_timings(srv_job *j) {
 static json_t *llama_final_fields(srv_server *s, srv_job *j, json_t *o) {
     const srv_sampling *sp = &j->req.sampling;
     json_object_set_new(o, "stop", json_true());
-    json_object_set_new(o, "model", json_string(s->be->info.name));
+    json_object_set_new(o, "model", json_string(resp_model(s, j)));
     json_object_set_new(o, "tokens_predicted", json_integer(j->n_toks));
     json_object_set_new(o, "tokens_evaluated", json_integer(j->n_prompt));
     json_object_set_new(o, "tokens_cached", json_integer(j->n_cached));
     json_object_set_new(o, "stop_type", json_string(llama_stop_type(j->finish)));
+    json_t *word = j->stop_word ? json_string(j->stop_word) : NULL;
+    json_object_set_new(o, "stopping_word", word ? word : json_string(""));
     json_object_set_new(o, "truncated", json_false());
     json_object_set_new(o, "generation_settings",
                         json_pack("{s:i, s:f, s:f, s:i, s:f, s:f, s:f, s:f, s:i, s:b}", "n_predict", j->max_tokens,
@@ -176,12 +236,12 @@ char *srv_resp_final(srv_server *s, srv_job *j) {
         json_t *choice = json_pack("{s:i, s:{s:s, s:o}, s:o, s:s}", "index", 0, "message", "role", "assistant",
                                    "content", text, "logprobs", lp, "finish_reason", fr);
         o = json_pack("{s:s, s:s, s:i, s:s, s:[o], s:o}", "id", j->id, "object", "chat.completion", "created",
-                      (json_int_t)j->created, "model", s->be->info.name, "choices", choice, "usage", usage_json(j));
+                      (json_int_t)j->created, "model", resp_model(s, j), "choices", choice, "usage", usage_json(j));
     } else if (j->req.api == SRV_API_COMPLETIONS) {
         json_t *lp = j->req.completion_logprobs >= 0 ? completion_logprobs(s, j, 0, j->n_toks) : json_null();
         json_t *choice = json_pack("{s:o, s:i, s:o, s:s}", "text", text, "index", 0, "logprobs", lp, "finish_reason", fr);
         o = json_pack("{s:s, s:s, s:i, s:s, s:[o], s:o}", "id", j->id, "object", "text_completion", "created",
-                      (json_int_t)j->created, "model", s->be->info.name, "choices", choice, "usage", usage_json(j));
+                      (json_int_t)j->created, "model", resp_model(s, j), "choices", choice, "usage", usage_json(j));
     } else {
         o = json_pack("{s:o, s:i}", "content", text, "id_slot", 0);
         json_t *ids = json_array();
@@ -210,7 +270,7 @@ static json_t *chat_chunk(srv_server *s, srv_job *j, json_t *delta, json_t *lp, 
     json_t *choice = json_pack("{s:i, s:o, s:o, s:o}", "index", 0, "delta", delta, "logprobs", lp ? lp : json_null(),
                                "finish_reason", finish ? finish : json_null());
     json_t *o = json_pack("{s:s, s:s, s:i, s:s, s:[o]}", "id", j->id, "object", "chat.completion.chunk", "created",
-                          (json_int_t)j->created, "model", s->be->info.name, "choices", choice);
+                          (json_int_t)j->created, "model", resp_model(s, j), "choices", choice);
     if (j->req.include_usage) json_object_set_new(o, "usage", json_null());
     return o;
 }
@@ -219,7 +279,7 @@ static json_t *cmpl_chunk(srv_server *s, srv_job *j, json_t *text, json_t *lp, j
     json_t *choice = json_pack("{s:o, s:i, s:o, s:o}", "text", text, "index", 0, "logprobs", lp ? lp : json_null(),
                                "finish_reason", finish ? finish : json_null());
     json_t *o = json_pack("{s:s, s:s, s:i, s:s, s:[o]}", "id", j->id, "object", "text_completion", "created",
-                          (json_int_t)j->created, "model", s->be->info.name, "choices", choice);
+                          (json_int_t)j->created, "model", resp_model(s, j), "choices", choice);
     if (j->req.include_usage) json_object_set_new(o, "usage", json_null());
     return o;
 }
@@ -281,7 +341,7 @@ int srv_sse_final(srv_server *s, srv_job *j, size_t *sent_bytes, char **buf, siz
     if (j->req.include_usage) {
         const char *obj = j->req.api == SRV_API_CHAT ? "chat.completion.chunk" : "text_completion";
         sse_event(buf, len, cap, json_pack("{s:s, s:s, s:i, s:s, s:[], s:o}", "id", j->id, "object", obj, "created",
-                                           (json_int_t)j->created, "model", s->be->info.name, "choices", "usage",
+                                           (json_int_t)j->created, "model", resp_model(s, j), "choices", "usage",
                                            usage_json(j)));
     }
     srv_buf_append(buf, len, cap, "data: [DONE]\n\n", 14);

@@ -5,12 +5,7 @@
 #include <string.h>
 
 #include "server/srv_internal.h"
-
-#if MHD_VERSION < 0x00097002
-typedef int MHD_Result_t;
-#else
-typedef enum MHD_Result MHD_Result_t;
-#endif
+#include "server/srv_mhd.h"
 
 /* ==== Reply helpers (same shapes as srv_http.c) ==== */
 static MHD_Result_t send_body(srv_server *s, struct MHD_Connection *c, int status, const char *ctype, char *body) {
@@ -19,7 +14,7 @@ static MHD_Result_t send_body(srv_server *s, struct MHD_Connection *c, int statu
     free(body);
     if (!r) return MHD_NO;
     MHD_add_response_header(r, "Content-Type", ctype);
-    MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
+    srv_mhd_cors(r, c);
     MHD_Result_t rc = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     char code[8];
@@ -87,7 +82,8 @@ static MHD_Result_t route_tokenize(srv_server *s, struct MHD_Connection *c, cons
         if (!with_pieces) { json_array_append_new(arr, json_integer(ids[i])); continue; }
         char *piece = NULL;
         size_t pn = 0;
-        if (s->be->text_ops->detokenize(s->be->text, &ids[i], 1, false, &piece, &pn, &err)) piece = NULL, pn = 0;
+        /* the token's own bytes: a partial character (0xC3) must not read as U+FFFD */
+        if (s->be->text_ops->token_bytes(s->be->text, ids[i], &piece, &pn, &err)) piece = NULL, pn = 0;
         json_t *p = piece ? json_stringn(piece, pn) : NULL;
         if (!p) { /* not valid UTF-8 alone: llama-server gives the bytes */
             p = json_array();
@@ -149,7 +145,8 @@ static MHD_Result_t route_apply_template(srv_server *s, struct MHD_Connection *c
         return send_err(s, c, 400, "this model has no chat template; start the server with --chat-template-file", "messages");
     }
     char *prompt = NULL;
-    int rc = s->be->text_ops->apply_template(s->be->text, r.messages, r.template_extra, true, &prompt, &err);
+    int rc = s->be->text_ops->apply_template(s->be->text, r.messages, r.template_extra, r.add_generation_prompt,
+                                             &prompt, &err);
     srv_request_free(&r);
     if (rc) return send_err(s, c, 400, err.msg, "messages");
     json_t *p = json_string(prompt);
@@ -186,17 +183,19 @@ static MHD_Result_t route_models(srv_server *s, struct MHD_Connection *c) {
 
 static MHD_Result_t route_props(srv_server *s, struct MHD_Connection *c) {
     const srv_model_info *m = &s->be->info;
+    const char *tpl = m->chat_template_text ? m->chat_template_text : ""; /* the Jinja text, as llama-server */
     return send_json(s, c, 200,
                      json_pack("{s:o, s:i, s:s, s:s, s:s, s:s, s:{s:b, s:b}}", "default_generation_settings",
                                default_settings(s), "total_slots", s->cfg.n_parallel, "model_path", m->path,
-                               "model_alias", m->name, "chat_template", m->chat_template, "build_info",
+                               "model_alias", m->name, "chat_template", tpl, "build_info",
                                "mlxcel " MLXCEL_VERSION, "modalities", "vision", 0, "audio", 0));
 }
 
 /* The engine seam reports counts, not per-slot state: slots are listed with the number of
  * busy ones (the first n_running) and the server-wide context size. */
 static MHD_Result_t route_slots(srv_server *s, struct MHD_Connection *c) {
-    if (!s->cfg.slots) return send_err(s, c, 404, "the /slots endpoint is disabled (--no-slots)", NULL);
+    /* 501 not_supported_error, as llama-server: the route exists, this server has it off */
+    if (!s->cfg.slots) return send_err(s, c, 501, "the /slots endpoint is disabled (--no-slots)", NULL);
     srv_engine_stats st;
     int out;
     srv_core_snapshot(s, &st, &out);
@@ -208,7 +207,7 @@ static MHD_Result_t route_slots(srv_server *s, struct MHD_Connection *c) {
 }
 
 static MHD_Result_t route_metrics(srv_server *s, struct MHD_Connection *c) {
-    if (!s->cfg.metrics) return send_err(s, c, 404, "the /metrics endpoint is disabled; start the server with --metrics", NULL);
+    if (!s->cfg.metrics) return send_err(s, c, 501, "the /metrics endpoint is disabled; start the server with --metrics", NULL);
     char *text = NULL;
     size_t len = 0;
     if (srv_metrics_render(s->metrics, &text, &len)) return send_err(s, c, 500, "out of memory", NULL);
@@ -228,8 +227,8 @@ MHD_Result_t srv_route_info(srv_server *s, struct MHD_Connection *c, const char 
     if (gi < 0 && pi < 0) return MHD_NO;
     *handled = true;
     bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
-    if (gi >= 0 && !get) return send_err(s, c, 405, "this route takes GET", NULL);
-    if (pi >= 0 && strcmp(method, "POST")) return send_err(s, c, 405, "this route takes POST", NULL);
+    if (gi >= 0 && !get) return srv_mhd_method_not_allowed(s, c, "GET");
+    if (pi >= 0 && strcmp(method, "POST")) return srv_mhd_method_not_allowed(s, c, "POST");
     switch (gi) {
     case 0: case 1: return send_json(s, c, 200, json_pack("{s:s}", "status", "ok"));
     case 2: case 3: return route_models(s, c);

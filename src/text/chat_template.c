@@ -12,6 +12,7 @@
 
 struct chat_template {
     jinja_template *tpl;
+    char *src;      /* the Jinja source, for llama-server's /props "chat_template" */
     json_t *tokens; /* {"bos_token": "...", ...}: special tokens present in tokenizer_config.json */
 };
 
@@ -163,7 +164,8 @@ int chat_template_load(chat_template **out, const char *model_dir, const char *o
         }
     }
     if (!rc && jinja_compile(&ct->tpl, src, err)) rc = mx_wrap(err, "%s", src_name);
-    free(src);
+    if (!rc) ct->src = src;
+    else free(src);
     json_decref(cfg);
     if (rc) {
         chat_template_free(ct);
@@ -177,8 +179,11 @@ void chat_template_free(chat_template *ct) {
     if (!ct) return;
     jinja_free(ct->tpl);
     json_decref(ct->tokens);
+    free(ct->src);
     free(ct);
 }
+
+const char *chat_template_source(const chat_template *ct) { return ct->src; }
 
 /* ==== Rendering ==== */
 int chat_template_apply(const chat_template *ct, const json_t *messages, const json_t *extra,

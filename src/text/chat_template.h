@@ -40,6 +40,8 @@ typedef struct chat_template chat_template;
 int chat_template_load(chat_template **out, const char *model_dir, const char *override_file,
                        mx_error *err);
 void chat_template_free(chat_template *ct);
+/* The template's Jinja text as loaded (valid while ct lives). */
+const char *chat_template_source(const chat_template *ct);
 /* messages: JSON array of {role, content, ...}; extra: optional object merged into the context
  * (tools, enable_thinking, ...). Sets bos_token, eos_token, add_generation_prompt. */
 int chat_template_apply(const chat_template *ct, const json_t *messages, const json_t *extra,

@@ -29,7 +29,8 @@ static void tl_end(toklist *l, size_t a) { tk_spans_push(&l->sp, a, l->text.n, 0
 
 /* ==== Stages ==== */
 
-static void dec_bytelevel(const toklist *in, toklist *out) {
+/* keep_raw: the bytes as they are (tok_decode_bytes); else invalid UTF-8 becomes U+FFFD. */
+static void dec_bytelevel(const toklist *in, toklist *out, bool keep_raw) {
     tk_buf raw = {0};
     for (size_t i = 0; i < in->sp.n; i++) {
         const char *s = in->text.p + in->sp.p[i].a;
@@ -51,7 +52,8 @@ static void dec_bytelevel(const toklist *in, toklist *out) {
         }
     }
     size_t a = tl_begin(out);
-    tk_utf8_lossy(&out->text, raw.p ? raw.p : "", raw.n);
+    if (keep_raw) tk_buf_put(&out->text, raw.p ? raw.p : "", raw.n);
+    else tk_utf8_lossy(&out->text, raw.p ? raw.p : "", raw.n);
     tl_end(out, a);
     free(raw.p);
 }
@@ -80,15 +82,15 @@ static int hexval(char c) {
     return -1;
 }
 
-static void flush_bytes(toklist *out, tk_buf *bytes) {
+static void flush_bytes(toklist *out, tk_buf *bytes, bool keep_raw) {
     if (!bytes->n) return;
-    if (tk_utf8_valid(bytes->p, bytes->n)) tl_add(out, bytes->p, bytes->n);
+    if (keep_raw || tk_utf8_valid(bytes->p, bytes->n)) tl_add(out, bytes->p, bytes->n);
     else /* one U+FFFD per byte, as tokenizers does */
         for (size_t k = 0; k < bytes->n; k++) tl_add(out, "\xEF\xBF\xBD", 3);
     bytes->n = 0;
 }
 
-static void dec_byte_fallback(const toklist *in, toklist *out) {
+static void dec_byte_fallback(const toklist *in, toklist *out, bool keep_raw) {
     tk_buf bytes = {0};
     for (size_t i = 0; i < in->sp.n; i++) {
         const char *s = in->text.p + in->sp.p[i].a;
@@ -97,10 +99,10 @@ static void dec_byte_fallback(const toklist *in, toklist *out) {
             tk_buf_putc(&bytes, (char)(hexval(s[3]) * 16 + hexval(s[4])));
             continue;
         }
-        flush_bytes(out, &bytes);
+        flush_bytes(out, &bytes, keep_raw);
         tl_add(out, s, n);
     }
-    flush_bytes(out, &bytes);
+    flush_bytes(out, &bytes, keep_raw);
     free(bytes.p);
 }
 
@@ -151,7 +153,8 @@ static void dec_replace(const tk_dec *d, const toklist *in, toklist *out, bool b
 
 /* ==== Entry ==== */
 
-void tk_decode_append(const tokenizer *t, const int32_t *ids, size_t n, bool skip_special, tk_buf *out) {
+static void decode_chain(const tokenizer *t, const int32_t *ids, size_t n, bool skip_special, bool keep_raw,
+                         tk_buf *out) {
     toklist l[2] = {0};
     int cur = 0;
     /* never a NULL base pointer, even when every token is empty */
@@ -175,9 +178,9 @@ void tk_decode_append(const tokenizer *t, const int32_t *ids, size_t n, bool ski
         toklist *in = &l[cur], *o = &l[cur ^ 1];
         tl_reset(o);
         switch (d->kind) {
-        case TK_DEC_BYTELEVEL: dec_bytelevel(in, o); break;
+        case TK_DEC_BYTELEVEL: dec_bytelevel(in, o, keep_raw); break;
         case TK_DEC_METASPACE: dec_metaspace(d, in, o); break;
-        case TK_DEC_BYTE_FALLBACK: dec_byte_fallback(in, o); break;
+        case TK_DEC_BYTE_FALLBACK: dec_byte_fallback(in, o, keep_raw); break;
         case TK_DEC_FUSE: dec_fuse(in, o); break;
         case TK_DEC_STRIP: dec_strip(d, in, o); break;
         case TK_DEC_REPLACE: dec_replace(d, in, o, false); break;
@@ -194,15 +197,30 @@ done:
     }
 }
 
-int tok_decode_n(const tokenizer *t, const int32_t *ids, size_t n_ids, bool skip_special, char **out,
-                 size_t *out_len, mx_error *err) {
-    (void)err; /* unknown ids are skipped, as tokenizers does: decoding cannot fail */
+void tk_decode_append(const tokenizer *t, const int32_t *ids, size_t n, bool skip_special, tk_buf *out) {
+    decode_chain(t, ids, n, skip_special, false, out);
+}
+
+static int decode_to(const tokenizer *t, const int32_t *ids, size_t n_ids, bool skip_special, bool keep_raw,
+                     char **out, size_t *out_len) {
     tk_buf b = {0};
-    tk_decode_append(t, ids, n_ids, skip_special, &b);
+    decode_chain(t, ids, n_ids, skip_special, keep_raw, &b);
     tk_buf_putc(&b, '\0');
     *out = b.p;
     if (out_len) *out_len = b.n - 1;
     return 0;
+}
+
+int tok_decode_n(const tokenizer *t, const int32_t *ids, size_t n_ids, bool skip_special, char **out,
+                 size_t *out_len, mx_error *err) {
+    (void)err; /* unknown ids are skipped, as tokenizers does: decoding cannot fail */
+    return decode_to(t, ids, n_ids, skip_special, false, out, out_len);
+}
+
+int tok_decode_bytes(const tokenizer *t, const int32_t *ids, size_t n_ids, bool skip_special, char **out,
+                     size_t *out_len, mx_error *err) {
+    (void)err;
+    return decode_to(t, ids, n_ids, skip_special, true, out, out_len);
 }
 
 int tok_decode(const tokenizer *t, const int32_t *ids, size_t n_ids, bool skip_special, char **out,

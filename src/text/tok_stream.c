@@ -32,6 +32,7 @@ struct tok_stream {
     char **stops;
     size_t *stop_len;
     int n_stops;
+    int stop_hit;        /* index in stops of the stop string that matched, -1 while none */
 };
 
 tok_stream *tok_stream_new(const tokenizer *t, bool skip_special) {
@@ -39,6 +40,7 @@ tok_stream *tok_stream_new(const tokenizer *t, bool skip_special) {
     if (!s) return NULL;
     s->t = t;
     s->skip_special = skip_special;
+    s->stop_hit = -1;
     return s;
 }
 
@@ -62,6 +64,7 @@ void tok_stream_set_stops(tok_stream *s, const char *const *stops, int n_stops) 
     s->stops = NULL;
     s->stop_len = NULL;
     s->n_stops = 0;
+    s->stop_hit = -1;
     if (n_stops <= 0) return;
     s->stops = calloc((size_t)n_stops, sizeof *s->stops);
     s->stop_len = calloc((size_t)n_stops, sizeof *s->stop_len);
@@ -82,14 +85,19 @@ static int release(tok_stream *s, bool all) {
         return 0;
     }
     size_t best = SIZE_MAX;
+    int which = -1; /* the earliest match; at one position, the first stop listed */
     for (int i = 0; i < s->n_stops; i++) {
         const char *f = s->pend.n >= s->stop_len[i] ? memmem(s->pend.p, s->pend.n, s->stops[i], s->stop_len[i]) : NULL;
-        if (f && (size_t)(f - s->pend.p) < best) best = (size_t)(f - s->pend.p);
+        if (f && (size_t)(f - s->pend.p) < best) {
+            best = (size_t)(f - s->pend.p);
+            which = i;
+        }
     }
     if (best != SIZE_MAX) {
         tk_buf_put(&s->out, s->pend.p, best);
         s->pend.n = 0;
         s->stopped = true;
+        s->stop_hit = which;
         return 1;
     }
     /* keep the longest suffix of pend that starts some stop string */
@@ -109,6 +117,8 @@ static int release(tok_stream *s, bool all) {
     s->pend.n = keep;
     return 0;
 }
+
+const char *tok_stream_stop_word(const tok_stream *s) { return s->stop_hit >= 0 ? s->stops[s->stop_hit] : NULL; }
 
 /* ==== Push / flush ==== */
 

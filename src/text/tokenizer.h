@@ -38,6 +38,12 @@ int tok_decode(const tokenizer *t, const int32_t *ids, size_t n_ids, bool skip_s
 int tok_decode_n(const tokenizer *t, const int32_t *ids, size_t n_ids, bool skip_special, char **out,
                  size_t *out_len, mx_error *err);
 
+/* Same, but the bytes the decoders produce are kept as they are: a token that is only part of
+ * a character (a ByteLevel or byte-fallback byte such as 0xC3) gives that byte, not U+FFFD.
+ * For logprobs `bytes` and /tokenize pieces, which must show a token's own bytes. */
+int tok_decode_bytes(const tokenizer *t, const int32_t *ids, size_t n_ids, bool skip_special, char **out,
+                     size_t *out_len, mx_error *err);
+
 int tok_vocab_size(const tokenizer *t);               /* including added tokens */
 const char *tok_id_to_piece(const tokenizer *t, int32_t id); /* raw vocab string or NULL */
 /* the same with its length: a vocab string may hold U+0000 (InternLM2's "\u0000" piece) */
@@ -61,6 +67,8 @@ void tok_stream_set_stops(tok_stream *s, const char *const *stops, int n_stops);
 /* Appends the newly final text to *out, *out_len (a view valid until the next call).
  * Returns 1 when a stop string matched (text before it emitted, the stop not), else 0. */
 int tok_stream_push(tok_stream *s, int32_t id, const char **out, size_t *out_len);
+/* The stop string that ended the stream (llama-server's stopping_word), NULL while none has. */
+const char *tok_stream_stop_word(const tok_stream *s);
 /* End of stream: whatever is held back (invalid UTF-8 replaced by U+FFFD). */
 void tok_stream_flush(tok_stream *s, const char **out, size_t *out_len);
 

@@ -105,6 +105,11 @@ LONG=$(head -c 300 /dev/zero | tr '\0' 'a')
 err_case "prompt longer than the context" 400 POST /v1/completions "{\"prompt\":\"$LONG\"}" 'context'
 err_case "unknown route" 404 GET /v1/nothing '' 'no route'
 err_case "wrong method" 405 GET /v1/chat/completions ''
+# a 405 names the methods the route takes (Allow, RFC 9110)
+head_req GET "http://127.0.0.1:$PORT/v1/completions"
+[ "$CODE" = 405 ] && has_hdr 'allow: POST, OPTIONS' && ok || bad "405 on a POST route without Allow: $CODE $HDRS"
+head_req POST "http://127.0.0.1:$PORT/v1/models" -d '{}'
+[ "$CODE" = 405 ] && has_hdr 'allow: GET, HEAD, OPTIONS' && ok || bad "405 on a GET route without Allow: $CODE $HDRS"
 BIG=$(head -c 20000 /dev/zero | tr '\0' 'b')
 err_case "body over --max-body-size" 413 POST /v1/completions "{\"prompt\":\"$BIG\"}" 'max-body-size'
 CODE=$(curl -sS -m 30 -o /dev/null -w '%{http_code}' "http://127.0.0.1:$A/v1/completions" -H 'Transfer-Encoding: chunked' --data-binary "{\"prompt\":\"$BIG\"}")
@@ -152,18 +157,32 @@ done
 
 # ==== Server B: API keys and LLAMA_ARG_* variables (flags win over variables) ====
 printf '# keys\nfilekey\n' >"$TMP/keys.txt"
-LLAMA_API_KEY=envkey LLAMA_ARG_N_PARALLEL=3 LLAMA_ARG_CTX_SIZE=300 start b -c 200 --api-key-file "$TMP/keys.txt"
+LLAMA_API_KEY=envkey LLAMA_ARG_N_PARALLEL=3 LLAMA_ARG_CTX_SIZE=300 start b -c 200 --api-key-file "$TMP/keys.txt" --no-slots
 err_case "no API key" 401 POST /v1/completions '{"prompt":"x","max_tokens":1}' 'API key'
 req POST /v1/completions '{"prompt":"x","max_tokens":1}' -H 'Authorization: Bearer wrong'
 [ "$CODE" = 401 ] && ok || bad "wrong key: $CODE"
 req GET /health; [ "$CODE" = 200 ] && ok || bad "/health must not need a key: $CODE"
+# CORS preflight: browsers send no Authorization with it, so it is answered before the key check
+head_req OPTIONS "http://127.0.0.1:$PORT/v1/chat/completions" -H 'Origin: http://app.example' \
+    -H 'Access-Control-Request-Method: POST' -H 'Access-Control-Request-Headers: content-type,authorization,x-stainless-os'
+[ "$CODE" = 200 ] && has_hdr 'access-control-allow-origin: http://app.example' &&
+    has_hdr 'access-control-allow-credentials: true' && has_hdr 'access-control-allow-methods: GET, POST, OPTIONS' &&
+    has_hdr 'access-control-allow-headers: content-type,authorization,x-stainless-os' && ok ||
+    bad "CORS preflight with --api-key: $CODE $HDRS"
+head_req OPTIONS "http://127.0.0.1:$PORT/no/such/route"
+[ "$CODE" = 200 ] && has_hdr 'access-control-allow-origin: *' &&
+    has_hdr 'access-control-allow-headers: content-type, authorization' && ok || bad "CORS preflight, no Origin: $CODE $HDRS"
 req GET /props '' -H 'Authorization: Bearer filekey'
 [ "$CODE" = 200 ] && [ "$(echo "$BODY" | jq_ 'o.total_slots+","+o.default_generation_settings.n_ctx')" = "3,200" ] && ok ||
     bad "--api-key-file key, LLAMA_ARG_N_PARALLEL, -c over LLAMA_ARG_CTX_SIZE: $CODE $BODY"
 req GET /props '' -H 'Authorization: Bearer envkey'
 [ "$CODE" = 401 ] && ok || bad "--api-key-file replaces LLAMA_API_KEY: $CODE"
+# a disabled endpoint is 501 not_supported_error (llama-server), not an unknown route (404)
 req GET /metrics '' -H 'Authorization: Bearer filekey'
-[ "$CODE" = 404 ] && ok || bad "/metrics without --metrics: $CODE"
+[ "$CODE" = 501 ] && [ "$(echo "$BODY" | jq_ 'o.error.type+","+o.error.code')" = "not_supported_error,501" ] && ok ||
+    bad "/metrics without --metrics: $CODE $BODY"
+req GET /slots '' -H 'Authorization: Bearer filekey'
+[ "$CODE" = 501 ] && echo "$BODY" | grep -q -- '--no-slots' && ok || bad "/slots with --no-slots: $CODE $BODY"
 
 # ==== Server C: Unix socket ====
 "$FAKE" --host "$TMP/srv.sock" >"$TMP/c.log" 2>&1 &
@@ -202,6 +221,27 @@ done
 PRED=$(metric_e 'llamacpp:tokens_predicted_total')
 [ "$CANC" = 1 ] && [ "${PRED%.*}" -lt 20 ] && ok || bad "hang-up mid-stream: cancelled=$CANC after ${PRED} of 50 tokens"
 [ "$(metric_e mlxcel_kv_blocks_used)" = 0 ] && ok || bad "hang-up mid-stream: KV blocks still used"
+
+# A client that half-closes (shutdown(SHUT_WR)) after sending its request reads as a hang-up
+# (cpp-httplib in llama-server does the same): its request is cancelled, and what it still reads
+# says the client disconnected, not that the server is shutting down.
+HALF=$(node -e 'const b=JSON.stringify({prompt:"a",max_tokens:50,ignore_eos:true});
+const s=require("net").connect(+process.argv[1],"127.0.0.1",()=>s.end("POST /v1/completions HTTP/1.1\r\nHost: x\r\n"+
+  "Content-Type: application/json\r\nConnection: close\r\nContent-Length: "+b.length+"\r\n\r\n"+b));
+let d="";s.setTimeout(20000,()=>s.destroy());s.on("data",x=>d+=x).on("close",()=>console.log(d.split("\r\n")[0]+"|"+d.slice(d.indexOf("\r\n\r\n")+4)))' "$E")
+case "$HALF" in
+"HTTP/1.1 499 "*'"message":"the request was cancelled: the client disconnected'*) ok ;;
+*) bad "half-closed client: $HALF" ;;
+esac
+# A genuine shutdown still says so: SIGTERM while a request runs
+start f --fake-step-ms 300
+curl -sS -m 30 -o "$TMP/f.txt" -w '%{http_code}' "http://127.0.0.1:$PORT/v1/completions" -d '{"prompt":"a","max_tokens":50,"ignore_eos":true}' >"$TMP/f.code" &
+P1=$!
+sleep 1
+kill -TERM "${PIDS[-1]}"
+wait $P1
+[ "$(cat "$TMP/f.code")" = 503 ] && grep -q 'shutting down' "$TMP/f.txt" && ok ||
+    bad "request cancelled by a shutdown: $(cat "$TMP/f.code") $(cat "$TMP/f.txt")"
 
 echo "server e2e: $PASS passed, $FAIL failed"
 [ $FAIL = 0 ]

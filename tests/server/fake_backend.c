@@ -47,6 +47,11 @@ static int fk_detokenize(void *t, const int32_t *ids, size_t n, bool skip_specia
     return 0;
 }
 
+/* Byte-level: a token's bytes are its text (ids >= 256 are special). */
+static int fk_token_bytes(void *t, int32_t id, char **out, size_t *out_len, mx_error *err) {
+    return fk_detokenize(t, &id, 1, false, out, out_len, err);
+}
+
 static int fk_template(void *t, const json_t *messages, const json_t *extra, bool add_gen, char **out, mx_error *err) {
     (void)t; (void)extra;
     size_t cap = 64, len = 0;
@@ -68,6 +73,7 @@ static int fk_template(void *t, const json_t *messages, const json_t *extra, boo
 struct srv_text_stream {
     char *stops[16];
     int n_stops;
+    int hit;        /* index of the stop string that matched, -1 while none */
     char pend[256]; /* text that could still become a stop string */
     size_t n_pend;
     char out[512];
@@ -77,6 +83,7 @@ static srv_text_stream *fk_stream_new(void *t, const char *const *stops, int n) 
     (void)t;
     srv_text_stream *s = calloc(1, sizeof *s);
     for (int i = 0; s && i < n && i < 16; i++) s->stops[s->n_stops++] = strdup(stops[i]);
+    if (s) s->hit = -1;
     return s;
 }
 
@@ -106,6 +113,7 @@ static int fk_stream_push(srv_text_stream *s, int32_t id, const char **out, size
                 memcpy(s->out + *len, s->pend, at);
                 *len += at;
                 s->n_pend = 0;
+                s->hit = k;
                 return 1;
             }
     }
@@ -117,6 +125,8 @@ static int fk_stream_push(srv_text_stream *s, int32_t id, const char **out, size
     s->n_pend = keep;
     return 0;
 }
+
+static const char *fk_stream_stop_word(srv_text_stream *s) { return s->hit >= 0 ? s->stops[s->hit] : NULL; }
 
 static void fk_stream_flush(srv_text_stream *s, const char **out, size_t *len) {
     memcpy(s->out, s->pend, s->n_pend);
@@ -133,8 +143,11 @@ static void fk_stream_free(srv_text_stream *s) {
 
 static int fk_vocab(void *t) { (void)t; return FAKE_VOCAB; }
 
-static const srv_text_ops k_fake_text = {fk_tokenize, fk_detokenize, fk_template, fk_stream_new, fk_stream_push,
-                                         fk_stream_flush, fk_stream_free, fk_vocab, true};
+static const srv_text_ops k_fake_text = {
+    .tokenize = fk_tokenize, .detokenize = fk_detokenize, .token_bytes = fk_token_bytes,
+    .apply_template = fk_template, .stream_new = fk_stream_new, .stream_push = fk_stream_push,
+    .stream_stop_word = fk_stream_stop_word, .stream_flush = fk_stream_flush, .stream_free = fk_stream_free, .vocab_size = fk_vocab,
+    .has_template = true};
 
 /* ==== Engine ==== */
 typedef struct fseq {
@@ -339,6 +352,9 @@ int fake_backend_init(srv_backend *be, const fake_opts *o, mx_error *err) {
     snprintf(m->storage_reason, sizeof m->storage_reason, "fake test engine: block pool of %lld blocks",
              (long long)fe->st.kv_blocks_total);
     snprintf(m->chat_template, sizeof m->chat_template, "fake");
+    /* what fk_template renders, written as the Jinja it would be */
+    m->chat_template_text = "{% for m in messages %}<|{{ m.role }}|>\n{{ m.content }}\n{% endfor %}"
+                            "{% if add_generation_prompt %}<|assistant|>\n{% endif %}";
     return 0;
 }
 

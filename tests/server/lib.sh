@@ -16,3 +16,11 @@ ok() { PASS=$((PASS + 1)); }
 bad() { FAIL=$((FAIL + 1)); echo "FAIL: $*"; }
 # jq_ EXPR: evaluates the JavaScript expression EXPR with o = the JSON document on stdin
 jq_() { node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>{const o=JSON.parse(s);console.log(String(eval(process.argv[1])))})' "$1"; }
+# head_req METHOD URL [curl args...] -> CODE and HDRS (the response headers, names lowercased)
+head_req() {
+    local m=$1 u=$2; shift 2
+    CODE=$(curl -sS -m 30 -o /dev/null -D "$TMP/headers.txt" -w '%{http_code}' -X "$m" "$u" "$@")
+    HDRS=$(tr -d '\r' <"$TMP/headers.txt" | awk -F': ' 'NF>1{printf "%s: %s\n", tolower($1), substr($0, length($1)+3)}')
+}
+# has_hdr 'name: value' : HDRS holds exactly that header line
+has_hdr() { grep -qxF -- "$1" <<<"$HDRS"; }

@@ -49,7 +49,7 @@ fi
 ln -s "$MLXCEL" "$TMP/mlxcel-server"
 # One OpenMP thread: the tiny model gains nothing from threads, and on a loaded 2-core machine
 # OpenMP's barriers cost 30x the forward itself (6 s instead of 0.2 s for 100 tokens).
-OMP_NUM_THREADS=1 "$TMP/mlxcel-server" -m "$M" -a tiny --port 0 --port-file "$TMP/port" --metrics -np 16 -c 128 \
+OMP_NUM_THREADS=1 "$TMP/mlxcel-server" -m "$M" -a tiny,tiny-b --port 0 --port-file "$TMP/port" --metrics -np 16 --max-batch-size 32 -c 128 \
     --prefill-chunk-size 16 --prefill-grant-interval 2 -b 256 -ub 64 >"$TMP/log" 2>&1 &
 PIDS+=($!)
 for _ in $(seq 100); do [ -s "$TMP/port" ] && break; sleep 0.1; done
@@ -62,6 +62,9 @@ for pat in "model: tiny ($M)" "device: cpu" "family: " "parameters: " "dtype: BF
            "slots: 16, max batch 16 sequences, batch 256 / ubatch 64 tokens, prefill chunk 16, grant interval 2, ctx 128"; do
     grep -qF -- "$pat" "$TMP/log" && ok || bad "start-up log lacks '$pat'"
 done
+# --max-batch-size 32 over -np 16 is clamped (above: max batch 16), and the log says so
+grep -q -- "--max-batch-size 32 exceeds -np/--parallel 16: clamped to 16" "$TMP/log" && ok ||
+    bad "no warning that --max-batch-size was clamped: $(head -c 3000 "$TMP/log")"
 
 # ==== llama-server routes (curl) ====
 req GET /health; [ "$CODE" = 200 ] && ok || bad "/health: $CODE $BODY"
@@ -73,10 +76,62 @@ req POST /detokenize "{\"tokens\":$IDS}"
 # the ChatML template of tokenizer_config.json, rendered by the server
 req POST /apply-template '{"messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi"}]}'
 [ "$BODY" = '{"prompt":"<|im_start|>system\nbe brief<|im_end|>\n<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"}' ] && ok || bad "/apply-template: $BODY"
+# add_generation_prompt: false (default true) leaves out the assistant header, as llama-server
+req POST /apply-template '{"messages":[{"role":"user","content":"hi"}],"add_generation_prompt":false}'
+[ "$BODY" = '{"prompt":"<|im_start|>user\nhi<|im_end|>\n"}' ] && ok || bad "/apply-template add_generation_prompt false: $BODY"
+req POST /v1/chat/completions '{"messages":[{"role":"user","content":"hi"}],"max_tokens":1}'
+PT1=$(echo "$BODY" | jq_ 'o.usage.prompt_tokens')
+req POST /v1/chat/completions '{"messages":[{"role":"user","content":"hi"}],"max_tokens":1,"add_generation_prompt":false}'
+PT2=$(echo "$BODY" | jq_ 'o.usage.prompt_tokens')
+req POST /tokenize '{"content":"<|im_start|>assistant\n"}'
+[ $((PT1 - PT2)) = "$(echo "$BODY" | jq_ 'o.tokens.length')" ] && ok || bad "chat add_generation_prompt false: prompt tokens $PT1 -> $PT2 ($BODY)"
 req GET /props
 [ "$(echo "$BODY" | jq_ 'o.total_slots+","+o.default_generation_settings.n_ctx')" = "16,128" ] && ok || bad "/props: $BODY"
+# chat_template: the Jinja text (llama-server), here tokenizer_config.json's
+[ "$(echo "$BODY" | jq_ 'o.chat_template===JSON.parse(require("fs").readFileSync("'"$M"'/tokenizer_config.json","utf8")).chat_template')" = true ] &&
+    ok || bad "/props chat_template is not the template text: $(echo "$BODY" | jq_ 'JSON.stringify(o.chat_template)')"
 req GET /slots; [ "$(echo "$BODY" | jq_ 'o.length')" = 16 ] && ok || bad "/slots: $BODY"
-req GET /v1/models; [ "$(echo "$BODY" | jq_ 'o.data[0].id')" = tiny ] && ok || bad "/v1/models: $BODY"
+req GET /v1/models; [ "$(echo "$BODY" | jq_ 'o.data.map(m=>m.id).join()')" = tiny,tiny-b ] && ok || bad "/v1/models: $BODY"
+# response `model`: the alias the request named, else the first alias
+for c in 'tiny-b|tiny-b' 'tiny|tiny' 'gpt-4o|tiny' '|tiny'; do
+    IFS='|' read -r asked want <<<"$c"
+    MF=; [ -n "$asked" ] && MF="\"model\":\"$asked\","
+    req POST /v1/chat/completions "{$MF\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":1}"
+    GOT=$(echo "$BODY" | jq_ 'o.model')
+    req POST /completion "{$MF\"prompt\":\"x\",\"n_predict\":1}"
+    GOT="$GOT,$(echo "$BODY" | jq_ 'o.model')"
+    S=$(curl -sN -m 60 "http://127.0.0.1:$PORT/v1/completions" -d "{$MF\"prompt\":\"x\",\"max_tokens\":1,\"stream\":true,\"stream_options\":{\"include_usage\":true}}")
+    GOT="$GOT,$(echo "$S" | sed -n 's/^data: \({.*\)/\1/p' | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log([...new Set(s.trim().split("\n").map(l=>JSON.parse(l).model))].join("+")))')"
+    [ "$GOT" = "$want,$want,$want" ] && ok || bad "model '$asked' answered as $GOT, want $want"
+done
+# CORS: a preflight is answered 200 on every route; responses echo the Origin
+head_req OPTIONS "http://127.0.0.1:$PORT/completion" -H 'Origin: http://app.example' -H 'Access-Control-Request-Method: POST'
+[ "$CODE" = 200 ] && has_hdr 'access-control-allow-origin: http://app.example' &&
+    has_hdr 'access-control-allow-methods: GET, POST, OPTIONS' && ok || bad "CORS preflight: $CODE $HDRS"
+head_req GET "http://127.0.0.1:$PORT/health" -H 'Origin: http://app.example'
+has_hdr 'access-control-allow-origin: http://app.example' && ok || bad "response does not echo the Origin: $HDRS"
+head_req GET "http://127.0.0.1:$PORT/tokenize"
+[ "$CODE" = 405 ] && has_hdr 'allow: POST, OPTIONS' && ok || bad "405 without Allow: $CODE $HDRS"
+
+# Tokens that are part of a character: the test tokenizer is byte-level, "é" is 198 (0xC3) +
+# 172 (0xA9). Pieces, logprobs `bytes` and legacy top_logprobs keys show the token's own bytes.
+req POST /tokenize '{"content":"é","with_pieces":true}'
+[ "$BODY" = '{"tokens":[{"id":198,"piece":[195]},{"id":172,"piece":[169]}]}' ] && ok || bad "/tokenize pieces of é: $BODY"
+# +100 / +99 (and a frequency penalty, so both get chosen): the two byte tokens are every
+# position's top two; greedy picks the first
+EAC='"max_tokens":4,"temperature":0,"frequency_penalty":2,"logit_bias":{"198":100,"172":99}'
+req POST /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],$EAC,\"logprobs\":true,\"top_logprobs\":2}"
+[ "$(echo "$BODY" | jq_ 'o.choices[0].logprobs.content.every(t=>JSON.stringify(t.bytes)===JSON.stringify(t.top_logprobs[0].bytes) &&
+    t.top_logprobs.map(x=>JSON.stringify(x.bytes)).sort().join()==="[169],[195]")')" = true ] &&
+    ok || bad "chat logprobs bytes of byte tokens: $BODY"
+req POST /v1/completions "{\"prompt\":\"x\",$EAC,\"logprobs\":2}"
+[ "$(echo "$BODY" | jq_ 'const l=o.choices[0].logprobs; l.tokens.length===4 && l.top_logprobs.every((t,i)=>
+    Object.keys(t).sort().join()==="bytes:\\xa9,bytes:\\xc3" && l.tokens[i] in t)')" = true ] &&
+    ok || bad "legacy completions logprobs of byte tokens (keys must not collide): $BODY"
+req POST /completion '{"prompt":"x","n_predict":4,"temperature":0,"frequency_penalty":2,"logit_bias":[[198,100],[172,99]],"n_probs":2}'
+[ "$(echo "$BODY" | jq_ 'const B={198:195,172:169}; o.completion_probabilities.length===4 &&
+    o.completion_probabilities.every(p=>p.bytes.length===1 && p.bytes[0]===B[p.id] && p.top_logprobs.every(t=>t.bytes.length===1 && t.bytes[0]===B[t.id]))')" = true ] &&
+    ok || bad "/completion completion_probabilities bytes: $BODY"
 
 # /completion non-stream and stream agree (greedy); prompt as ids works as well as text
 req POST /completion '{"prompt":"The sky","n_predict":16,"temperature":0}'
@@ -85,16 +140,62 @@ C1=$(echo "$BODY" | jq_ 'o.content')
 S=$(curl -sN -m 60 "http://127.0.0.1:$PORT/completion" -d '{"prompt":"The sky","n_predict":16,"temperature":0,"stream":true}')
 C2=$(echo "$S" | sed -n 's/^data: //p' | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>{let t="";for(const l of s.trim().split("\n")){const o=JSON.parse(l);t+=o.content}console.log(t)})')
 [ "$C1" = "$C2" ] && ok || bad "/completion stream '$C2' != '$C1'"
+[ "$(echo "$BODY" | jq_ 'JSON.stringify([o.stopping_word,o.stop_type])')" = '["","limit"]' ] && ok || bad "/completion stopping_word without a stop: $BODY"
+# stopping_word: the stop string that matched (llama-server), in the final object of both forms
+STOP=$(C1="$C1" node -e 'console.log(JSON.stringify(process.env.C1.slice(3, 5)))')
+req POST /completion "{\"prompt\":\"The sky\",\"n_predict\":16,\"temperature\":0,\"stop\":[\"zzzzqqqq\",$STOP]}"
+[ "$(echo "$BODY" | jq_ 'JSON.stringify([o.stopping_word,o.stop_type])')" = "[$STOP,\"word\"]" ] && ok || bad "/completion stopping_word ($STOP): $BODY"
+S=$(curl -sN -m 60 "http://127.0.0.1:$PORT/completion" -d "{\"prompt\":\"The sky\",\"n_predict\":16,\"temperature\":0,\"stop\":[\"zzzzqqqq\",$STOP],\"stream\":true}")
+[ "$(echo "$S" | sed -n 's/^data: //p' | tail -1 | jq_ 'JSON.stringify([o.stop,o.stopping_word])')" = "[true,$STOP]" ] && ok || bad "/completion stream stopping_word ($STOP): $S"
 req POST /tokenize '{"content":"The sky"}'
 SKY=$(echo "$BODY" | jq_ 'JSON.stringify(o.tokens)')
 req POST /completion "{\"prompt\":$SKY,\"n_predict\":16,\"temperature\":0}"
 [ "$(echo "$BODY" | jq_ 'o.content')" = "$C1" ] && ok || bad "/completion with prompt ids differs from text: $BODY"
+# n_predict 0 (llama-server: no token is generated): an empty completion at once, the prompt
+# counted as evaluated; this server does not run it through the engine (docs/server.md)
+PT0=$(curl -sS -m 10 "http://127.0.0.1:$PORT/metrics" | sed -n 's/^llamacpp:prompt_tokens_total //p')
+req POST /completion '{"prompt":"The sky","n_predict":0}'
+[ "$CODE" = 200 ] && [ "$(echo "$BODY" | jq_ 'JSON.stringify([o.content,o.tokens,o.tokens_predicted,o.tokens_evaluated,o.stop_type,o.stop,o.generation_settings.n_predict])')" = \
+    "[\"\",[],0,$(echo "$SKY" | jq_ 'o.length'),\"limit\",true,0]" ] && ok || bad "/completion n_predict 0: $CODE $BODY"
+S=$(curl -sN -m 60 "http://127.0.0.1:$PORT/completion" -d '{"prompt":"The sky","n_predict":0,"stream":true}')
+[ "$(echo "$S" | grep -c '^data: ')" = 1 ] && [ "$(echo "$S" | sed -n 's/^data: //p' | jq_ 'o.stop===true && o.content==="" && o.tokens_predicted===0')" = true ] &&
+    ok || bad "/completion n_predict 0 stream: $S"
+[ "$(curl -sS -m 10 "http://127.0.0.1:$PORT/metrics" | sed -n 's/^llamacpp:prompt_tokens_total //p')" = "$PT0" ] && ok ||
+    bad "/completion n_predict 0 ran the prompt through the engine"
 # errors from the real engine's limits
 req POST /v1/completions '{"prompt":[1,2,512]}'
 [ "$CODE" = 400 ] && ok || bad "prompt id outside the model vocabulary: $CODE $BODY"
 LONG=$(head -c 400 /dev/zero | tr '\0' 'a' | sed 's/a/a /g')
 req POST /v1/completions "{\"prompt\":\"$LONG\"}"
 [ "$CODE" = 400 ] && echo "$BODY" | grep -q context && ok || bad "prompt longer than the context: $CODE $BODY"
+
+# seed -1 = a random seed (llama-server; the OpenAI routes too), not the fixed seed -1: three
+# sampled runs of 16 tokens are not all the same
+for route in chat completions; do
+    OUTS=()
+    for _ in 1 2 3; do
+        if [ $route = chat ]; then
+            req POST /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"max_tokens":16,"temperature":1,"seed":-1,"ignore_eos":true}'
+            OUTS+=("$(echo "$BODY" | jq_ 'JSON.stringify(o.choices[0].message.content)')")
+        else
+            req POST /v1/completions '{"prompt":"x","max_tokens":16,"temperature":1,"seed":-1,"ignore_eos":true}'
+            OUTS+=("$(echo "$BODY" | jq_ 'JSON.stringify(o.choices[0].text)')")
+        fi
+    done
+    [ "$(printf '%s\n' "${OUTS[@]}" | sort -u | wc -l)" -gt 1 ] && ok || bad "seed -1 on /v1/$route is a fixed seed: ${OUTS[*]}"
+done
+
+# values the sampler would refuse are refused by the parser (400 naming the field), not by the
+# engine (500)
+for c in '/completion|{"prompt":"x","n_predict":2,"repeat_penalty":0}|repeat_penalty' \
+         '/v1/completions|{"prompt":"x","max_tokens":2,"repeat_penalty":0}|repeat_penalty' \
+         '/completion|{"prompt":"x","n_predict":2,"logit_bias":[[5,1e300]]}|logit_bias' \
+         '/completion|{"prompt":"x","n_predict":2,"logit_bias":[[5,-1e300]]}|logit_bias'; do
+    IFS='|' read -r path body param <<<"$c"
+    req POST "$path" "$body"
+    [ "$CODE" = 400 ] && [ "$(echo "$BODY" | jq_ 'o.error.param+","+o.error.type')" = "$param,invalid_request_error" ] &&
+        ok || bad "$path $body: want 400 naming $param, got $CODE $BODY"
+done
 
 # prefix cache: the same long prompt twice reuses its full 16-token blocks the second time
 metric() { curl -sS -m 10 "http://127.0.0.1:$PORT/metrics" | sed -n "s/^$1 //p"; }

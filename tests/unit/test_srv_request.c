@@ -42,7 +42,28 @@ static void test_chat_ok(void **st) {
     assert_true(r.sampling.logprobs && r.sampling.top_logprobs == 3);
     assert_true(r.stream && r.include_usage);
     assert_string_equal(json_string_value(json_object_get(json_array_get(r.messages, 1), "content")), "ab");
+    assert_true(r.add_generation_prompt); /* the default */
     srv_request_free(&r);
+    assert_int_equal(parse(&r, SRV_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],"
+                                             "\"add_generation_prompt\":false}", &err), 0);
+    assert_false(r.add_generation_prompt);
+    srv_request_free(&r);
+}
+
+/* seed -1 means random on every route (llama-server), any other value is a fixed seed */
+static void test_seed(void **st) {
+    (void)st;
+    static const srv_api apis[] = {SRV_API_COMPLETIONS, SRV_API_LLAMA_COMPLETION};
+    for (int i = 0; i < 2; i++) {
+        srv_request r;
+        mx_error err;
+        assert_int_equal(parse(&r, apis[i], "{\"prompt\":\"a\",\"seed\":-1}", &err), 0);
+        assert_false(r.sampling.has_seed);
+        srv_request_free(&r);
+        assert_int_equal(parse(&r, apis[i], "{\"prompt\":\"a\",\"seed\":-2}", &err), 0);
+        assert_true(r.sampling.has_seed && r.sampling.seed == (uint64_t)-2);
+        srv_request_free(&r);
+    }
 }
 
 static void test_defaults_from_config(void **st) {
@@ -86,6 +107,11 @@ static void test_rejections(void **st) {
         {SRV_API_COMPLETIONS, "{\"prompt\":\"a\",\"prompt\":\"b\"}", "body"},
         {SRV_API_LLAMA_COMPLETION, "{\"prompt\":\"a\",\"n_predict\":-2}", "n_predict"},
         {SRV_API_LLAMA_COMPLETION, "{\"prompt\":\"a\",\"logit_bias\":[[1]]}", "logit_bias"},
+        /* accepted by the old ranges, refused by the sampler (sampling_params_validate) */
+        {SRV_API_LLAMA_COMPLETION, "{\"prompt\":\"a\",\"repeat_penalty\":0}", "repeat_penalty"},
+        {SRV_API_COMPLETIONS, "{\"prompt\":\"a\",\"repeat_penalty\":0}", "repeat_penalty"},
+        {SRV_API_LLAMA_COMPLETION, "{\"prompt\":\"a\",\"logit_bias\":[[1,1e300]]}", "logit_bias"},
+        {SRV_API_LLAMA_COMPLETION, "{\"prompt\":\"a\",\"logit_bias\":[[1,-1e39]]}", "logit_bias"},
     };
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
         srv_request r;
@@ -149,6 +175,12 @@ static void test_config_env_and_flags(void **st) {
     assert_int_equal(srv_config_parse(&c, 1, none, stdout, &err), -1);
     assert_non_null(strstr(err.msg, "LLAMA_ARG_PORT"));
     unsetenv("LLAMA_ARG_PORT");
+    /* a default the sampler would refuse in every request is refused at start-up */
+    char *bad4[] = {"serve", "--repeat-penalty", "0", NULL};
+    c = defaults();
+    assert_int_equal(srv_config_parse(&c, 3, bad4, stdout, &err), 0);
+    assert_int_equal(srv_config_finalize(&c, 8192, &err), -1);
+    assert_non_null(strstr(err.msg, "--repeat-penalty"));
 }
 
 static void test_metrics_render(void **st) {
@@ -182,6 +214,7 @@ int main(void) {
         cmocka_unit_test(test_chat_ok),          cmocka_unit_test(test_defaults_from_config),
         cmocka_unit_test(test_rejections),       cmocka_unit_test(test_llama_completion),
         cmocka_unit_test(test_config_env_and_flags), cmocka_unit_test(test_metrics_render),
+        cmocka_unit_test(test_seed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

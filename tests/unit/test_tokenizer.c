@@ -337,6 +337,13 @@ static void test_bpe_sentencepiece(void **st) {
     expect_decode(t, d1, 7, true, "ab \xE2\x82\xAC");
     const int32_t d2[] = {12, 6, 7};          /* incomplete UTF-8 from byte fallback: one U+FFFD per byte */
     expect_decode(t, d2, 3, false, "a\xEF\xBF\xBD\xEF\xBF\xBD");
+    char *raw;
+    size_t raw_n;
+    mx_error raw_err;
+    assert_int_equal(tok_decode_bytes(t, d2, 3, false, &raw, &raw_n, &raw_err), 0); /* the bytes themselves */
+    assert_int_equal(raw_n, 3);
+    assert_memory_equal(raw, "a\xE2\x82", 3);
+    free(raw);
     const int32_t d3[] = {99999, 12};         /* unknown ids are skipped */
     expect_decode(t, d3, 2, false, "a");
     assert_int_equal(tok_vocab_size(t), 15);

@@ -181,6 +181,16 @@ static void test_stop_spanning_tokens(void **st) {
     tok_stream_flush(s, &o, &k); /* end of stream: the held "S" is final text */
     assert_int_equal(k, 1);
     assert_memory_equal(o, "S", 1);
+    assert_null(tok_stream_stop_word(s)); /* no stop matched */
+    tok_stream_free(s);
+    /* the stop that matched is known (llama-server's stopping_word): the earliest one */
+    const int32_t ids4[] = {'x', 'y', 'z', 'z', 'y', 'S', 'T', 'O', 'P'};
+    s = tok_stream_new(t, false);
+    tok_stream_set_stops(s, stops, 2);
+    int hit = 0;
+    for (int i = 0; i < 9 && !hit; i++) hit = tok_stream_push(s, ids4[i], &o, &k);
+    assert_true(hit);
+    assert_string_equal(tok_stream_stop_word(s), "xyzzy");
     tok_stream_free(s);
     /* stop inside one token, and a stop made of a special token's text */
     const char *stops2[] = {"<|eot|>"};
