@@ -212,7 +212,7 @@ static void test_tune_on_first_use(void **st) {
     /* the host CPU is tuned now and the winner stored */
     const int v = tune_get_paged_decode_splits(&small, NULL, &s);
     assert_int_equal(s, TUNE_SRC_TUNED);
-    assert_true(v >= 1 && v <= 16); /* 256 tokens = 16 blocks of 16: candidates 1..16 */
+    assert_true(v >= 1 && v <= 2); /* 256 tokens = 2 attention pieces: candidates 1, 2 */
     assert_true(exists(g_dir));
     long before = tune_store_fs_calls();
     assert_int_equal(tune_get_paged_decode_splits(&small, NULL, &s), v);
@@ -240,11 +240,17 @@ static void test_buckets(void **st) {
     assert_int_equal(tune_bucket_context(16384), 16384);
     assert_int_equal(tune_bucket_context(1), 256);
     assert_int_equal(tune_bucket_context(1 << 22), 1 << 20);
-    /* the CPU default: 2 tasks on 4 threads -> 2 splits; capped at 4 blocks per split */
+    /* the CPU default: 2 tasks on 4 threads -> 2 splits; at most one piece per split */
     assert_int_equal(tune_cpu_default_splits(1, 2, 256, 4), 2);
-    assert_int_equal(tune_cpu_default_splits(1, 1, 8, 16), 2);
+    assert_int_equal(tune_cpu_default_splits(1, 1, 8, 16), 8);
+    assert_int_equal(tune_cpu_default_splits(1, 3, 64, 16), 6);
     assert_int_equal(tune_cpu_default_splits(4, 8, 256, 16), 1);
-    assert_int_equal(tune_cpu_default_splits(1, 1, 2, 16), 1);
+    assert_int_equal(tune_cpu_default_splits(1, 1, 1, 16), 1);
+    /* pieces of TUNE_CPU_ATTN_PIECE keys */
+    assert_int_equal(tune_cpu_attn_pieces(1), 1);
+    assert_int_equal(tune_cpu_attn_pieces(TUNE_CPU_ATTN_PIECE), 1);
+    assert_int_equal(tune_cpu_attn_pieces(TUNE_CPU_ATTN_PIECE + 1), 2);
+    assert_int_equal(tune_cpu_attn_pieces(16384), 16384 / TUNE_CPU_ATTN_PIECE);
 }
 
 static void test_dry_run_matrix(void **st) {
@@ -262,13 +268,13 @@ static void test_dry_run_matrix(void **st) {
     assert_int_equal(pts[0].batch, 1);
     assert_int_equal(pts[0].context, 256);
     assert_string_equal(pts[0].bucket, "b1.c256.d64.q8.kv2.bs32");
-    /* 256 / 32 = 8 blocks: 1,2,4,8; default 2 (2 tasks, 4 threads; 8 blocks allow 2) */
-    assert_int_equal(pts[0].n_cand, 4);
-    assert_int_equal(pts[0].cand[3], 8);
+    /* 256 keys = 2 pieces of 128: 1, 2; default 2 (2 tasks, 4 threads) */
+    assert_int_equal(pts[0].n_cand, 2);
+    assert_int_equal(pts[0].cand[1], 2);
     assert_int_equal(pts[0].default_value, 2);
     assert_int_equal(pts[1].context, 1024);
-    assert_int_equal(pts[1].n_cand, 6); /* 32 blocks: 1..32 */
-    assert_int_equal(pts[1].cand[5], 32);
+    assert_int_equal(pts[1].n_cand, 4); /* 8 pieces: 1, 2, 4, 8 (the block size plays no part) */
+    assert_int_equal(pts[1].cand[3], 8);
     assert_int_equal(pts[2].batch, 4);
     assert_int_equal(pts[2].default_value, 1); /* 8 tasks fill 4 threads */
     assert_int_equal(pts[5].batch, 8);
