@@ -151,7 +151,9 @@ static void test_real_cpu_run(void **st) {
     bool found = false;
     for (size_t i = 0; i < json_array_size(c); i++) {
         json_t *e = json_array_get(c, i);
+        /* every split count gives the default's bits */
         assert_true(json_is_true(json_object_get(e, "checked")));
+        assert_true(json_real_value(json_object_get(e, "check_rel_err")) == 0.0);
         assert_int_equal(json_integer_value(json_object_get(e, "reps")), 3);
         found |= json_integer_value(json_object_get(e, "value")) == sel;
     }
