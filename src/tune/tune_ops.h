@@ -100,7 +100,7 @@ int tune_cuda_max_splits(int context);
 
 /* Keys per piece of the CPU attention (cpu_attention.c's CPU_ATTN_PIECE; it asserts they
  * agree): the unit a CPU split count divides a row's keys into. */
-#define TUNE_CPU_ATTN_PIECE 128
+#define TUNE_CPU_ATTN_PIECE 256
 /* Pieces of a `context`-token row: the most tasks a CPU split count can give it. */
 int tune_cpu_attn_pieces(int context);
 /* Built-in CPU split count: split only when batch x kv heads (the unsplit tasks) leaves

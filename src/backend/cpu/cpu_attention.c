@@ -213,37 +213,47 @@ static int row_pieces(const att_ctx *c, int i, int *first, int *n) {
 /* Tasks the pieces of one (row, kv head) are spread over: S, but never more than its pieces. */
 static int row_splits(const att_ctx *c, int n_pieces) { return n_pieces < c->S ? n_pieces : c->S; }
 
-/* Online softmax of row i, kv head kvh over keys [lo, hi] into pt (reset first). s: [G]. */
+/* Online softmax of row i, kv head kvh over keys [lo, hi] into pt (reset first). s: [G].
+ * The per-key work is small (G dot products of D), so everything the loop reads is held in
+ * locals: the indirect calls would otherwise make the compiler reload it for every key. */
 static void piece_run(const att_ctx *c, int i, int kvh, int lo, int hi, float *pt, float *s) {
     const mx_attn_batch *b = c->b;
-    const mx_attn_params *p = c->p;
+    const att_ops *ops = c->ops;
     const int G = c->G, D = c->D, bs = b->block_size;
+    const float scale = c->p->scale, cap = c->p->softcap;
     const float *qv = (const float *)cpu_row_ptr(c->q, i) + (size_t)kvh * G * D; /* [G, D] */
     const int32_t *table = b->block_table + (size_t)b->seq[i] * (size_t)b->table_stride;
+    /* the pools are f32 (kv_dtype): row r of kv head kvh at base + r * stride */
+    const float *kbase = (const float *)c->k_pool->data + (size_t)kvh * D;
+    const float *vbase = (const float *)c->v_pool->data + (size_t)kvh * D;
+    const int64_t kst = c->k_pool->stride[0], vst = c->v_pool->stride[0];
     float *acc = pt, *m = pt + (size_t)G * D, *l = m + G;
     part_reset(pt, G, D);
+    bool fresh = true; /* acc, l all +0: rescaling them by expf(-inf) = 0 changes no bit */
     /* keys block by block: physical row = table[kp / bs] * bs + kp % bs */
     for (int kp = lo; kp <= hi;) {
         const int blk = kp / bs, last = (blk + 1) * bs - 1 < hi ? (blk + 1) * bs - 1 : hi;
         int64_t r = (int64_t)table[blk] * bs + kp % bs;
         for (; kp <= last; kp++, r++) {
-            const float *kv = (const float *)cpu_row_ptr(c->k_pool, r) + (size_t)kvh * D;
-            const float *vv = (const float *)cpu_row_ptr(c->v_pool, r) + (size_t)kvh * D;
-            c->ops->scores(qv, kv, G, D, s);
+            const float *kv = kbase + r * kst, *vv = vbase + r * vst;
+            ops->scores(qv, kv, G, D, s);
             for (int g = 0; g < G; g++) {
-                float sc = s[g] * p->scale;
-                if (p->softcap > 0.0f) sc = p->softcap * tanhf(sc / p->softcap);
+                float sc = s[g] * scale;
+                if (cap > 0.0f) sc = cap * tanhf(sc / cap);
                 float *ag = acc + (size_t)g * D;
                 if (sc > m[g]) {
-                    const float cf = expf(m[g] - sc); /* 0 on the first key (m = -inf) */
-                    l[g] *= cf;
-                    c->ops->scale(ag, cf, D);
+                    if (!fresh) {
+                        const float cf = expf(m[g] - sc);
+                        l[g] *= cf;
+                        ops->scale(ag, cf, D);
+                    }
                     m[g] = sc;
                 }
                 const float e = expf(sc - m[g]);
                 l[g] += e;
-                c->ops->axpy(ag, e, vv, D);
+                ops->axpy(ag, e, vv, D);
             }
+            fresh = false;
         }
     }
 }
@@ -307,7 +317,12 @@ static void att_task(const att_ctx *c, int i, int kvh, int j, float *run, float 
         part_store(c, i, kvh, run);
         return;
     }
-    for (int k = k0; k < k1; k++) piece_k(c, i, kvh, start, first + k, ws_slot(c, i, kvh, n, k), s);
+    /* computed in this thread's pc, then copied: neighbouring slots belong to other tasks, and
+     * updating a slot key by key would bounce their shared cache lines between threads */
+    for (int k = k0; k < k1; k++) {
+        piece_k(c, i, kvh, start, first + k, pc, s);
+        memcpy(ws_slot(c, i, kvh, n, k), pc, part_floats(c->G, c->D) * sizeof(float));
+    }
 }
 
 /* The in-order merge of a split row's partials (after all its tasks ran). */

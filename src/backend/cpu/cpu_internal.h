@@ -50,7 +50,7 @@ void cpu_attention(mx_tensor *out, const mx_tensor *q, const mx_tensor *k_pool,
 /* Keys per attention piece (cpu_attention.c): a row's keys are cut at multiples of it, each
  * piece's softmax partial is merged in order. A constant, not the block size: dense and paged
  * storage must cut the same keys. */
-#define CPU_ATTN_PIECE 128
+#define CPU_ATTN_PIECE 256
 /* Tests only: cut pieces of `keys` keys (short test sequences get several pieces); 0 restores
  * CPU_ATTN_PIECE. */
 void cpu_attention_force_piece(int keys);
