@@ -83,6 +83,11 @@ typedef struct mx_attn_batch {
     /* The arrays above are host memory, unchanged for the whole forward and identical for
      * every layer: a device backend uploads them once per step_id (new value every forward). */
     uint64_t step_id;
+    /* Tasks the keys of one (row, kv head) are split over (paged-decode-splits); 0 = the
+     * backend's policy (MLXCEL_PAGED_DECODE_SPLITS > autotune winner > built-in). The CPU
+     * backend's result does not depend on it (docs/engine.md, "Batch invariance"); the tuner
+     * sets it to time candidates. The CUDA backend ignores it (its count is per graph key). */
+    int kv_splits;
 } mx_attn_batch;
 
 typedef struct mx_attn_params {

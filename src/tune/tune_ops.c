@@ -231,10 +231,15 @@ void tune_bucket_qmat(char *buf, size_t n, int rows, const tune_geom *g) {
 }
 
 /* ==== Candidates ==== */
-int tune_cpu_default_splits(int batch, int kv_heads, int n_blocks, int threads) {
+int tune_cpu_attn_pieces(int context) {
+    const int c = context > 0 ? context : 1;
+    return (c + TUNE_CPU_ATTN_PIECE - 1) / TUNE_CPU_ATTN_PIECE;
+}
+
+int tune_cpu_default_splits(int batch, int kv_heads, int n_pieces, int threads) {
     const int tasks = batch * kv_heads;
-    int s = tasks >= threads ? 1 : (threads + tasks - 1) / tasks;
-    const int max_s = n_blocks / 4 > 1 ? n_blocks / 4 : 1;
+    const int s = tasks >= threads ? 1 : (threads + tasks - 1) / tasks;
+    const int max_s = n_pieces > 1 ? n_pieces : 1;
     return s < max_s ? s : max_s;
 }
 
@@ -296,7 +301,6 @@ int tune_point_make(tune_op op, const tune_device *dev, const tune_geom *g, int 
         p->batch = tune_bucket_batch(batch);
         p->context = tune_bucket_context(context);
         tune_bucket_attn(p->bucket, sizeof p->bucket, p->batch, p->context, g);
-        const int n_blocks = (p->context + g->block_size - 1) / g->block_size;
         if (dev->kind == TUNE_DEV_CUDA) {
             /* the split-K kernel's shapes; the engine sends other ones to the tiled kernel */
             const int G = g->q_heads / g->kv_heads;
@@ -313,10 +317,12 @@ int tune_point_make(tune_op op, const tune_device *dev, const tune_geom *g, int 
             add_unique(p, p->default_value);
             for (int s = 1; s <= tune_cuda_max_splits(p->context); s *= 2) add_unique(p, s);
         } else {
-            p->default_value = tune_cpu_default_splits(p->batch, g->kv_heads, n_blocks,
+            /* a split is a run of whole pieces: more splits than pieces run the same tasks */
+            const int n_pieces = tune_cpu_attn_pieces(p->context);
+            p->default_value = tune_cpu_default_splits(p->batch, g->kv_heads, n_pieces,
                                                        dev->threads);
             add_unique(p, p->default_value);
-            for (int s = 1; s <= 64 && s <= n_blocks; s *= 2) add_unique(p, s);
+            for (int s = 1; s <= 64 && s <= n_pieces; s *= 2) add_unique(p, s);
         }
         break;
     }

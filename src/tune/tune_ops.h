@@ -98,9 +98,14 @@ int tune_cuda_context_of_capacity(int capacity_tokens);
  * (4 warps) in each split, at most TUNE_CUDA_MAX_SPLITS. */
 int tune_cuda_max_splits(int context);
 
-/* Built-in CPU split count: split only when batch x kv heads leaves threads idle, and never
- * below 4 blocks per split (thin splits cost more in merging than they gain). */
-int tune_cpu_default_splits(int batch, int kv_heads, int n_blocks, int threads);
+/* Keys per piece of the CPU attention (cpu_attention.c's CPU_ATTN_PIECE; it asserts they
+ * agree): the unit a CPU split count divides a row's keys into. */
+#define TUNE_CPU_ATTN_PIECE 256
+/* Pieces of a `context`-token row: the most tasks a CPU split count can give it. */
+int tune_cpu_attn_pieces(int context);
+/* Built-in CPU split count: split only when batch x kv heads (the unsplit tasks) leaves
+ * threads idle, ceil(threads / tasks), and never beyond one piece per split. */
+int tune_cpu_default_splits(int batch, int kv_heads, int n_pieces, int threads);
 
 /* One matrix row: an op at one (batch, context) bucket. value 0 = "auto" (the kernel's own
  * policy), the default of the CUDA quantized-matmul knobs. CUDA paged-decode-splits

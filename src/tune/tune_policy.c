@@ -200,10 +200,9 @@ int tune_get_paged_decode_splits(const tune_attn_shape *s, const tune_device *de
     const tune_device_kind kind = dev ? dev->kind : TUNE_DEV_CPU;
     int def = 0;
     if (kind == TUNE_DEV_CPU) {
-        const int bs = s->block_size > 0 ? s->block_size : 1;
         const int threads = dev ? dev->threads : omp_get_max_threads();
         def = tune_cpu_default_splits(s->batch > 0 ? s->batch : 1, s->kv_heads > 0 ? s->kv_heads : 1,
-                                      (s->context + bs - 1) / bs, threads);
+                                      tune_cpu_attn_pieces(s->context), threads);
     } else {
         def = tune_cuda_default_splits(s->batch, s->kv_heads,
                                        tune_cuda_capacity_tokens(s->context, s->block_size),

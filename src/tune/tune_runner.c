@@ -6,7 +6,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "tune/cpu_paged_decode.h"
+#include "backend/backend.h"
 #ifdef MLXCEL_HAVE_CUDA
 #include "backend/cuda/cuda_tune.h"
 #endif
@@ -46,11 +46,17 @@ void tune_point_key(const tune_point *p, const tune_device *dev, tune_key *k) {
     snprintf(k->dtype, sizeof k->dtype, "%s", tune_point_dtype(p, dev));
 }
 
-/* ==== CPU paged-decode-splits: synthetic KV of the point's geometry ==== */
+/* ==== CPU paged-decode-splits: the engine's attention on synthetic KV ====
+ * What the CPU engine runs for a decode step of the point: backend_cpu()->attention over B
+ * rows at position context - 1, the pools in the engine's layout ([blocks * bs, Hkv, D] f32,
+ * physical row = block * bs + offset) with each sequence's blocks scattered through a shuffled
+ * page table; the candidate goes in as mx_attn_batch.kv_splits. */
 typedef struct cpu_attn_bench {
-    cpu_paged_attn_args a;
-    float *q, *k, *v, *o, *ref, *ws; /* see cpu_paged_attn_args */
-    int32_t *table, *lens;
+    mx_attn_batch b;
+    mx_attn_params p;
+    mx_tensor tq, tk, tv, to;
+    float *q, *k, *v, *o, *ref;   /* q, o, ref: [B, Hq, D]; k, v: [n_blocks * bs, Hkv, D] */
+    int32_t *table, *pos, *seq;   /* table: [B, nb]; pos, seq: [B] */
 } cpu_attn_bench;
 
 /* Uniform [-1, 1) from a xorshift state: the data only has to be finite and non-degenerate. */
@@ -73,45 +79,15 @@ static uint64_t mem_available(void) {
 }
 
 static void cpu_bench_free(cpu_attn_bench *bn) {
-    free(bn->q), free(bn->k), free(bn->v), free(bn->o), free(bn->ref), free(bn->ws);
-    free(bn->table), free(bn->lens);
+    free(bn->q), free(bn->k), free(bn->v), free(bn->o), free(bn->ref);
+    free(bn->table), free(bn->pos), free(bn->seq);
 }
 
-static int cpu_bench_init(cpu_attn_bench *bn, const tune_point *p, const tune_geom *g,
-                          mx_error *err) {
-    memset(bn, 0, sizeof *bn);
-    const int B = p->batch, C = p->context, bs = g->block_size;
-    const int nb = (C + bs - 1) / bs;           /* blocks per sequence */
-    const int64_t n_blocks = (int64_t)B * nb;
-    const size_t row = (size_t)g->kv_heads * g->head_dim;
-    const size_t kv_floats = (size_t)n_blocks * bs * row;
-    const uint64_t need = 2 * kv_floats * sizeof(float);
-    const uint64_t avail = mem_available();
-    if (avail && need > avail / 2)
-        return mx_fail(err, "batch %d x context %d needs %.1f GiB of synthetic KV, more than half "
-                            "of the %.1f GiB available", B, C, need / 1073741824.0,
-                       avail / 1073741824.0);
-    int max_s = 1;
-    for (int i = 0; i < p->n_cand; i++)
-        if (p->cand[i] > max_s) max_s = p->cand[i];
-    const size_t qo = (size_t)B * g->q_heads * g->head_dim;
-    const size_t wsf = cpu_paged_attn_workspace_floats(B, g->q_heads, g->head_dim, max_s);
-    bn->q = malloc(qo * sizeof(float));            /* [B, Hq, D] */
-    bn->o = malloc(qo * sizeof(float));            /* [B, Hq, D] */
-    bn->ref = malloc(qo * sizeof(float));          /* [B, Hq, D] the default's output */
-    bn->k = malloc(kv_floats * sizeof(float));     /* [n_blocks, bs, Hkv, D] */
-    bn->v = malloc(kv_floats * sizeof(float));     /* [n_blocks, bs, Hkv, D] */
-    bn->ws = malloc(wsf * sizeof(float));
-    bn->table = malloc((size_t)n_blocks * sizeof(int32_t)); /* [B, nb] */
-    bn->lens = malloc((size_t)B * sizeof(int32_t));         /* [B] */
-    if (!bn->q || !bn->o || !bn->ref || !bn->k || !bn->v || !bn->ws || !bn->table || !bn->lens) {
-        cpu_bench_free(bn);
-        return mx_fail(err, "out of memory for batch %d x context %d", B, C);
-    }
+/* Random q/K/V and a shuffled page table (a pool after some serving has scattered blocks). */
+static void cpu_bench_fill(cpu_attn_bench *bn, size_t qo, size_t kv_floats, int64_t n_blocks) {
     uint64_t s = 0x9e3779b97f4a7c15ull;
     for (size_t i = 0; i < qo; i++) bn->q[i] = rnd(&s);
     for (size_t i = 0; i < kv_floats; i++) bn->k[i] = rnd(&s), bn->v[i] = rnd(&s);
-    /* Shuffled page table: a pool after some serving has scattered blocks. */
     for (int64_t i = 0; i < n_blocks; i++) bn->table[i] = (int32_t)i;
     for (int64_t i = n_blocks - 1; i > 0; i--) {
         const int64_t j = (int64_t)((s = s * 6364136223846793005ull + 1442695040888963407ull) >>
@@ -120,29 +96,61 @@ static int cpu_bench_init(cpu_attn_bench *bn, const tune_point *p, const tune_ge
         bn->table[i] = bn->table[j];
         bn->table[j] = t;
     }
-    for (int b = 0; b < B; b++) bn->lens[b] = C;
-    cpu_paged_attn_args *a = &bn->a;
-    a->q = bn->q, a->k_cache = bn->k, a->v_cache = bn->v, a->page_table = bn->table;
-    a->seq_lens = bn->lens, a->o = bn->o, a->workspace = bn->ws, a->workspace_floats = wsf;
-    a->B = B, a->n_q_heads = g->q_heads, a->n_kv_heads = g->kv_heads, a->head_dim = g->head_dim;
-    a->block_size = bs, a->pt_stride = nb, a->n_blocks = n_blocks;
-    a->scale = 1.0f / sqrtf((float)g->head_dim);
+}
+
+static int cpu_bench_init(cpu_attn_bench *bn, const tune_point *p, const tune_geom *g,
+                          mx_error *err) {
+    memset(bn, 0, sizeof *bn);
+    const int B = p->batch, C = p->context, bs = g->block_size, D = g->head_dim;
+    const int nb = (C + bs - 1) / bs;           /* blocks per sequence */
+    const int64_t n_blocks = (int64_t)B * nb;
+    const size_t kv_floats = (size_t)n_blocks * bs * g->kv_heads * D;
+    const uint64_t need = 2 * kv_floats * sizeof(float);
+    const uint64_t avail = mem_available();
+    if (avail && need > avail / 2)
+        return mx_fail(err, "batch %d x context %d needs %.1f GiB of synthetic KV, more than half "
+                            "of the %.1f GiB available", B, C, need / 1073741824.0,
+                       avail / 1073741824.0);
+    const size_t qo = (size_t)B * g->q_heads * D;
+    bn->q = malloc(qo * sizeof(float));
+    bn->o = malloc(qo * sizeof(float));
+    bn->ref = malloc(qo * sizeof(float));
+    bn->k = malloc(kv_floats * sizeof(float));
+    bn->v = malloc(kv_floats * sizeof(float));
+    bn->table = malloc((size_t)n_blocks * sizeof(int32_t));
+    bn->pos = malloc((size_t)B * sizeof(int32_t));
+    bn->seq = malloc((size_t)B * sizeof(int32_t));
+    if (!bn->q || !bn->o || !bn->ref || !bn->k || !bn->v || !bn->table || !bn->pos || !bn->seq) {
+        cpu_bench_free(bn);
+        return mx_fail(err, "out of memory for batch %d x context %d", B, C);
+    }
+    cpu_bench_fill(bn, qo, kv_floats, n_blocks);
+    for (int i = 0; i < B; i++) bn->pos[i] = C - 1, bn->seq[i] = i;
+    bn->b = (mx_attn_batch){.n_rows = B, .pos = bn->pos, .seq = bn->seq, .block_table = bn->table,
+                            .table_stride = nb, .block_size = bs};
+    bn->p = (mx_attn_params){.n_heads = g->q_heads, .n_kv_heads = g->kv_heads, .head_dim = D,
+                             .scale = 1.0f / sqrtf((float)D)};
+    bn->tq = mx_tensor_3d(bn->q, MX_F32, B, g->q_heads, D, MX_DEV_CPU);
+    bn->to = mx_tensor_3d(bn->o, MX_F32, B, g->q_heads, D, MX_DEV_CPU);
+    bn->tk = mx_tensor_3d(bn->k, MX_F32, n_blocks * bs, g->kv_heads, D, MX_DEV_CPU);
+    bn->tv = mx_tensor_3d(bn->v, MX_F32, n_blocks * bs, g->kv_heads, D, MX_DEV_CPU);
     return 0;
 }
 
 static int cpu_bench_run(void *ctx, int value, mx_error *err) {
+    (void)err;
     cpu_attn_bench *bn = ctx;
-    bn->a.num_splits = value;
-    return cpu_paged_decode_attn(&bn->a, err);
+    bn->b.kv_splits = value;
+    backend_cpu()->attention(&bn->to, &bn->tq, &bn->tk, &bn->tv, &bn->b, &bn->p);
+    return 0;
 }
 
-/* Splits reorder fp32 sums only; a wrong merge is off by O(1), so 1e-4 separates the two. */
-#define CPU_ATTN_TOL 1e-4
-
+/* The split count only spreads work over threads: every candidate must give the default's bits
+ * (docs/engine.md, "Batch invariance"), so anything but a bitwise match is a mismatch. */
 static int cpu_bench_check(void *ctx, int value, int is_default, double *rel_err, mx_error *err) {
     (void)value, (void)err;
     cpu_attn_bench *bn = ctx;
-    const size_t n = (size_t)bn->a.B * bn->a.n_q_heads * bn->a.head_dim;
+    const size_t n = (size_t)mx_tensor_numel(&bn->to);
     if (is_default) {
         memcpy(bn->ref, bn->o, n * sizeof(float));
         *rel_err = 0.0;
@@ -155,7 +163,7 @@ static int cpu_bench_check(void *ctx, int value, int is_default, double *rel_err
         den += (double)bn->ref[i] * bn->ref[i];
     }
     *rel_err = den > 0.0 ? sqrt(num / den) : sqrt(num);
-    return *rel_err <= CPU_ATTN_TOL ? TUNE_CHECK_OK : TUNE_CHECK_MISMATCH; /* NaN mismatches */
+    return memcmp(bn->o, bn->ref, n * sizeof(float)) ? TUNE_CHECK_MISMATCH : TUNE_CHECK_OK;
 }
 
 /* ==== Driver ==== */

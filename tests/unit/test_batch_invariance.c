@@ -1,6 +1,7 @@
 /* Batch invariance of the CPU backend (docs/engine.md, "Batch invariance"):
- * - attention: the scalar, AVX2 and AVX-512 versions give the same bits, close to a double
- *   reference (paged rows, two interleaved sequences, GQA, sliding window, soft-capping);
+ * - attention: the scalar, AVX2 and AVX-512 versions and every split count give the same bits,
+ *   close to a double reference (paged rows, two interleaved sequences, GQA, sliding window,
+ *   soft-capping, pieces of 1, 3, 4 and CPU_ATTN_PIECE keys);
  * - kernel level: every value of cpu_matmul equals the canonical dot product of its row and
  *   column (cpu_dot_ref) bit for bit, for every kernel family this CPU has, any row count,
  *   thread count, strides, weight dtype and K (tails included); the canonical dot itself is
@@ -9,7 +10,10 @@
  *   generated position are bitwise identical (memcmp) run alone, batched with 1, 3, 17, 40 and
  *   63 other sequences (mixed prefill chunks and decode rows, arriving at different steps), with
  *   prefill chunk sizes 1, 7, 64 and 512, in dense and paged storage, and after a prefix-cache
- *   hit. */
+ *   hit;
+ * - attention split counts (paged-decode-splits): every count gives the same bits, kernel level
+ *   (mx_attn_batch.kv_splits) and engine level (MLXCEL_PAGED_DECODE_SPLITS 1, 2, 3, 64, the
+ *   whole scenario grid above, at attention pieces short enough to give every row several). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -18,7 +22,9 @@
 #include <omp.h>
 
 #include "backend/cpu/cpu_internal.h"
+#include "base/env.h"
 #include "engine/engine.h"
+#include "tune/tune_policy.h"
 #include "tiny_model.h"
 
 /* ==== Kernel level ==== */
@@ -141,12 +147,19 @@ static void test_kernel_large(void **st) {
     free(one); free(a); free(x); free(w); free(wf);
 }
 
-/* ==== Attention: kernel families agree bit for bit, and with a double reference ==== */
+/* ==== Attention: kernel families and split counts agree bit for bit ==== */
+/* Piece lengths (cpu_attention_force_piece; 0 = CPU_ATTN_PIECE) and split counts
+ * (mx_attn_batch.kv_splits) tried: pieces of 1, 3 (cut inside blocks of 4) and 4 keys give the
+ * test's rows (positions up to 22) several pieces. */
+static const int k_pieces[] = {0, 1, 3, 4};
+static const int k_splits[] = {1, 2, 3, 4, 64};
+
 static void check_attention(int Hq, int Hkv, int D, int window, float softcap) {
     const int n = 6, bs = 4, n_blocks = 12, rows = n_blocks * bs, stride = 6;
-    float *q = malloc((size_t)n * Hq * D * 4), *kp = malloc((size_t)rows * Hkv * D * 4);
-    float *vp = malloc((size_t)rows * Hkv * D * 4), *o[3];
-    for (int i = 0; i < n * Hq * D; i++) q[i] = frand();
+    const size_t nf = (size_t)n * Hq * D;
+    float *q = malloc(nf * 4), *kp = malloc((size_t)rows * Hkv * D * 4);
+    float *vp = malloc((size_t)rows * Hkv * D * 4), *ref = malloc(nf * 4), *o = malloc(nf * 4);
+    for (size_t i = 0; i < nf; i++) q[i] = frand();
     for (int i = 0; i < rows * Hkv * D; i++) kp[i] = frand(), vp[i] = frand();
     /* two sequences with scattered blocks; rows of both interleaved in the batch */
     const int32_t table[2 * 6] = {7, 2, 9, 0, 11, 4, 1, 10, 3, 8, 5, 6};
@@ -159,42 +172,54 @@ static void check_attention(int Hq, int Hkv, int D, int window, float softcap) {
     mx_tensor tq = mx_tensor_3d(q, MX_F32, n, Hq, D, MX_DEV_CPU);
     mx_tensor tk = mx_tensor_3d(kp, MX_F32, rows, Hkv, D, MX_DEV_CPU);
     mx_tensor tv = mx_tensor_3d(vp, MX_F32, rows, Hkv, D, MX_DEV_CPU);
-    int have = 0;
-    for (int isa = CPU_ISA_SCALAR; isa <= CPU_ISA_AVX512; isa++) {
-        o[isa] = calloc((size_t)n * Hq * D, 4);
-        if (cpu_matmul_force_isa((cpu_isa)isa)) continue;
-        mx_tensor to = mx_tensor_3d(o[isa], MX_F32, n, Hq, D, MX_DEV_CPU);
-        cpu_attention(&to, &tq, &tk, &tv, &b, &p);
-        if (isa > CPU_ISA_SCALAR) assert_memory_equal(o[0], o[isa], (size_t)n * Hq * D * 4);
-        have++;
-    }
-    cpu_matmul_force_isa(CPU_ISA_AUTO);
-    assert_true(have >= 1);
-    for (int i = 0; i < n; i++)
-        for (int h = 0; h < Hq; h++) {
-            const int kvh = h / (Hq / Hkv), lo = window > 0 && pos[i] - window + 1 > 0 ? pos[i] - window + 1 : 0;
-            double sc[32], mx = -1e300, den = 0;
-            for (int t = lo; t <= pos[i]; t++) {
-                const int r = table[seq[i] * stride + t / bs] * bs + t % bs;
-                double d = 0;
-                for (int e = 0; e < D; e++) d += (double)q[((size_t)i * Hq + h) * D + e] * kp[((size_t)r * Hkv + kvh) * D + e];
-                d *= p.scale;
-                if (softcap > 0) d = softcap * tanh(d / softcap);
-                sc[t - lo] = d;
-                mx = d > mx ? d : mx;
-            }
-            for (int t = lo; t <= pos[i]; t++) den += exp(sc[t - lo] - mx);
-            for (int e = 0; e < D; e++) {
-                double acc = 0;
-                for (int t = lo; t <= pos[i]; t++) {
-                    const int r = table[seq[i] * stride + t / bs] * bs + t % bs;
-                    acc += exp(sc[t - lo] - mx) / den * vp[((size_t)r * Hkv + kvh) * D + e];
+    mx_tensor to = mx_tensor_3d(o, MX_F32, n, Hq, D, MX_DEV_CPU);
+    for (int pi = 0; pi < 4; pi++) {
+        cpu_attention_force_piece(k_pieces[pi]);
+        /* reference bits of this piece length: scalar, unsplit */
+        mx_tensor tr = mx_tensor_3d(ref, MX_F32, n, Hq, D, MX_DEV_CPU);
+        assert_int_equal(cpu_matmul_force_isa(CPU_ISA_SCALAR), 0);
+        b.kv_splits = 1;
+        cpu_attention(&tr, &tq, &tk, &tv, &b, &p);
+        for (int isa = CPU_ISA_SCALAR; isa <= CPU_ISA_AVX512; isa++) {
+            if (cpu_matmul_force_isa((cpu_isa)isa)) continue;
+            for (int si = 0; si < 5; si++) {
+                b.kv_splits = k_splits[si];
+                memset(o, 0xff, nf * 4);
+                cpu_attention(&to, &tq, &tk, &tv, &b, &p);
+                if (memcmp(ref, o, nf * 4)) {
+                    fprintf(stderr, "%s piece %d splits %d differs\n", cpu_isa_name((cpu_isa)isa),
+                            k_pieces[pi], k_splits[si]);
+                    fail();
                 }
-                assert_true(fabs(acc - o[0][((size_t)i * Hq + h) * D + e]) < 1e-5);
             }
         }
-    for (int isa = 0; isa < 3; isa++) free(o[isa]);
-    free(q); free(kp); free(vp);
+        cpu_matmul_force_isa(CPU_ISA_AUTO);
+        for (int i = 0; i < n; i++)
+            for (int h = 0; h < Hq; h++) {
+                const int kvh = h / (Hq / Hkv), lo = window > 0 && pos[i] - window + 1 > 0 ? pos[i] - window + 1 : 0;
+                double sc[32], mx = -1e300, den = 0;
+                for (int t = lo; t <= pos[i]; t++) {
+                    const int r = table[seq[i] * stride + t / bs] * bs + t % bs;
+                    double d = 0;
+                    for (int e = 0; e < D; e++) d += (double)q[((size_t)i * Hq + h) * D + e] * kp[((size_t)r * Hkv + kvh) * D + e];
+                    d *= p.scale;
+                    if (softcap > 0) d = softcap * tanh(d / softcap);
+                    sc[t - lo] = d;
+                    mx = d > mx ? d : mx;
+                }
+                for (int t = lo; t <= pos[i]; t++) den += exp(sc[t - lo] - mx);
+                for (int e = 0; e < D; e++) {
+                    double acc = 0;
+                    for (int t = lo; t <= pos[i]; t++) {
+                        const int r = table[seq[i] * stride + t / bs] * bs + t % bs;
+                        acc += exp(sc[t - lo] - mx) / den * vp[((size_t)r * Hkv + kvh) * D + e];
+                    }
+                    assert_true(fabs(acc - ref[((size_t)i * Hq + h) * D + e]) < 1e-5);
+                }
+            }
+    }
+    cpu_attention_force_piece(0);
+    free(ref); free(o); free(q); free(kp); free(vp);
 }
 
 static void test_attention_families(void **st) {
@@ -204,6 +229,7 @@ static void test_attention_families(void **st) {
         check_attention(4, 2, Ds[d], 0, 0.0f);
         check_attention(6, 1, Ds[d], 5, 0.0f);
         check_attention(2, 2, Ds[d], 0, 20.0f);
+        check_attention(8, 2, Ds[d], 7, 15.0f);
     }
 }
 
@@ -300,23 +326,20 @@ static void run_scenario(model *m, const model_spec *spec, scenario sc, capture 
     assert_int_equal(c->finished, expect_finished);
 }
 
-static void check_engine(tiny_kind kind) {
-    tiny_model tm;
-    tiny_build_v(&tm, kind, 777 + kind, VOCAB);
-    model *m = NULL;
-    mx_error err;
-    assert_int_equal(model_bind(&m, &tm.spec, tiny_lookup, &tm, backend_cpu(), &err), 0);
-    capture *base = malloc(sizeof *base), *o = malloc(sizeof *o);
-    run_scenario(m, &tm.spec, (scenario){KV_STORAGE_DENSE, 512, 0, false}, base);
-    /* the logits are not degenerate: positions differ, values spread */
-    assert_true(memcmp(base->logits[0], base->logits[1], sizeof base->logits[0]) != 0);
-    float lo = 1e30f, hi = -1e30f;
-    for (int v = 0; v < VOCAB; v++) {
-        lo = base->logits[0][v] < lo ? base->logits[0][v] : lo;
-        hi = base->logits[0][v] > hi ? base->logits[0][v] : hi;
-    }
-    assert_true(hi - lo > 0.1f);
+/* MLXCEL_PAGED_DECODE_SPLITS = splits (0: unset, the policy), applied as a new process would. */
+static void set_splits_env(int splits) {
+    char v[16];
+    snprintf(v, sizeof v, "%d", splits);
+    if (splits > 0) setenv("MLXCEL_PAGED_DECODE_SPLITS", v, 1);
+    else unsetenv("MLXCEL_PAGED_DECODE_SPLITS");
+    mx_env_reload();
+    tune_policy_reset();
+}
 
+/* Every scenario (storage, chunk size, batch, prefix hit) against base, bit for bit. With
+ * splits > 0 the engine's attention must have run with that count. */
+static void check_grid(model *m, const model_spec *spec, const capture *base, int piece,
+                       int splits, capture *o) {
     static const int chunks[] = {1, 7, 64, 512};
     /* 63 others: the server's "64 concurrent greedy requests" case at engine level */
     static const int others[] = {0, 1, 3, 17, 40, 63};
@@ -326,18 +349,57 @@ static void check_engine(tiny_kind kind) {
                 /* every chunk size alone; batches with chunks 7 and 64 (mixed steps) */
                 if (others[oi] > 0 && chunks[ci] != 7 && chunks[ci] != 64) continue;
                 const scenario sc = {st ? KV_STORAGE_PAGED : KV_STORAGE_DENSE, chunks[ci], others[oi], false};
-                run_scenario(m, &tm.spec, sc, o);
+                run_scenario(m, spec, sc, o);
                 if (memcmp(base->logits, o->logits, sizeof base->logits)) {
-                    fprintf(stderr, "kind %d storage %d chunk %d others %d: logits differ\n", kind,
-                            st, chunks[ci], others[oi]);
+                    fprintf(stderr, "model %s piece %d splits %d storage %d chunk %d others %d: "
+                            "logits differ\n", spec->model_type, piece, splits, st, chunks[ci],
+                            others[oi]);
                     fail();
                 }
+                if (splits > 0) assert_int_equal(cpu_attention_last_splits(), splits);
             }
     /* prefix-cache hit, alone and in a batch */
     for (int oi = 0; oi < 2; oi++) {
-        run_scenario(m, &tm.spec, (scenario){KV_STORAGE_PAGED, 7, oi ? 17 : 0, true}, o);
+        run_scenario(m, spec, (scenario){KV_STORAGE_PAGED, 7, oi ? 17 : 0, true}, o);
         assert_memory_equal(base->logits, o->logits, sizeof base->logits);
     }
+}
+
+static void check_engine(tiny_kind kind) {
+    tiny_model tm;
+    tiny_build_v(&tm, kind, 777 + kind, VOCAB);
+    model *m = NULL;
+    mx_error err;
+    assert_int_equal(model_bind(&m, &tm.spec, tiny_lookup, &tm, backend_cpu(), &err), 0);
+    capture *base = malloc(sizeof *base), *o = malloc(sizeof *o);
+    unsetenv("MLXCEL_AUTOTUNE"); /* no cached winner: the policy is the built-in count */
+    set_splits_env(0);
+    run_scenario(m, &tm.spec, (scenario){KV_STORAGE_DENSE, 512, 0, false}, base);
+    /* the logits are not degenerate: positions differ, values spread */
+    assert_true(memcmp(base->logits[0], base->logits[1], sizeof base->logits[0]) != 0);
+    float lo = 1e30f, hi = -1e30f;
+    for (int v = 0; v < VOCAB; v++) {
+        lo = base->logits[0][v] < lo ? base->logits[0][v] : lo;
+        hi = base->logits[0][v] > hi ? base->logits[0][v] : hi;
+    }
+    assert_true(hi - lo > 0.1f);
+    check_grid(m, &tm.spec, base, 0, 0, o);
+    /* Split counts: the test's sequences (<= 37 tokens) fit one piece of CPU_ATTN_PIECE keys,
+     * so pieces of 3 (cut inside blocks of 4) and 4 keys give every row several; each piece
+     * length has its own bits (the cuts are part of the arithmetic), the same for every split
+     * count, storage, chunk size and batch. */
+    static const int pieces[] = {3, 4}, splits[] = {1, 2, 3, 64};
+    for (int pi = 0; pi < 2; pi++) {
+        cpu_attention_force_piece(pieces[pi]);
+        set_splits_env(0);
+        run_scenario(m, &tm.spec, (scenario){KV_STORAGE_DENSE, 512, 0, false}, base);
+        for (int si = 0; si < 4; si++) {
+            set_splits_env(splits[si]);
+            check_grid(m, &tm.spec, base, pieces[pi], splits[si], o);
+        }
+    }
+    cpu_attention_force_piece(0);
+    set_splits_env(0);
     free(base);
     free(o);
     model_free(m);

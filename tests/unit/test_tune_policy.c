@@ -192,7 +192,7 @@ static void test_stale_record_ignored(void **st) {
 /* ==== MLXCEL_AUTOTUNE=1: unseen paged-decode-splits shapes are tuned on first use ==== */
 static void test_tune_on_first_use(void **st) {
     (void)st;
-    const tune_attn_shape small = {1, 256, 16, 2, 1, 16}; /* cheap to profile */
+    const tune_attn_shape small = {1, 1024, 16, 2, 1, 16}; /* cheap to profile */
     const tune_device gpu = cuda_dev();
     tune_source s;
     /* cache mode never tunes */
@@ -205,14 +205,14 @@ static void test_tune_on_first_use(void **st) {
     set_env("MLXCEL_AUTOTUNE", "1");
     apply_env();
     /* head_dim 16 is no shape of the CUDA split-K kernel (and this machine has no GPU):
-     * default (256 tokens = 16 chunks, 4 per split at least -> 4), nothing written */
-    assert_int_equal(tune_get_paged_decode_splits(&small, &gpu, &s), 4);
+     * default (1024 tokens = 64 chunks, 4 per split at least -> 16), nothing written */
+    assert_int_equal(tune_get_paged_decode_splits(&small, &gpu, &s), 16);
     assert_int_equal(s, TUNE_SRC_DEFAULT);
     assert_false(exists(g_dir));
     /* the host CPU is tuned now and the winner stored */
     const int v = tune_get_paged_decode_splits(&small, NULL, &s);
     assert_int_equal(s, TUNE_SRC_TUNED);
-    assert_true(v >= 1 && v <= 16); /* 256 tokens = 16 blocks of 16: candidates 1..16 */
+    assert_true(v >= 1 && v <= 4); /* 1024 tokens = 4 attention pieces: candidates 1, 2, 4 */
     assert_true(exists(g_dir));
     long before = tune_store_fs_calls();
     assert_int_equal(tune_get_paged_decode_splits(&small, NULL, &s), v);
@@ -240,11 +240,17 @@ static void test_buckets(void **st) {
     assert_int_equal(tune_bucket_context(16384), 16384);
     assert_int_equal(tune_bucket_context(1), 256);
     assert_int_equal(tune_bucket_context(1 << 22), 1 << 20);
-    /* the CPU default: 2 tasks on 4 threads -> 2 splits; capped at 4 blocks per split */
+    /* the CPU default: 2 tasks on 4 threads -> 2 splits; at most one piece per split */
     assert_int_equal(tune_cpu_default_splits(1, 2, 256, 4), 2);
-    assert_int_equal(tune_cpu_default_splits(1, 1, 8, 16), 2);
+    assert_int_equal(tune_cpu_default_splits(1, 1, 8, 16), 8);
+    assert_int_equal(tune_cpu_default_splits(1, 3, 64, 16), 6);
     assert_int_equal(tune_cpu_default_splits(4, 8, 256, 16), 1);
-    assert_int_equal(tune_cpu_default_splits(1, 1, 2, 16), 1);
+    assert_int_equal(tune_cpu_default_splits(1, 1, 1, 16), 1);
+    /* pieces of TUNE_CPU_ATTN_PIECE keys */
+    assert_int_equal(tune_cpu_attn_pieces(1), 1);
+    assert_int_equal(tune_cpu_attn_pieces(TUNE_CPU_ATTN_PIECE), 1);
+    assert_int_equal(tune_cpu_attn_pieces(TUNE_CPU_ATTN_PIECE + 1), 2);
+    assert_int_equal(tune_cpu_attn_pieces(16384), 16384 / TUNE_CPU_ATTN_PIECE);
 }
 
 static void test_dry_run_matrix(void **st) {
@@ -262,13 +268,14 @@ static void test_dry_run_matrix(void **st) {
     assert_int_equal(pts[0].batch, 1);
     assert_int_equal(pts[0].context, 256);
     assert_string_equal(pts[0].bucket, "b1.c256.d64.q8.kv2.bs32");
-    /* 256 / 32 = 8 blocks: 1,2,4,8; default 2 (2 tasks, 4 threads; 8 blocks allow 2) */
-    assert_int_equal(pts[0].n_cand, 4);
-    assert_int_equal(pts[0].cand[3], 8);
-    assert_int_equal(pts[0].default_value, 2);
+    /* 256 keys = 1 piece of 256: nothing to split (2 tasks on 4 threads would want 2) */
+    assert_int_equal(pts[0].n_cand, 1);
+    assert_int_equal(pts[0].cand[0], 1);
+    assert_int_equal(pts[0].default_value, 1);
     assert_int_equal(pts[1].context, 1024);
-    assert_int_equal(pts[1].n_cand, 6); /* 32 blocks: 1..32 */
-    assert_int_equal(pts[1].cand[5], 32);
+    assert_int_equal(pts[1].n_cand, 3); /* 4 pieces: 1, 2, 4 (the block size plays no part) */
+    assert_int_equal(pts[1].cand[2], 4);
+    assert_int_equal(pts[1].default_value, 2);
     assert_int_equal(pts[2].batch, 4);
     assert_int_equal(pts[2].default_value, 1); /* 8 tasks fill 4 threads */
     assert_int_equal(pts[5].batch, 8);

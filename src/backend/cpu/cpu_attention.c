@@ -1,22 +1,35 @@
 /* CPU KV write and attention over physical KV rows (dense and paged alike, see backend.h).
  *
  * Attention arithmetic, per (row, query head), is fixed by the scalar reference below and does
- * not depend on the batch: one pass over the row's own keys in position order, online softmax
+ * not depend on the batch. The row's keys are cut at absolute key positions into pieces of
+ * CPU_ATTN_PIECE keys; each piece is one online-softmax pass in position order from a fresh
+ * state,
  *     s = dot16(q, k) * scale            (cpu_dot_f32: 16 partial sums, multiply then add)
  *     [s = cap * tanh(s / cap)]
  *     if s > m: c = exp(m - s); l *= c; acc *= c; m = s
  *     e = exp(s - m); l += e; acc += e * v   (multiply then add, per element)
- *     out = acc * (1 / l)
+ * and the pieces' (m, l, acc) are merged in ascending order by the same step, a piece standing
+ * for one key of weight l and value acc:
+ *     if m_p > M: c = exp(M - m_p); L *= c; ACC *= c; M = m_p
+ *     e = exp(m_p - M); L += l_p * e; ACC += e * acc_p
+ *     out = ACC * (1 / L)
+ * The split count (paged-decode-splits) only decides over how many tasks (threads) the pieces
+ * of one (row, kv head) are spread: a split row's tasks leave each piece's partial in a
+ * workspace and the in-order merge runs after them; an unsplit row merges as it goes. Both
+ * compute the same values in the same order, so every split count gives the same bits.
  * The AVX2 and AVX-512 versions perform exactly these IEEE operations (no fused multiply-add,
  * same lanes, same fold tree), only several lanes at a time, so every kernel family gives the
  * same bits (tests/unit/test_batch_invariance.c compares them); the build is ISO C
- * (-ffp-contract=off), so the compiler does not fuse the scalar tails either. The G query heads that share a
- * KV head walk the keys together, so each K/V row is loaded once for all of them. */
+ * (-ffp-contract=off), so the compiler does not fuse the scalar tails either. The G query heads
+ * that share a KV head walk the keys together, so each K/V row is loaded once for all of them. */
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_internal.h"
+#include "base/log.h"
+#include "tune/tune_policy.h"
 
 /* ==== KV write ==== */
 void cpu_kv_write(mx_tensor *k_pool, mx_tensor *v_pool, const mx_tensor *k, const mx_tensor *v,
@@ -160,64 +173,282 @@ static const att_ops *att_ops_now(void) {
     return &k_ref_ops;
 }
 
-/* ==== Attention ==== */
+/* ==== Attention: pieces, partials, merge ====
+ * A row's keys [start, pos] are cut at absolute key positions into pieces of P keys (piece k =
+ * keys [k * P, (k + 1) * P), the first one cut by the window start, the last by pos). Each piece
+ * gives a partial (acc [G, D], m [G], l [G]) by the online softmax from a fresh state; the
+ * partials are merged in ascending piece order. The cuts depend only on the row's own positions,
+ * so the value of a row does not depend on the batch, the chunking or the split count. */
+
+/* Floats of one partial: acc [G, D], then m [G], then l [G]. */
+static size_t part_floats(int G, int D) { return (size_t)G * ((size_t)D + 2); }
+
+static void part_reset(float *pt, int G, int D) {
+    float *m = pt + (size_t)G * D, *l = m + G;
+    memset(pt, 0, (size_t)G * D * sizeof(float));
+    for (int g = 0; g < G; g++) m[g] = -INFINITY, l[g] = 0.0f;
+}
+
+/* What every task of one attention call reads. */
+typedef struct att_ctx {
+    mx_tensor *out;
+    const mx_tensor *q, *k_pool, *v_pool;
+    const mx_attn_batch *b;
+    const mx_attn_params *p;
+    const att_ops *ops;
+    int G, D, Hkv, P, S; /* q heads per kv head, head dim, kv heads, piece keys, split count */
+    float *ws;           /* partials of the current group's split rows */
+    const int64_t *ws_off; /* [n_rows] offset of row i's partials in ws (split rows only) */
+} att_ctx;
+
+/* Row i's first key (window start) and its pieces [*first, *first + *n). */
+static int row_pieces(const att_ctx *c, int i, int *first, int *n) {
+    const int pos = c->b->pos[i], w = c->p->window;
+    const int start = w > 0 && pos - w + 1 > 0 ? pos - w + 1 : 0;
+    *first = start / c->P;
+    *n = pos / c->P - *first + 1;
+    return start;
+}
+
+/* Tasks the pieces of one (row, kv head) are spread over: S, but never more than its pieces. */
+static int row_splits(const att_ctx *c, int n_pieces) { return n_pieces < c->S ? n_pieces : c->S; }
+
+/* Online softmax of row i, kv head kvh over keys [lo, hi] into pt (reset first). s: [G].
+ * The per-key work is small (G dot products of D), so everything the loop reads is held in
+ * locals: the indirect calls would otherwise make the compiler reload it for every key. */
+static void piece_run(const att_ctx *c, int i, int kvh, int lo, int hi, float *pt, float *s) {
+    const mx_attn_batch *b = c->b;
+    const att_ops *ops = c->ops;
+    const int G = c->G, D = c->D, bs = b->block_size;
+    const float scale = c->p->scale, cap = c->p->softcap;
+    const float *qv = (const float *)cpu_row_ptr(c->q, i) + (size_t)kvh * G * D; /* [G, D] */
+    const int32_t *table = b->block_table + (size_t)b->seq[i] * (size_t)b->table_stride;
+    /* the pools are f32 (kv_dtype): row r of kv head kvh at base + r * stride */
+    const float *kbase = (const float *)c->k_pool->data + (size_t)kvh * D;
+    const float *vbase = (const float *)c->v_pool->data + (size_t)kvh * D;
+    const int64_t kst = c->k_pool->stride[0], vst = c->v_pool->stride[0];
+    float *acc = pt, *m = pt + (size_t)G * D, *l = m + G;
+    part_reset(pt, G, D);
+    bool fresh = true; /* acc, l all +0: rescaling them by expf(-inf) = 0 changes no bit */
+    /* keys block by block: physical row = table[kp / bs] * bs + kp % bs */
+    for (int kp = lo; kp <= hi;) {
+        const int blk = kp / bs, last = (blk + 1) * bs - 1 < hi ? (blk + 1) * bs - 1 : hi;
+        int64_t r = (int64_t)table[blk] * bs + kp % bs;
+        for (; kp <= last; kp++, r++) {
+            const float *kv = kbase + r * kst, *vv = vbase + r * vst;
+            ops->scores(qv, kv, G, D, s);
+            for (int g = 0; g < G; g++) {
+                float sc = s[g] * scale;
+                if (cap > 0.0f) sc = cap * tanhf(sc / cap);
+                float *ag = acc + (size_t)g * D;
+                if (sc > m[g]) {
+                    if (!fresh) {
+                        const float cf = expf(m[g] - sc);
+                        l[g] *= cf;
+                        ops->scale(ag, cf, D);
+                    }
+                    m[g] = sc;
+                }
+                const float e = expf(sc - m[g]);
+                l[g] += e;
+                ops->axpy(ag, e, vv, D);
+            }
+            fresh = false;
+        }
+    }
+}
+
+/* Piece k of row i (keys from `start`) into pt. */
+static void piece_k(const att_ctx *c, int i, int kvh, int start, int k, float *pt, float *s) {
+    const int lo = k * c->P > start ? k * c->P : start;
+    const int end = (k + 1) * c->P - 1, hi = end < c->b->pos[i] ? end : c->b->pos[i];
+    piece_run(c, i, kvh, lo, hi, pt, s);
+}
+
+/* run = merge(run, pc): the online-softmax step with the piece as one weighted "key"
+ * (weight l, value acc), with the same ops, so every kernel family gives the same bits. */
+static void part_merge(const att_ops *ops, float *run, const float *pc, int G, int D) {
+    float *m = run + (size_t)G * D, *l = m + G;
+    const float *pm = pc + (size_t)G * D, *pl = pm + G;
+    for (int g = 0; g < G; g++) {
+        float *ag = run + (size_t)g * D;
+        if (pm[g] > m[g]) {
+            const float cf = expf(m[g] - pm[g]); /* 0 for the first piece (m = -inf) */
+            l[g] *= cf;
+            ops->scale(ag, cf, D);
+            m[g] = pm[g];
+        }
+        const float e = expf(pm[g] - m[g]);
+        l[g] += pl[g] * e;
+        ops->axpy(ag, e, pc + (size_t)g * D, D);
+    }
+}
+
+/* out[i, kvh's q heads] = acc / l */
+static void part_store(const att_ctx *c, int i, int kvh, const float *run) {
+    const int G = c->G, D = c->D;
+    float *o = (float *)cpu_row_ptr(c->out, i) + (size_t)kvh * G * D;
+    const float *l = run + (size_t)G * D + G;
+    for (int g = 0; g < G; g++) {
+        const float inv = l[g] > 0.0f ? 1.0f / l[g] : 0.0f;
+        for (int d = 0; d < D; d++) o[(size_t)g * D + d] = run[(size_t)g * D + d] * inv;
+    }
+}
+
+/* Partial of piece k (index from the row's first piece) of row i, kv head kvh in ws. */
+static float *ws_slot(const att_ctx *c, int i, int kvh, int n_pieces, int k) {
+    return c->ws + c->ws_off[i] + ((size_t)kvh * n_pieces + k) * part_floats(c->G, c->D);
+}
+
+/* Task j of (row i, kv head kvh): a contiguous run of the row's pieces. An unsplit row merges
+ * them here and writes the output; a split row leaves each piece's partial in ws for
+ * att_merge_task. run, pc: one partial each; s: [G]. */
+static void att_task(const att_ctx *c, int i, int kvh, int j, float *run, float *pc, float *s) {
+    int first, n;
+    const int start = row_pieces(c, i, &first, &n), S = row_splits(c, n);
+    if (j >= S) return;
+    const int k0 = (int)((int64_t)j * n / S), k1 = (int)((int64_t)(j + 1) * n / S);
+    if (S == 1) {
+        part_reset(run, c->G, c->D);
+        for (int k = k0; k < k1; k++) {
+            piece_k(c, i, kvh, start, first + k, pc, s);
+            part_merge(c->ops, run, pc, c->G, c->D);
+        }
+        part_store(c, i, kvh, run);
+        return;
+    }
+    /* computed in this thread's pc, then copied: neighbouring slots belong to other tasks, and
+     * updating a slot key by key would bounce their shared cache lines between threads */
+    for (int k = k0; k < k1; k++) {
+        piece_k(c, i, kvh, start, first + k, pc, s);
+        memcpy(ws_slot(c, i, kvh, n, k), pc, part_floats(c->G, c->D) * sizeof(float));
+    }
+}
+
+/* The in-order merge of a split row's partials (after all its tasks ran). */
+static void att_merge_task(const att_ctx *c, int i, int kvh, float *run) {
+    int first, n;
+    row_pieces(c, i, &first, &n);
+    if (row_splits(c, n) == 1) return; /* merged by its task */
+    part_reset(run, c->G, c->D);
+    for (int k = 0; k < n; k++) part_merge(c->ops, run, ws_slot(c, i, kvh, n, k), c->G, c->D);
+    part_store(c, i, kvh, run);
+}
+
+/* ==== Attention: split count, workspace, driver ==== */
+/* Test hooks (cpu_internal.h): a piece length other than CPU_ATTN_PIECE, the last split count. */
+static _Atomic int g_piece = CPU_ATTN_PIECE;
+static _Atomic int g_last_splits;
+_Static_assert(CPU_ATTN_PIECE == TUNE_CPU_ATTN_PIECE, "the tuner's piece length is the kernel's");
+
+void cpu_attention_force_piece(int keys) { g_piece = keys > 0 ? keys : CPU_ATTN_PIECE; }
+int cpu_attention_last_splits(void) { return g_last_splits; }
+
+/* The step's split count: the batch's own (tuner) or MLXCEL_PAGED_DECODE_SPLITS > cached winner
+ * > built-in default, keyed by (rows, longest context, geometry). Resolved at the first layer of
+ * a forward and reused by the others (step_id; per thread: tensor-parallel ranks are threads). */
+static int att_splits(const mx_attn_batch *b, const mx_attn_params *p) {
+    static _Thread_local struct { uint64_t step; int hq, hkv, d, bs, S; } memo;
+    if (b->kv_splits > 0) return g_last_splits = b->kv_splits;
+    if (b->step_id && memo.step == b->step_id && memo.hq == p->n_heads &&
+        memo.hkv == p->n_kv_heads && memo.d == p->head_dim && memo.bs == b->block_size)
+        return memo.S;
+    int ctx = 1;
+    for (int i = 0; i < b->n_rows; i++) ctx = b->pos[i] + 1 > ctx ? b->pos[i] + 1 : ctx;
+    const tune_attn_shape shape = {b->n_rows, ctx, p->head_dim, p->n_heads, p->n_kv_heads,
+                                   b->block_size};
+    tune_source src;
+    int S = tune_get_paged_decode_splits(&shape, NULL, &src);
+    S = S < 1 ? 1 : S;
+    LOG_DEBUG("cpu attention splits: %d rows, context %d -> %d (%s)", b->n_rows, ctx, S,
+              tune_source_name(src));
+    memo.step = b->step_id, memo.hq = p->n_heads, memo.hkv = p->n_kv_heads;
+    memo.d = p->head_dim, memo.bs = b->block_size, memo.S = S;
+    return g_last_splits = S;
+}
+
+/* Partials of a group of rows at most (16 MiB; a single row may exceed it, its partials are
+ * < G / (2 P) of its K/V). */
+#define ATT_WS_CAP ((int64_t)1 << 22)
+
+/* Offsets of the split rows' partials (ws_off, -1: unsplit row) and row groups [grp[g],
+ * grp[g + 1]) whose partials fit ATT_WS_CAP. Returns the groups' largest workspace in floats,
+ * 0 when no row is split (then one group of all rows). */
+static int64_t att_plan(const att_ctx *c, int64_t *ws_off, int *grp, int *n_grp) {
+    const int64_t per_piece = (int64_t)c->Hkv * (int64_t)part_floats(c->G, c->D);
+    int64_t used = 0, most = 0;
+    *n_grp = 0;
+    grp[0] = 0;
+    for (int i = 0; i < c->b->n_rows; i++) {
+        int first, n;
+        row_pieces(c, i, &first, &n);
+        ws_off[i] = -1;
+        if (row_splits(c, n) == 1) continue;
+        const int64_t need = n * per_piece;
+        if (used > 0 && used + need > ATT_WS_CAP) grp[++*n_grp] = i, used = 0;
+        ws_off[i] = used;
+        used += need;
+        most = used > most ? used : most;
+    }
+    grp[++*n_grp] = c->b->n_rows;
+    return most;
+}
+
+/* Runs the tasks of rows [r0, r1), then (split rows) the merges; inside a parallel region.
+ * scratch: this thread's run, pc partials and scores. */
+static void att_group(const att_ctx *c, int r0, int r1, bool merge, float *scratch) {
+    const size_t pf = part_floats(c->G, c->D);
+    float *run = scratch, *pc = run + pf, *s = pc + pf;
+    const int64_t per_row = (int64_t)c->Hkv * c->S, n_tasks = (r1 - r0) * per_row;
+#pragma omp for schedule(dynamic, 1) nowait /* unsplit: the region's end is the one barrier */
+    for (int64_t t = 0; t < n_tasks; t++) {
+        const int i = r0 + (int)(t / per_row), kvh = (int)(t % per_row / c->S);
+        att_task(c, i, kvh, (int)(t % c->S), run, pc, s);
+    }
+    if (!merge) return;
+#pragma omp barrier /* every piece's partial is in ws */
+#pragma omp for schedule(dynamic, 1) /* its barrier: ws is free for the next group */
+    for (int64_t t = 0; t < (int64_t)(r1 - r0) * c->Hkv; t++)
+        att_merge_task(c, r0 + (int)(t / c->Hkv), (int)(t % c->Hkv), run);
+}
+
 void cpu_attention(mx_tensor *out, const mx_tensor *q, const mx_tensor *k_pool,
                    const mx_tensor *v_pool, const mx_attn_batch *b, const mx_attn_params *p) {
-    const int Hkv = p->n_kv_heads, G = p->n_heads / p->n_kv_heads, D = p->head_dim;
-    const int bs = b->block_size;
-    const int64_t total = (int64_t)b->n_rows * Hkv;
-    const att_ops *ops = att_ops_now();
-    int64_t work = 0; /* key visits x head dim, to keep small steps on the calling thread */
-    for (int i = 0; i < b->n_rows; i++) work += (int64_t)(b->pos[i] + 1) * p->n_heads * D;
-#pragma omp parallel if (work >= (1 << 17))
-    {
-        /* per query head of the group: running sum of p * v [G, D], max m [G], normaliser l [G],
-         * this key's scores s [G] */
-        float *acc = malloc((size_t)G * (D + 3) * sizeof(float));
-        float *m = acc + (size_t)G * D, *l = m + G, *s = l + G;
-#pragma omp for schedule(dynamic, 1) nowait /* the region's end is the one barrier */
-        for (int64_t t = 0; t < total; t++) {
-            const int i = (int)(t / Hkv), kvh = (int)(t % Hkv);
-            const float *qv = (const float *)cpu_row_ptr(q, i) + (size_t)kvh * G * D; /* [G, D] */
-            float *o = (float *)cpu_row_ptr(out, i) + (size_t)kvh * G * D;
-            if (!acc) { /* no memory for a few KiB: a defined (zero) result, not garbage */
-                memset(o, 0, (size_t)G * D * sizeof(float));
-                continue;
-            }
-            const int pos = b->pos[i];
-            const int32_t *table = b->block_table + (size_t)b->seq[i] * (size_t)b->table_stride;
-            const int start = p->window > 0 && pos - p->window + 1 > 0 ? pos - p->window + 1 : 0;
-            memset(acc, 0, (size_t)G * D * sizeof(float));
-            for (int g = 0; g < G; g++) m[g] = -INFINITY, l[g] = 0.0f;
-            /* keys block by block: physical row = table[kp / bs] * bs + kp % bs */
-            for (int kp = start; kp <= pos;) {
-                const int blk = kp / bs, last = (blk + 1) * bs - 1 < pos ? (blk + 1) * bs - 1 : pos;
-                int64_t r = (int64_t)table[blk] * bs + kp % bs;
-                for (; kp <= last; kp++, r++) {
-                    const float *kv = (const float *)cpu_row_ptr(k_pool, r) + (size_t)kvh * D;
-                    const float *vv = (const float *)cpu_row_ptr(v_pool, r) + (size_t)kvh * D;
-                    ops->scores(qv, kv, G, D, s);
-                    for (int g = 0; g < G; g++) {
-                        float sc = s[g] * p->scale;
-                        if (p->softcap > 0.0f) sc = p->softcap * tanhf(sc / p->softcap);
-                        float *ag = acc + (size_t)g * D;
-                        if (sc > m[g]) {
-                            const float c = expf(m[g] - sc); /* 0 on the first key (m = -inf) */
-                            l[g] *= c;
-                            ops->scale(ag, c, D);
-                            m[g] = sc;
-                        }
-                        const float e = expf(sc - m[g]);
-                        l[g] += e;
-                        ops->axpy(ag, e, vv, D);
-                    }
-                }
-            }
-            for (int g = 0; g < G; g++) {
-                const float inv = l[g] > 0.0f ? 1.0f / l[g] : 0.0f;
-                for (int d = 0; d < D; d++) o[(size_t)g * D + d] = acc[(size_t)g * D + d] * inv;
-            }
-        }
-        free(acc);
+    att_ctx c = {.out = out, .q = q, .k_pool = k_pool, .v_pool = v_pool, .b = b, .p = p,
+                 .ops = att_ops_now(), .G = p->n_heads / p->n_kv_heads, .D = p->head_dim,
+                 .Hkv = p->n_kv_heads, .P = g_piece, .S = att_splits(b, p)};
+    int max_pieces = 1; /* S beyond a row's pieces only adds empty tasks */
+    for (int i = 0; i < b->n_rows; i++) {
+        int first, n;
+        row_pieces(&c, i, &first, &n);
+        max_pieces = n > max_pieces ? n : max_pieces;
     }
+    c.S = c.S < max_pieces ? c.S : max_pieces;
+    const int n_thr = omp_get_max_threads();
+    const size_t scratch_f = 2 * part_floats(c.G, c.D) + (size_t)c.G;
+    float *scratch = malloc((size_t)n_thr * scratch_f * sizeof(float));
+    int64_t *ws_off = c.S > 1 ? malloc((size_t)b->n_rows * sizeof *ws_off) : NULL;
+    int *grp = c.S > 1 ? malloc(((size_t)b->n_rows + 1) * sizeof *grp) : NULL;
+    int n_grp = 1;
+    int64_t ws_f = 0;
+    if (ws_off && grp) ws_f = att_plan(&c, ws_off, grp, &n_grp);
+    if (ws_f > 0) c.ws = malloc((size_t)ws_f * sizeof(float)), c.ws_off = ws_off;
+    if (!c.ws) { /* no split row, or no memory for the partials: unsplit, the same bits */
+        c.S = 1, n_grp = 1;
+        free(grp), grp = NULL;
+    }
+    if (!scratch) { /* no memory for a few KiB: a defined (zero) result, not garbage */
+        for (int i = 0; i < b->n_rows; i++)
+            memset(cpu_row_ptr(out, i), 0, (size_t)p->n_heads * c.D * sizeof(float));
+    } else {
+        int64_t work = 0; /* key visits x head dim, to keep small steps on the calling thread */
+        for (int i = 0; i < b->n_rows; i++) work += (int64_t)(b->pos[i] + 1) * p->n_heads * c.D;
+#pragma omp parallel if (work >= (1 << 17))
+        {
+            float *mine = scratch + (size_t)omp_get_thread_num() * scratch_f;
+            for (int g = 0; g < n_grp; g++)
+                att_group(&c, grp ? grp[g] : 0, grp ? grp[g + 1] : b->n_rows, c.ws != NULL, mine);
+        }
+    }
+    free(c.ws), free(ws_off), free(grp), free(scratch);
 }

@@ -47,6 +47,16 @@ void cpu_kv_write(mx_tensor *k_pool, mx_tensor *v_pool, const mx_tensor *k, cons
                   const mx_attn_batch *b);
 void cpu_attention(mx_tensor *out, const mx_tensor *q, const mx_tensor *k_pool,
                    const mx_tensor *v_pool, const mx_attn_batch *b, const mx_attn_params *p);
+/* Keys per attention piece (cpu_attention.c): a row's keys are cut at multiples of it, each
+ * piece's softmax partial is merged in order. A constant, not the block size: dense and paged
+ * storage must cut the same keys. */
+#define CPU_ATTN_PIECE 256
+/* Tests only: cut pieces of `keys` keys (short test sequences get several pieces); 0 restores
+ * CPU_ATTN_PIECE. */
+void cpu_attention_force_piece(int keys);
+/* The split count cpu_attention last resolved (mx_attn_batch.kv_splits, or the tune policy's
+ * value for the step), before capping at a row's pieces; 0 before the first call. */
+int cpu_attention_last_splits(void);
 void cpu_kv_copy_rows(mx_tensor *pool, int64_t dst_row, int64_t src_row, int64_t n_rows);
 
 /* ==== Matmul kernels ====
