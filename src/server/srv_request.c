@@ -171,6 +171,37 @@ static int add_bias(srv_request *r, long long id, double b, int vocab, mx_error 
 }
 
 /* OpenAI: {"<id>": bias in [-100, 100]}. llama-server also takes [[id, bias|false], ...]. */
+static int add_text_bias(srv_request *r, const char *text, double b, mx_error *err) {
+    if (!(b == -INFINITY || (isfinite(b) && fabs(b) <= FLT_MAX)))
+        return bad(r, err, "logit_bias", "'%.40s': expected a bias within +-%g (or false), got %g", text,
+                   (double)FLT_MAX, b);
+    char **t = realloc(r->bias_text, (size_t)(r->n_bias_text + 1) * sizeof *t);
+    if (t) r->bias_text = t;
+    double *v = realloc(r->bias_text_value, (size_t)(r->n_bias_text + 1) * sizeof *v);
+    if (v) r->bias_text_value = v;
+    char *copy = t && v ? strdup(text) : NULL;
+    if (!copy) return bad(r, err, "logit_bias", "out of memory");
+    r->bias_text[r->n_bias_text] = copy;
+    r->bias_text_value[r->n_bias_text++] = b;
+    return 0;
+}
+
+int srv_request_text_bias(srv_request *r, srv_tokenize_fn tokenize, void *ctx, int vocab, mx_error *err) {
+    for (int i = 0; i < r->n_bias_text; i++) {
+        int32_t *ids = NULL;
+        size_t n = 0;
+        if (tokenize(ctx, r->bias_text[i], &ids, &n, err)) {
+            snprintf(r->bad_param, sizeof r->bad_param, "logit_bias");
+            return -1;
+        }
+        int rc = 0;
+        for (size_t k = 0; k < n && !rc; k++) rc = add_bias(r, ids[k], r->bias_text_value[i], vocab, err);
+        free(ids);
+        if (rc) return -1;
+    }
+    return 0;
+}
+
 static int parse_logit_bias(srv_request *r, json_t *o, int vocab, bool allow_array, mx_error *err) {
     json_t *lb = field(o, "logit_bias");
     if (!lb) return 0;
@@ -191,10 +222,14 @@ static int parse_logit_bias(srv_request *r, json_t *o, int vocab, bool allow_arr
         for (size_t i = 0; i < json_array_size(lb); i++) {
             json_t *e = json_array_get(lb, i);
             json_t *id = json_array_get(e, 0), *b = json_array_get(e, 1);
-            if (!json_is_array(e) || json_array_size(e) != 2 || !json_is_integer(id) ||
-                !(json_is_number(b) || json_is_false(b)))
-                return bad(r, err, "logit_bias", "element %zu: expected [token_id, bias or false]", i);
+            if (!json_is_array(e) || json_array_size(e) != 2 ||
+                !(json_is_integer(id) || json_is_string(id)) || !(json_is_number(b) || json_is_false(b)))
+                return bad(r, err, "logit_bias", "element %zu: expected [token_id or string, bias or false]", i);
             double bv = json_is_false(b) ? -INFINITY : json_number_value(b);
+            if (json_is_string(id)) { /* tokenized later (srv_request_text_bias) */
+                if (add_text_bias(r, json_string_value(id), bv, err)) return -1;
+                continue;
+            }
             if (add_bias(r, json_integer_value(id), bv, vocab, err)) return -1;
         }
         return 0;
@@ -394,5 +429,8 @@ void srv_request_free(srv_request *r) {
     json_decref(r->template_extra);
     for (int i = 0; i < r->n_stops; i++) free(r->stops[i]);
     free(r->sampling.logit_bias);
+    for (int i = 0; i < r->n_bias_text; i++) free(r->bias_text[i]);
+    free(r->bias_text);
+    free(r->bias_text_value);
     memset(r, 0, sizeof *r);
 }

@@ -33,6 +33,11 @@ typedef struct srv_request {
     char *stops[SRV_MAX_STOPS];
     int n_stops;
     srv_sampling sampling;  /* sampling.logit_bias owned */
+    /* /completion logit_bias entries given as text (llama-server: the bias applies to every
+     * token of the string), resolved by srv_request_text_bias once a tokenizer is at hand */
+    char **bias_text;
+    double *bias_text_value;
+    int n_bias_text;
     int completion_logprobs; /* /v1/completions `logprobs` N (-1 = not requested) */
     char user[256];
     char bad_param[64];     /* field named by the last error */
@@ -42,5 +47,11 @@ typedef struct srv_request {
 int srv_request_parse(srv_request *r, srv_api api, const char *body, size_t len,
                       const srv_config *defaults, int vocab_size, mx_error *err);
 void srv_request_free(srv_request *r);
+
+/* Resolves the text entries of logit_bias: tokenize(ctx, text, ...) gives each string's ids
+ * (no special tokens), every id gets the entry's bias. 0 or -1 (err names logit_bias). */
+typedef int (*srv_tokenize_fn)(void *ctx, const char *text, int32_t **ids, size_t *n, mx_error *err);
+int srv_request_text_bias(srv_request *r, srv_tokenize_fn tokenize, void *ctx, int vocab_size,
+                          mx_error *err);
 
 #endif

@@ -132,6 +132,18 @@ req POST /completion '{"prompt":"x","n_predict":4,"temperature":0,"frequency_pen
 [ "$(echo "$BODY" | jq_ 'const B={198:195,172:169}; o.completion_probabilities.length===4 &&
     o.completion_probabilities.every(p=>p.bytes.length===1 && p.bytes[0]===B[p.id] && p.top_logprobs.every(t=>t.bytes.length===1 && t.bytes[0]===B[t.id]))')" = true ] &&
     ok || bad "/completion completion_probabilities bytes: $BODY"
+# llama-server's logit_bias string form: the bias goes to every token of the string, so it
+# generates what the same biases given by id do (ids from /tokenize, not assumed)
+req POST /tokenize '{"content":" blue sky"}'
+LBI=$(echo "$BODY" | jq_ 'JSON.stringify(o.tokens.map(t=>[t,30]))')
+req POST /completion '{"prompt":"x","n_predict":6,"temperature":0,"n_probs":1,"logit_bias":'"$LBI"'}'
+BY_ID=$(echo "$BODY" | jq_ 'JSON.stringify(o.completion_probabilities.map(p=>p.id))')
+req POST /completion '{"prompt":"x","n_predict":6,"temperature":0,"n_probs":1,"logit_bias":[[" blue sky",30]]}'
+[ "$CODE" = 200 ] && [ "$(echo "$BODY" | jq_ 'JSON.stringify(o.completion_probabilities.map(p=>p.id))')" = "$BY_ID" ] &&
+    [ "$(echo "$BY_ID" | jq_ 'o.every(i=>'"$(echo "$LBI" | jq_ 'JSON.stringify(o.map(e=>e[0]))')"'.includes(i))')" = true ] &&
+    ok || bad "/completion logit_bias string form ($LBI by id: $BY_ID): $CODE $BODY"
+req POST /completion '{"prompt":"x","n_predict":2,"logit_bias":[[" blue",1e300]]}'
+[ "$CODE" = 400 ] && [ "$(echo "$BODY" | jq_ 'o.error.param')" = logit_bias ] && ok || bad "logit_bias string 1e300: $CODE $BODY"
 
 # /completion non-stream and stream agree (greedy); prompt as ids works as well as text
 req POST /completion '{"prompt":"The sky","n_predict":16,"temperature":0}'

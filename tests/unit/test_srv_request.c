@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 #include <cmocka.h>
 
@@ -47,6 +48,39 @@ static void test_chat_ok(void **st) {
     assert_int_equal(parse(&r, SRV_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],"
                                              "\"add_generation_prompt\":false}", &err), 0);
     assert_false(r.add_generation_prompt);
+    srv_request_free(&r);
+}
+
+/* A stand-in tokenizer: one id per byte (the byte's value). */
+static int bytes_as_ids(void *ctx, const char *text, int32_t **ids, size_t *n, mx_error *err) {
+    (void)ctx, (void)err;
+    *n = strlen(text);
+    *ids = malloc(*n * sizeof **ids + 1);
+    for (size_t i = 0; i < *n; i++) (*ids)[i] = (unsigned char)text[i];
+    return 0;
+}
+
+/* /completion logit_bias [[string, bias]]: every token of the string gets the bias, after the
+ * id entries; false bans them; an id out of the vocabulary is refused naming logit_bias. */
+static void test_text_bias(void **st) {
+    (void)st;
+    srv_request r;
+    mx_error err;
+    assert_int_equal(parse(&r, SRV_API_LLAMA_COMPLETION,
+                           "{\"prompt\":\"a\",\"logit_bias\":[[7,1.5],[\"AB\",-2],[\"C\",false]]}", &err), 0);
+    assert_int_equal(r.n_bias_text, 2);
+    assert_int_equal(r.sampling.n_logit_bias, 1);
+    assert_int_equal(srv_request_text_bias(&r, bytes_as_ids, NULL, 1000, &err), 0);
+    assert_int_equal(r.sampling.n_logit_bias, 4);
+    assert_int_equal(r.sampling.logit_bias[1].id, 'A');
+    assert_int_equal(r.sampling.logit_bias[2].id, 'B');
+    assert_true(r.sampling.logit_bias[2].bias == -2.0f);
+    assert_int_equal(r.sampling.logit_bias[3].id, 'C');
+    assert_true(r.sampling.logit_bias[3].bias == -INFINITY);
+    srv_request_free(&r);
+    assert_int_equal(parse(&r, SRV_API_LLAMA_COMPLETION, "{\"prompt\":\"a\",\"logit_bias\":[[\"z\",1]]}", &err), 0);
+    assert_int_equal(srv_request_text_bias(&r, bytes_as_ids, NULL, 100, &err), -1); /* 'z' = 122 */
+    assert_string_equal(r.bad_param, "logit_bias");
     srv_request_free(&r);
 }
 
@@ -214,7 +248,7 @@ int main(void) {
         cmocka_unit_test(test_chat_ok),          cmocka_unit_test(test_defaults_from_config),
         cmocka_unit_test(test_rejections),       cmocka_unit_test(test_llama_completion),
         cmocka_unit_test(test_config_env_and_flags), cmocka_unit_test(test_metrics_render),
-        cmocka_unit_test(test_seed),
+        cmocka_unit_test(test_seed),             cmocka_unit_test(test_text_bias),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
