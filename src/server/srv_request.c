@@ -155,11 +155,13 @@ static int parse_stop(srv_request *r, json_t *o, int max_n, mx_error *err) {
     return 0;
 }
 
+/* The sampler takes a float bias that is finite or -inf (false): 1e300 would become +inf in
+ * the float and fail in the engine, so a bias must fit a float. */
+static bool bias_fits(double b) { return b == -INFINITY || (isfinite(b) && fabs(b) <= FLT_MAX); }
+
 static int add_bias(srv_request *r, long long id, double b, int vocab, mx_error *err) {
     if (id < 0 || id >= vocab) return bad(r, err, "logit_bias", "token id %lld outside [0, %d)", id, vocab);
-    /* The sampler takes a float bias that is finite or -inf (false): 1e300 would become +inf
-     * in the float and fail in the engine, so a bias must fit a float. */
-    if (!(b == -INFINITY || (isfinite(b) && fabs(b) <= FLT_MAX)))
+    if (!bias_fits(b))
         return bad(r, err, "logit_bias", "token %lld: expected a bias within +-%g (or false to ban the token), got %g",
                    id, (double)FLT_MAX, b);
     srv_sampling *s = &r->sampling;
@@ -172,7 +174,7 @@ static int add_bias(srv_request *r, long long id, double b, int vocab, mx_error 
 
 /* OpenAI: {"<id>": bias in [-100, 100]}. llama-server also takes [[id, bias|false], ...]. */
 static int add_text_bias(srv_request *r, const char *text, double b, mx_error *err) {
-    if (!(b == -INFINITY || (isfinite(b) && fabs(b) <= FLT_MAX)))
+    if (!bias_fits(b))
         return bad(r, err, "logit_bias", "'%.40s': expected a bias within +-%g (or false), got %g", text,
                    (double)FLT_MAX, b);
     char **t = realloc(r->bias_text, (size_t)(r->n_bias_text + 1) * sizeof *t);

@@ -213,6 +213,24 @@ static int row_pieces(const att_ctx *c, int i, int *first, int *n) {
 /* Tasks the pieces of one (row, kv head) are spread over: S, but never more than its pieces. */
 static int row_splits(const att_ctx *c, int n_pieces) { return n_pieces < c->S ? n_pieces : c->S; }
 
+/* One online-softmax step of one query head: a "key" of score sc and weight w (a key: 1; a
+ * piece's partial: its l) with value v. rescale false when acc and l are still all +0, where
+ * scaling them by expf(-inf) = 0 would change no bit. w * e is e exactly for a key (w = 1). */
+static inline void osm_step(const att_ops *ops, float *ag, float *m, float *l, float sc, float w,
+                            const float *v, int D, bool rescale) {
+    if (sc > *m) {
+        if (rescale) {
+            const float cf = expf(*m - sc);
+            *l *= cf;
+            ops->scale(ag, cf, D);
+        }
+        *m = sc;
+    }
+    const float e = expf(sc - *m);
+    *l += w * e;
+    ops->axpy(ag, e, v, D);
+}
+
 /* Online softmax of row i, kv head kvh over keys [lo, hi] into pt (reset first). s: [G].
  * The per-key work is small (G dot products of D), so everything the loop reads is held in
  * locals: the indirect calls would otherwise make the compiler reload it for every key. */
@@ -240,18 +258,7 @@ static void piece_run(const att_ctx *c, int i, int kvh, int lo, int hi, float *p
             for (int g = 0; g < G; g++) {
                 float sc = s[g] * scale;
                 if (cap > 0.0f) sc = cap * tanhf(sc / cap);
-                float *ag = acc + (size_t)g * D;
-                if (sc > m[g]) {
-                    if (!fresh) {
-                        const float cf = expf(m[g] - sc);
-                        l[g] *= cf;
-                        ops->scale(ag, cf, D);
-                    }
-                    m[g] = sc;
-                }
-                const float e = expf(sc - m[g]);
-                l[g] += e;
-                ops->axpy(ag, e, vv, D);
+                osm_step(ops, acc + (size_t)g * D, &m[g], &l[g], sc, 1.0f, vv, D, !fresh);
             }
             fresh = false;
         }
@@ -270,18 +277,8 @@ static void piece_k(const att_ctx *c, int i, int kvh, int start, int k, float *p
 static void part_merge(const att_ops *ops, float *run, const float *pc, int G, int D) {
     float *m = run + (size_t)G * D, *l = m + G;
     const float *pm = pc + (size_t)G * D, *pl = pm + G;
-    for (int g = 0; g < G; g++) {
-        float *ag = run + (size_t)g * D;
-        if (pm[g] > m[g]) {
-            const float cf = expf(m[g] - pm[g]); /* 0 for the first piece (m = -inf) */
-            l[g] *= cf;
-            ops->scale(ag, cf, D);
-            m[g] = pm[g];
-        }
-        const float e = expf(pm[g] - m[g]);
-        l[g] += pl[g] * e;
-        ops->axpy(ag, e, pc + (size_t)g * D, D);
-    }
+    for (int g = 0; g < G; g++) /* rescale by 0 for the first piece (m = -inf), as before */
+        osm_step(ops, run + (size_t)g * D, &m[g], &l[g], pm[g], pl[g], pc + (size_t)g * D, D, true);
 }
 
 /* out[i, kvh's q heads] = acc / l */
