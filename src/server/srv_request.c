@@ -115,6 +115,33 @@ static int parse_id_array(srv_request *r, json_t *a, const char *k, int vocab, m
     return 0;
 }
 
+/* An array of ids and strings with at least one string: validated now, tokenized later
+ * (srv_request_mixed_prompt). */
+static int parse_mixed(srv_request *r, json_t *a, int vocab, mx_error *err) {
+    for (size_t i = 0; i < json_array_size(a); i++) {
+        json_t *e = json_array_get(a, i);
+        if (json_is_string(e)) continue;
+        if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) >= vocab)
+            return bad(r, err, "prompt", "element %zu: expected a token id in [0, %d) or a string", i, vocab);
+    }
+    r->prompt_mixed = json_incref(a);
+    return 0;
+}
+
+/* Ids and strings only, at least one of each (llama-server's json_is_array_of_mixed_numbers_strings;
+ * strings alone are a list of prompts). */
+static bool is_mixed(json_t *a) {
+    bool num = false, str = false;
+    for (size_t i = 0; i < json_array_size(a); i++) {
+        json_t *e = json_array_get(a, i);
+        if (json_is_string(e)) str = true;
+        else if (json_is_number(e)) num = true;
+        else return false;
+    }
+    return num && str;
+}
+
+/* A string, ids, ids mixed with strings, or a one-element list of any of these. */
 static int parse_prompt(srv_request *r, json_t *o, int vocab, mx_error *err) {
     json_t *p = field(o, "prompt");
     if (!p) return bad(r, err, "prompt", "required");
@@ -124,6 +151,7 @@ static int parse_prompt(srv_request *r, json_t *o, int vocab, mx_error *err) {
     }
     if (!json_is_array(p)) return bad(r, err, "prompt", "expected a string or an array, got %s", type_name(p));
     if (json_array_size(p) == 0) return bad(r, err, "prompt", "empty array");
+    if (is_mixed(p)) return parse_mixed(r, p, vocab, err);
     json_t *first = json_array_get(p, 0);
     if (json_is_integer(first)) return parse_id_array(r, p, "prompt", vocab, err);
     /* A list of prompts: one prompt per request is supported (n = 1, no batch prompts). */
@@ -134,8 +162,45 @@ static int parse_prompt(srv_request *r, json_t *o, int vocab, mx_error *err) {
         r->prompt_text = strdup(json_string_value(first));
         return r->prompt_text ? 0 : bad(r, err, "prompt", "out of memory");
     }
+    if (json_is_array(first) && is_mixed(first)) return parse_mixed(r, first, vocab, err);
     if (json_is_array(first) && json_array_size(first) > 0) return parse_id_array(r, first, "prompt", vocab, err);
-    return bad(r, err, "prompt", "expected a string, a token array or a one-element list of either");
+    return bad(r, err, "prompt", "expected a string, a token array (ids, or ids and strings) or a one-element list of either");
+}
+
+int srv_request_mixed_prompt(srv_request *r, srv_tokenize_fn tokenize, void *ctx, mx_error *err) {
+    json_t *a = r->prompt_mixed;
+    if (!a) return 0;
+    size_t n = 0, cap = json_array_size(a) + 16;
+    int32_t *out = malloc(cap * sizeof *out);
+    if (!out) return bad(r, err, "prompt", "out of memory");
+    for (size_t i = 0; i < json_array_size(a); i++) {
+        json_t *e = json_array_get(a, i);
+        int32_t one = (int32_t)json_integer_value(e), *ids = &one;
+        size_t k = 1;
+        if (json_is_string(e) && tokenize(ctx, json_string_value(e), i == 0, &ids, &k, err)) {
+            free(out);
+            snprintf(r->bad_param, sizeof r->bad_param, "prompt");
+            return -1;
+        }
+        if (n + k > cap) {
+            cap = 2 * (n + k);
+            int32_t *grown = realloc(out, cap * sizeof *out);
+            if (!grown) {
+                if (ids != &one) free(ids);
+                free(out);
+                return bad(r, err, "prompt", "out of memory");
+            }
+            out = grown;
+        }
+        memcpy(out + n, ids, k * sizeof *ids);
+        n += k;
+        if (ids != &one) free(ids);
+    }
+    json_decref(a);
+    r->prompt_mixed = NULL;
+    free(r->prompt_ids);
+    r->prompt_ids = out, r->n_prompt_ids = n;
+    return 0;
 }
 
 static int parse_stop(srv_request *r, json_t *o, int max_n, mx_error *err) {
@@ -192,7 +257,7 @@ int srv_request_text_bias(srv_request *r, srv_tokenize_fn tokenize, void *ctx, i
     for (int i = 0; i < r->n_bias_text; i++) {
         int32_t *ids = NULL;
         size_t n = 0;
-        if (tokenize(ctx, r->bias_text[i], &ids, &n, err)) {
+        if (tokenize(ctx, r->bias_text[i], false, &ids, &n, err)) {
             snprintf(r->bad_param, sizeof r->bad_param, "logit_bias");
             return -1;
         }
@@ -427,6 +492,7 @@ out:
 void srv_request_free(srv_request *r) {
     free(r->prompt_text);
     free(r->prompt_ids);
+    json_decref(r->prompt_mixed);
     json_decref(r->messages);
     json_decref(r->template_extra);
     for (int i = 0; i < r->n_stops; i++) free(r->stops[i]);

@@ -24,6 +24,9 @@ typedef struct srv_request {
     char *prompt_text;
     int32_t *prompt_ids;
     size_t n_prompt_ids;
+    /* llama-server's mixed prompt ([12, "text", 34]): validated, tokenized by
+     * srv_request_mixed_prompt into prompt_ids (owned; NULL otherwise) */
+    json_t *prompt_mixed;
     json_t *messages;       /* chat: normalized [{role, content: string, ...}] (owned) */
     json_t *template_extra; /* chat: {tools, ...chat_template_kwargs} or NULL (owned) */
     bool add_generation_prompt; /* chat: end the prompt with the assistant header (default) */
@@ -48,10 +51,17 @@ int srv_request_parse(srv_request *r, srv_api api, const char *body, size_t len,
                       const srv_config *defaults, int vocab_size, mx_error *err);
 void srv_request_free(srv_request *r);
 
-/* Resolves the text entries of logit_bias: tokenize(ctx, text, ...) gives each string's ids
- * (no special tokens), every id gets the entry's bias. 0 or -1 (err names logit_bias). */
-typedef int (*srv_tokenize_fn)(void *ctx, const char *text, int32_t **ids, size_t *n, mx_error *err);
+/* tokenize(ctx, text, add_special, ...) gives a string's ids (*ids malloc'ed), add_special:
+ * with the tokenizer's BOS/prefix tokens. 0 or -1 with err. */
+typedef int (*srv_tokenize_fn)(void *ctx, const char *text, bool add_special, int32_t **ids,
+                               size_t *n, mx_error *err);
+/* Resolves the text entries of logit_bias: each string's ids (no special tokens) get the
+ * entry's bias. 0 or -1 (err names logit_bias). */
 int srv_request_text_bias(srv_request *r, srv_tokenize_fn tokenize, void *ctx, int vocab_size,
                           mx_error *err);
+/* Resolves a mixed prompt into prompt_ids, in order: ids as given, each string tokenized, with
+ * the special tokens only when it is the prompt's first element (llama-server's
+ * tokenize_mixed). No-op without one. 0 or -1 (err names prompt). */
+int srv_request_mixed_prompt(srv_request *r, srv_tokenize_fn tokenize, void *ctx, mx_error *err);
 
 #endif

@@ -145,6 +145,28 @@ req POST /completion '{"prompt":"x","n_predict":6,"temperature":0,"n_probs":1,"l
 req POST /completion '{"prompt":"x","n_predict":2,"logit_bias":[[" blue",1e300]]}'
 [ "$CODE" = 400 ] && [ "$(echo "$BODY" | jq_ 'o.error.param')" = logit_bias ] && ok || bad "logit_bias string 1e300: $CODE $BODY"
 
+# llama-server's mixed prompt ([ids..., "text", ids...]): each string is tokenized in place,
+# with the special tokens only when it comes first; it generates what the same ids do
+req POST /tokenize '{"content":"The","add_special":true}'; T_THE=$(echo "$BODY" | jq_ 'o.tokens.join()')
+req POST /tokenize '{"content":"The"}'; T_THE0=$(echo "$BODY" | jq_ 'o.tokens.join()')
+req POST /tokenize '{"content":" sky"}'; T_SKY=$(echo "$BODY" | jq_ 'o.tokens.join()')
+req POST /completion "{\"prompt\":[$T_THE,$T_SKY],\"n_predict\":8,\"temperature\":0}"
+BY_IDS=$(echo "$BODY" | jq_ 'o.content')
+req POST /completion "{\"prompt\":[\"The\",$T_SKY],\"n_predict\":8,\"temperature\":0}"
+[ "$CODE" = 200 ] && [ "$(echo "$BODY" | jq_ 'o.content')" = "$BY_IDS" ] &&
+    [ "$(echo "$BODY" | jq_ 'o.tokens_evaluated')" = "$(echo "[$T_THE,$T_SKY]" | jq_ 'o.length')" ] &&
+    ok || bad "/completion mixed prompt [\"The\", ids] (ids: [$T_THE,$T_SKY] -> $BY_IDS): $CODE $BODY"
+req POST /completion "{\"prompt\":[$T_THE0,\" sky\"],\"n_predict\":8,\"temperature\":0}"
+MIX2=$(echo "$BODY" | jq_ 'o.content')
+req POST /completion "{\"prompt\":[[$T_THE0,$T_SKY]],\"n_predict\":8,\"temperature\":0}"
+[ "$CODE" = 200 ] && [ "$(echo "$BODY" | jq_ 'o.content')" = "$MIX2" ] && ok ||
+    bad "/completion mixed prompt [ids, \" sky\"] ($MIX2) against its ids: $CODE $BODY"
+req POST /v1/completions "{\"prompt\":[\"The\",$T_SKY],\"max_tokens\":8,\"temperature\":0}"
+[ "$CODE" = 200 ] && [ "$(echo "$BODY" | jq_ 'o.choices[0].text')" = "$BY_IDS" ] && ok ||
+    bad "/v1/completions mixed prompt: $CODE $BODY"
+req POST /completion '{"prompt":[1,"a",2.5],"n_predict":2}'
+[ "$CODE" = 400 ] && [ "$(echo "$BODY" | jq_ 'o.error.param')" = prompt ] && ok || bad "mixed prompt with 2.5: $CODE $BODY"
+
 # /completion non-stream and stream agree (greedy); prompt as ids works as well as text
 req POST /completion '{"prompt":"The sky","n_predict":16,"temperature":0}'
 C1=$(echo "$BODY" | jq_ 'o.content')

@@ -51,13 +51,56 @@ static void test_chat_ok(void **st) {
     srv_request_free(&r);
 }
 
-/* A stand-in tokenizer: one id per byte (the byte's value). */
-static int bytes_as_ids(void *ctx, const char *text, int32_t **ids, size_t *n, mx_error *err) {
+/* A stand-in tokenizer: one id per byte (the byte's value), after BOS 999 with add_special. */
+static int bytes_as_ids(void *ctx, const char *text, bool add_special, int32_t **ids, size_t *n,
+                        mx_error *err) {
     (void)ctx, (void)err;
-    *n = strlen(text);
+    const size_t b = add_special ? 1 : 0;
+    *n = strlen(text) + b;
     *ids = malloc(*n * sizeof **ids + 1);
-    for (size_t i = 0; i < *n; i++) (*ids)[i] = (unsigned char)text[i];
+    if (b) (*ids)[0] = 999;
+    for (size_t i = b; i < *n; i++) (*ids)[i] = (unsigned char)text[i - b];
     return 0;
+}
+
+/* Resolves a mixed prompt and compares it with want[0..n). */
+static void check_mixed(srv_api api, const char *body, const int32_t *want, size_t n) {
+    srv_request r;
+    mx_error err;
+    assert_int_equal(parse(&r, api, body, &err), 0);
+    assert_non_null(r.prompt_mixed);
+    assert_int_equal(srv_request_mixed_prompt(&r, bytes_as_ids, NULL, &err), 0);
+    assert_null(r.prompt_mixed);
+    assert_int_equal(r.n_prompt_ids, n);
+    assert_memory_equal(r.prompt_ids, want, n * sizeof *want);
+    srv_request_free(&r);
+}
+
+/* llama-server's mixed prompt: ids as given, strings tokenized in place, the special tokens
+ * only for a string that comes first; a one-element list of one; anything else named. */
+static void test_mixed_prompt(void **st) {
+    (void)st;
+    check_mixed(SRV_API_LLAMA_COMPLETION, "{\"prompt\":[7,\"ab\",8]}", (const int32_t[]){7, 'a', 'b', 8}, 4);
+    check_mixed(SRV_API_LLAMA_COMPLETION, "{\"prompt\":[\"ab\",8,\"c\"]}",
+                (const int32_t[]){999, 'a', 'b', 8, 'c'}, 5);
+    check_mixed(SRV_API_COMPLETIONS, "{\"prompt\":[[5,\"\"]]}", (const int32_t[]){5}, 1);
+    srv_request r;
+    mx_error err;
+    static const char *bad_bodies[] = {"{\"prompt\":[1,\"a\",2.5]}", "{\"prompt\":[1,\"a\",1000]}",
+                                       "{\"prompt\":[1,\"a\",-1]}", "{\"prompt\":[1,null,\"a\"]}",
+                                       "{\"prompt\":[[1,\"a\"],[2]]}"};
+    for (size_t i = 0; i < sizeof bad_bodies / sizeof *bad_bodies; i++) {
+        assert_int_equal(parse(&r, SRV_API_LLAMA_COMPLETION, bad_bodies[i], &err), -1);
+        assert_string_equal(r.bad_param, "prompt");
+        srv_request_free(&r);
+    }
+    /* ids alone and text alone keep their own paths */
+    assert_int_equal(parse(&r, SRV_API_LLAMA_COMPLETION, "{\"prompt\":[3,4]}", &err), 0);
+    assert_null(r.prompt_mixed);
+    assert_int_equal(r.n_prompt_ids, 2);
+    assert_int_equal(srv_request_mixed_prompt(&r, bytes_as_ids, NULL, &err), 0); /* no-op */
+    assert_int_equal(r.n_prompt_ids, 2);
+    srv_request_free(&r);
 }
 
 /* /completion logit_bias [[string, bias]]: every token of the string gets the bias, after the
@@ -248,7 +291,7 @@ int main(void) {
         cmocka_unit_test(test_chat_ok),          cmocka_unit_test(test_defaults_from_config),
         cmocka_unit_test(test_rejections),       cmocka_unit_test(test_llama_completion),
         cmocka_unit_test(test_config_env_and_flags), cmocka_unit_test(test_metrics_render),
-        cmocka_unit_test(test_seed),             cmocka_unit_test(test_text_bias),
+        cmocka_unit_test(test_seed),             cmocka_unit_test(test_text_bias), cmocka_unit_test(test_mixed_prompt),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
