@@ -230,8 +230,7 @@ static void job_finish_empty(srv_job *j) {
     j->done = true;
 }
 
-/* srv_tokenize_fn over the backend's tokenizer */
-static int tokenize_text(void *ctx, const char *text, bool add_special, int32_t **ids, size_t *n, mx_error *err) {
+int srv_tokenize_text(void *ctx, const char *text, bool add_special, int32_t **ids, size_t *n, mx_error *err) {
     srv_backend *be = ctx;
     return be->text_ops->tokenize(be->text, text, strlen(text), add_special, ids, n, err);
 }
@@ -247,8 +246,8 @@ static MHD_Result_t route_generate(srv_server *s, struct MHD_Connection *c, conn
     pthread_mutex_unlock(&s->mu);
     if (srv_request_parse(&j->req, api, cc->body ? cc->body : "", cc->len, &s->cfg,
                           be->text_ops->vocab_size(be->text), &err) ||
-        srv_request_text_bias(&j->req, tokenize_text, be, be->text_ops->vocab_size(be->text), &err) ||
-        srv_request_mixed_prompt(&j->req, tokenize_text, be, &err))
+        srv_request_text_bias(&j->req, srv_tokenize_text, be, be->text_ops->vocab_size(be->text), &err) ||
+        srv_request_mixed_prompt(&j->req, srv_tokenize_text, be, be->text_ops->vocab_size(be->text), &err))
         return reply_error(s, c, 400, err.msg, j->req.bad_param);
 
     /* Prompt -> ids. */

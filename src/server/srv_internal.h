@@ -139,5 +139,7 @@ void srv_buf_append(char **buf, size_t *len, size_t *cap, const char *s, size_t 
 
 /* ==== HTTP (srv_http.c) ==== */
 int srv_http_run(srv_server *s, mx_error *err);
+/* srv_tokenize_fn over the backend's tokenizer (ctx: the srv_backend) */
+int srv_tokenize_text(void *ctx, const char *text, bool add_special, int32_t **ids, size_t *n, mx_error *err);
 
 #endif

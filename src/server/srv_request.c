@@ -115,15 +115,9 @@ static int parse_id_array(srv_request *r, json_t *a, const char *k, int vocab, m
     return 0;
 }
 
-/* An array of ids and strings with at least one string: validated now, tokenized later
- * (srv_request_mixed_prompt). */
-static int parse_mixed(srv_request *r, json_t *a, int vocab, mx_error *err) {
-    for (size_t i = 0; i < json_array_size(a); i++) {
-        json_t *e = json_array_get(a, i);
-        if (json_is_string(e)) continue;
-        if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) >= vocab)
-            return bad(r, err, "prompt", "element %zu: expected a token id in [0, %d) or a string", i, vocab);
-    }
+/* An array of ids and strings with at least one string: kept, checked and tokenized by
+ * srv_request_mixed_prompt once a tokenizer is at hand. */
+static int parse_mixed(srv_request *r, json_t *a) {
     r->prompt_mixed = json_incref(a);
     return 0;
 }
@@ -151,7 +145,7 @@ static int parse_prompt(srv_request *r, json_t *o, int vocab, mx_error *err) {
     }
     if (!json_is_array(p)) return bad(r, err, "prompt", "expected a string or an array, got %s", type_name(p));
     if (json_array_size(p) == 0) return bad(r, err, "prompt", "empty array");
-    if (is_mixed(p)) return parse_mixed(r, p, vocab, err);
+    if (is_mixed(p)) return parse_mixed(r, p);
     json_t *first = json_array_get(p, 0);
     if (json_is_integer(first)) return parse_id_array(r, p, "prompt", vocab, err);
     /* A list of prompts: one prompt per request is supported (n = 1, no batch prompts). */
@@ -162,33 +156,33 @@ static int parse_prompt(srv_request *r, json_t *o, int vocab, mx_error *err) {
         r->prompt_text = strdup(json_string_value(first));
         return r->prompt_text ? 0 : bad(r, err, "prompt", "out of memory");
     }
-    if (json_is_array(first) && is_mixed(first)) return parse_mixed(r, first, vocab, err);
+    if (json_is_array(first) && is_mixed(first)) return parse_mixed(r, first);
     if (json_is_array(first) && json_array_size(first) > 0) return parse_id_array(r, first, "prompt", vocab, err);
     return bad(r, err, "prompt", "expected a string, a token array (ids, or ids and strings) or a one-element list of either");
 }
 
-int srv_request_mixed_prompt(srv_request *r, srv_tokenize_fn tokenize, void *ctx, mx_error *err) {
-    json_t *a = r->prompt_mixed;
-    if (!a) return 0;
+int srv_tokenize_mixed(json_t *a, bool add_special, srv_tokenize_fn tokenize, void *ctx, int vocab,
+                       int32_t **ids_out, size_t *n_out, mx_error *err) {
     size_t n = 0, cap = json_array_size(a) + 16;
     int32_t *out = malloc(cap * sizeof *out);
-    if (!out) return bad(r, err, "prompt", "out of memory");
+    if (!out) return mx_fail(err, "out of memory");
     for (size_t i = 0; i < json_array_size(a); i++) {
         json_t *e = json_array_get(a, i);
         int32_t one = (int32_t)json_integer_value(e), *ids = &one;
         size_t k = 1;
-        if (json_is_string(e) && tokenize(ctx, json_string_value(e), i == 0, &ids, &k, err)) {
-            free(out);
-            snprintf(r->bad_param, sizeof r->bad_param, "prompt");
-            return -1;
+        if (json_is_string(e)) {
+            if (tokenize(ctx, json_string_value(e), add_special && i == 0, &ids, &k, err)) goto fail;
+        } else if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) >= vocab) {
+            mx_fail(err, "element %zu: expected a token id in [0, %d) or a string", i, vocab);
+            goto fail;
         }
         if (n + k > cap) {
             cap = 2 * (n + k);
             int32_t *grown = realloc(out, cap * sizeof *out);
             if (!grown) {
+                mx_fail(err, "out of memory");
                 if (ids != &one) free(ids);
-                free(out);
-                return bad(r, err, "prompt", "out of memory");
+                goto fail;
             }
             out = grown;
         }
@@ -196,10 +190,26 @@ int srv_request_mixed_prompt(srv_request *r, srv_tokenize_fn tokenize, void *ctx
         n += k;
         if (ids != &one) free(ids);
     }
-    json_decref(a);
+    *ids_out = out, *n_out = n;
+    return 0;
+fail:
+    free(out);
+    return -1;
+}
+
+int srv_request_mixed_prompt(srv_request *r, srv_tokenize_fn tokenize, void *ctx, int vocab, mx_error *err) {
+    if (!r->prompt_mixed) return 0;
+    int32_t *ids;
+    size_t n;
+    if (srv_tokenize_mixed(r->prompt_mixed, true, tokenize, ctx, vocab, &ids, &n, err)) {
+        char msg[sizeof err->msg];
+        snprintf(msg, sizeof msg, "%s", err->msg);
+        return bad(r, err, "prompt", "%s", msg);
+    }
+    json_decref(r->prompt_mixed);
     r->prompt_mixed = NULL;
     free(r->prompt_ids);
-    r->prompt_ids = out, r->n_prompt_ids = n;
+    r->prompt_ids = ids, r->n_prompt_ids = n;
     return 0;
 }
 

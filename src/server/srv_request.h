@@ -59,9 +59,14 @@ typedef int (*srv_tokenize_fn)(void *ctx, const char *text, bool add_special, in
  * entry's bias. 0 or -1 (err names logit_bias). */
 int srv_request_text_bias(srv_request *r, srv_tokenize_fn tokenize, void *ctx, int vocab_size,
                           mx_error *err);
-/* Resolves a mixed prompt into prompt_ids, in order: ids as given, each string tokenized, with
- * the special tokens only when it is the prompt's first element (llama-server's
- * tokenize_mixed). No-op without one. 0 or -1 (err names prompt). */
-int srv_request_mixed_prompt(srv_request *r, srv_tokenize_fn tokenize, void *ctx, mx_error *err);
+/* llama-server's tokenize_mixed: the ids of array a, in order: an integer as given (checked
+ * in [0, vocab)), a string tokenized, with the special tokens only when add_special and it is
+ * a's first element. *ids malloc'ed. 0 or -1 with err (which element). */
+int srv_tokenize_mixed(json_t *a, bool add_special, srv_tokenize_fn tokenize, void *ctx, int vocab,
+                       int32_t **ids, size_t *n, mx_error *err);
+/* Resolves a mixed prompt into prompt_ids (srv_tokenize_mixed with the special tokens). No-op
+ * without one. 0 or -1 (err names prompt). */
+int srv_request_mixed_prompt(srv_request *r, srv_tokenize_fn tokenize, void *ctx, int vocab,
+                             mx_error *err);
 
 #endif

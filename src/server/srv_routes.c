@@ -64,18 +64,25 @@ static MHD_Result_t route_tokenize(srv_server *s, struct MHD_Connection *c, cons
     bool ok = true;
     bool add_special = opt_bool(o, "add_special", false, &ok);
     bool with_pieces = opt_bool(o, "with_pieces", false, &ok);
-    if (!json_is_string(content) || !ok) {
+    if (!(json_is_string(content) || json_is_array(content)) || !ok) {
         json_decref(o);
-        return send_err(s, c, 400, !ok ? "add_special/with_pieces: expected a boolean" : "content: expected a string",
+        return send_err(s, c, 400,
+                        !ok ? "add_special/with_pieces: expected a boolean"
+                            : "content: expected a string or an array of token ids and strings",
                         !ok ? "add_special" : "content");
     }
     int32_t *ids = NULL;
     size_t n = 0;
     mx_error err;
-    if (s->be->text_ops->tokenize(s->be->text, json_string_value(content), json_string_length(content), add_special,
-                                  &ids, &n, &err)) {
+    /* an array: llama-server's mixed content, each string tokenized in place */
+    if (json_is_array(content) ? srv_tokenize_mixed(content, add_special, srv_tokenize_text, s->be,
+                                                    s->be->text_ops->vocab_size(s->be->text), &ids, &n, &err)
+                               : s->be->text_ops->tokenize(s->be->text, json_string_value(content),
+                                                           json_string_length(content), add_special, &ids, &n, &err)) {
         json_decref(o);
-        return send_err(s, c, 400, err.msg, "content");
+        char msg[sizeof err.msg + 16];
+        snprintf(msg, sizeof msg, "content: %s", err.msg);
+        return send_err(s, c, 400, msg, "content");
     }
     json_t *arr = json_array();
     for (size_t i = 0; i < n; i++) {

@@ -164,6 +164,8 @@ req POST /completion "{\"prompt\":[[$T_THE0,$T_SKY]],\"n_predict\":8,\"temperatu
 req POST /v1/completions "{\"prompt\":[\"The\",$T_SKY],\"max_tokens\":8,\"temperature\":0}"
 [ "$CODE" = 200 ] && [ "$(echo "$BODY" | jq_ 'o.choices[0].text')" = "$BY_IDS" ] && ok ||
     bad "/v1/completions mixed prompt: $CODE $BODY"
+req POST /tokenize "{\"content\":[\"The\",$T_SKY,\" sky\"],\"add_special\":true}"
+[ "$(echo "$BODY" | jq_ 'o.tokens.join()')" = "$T_THE,$T_SKY,$T_SKY" ] && ok || bad "/tokenize mixed content: $CODE $BODY"
 req POST /completion '{"prompt":[1,"a",2.5],"n_predict":2}'
 [ "$CODE" = 400 ] && [ "$(echo "$BODY" | jq_ 'o.error.param')" = prompt ] && ok || bad "mixed prompt with 2.5: $CODE $BODY"
 

@@ -69,7 +69,7 @@ static void check_mixed(srv_api api, const char *body, const int32_t *want, size
     mx_error err;
     assert_int_equal(parse(&r, api, body, &err), 0);
     assert_non_null(r.prompt_mixed);
-    assert_int_equal(srv_request_mixed_prompt(&r, bytes_as_ids, NULL, &err), 0);
+    assert_int_equal(srv_request_mixed_prompt(&r, bytes_as_ids, NULL, 1000, &err), 0);
     assert_null(r.prompt_mixed);
     assert_int_equal(r.n_prompt_ids, n);
     assert_memory_equal(r.prompt_ids, want, n * sizeof *want);
@@ -90,7 +90,8 @@ static void test_mixed_prompt(void **st) {
                                        "{\"prompt\":[1,\"a\",-1]}", "{\"prompt\":[1,null,\"a\"]}",
                                        "{\"prompt\":[[1,\"a\"],[2]]}"};
     for (size_t i = 0; i < sizeof bad_bodies / sizeof *bad_bodies; i++) {
-        assert_int_equal(parse(&r, SRV_API_LLAMA_COMPLETION, bad_bodies[i], &err), -1);
+        const bool ok = parse(&r, SRV_API_LLAMA_COMPLETION, bad_bodies[i], &err) == 0;
+        assert_false(ok && srv_request_mixed_prompt(&r, bytes_as_ids, NULL, 1000, &err) == 0);
         assert_string_equal(r.bad_param, "prompt");
         srv_request_free(&r);
     }
@@ -98,7 +99,7 @@ static void test_mixed_prompt(void **st) {
     assert_int_equal(parse(&r, SRV_API_LLAMA_COMPLETION, "{\"prompt\":[3,4]}", &err), 0);
     assert_null(r.prompt_mixed);
     assert_int_equal(r.n_prompt_ids, 2);
-    assert_int_equal(srv_request_mixed_prompt(&r, bytes_as_ids, NULL, &err), 0); /* no-op */
+    assert_int_equal(srv_request_mixed_prompt(&r, bytes_as_ids, NULL, 1000, &err), 0); /* no-op */
     assert_int_equal(r.n_prompt_ids, 2);
     srv_request_free(&r);
 }
