@@ -5,6 +5,8 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "base/dtype.h"
+
 /* ==== Codebooks: Lloyd-Max quantizers of N(0, 1) ====
  * Iterated to a fixed point in double precision (thresholds halfway between centroids, each
  * centroid the mean of N(0, 1) over its cell), so no table is copied from anywhere; the unit
@@ -59,13 +61,11 @@ const float *kv_turbo_codebook(int bits) {
 
 int kv_turbo_check(int dim, int bits, mx_error *err) {
     if (bits < 2 || bits > 4) return mx_fail(err, "TurboQuant KV: %d bits (2, 3 or 4 are supported)", bits);
-    if (dim < 2 || dim > KV_TURBO_MAX_DIM || (dim & (dim - 1)))
-        return mx_fail(err, "TurboQuant KV needs a power-of-two head_dim up to %d (its rotation is a Walsh-Hadamard "
-                       "transform); this model's head_dim is %d", KV_TURBO_MAX_DIM, dim);
+    if (dim < KV_TURBO_BLOCK || dim > KV_TURBO_MAX_DIM || (dim & (dim - 1)))
+        return mx_fail(err, "TurboQuant KV needs a power-of-two head_dim from %d to %d (its rotation is a "
+                       "Walsh-Hadamard transform); this model's head_dim is %d", KV_TURBO_BLOCK, KV_TURBO_MAX_DIM, dim);
     return 0;
 }
-
-size_t kv_turbo_row_bytes(int dim, int bits) { return sizeof(float) + ((size_t)dim * (size_t)bits + 7) / 8; }
 
 /* ==== Rotation ==== */
 /* x <- H x (unnormalised Walsh-Hadamard transform, in place). */
@@ -108,42 +108,50 @@ static unsigned get_code(const uint8_t *p, int i, int bits) {
     return (w >> (bit & 7)) & ((1u << bits) - 1);
 }
 
-void kv_turbo_encode(const float *x, int dim, int bits, uint8_t *row, float *z) {
+void kv_turbo_encode(const float *x, int dim, int bits, void *dst, float *y) {
     pthread_once(&g_once, init_once);
     const int n = 1 << bits;
     const float *c = g_code[bits], *b = g_bound[bits];
-    uint8_t *codes = row + sizeof(float);
-    memset(codes, 0, kv_turbo_row_bytes(dim, bits) - sizeof(float));
     double nx = 0.0;
     for (int i = 0; i < dim; i++) nx += (double)x[i] * x[i];
     nx = sqrt(nx);
-    /* z = sqrt(dim) R x / |x| = H D x / |x|: coordinates ~ N(0, 1) */
-    for (int i = 0; i < dim; i++) z[i] = x[i] * g_sign[i];
-    fwht(z, dim);
-    const double inv = nx > 0.0 ? 1.0 / nx : 0.0;
-    double nc = 0.0;
-    for (int i = 0; i < dim; i++) {
-        const float v = (float)(z[i] * inv);
-        int k = 0;
-        while (k < n - 1 && v > b[k]) k++;
-        put_code(codes, i, bits, (unsigned)k);
-        nc += (double)c[k] * c[k];
+    memcpy(y, x, (size_t)dim * sizeof *y);
+    kv_turbo_rotate(y, dim);
+    /* sqrt(dim) R x / |x|: coordinates ~ N(0, 1), the codebook's scale */
+    const double to_unit = nx > 0.0 ? sqrt((double)dim) / nx : 0.0;
+    uint8_t *blk = dst;
+    for (int i0 = 0; i0 < dim; i0 += KV_TURBO_BLOCK, blk += kv_turbo_block_bytes(bits)) {
+        uint8_t *codes = blk + 2;
+        memset(codes, 0, kv_turbo_block_bytes(bits) - 2);
+        double ny = 0.0, nc = 0.0;
+        for (int j = 0; j < KV_TURBO_BLOCK; j++) {
+            const double v = y[i0 + j] * to_unit;
+            int k = 0;
+            while (k < n - 1 && v > b[k]) k++;
+            put_code(codes, j, bits, (unsigned)k);
+            ny += (double)y[i0 + j] * y[i0 + j];
+            nc += (double)c[k] * c[k];
+        }
+        /* norm correction: |s c| = |y's block|; fp16 saturates rather than overflow to inf */
+        const double s = nc > 0.0 ? sqrt(ny / nc) : 0.0;
+        const uint16_t h = mx_f32_to_f16((float)(s < 65504.0 ? s : 65504.0));
+        memcpy(blk, &h, 2);
     }
-    /* norm correction: |s c| = |x| */
-    const float s = nc > 0.0 ? (float)(nx / sqrt(nc)) : 0.0f;
-    memcpy(row, &s, sizeof s);
 }
 
-void kv_turbo_decode_rot(const uint8_t *row, int dim, int bits, float *y) {
+void kv_turbo_decode_rot(const void *src, int bits, float *y, int64_t n) {
     pthread_once(&g_once, init_once);
-    float s;
-    memcpy(&s, row, sizeof s);
     const float *c = g_code[bits];
-    const uint8_t *codes = row + sizeof(float);
-    for (int i = 0; i < dim; i++) y[i] = s * c[get_code(codes, i, bits)];
+    const uint8_t *blk = src;
+    for (int64_t i0 = 0; i0 < n; i0 += KV_TURBO_BLOCK, blk += kv_turbo_block_bytes(bits)) {
+        uint16_t h;
+        memcpy(&h, blk, 2);
+        const float s = mx_f16_to_f32(h);
+        for (int j = 0; j < KV_TURBO_BLOCK; j++) y[i0 + j] = s * c[get_code(blk + 2, j, bits)];
+    }
 }
 
-void kv_turbo_decode(const uint8_t *row, int dim, int bits, float *x) {
-    kv_turbo_decode_rot(row, dim, bits, x);
+void kv_turbo_decode(const void *src, int dim, int bits, float *x) {
+    kv_turbo_decode_rot(src, bits, x, dim);
     kv_turbo_unrotate(x, dim);
 }

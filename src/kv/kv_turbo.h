@@ -1,16 +1,17 @@
-/* TurboQuant KV rows (Zandieh et al., arXiv 2504.19874, the MSE quantizer with norm correction).
+/* TurboQuant KV rows (Zandieh et al., arXiv 2504.19874: the MSE quantizer, with norm correction).
  *
- * One row is one (token, kv head) vector x of dim values (dim a power of two). It is turned by
- * a fixed random rotation R = H D / sqrt(dim) (D: +-1 signs from a fixed seed, H: the
- * Walsh-Hadamard matrix), after which every coordinate of x / |x| is close to N(0, 1 / dim)
- * whatever x was, so one scalar codebook fits every model: the Lloyd-Max quantizer of N(0, 1)
- * at `bits` bits (2, 3 or 4), computed here once. A row stores a float scale s and one code per
- * coordinate; its value in the rotated space is s * c[code], s chosen so that the rebuilt
- * vector has x's norm exactly ("norm correction").
+ * One head's vector x (dim values, dim a power of two >= 32) is turned by a fixed random
+ * rotation R = H D / sqrt(dim) (D: +-1 signs from a fixed seed, H: the Walsh-Hadamard matrix),
+ * after which every coordinate of sqrt(dim) R x / |x| is close to N(0, 1) whatever x was, so
+ * one scalar codebook fits every model: the Lloyd-Max quantizer of N(0, 1) at `bits` bits (2,
+ * 3 or 4), computed here once. The rotated coordinates are stored in blocks of 32 (the KV
+ * block types' MX_QBLOCK): an fp16 scale s, then 32 codes of `bits` bits, packed
+ * little-endian; a code's value is s * c[code], s chosen so that the block's values have the
+ * norm of the rotated block they stand for (norm correction). 2.5, 3.5, 4.5 bits a value.
  *
- * Attention never turns the keys back: <q, R^T y> = <R q, y>, so the query is rotated once and
- * the keys are read in the rotated space; a softmax-weighted sum of rotated values is rotated
- * back once per output (R^T is linear). */
+ * Attention never turns keys back: <q, R^T y> = <R q, y>, so the query is rotated once and the
+ * keys are read in the rotated space; a softmax-weighted sum of rotated values is rotated back
+ * once per output (R^T is linear). */
 #ifndef MLXCEL_KV_KV_TURBO_H
 #define MLXCEL_KV_KV_TURBO_H
 
@@ -19,24 +20,25 @@
 
 #include "base/error.h"
 
+#define KV_TURBO_BLOCK 32
 #define KV_TURBO_MAX_DIM 1024
 
-/* 0 when rows of dim values at `bits` bits can be stored, else -1 with err saying why. */
+/* 0 when heads of dim values can be stored at `bits` bits, else -1 with err saying why. */
 int kv_turbo_check(int dim, int bits, mx_error *err);
-/* Bytes of one row: the f32 scale, then dim codes of `bits` bits, packed little-endian. */
-size_t kv_turbo_row_bytes(int dim, int bits);
-/* The 2^bits Lloyd-Max centroids of N(0, 1), ascending (bits 1..4). */
+/* Bytes of one block of 32 values: the fp16 scale, then the codes. */
+static inline size_t kv_turbo_block_bytes(int bits) { return 2 + (size_t)KV_TURBO_BLOCK * (size_t)bits / 8; }
+/* The 2^bits Lloyd-Max centroids of N(0, 1), ascending (bits 1..4; NULL otherwise). */
 const float *kv_turbo_codebook(int bits);
 
 /* x <- R x and x <- R^T x (in place; dim a power of two <= KV_TURBO_MAX_DIM). */
 void kv_turbo_rotate(float *x, int dim);
 void kv_turbo_unrotate(float *x, int dim);
 
-/* Encodes x[dim] into row (kv_turbo_row_bytes bytes); scratch: dim floats. */
-void kv_turbo_encode(const float *x, int dim, int bits, uint8_t *row, float *scratch);
-/* The row in the rotated space: y[i] = s * c[code i] (what attention reads). */
-void kv_turbo_decode_rot(const uint8_t *row, int dim, int bits, float *y);
-/* The row rebuilt: R^T of the above. */
-void kv_turbo_decode(const uint8_t *row, int dim, int bits, float *x);
+/* One head: x[dim] -> dim / 32 blocks at dst. scratch: dim floats. */
+void kv_turbo_encode(const float *x, int dim, int bits, void *dst, float *scratch);
+/* n values (a multiple of 32) of blocks, in the rotated space: y[i] = s * c[code i]. */
+void kv_turbo_decode_rot(const void *src, int bits, float *y, int64_t n);
+/* One head rebuilt: R^T of the above. */
+void kv_turbo_decode(const void *src, int dim, int bits, float *x);
 
 #endif

@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "base/dtype.h"
 #include "kv/kv_turbo.h"
 
 static uint64_t g_rng = 0x1234567887654321ull;
@@ -59,8 +60,8 @@ static void test_rotation(void **st) {
     }
 }
 
-/* Every code is the nearest centroid of sqrt(d) R x / |x| (brute force here), the row's values
- * lie on the codebook times one scale, and the rebuilt vector has x's norm. */
+/* Every code is the nearest centroid of sqrt(d) R x / |x| (brute force here), each block's
+ * values lie on the codebook times its fp16 scale, and have the norm of the rotated block. */
 static void test_codes_nearest(void **st) {
     (void)st;
     for (int bits = 2; bits <= 4; bits++) {
@@ -68,43 +69,48 @@ static void test_codes_nearest(void **st) {
         const float *c = kv_turbo_codebook(bits);
         for (int t = 0; t < 50; t++) {
             float x[128], z[128], y[128], scratch[128];
-            uint8_t row[4 + 64];
+            uint8_t row[4 * 18];
             double nx = 0.0;
             for (int i = 0; i < d; i++) x[i] = z[i] = gauss() * (t + 1), nx += (double)x[i] * x[i];
             nx = sqrt(nx);
             kv_turbo_encode(x, d, bits, row, scratch);
-            kv_turbo_decode_rot(row, d, bits, y);
+            kv_turbo_decode_rot(row, bits, y, d);
             kv_turbo_rotate(z, d);
-            float s;
-            memcpy(&s, row, sizeof s);
-            assert_true(s > 0.0f);
-            double ny = 0.0;
-            for (int i = 0; i < d; i++) {
-                const double v = z[i] * sqrt((double)d) / nx;
-                int best = 0;
-                for (int k = 1; k < n; k++)
-                    if (fabs(v - c[k]) < fabs(v - c[best])) best = k;
-                double gap = INFINITY; /* to the second nearest: within float noise either may win */
-                for (int k = 0; k < n; k++)
-                    if (k != best) gap = fmin(gap, fabs(v - c[k]) - fabs(v - c[best]));
-                bool on_book = false;
-                for (int k = 0; k < n; k++) on_book |= y[i] == s * c[k];
-                assert_true(on_book);
-                if (gap > 1e-4) assert_true(y[i] == s * c[best]);
-                ny += (double)y[i] * y[i];
+            for (int i0 = 0; i0 < d; i0 += 32) {
+                const uint8_t *blk = row + (size_t)(i0 / 32) * kv_turbo_block_bytes(bits);
+                uint16_t h;
+                memcpy(&h, blk, 2);
+                const float s = mx_f16_to_f32(h);
+                assert_true(s > 0.0f);
+                double ny = 0.0, nz = 0.0;
+                for (int i = i0; i < i0 + 32; i++) {
+                    const double v = z[i] * sqrt((double)d) / nx;
+                    int best = 0;
+                    for (int k = 1; k < n; k++)
+                        if (fabs(v - c[k]) < fabs(v - c[best])) best = k;
+                    double gap = INFINITY; /* to the second nearest: within float noise either may win */
+                    for (int k = 0; k < n; k++)
+                        if (k != best) gap = fmin(gap, fabs(v - c[k]) - fabs(v - c[best]));
+                    bool on_book = false;
+                    for (int k = 0; k < n; k++) on_book |= y[i] == s * c[k];
+                    assert_true(on_book);
+                    if (gap > 1e-4) assert_true(y[i] == s * c[best]);
+                    ny += (double)y[i] * y[i], nz += (double)z[i] * z[i];
+                }
+                assert_true(fabs(sqrt(ny) - sqrt(nz)) <= 1e-3 * sqrt(nz)); /* fp16 scale */
             }
-            assert_true(fabs(sqrt(ny) - nx) <= 1e-5 * nx);
         }
     }
     float zero[64] = {0}, y[64], scratch[64];
-    uint8_t row[4 + 32];
+    uint8_t row[2 * 18];
     kv_turbo_encode(zero, 64, 4, row, scratch);
     kv_turbo_decode(row, 64, 4, y);
     for (int i = 0; i < 64; i++) assert_true(y[i] == 0.0f);
 }
 
 /* Mean squared error of unit-norm Gaussian directions against Max's distortion for N(0, 1) at
- * that rate (0.1175, 0.03454, 0.009497); norm correction adds about D^2 / 4. */
+ * that rate (0.1175, 0.03454, 0.009497): at or a little under it (each block's scale is side
+ * information the bound does not have: measured 0.967 / 0.930 / 0.918 of it). */
 static void test_distortion(void **st) {
     (void)st;
     static const double max_d[] = {0, 0, 0.1175, 0.03454, 0.009497};
@@ -113,7 +119,7 @@ static void test_distortion(void **st) {
         double err = 0.0;
         for (int t = 0; t < trials; t++) {
             float x[128], y[128], scratch[128];
-            uint8_t row[4 + 64];
+            uint8_t row[4 * 18];
             double nx = 0.0, e = 0.0;
             for (int i = 0; i < d; i++) x[i] = gauss(), nx += (double)x[i] * x[i];
             kv_turbo_encode(x, d, bits, row, scratch);
@@ -122,7 +128,8 @@ static void test_distortion(void **st) {
             err += e / nx;
         }
         err /= trials;
-        assert_true(err > 0.95 * max_d[bits] && err < 1.1 * max_d[bits]);
+        print_message("bits %d: relative squared error %.5f (Max %.5f)\n", bits, err, max_d[bits]);
+        assert_true(err > 0.85 * max_d[bits] && err < 1.02 * max_d[bits]);
     }
 }
 
@@ -131,11 +138,11 @@ static void test_rotated_dot(void **st) {
     (void)st;
     const int d = 64;
     float q[64], k[64], y[64], yr[64], scratch[64];
-    uint8_t row[4 + 32];
+    uint8_t row[2 * 14];
     for (int i = 0; i < d; i++) q[i] = gauss(), k[i] = gauss();
     kv_turbo_encode(k, d, 3, row, scratch);
     kv_turbo_decode(row, d, 3, y);
-    kv_turbo_decode_rot(row, d, 3, yr);
+    kv_turbo_decode_rot(row, 3, yr, d);
     double a = 0.0, b = 0.0, mag = 0.0;
     for (int i = 0; i < d; i++) a += (double)q[i] * y[i], mag += fabs((double)q[i] * y[i]);
     kv_turbo_rotate(q, d);
@@ -149,9 +156,11 @@ static void test_check(void **st) {
     assert_int_equal(kv_turbo_check(128, 4, &err), 0);
     assert_int_equal(kv_turbo_check(80, 4, &err), -1);
     assert_non_null(strstr(err.msg, "head_dim is 80"));
+    assert_int_equal(kv_turbo_check(16, 4, &err), -1);
     assert_int_equal(kv_turbo_check(128, 5, &err), -1);
-    assert_int_equal(kv_turbo_row_bytes(128, 3), 4 + 48);
-    assert_int_equal(kv_turbo_row_bytes(128, 4), 4 + 64);
+    assert_int_equal(kv_turbo_block_bytes(2), 10);
+    assert_int_equal(kv_turbo_block_bytes(3), 14);
+    assert_int_equal(kv_turbo_block_bytes(4), 18);
 }
 
 int main(void) {
