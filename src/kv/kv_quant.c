@@ -28,7 +28,9 @@ void kvq_quantize_q8_0(const float *x, void *y, int64_t n) {
         const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
         put_d(b, d);
         int8_t *q = (int8_t *)(b + 2);
-        for (int j = 0; j < MX_QBLOCK; j++) q[j] = (int8_t)roundf(xb[j] * id);
+        /* |x * id| <= 127 for finite rows; the clamp only keeps a NaN / inf (a diverged model)
+         * from an undefined float -> int conversion */
+        for (int j = 0; j < MX_QBLOCK; j++) q[j] = (int8_t)fminf(fmaxf(roundf(xb[j] * id), -127.0f), 127.0f);
     }
 }
 
@@ -42,10 +44,10 @@ void kvq_quantize_q4_0(const float *x, void *y, int64_t n) {
         const float d = max / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
         put_d(b, d);
         for (int j = 0; j < MX_QBLOCK / 2; j++) {
-            /* x * id lies in [-8, 8]: + 8.5 then truncation rounds to the nearest code */
-            int q0 = (int)(xb[j] * id + 8.5f), q1 = (int)(xb[j + MX_QBLOCK / 2] * id + 8.5f);
-            q0 = q0 < 15 ? q0 : 15;
-            q1 = q1 < 15 ? q1 : 15;
+            /* x * id lies in [-8, 8]: + 8.5 then truncation rounds to the nearest code, at most
+             * 15; clamping the float first gives the same codes and keeps a NaN / inf defined */
+            const int q0 = (int)fminf(fmaxf(xb[j] * id + 8.5f, 0.0f), 15.0f);
+            const int q1 = (int)fminf(fmaxf(xb[j + MX_QBLOCK / 2] * id + 8.5f, 0.0f), 15.0f);
             b[2 + j] = (uint8_t)(q0 | q1 << 4);
         }
     }
