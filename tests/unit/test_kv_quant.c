@@ -317,7 +317,7 @@ static void test_prefix_cow_q8(void **st) {
     mx_tensor tk = mx_tensor_3d(k, MX_F32, 10, 2, 64, MX_DEV_CPU), tv = mx_tensor_3d(v, MX_F32, 10, 2, 64, MX_DEV_CPU);
     for (int l = 0; l < 2; l++) cpu_kv_write(kv_cache_k(kv, l), kv_cache_v(kv, l), &tk, &tv, &wb);
     kv_seq_commit(kv, &a, toks, 10);
-    enum { row_bytes = 2 * 34 }; /* 2 heads x 2 blocks x 34 bytes, per layer pool row */
+    enum { row_bytes = 2 * 2 * 34 }; /* 2 heads x 2 blocks x 34 bytes: one pool row */
     uint8_t before[2][row_bytes];
     memcpy(before[0], cpu_row_ptr(kv_cache_k(kv, 1), kv_seq_row(kv, &a, 5)), row_bytes);
     memcpy(before[1], cpu_row_ptr(kv_cache_v(kv, 0), kv_seq_row(kv, &a, 6)), row_bytes);
