@@ -11,11 +11,12 @@ static const struct {
     [MX_I16] = {"I16", 2},  [MX_I8] = {"I8", 1},     [MX_U64] = {"U64", 8},
     [MX_U32] = {"U32", 4},  [MX_U16] = {"U16", 2},   [MX_U8] = {"U8", 1},
     [MX_BOOL] = {"BOOL", 1}, [MX_F8_E4M3] = {"F8_E4M3", 1}, [MX_F8_E5M2] = {"F8_E5M2", 1},
+    [MX_Q8_0] = {"Q8_0", 2 + MX_QBLOCK}, [MX_Q4_0] = {"Q4_0", 2 + MX_QBLOCK / 2},
 };
 
 mx_dtype mx_dtype_from_name(const char *name) {
     if (!name) return MX_DTYPE_INVALID;
-    for (int i = 0; i < MX_DTYPE_COUNT; i++)
+    for (int i = 0; i < MX_Q8_0; i++) /* file dtypes only */
         if (!strcmp(name, k_dtypes[i].name)) return (mx_dtype)i;
     return MX_DTYPE_INVALID;
 }

@@ -44,6 +44,8 @@ static const char *k_help =
     "                             step, up to 16384 rows, so decode runs with all B sequences in\n"
     "                             lockstep, as llama-batched-bench measures it; at least 2048)\n"
     "  --decode-storage-backend auto|dense|paged   KV storage (default auto)\n"
+    "  -ctk, --cache-type-k TYPE  K cache type: f32 (CPU default), f16, bf16, q8_0, q4_0 (CPU)\n"
+    "  -ctv, --cache-type-v TYPE  V cache type, the same choices\n"
     "  --seed S                   seed of the random prompts (default 1)\n"
     "  --json                     one JSON object on stdout instead of the table\n"
     "  -h, --help                 this help\n";
@@ -56,6 +58,7 @@ typedef struct bench_opts {
     int tp_size;
     bool dummy_weights;
     const char *storage;
+    kv_type cache_type_k, cache_type_v;
     int prompt_tokens, gen_tokens, repeat, prefill_chunk, batch_tokens;
     int batches[BENCH_MAX_BATCHES], n_batches;
     unsigned long long seed;
@@ -194,6 +197,8 @@ static engine *bench_engine(const bench_opts *o, model *m, int B, int P, int G, 
     if (ep.max_batch_tokens < 2048) ep.max_batch_tokens = 2048;
     ep.prefix_cache = false;
     kv_storage_parse(o->storage, &ep.storage);
+    ep.cache_type_k = o->cache_type_k;
+    ep.cache_type_v = o->cache_type_v;
     engine *e = NULL;
     return engine_new(&e, m, &ep, err) ? NULL : e;
 }
@@ -352,6 +357,14 @@ static int parse_opts(bench_opts *o, int argc, char **argv) {
             kv_storage ks;
             bad = kv_storage_parse(v, &ks);
             o->storage = v;
+        } else if (!strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k") || !strcmp(a, "-ctv") ||
+                   !strcmp(a, "--cache-type-v")) {
+            const bool is_k = !strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k");
+            mx_error e;
+            if (kv_type_parse(v, is_k ? &o->cache_type_k : &o->cache_type_v, &e)) {
+                fprintf(stderr, "mlxcel bench: %s: %s\n", a, e.msg);
+                return -1;
+            }
         } else if (!strcmp(a, "--seed")) {
             char *end = NULL;
             errno = 0;
@@ -419,6 +432,11 @@ int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "mlxcel bench: %s\n", err.msg);
         return 1;
     }
+    /* a cache type the device cannot hold: refused before the weights load */
+    if (kv_type_check(o.cache_type_k, be, 0, "K", &err) || kv_type_check(o.cache_type_v, be, 0, "V", &err)) {
+        fprintf(stderr, "mlxcel bench: %s\n", err.msg);
+        return 1;
+    }
     char dev_line[512];
     if (be->describe) be->describe(dev_line, sizeof dev_line);
     else snprintf(dev_line, sizeof dev_line, "cpu");
@@ -442,6 +460,8 @@ int cmd_bench(int argc, char **argv) {
     int rc = 1;
     bench_result res[BENCH_MAX_BATCHES];
     bench_result *runs = calloc((size_t)o.repeat, sizeof *runs);
+    const char *kv_k = "", *kv_v = "";
+    size_t kv_tok = 0;
     if (!runs) goto out;
     for (int bi = 0; bi < o.n_batches; bi++) {
         const int B = o.batches[bi];
@@ -449,6 +469,12 @@ int cmd_bench(int argc, char **argv) {
         else rss_reset_peak();
         engine *e = bench_engine(&o, m, B, P, G, &err);
         if (!e) goto fail;
+        if (bi == 0) {
+            const engine_params *ep = engine_params_of(e);
+            kv_k = kv_type_name(ep->cache_type_k), kv_v = kv_type_name(ep->cache_type_v);
+            kv_tok = kv_cache_bytes_per_token(engine_kv(e));
+            fprintf(stderr, "kv cache: K %s, V %s (%zu bytes per token)\n", kv_k, kv_v, kv_tok);
+        }
         /* warm-up on the same engine: first-use costs (lazy uploads, cuBLASLt plans, graph
          * capture of this batch size, BLAS threads) stay out of the timed runs */
         fprintf(stderr, "batch %d: warm-up\n", B);
@@ -474,6 +500,9 @@ int cmd_bench(int argc, char **argv) {
         json_object_set_new(j, "load_s", json_real(load_s));
         json_object_set_new(j, "prompt_tokens", json_integer(P));
         json_object_set_new(j, "gen_tokens", json_integer(G));
+        json_object_set_new(j, "cache_type_k", json_string(kv_k));
+        json_object_set_new(j, "cache_type_v", json_string(kv_v));
+        json_object_set_new(j, "kv_bytes_per_token", json_integer((json_int_t)kv_tok));
         for (int bi = 0; bi < o.n_batches; bi++) json_array_append_new(arr, result_json(&res[bi], o.repeat));
         json_object_set_new(j, "results", arr);
         char *txt = json_dumps(j, JSON_COMPACT);
@@ -483,8 +512,8 @@ int cmd_bench(int argc, char **argv) {
     } else {
         char tp[32] = ""; /* only with TP, so single-rank headers stay as they were */
         if (o.tp_size > 1) snprintf(tp, sizeof tp, " | tp %d", o.tp_size);
-        printf("model %s | %s%s | prompt %d | gen %d | copy %.1f GB/s | median of %d\n", o.model_dir,
-               dev_line, tp, P, G, copy_gbs, o.repeat);
+        printf("model %s | %s%s | prompt %d | gen %d | kv K %s V %s | copy %.1f GB/s | median of %d\n",
+               o.model_dir, dev_line, tp, P, G, kv_k, kv_v, copy_gbs, o.repeat);
         printf("%6s %12s %10s %12s %12s %9s %9s %10s %9s %7s\n", "batch", "prefill t/s", "TTFT ms",
                "decode t/s", "per seq t/s", "ITL p50", "ITL p99", "mem MiB", "GB/s", "% copy");
         for (int bi = 0; bi < o.n_batches; bi++) {

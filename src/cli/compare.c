@@ -9,6 +9,8 @@
  *                    positions where A disagrees (disagreements at near-ties are benign)
  * With --decode, A runs the prompt as prefill and then one token per forward, as generation
  * does: the one-row decode kernels (GEMV / qmv) are what is compared, not the prefill ones.
+ * -ctk / -ctv set model A's KV cache types (B keeps the backend's: CPU f32), so `compare -m M
+ * --ref M -ctk q8_0 -ctv q8_0` measures a quantized cache against the f32 one on one model.
  * One model is resident at a time (B is freed before A loads). Same device for both. */
 #include <math.h>
 #include <stdio.h>
@@ -29,6 +31,7 @@ typedef struct cmp_opts {
     int tp_size;   /* --tp-size: tensor-parallel ranks of model A (-m); the reference runs whole */
     bool json;
     bool decode;   /* --decode: A's generated positions one token per forward (decode kernels) */
+    kv_type ctk, ctv; /* -ctk / -ctv: model A's cache types (B: the backend's) */
 } cmp_opts;
 
 /* ==== One model over a sequence ==== */
@@ -39,13 +42,14 @@ typedef struct cmp_model {
 } cmp_model;
 
 static int cm_open(cmp_model *c, const char *dir, const backend_ops *be, int ctx, int tp,
-                   mx_error *err) {
+                   kv_type ctk, kv_type ctv, mx_error *err) {
     memset(c, 0, sizeof *c);
     if (model_load_tp(&c->m, dir, be, tp, err)) return mx_wrap(err, "model %s", dir);
     const model_spec *s = model_spec_of(c->m);
     kv_cache_params kp = {.storage = KV_STORAGE_DENSE, .n_layers = s->n_layers,
                           .n_kv_heads = s->n_kv_heads, .head_dim = s->head_dim,
-                          .ctx_size = ctx, .n_seqs = 1, .tp_size = model_tp_size(c->m)};
+                          .ctx_size = ctx, .n_seqs = 1, .tp_size = model_tp_size(c->m),
+                          .type_k = ctk, .type_v = ctv};
     if (kv_cache_new(&c->kv, &kp, be, err)) return -1;
     c->V = s->vocab_size;
     return 0;
@@ -123,10 +127,12 @@ static int usage(void) {
     fprintf(stderr,
             "usage: mlxcel compare -m A --ref B (--prompt-ids 1,2,3 | -p TEXT) [-n 256]\n"
             "                      [--device cpu|cuda] [--tp-size N (model A)] [--decode]\n"
-            "                      [--json]\n"
+            "                      [-ctk TYPE] [-ctv TYPE] [--json]\n"
             "  B generates n tokens greedily; A runs teacher-forced over the same sequence\n"
             "  (chunked prefill; --decode: one token per forward after the prompt, as in\n"
             "  generation, so the decode kernels are compared).\n"
+            "  -ctk/--cache-type-k, -ctv/--cache-type-v: model A's KV cache types (f32, f16,\n"
+            "  bf16, q8_0, q4_0; B keeps the backend's), e.g. -m M --ref M -ctk q8_0 -ctv q8_0.\n"
             "  Reports top-1 agreement, KL(B||A) mean/max, median margin of B's top-1.\n");
     return 2;
 }
@@ -146,6 +152,15 @@ static int parse(cmp_opts *o, int argc, char **argv) {
         else if (!strcmp(a, "--device") && has) o->device = argv[++i];
         else if (!strcmp(a, "--json")) o->json = true;
         else if (!strcmp(a, "--decode")) o->decode = true;
+        else if ((!strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k") || !strcmp(a, "-ctv") ||
+                  !strcmp(a, "--cache-type-v")) && has) {
+            const bool is_k = !strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k");
+            mx_error e;
+            if (kv_type_parse(argv[++i], is_k ? &o->ctk : &o->ctv, &e)) {
+                fprintf(stderr, "mlxcel compare: %s: %s\n", a, e.msg);
+                return -1;
+            }
+        }
         else if (!strcmp(a, "--tp-size") && has) {
             char *end = NULL;
             const long v = strtol(argv[++i], &end, 10);
@@ -223,7 +238,8 @@ int cmd_compare(int argc, char **argv) {
     memcpy(seq, prompt, (size_t)P * 4);
 
     /* ---- reference: greedy generation, log-probs kept ---- */
-    if (cm_open(&c, o.b, be, T, 1, &err)) goto fail;
+    if (kv_type_check(o.ctk, be, 0, "K", &err) || kv_type_check(o.ctv, be, 0, "V", &err)) goto fail;
+    if (cm_open(&c, o.b, be, T, 1, KV_TYPE_DEFAULT, KV_TYPE_DEFAULT, &err)) goto fail;
     const int V = c.V;
     lpb = malloc((size_t)n * V * 4);
     lg = malloc((size_t)CMP_CHUNK * V * 4);
@@ -246,7 +262,8 @@ int cmd_compare(int argc, char **argv) {
     cm_close(&c);
 
     /* ---- model A teacher-forced ---- */
-    if (cm_open(&c, o.a, be, T, o.tp_size, &err)) goto fail;
+    if (cm_open(&c, o.a, be, T, o.tp_size, o.ctk, o.ctv, &err)) goto fail;
+    const kv_cache_params *kvp = kv_cache_params_of(c.kv);
     if (c.V != V) {
         mx_fail(&err, "vocabulary sizes differ: %s has %d, %s has %d", o.a, c.V, o.b, V);
         goto fail;
@@ -286,15 +303,15 @@ int cmd_compare(int argc, char **argv) {
         printf("{\"model\": \"%s\", \"ref\": \"%s\", \"device\": \"%s\", \"prompt_tokens\": %d, "
                "\"positions\": %d, \"top1_agreement_pct\": %.3f, \"kl_mean\": %.6g, \"kl_max\": %.6g, "
                "\"median_margin\": %.6g, \"median_margin_disagree\": %s, "
-               "\"disagree\": %d, \"decode\": %s}\n",
+               "\"disagree\": %d, \"decode\": %s, \"cache_type_k\": \"%s\", \"cache_type_v\": \"%s\"}\n",
                o.a, o.b, o.device, P, n, top1, kl_mean, kl_max, med, dis, nd,
-               o.decode ? "true" : "false");
+               o.decode ? "true" : "false", kv_type_name(kvp->type_k), kv_type_name(kvp->type_v));
     }
     else
-        printf("compare %s vs ref %s (%s): %d positions after a %d-token prompt\n"
+        printf("compare %s (KV cache K %s, V %s) vs ref %s (%s): %d positions after a %d-token prompt\n"
                "  top-1 agreement %.2f%% (%d disagree), KL(ref||model) mean %.4g max %.4g nats, "
                "median margin %.3g (at disagreements %.3g)\n",
-               o.a, o.b, o.device, n, P, top1, n - agree, kl_mean, kl_max, med, nd ? med_dis : NAN);
+               o.a, kv_type_name(kvp->type_k), kv_type_name(kvp->type_v), o.b, o.device, n, P, top1, n - agree, kl_mean, kl_max, med, nd ? med_dis : NAN);
     rc = 0;
 fail:
     if (rc) fprintf(stderr, "mlxcel compare: %s\n", err.msg);

@@ -38,6 +38,9 @@ const char *const k_gen_opts_help =
     "  -b, --batch-size N         token rows per engine step (default 2048)\n"
     "  --kv-blocks N              paged KV pool size in blocks (default: the context for all slots)\n"
     "  --no-prefix-cache          do not reuse cached prompt blocks\n"
+    "  -ctk, --cache-type-k TYPE  K cache type: f32 (CPU default), f16, bf16, q8_0, q4_0 (q8_0 /\n"
+    "                             q4_0: ggml's blocks of 32 along head_dim; CPU only)\n"
+    "  -ctv, --cache-type-v TYPE  V cache type, the same choices\n"
     "  --no-chat-template         use the text as it is (tokenizer BOS handling only)\n"
     "  --chat-template-file F     Jinja chat template overriding the model's\n";
 
@@ -159,6 +162,15 @@ int gen_opts_parse(gen_opts *o, int argc, char **argv, int *i, const char *cmd) 
         INT_OPT(o->kv_blocks, 1, 1 << 30, "an integer >= 1");
     } else if (!strcmp(a, "--no-prefix-cache")) {
         o->no_prefix_cache = true;
+    } else if (!strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k") || !strcmp(a, "-ctv") ||
+               !strcmp(a, "--cache-type-v")) {
+        NEED_VAL();
+        const bool is_k = !strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k");
+        mx_error e;
+        if (kv_type_parse(v, is_k ? &o->cache_type_k : &o->cache_type_v, &e)) {
+            fprintf(stderr, "mlxcel %s: %s: %s\n", cmd, a, e.msg);
+            return -1;
+        }
     } else if (!strcmp(a, "--no-chat-template")) {
         o->no_chat_template = true;
     } else if (!strcmp(a, "--chat-template-file")) {
@@ -239,6 +251,10 @@ int gen_session_open(gen_session *s, const gen_opts *o, const char *cmd, mx_erro
     const mx_device dev = !strcmp(o->device, "cuda") ? MX_DEV_CUDA : MX_DEV_CPU;
     s->be = backend_get(dev, err);
     if (!s->be) return -1;
+    /* a cache type the device cannot hold: refused now, not after loading the weights */
+    if (kv_type_check(o->cache_type_k, s->be, 0, "K", err) ||
+        kv_type_check(o->cache_type_v, s->be, 0, "V", err))
+        return -1;
     if (o->dummy_weights ? model_load_dummy_tp(&s->m, o->model_dir, s->be, o->tp_size, err)
                          : model_load_tp(&s->m, o->model_dir, s->be, o->tp_size, err))
         return -1;
@@ -290,6 +306,8 @@ int gen_session_open(gen_session *s, const gen_opts *o, const char *cmd, mx_erro
     ep.n_kv_blocks = o->kv_blocks;
     ep.block_size = o->block_size;
     ep.prefix_cache = !o->no_prefix_cache;
+    ep.cache_type_k = o->cache_type_k;
+    ep.cache_type_v = o->cache_type_v;
     if (engine_new(&s->e, s->m, &ep, err)) {
         gen_session_close(s);
         return -1;
@@ -306,10 +324,19 @@ int gen_session_open(gen_session *s, const gen_opts *o, const char *cmd, mx_erro
     fprintf(stderr, "quantization: %s\n", qline);
     fprintf(stderr, "kv storage: %s (%s)\n", kv_storage_name(engine_storage(s->e)),
             engine_storage_reason(s->e));
+    char kvline[160];
+    gen_describe_kv(s->e, kvline, sizeof kvline);
+    fprintf(stderr, "%s\n", kvline);
     char tuned[512];
     tune_policy_describe(tuned, sizeof tuned);
     fprintf(stderr, "%s\n", tuned);
     return 0;
+}
+
+void gen_describe_kv(engine *e, char *buf, size_t len) {
+    const engine_params *p = engine_params_of(e);
+    snprintf(buf, len, "kv cache: K %s, V %s (%zu bytes per token)", kv_type_name(p->cache_type_k),
+             kv_type_name(p->cache_type_v), kv_cache_bytes_per_token(engine_kv(e)));
 }
 
 static int encode(const gen_session *s, const char *text, bool special, int32_t **ids, int *n,

@@ -24,6 +24,7 @@ typedef struct gen_opts {
     const char *storage;        /* auto | dense | paged */
     int prefill_chunk, ctx_size, batch_size, n_parallel, kv_blocks, block_size;
     bool no_prefix_cache;
+    kv_type cache_type_k, cache_type_v; /* -ctk / -ctv (0: the backend's, CPU f32) */
     bool no_chat_template;
     const char *chat_template_file;
     const char *stops[GEN_MAX_STOPS];
@@ -47,7 +48,8 @@ typedef struct gen_session {
 } gen_session;
 
 /* Loads the model (and tokenizer when present), builds the sampling parameters (flags over
- * generation_config.json over defaults) and the engine; prints the KV storage choice. */
+ * generation_config.json over defaults) and the engine; prints the KV storage choice and the
+ * cache types. A cache type the device cannot hold is refused before the model loads. */
 int gen_session_open(gen_session *s, const gen_opts *o, const char *cmd, mx_error *err);
 void gen_session_close(gen_session *s);
 
@@ -57,6 +59,9 @@ void gen_session_close(gen_session *s);
 int gen_render_chat(const gen_session *s, const json_t *messages, int32_t **ids, int *n, mx_error *err);
 /* Tokenizes a raw prompt with the tokenizer's special-token handling (BOS). */
 int gen_encode_raw(const gen_session *s, const char *text, int32_t **ids, int *n, mx_error *err);
+
+/* "kv cache: K f32, V f32 (N bytes per token)": the engine's resolved cache types. */
+void gen_describe_kv(engine *e, char *buf, size_t len);
 
 /* "1,2,3" -> ids (malloc'd). */
 int gen_parse_ids(const char *s, int32_t **ids, int *n, mx_error *err);

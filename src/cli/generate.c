@@ -202,6 +202,10 @@ int cmd_generate(int argc, char **argv) {
         json_object_set_new(j, "device", json_string(s.be->name));
         json_object_set_new(j, "kv_storage", json_string(kv_storage_name(engine_storage(s.e))));
         json_object_set_new(j, "kv_storage_reason", json_string(engine_storage_reason(s.e)));
+        json_object_set_new(j, "cache_type_k", json_string(kv_type_name(engine_params_of(s.e)->cache_type_k)));
+        json_object_set_new(j, "cache_type_v", json_string(kv_type_name(engine_params_of(s.e)->cache_type_v)));
+        json_object_set_new(j, "kv_bytes_per_token",
+                            json_integer((json_int_t)kv_cache_bytes_per_token(engine_kv(s.e))));
         char *txt = json_dumps(j, JSON_COMPACT);
         printf("%s\n", txt);
         free(txt);

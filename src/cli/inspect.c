@@ -18,22 +18,26 @@
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: mlxcel inspect -m DIR [--ctx N] [--batch B] [--kv-dtype f32|bf16|f16|int8]\n"
+            "usage: mlxcel inspect -m DIR [--ctx N] [--batch B] [--kv-dtype T] [-ctk T] [-ctv T]\n"
             "                      [--device cpu|cuda] [--json]\n\n"
             "Memory estimate for the checkpoint in DIR and whether it fits.\n\n"
             "  -m, --model DIR    checkpoint directory (config.json + *.safetensors)\n"
             "  -c, --ctx N        context length per sequence (default min(4096, max_position_embeddings))\n"
             "  -b, --batch B      concurrent sequences (default 1)\n"
-            "  --kv-dtype T       KV cache element type: f32 (4 bytes), bf16, f16 (2 bytes) or int8\n"
-            "                     (1 byte plus one f32 scale per head per token for K and for V: a\n"
-            "                     what-if, the engine has no int8 cache); default: what the engine\n"
-            "                     keeps on the device, f32 on cpu and bf16 on cuda\n"
+            "  --kv-dtype T       KV cache element type of K and V: f32 (4 bytes), bf16, f16 (2 bytes),\n"
+            "                     q8_0 (34 bytes per 32 values), q4_0 (18 bytes per 32 values) -- the\n"
+            "                     engine's -ctk/-ctv types, exact -- or int8 (1 byte plus one f32 scale\n"
+            "                     per head per token: a what-if, the engine has no int8 cache);\n"
+            "                     default: what the engine keeps on the device, f32 on cpu, bf16 on cuda\n"
+            "  -ctk, --cache-type-k T, -ctv, --cache-type-v T\n"
+            "                     K or V alone (over --kv-dtype), as generate/serve take them\n"
             "  --device D         where the model would run: cuda (free GPU memory) or cpu\n"
             "                     (MemAvailable); default cuda when a GPU is usable, else cpu\n"
             "  --json             one JSON object instead of the table\n\n"
             "Formulas:\n"
             "  weights     exact sum of tensor bytes in the safetensors headers\n"
-            "  KV          per layer and token 2 x kv_heads x head_dim x elem_bytes (+ int8 scales);\n"
+            "  KV          per layer and token kv_heads x (K head row + V head row): head_dim x\n"
+            "              elem_bytes (+ int8 scale), q8_0 / q4_0 head_dim / 32 x 34 / 18;\n"
             "              sliding-window layers hold at most sliding_window tokens;\n"
             "              total = batch x sum over layers of min(ctx, window) tokens\n"
             "  activations batch x min(ctx, 512) tokens x 4 bytes x (3 hidden + q_dim + 2 kv_dim\n"
@@ -100,8 +104,16 @@ static int available_memory(const char *device, uint64_t *bytes, const char **de
 
 static double gib(uint64_t b) { return (double)b / (double)(1ull << 30); }
 
-static void print_table(const ckpt *c, const mx_mem_estimate *e, mx_kv_dtype kv, uint64_t avail,
-                        const char *dev, const char *source) {
+/* "q8_0", or "K q8_0 / V f16" when they differ */
+static const char *kv_label(mx_kv_dtype k, mx_kv_dtype v, char *buf, size_t n) {
+    if (k == v) snprintf(buf, n, "%s", kv_dtype_name(k));
+    else snprintf(buf, n, "K %s / V %s", kv_dtype_name(k), kv_dtype_name(v));
+    return buf;
+}
+
+static void print_table(const ckpt *c, const mx_mem_estimate *e, mx_kv_dtype kv, mx_kv_dtype kvv,
+                        uint64_t avail, const char *dev, const char *source) {
+    char kl[64];
     const model_spec *s = &c->spec;
     printf("model       %s\n", c->dir);
     printf("            %s (%s family), %d layers, hidden %d, heads %d/%d kv, head_dim %d, vocab %d\n",
@@ -119,7 +131,7 @@ static void print_table(const ckpt *c, const mx_mem_estimate *e, mx_kv_dtype kv,
         printf("params      %.2f B (%llu)\n", (double)e->params / 1e9, (unsigned long long)e->params);
     else
         printf("params      %.2f M (%llu)\n", (double)e->params / 1e6, (unsigned long long)e->params);
-    printf("context     %d tokens x batch %d, KV cache %s", e->ctx, e->batch, kv_dtype_name(kv));
+    printf("context     %d tokens x batch %d, KV cache %s", e->ctx, e->batch, kv_label(kv, kvv, kl, sizeof kl));
     if (e->n_sliding_layers)
         printf(", %d of %d layers slide over %d tokens", e->n_sliding_layers, s->n_layers,
                s->sliding_window);
@@ -127,7 +139,7 @@ static void print_table(const ckpt *c, const mx_mem_estimate *e, mx_kv_dtype kv,
     printf("  %-22s %16s %12s\n", "", "bytes", "GiB");
     printf("  %-22s %16llu %12.3f\n", "weights", (unsigned long long)e->weights_bytes, gib(e->weights_bytes));
     printf("  %-22s %16llu %12s  (%.1f KiB%s)\n", "KV per token", (unsigned long long)e->kv_bytes_per_token,
-           "", (double)e->kv_bytes_per_token / 1024.0, kv == MX_KV_INT8 ? ", incl. int8 scales" : "");
+           "", (double)e->kv_bytes_per_token / 1024.0, e->kv_scale_bytes_per_token ? ", incl. scales" : "");
     printf("  %-22s %16llu %12.3f\n", "KV total", (unsigned long long)e->kv_bytes_total, gib(e->kv_bytes_total));
     printf("  %-22s %16llu %12.3f\n", "activations", (unsigned long long)e->activation_bytes,
            gib(e->activation_bytes));
@@ -138,9 +150,10 @@ static void print_table(const ckpt *c, const mx_mem_estimate *e, mx_kv_dtype kv,
     printf("\nfits: %s\n", e->total_bytes <= avail ? "yes" : "no");
 }
 
-static void print_json(const ckpt *c, const mx_mem_estimate *e, mx_kv_dtype kv, uint64_t avail,
-                       const char *dev, const char *source) {
+static void print_json(const ckpt *c, const mx_mem_estimate *e, mx_kv_dtype kv, mx_kv_dtype kvv,
+                       uint64_t avail, const char *dev, const char *source) {
     const model_spec *s = &c->spec;
+    char kl[64];
     json_t *o = json_object();
     json_object_set_new(o, "model_dir", json_string(c->dir));
     json_object_set_new(o, "model_type", json_string(s->model_type));
@@ -153,7 +166,9 @@ static void print_json(const ckpt *c, const mx_mem_estimate *e, mx_kv_dtype kv, 
     json_object_set_new(o, "weights_bytes", json_integer((json_int_t)e->weights_bytes));
     json_object_set_new(o, "ctx", json_integer(e->ctx));
     json_object_set_new(o, "batch", json_integer(e->batch));
-    json_object_set_new(o, "kv_dtype", json_string(kv_dtype_name(kv)));
+    json_object_set_new(o, "kv_dtype", json_string(kv_label(kv, kvv, kl, sizeof kl)));
+    json_object_set_new(o, "kv_dtype_k", json_string(kv_dtype_name(kv)));
+    json_object_set_new(o, "kv_dtype_v", json_string(kv_dtype_name(kvv)));
     json_object_set_new(o, "kv_bytes_per_token", json_integer((json_int_t)e->kv_bytes_per_token));
     json_object_set_new(o, "kv_scale_bytes_per_token", json_integer((json_int_t)e->kv_scale_bytes_per_token));
     json_object_set_new(o, "kv_bytes_total", json_integer((json_int_t)e->kv_bytes_total));
@@ -188,10 +203,16 @@ int cmd_inspect(int argc, char **argv) {
         {"model", required_argument, NULL, 'm'}, {"ctx", required_argument, NULL, 'c'},
         {"batch", required_argument, NULL, 'b'}, {"kv-dtype", required_argument, NULL, 'k'},
         {"device", required_argument, NULL, 'd'}, {"json", no_argument, NULL, 'j'},
-        {"help", no_argument, NULL, 'h'},        {NULL, 0, NULL, 0},
+        {"help", no_argument, NULL, 'h'},        {"cache-type-k", required_argument, NULL, 'K'},
+        {"cache-type-v", required_argument, NULL, 'V'}, {NULL, 0, NULL, 0},
     };
-    const char *dir = NULL, *kv_s = NULL, *device = NULL;
+    const char *dir = NULL, *kv_s = NULL, *kv_k = NULL, *kv_v = NULL, *device = NULL;
     int ctx = 0, batch = 1, json = 0, opt;
+    /* llama.cpp's -ctk / -ctv: getopt would read them as -c tk / -c tv */
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-ctk")) argv[i] = "--cache-type-k";
+        else if (!strcmp(argv[i], "-ctv")) argv[i] = "--cache-type-v";
+    }
     optind = 1;
     opterr = 0;
     while ((opt = getopt_long(argc, argv, "m:c:b:h", k_opts, NULL)) != -1) {
@@ -210,6 +231,8 @@ int cmd_inspect(int argc, char **argv) {
             }
             break;
         case 'k': kv_s = optarg; break;
+        case 'K': kv_k = optarg; break;
+        case 'V': kv_v = optarg; break;
         case 'd':
             if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda")) {
                 fprintf(stderr, "mlxcel inspect: --device '%s' is not cpu or cuda\n", optarg);
@@ -233,9 +256,15 @@ int cmd_inspect(int argc, char **argv) {
         fprintf(stderr, "mlxcel inspect: -m DIR is required (see --help)\n");
         return 2;
     }
-    mx_kv_dtype kv = MX_KV_F16;
+    mx_kv_dtype kv = MX_KV_F16, kvk, kvv;
     if (kv_s && kv_dtype_parse(kv_s, &kv)) {
-        fprintf(stderr, "mlxcel inspect: --kv-dtype '%s' is not f32, bf16, f16 or int8\n", kv_s);
+        fprintf(stderr, "mlxcel inspect: --kv-dtype '%s' is not f32, bf16, f16, q8_0, q4_0 or int8\n", kv_s);
+        return 2;
+    }
+    if ((kv_k && (kv_dtype_parse(kv_k, &kvk) || kvk == MX_KV_INT8)) ||
+        (kv_v && (kv_dtype_parse(kv_v, &kvv) || kvv == MX_KV_INT8))) {
+        fprintf(stderr, "mlxcel inspect: cache type '%s' is not f32, f16, bf16, q8_0 or q4_0\n",
+                kv_k && (kv_dtype_parse(kv_k, &kvk) || kvk == MX_KV_INT8) ? kv_k : kv_v);
         return 2;
     }
 
@@ -264,10 +293,21 @@ int cmd_inspect(int argc, char **argv) {
     }
     /* the cache the engine would allocate there: the CPU backend keeps fp32 K/V, CUDA bf16 */
     if (!kv_s) kv = !strcmp(dev, "cuda") ? MX_KV_BF16 : MX_KV_F32;
+    if (!kv_k) kvk = kv;
+    if (!kv_v) kvv = kv;
+    for (int w = 0; w < 2; w++) { /* q8_0 / q4_0 blocks of 32 along head_dim, as the engine */
+        const mx_kv_dtype t = w ? kvv : kvk;
+        if (c.spec.head_dim % kv_dtype_block(t)) {
+            fprintf(stderr, "mlxcel inspect: cache type %s stores blocks of 32 values along head_dim, "
+                            "and head_dim of %s/config.json is %d (not a multiple of 32)\n",
+                    kv_dtype_name(t), dir, c.spec.head_dim);
+            goto out;
+        }
+    }
     mx_mem_estimate e;
-    estimate_memory(&c.spec, c.n_params, c.weights_bytes, ctx, batch, kv, &e);
-    if (json) print_json(&c, &e, kv, avail, dev, source);
-    else print_table(&c, &e, kv, avail, dev, source);
+    estimate_memory_kv(&c.spec, c.n_params, c.weights_bytes, ctx, batch, kvk, kvv, &e);
+    if (json) print_json(&c, &e, kvk, kvv, avail, dev, source);
+    else print_table(&c, &e, kvk, kvv, avail, dev, source);
     rc = 0;
 out:
     ckpt_close(&c);

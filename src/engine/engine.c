@@ -121,7 +121,8 @@ int engine_new(engine **out, model *m, const engine_params *p, mx_error *err) {
                           .n_kv_heads = e->spec->n_kv_heads, .head_dim = e->spec->head_dim,
                           .ctx_size = p->ctx_size, .n_seqs = p->n_parallel,
                           .block_size = p->block_size, .prefix_cache = p->prefix_cache,
-                          .tp_size = model_tp_size(m)};
+                          .tp_size = model_tp_size(m), .type_k = p->cache_type_k,
+                          .type_v = p->cache_type_v};
     kp.n_blocks = p->n_kv_blocks > 0
                       ? p->n_kv_blocks
                       : p->n_parallel * ((p->ctx_size + p->block_size - 1) / p->block_size);
@@ -138,6 +139,8 @@ int engine_new(engine **out, model *m, const engine_params *p, mx_error *err) {
         engine_free(e);
         return -1;
     }
+    e->p.cache_type_k = kv_cache_params_of(e->kv)->type_k; /* resolved */
+    e->p.cache_type_v = kv_cache_params_of(e->kv)->type_v;
     *out = e;
     return 0;
 }

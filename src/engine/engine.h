@@ -47,6 +47,8 @@ typedef struct engine_params {
     int block_size;             /* paged: tokens per block */
     int n_kv_blocks;            /* paged: pool size; 0 = n_parallel * ctx_size / block_size */
     bool prefix_cache;          /* paged: reuse cached prompt blocks */
+    kv_type cache_type_k;       /* -ctk: K cache type (0 = the backend's: CPU f32, CUDA bf16) */
+    kv_type cache_type_v;       /* -ctv: V cache type */
 } engine_params;
 
 /* n_parallel 1, batch 2048, chunk 512, grant 4, ctx min(4096, max positions), auto, 16, on. */

@@ -5,15 +5,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <xxhash.h>
 
 struct kv_cache {
     kv_cache_params p;
     const backend_ops *be;
     int64_t n_rows;          /* physical rows per layer pool */
-    mx_tensor *k, *v;        /* [n_layers] pools [n_rows, n_kv_heads, head_dim] f32 */
+    mx_dtype kt, vt;         /* pool element types (cache types K and V) */
+    mx_tensor *k, *v;        /* [n_layers] pools [n_rows, n_kv_heads, head_dim / block] */
     /* multi-device backend with tp_size N > 1: [n_layers * N] rank pools [n_rows, n_kv_heads
-     * / N, head_dim], rank r's on device r (k/v then describe rank 0's); NULL otherwise */
+     * / N, head_dim / block], rank r's on device r (k/v then describe rank 0's); NULL otherwise */
     mx_tensor *kr, *vr;
     int n_units;             /* paged: blocks; dense: slots */
     int32_t *refcount;       /* [n_units] */
@@ -73,22 +75,92 @@ static void kv_bind(const kv_cache *kv, int r) {
     if (kv->kr) kv->be->bind_device(r, &e);
 }
 
+/* Elements of one head's row in a pool of dtype t (head_dim values, head_dim / 32 blocks). */
+static int64_t head_elems(const kv_cache *kv, mx_dtype t) { return kv->p.head_dim / mx_dtype_block(t); }
+
+/* Bytes of one layer's whole pool of dtype t (all ranks). */
+static size_t pool_bytes(const kv_cache *kv, mx_dtype t) {
+    return (size_t)kv->n_rows * (size_t)kv->p.n_kv_heads * (size_t)head_elems(kv, t) * mx_dtype_size(t);
+}
+
+/* ==== Cache types ==== */
+static const struct {
+    kv_type t;
+    const char *name;
+    mx_dtype dtype;
+} k_types[] = {
+    {KV_TYPE_F32, "f32", MX_F32},    {KV_TYPE_F16, "f16", MX_F16},    {KV_TYPE_BF16, "bf16", MX_BF16},
+    {KV_TYPE_Q8_0, "q8_0", MX_Q8_0}, {KV_TYPE_Q4_0, "q4_0", MX_Q4_0},
+};
+#define N_TYPES (int)(sizeof k_types / sizeof k_types[0])
+#define TYPES_LIST "f32, f16, bf16, q8_0, q4_0"
+
+const char *kv_type_name(kv_type t) {
+    for (int i = 0; i < N_TYPES; i++)
+        if (k_types[i].t == t) return k_types[i].name;
+    return "default";
+}
+
+int kv_type_parse(const char *s, kv_type *out, mx_error *err) {
+    for (int i = 0; s && i < N_TYPES; i++)
+        if (!strcasecmp(s, k_types[i].name)) {
+            *out = k_types[i].t;
+            return 0;
+        }
+    /* llama.cpp's other --cache-type values */
+    static const char *k_llama[] = {"q4_1", "q5_0", "q5_1", "iq4_nl"};
+    for (size_t i = 0; s && i < sizeof k_llama / sizeof k_llama[0]; i++)
+        if (!strcasecmp(s, k_llama[i]))
+            return mx_fail(err, "cache type %s (llama.cpp) is not supported; supported: " TYPES_LIST, s);
+    return mx_fail(err, "unknown cache type '%s'; supported: " TYPES_LIST, s ? s : "");
+}
+
+mx_dtype kv_type_dtype(kv_type t, const backend_ops *be) {
+    for (int i = 0; i < N_TYPES; i++)
+        if (k_types[i].t == t) return k_types[i].dtype;
+    /* the backend picks the default (CPU: f32 reference; CUDA: bf16) */
+    return be->kv_dtype == MX_BF16 || be->kv_dtype == MX_F16 ? be->kv_dtype : MX_F32;
+}
+
+kv_type kv_type_of_dtype(mx_dtype t) {
+    for (int i = 0; i < N_TYPES; i++)
+        if (k_types[i].dtype == t) return k_types[i].t;
+    return KV_TYPE_DEFAULT;
+}
+
+int kv_type_check(kv_type t, const backend_ops *be, int head_dim, const char *which, mx_error *err) {
+    const mx_dtype dt = kv_type_dtype(t, be);
+    const char *name = kv_type_name(kv_type_of_dtype(dt)), *sp = which ? " " : "";
+    which = which ? which : "";
+    if (be->device != MX_DEV_CPU && dt != be->kv_dtype)
+        return mx_fail(err, "%s%scache type %s: the %s backend keeps %s KV; %s run on the CPU backend "
+                       "only", which, sp, name, be->device == MX_DEV_CUDA ? "CUDA" : be->name,
+                       kv_type_name(kv_type_of_dtype(be->kv_dtype)),
+                       mx_dtype_block(dt) > 1 ? "quantized KV caches" : "other cache types");
+    if (head_dim > 0 && head_dim % mx_dtype_block(dt))
+        return mx_fail(err, "%s%scache type %s stores blocks of %d values along head_dim, and the "
+                       "model's head_dim is %d (not a multiple of %d); use f32, f16 or bf16",
+                       which, sp, name, mx_dtype_block(dt), head_dim, mx_dtype_block(dt));
+    return 0;
+}
+
 /* Rank pools on each rank's device (kv->kr / kv->vr). */
-static int alloc_rank_pools(kv_cache *kv, mx_dtype kt, size_t pool_bytes, mx_error *err) {
+static int alloc_rank_pools(kv_cache *kv, mx_error *err) {
     const int n = kv_tp(kv), L = kv->p.n_layers;
     const int64_t hk = kv->p.n_kv_heads / n;
     kv->kr = calloc((size_t)L * n, sizeof(mx_tensor));
     kv->vr = calloc((size_t)L * n, sizeof(mx_tensor));
     if (!kv->kr || !kv->vr) return mx_fail(err, "kv cache: out of memory");
+    const size_t kb = pool_bytes(kv, kv->kt) / n, vb = pool_bytes(kv, kv->vt) / n;
     for (int r = 0; r < n; r++) {
         if (kv->be->bind_device(r, err)) return -1;
         for (int l = 0; l < L; l++) {
-            void *kd = kv->be->alloc(pool_bytes / n), *vd = kv->be->alloc(pool_bytes / n);
-            kv->kr[l * n + r] = mx_tensor_3d(kd, kt, kv->n_rows, hk, kv->p.head_dim, kv->be->device);
-            kv->vr[l * n + r] = mx_tensor_3d(vd, kt, kv->n_rows, hk, kv->p.head_dim, kv->be->device);
+            void *kd = kv->be->alloc(kb), *vd = kv->be->alloc(vb);
+            kv->kr[l * n + r] = mx_tensor_3d(kd, kv->kt, kv->n_rows, hk, head_elems(kv, kv->kt), kv->be->device);
+            kv->vr[l * n + r] = mx_tensor_3d(vd, kv->vt, kv->n_rows, hk, head_elems(kv, kv->vt), kv->be->device);
             if (!kd || !vd)
                 return mx_fail(err, "kv cache: cannot allocate %zu MiB for layer %d on rank %d's "
-                               "device (ctx %d, %s)", 2 * pool_bytes / n >> 20, l, r,
+                               "device (ctx %d, %s)", (kb + vb) >> 20, l, r,
                                kv->p.ctx_size, kv_storage_name(kv->p.storage));
         }
     }
@@ -112,6 +184,9 @@ int kv_cache_new(kv_cache **out, const kv_cache_params *p, const backend_ops *be
         return mx_fail(err, "kv cache: paged storage needs block_size > 0 and n_blocks > 0");
     if (p->storage == KV_STORAGE_DENSE && p->n_seqs <= 0)
         return mx_fail(err, "kv cache: dense storage needs n_seqs > 0");
+    if (kv_type_check(p->type_k, be, p->head_dim, "K", err) ||
+        kv_type_check(p->type_v, be, p->head_dim, "V", err))
+        return -1;
     kv_cache *kv = calloc(1, sizeof *kv);
     if (!kv) return mx_fail(err, "kv cache: out of memory");
     kv->p = *p;
@@ -123,25 +198,26 @@ int kv_cache_new(kv_cache **out, const kv_cache_params *p, const backend_ops *be
     kv->refcount = calloc((size_t)kv->n_units, sizeof(int32_t));
     kv->free_stack = malloc((size_t)kv->n_units * sizeof(int32_t));
     if (!kv->k || !kv->v || !kv->refcount || !kv->free_stack) goto oom;
-    /* the backend picks the element type (CPU: f32 reference; CUDA: bf16) */
-    const mx_dtype kt = be->kv_dtype == MX_BF16 || be->kv_dtype == MX_F16 ? be->kv_dtype : MX_F32;
-    const size_t pool_bytes =
-        (size_t)kv->n_rows * (size_t)p->n_kv_heads * (size_t)p->head_dim * mx_dtype_size(kt);
+    kv->kt = kv_type_dtype(p->type_k, be);
+    kv->vt = kv_type_dtype(p->type_v, be);
+    kv->p.type_k = kv_type_of_dtype(kv->kt); /* resolved: what kv_cache_params_of reports */
+    kv->p.type_v = kv_type_of_dtype(kv->vt);
     if (kv_tp(kv) > 1 && be->bind_device) {
-        if (alloc_rank_pools(kv, kt, pool_bytes, err)) {
+        if (alloc_rank_pools(kv, err)) {
             kv_bind(kv, 0);
             kv_cache_free(kv);
             return -1;
         }
     }
+    const size_t kb = pool_bytes(kv, kv->kt), vb = pool_bytes(kv, kv->vt);
     for (int l = 0; l < p->n_layers && !kv->kr; l++) {
-        void *kd = be->alloc(pool_bytes), *vd = be->alloc(pool_bytes);
-        kv->k[l] = mx_tensor_3d(kd, kt, kv->n_rows, p->n_kv_heads, p->head_dim, be->device);
-        kv->v[l] = mx_tensor_3d(vd, kt, kv->n_rows, p->n_kv_heads, p->head_dim, be->device);
+        void *kd = be->alloc(kb), *vd = be->alloc(vb);
+        kv->k[l] = mx_tensor_3d(kd, kv->kt, kv->n_rows, p->n_kv_heads, head_elems(kv, kv->kt), be->device);
+        kv->v[l] = mx_tensor_3d(vd, kv->vt, kv->n_rows, p->n_kv_heads, head_elems(kv, kv->vt), be->device);
         if (!kd || !vd) {
             kv_cache_free(kv);
             return mx_fail(err, "kv cache: cannot allocate %zu MiB for layer %d (ctx %d, %s)",
-                           2 * pool_bytes >> 20, l, p->ctx_size, kv_storage_name(p->storage));
+                           (kb + vb) >> 20, l, p->ctx_size, kv_storage_name(p->storage));
         }
     }
     /* free stack pops from the end: push in reverse so unit 0 is used first */
@@ -212,10 +288,11 @@ static mx_tensor rank_view(const kv_cache *kv, const mx_tensor *pool, int rank) 
     const int n = kv_tp(kv);
     if (n == 1) return *pool;
 
-    const int64_t hk = kv->p.n_kv_heads / n;
-    mx_tensor t = mx_tensor_3d((char *)pool->data + (size_t)(rank * kv->n_rows * hk * kv->p.head_dim) *
+    /* a q pool's head row is head_dim / 32 whole blocks, so a rank's heads start on a block */
+    const int64_t hk = kv->p.n_kv_heads / n, he = pool->shape[2];
+    mx_tensor t = mx_tensor_3d((char *)pool->data + (size_t)(rank * kv->n_rows * hk * he) *
                                                         mx_dtype_size(pool->dtype),
-                               pool->dtype, kv->n_rows, hk, kv->p.head_dim, pool->device);
+                               pool->dtype, kv->n_rows, hk, he, pool->device);
     return t;
 }
 /* separate rank pools (multi-device backends): rank r's own allocation on device r */
@@ -229,8 +306,9 @@ mx_tensor *kv_cache_v(kv_cache *kv, int layer) { return &kv->v[layer]; }
 int kv_cache_table_block(const kv_cache *kv) { return paged(kv) ? kv->p.block_size : kv->p.ctx_size; }
 
 size_t kv_cache_bytes_per_token(const kv_cache *kv) {
-    const size_t elt = kv->k && kv->k[0].data ? mx_dtype_size(kv->k[0].dtype) : 4;
-    return (size_t)kv->p.n_layers * 2 * (size_t)kv->p.n_kv_heads * (size_t)kv->p.head_dim * elt;
+    const size_t head = (size_t)head_elems(kv, kv->kt) * mx_dtype_size(kv->kt) +
+                        (size_t)head_elems(kv, kv->vt) * mx_dtype_size(kv->vt);
+    return (size_t)kv->p.n_layers * (size_t)kv->p.n_kv_heads * head;
 }
 
 /* ==== LRU of cached, unreferenced blocks ==== */

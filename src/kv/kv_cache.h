@@ -8,7 +8,13 @@
  * recently released first. A write into a shared block copies it first (copy-on-write).
  *
  * Dense storage: one contiguous region of ctx_size tokens per sequence slot, the same
- * addressing with a single block of ctx_size tokens; no prefix sharing. */
+ * addressing with a single block of ctx_size tokens; no prefix sharing.
+ *
+ * Cache types (llama.cpp's --cache-type-k / --cache-type-v): K and V pools each hold f32, f16,
+ * bf16, or ggml's q8_0 / q4_0 blocks of 32 values along head_dim (kv/kv_quant.h). A q pool is
+ * [n_phys_rows, n_kv_heads, head_dim / 32] of MX_Q8_0 / MX_Q4_0 elements (one block each), so a
+ * block never crosses a head and rows, rank slices and copy-on-write stay whole elements. The
+ * CPU backend takes every type; a device backend only its own kv_dtype. */
 #ifndef MLXCEL_KV_KV_CACHE_H
 #define MLXCEL_KV_KV_CACHE_H
 
@@ -30,6 +36,26 @@ int kv_storage_parse(const char *s, kv_storage *out);
 kv_storage kv_storage_resolve(kv_storage requested, const model_spec *spec, char *reason,
                               size_t reason_len);
 
+typedef enum {
+    KV_TYPE_DEFAULT = 0, /* the backend's kv_dtype (CPU f32, CUDA bf16) */
+    KV_TYPE_F32, KV_TYPE_F16, KV_TYPE_BF16, KV_TYPE_Q8_0, KV_TYPE_Q4_0,
+} kv_type;
+
+/* "f32", "f16", "bf16", "q8_0", "q4_0" ("default" for KV_TYPE_DEFAULT). */
+const char *kv_type_name(kv_type t);
+/* The names above (case-insensitive) -> 0. Else -1 and err: llama.cpp's other cache types
+ * (q4_1, q5_0, q5_1, iq4_nl) named as not supported here, with the supported list. */
+int kv_type_parse(const char *s, kv_type *out, mx_error *err);
+/* The pool element type of t on backend be (KV_TYPE_DEFAULT: be->kv_dtype). */
+mx_dtype kv_type_dtype(kv_type t, const backend_ops *be);
+/* The cache type of a pool dtype (KV_TYPE_DEFAULT when it is none). */
+kv_type kv_type_of_dtype(mx_dtype t);
+/* Whether be can hold a cache of type t for heads of head_dim values (0: not known yet, that
+ * check is skipped): a device backend only its own kv_dtype; q8_0 / q4_0 need head_dim % 32 ==
+ * 0. -1 and a message naming the type otherwise, e.g. "K cache type q8_0: the CUDA backend
+ * keeps bf16 KV; quantized KV caches run on the CPU backend only" (which: "K", "V" or NULL). */
+int kv_type_check(kv_type t, const backend_ops *be, int head_dim, const char *which, mx_error *err);
+
 typedef struct kv_cache_params {
     kv_storage storage;  /* DENSE or PAGED (resolved) */
     int n_layers, n_kv_heads, head_dim;
@@ -40,6 +66,8 @@ typedef struct kv_cache_params {
     bool prefix_cache;   /* paged: share full prompt blocks between sequences */
     int tp_size;         /* tensor-parallel ranks sharing the pools (0 or 1: none); see
                             kv_cache_k_rank */
+    kv_type type_k, type_v; /* cache types (0: the backend's); kv_cache_params_of gives them
+                               resolved */
 } kv_cache_params;
 
 typedef struct kv_cache kv_cache;
@@ -57,17 +85,18 @@ int kv_cache_new(kv_cache **out, const kv_cache_params *p, const backend_ops *be
 void kv_cache_free(kv_cache *kv);
 const kv_cache_params *kv_cache_params_of(const kv_cache *kv);
 
-/* Per-layer pools: [n_phys_rows, n_kv_heads, head_dim] in the backend's kv_dtype (CPU f32). */
+/* Per-layer pools: [n_phys_rows, n_kv_heads, head_dim / mx_dtype_block] of the K / V cache
+ * type's dtype (default: the backend's kv_dtype, CPU f32). */
 mx_tensor *kv_cache_k(kv_cache *kv, int layer);
 mx_tensor *kv_cache_v(kv_cache *kv, int layer);
 /* Rank r's part of a layer's pool under tensor parallelism: [n_phys_rows, n_kv_heads / tp,
- * head_dim], contiguous (rank-major memory of one pool; on a multi-device backend, a separate
+ * head_dim / block], contiguous (rank-major memory of one pool; on a multi-device backend, a separate
  * pool on rank r's device, and kv_cache_k/v describe rank 0's); tp_size <= 1: the whole pool. */
 mx_tensor kv_cache_k_rank(kv_cache *kv, int layer, int rank);
 mx_tensor kv_cache_v_rank(kv_cache *kv, int layer, int rank);
 /* Block size as seen by attention (block_size, or ctx_size for dense). */
 int kv_cache_table_block(const kv_cache *kv);
-/* Bytes of K+V per token (all layers). */
+/* Bytes of K+V per token (all layers), exactly what the pools hold per physical row. */
 size_t kv_cache_bytes_per_token(const kv_cache *kv);
 
 void kv_seq_init(kv_seq *s);

@@ -4,7 +4,30 @@
 #include <string.h>
 
 const char *kv_dtype_name(mx_kv_dtype t) {
-    return t == MX_KV_INT8 ? "int8" : t == MX_KV_BF16 ? "bf16" : t == MX_KV_F32 ? "f32" : "f16";
+    switch (t) {
+    case MX_KV_INT8: return "int8";
+    case MX_KV_BF16: return "bf16";
+    case MX_KV_F32: return "f32";
+    case MX_KV_Q8_0: return "q8_0";
+    case MX_KV_Q4_0: return "q4_0";
+    default: return "f16";
+    }
+}
+
+int kv_dtype_block(mx_kv_dtype t) { return t == MX_KV_Q8_0 || t == MX_KV_Q4_0 ? 32 : 1; }
+
+uint64_t kv_dtype_head_bytes(mx_kv_dtype t, int head_dim, uint64_t *scale_bytes) {
+    const uint64_t D = (uint64_t)head_dim, blocks = (D + 31) / 32;
+    uint64_t sc = 0, b;
+    switch (t) {
+    case MX_KV_INT8: sc = 4, b = D + sc; break;           /* int8 codes + one f32 scale */
+    case MX_KV_F32: b = 4 * D; break;
+    case MX_KV_Q8_0: sc = 2 * blocks, b = blocks * 34; break; /* fp16 d + 32 int8 */
+    case MX_KV_Q4_0: sc = 2 * blocks, b = blocks * 18; break; /* fp16 d + 16 bytes of nibbles */
+    default: b = 2 * D; break;                              /* f16, bf16 */
+    }
+    if (scale_bytes) *scale_bytes = sc;
+    return b;
 }
 
 int kv_dtype_parse(const char *s, mx_kv_dtype *out) {
@@ -13,12 +36,19 @@ int kv_dtype_parse(const char *s, mx_kv_dtype *out) {
     else if (!strcmp(s, "bf16") || !strcmp(s, "bfloat16")) *out = MX_KV_BF16;
     else if (!strcmp(s, "f32") || !strcmp(s, "fp32") || !strcmp(s, "float32")) *out = MX_KV_F32;
     else if (!strcmp(s, "int8") || !strcmp(s, "q8")) *out = MX_KV_INT8;
+    else if (!strcmp(s, "q8_0")) *out = MX_KV_Q8_0;
+    else if (!strcmp(s, "q4_0")) *out = MX_KV_Q4_0;
     else return -1;
     return 0;
 }
 
 void estimate_memory(const model_spec *s, uint64_t params, uint64_t weights_bytes, int ctx,
                      int batch, mx_kv_dtype kv, mx_mem_estimate *out) {
+    estimate_memory_kv(s, params, weights_bytes, ctx, batch, kv, kv, out);
+}
+
+void estimate_memory_kv(const model_spec *s, uint64_t params, uint64_t weights_bytes, int ctx,
+                        int batch, mx_kv_dtype kv_k, mx_kv_dtype kv_v, mx_mem_estimate *out) {
     memset(out, 0, sizeof *out);
     out->params = params;
     out->weights_bytes = weights_bytes;
@@ -26,12 +56,12 @@ void estimate_memory(const model_spec *s, uint64_t params, uint64_t weights_byte
     out->batch = batch;
 
     /* ==== KV cache ==== */
-    /* Per layer and token: K and V, n_kv_heads x head_dim elements each. int8 adds one f32
-     * scale per head per token for K and for V. */
-    uint64_t elems = 2ull * (uint64_t)s->n_kv_heads * (uint64_t)s->head_dim;
-    uint64_t elem_bytes = kv == MX_KV_INT8 ? 1 : kv == MX_KV_F32 ? 4 : 2;
-    uint64_t scale_bytes = kv == MX_KV_INT8 ? 2ull * (uint64_t)s->n_kv_heads * 4 : 0;
-    uint64_t layer_tok = elems * elem_bytes + scale_bytes;
+    /* Per layer and token: K and V, n_kv_heads rows of head_dim values each, in their types
+     * (kv_dtype_head_bytes: int8 adds one f32 scale per head, q8_0 / q4_0 one fp16 per block). */
+    uint64_t sk, sv;
+    const uint64_t hk = kv_dtype_head_bytes(kv_k, s->head_dim, &sk), hv = kv_dtype_head_bytes(kv_v, s->head_dim, &sv);
+    uint64_t scale_bytes = (uint64_t)s->n_kv_heads * (sk + sv);
+    uint64_t layer_tok = (uint64_t)s->n_kv_heads * (hk + hv);
     uint64_t total = 0;
     for (int i = 0; i < s->n_layers; i++) {
         bool sliding = s->layer_sliding[i] && s->sliding_window > 0;

@@ -342,6 +342,8 @@ static void fill_info(sbe *b, srv_model_info *m, const srv_config *cfg, const ch
     m->n_ctx_train = s->max_position_embeddings;
     snprintf(m->storage, sizeof m->storage, "%.15s", kv_storage_name(engine_storage(b->e)));
     snprintf(m->storage_reason, sizeof m->storage_reason, "%.255s", engine_storage_reason(b->e));
+    snprintf(m->cache_type_k, sizeof m->cache_type_k, "%s", kv_type_name(engine_params_of(b->e)->cache_type_k));
+    snprintf(m->cache_type_v, sizeof m->cache_type_v, "%s", kv_type_name(engine_params_of(b->e)->cache_type_v));
     snprintf(m->chat_template, sizeof m->chat_template, "%.63s", tpl_src[0] ? tpl_src : "none");
     m->chat_template_text = b->ct ? chat_template_source(b->ct) : NULL;
 }
@@ -360,6 +362,12 @@ int srv_backend_engine_open(srv_backend *be, srv_config *cfg, mx_error *err) {
 
     const mx_device dev = !strcmp(cfg->device, "cuda") ? MX_DEV_CUDA : MX_DEV_CPU;
     const backend_ops *ops = backend_get(dev, err);
+    /* -ctk / -ctv: a type the device cannot hold is refused before the weights load */
+    kv_type ctk = KV_TYPE_DEFAULT, ctv = KV_TYPE_DEFAULT;
+    if (ops && ((cfg->cache_type_k[0] && kv_type_parse(cfg->cache_type_k, &ctk, err)) ||
+                (cfg->cache_type_v[0] && kv_type_parse(cfg->cache_type_v, &ctv, err)) ||
+                kv_type_check(ctk, ops, 0, "K", err) || kv_type_check(ctv, ops, 0, "V", err)))
+        goto fail;
     /* --tp-size N: a group of N rank models; the engine runs on this server's engine thread
      * as rank 0, the other ranks as threads of each forward (docs/tensor-parallel.md) */
     if (!ops || (strcmp(cfg->load_format, "dummy")
@@ -405,6 +413,8 @@ int srv_backend_engine_open(srv_backend *be, srv_config *cfg, mx_error *err) {
         goto fail;
     }
     ep.n_kv_blocks = cfg->n_parallel * ((cfg->ctx_size + ep.block_size - 1) / ep.block_size);
+    ep.cache_type_k = ctk;
+    ep.cache_type_v = ctv;
     if (engine_new(&b->e, b->m, &ep, err)) goto fail;
     fill_info(b, &be->info, cfg, tpl_src, ops);
     LOG_INFO("model loaded in %.2f s (%s backend)", mx_now() - t0, backend_device_name(dev));

@@ -13,6 +13,7 @@
 
 #include "base/env.h"
 #include "base/log.h"
+#include "kv/kv_cache.h"
 
 /* ==== Option table ==== */
 typedef enum { OPT_INT, OPT_I64, OPT_FLOAT, OPT_STR, OPT_FLAG, OPT_NOFLAG, OPT_SIZE, OPT_SPECIAL } opt_type;
@@ -78,6 +79,10 @@ static const opt k_opts[] = {
      "requests waiting for a slot before new ones get 503 (default 256; 0 = no limit)"},
     {{"--decode-storage-backend", NULL}, NULL, OPT_STR, F(storage), 0, 0,
      "KV storage: auto (default), dense or paged"},
+    {{"-ctk", "--cache-type-k", NULL}, "LLAMA_ARG_CACHE_TYPE_K", OPT_STR, F(cache_type_k), 0, 0,
+     "K cache type: f32 (CPU default), f16, bf16, q8_0, q4_0 (q8_0/q4_0: CPU only)"},
+    {{"-ctv", "--cache-type-v", NULL}, "LLAMA_ARG_CACHE_TYPE_V", OPT_STR, F(cache_type_v), 0, 0,
+     "V cache type: the same choices"},
     {{"-n", "--n-predict", "--predict", NULL}, "LLAMA_ARG_N_PREDICT", OPT_INT, F(n_predict), -1,
      1 << 24, "default max tokens per request (-1 = until the context is full)"},
     {{"--temp", "--temperature", NULL}, "LLAMA_ARG_TEMPERATURE", OPT_FLOAT, F(temperature), 0, 100,
@@ -222,6 +227,10 @@ static int set_value(srv_config *c, const opt *o, const char *name, const char *
         return 0;
     }
     case OPT_STR:
+        if (o->off == offsetof(srv_config, cache_type_k) || o->off == offsetof(srv_config, cache_type_v)) {
+            kv_type t; /* llama.cpp's names; its other types get the supported list */
+            if (kv_type_parse(v, &t, err)) return mx_wrap(err, "%s", name);
+        }
         if (strlen(v) >= o->size) return mx_fail(err, "%s: value longer than %zu bytes", name, o->size - 1);
         memcpy(base, v, strlen(v) + 1);
         if (o->off == offsetof(srv_config, storage) && strcmp(v, "auto") && strcmp(v, "dense") &&
@@ -231,6 +240,7 @@ static int set_value(srv_config *c, const opt *o, const char *name, const char *
             return mx_fail(err, "%s: expected cpu or cuda, got '%s'", name, v);
         if (o->off == offsetof(srv_config, load_format) && strcmp(v, "auto") && strcmp(v, "dummy"))
             return mx_fail(err, "%s: expected auto or dummy, got '%s'", name, v);
+
         return 0;
     case OPT_FLAG: case OPT_NOFLAG: {
         bool b;

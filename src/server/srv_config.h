@@ -45,6 +45,9 @@ typedef struct srv_config {
     int ctx_size;                /* -c, --ctx-size (LLAMA_ARG_CTX_SIZE), 0 = from the model */
     int max_queue_depth;         /* --max-queue-depth: waiting requests before 503, 0 = no limit */
     char storage[16];            /* --decode-storage-backend auto|dense|paged */
+    char cache_type_k[16];       /* -ctk, --cache-type-k (LLAMA_ARG_CACHE_TYPE_K): f32|f16|bf16|q8_0|q4_0,
+                                    "" = the backend's (CPU f32, CUDA bf16) */
+    char cache_type_v[16];       /* -ctv, --cache-type-v (LLAMA_ARG_CACHE_TYPE_V) */
 
     /* ---- default sampling (requests override) ---- */
     int n_predict;               /* -n, --n-predict (LLAMA_ARG_N_PREDICT), -1 = until ctx */

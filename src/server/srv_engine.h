@@ -157,6 +157,7 @@ typedef struct srv_model_info {
     int n_ctx_train;
     char storage[16];     /* "dense" | "paged" */
     char storage_reason[256];
+    char cache_type_k[16], cache_type_v[16]; /* resolved KV cache types ("f32", "q8_0", ...) */
     char chat_template[64]; /* where the template came from (start-up log) */
     const char *chat_template_text; /* its Jinja text for /props (owned by the backend), or NULL */
     char device[512];     /* backend line: "cpu", or the CUDA device, capability and settings */

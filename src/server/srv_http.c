@@ -483,6 +483,8 @@ static void log_startup(const srv_server *s, int port) {
              (double)m->headroom_bytes / 1048576.0, total / 1048576.0);
     LOG_INFO("chat template: %s", m->chat_template);
     LOG_INFO("decode storage backend: %s (%s)", m->storage, m->storage_reason);
+    LOG_INFO("kv cache types: K %s, V %s (%llu bytes per token)", m->cache_type_k, m->cache_type_v,
+             (unsigned long long)m->kv_bytes_per_token);
     LOG_INFO("decode path: native batched forward");
     char tuned[512];
     tune_policy_describe(tuned, sizeof tuned);

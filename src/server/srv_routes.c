@@ -192,10 +192,11 @@ static MHD_Result_t route_props(srv_server *s, struct MHD_Connection *c) {
     const srv_model_info *m = &s->be->info;
     const char *tpl = m->chat_template_text ? m->chat_template_text : ""; /* the Jinja text, as llama-server */
     return send_json(s, c, 200,
-                     json_pack("{s:o, s:i, s:s, s:s, s:s, s:s, s:{s:b, s:b}}", "default_generation_settings",
+                     json_pack("{s:o, s:i, s:s, s:s, s:s, s:s, s:{s:b, s:b}, s:s, s:s}", "default_generation_settings",
                                default_settings(s), "total_slots", s->cfg.n_parallel, "model_path", m->path,
                                "model_alias", m->name, "chat_template", tpl, "build_info",
-                               "mlxcel " MLXCEL_VERSION, "modalities", "vision", 0, "audio", 0));
+                               "mlxcel " MLXCEL_VERSION, "modalities", "vision", 0, "audio", 0,
+                               "cache_type_k", m->cache_type_k, "cache_type_v", m->cache_type_v));
 }
 
 /* The engine seam reports counts, not per-slot state: slots are listed with the number of

@@ -33,6 +33,18 @@ Q=$SRC/tests/fixtures/quant_parity/llama_q4g32
 [ "$(field top1_agreement_pct "$TMP/twin.json")" = "100.000" ] && [ "$(field kl_max "$TMP/twin.json")" = "0" ] ||
     { echo "twin: expected 100% and KL 0"; cat "$TMP/twin.json"; exit 1; }
 
+# -ctk / -ctv: model A's KV cache types against the reference's f32 cache, on the demo model
+# (heads of 64): f32 by name is the reference exactly; q8_0 / q4_0 differ (KL > 0) and say so
+D=$SRC/models/wordnet-chat-16m
+"$BIN" compare -m "$D" --ref "$D" --prompt-ids 1,50,60,70 -n 16 -ctk f32 -ctv f32 --json > "$TMP/f32.json"
+[ "$(field kl_max "$TMP/f32.json")" = "0" ] && [ "$(field cache_type_k "$TMP/f32.json")" = '"f32"' ] ||
+    { echo "-ctk f32: expected KL 0"; cat "$TMP/f32.json"; exit 1; }
+"$BIN" compare -m "$D" --ref "$D" --prompt-ids 1,50,60,70 -n 16 -ctk q8_0 --cache-type-v q4_0 --json > "$TMP/kvq.json"
+[ "$(field cache_type_k "$TMP/kvq.json")" = '"q8_0"' ] && [ "$(field cache_type_v "$TMP/kvq.json")" = '"q4_0"' ] &&
+    awk -v k="$(field kl_mean "$TMP/kvq.json")" 'BEGIN { exit !(k > 0) }' ||
+    { echo "-ctk q8_0 -ctv q4_0: expected the types and KL > 0"; cat "$TMP/kvq.json"; exit 1; }
+if "$BIN" compare -m "$M" --ref "$M" --prompt-ids 1 -ctk q8_0 > /dev/null 2>&1; then echo "q8_0 on heads of 8 accepted"; exit 1; fi
+
 if "$BIN" compare -m "$M" --ref "$M" -n 4 > /dev/null 2>&1; then echo "no prompt accepted"; exit 1; fi
 if "$BIN" compare -m "$M" --ref "$M" --prompt-ids 1 -n 0 > /dev/null 2>&1; then echo "-n 0 accepted"; exit 1; fi
 echo "compare_cli: ok"

@@ -59,6 +59,7 @@ PORT=$(cat "$TMP/port")
 # start-up log: model, family, parameters, dtype, memory estimate, storage + reason, decode path
 for pat in "model: tiny ($M)" "device: cpu" "family: " "parameters: " "dtype: BF16" "memory estimate: weights" \
            "decode storage backend: paged (auto: " "decode path: native batched forward" \
+           "kv cache types: K f32, V f32 (" \
            "slots: 16, max batch 16 sequences, batch 256 / ubatch 64 tokens, prefill chunk 16, grant interval 2, ctx 128"; do
     grep -qF -- "$pat" "$TMP/log" && ok || bad "start-up log lacks '$pat'"
 done
@@ -90,6 +91,7 @@ req GET /props
 # chat_template: the Jinja text (llama-server), here tokenizer_config.json's
 [ "$(echo "$BODY" | jq_ 'o.chat_template===JSON.parse(require("fs").readFileSync("'"$M"'/tokenizer_config.json","utf8")).chat_template')" = true ] &&
     ok || bad "/props chat_template is not the template text: $(echo "$BODY" | jq_ 'JSON.stringify(o.chat_template)')"
+[ "$(echo "$BODY" | jq_ 'o.cache_type_k+","+o.cache_type_v')" = "f32,f32" ] && ok || bad "/props cache types: $BODY"
 req GET /slots; [ "$(echo "$BODY" | jq_ 'o.length')" = 16 ] && ok || bad "/slots: $BODY"
 req GET /v1/models; [ "$(echo "$BODY" | jq_ 'o.data.map(m=>m.id).join()')" = tiny,tiny-b ] && ok || bad "/v1/models: $BODY"
 # response `model`: the alias the request named, else the first alias
@@ -311,6 +313,25 @@ wait "${PIDS[0]}"; RC=$?
 [ $RC = 0 ] && ok || bad "server exit status $RC after SIGTERM"
 # under the ASan/UBSan build: no report (leaks included) from the whole run
 grep -q "AddressSanitizer\|LeakSanitizer\|runtime error" "$TMP/log" && bad "sanitizer report: $(grep -m3 -A5 'Sanitizer\|runtime error' "$TMP/log")" || ok
+
+# ==== KV cache types: LLAMA_ARG_CACHE_TYPE_K/V and -ctk/-ctv (a flag wins) ====
+LLAMA_ARG_CACHE_TYPE_K=bf16 LLAMA_ARG_CACHE_TYPE_V=q8_0 OMP_NUM_THREADS=1 "$MLXCEL" serve -m "$M" --port 0 \
+    --port-file "$TMP/port2" -np 2 -c 64 -ctv f16 >"$TMP/log2" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 100); do [ -s "$TMP/port2" ] && break; sleep 0.1; done
+PORT=$(cat "$TMP/port2" 2>/dev/null)
+req GET /props
+[ "$(echo "$BODY" | jq_ 'o.cache_type_k+","+o.cache_type_v')" = "bf16,f16" ] && ok || bad "/props with bf16/f16 caches: $BODY"
+grep -qF "kv cache types: K bf16, V f16 (" "$TMP/log2" && ok || bad "start-up log lacks the cache types: $(head -c 2000 "$TMP/log2")"
+req POST /completion '{"prompt":"hi","n_predict":4,"temperature":0}'
+[ "$CODE" = 200 ] && ok || bad "completion with bf16/f16 caches: $CODE $BODY"
+# q8_0 needs head_dim % 32 == 0 (this model's heads have 16): refused at start, exit 1
+LLAMA_ARG_CACHE_TYPE_K=q8_0 "$MLXCEL" serve -m "$M" --port 0 >"$TMP/log3" 2>&1 </dev/null
+[ $? = 1 ] && grep -q "K cache type q8_0 stores blocks of 32 values along head_dim, and the model's head_dim is 16" "$TMP/log3" &&
+    ok || bad "q8_0 on head_dim 16 not refused: $(head -c 2000 "$TMP/log3")"
+"$MLXCEL" serve -m "$M" --port 0 -ctk q4_1 >"$TMP/log4" 2>&1 </dev/null
+[ $? = 2 ] && grep -q "cache type q4_1 (llama.cpp) is not supported; supported: f32, f16, bf16, q8_0, q4_0" "$TMP/log4" &&
+    ok || bad "-ctk q4_1 not refused: $(head -c 2000 "$TMP/log4")"
 
 echo "real-model server e2e: $PASS passed, $FAIL failed"
 [ $FAIL = 0 ]

@@ -71,6 +71,9 @@ typedef struct ec_variant {
     bool batched, prefix_rerun;
 } ec_variant;
 
+/* KV cache types of the engines ec_run makes (-ctk / -ctv; 0: the backend's). */
+static kv_type ec_cache_k, ec_cache_v;
+
 /* Greedy (temperature 0, EOS ignored) runs of n prompts under variant v, ctx 160, into c. */
 static inline void ec_run(model *m, const int32_t *const *prompts, const int *n_prompt,
                           const int *max_tokens, int n, const ec_variant *v, ec_collect *c) {
@@ -85,6 +88,8 @@ static inline void ec_run(model *m, const int32_t *const *prompts, const int *n_
     p.block_size = v->block;
     p.n_parallel = v->batched ? n : 1;
     p.prefix_cache = v->prefix_rerun;
+    p.cache_type_k = ec_cache_k;
+    p.cache_type_v = ec_cache_v;
     engine *e = NULL;
     mx_error err;
     if (engine_new(&e, m, &p, &err)) fail_msg("engine_new: %s", err.msg);

@@ -13,7 +13,11 @@
  *   hit;
  * - attention split counts (paged-decode-splits): every count gives the same bits, kernel level
  *   (mx_attn_batch.kv_splits) and engine level (MLXCEL_PAGED_DECODE_SPLITS 1, 2, 3, 64, the
- *   whole scenario grid above, at attention pieces short enough to give every row several). */
+ *   whole scenario grid above, at attention pieces short enough to give every row several);
+ * - the engine-level grid again with a q8_0 KV cache (-ctk q8_0 -ctv q8_0; llama- and
+ *   gemma-like models with heads of 32): a row's quantized K/V depend on that row only, so the
+ *   invariance holds for a quantized cache too (test_kv_quant.c: the attention over it equals
+ *   the f32 attention over its dequantized values). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -283,11 +287,14 @@ static void submit(engine *e, int i, capture *c, int max_tokens, int64_t *id_out
     if (id_out) *id_out = id;
 }
 
+static kv_type g_cache_type; /* -ctk / -ctv of every engine the scenarios make (0: f32) */
+
 static void run_scenario(model *m, const model_spec *spec, scenario sc, capture *c) {
     memset(c, 0, sizeof *c);
     c->target = -1;
     engine_params p;
     engine_params_default(&p, spec);
+    p.cache_type_k = p.cache_type_v = g_cache_type;
     p.ctx_size = 96;
     p.storage = sc.storage;
     p.prefill_chunk = sc.chunk;
@@ -365,16 +372,26 @@ static void check_grid(model *m, const model_spec *spec, const capture *base, in
     }
 }
 
-static void check_engine(tiny_kind kind) {
+static void check_engine_kv(tiny_kind kind, int head_dim, kv_type cache) {
     tiny_model tm;
-    tiny_build_v(&tm, kind, 777 + kind, VOCAB);
+    tiny_build_d(&tm, kind, 777 + kind, VOCAB, head_dim);
     model *m = NULL;
     mx_error err;
     assert_int_equal(model_bind(&m, &tm.spec, tiny_lookup, &tm, backend_cpu(), &err), 0);
     capture *base = malloc(sizeof *base), *o = malloc(sizeof *o);
     unsetenv("MLXCEL_AUTOTUNE"); /* no cached winner: the policy is the built-in count */
     set_splits_env(0);
+    if (cache) { /* the quantized cache is in use: its logits are not the f32 cache's, but close */
+        g_cache_type = KV_TYPE_DEFAULT;
+        run_scenario(m, &tm.spec, (scenario){KV_STORAGE_DENSE, 512, 0, false}, o);
+        g_cache_type = cache;
+    }
     run_scenario(m, &tm.spec, (scenario){KV_STORAGE_DENSE, 512, 0, false}, base);
+    if (cache) {
+        assert_true(memcmp(o->logits, base->logits, sizeof base->logits) != 0);
+        for (int t = 0; t < N_GEN; t++)
+            for (int v = 0; v < VOCAB; v++) assert_true(fabsf(o->logits[t][v] - base->logits[t][v]) < 0.1f);
+    }
     /* the logits are not degenerate: positions differ, values spread */
     assert_true(memcmp(base->logits[0], base->logits[1], sizeof base->logits[0]) != 0);
     float lo = 1e30f, hi = -1e30f;
@@ -400,22 +417,28 @@ static void check_engine(tiny_kind kind) {
     }
     cpu_attention_force_piece(0);
     set_splits_env(0);
+    g_cache_type = KV_TYPE_DEFAULT;
     free(base);
     free(o);
     model_free(m);
     tiny_free(&tm);
 }
 
+static void check_engine(tiny_kind kind) { check_engine_kv(kind, 8, KV_TYPE_DEFAULT); }
+
 static void test_engine_llama(void **st) { (void)st; check_engine(TINY_LLAMA); }
 static void test_engine_gemma(void **st) { (void)st; check_engine(TINY_GEMMA); }
 static void test_engine_moe(void **st) { (void)st; check_engine(TINY_MOE); }
+static void test_engine_llama_q8_0(void **st) { (void)st; check_engine_kv(TINY_LLAMA, 32, KV_TYPE_Q8_0); }
+static void test_engine_gemma_q8_0(void **st) { (void)st; check_engine_kv(TINY_GEMMA, 32, KV_TYPE_Q8_0); }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kernel_canonical), cmocka_unit_test(test_kernel_large),
         cmocka_unit_test(test_attention_families),
         cmocka_unit_test(test_engine_llama),     cmocka_unit_test(test_engine_gemma),
-        cmocka_unit_test(test_engine_moe),
+        cmocka_unit_test(test_engine_moe),       cmocka_unit_test(test_engine_llama_q8_0),
+        cmocka_unit_test(test_engine_gemma_q8_0),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

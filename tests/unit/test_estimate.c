@@ -42,6 +42,16 @@ static void test_llama31_8b(void **st) {
     assert_int_equal(e.kv_bytes_per_token, 32 * (2048 + 64));
     assert_int_equal(e.kv_scale_bytes_per_token, 32 * 64);
     assert_int_equal(e.kv_bytes_total, 32ull * (2048 + 64) * 8192 * 4);
+    /* the engine's cache types: q8_0 = 34 bytes per 32 values, q4_0 = 18; K and V apart */
+    estimate_memory(&s, 0, 0, 8192, 1, MX_KV_Q8_0, &e);
+    assert_int_equal(e.kv_bytes_per_token, 32 * 8 * 2 * (128 / 32 * 34)); /* 68 KiB */
+    assert_int_equal(e.kv_scale_bytes_per_token, 32 * 8 * 2 * (128 / 32 * 2));
+    estimate_memory_kv(&s, 0, 0, 8192, 1, MX_KV_Q8_0, MX_KV_Q4_0, &e);
+    assert_int_equal(e.kv_bytes_per_token, 32 * 8 * (4 * 34 + 4 * 18));
+    estimate_memory_kv(&s, 0, 0, 8192, 1, MX_KV_F32, MX_KV_Q4_0, &e);
+    assert_int_equal(e.kv_bytes_per_token, 32 * 8 * (128 * 4 + 4 * 18));
+    assert_int_equal(e.kv_bytes_total, 32ull * 8 * (128 * 4 + 4 * 18) * 8192);
+    estimate_memory(&s, 8030261248ull, 16060522496ull, 8192, 4, MX_KV_INT8, &e);
     /* total is the sum of its parts */
     assert_int_equal(e.total_bytes,
                      e.weights_bytes + e.kv_bytes_total + e.activation_bytes + e.headroom_bytes);
@@ -73,6 +83,12 @@ static void test_kv_dtype_parse(void **st) {
     assert_int_equal(t, MX_KV_F32);
     assert_string_equal(kv_dtype_name(MX_KV_F32), "f32");
     assert_int_equal(kv_dtype_parse("q4", &t), -1);
+    assert_int_equal(kv_dtype_parse("q8_0", &t), 0);
+    assert_int_equal(t, MX_KV_Q8_0);
+    assert_int_equal(kv_dtype_parse("q4_0", &t), 0);
+    assert_string_equal(kv_dtype_name(t), "q4_0");
+    assert_int_equal(kv_dtype_block(MX_KV_Q4_0), 32);
+    assert_int_equal(kv_dtype_block(MX_KV_BF16), 1);
     assert_string_equal(kv_dtype_name(MX_KV_F16), "f16");
 }
 

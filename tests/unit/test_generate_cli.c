@@ -157,6 +157,76 @@ static void test_bad_input(void **st) {
     free(out);
 }
 
+/* Runs `mlxcel CMD ARGS`; returns the exit code, stderr in *err (malloc'd). */
+static int run_err(const char *cmd, const char *args, char **err) {
+    const char *bin = getenv("MLXCEL_BIN");
+    assert_non_null(bin);
+    char line[2048], path[300];
+    snprintf(path, sizeof path, "%s/stderr.txt", g_dir);
+    snprintf(line, sizeof line, "%s %s %s >/dev/null 2>%s", bin, cmd, args, path);
+    const int st = system(line);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    char *buf = calloc(1, 1 << 16);
+    (void)!fread(buf, 1, (1 << 16) - 1, f);
+    fclose(f);
+    *err = buf;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* -ctk / -ctv: types reach the engine (--json, bytes per token), f32 by name is the default,
+ * llama.cpp's other types and unknown names are usage errors (exit 2, like every bad flag
+ * value) on generate, run, bench, compare and inspect; a type the model cannot hold (q8_0 on
+ * heads of 8) is a run-time error (exit 1) naming head_dim. */
+static void test_cache_types(void **st) {
+    (void)st;
+    json_t *base = run_json("");
+    json_t *f32 = run_json("-ctk f32 --cache-type-v f32");
+    assert_true(json_equal(json_object_get(base, "tokens"), json_object_get(f32, "tokens")));
+    assert_string_equal(json_string_value(json_object_get(base, "cache_type_k")), "f32");
+    /* 2 layers x 2 KV heads x 8 values: f32 K + V = 2 x 2 x 2 x 8 x 4 bytes */
+    assert_int_equal(json_integer_value(json_object_get(base, "kv_bytes_per_token")), 256);
+    json_t *h = run_json("-ctk f16 -ctv bf16");
+    assert_string_equal(json_string_value(json_object_get(h, "cache_type_k")), "f16");
+    assert_string_equal(json_string_value(json_object_get(h, "cache_type_v")), "bf16");
+    assert_int_equal(json_integer_value(json_object_get(h, "kv_bytes_per_token")), 128);
+    assert_int_equal(json_array_size(json_object_get(h, "tokens")), 12);
+    json_decref(base), json_decref(f32), json_decref(h);
+    char args[512], *err = NULL;
+    static const char *cmds[] = {"generate", "run", "bench", "compare", "inspect"};
+    for (int c = 0; c < 5; c++) {
+        snprintf(args, sizeof args, "-m %s -ctk q4_1%s", g_dir,
+                 c == 0 ? " --prompt-ids 1,2" : c == 3 ? " --ref . --prompt-ids 1,2" : "");
+        const int rc = run_err(cmds[c], args, &err);
+        if (rc != 2 || !strstr(err, "q4_1") || !strstr(err, "f32, f16, bf16, q8_0"))
+            fail_msg("%s -ctk q4_1: exit %d, stderr: %s", cmds[c], rc, err);
+        free(err);
+    }
+    snprintf(args, sizeof args, "-m %s --prompt-ids 1,2 -n 2 --cache-type-v iq4_nl", g_dir);
+    assert_int_equal(run_err("generate", args, &err), 2);
+    assert_non_null(strstr(err, "--cache-type-v: cache type iq4_nl (llama.cpp) is not supported; supported: "
+                                "f32, f16, bf16, q8_0, q4_0"));
+    free(err);
+    snprintf(args, sizeof args, "-m %s --prompt-ids 1,2 -n 2 -ctv q8", g_dir);
+    assert_int_equal(run_err("generate", args, &err), 2);
+    assert_non_null(strstr(err, "unknown cache type 'q8'"));
+    free(err);
+    snprintf(args, sizeof args, "-m %s --prompt-ids 1,2 -n 2 -ctk q8_0", g_dir);
+    assert_int_equal(run_err("generate", args, &err), 1);
+    assert_non_null(strstr(err, "K cache type q8_0 stores blocks of 32 values along head_dim, and the "
+                                "model's head_dim is 8"));
+    free(err);
+    snprintf(args, sizeof args, "-m %s -ctv q4_0", g_dir);
+    assert_int_equal(run_err("inspect", args, &err), 1);
+    assert_non_null(strstr(err, "head_dim"));
+    free(err);
+    /* --device cuda: without a GPU the backend is refused first (the CUDA cache-type refusal
+     * itself is tested in test_kv_quant with a CUDA-like backend table) */
+    snprintf(args, sizeof args, "-m %s --prompt-ids 1,2 -n 2 --device cuda -ctk q8_0", g_dir);
+    assert_int_equal(run_err("generate", args, &err), 1);
+    free(err);
+}
+
 static int teardown(void **st) {
     (void)st;
     char p[512];
@@ -174,6 +244,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_json_and_consistency),
         cmocka_unit_test(test_weight_materialization), cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_cache_types),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

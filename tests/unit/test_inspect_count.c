@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <sys/wait.h>
 
 #include <dirent.h>
 #include <stdbool.h>
@@ -226,6 +227,41 @@ static void test_fixtures(void **st) {
     assert_true(n >= 5);
 }
 
+/* The engine's cache types on the demo model (8 layers, 2 KV heads of 64): q8_0 34 bytes and
+ * q4_0 18 bytes per 32 values, -ctk / -ctv over --kv-dtype, the pools' bytes exactly. */
+static void test_cache_types(void **st) {
+    (void)st;
+    const char *src = getenv("MLXCEL_SOURCE_DIR");
+    char dir[1400];
+    snprintf(dir, sizeof dir, "%s/models/wordnet-chat-16m", src);
+    json_t *o = inspect(dir, "--ctx 100 --kv-dtype q8_0");
+    assert_string_equal(json_string_value(json_object_get(o, "kv_dtype")), "q8_0");
+    assert_int_equal(jget(o, "kv_bytes_per_token"), 8 * 2 * 2 * 68);
+    assert_int_equal(jget(o, "kv_scale_bytes_per_token"), 8 * 2 * 2 * 4);
+    assert_int_equal(jget(o, "kv_bytes_total"), 100 * 8 * 2 * 2 * 68);
+    json_decref(o);
+    o = inspect(dir, "--ctx 100 --kv-dtype f16 -ctk q8_0 --cache-type-v q4_0");
+    assert_string_equal(json_string_value(json_object_get(o, "kv_dtype")), "K q8_0 / V q4_0");
+    assert_string_equal(json_string_value(json_object_get(o, "kv_dtype_k")), "q8_0");
+    assert_string_equal(json_string_value(json_object_get(o, "kv_dtype_v")), "q4_0");
+    assert_int_equal(jget(o, "kv_bytes_per_token"), 8 * 2 * (68 + 36));
+    json_decref(o);
+    o = inspect(dir, "-ctv f16");
+    assert_int_equal(jget(o, "kv_bytes_per_token"), 8 * 2 * (256 + 128)); /* K: cpu's f32 */
+    json_decref(o);
+    /* a fixture with heads of 16: q8_0 refused (exit 1), naming head_dim */
+    char cmd[3000];
+    snprintf(cmd, sizeof cmd, "'%s' inspect -m '%s/tests/fixtures/models/llama' --kv-dtype q8_0 2>&1",
+             getenv("MLXCEL_BIN"), src);
+    FILE *p = popen(cmd, "r");
+    static char buf[4096];
+    buf[fread(buf, 1, sizeof buf - 1, p)] = 0;
+    const int rc = pclose(p);
+    assert_true(WIFEXITED(rc) && WEXITSTATUS(rc) == 1);
+    assert_non_null(strstr(buf, "head_dim of"));
+    assert_non_null(strstr(buf, "is 16 (not a multiple of 32)"));
+}
+
 /* A limit far below the estimate: fits must be false, and exit status still 0. */
 static void test_does_not_fit(void **st) {
     (void)st;
@@ -252,6 +288,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fixtures),
         cmocka_unit_test(test_does_not_fit),
+        cmocka_unit_test(test_cache_types),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -253,6 +253,27 @@ static void test_config_env_and_flags(void **st) {
     assert_int_equal(srv_config_parse(&c, 1, none, stdout, &err), -1);
     assert_non_null(strstr(err.msg, "LLAMA_ARG_PORT"));
     unsetenv("LLAMA_ARG_PORT");
+    /* -ctk / -ctv and llama-server's LLAMA_ARG_CACHE_TYPE_K / _V (a flag wins) */
+    setenv("LLAMA_ARG_CACHE_TYPE_K", "q8_0", 1);
+    setenv("LLAMA_ARG_CACHE_TYPE_V", "q4_0", 1);
+    c = defaults();
+    char *ct[] = {"serve", "-ctv", "f16", NULL};
+    assert_int_equal(srv_config_parse(&c, 3, ct, stdout, &err), 0);
+    assert_string_equal(c.cache_type_k, "q8_0");
+    assert_string_equal(c.cache_type_v, "f16");
+    setenv("LLAMA_ARG_CACHE_TYPE_V", "q5_1", 1);
+    c = defaults();
+    assert_int_equal(srv_config_parse(&c, 1, none, stdout, &err), -1);
+    assert_non_null(strstr(err.msg, "LLAMA_ARG_CACHE_TYPE_V: cache type q5_1 (llama.cpp) is not supported; "
+                                    "supported: f32, f16, bf16, q8_0, q4_0"));
+    unsetenv("LLAMA_ARG_CACHE_TYPE_K");
+    unsetenv("LLAMA_ARG_CACHE_TYPE_V");
+    char *bad5[] = {"serve", "--cache-type-k", "iq4_nl", NULL};
+    c = defaults();
+    assert_int_equal(srv_config_parse(&c, 3, bad5, stdout, &err), -1);
+    assert_non_null(strstr(err.msg, "--cache-type-k: cache type iq4_nl (llama.cpp) is not supported"));
+    c = defaults();
+    assert_string_equal(c.cache_type_k, ""); /* unset: the backend's type */
     /* a default the sampler would refuse in every request is refused at start-up */
     char *bad4[] = {"serve", "--repeat-penalty", "0", NULL};
     c = defaults();

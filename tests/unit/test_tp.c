@@ -12,6 +12,8 @@
  *   window, sandwich norms, tied head) and a vocabulary of 97 rows (uneven vocab split);
  * - MoE (qwen3_moe, qwen3_moe_nonorm, mixtral fixtures; a tiny 4-expert model at TP 2 and 4):
  *   each rank holds E/N experts, the router is replicated, the ranks' expert sums all-reduced;
+ * - the tiny models with heads of 32 and a q8_0 KV cache (-ctk/-ctv q8_0): TP 2 and 4 give
+ *   TP=1's tokens, logits within the same 1e-5 (each rank quantizes whole blocks of its heads);
  * - a group of one rank (MLXCEL_TP_GROUP=1) is bit-identical to the plain model;
  * - refusals: experts or heads not divisible, a device backend without device binding or with
  *   fewer devices than ranks. */
@@ -234,7 +236,7 @@ static void widen_kv(tiny_model *tm) {
             snprintf(nm, sizeof nm, "model.layers.%d.self_attn.%s_proj.weight", l, p ? "v" : "k");
             for (int i = 0; i < tm->n; i++)
                 if (!strcmp(tm->w[i].name, nm)) tm->w[i].name[0] = '#'; /* retired */
-            tiny_add(tm, nm, 4 * 8, 32, 0, 0.3f, 0);
+            tiny_add(tm, nm, 4 * tm->spec.head_dim, 32, 0, 0.3f, 0);
         }
 }
 
@@ -281,10 +283,12 @@ static void test_tp_group_of_one(void **st) {
     tiny_free(&tm);
 }
 
-static void tiny_case(tiny_kind kind, const char *name) {
+/* head_dim 8, or 32 with a KV cache of type ct (q8_0: blocks of 32 along head_dim) */
+static void tiny_case_kv(tiny_kind kind, const char *name, int head_dim, kv_type ct) {
     tiny_model tm;
-    tiny_build(&tm, kind, 77);
+    tiny_build_d(&tm, kind, 77, 97, head_dim);
     widen_kv(&tm);
+    ec_cache_k = ec_cache_v = ct;
     mx_error err;
     model *m1 = NULL;
     if (model_bind_tp(&m1, &tm.spec, tiny_lookup, &tm, backend_cpu(), 1, &err)) fail_msg("%s", err.msg);
@@ -300,10 +304,13 @@ static void tiny_case(tiny_kind kind, const char *name) {
         bad += compare_tp(name, m1, mt, tp, prompts, np, nw, 3);
         model_free(mt);
     }
+    ec_cache_k = ec_cache_v = KV_TYPE_DEFAULT;
     model_free(m1);
     tiny_free(&tm);
     assert_int_equal(bad, 0);
 }
+
+static void tiny_case(tiny_kind kind, const char *name) { tiny_case_kv(kind, name, 8, KV_TYPE_DEFAULT); }
 
 static void test_tp_tiny_llama(void **st) {
     (void)st;
@@ -312,6 +319,15 @@ static void test_tp_tiny_llama(void **st) {
 static void test_tp_tiny_gemma(void **st) {
     (void)st;
     tiny_case(TINY_GEMMA, "tiny-gemma");
+}
+/* A q8_0 KV cache: each rank quantizes its own heads' blocks (a block never crosses a head) */
+static void test_tp_tiny_llama_q8_0(void **st) {
+    (void)st;
+    tiny_case_kv(TINY_LLAMA, "tiny-llama-q8_0", 32, KV_TYPE_Q8_0);
+}
+static void test_tp_tiny_gemma_q8_0(void **st) {
+    (void)st;
+    tiny_case_kv(TINY_GEMMA, "tiny-gemma-q8_0", 32, KV_TYPE_Q8_0);
 }
 /* 4 experts: 2 per rank at TP 2, one per rank at TP 4 */
 static void test_tp_tiny_moe(void **st) {
@@ -423,6 +439,8 @@ int main(void) {
         cmocka_unit_test(test_tp_tiny_llama),
         cmocka_unit_test(test_tp_tiny_gemma),
         cmocka_unit_test(test_tp_tiny_moe),
+        cmocka_unit_test(test_tp_tiny_llama_q8_0),
+        cmocka_unit_test(test_tp_tiny_gemma_q8_0),
         cmocka_unit_test(test_tp_group_of_one),
         cmocka_unit_test(test_tp_fixtures),
     };

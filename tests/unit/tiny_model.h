@@ -63,12 +63,17 @@ typedef enum { TINY_LLAMA, TINY_GEMMA, TINY_MOE } tiny_kind;
 
 /* llama: GQA 4/2, head 8, 2 layers, untied. gemma: sliding window 5 on layer 0, sandwich norms
  * with +1 offset, q/k norm, gelu, tied, embed scale, local rope base. moe: 4 experts top 2. */
-static void tiny_build_v(tiny_model *tm, tiny_kind kind, uint64_t seed, int vocab);
+static void tiny_build_d(tiny_model *tm, tiny_kind kind, uint64_t seed, int vocab, int head_dim);
 __attribute__((unused)) static void tiny_build(tiny_model *tm, tiny_kind kind, uint64_t seed) {
-    tiny_build_v(tm, kind, seed, 97);
+    tiny_build_d(tm, kind, seed, 97, 8);
+}
+__attribute__((unused)) static void tiny_build_v(tiny_model *tm, tiny_kind kind, uint64_t seed, int vocab) {
+    tiny_build_d(tm, kind, seed, vocab, 8);
 }
 
-static void tiny_build_v(tiny_model *tm, tiny_kind kind, uint64_t seed, int vocab) {
+/* The same models with heads of head_dim values (8 above; 32 for the q8_0 / q4_0 KV caches,
+ * which store blocks of 32 along head_dim). */
+static void tiny_build_d(tiny_model *tm, tiny_kind kind, uint64_t seed, int vocab, int head_dim) {
     memset(tm, 0, sizeof *tm);
     tm->rng = seed;
     model_spec *s = &tm->spec;
@@ -81,7 +86,7 @@ static void tiny_build_v(tiny_model *tm, tiny_kind kind, uint64_t seed, int voca
     s->n_layers = 2;
     s->n_heads = 4;
     s->n_kv_heads = 2;
-    s->head_dim = 8;
+    s->head_dim = head_dim;
     s->max_position_embeddings = 256;
     s->rms_norm_eps = 1e-6;
     s->rope.type = ROPE_DEFAULT;
@@ -89,7 +94,7 @@ static void tiny_build_v(tiny_model *tm, tiny_kind kind, uint64_t seed, int voca
     s->rope.factor = 1.0;
     s->rope.partial_rotary_factor = 1.0;
     s->rope_local = s->rope;
-    s->attn_scale = 1.0f / sqrtf(8.0f);
+    s->attn_scale = 1.0f / sqrtf((float)head_dim);
     s->embed_scale = 1.0f;
     s->bos_id = -1;
     s->pad_id = -1;
@@ -117,7 +122,7 @@ static void tiny_build_v(tiny_model *tm, tiny_kind kind, uint64_t seed, int voca
         s->norm_topk_prob = true;
     }
     tm->w = calloc(64 + (size_t)s->n_layers * 64, sizeof(tiny_w));
-    const int H = 32, D = 8, I = 48, V = vocab;
+    const int H = 32, D = head_dim, I = 48, V = vocab;
     const float nb = kind == TINY_GEMMA ? 0.0f : 1.0f; /* norm weight centre */
     char nm[96];
     tiny_add(tm, "model.embed_tokens.weight", V, H, 0, 1.0f, 0);

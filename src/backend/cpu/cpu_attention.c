@@ -29,16 +29,19 @@
 
 #include "backend/cpu/cpu_internal.h"
 #include "base/log.h"
+#include "kv/kv_quant.h"
 #include "tune/tune_policy.h"
 
 /* ==== KV write ==== */
+/* Pool rows store the cache type's dtype (f32, f16, bf16, q8_0, q4_0: kv/kv_quant.h); a row's
+ * stored bits depend on its own values only. */
 void cpu_kv_write(mx_tensor *k_pool, mx_tensor *v_pool, const mx_tensor *k, const mx_tensor *v,
                   const mx_attn_batch *b) {
-    /* pools: [n_phys_rows, n_kv_heads, head_dim] f32; k, v: [n, n_kv_heads, head_dim] f32 */
-    const size_t row_bytes = (size_t)(k->shape[1] * k->shape[2]) * sizeof(float);
+    /* pools: [n_phys_rows, n_kv_heads, head_dim / block]; k, v: [n, n_kv_heads, head_dim] f32 */
+    const int64_t n = k->shape[1] * k->shape[2];
     for (int i = 0; i < b->n_rows; i++) {
-        memcpy(cpu_row_ptr(k_pool, b->write_rows[i]), cpu_row_ptr(k, i), row_bytes);
-        memcpy(cpu_row_ptr(v_pool, b->write_rows[i]), cpu_row_ptr(v, i), row_bytes);
+        kvq_from_f32(cpu_row_ptr(k_pool, b->write_rows[i]), k_pool->dtype, cpu_row_ptr(k, i), n);
+        kvq_from_f32(cpu_row_ptr(v_pool, b->write_rows[i]), v_pool->dtype, cpu_row_ptr(v, i), n);
     }
 }
 
@@ -231,7 +234,18 @@ static inline void osm_step(const att_ops *ops, float *ag, float *m, float *l, f
     ops->axpy(ag, e, v, D);
 }
 
-/* Online softmax of row i, kv head kvh over keys [lo, hi] into pt (reset first). s: [G].
+/* K (or V) of physical row r, kv head kvh as D floats: the pool's own memory when it is f32,
+ * else that head's row of the cache type (f16, bf16, q8_0, q4_0) converted exactly into buf
+ * [D]. Everything after it is the f32 arithmetic, so each cache type keeps the contracts. */
+static inline const float *kv_row(const mx_tensor *pool, int64_t r, int kvh, int D, float *buf) {
+    if (pool->dtype == MX_F32) return (const float *)pool->data + r * pool->stride[0] + (size_t)kvh * D;
+    kvq_to_f32(buf, (const char *)cpu_row_ptr(pool, r) + (size_t)kvh * kvq_row_bytes(pool->dtype, D),
+               pool->dtype, D);
+    return buf;
+}
+
+/* Online softmax of row i, kv head kvh over keys [lo, hi] into pt (reset first). s: [G] scores,
+ * then [2, D] for converted K and V rows (kv_row).
  * The per-key work is small (G dot products of D), so everything the loop reads is held in
  * locals: the indirect calls would otherwise make the compiler reload it for every key. */
 static void piece_run(const att_ctx *c, int i, int kvh, int lo, int hi, float *pt, float *s) {
@@ -241,10 +255,7 @@ static void piece_run(const att_ctx *c, int i, int kvh, int lo, int hi, float *p
     const float scale = c->p->scale, cap = c->p->softcap;
     const float *qv = (const float *)cpu_row_ptr(c->q, i) + (size_t)kvh * G * D; /* [G, D] */
     const int32_t *table = b->block_table + (size_t)b->seq[i] * (size_t)b->table_stride;
-    /* the pools are f32 (kv_dtype): row r of kv head kvh at base + r * stride */
-    const float *kbase = (const float *)c->k_pool->data + (size_t)kvh * D;
-    const float *vbase = (const float *)c->v_pool->data + (size_t)kvh * D;
-    const int64_t kst = c->k_pool->stride[0], vst = c->v_pool->stride[0];
+    float *kbuf = s + G, *vbuf = kbuf + D; /* rows of a non-f32 cache, as f32 */
     float *acc = pt, *m = pt + (size_t)G * D, *l = m + G;
     part_reset(pt, G, D);
     bool fresh = true; /* acc, l all +0: rescaling them by expf(-inf) = 0 changes no bit */
@@ -253,7 +264,7 @@ static void piece_run(const att_ctx *c, int i, int kvh, int lo, int hi, float *p
         const int blk = kp / bs, last = (blk + 1) * bs - 1 < hi ? (blk + 1) * bs - 1 : hi;
         int64_t r = (int64_t)table[blk] * bs + kp % bs;
         for (; kp <= last; kp++, r++) {
-            const float *kv = kbase + r * kst, *vv = vbase + r * vst;
+            const float *kv = kv_row(c->k_pool, r, kvh, D, kbuf), *vv = kv_row(c->v_pool, r, kvh, D, vbuf);
             ops->scores(qv, kv, G, D, s);
             for (int g = 0; g < G; g++) {
                 float sc = s[g] * scale;
@@ -299,7 +310,7 @@ static float *ws_slot(const att_ctx *c, int i, int kvh, int n_pieces, int k) {
 
 /* Task j of (row i, kv head kvh): a contiguous run of the row's pieces. An unsplit row merges
  * them here and writes the output; a split row leaves each piece's partial in ws for
- * att_merge_task. run, pc: one partial each; s: [G]. */
+ * att_merge_task. run, pc: one partial each; s: piece_run's scratch ([G + 2 * D]). */
 static void att_task(const att_ctx *c, int i, int kvh, int j, float *run, float *pc, float *s) {
     int first, n;
     const int start = row_pieces(c, i, &first, &n), S = row_splits(c, n);
@@ -422,7 +433,7 @@ void cpu_attention(mx_tensor *out, const mx_tensor *q, const mx_tensor *k_pool,
     }
     c.S = c.S < max_pieces ? c.S : max_pieces;
     const int n_thr = omp_get_max_threads();
-    const size_t scratch_f = 2 * part_floats(c.G, c.D) + (size_t)c.G;
+    const size_t scratch_f = 2 * part_floats(c.G, c.D) + (size_t)c.G + 2 * (size_t)c.D; /* s, kbuf, vbuf */
     float *scratch = malloc((size_t)n_thr * scratch_f * sizeof(float));
     int64_t *ws_off = c.S > 1 ? malloc((size_t)b->n_rows * sizeof *ws_off) : NULL;
     int *grp = c.S > 1 ? malloc(((size_t)b->n_rows + 1) * sizeof *grp) : NULL;

@@ -1,0 +1,280 @@
+/* Engine runs with each KV cache type (-ctk / -ctv), greedy:
+ * - golden fixtures (tests/fixtures/models: heads of 16, transformers' fp32 greedy tokens and
+ *   logits): f32 named explicitly is the default run bit for bit; f32, f16 and bf16 give
+ *   transformers' greedy tokens on every case (36), first-position logits within 1e-4 / 2e-3 /
+ *   2e-2 relative (reported per fixture); q8_0 / q4_0 are refused, naming head_dim 16;
+ * - the demo model (models/wordnet-chat-16m: heads of 64, 8 layers): greedy tokens of
+ *   transformers' 7 samples (samples_transformers.json) with f32, f16, bf16 and q8_0 on all 7;
+ *   q4_0 is reported (at least half of the steps before the first divergence asserted);
+ * - a prefix-cache hit with q8_0 (and q4_0 V) gives the cold run's logits bit for bit: the
+ *   reused blocks hold the bits a recomputation would write. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine.h"
+#include "engine_collect.h"
+#include "model/estimate.h"
+
+#define MAX_CASES EC_MAX_SEQ
+
+typedef struct gcase {
+    int32_t prompt[EC_MAX_TOK], want[EC_MAX_TOK];
+    int n_prompt, n_want;
+    float *logits; /* [vocab] transformers' at the first generated position (NULL: none) */
+} gcase;
+
+static int load_cases(const char *path, gcase *cs, int vocab, bool dynamic) {
+    json_error_t je;
+    json_t *doc = json_load_file(path, 0, &je);
+    if (!doc) fail_msg("%s: %s (line %d)", path, je.text, je.line);
+    json_t *cases = json_object_get(doc, "cases") ? json_object_get(doc, "cases") : json_object_get(doc, "samples");
+    int n = 0;
+    size_t i;
+    json_t *c;
+    json_array_foreach(cases, i, c) {
+        if (n == MAX_CASES) break;
+        gcase *g = &cs[n++];
+        json_t *pr = json_object_get(c, "prompt_ids"), *lg = json_object_get(c, "logits");
+        json_t *want = json_object_get(c, dynamic ? "greedy_generate" : "greedy");
+        if (!want) want = json_object_get(c, "generated_ids");
+        assert_true(json_is_array(pr) && json_is_array(want));
+        g->n_prompt = (int)json_array_size(pr);
+        g->n_want = (int)json_array_size(want);
+        assert_true(g->n_prompt <= EC_MAX_TOK && g->n_want <= EC_MAX_TOK);
+        for (int k = 0; k < g->n_prompt; k++) g->prompt[k] = (int32_t)json_integer_value(json_array_get(pr, k));
+        for (int k = 0; k < g->n_want; k++) g->want[k] = (int32_t)json_integer_value(json_array_get(want, k));
+        g->logits = NULL;
+        if (json_is_array(lg)) {
+            assert_int_equal((int)json_array_size(lg), vocab);
+            g->logits = malloc((size_t)vocab * sizeof(float));
+            for (int k = 0; k < vocab; k++) g->logits[k] = (float)json_number_value(json_array_get(lg, k));
+        }
+    }
+    json_decref(doc);
+    return n;
+}
+
+/* What one cache type gave on one model's cases. */
+typedef struct tstat {
+    int equal;          /* cases whose tokens all equal the reference's */
+    int steps, agree;   /* generated positions, and those before each case's first divergence */
+    double rel, max_abs;/* first-position logits against the reference: worst rel L2, max |diff| */
+} tstat;
+
+static void run_type(model *m, const gcase *cs, int n, kv_type t, ec_collect *c, tstat *st) {
+    const int32_t *pr[MAX_CASES] = {0};
+    int np[MAX_CASES] = {0}, nw[MAX_CASES] = {0};
+    for (int i = 0; i < n; i++) pr[i] = cs[i].prompt, np[i] = cs[i].n_prompt, nw[i] = cs[i].n_want;
+    const ec_variant v = {"paged", KV_STORAGE_PAGED, 512, 16, false, false};
+    ec_cache_k = ec_cache_v = t;
+    ec_run(m, pr, np, nw, n, &v, c);
+    ec_cache_k = ec_cache_v = KV_TYPE_DEFAULT;
+    memset(st, 0, sizeof *st);
+    const int V = model_spec_of(m)->vocab_size;
+    for (int i = 0; i < n; i++) {
+        int at = 0;
+        while (at < c->n[i] && at < cs[i].n_want && c->toks[i][at] == cs[i].want[at]) at++;
+        st->equal += at == cs[i].n_want && c->n[i] == cs[i].n_want;
+        st->steps += cs[i].n_want;
+        st->agree += at;
+        if (!cs[i].logits || !c->first_logits[i]) continue;
+        const double re = ec_rel_err(c->first_logits[i], cs[i].logits, V);
+        st->rel = re > st->rel ? re : st->rel;
+        for (int k = 0; k < V; k++) {
+            const double d = fabs((double)c->first_logits[i][k] - cs[i].logits[k]);
+            st->max_abs = d > st->max_abs ? d : st->max_abs;
+        }
+    }
+}
+
+/* ==== Golden fixtures: f32 / f16 / bf16; q refused ==== */
+static void test_golden_types(void **st) {
+    (void)st;
+    const char *src = getenv("MLXCEL_SOURCE_DIR");
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/tests/fixtures/models", src ? src : ".");
+    DIR *d = opendir(dir);
+    assert_non_null(d);
+    struct dirent *ent;
+    int found = 0, bad = 0;
+    tstat sum[3] = {{0}};
+    int cases = 0;
+    fprintf(stderr, "%-18s %-5s %9s %11s %10s %10s\n", "fixture", "type", "cases=", "steps agree",
+            "rel err", "max |d|");
+    while ((ent = readdir(d))) {
+        if (ent->d_name[0] == '.') continue;
+        char p[2400];
+        snprintf(p, sizeof p, "%s/%s/expected.json", dir, ent->d_name);
+        FILE *f = fopen(p, "r");
+        if (!f) continue;
+        fclose(f);
+        found++;
+        snprintf(p, sizeof p, "%s/%s", dir, ent->d_name);
+        model *m = NULL;
+        mx_error err;
+        if (model_load(&m, p, backend_cpu(), &err)) fail_msg("%s: %s", p, err.msg);
+        const model_spec *s = model_spec_of(m);
+        snprintf(p, sizeof p, "%s/%s/expected.json", dir, ent->d_name);
+        gcase cs[MAX_CASES];
+        const int n = load_cases(p, cs, s->vocab_size, s->rope.type == ROPE_DYNAMIC);
+        cases += n;
+        /* f32 by name is the default cache, bit for bit */
+        ec_collect c0, c1;
+        tstat t0, t1;
+        run_type(m, cs, n, KV_TYPE_DEFAULT, &c0, &t0);
+        run_type(m, cs, n, KV_TYPE_F32, &c1, &t1);
+        for (int i = 0; i < n; i++) {
+            assert_int_equal(c0.n[i], c1.n[i]);
+            assert_memory_equal(c0.toks[i], c1.toks[i], (size_t)c0.n[i] * 4);
+            assert_memory_equal(c0.first_logits[i], c1.first_logits[i], (size_t)s->vocab_size * 4);
+        }
+        ec_free(&c0);
+        ec_free(&c1);
+        const kv_type ts[3] = {KV_TYPE_F32, KV_TYPE_F16, KV_TYPE_BF16};
+        for (int t = 0; t < 3; t++) {
+            tstat r;
+            ec_collect c;
+            run_type(m, cs, n, ts[t], &c, &r);
+            ec_free(&c);
+            fprintf(stderr, "%-18s %-5s %4d of %d %5d/%-5d %10.2e %10.2e\n", ent->d_name,
+                    kv_type_name(ts[t]), r.equal, n, r.agree, r.steps, r.rel, r.max_abs);
+            sum[t].equal += r.equal, sum[t].steps += r.steps, sum[t].agree += r.agree;
+            sum[t].rel = r.rel > sum[t].rel ? r.rel : sum[t].rel;
+            sum[t].max_abs = r.max_abs > sum[t].max_abs ? r.max_abs : sum[t].max_abs;
+            /* f32: test_golden's contract; f16 keeps 11 significant bits of K and V, bf16 8 */
+            const double bound = ts[t] == KV_TYPE_F32 ? 1e-4 : ts[t] == KV_TYPE_F16 ? 2e-3 : 2e-2;
+            if (r.rel > bound) {
+                fprintf(stderr, "  %s %s: logits rel err %.3g > %.0e\n", ent->d_name, kv_type_name(ts[t]),
+                        r.rel, bound);
+                bad++;
+            }
+        }
+        /* q8_0 / q4_0: blocks of 32 along head_dim; these heads have 16 values */
+        for (int q = 0; q < 2; q++) {
+            engine_params ep;
+            engine_params_default(&ep, s);
+            ep.ctx_size = 64;
+            ep.cache_type_k = q ? KV_TYPE_Q4_0 : KV_TYPE_Q8_0;
+            engine *e = NULL;
+            assert_int_equal(engine_new(&e, m, &ep, &err), -1);
+            assert_non_null(strstr(err.msg, q ? "K cache type q4_0" : "K cache type q8_0"));
+            assert_non_null(strstr(err.msg, "head_dim is 16"));
+        }
+        for (int i = 0; i < n; i++) free(cs[i].logits);
+        model_free(m);
+    }
+    closedir(d);
+    assert_true(found >= 11);
+    for (int t = 0; t < 3; t++)
+        fprintf(stderr, "all fixtures %-5s %d of %d cases equal, %d of %d steps before a divergence, "
+                        "worst rel err %.2e, max |d| %.2e\n",
+                t == 0 ? "f32" : t == 1 ? "f16" : "bf16", sum[t].equal, cases, sum[t].agree,
+                sum[t].steps, sum[t].rel, sum[t].max_abs);
+    /* measured (session of this test): every case's greedy tokens equal transformers' with
+     * each of f32, f16 and bf16 (36 of 36); worst first-position rel err f16 4.4e-4, bf16 3.5e-3 */
+    assert_int_equal(bad, 0);
+    for (int t = 0; t < 3; t++) assert_int_equal(sum[t].equal, cases);
+}
+
+/* ==== Demo model: q8_0 / q4_0 on heads of 64 ==== */
+static void test_demo_types(void **st) {
+    (void)st;
+    const char *src = getenv("MLXCEL_SOURCE_DIR");
+    char p[2400];
+    snprintf(p, sizeof p, "%s/models/wordnet-chat-16m", src ? src : ".");
+    model *m = NULL;
+    mx_error err;
+    if (model_load(&m, p, backend_cpu(), &err)) fail_msg("%s: %s", p, err.msg);
+    snprintf(p, sizeof p, "%s/models/wordnet-chat-16m/samples_transformers.json", src ? src : ".");
+    gcase cs[MAX_CASES];
+    const int n = load_cases(p, cs, model_spec_of(m)->vocab_size, false);
+    assert_true(n >= 7);
+    const kv_type ts[5] = {KV_TYPE_F32, KV_TYPE_F16, KV_TYPE_BF16, KV_TYPE_Q8_0, KV_TYPE_Q4_0};
+    /* `mlxcel inspect`'s bytes per token (estimate_memory_kv) are the engine's pools exactly */
+    const mx_kv_dtype et[5] = {MX_KV_F32, MX_KV_F16, MX_KV_BF16, MX_KV_Q8_0, MX_KV_Q4_0};
+    const size_t want_tok[5] = {8192, 4096, 4096, 2176, 1152}; /* 8 layers x 2 heads x 2 x 64 values */
+    for (int t = 0; t < 5; t++)
+        for (int u = 0; u < 5; u++) {
+            engine_params ep;
+            engine_params_default(&ep, model_spec_of(m));
+            ep.ctx_size = 32;
+            ep.cache_type_k = ts[t], ep.cache_type_v = ts[u];
+            engine *e = NULL;
+            assert_int_equal(engine_new(&e, m, &ep, &err), 0);
+            mx_mem_estimate est;
+            estimate_memory_kv(model_spec_of(m), 0, 0, 32, 1, et[t], et[u], &est);
+            assert_int_equal(kv_cache_bytes_per_token(engine_kv(e)), est.kv_bytes_per_token);
+            assert_int_equal(kv_cache_bytes_per_token(engine_kv(e)), (want_tok[t] + want_tok[u]) / 2);
+            engine_free(e);
+        }
+    tstat r[5];
+    ec_collect c[5];
+    for (int t = 0; t < 5; t++) {
+        run_type(m, cs, n, ts[t], &c[t], &r[t]);
+        int same_as_f32 = 0;
+        for (int i = 0; i < n; i++)
+            same_as_f32 += c[t].n[i] == c[0].n[i] && !memcmp(c[t].toks[i], c[0].toks[i], (size_t)c[0].n[i] * 4);
+        fprintf(stderr, "demo %-5s: %d of %d samples equal transformers' tokens (%d/%d steps before a "
+                        "divergence), %d of %d equal the f32 cache's\n",
+                kv_type_name(ts[t]), r[t].equal, n, r[t].agree, r[t].steps, same_as_f32, n);
+    }
+    assert_int_equal(r[0].equal, n); /* f32: test_demo_model's claim */
+    assert_int_equal(r[1].equal, n);
+    assert_int_equal(r[2].equal, n);
+    assert_int_equal(r[3].equal, n);
+    assert_true(r[4].agree >= r[4].steps / 2);
+    for (int t = 0; t < 5; t++) ec_free(&c[t]);
+    for (int i = 0; i < n; i++) free(cs[i].logits);
+    model_free(m);
+}
+
+/* ==== Prefix-cache hit with quantized blocks ==== */
+static void test_prefix_hit_quantized(void **st) {
+    (void)st;
+    const char *src = getenv("MLXCEL_SOURCE_DIR");
+    char p[2400];
+    snprintf(p, sizeof p, "%s/models/wordnet-chat-16m", src ? src : ".");
+    model *m = NULL;
+    mx_error err;
+    if (model_load(&m, p, backend_cpu(), &err)) fail_msg("%s: %s", p, err.msg);
+    int32_t prompt[40];
+    for (int k = 0; k < 40; k++) prompt[k] = (int32_t)((k * 97 + 13) % 8000 + 10);
+    const int32_t *pr[1] = {prompt};
+    const int np[1] = {40}, nw[1] = {12};
+    const ec_variant cold = {"paged", KV_STORAGE_PAGED, 512, 16, false, false};
+    const ec_variant hit = {"prefix-hit", KV_STORAGE_PAGED, 512, 16, false, true};
+    const kv_type tk[2] = {KV_TYPE_Q8_0, KV_TYPE_Q8_0}, tv[2] = {KV_TYPE_Q8_0, KV_TYPE_Q4_0};
+    for (int t = 0; t < 2; t++) {
+        ec_collect a, b;
+        ec_cache_k = tk[t], ec_cache_v = tv[t];
+        ec_run(m, pr, np, nw, 1, &cold, &a);
+        ec_run(m, pr, np, nw, 1, &hit, &b);
+        ec_cache_k = ec_cache_v = KV_TYPE_DEFAULT;
+        assert_int_equal(b.n_cached[0], 32); /* two blocks of 16 reused */
+        assert_int_equal(a.n[0], 12);
+        assert_memory_equal(a.toks[0], b.toks[0], 12 * 4);
+        assert_memory_equal(a.first_logits[0], b.first_logits[0], (size_t)model_spec_of(m)->vocab_size * 4);
+        ec_free(&a);
+        ec_free(&b);
+    }
+    model_free(m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_golden_types),
+        cmocka_unit_test(test_demo_types),
+        cmocka_unit_test(test_prefix_hit_quantized),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
