@@ -12,6 +12,8 @@ static const struct {
     [MX_U32] = {"U32", 4},  [MX_U16] = {"U16", 2},   [MX_U8] = {"U8", 1},
     [MX_BOOL] = {"BOOL", 1}, [MX_F8_E4M3] = {"F8_E4M3", 1}, [MX_F8_E5M2] = {"F8_E5M2", 1},
     [MX_Q8_0] = {"Q8_0", 2 + MX_QBLOCK}, [MX_Q4_0] = {"Q4_0", 2 + MX_QBLOCK / 2},
+    [MX_TQ2] = {"TQ2", 2 + MX_QBLOCK * 2 / 8}, [MX_TQ3] = {"TQ3", 2 + MX_QBLOCK * 3 / 8},
+    [MX_TQ4] = {"TQ4", 2 + MX_QBLOCK * 4 / 8},
 };
 
 mx_dtype mx_dtype_from_name(const char *name) {

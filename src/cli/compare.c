@@ -132,7 +132,8 @@ static int usage(void) {
             "  (chunked prefill; --decode: one token per forward after the prompt, as in\n"
             "  generation, so the decode kernels are compared).\n"
             "  -ctk/--cache-type-k, -ctv/--cache-type-v: model A's KV cache types (f32, f16,\n"
-            "  bf16, q8_0, q4_0; B keeps the backend's), e.g. -m M --ref M -ctk q8_0 -ctv q8_0.\n"
+            "  bf16, q8_0, q4_0, turbo2, turbo3, turbo4; B keeps the backend's), e.g.\n"
+            "  -m M --ref M -ctk q8_0 -ctv q8_0.\n"
             "  Reports top-1 agreement, KL(B||A) mean/max, median margin of B's top-1.\n");
     return 2;
 }

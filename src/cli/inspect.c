@@ -9,6 +9,7 @@
 #include "base/env.h"
 #include "cli/cli.h"
 #include "io/checkpoint.h"
+#include "kv/kv_turbo.h"
 #include "model/estimate.h"
 #ifdef MLXCEL_HAVE_CUDA
 #include "backend/cuda/cuda_info.h"
@@ -25,7 +26,8 @@ static void usage(FILE *out) {
             "  -c, --ctx N        context length per sequence (default min(4096, max_position_embeddings))\n"
             "  -b, --batch B      concurrent sequences (default 1)\n"
             "  --kv-dtype T       KV cache element type of K and V: f32 (4 bytes), bf16, f16 (2 bytes),\n"
-            "                     q8_0 (34 bytes per 32 values), q4_0 (18 bytes per 32 values) -- the\n"
+            "                     q8_0 (34 bytes per 32 values), q4_0 (18 bytes per 32 values),\n"
+            "                     turbo2 / turbo3 / turbo4 (10 / 14 / 18 bytes per 32 values) -- the\n"
             "                     engine's -ctk/-ctv types, exact -- or int8 (1 byte plus one f32 scale\n"
             "                     per head per token: a what-if, the engine has no int8 cache);\n"
             "                     default: what the engine keeps on the device, f32 on cpu, bf16 on cuda\n"
@@ -37,7 +39,8 @@ static void usage(FILE *out) {
             "Formulas:\n"
             "  weights     exact sum of tensor bytes in the safetensors headers\n"
             "  KV          per layer and token kv_heads x (K head row + V head row): head_dim x\n"
-            "              elem_bytes (+ int8 scale), q8_0 / q4_0 head_dim / 32 x 34 / 18;\n"
+            "              elem_bytes (+ int8 scale), q8_0 / q4_0 head_dim / 32 x 34 / 18,\n"
+            "              turbo2 / 3 / 4 head_dim / 32 x 10 / 14 / 18;\n"
             "              sliding-window layers hold at most sliding_window tokens;\n"
             "              total = batch x sum over layers of min(ctx, window) tokens\n"
             "  activations batch x min(ctx, 512) tokens x 4 bytes x (3 hidden + q_dim + 2 kv_dim\n"
@@ -258,12 +261,14 @@ int cmd_inspect(int argc, char **argv) {
     }
     mx_kv_dtype kv = MX_KV_F16, kvk, kvv;
     if (kv_s && kv_dtype_parse(kv_s, &kv)) {
-        fprintf(stderr, "mlxcel inspect: --kv-dtype '%s' is not f32, bf16, f16, q8_0, q4_0 or int8\n", kv_s);
+        fprintf(stderr, "mlxcel inspect: --kv-dtype '%s' is not f32, bf16, f16, q8_0, q4_0, turbo2, turbo3, "
+                        "turbo4 or int8\n", kv_s);
         return 2;
     }
     if ((kv_k && (kv_dtype_parse(kv_k, &kvk) || kvk == MX_KV_INT8)) ||
         (kv_v && (kv_dtype_parse(kv_v, &kvv) || kvv == MX_KV_INT8))) {
-        fprintf(stderr, "mlxcel inspect: cache type '%s' is not f32, f16, bf16, q8_0 or q4_0\n",
+        fprintf(stderr, "mlxcel inspect: cache type '%s' is not f32, f16, bf16, q8_0, q4_0, turbo2, turbo3 "
+                        "or turbo4\n",
                 kv_k && (kv_dtype_parse(kv_k, &kvk) || kvk == MX_KV_INT8) ? kv_k : kv_v);
         return 2;
     }
@@ -301,6 +306,11 @@ int cmd_inspect(int argc, char **argv) {
             fprintf(stderr, "mlxcel inspect: cache type %s stores blocks of 32 values along head_dim, "
                             "and head_dim of %s/config.json is %d (not a multiple of 32)\n",
                     kv_dtype_name(t), dir, c.spec.head_dim);
+            goto out;
+        }
+        mx_error why;
+        if (t >= MX_KV_TURBO2 && kv_turbo_check(c.spec.head_dim, 2 + (int)(t - MX_KV_TURBO2), &why)) {
+            fprintf(stderr, "mlxcel inspect: cache type %s: %s\n", kv_dtype_name(t), why.msg);
             goto out;
         }
     }

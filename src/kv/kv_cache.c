@@ -8,6 +8,9 @@
 #include <strings.h>
 #include <xxhash.h>
 
+#include "kv/kv_quant.h"
+#include "kv/kv_turbo.h"
+
 struct kv_cache {
     kv_cache_params p;
     const backend_ops *be;
@@ -91,9 +94,10 @@ static const struct {
 } k_types[] = {
     {KV_TYPE_F32, "f32", MX_F32},    {KV_TYPE_F16, "f16", MX_F16},    {KV_TYPE_BF16, "bf16", MX_BF16},
     {KV_TYPE_Q8_0, "q8_0", MX_Q8_0}, {KV_TYPE_Q4_0, "q4_0", MX_Q4_0},
+    {KV_TYPE_TURBO2, "turbo2", MX_TQ2}, {KV_TYPE_TURBO3, "turbo3", MX_TQ3}, {KV_TYPE_TURBO4, "turbo4", MX_TQ4},
 };
 #define N_TYPES (int)(sizeof k_types / sizeof k_types[0])
-#define TYPES_LIST "f32, f16, bf16, q8_0, q4_0"
+#define TYPES_LIST "f32, f16, bf16, q8_0, q4_0, turbo2, turbo3, turbo4"
 
 const char *kv_type_name(kv_type t) {
     for (int i = 0; i < N_TYPES; i++)
@@ -137,6 +141,11 @@ int kv_type_check(kv_type t, const backend_ops *be, int head_dim, const char *wh
                        "only", which, sp, name, be->device == MX_DEV_CUDA ? "CUDA" : be->name,
                        kv_type_name(kv_type_of_dtype(be->kv_dtype)),
                        mx_dtype_block(dt) > 1 ? "quantized KV caches" : "other cache types");
+    if (head_dim > 0 && kvq_turbo_bits(dt)) {
+        mx_error why;
+        if (kv_turbo_check(head_dim, kvq_turbo_bits(dt), &why))
+            return mx_fail(err, "%s%scache type %s: %s", which, sp, name, why.msg);
+    }
     if (head_dim > 0 && head_dim % mx_dtype_block(dt))
         return mx_fail(err, "%s%scache type %s stores blocks of %d values along head_dim, and the "
                        "model's head_dim is %d (not a multiple of %d); use f32, f16 or bf16",

@@ -1,6 +1,8 @@
 /* KV cache row formats: f32 <-> f16, bf16, q8_0, q4_0 (see kv_quant.h for the rules). */
 #include "kv/kv_quant.h"
 
+#include "kv/kv_turbo.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -78,6 +80,7 @@ static void to_f32_ref(float *dst, const void *src, mx_dtype t, int64_t n) {
     case MX_BF16: for (int64_t i = 0; i < n; i++) dst[i] = mx_bf16_to_f32(h[i]); break;
     case MX_Q8_0: deq_q8_0_ref(src, dst, n); break;
     case MX_Q4_0: deq_q4_0_ref(src, dst, n); break;
+    case MX_TQ2: case MX_TQ3: case MX_TQ4: kv_turbo_decode_rot(src, kvq_turbo_bits(t), dst, n); break;
     default: memcpy(dst, src, (size_t)n * sizeof(float)); break;
     }
 }
@@ -135,6 +138,7 @@ static AV void to_f32_avx2(float *dst, const void *src, mx_dtype t, int64_t n) {
         break;
     case MX_Q8_0: deq_q8_0_avx2(src, dst, n); break;
     case MX_Q4_0: deq_q4_0_avx2(src, dst, n); break;
+    case MX_TQ2: case MX_TQ3: case MX_TQ4: kv_turbo_decode_rot(src, kvq_turbo_bits(t), dst, n); break;
     default: memcpy(dst, src, (size_t)n * sizeof(float)); break;
     }
 }
@@ -173,6 +177,19 @@ void kvq_from_f32(void *dst, mx_dtype t, const float *src, int64_t n) {
     case MX_BF16: for (int64_t i = 0; i < n; i++) h[i] = mx_f32_to_bf16(src[i]); break;
     case MX_Q8_0: kvq_quantize_q8_0(src, dst, n); break;
     case MX_Q4_0: kvq_quantize_q4_0(src, dst, n); break;
+    case MX_TQ2: case MX_TQ3: case MX_TQ4: kvq_from_f32_heads(dst, t, src, 1, (int)n); break; /* one head */
     default: memcpy(dst, src, (size_t)n * sizeof(float)); break;
     }
+}
+
+void kvq_from_f32_heads(void *dst, mx_dtype t, const float *src, int n_heads, int head_dim) {
+    const int bits = kvq_turbo_bits(t);
+    if (!bits) {
+        kvq_from_f32(dst, t, src, (int64_t)n_heads * head_dim);
+        return;
+    }
+    float scratch[KV_TURBO_MAX_DIM];
+    const size_t head_bytes = kvq_row_bytes(t, head_dim);
+    for (int h = 0; h < n_heads; h++)
+        kv_turbo_encode(src + (size_t)h * head_dim, head_dim, bits, (uint8_t *)dst + h * head_bytes, scratch);
 }

@@ -31,10 +31,19 @@ void kvq_quantize_q4_0(const float *x, void *y, int64_t n);
 void kvq_dequantize_q8_0(const void *x, float *y, int64_t n);
 void kvq_dequantize_q4_0(const void *x, float *y, int64_t n);
 
+/* TurboQuant types (MX_TQ2..4): their code bits; 0 for every other type. Their rows hold a
+ * head's rotated values (kv/kv_turbo.h), so a reader rotates q and rotates the output back. */
+static inline int kvq_turbo_bits(mx_dtype t) {
+    return t == MX_TQ2 ? 2 : t == MX_TQ3 ? 3 : t == MX_TQ4 ? 4 : 0;
+}
+
 /* dst (n values of type t: f32, f16, bf16, q8_0, q4_0) = src. f16 / bf16: round to nearest
- * even. */
+ * even. Not for the TurboQuant types (a head is their unit): kvq_from_f32_heads. */
 void kvq_from_f32(void *dst, mx_dtype t, const float *src, int64_t n);
-/* dst[0..n) = the values of src (type t), exactly (every stored value is an fp32 number). */
+/* n_heads heads of head_dim values each, any type (TurboQuant: each head rotated and coded). */
+void kvq_from_f32_heads(void *dst, mx_dtype t, const float *src, int n_heads, int head_dim);
+/* dst[0..n) = the values of src (type t), exactly (every stored value is an fp32 number); for
+ * the TurboQuant types the values in the rotated space (s * c[code]). */
 void kvq_to_f32(float *dst, const void *src, mx_dtype t, int64_t n);
 /* Tests only: kvq_to_f32 takes the scalar path even where AVX2 + F16C exist (same bits). */
 void kvq_force_ref(bool on);

@@ -10,11 +10,14 @@ const char *kv_dtype_name(mx_kv_dtype t) {
     case MX_KV_F32: return "f32";
     case MX_KV_Q8_0: return "q8_0";
     case MX_KV_Q4_0: return "q4_0";
+    case MX_KV_TURBO2: return "turbo2";
+    case MX_KV_TURBO3: return "turbo3";
+    case MX_KV_TURBO4: return "turbo4";
     default: return "f16";
     }
 }
 
-int kv_dtype_block(mx_kv_dtype t) { return t == MX_KV_Q8_0 || t == MX_KV_Q4_0 ? 32 : 1; }
+int kv_dtype_block(mx_kv_dtype t) { return t >= MX_KV_Q8_0 && t <= MX_KV_TURBO4 ? 32 : 1; }
 
 uint64_t kv_dtype_head_bytes(mx_kv_dtype t, int head_dim, uint64_t *scale_bytes) {
     const uint64_t D = (uint64_t)head_dim, blocks = (D + 31) / 32;
@@ -24,6 +27,9 @@ uint64_t kv_dtype_head_bytes(mx_kv_dtype t, int head_dim, uint64_t *scale_bytes)
     case MX_KV_F32: b = 4 * D; break;
     case MX_KV_Q8_0: sc = 2 * blocks, b = blocks * 34; break; /* fp16 d + 32 int8 */
     case MX_KV_Q4_0: sc = 2 * blocks, b = blocks * 18; break; /* fp16 d + 16 bytes of nibbles */
+    case MX_KV_TURBO2: case MX_KV_TURBO3: case MX_KV_TURBO4: /* fp16 s + 32 codes of 2..4 bits */
+        sc = 2 * blocks, b = blocks * (2 + 4 * (uint64_t)(t - MX_KV_TURBO2 + 2));
+        break;
     default: b = 2 * D; break;                              /* f16, bf16 */
     }
     if (scale_bytes) *scale_bytes = sc;
@@ -38,6 +44,9 @@ int kv_dtype_parse(const char *s, mx_kv_dtype *out) {
     else if (!strcmp(s, "int8") || !strcmp(s, "q8")) *out = MX_KV_INT8;
     else if (!strcmp(s, "q8_0")) *out = MX_KV_Q8_0;
     else if (!strcmp(s, "q4_0")) *out = MX_KV_Q4_0;
+    else if (!strcmp(s, "turbo2")) *out = MX_KV_TURBO2;
+    else if (!strcmp(s, "turbo3")) *out = MX_KV_TURBO3;
+    else if (!strcmp(s, "turbo4")) *out = MX_KV_TURBO4;
     else return -1;
     return 0;
 }

@@ -8,9 +8,13 @@
 
 #include "model/model_spec.h"
 
-/* KV cache element types: the engine's cache types (f32, f16, bf16, q8_0, q4_0: -ctk / -ctv)
- * and int8 (a what-if: one f32 scale per head per token; the engine has no int8 cache). */
-typedef enum { MX_KV_F16 = 0, MX_KV_BF16, MX_KV_INT8, MX_KV_F32, MX_KV_Q8_0, MX_KV_Q4_0 } mx_kv_dtype;
+/* KV cache element types: the engine's cache types (f32, f16, bf16, q8_0, q4_0, turbo2..4:
+ * -ctk / -ctv) and int8 (a what-if: one f32 scale per head per token; the engine has no int8
+ * cache). */
+typedef enum {
+    MX_KV_F16 = 0, MX_KV_BF16, MX_KV_INT8, MX_KV_F32, MX_KV_Q8_0, MX_KV_Q4_0,
+    MX_KV_TURBO2, MX_KV_TURBO3, MX_KV_TURBO4,
+} mx_kv_dtype;
 
 /* Prefill chunk the activation estimate assumes (tokens per sequence per step). */
 #define ESTIMATE_PREFILL_CHUNK 512
@@ -24,7 +28,7 @@ typedef struct mx_mem_estimate {
     uint64_t kv_bytes_per_token;      /* one more token of one sequence in every layer (with
                                        * the scales); sliding layers stop growing at the window */
     uint64_t kv_scale_bytes_per_token;/* the scales in it: int8 one f32 per head per token,
-                                       * q8_0 / q4_0 one fp16 per 32 values; 0 otherwise */
+                                       * q8_0 / q4_0 / turbo one fp16 per 32 values; 0 otherwise */
     uint64_t kv_bytes_total;          /* batch x sum over layers of min(ctx, window) tokens */
     uint64_t activation_bytes;
     uint64_t headroom_bytes;
@@ -34,11 +38,11 @@ typedef struct mx_mem_estimate {
 } mx_mem_estimate;
 
 const char *kv_dtype_name(mx_kv_dtype t);
-/* "f16" | "bf16" | "f32" | "int8" | "q8_0" | "q4_0" -> 0, else -1. */
+/* "f16" | "bf16" | "f32" | "int8" | "q8_0" | "q4_0" | "turbo2" | "turbo3" | "turbo4" -> 0, else -1. */
 int kv_dtype_parse(const char *s, mx_kv_dtype *out);
-/* Values per block: 32 for q8_0 / q4_0 (head_dim must be a multiple), else 1. */
+/* Values per block: 32 for q8_0 / q4_0 / turbo (head_dim must be a multiple), else 1. */
 int kv_dtype_block(mx_kv_dtype t);
-/* Bytes of one head's K (or V) row of head_dim values stored as t (q8_0 / q4_0: whole blocks,
+/* Bytes of one head's K (or V) row of head_dim values stored as t (q8_0 / q4_0 / turbo: whole blocks,
  * the engine's pool rows exactly); *scale_bytes: the scales in it. */
 uint64_t kv_dtype_head_bytes(mx_kv_dtype t, int head_dim, uint64_t *scale_bytes);
 

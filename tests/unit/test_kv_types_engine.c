@@ -159,15 +159,18 @@ static void test_golden_types(void **st) {
                 bad++;
             }
         }
-        /* q8_0 / q4_0: blocks of 32 along head_dim; these heads have 16 values */
-        for (int q = 0; q < 2; q++) {
+        /* q8_0 / q4_0 / turbo: blocks of 32 along head_dim; these heads have 16 values */
+        static const kv_type qt[3] = {KV_TYPE_Q8_0, KV_TYPE_Q4_0, KV_TYPE_TURBO4};
+        for (int q = 0; q < 3; q++) {
             engine_params ep;
             engine_params_default(&ep, s);
             ep.ctx_size = 64;
-            ep.cache_type_k = q ? KV_TYPE_Q4_0 : KV_TYPE_Q8_0;
+            ep.cache_type_k = qt[q];
             engine *e = NULL;
             assert_int_equal(engine_new(&e, m, &ep, &err), -1);
-            assert_non_null(strstr(err.msg, q ? "K cache type q4_0" : "K cache type q8_0"));
+            char want[64];
+            snprintf(want, sizeof want, "K cache type %s", kv_type_name(qt[q]));
+            assert_non_null(strstr(err.msg, want));
             assert_non_null(strstr(err.msg, "head_dim is 16"));
         }
         for (int i = 0; i < n; i++) free(cs[i].logits);
@@ -199,12 +202,17 @@ static void test_demo_types(void **st) {
     gcase cs[MAX_CASES];
     const int n = load_cases(p, cs, model_spec_of(m)->vocab_size, false);
     assert_true(n >= 7);
-    const kv_type ts[5] = {KV_TYPE_F32, KV_TYPE_F16, KV_TYPE_BF16, KV_TYPE_Q8_0, KV_TYPE_Q4_0};
+    enum { NT = 8 };
+    const kv_type ts[NT] = {KV_TYPE_F32, KV_TYPE_F16,    KV_TYPE_BF16,   KV_TYPE_Q8_0,
+                            KV_TYPE_Q4_0, KV_TYPE_TURBO2, KV_TYPE_TURBO3, KV_TYPE_TURBO4};
     /* `mlxcel inspect`'s bytes per token (estimate_memory_kv) are the engine's pools exactly */
-    const mx_kv_dtype et[5] = {MX_KV_F32, MX_KV_F16, MX_KV_BF16, MX_KV_Q8_0, MX_KV_Q4_0};
-    const size_t want_tok[5] = {8192, 4096, 4096, 2176, 1152}; /* 8 layers x 2 heads x 2 x 64 values */
-    for (int t = 0; t < 5; t++)
-        for (int u = 0; u < 5; u++) {
+    const mx_kv_dtype et[NT] = {MX_KV_F32,  MX_KV_F16,    MX_KV_BF16,   MX_KV_Q8_0,
+                                MX_KV_Q4_0, MX_KV_TURBO2, MX_KV_TURBO3, MX_KV_TURBO4};
+    /* 8 layers x 2 heads x 2 (K, V) x 64 values: 4 / 2 / 2 bytes a value, or 2 blocks of 32 of
+     * 34 / 18 / 10 / 14 / 18 bytes */
+    const size_t want_tok[NT] = {8192, 4096, 4096, 2176, 1152, 640, 896, 1152};
+    for (int t = 0; t < NT; t++)
+        for (int u = 0; u < NT; u++) {
             engine_params ep;
             engine_params_default(&ep, model_spec_of(m));
             ep.ctx_size = 32;
@@ -217,9 +225,9 @@ static void test_demo_types(void **st) {
             assert_int_equal(kv_cache_bytes_per_token(engine_kv(e)), (want_tok[t] + want_tok[u]) / 2);
             engine_free(e);
         }
-    tstat r[5];
-    ec_collect c[5];
-    for (int t = 0; t < 5; t++) {
+    tstat r[NT];
+    ec_collect c[NT];
+    for (int t = 0; t < NT; t++) {
         run_type(m, cs, n, ts[t], &c[t], &r[t]);
         int same_as_f32 = 0;
         for (int i = 0; i < n; i++)
@@ -233,7 +241,10 @@ static void test_demo_types(void **st) {
     assert_int_equal(r[2].equal, n);
     assert_int_equal(r[3].equal, n);
     assert_true(r[4].agree >= r[4].steps / 2);
-    for (int t = 0; t < 5; t++) ec_free(&c[t]);
+    /* TurboQuant: 4 and 3 bits keep most greedy steps; 2 bits is reported only */
+    assert_true(r[7].agree >= r[7].steps / 2);
+    assert_true(r[6].agree >= r[6].steps / 2);
+    for (int t = 0; t < NT; t++) ec_free(&c[t]);
     for (int i = 0; i < n; i++) free(cs[i].logits);
     model_free(m);
 }

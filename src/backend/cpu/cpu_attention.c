@@ -30,6 +30,7 @@
 #include "backend/cpu/cpu_internal.h"
 #include "base/log.h"
 #include "kv/kv_quant.h"
+#include "kv/kv_turbo.h"
 #include "tune/tune_policy.h"
 
 /* ==== KV write ==== */
@@ -38,10 +39,10 @@
 void cpu_kv_write(mx_tensor *k_pool, mx_tensor *v_pool, const mx_tensor *k, const mx_tensor *v,
                   const mx_attn_batch *b) {
     /* pools: [n_phys_rows, n_kv_heads, head_dim / block]; k, v: [n, n_kv_heads, head_dim] f32 */
-    const int64_t n = k->shape[1] * k->shape[2];
+    const int H = (int)k->shape[1], D = (int)k->shape[2];
     for (int i = 0; i < b->n_rows; i++) {
-        kvq_from_f32(cpu_row_ptr(k_pool, b->write_rows[i]), k_pool->dtype, cpu_row_ptr(k, i), n);
-        kvq_from_f32(cpu_row_ptr(v_pool, b->write_rows[i]), v_pool->dtype, cpu_row_ptr(v, i), n);
+        kvq_from_f32_heads(cpu_row_ptr(k_pool, b->write_rows[i]), k_pool->dtype, cpu_row_ptr(k, i), H, D);
+        kvq_from_f32_heads(cpu_row_ptr(v_pool, b->write_rows[i]), v_pool->dtype, cpu_row_ptr(v, i), H, D);
     }
 }
 
@@ -202,7 +203,19 @@ typedef struct att_ctx {
     int G, D, Hkv, P, S; /* q heads per kv head, head dim, kv heads, piece keys, split count */
     float *ws;           /* partials of the current group's split rows */
     const int64_t *ws_off; /* [n_rows] offset of row i's partials in ws (split rows only) */
+    /* TurboQuant pools hold rotated rows (kv/kv_turbo.h): a rotated K pool is read with the
+     * rotated queries qrot [n_rows, n_heads, D] (<R q, R k> = <q, k>), and with a rotated V
+     * pool the output is rotated back as it is stored */
+    const float *qrot;
+    bool v_rot;
 } att_ctx;
+
+/* Row i's G query heads of kv head kvh: [G, D] (rotated when the K pool is). */
+static inline const float *att_q(const att_ctx *c, int i, int kvh) {
+    const size_t off = (size_t)kvh * c->G * c->D;
+    if (c->qrot) return c->qrot + (size_t)i * c->Hkv * c->G * c->D + off;
+    return (const float *)cpu_row_ptr(c->q, i) + off;
+}
 
 /* Row i's first key (window start) and its pieces [*first, *first + *n). */
 static int row_pieces(const att_ctx *c, int i, int *first, int *n) {
@@ -253,7 +266,7 @@ static void piece_run(const att_ctx *c, int i, int kvh, int lo, int hi, float *p
     const att_ops *ops = c->ops;
     const int G = c->G, D = c->D, bs = b->block_size;
     const float scale = c->p->scale, cap = c->p->softcap;
-    const float *qv = (const float *)cpu_row_ptr(c->q, i) + (size_t)kvh * G * D; /* [G, D] */
+    const float *qv = att_q(c, i, kvh); /* [G, D] */
     const int32_t *table = b->block_table + (size_t)b->seq[i] * (size_t)b->table_stride;
     float *kbuf = s + G, *vbuf = kbuf + D; /* rows of a non-f32 cache, as f32 */
     float *acc = pt, *m = pt + (size_t)G * D, *l = m + G;
@@ -300,6 +313,7 @@ static void part_store(const att_ctx *c, int i, int kvh, const float *run) {
     for (int g = 0; g < G; g++) {
         const float inv = l[g] > 0.0f ? 1.0f / l[g] : 0.0f;
         for (int d = 0; d < D; d++) o[(size_t)g * D + d] = run[(size_t)g * D + d] * inv;
+        if (c->v_rot) kv_turbo_unrotate(o + (size_t)g * D, D); /* a sum of rotated values */
     }
 }
 
@@ -432,6 +446,15 @@ void cpu_attention(mx_tensor *out, const mx_tensor *q, const mx_tensor *k_pool,
         max_pieces = n > max_pieces ? n : max_pieces;
     }
     c.S = c.S < max_pieces ? c.S : max_pieces;
+    float *qrot = NULL;
+    if (kvq_turbo_bits(k_pool->dtype) && (qrot = malloc((size_t)b->n_rows * p->n_heads * c.D * sizeof(float)))) {
+        for (int i = 0; i < b->n_rows; i++) {
+            float *r = qrot + (size_t)i * p->n_heads * c.D;
+            memcpy(r, cpu_row_ptr(q, i), (size_t)p->n_heads * c.D * sizeof(float));
+            for (int h = 0; h < p->n_heads; h++) kv_turbo_rotate(r + (size_t)h * c.D, c.D);
+        }
+    }
+    c.qrot = qrot, c.v_rot = kvq_turbo_bits(v_pool->dtype) > 0;
     const int n_thr = omp_get_max_threads();
     const size_t scratch_f = 2 * part_floats(c.G, c.D) + (size_t)c.G + 2 * (size_t)c.D; /* s, kbuf, vbuf */
     float *scratch = malloc((size_t)n_thr * scratch_f * sizeof(float));
@@ -445,7 +468,7 @@ void cpu_attention(mx_tensor *out, const mx_tensor *q, const mx_tensor *k_pool,
         c.S = 1, n_grp = 1;
         free(grp), grp = NULL;
     }
-    if (!scratch) { /* no memory for a few KiB: a defined (zero) result, not garbage */
+    if (!scratch || (kvq_turbo_bits(k_pool->dtype) && !qrot)) { /* no memory: a defined (zero) result */
         for (int i = 0; i < b->n_rows; i++)
             memset(cpu_row_ptr(out, i), 0, (size_t)p->n_heads * c.D * sizeof(float));
     } else {
@@ -458,5 +481,5 @@ void cpu_attention(mx_tensor *out, const mx_tensor *q, const mx_tensor *k_pool,
                 att_group(&c, grp ? grp[g] : 0, grp ? grp[g + 1] : b->n_rows, c.ws != NULL, mine);
         }
     }
-    free(c.ws), free(ws_off), free(grp), free(scratch);
+    free(c.ws), free(ws_off), free(grp), free(scratch), free(qrot);
 }
