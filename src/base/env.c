@@ -171,8 +171,8 @@ static void env_load(void) {
             fprintf(stderr, "mlxcel warn: MLXCEL_CASCADE_ATTENTION=%s unknown (auto|0|1); using "
                             "auto\n", s);
     }
-    g_env.cascade_min_saved_keys =
-        env_int("MLXCEL_CASCADE_MIN_SAVED_KEYS", MX_CASCADE_MIN_SAVED_KEYS_DEFAULT, 0, 1 << 30);
+    g_env.cascade_min_shared_keys =
+        env_int("MLXCEL_CASCADE_MIN_SHARED_KEYS", MX_CASCADE_MIN_SHARED_KEYS_DEFAULT, 0, 1 << 30);
     /* the valid values of the CUDA kernels (one list: src/backend/cuda/cuda_qknobs.h) */
     static const int k_multirow[CUDA_QMV_MULTIROW_COUNT] = CUDA_QMV_MULTIROW_VALUES;
     static const int k_tile_m[CUDA_QMM_TILE_COUNT] = CUDA_QMM_TILE_VALUES;

@@ -30,8 +30,8 @@ static uint64_t g_rng = 20261205;
 static void set_cascade(const char *mode, const char *floor) {
     if (mode) setenv("MLXCEL_CASCADE_ATTENTION", mode, 1);
     else unsetenv("MLXCEL_CASCADE_ATTENTION");
-    if (floor) setenv("MLXCEL_CASCADE_MIN_SAVED_KEYS", floor, 1);
-    else unsetenv("MLXCEL_CASCADE_MIN_SAVED_KEYS");
+    if (floor) setenv("MLXCEL_CASCADE_MIN_SHARED_KEYS", floor, 1);
+    else unsetenv("MLXCEL_CASCADE_MIN_SHARED_KEYS");
     mx_env_reload();
 }
 
@@ -306,19 +306,39 @@ static cpu_cascade_info policy_run(const char *mode, const char *floor) {
     return info;
 }
 
+/* The default policy at the production piece length: 3 decode rows under a system prompt of
+ * `shared` keys (blocks of 16), each with 40 keys of its own. */
+static cpu_cascade_info policy_default(int shared) {
+    cfix f = fix_new((geo){8, 2, 64, 16, 0, 0.0f});
+    const int len[] = {shared + 40, shared + 41, shared + 45};
+    const int share[] = {shared / 16, shared / 16, shared / 16};
+    fix_pool(&f, 3, len, share);
+    for (int s = 0; s < 3; s++) fix_row(&f, s, len[s] - 1);
+    fix_q(&f);
+    float *o = malloc((size_t)f.n * f.Hq * f.D * 4);
+    set_cascade(NULL, NULL);
+    fix_run(&f, 1, o);
+    cpu_cascade_info info;
+    cpu_attention_last_cascade(&info);
+    free(o);
+    fix_free(&f);
+    return info;
+}
+
 static void test_policy(void **st) {
     (void)st;
-    /* one group: 3 rows x 2 pieces of 16 keys, saving (3 - 1) x 32 = 64 key reads */
+    /* one group: 3 rows sharing 2 pieces of 16 keys (32 keys), saving (3 - 1) x 32 = 64 key
+     * reads per kv head */
     cpu_cascade_info in = policy_run("1", NULL);
     assert_int_equal(in.groups, 1);
     assert_int_equal(in.declined, 0);
     assert_int_equal(in.rows, 3);
     assert_int_equal(in.shared_pieces, 2);
     assert_int_equal(in.saved_keys, 64);
-    in = policy_run(NULL, "64"); /* auto at its floor: kept */
+    in = policy_run(NULL, "32"); /* auto at its floor: kept */
     assert_int_equal(in.groups, 1);
     assert_int_equal(in.rows, 3);
-    in = policy_run(NULL, "65"); /* below the floor: declined, its rows take the plain path */
+    in = policy_run(NULL, "33"); /* below the floor: declined, its rows take the plain path */
     assert_int_equal(in.groups, 0);
     assert_int_equal(in.declined, 1);
     assert_int_equal(in.rows, 0);
@@ -331,14 +351,21 @@ static void test_policy(void **st) {
     assert_int_equal(in.groups, 0);
     assert_int_equal(in.declined, 0);
     assert_int_equal(in.rows, 0);
-    /* the default floor: a group of 3 rows sharing 2 x 256 keys saves 1024 key reads */
+    /* the defaults: auto, 512 shared keys (two production pieces) */
     set_cascade(NULL, NULL);
     assert_int_equal(mx_env()->cascade_attention, MX_CASCADE_AUTO);
-    assert_true(mx_env()->cascade_min_saved_keys == MX_CASCADE_MIN_SAVED_KEYS_DEFAULT);
+    assert_int_equal(mx_env()->cascade_min_shared_keys, 512);
+    in = policy_default(256); /* one shared piece: declined */
+    assert_int_equal(in.groups, 0);
+    assert_int_equal(in.declined, 1);
+    in = policy_default(512); /* two: kept */
+    assert_int_equal(in.groups, 1);
+    assert_int_equal(in.rows, 3);
+    assert_int_equal(in.shared_pieces, 2);
     /* invalid values: a warning, and the defaults */
     set_cascade("sometimes", "-5");
     assert_int_equal(mx_env()->cascade_attention, MX_CASCADE_AUTO);
-    assert_true(mx_env()->cascade_min_saved_keys == MX_CASCADE_MIN_SAVED_KEYS_DEFAULT);
+    assert_int_equal(mx_env()->cascade_min_shared_keys, 512);
     set_cascade("off", NULL);
     assert_int_equal(mx_env()->cascade_attention, MX_CASCADE_OFF);
     set_cascade("on", NULL);

@@ -503,7 +503,7 @@ static bool casc_setup(att_ctx *c, casc_plan *pl) {
     c->c_slot = (int64_t)(pf + 15) / 16 * 16; /* whole 64-byte lines: tasks never share one */
     const casc_geom g = {.P = c->P, .window = c->p->window, .Hkv = c->Hkv, .slot = c->c_slot,
                          .splits = c->S, .mode = casc_mode_of(env->cascade_attention),
-                         .min_saved = env->cascade_min_saved_keys, .ws_cap = ATT_WS_CAP};
+                         .min_shared = env->cascade_min_shared_keys, .ws_cap = ATT_WS_CAP};
     const int rc = casc_plan_build(pl, c->b, &g);
     g_last_casc = (cpu_cascade_info){.groups = pl->groups, .declined = pl->declined,
                                      .rows = pl->n_rows, .shared_pieces = pl->shared_units,

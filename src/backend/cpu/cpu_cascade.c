@@ -4,9 +4,11 @@
  *    ids covering k (rows of one sequence agree by construction; sequences are compared by a
  *    hash of those ids, then the ids themselves). A class of >= 2 rows is a candidate unit.
  * 2. Policy: candidates with the same member rows form a group (e.g. B decode rows under one
- *    cached system prompt, or the rows of a prefill chunk over the keys before it). A group
- *    saves (rows - 1) x shared keys key reads per kv head; in auto mode one that saves fewer
- *    than the floor is declined (its rows read those keys alone, as without cascade).
+ *    cached system prompt, or the rows of a prefill chunk over the keys before it). In auto
+ *    mode a group whose rows share fewer keys than the floor is declined (its rows read those
+ *    keys alone, as without cascade): a short shared span stays in the L2 cache between the
+ *    rows that re-read it, and the extra barrier of a cascade round then costs more than it
+ *    saves (docs/engine.md, "Cascade attention", for the measurements).
  * 3. Units: the kept candidates, plus (split count > 1) each private piece of a cascade row as
  *    a unit of one, so that a split row's pieces are still spread over threads.
  * 4. Rounds: the units in ascending k, cut where a round's partials would pass the workspace
@@ -216,8 +218,8 @@ static int apply_policy(const cands *cs, const casc_geom *g, bool *keep, casc_pl
     for (int a = 0; a < nc;) {
         int e = a + 1;
         while (e < nc && ck[e].h == ck[a].h && same_members(cs, ck[a].c, ck[e].c)) e++;
-        const int64_t saved = (int64_t)(e - a) * (cs->nm.v[ck[a].c] - 1) * g->P;
-        const bool ok = g->mode == CASC_FORCE || saved >= g->min_saved;
+        const int64_t keys = (int64_t)(e - a) * g->P, saved = keys * (cs->nm.v[ck[a].c] - 1);
+        const bool ok = g->mode == CASC_FORCE || keys >= g->min_shared;
         for (int x = a; x < e; x++) keep[ck[x].c] = ok;
         if (ok) pl->groups++, pl->shared_units += e - a, pl->saved_keys += saved;
         else pl->declined++;

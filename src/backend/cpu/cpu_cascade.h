@@ -28,7 +28,7 @@ typedef struct casc_geom {
     int splits;       /* the call's split count: > 1 also makes the cascade rows' private
                          pieces tasks of their own (spread over threads) */
     casc_mode mode;
-    int64_t min_saved; /* CASC_AUTO: a group is kept when (rows - 1) x shared keys >= this */
+    int min_shared;   /* CASC_AUTO: a group is kept when its rows share at least this many keys */
     int64_t ws_cap;   /* workspace floats a round aims to stay under (one piece may exceed) */
 } casc_geom;
 
