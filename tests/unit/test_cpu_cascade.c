@@ -11,7 +11,8 @@
  *   invalid values warn and keep auto;
  * - engine level: greedy tokens and raw logits of requests sharing a cached system prompt are
  *   identical with MLXCEL_CASCADE_ATTENTION=0, auto and 1 (forced pieces of 4 keys, and the
- *   production 256-key pieces with a 300-token prefix), and the shared pieces were used. */
+ *   production 256-key pieces with a 300-token prefix), and the shared pieces were used; the
+ *   same under tensor parallelism (two rank threads planning and running at once). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -495,12 +496,36 @@ static void check_e2e(tiny_kind kind, int sys_len, int piece) {
     tiny_free(&tm);
 }
 
+/* Tensor parallelism: two rank threads run the attention (and the cascade planner) at once,
+ * each over its kv head; forced cascade gives the bits of cascade off. */
+static void check_e2e_tp(void) {
+    tiny_model tm;
+    tiny_build_v(&tm, TINY_LLAMA, 99, VOCAB);
+    model *m = NULL;
+    mx_error err;
+    assert_int_equal(model_bind_tp(&m, &tm.spec, tiny_lookup, &tm, backend_cpu(), 2, &err), 0);
+    e2e_out *base = malloc(sizeof *base), *o = malloc(sizeof *o);
+    cpu_attention_force_piece(4);
+    set_cascade("0", NULL);
+    run_e2e(m, &tm.spec, 26, 7, base);
+    set_cascade("1", NULL);
+    run_e2e(m, &tm.spec, 26, 7, o);
+    assert_memory_equal(base->toks, o->toks, sizeof base->toks);
+    assert_memory_equal(base->logits, o->logits, sizeof base->logits);
+    cpu_attention_force_piece(0);
+    set_cascade(NULL, NULL);
+    free(base), free(o);
+    model_free(m);
+    tiny_free(&tm);
+}
+
 static void test_engine_shared_prompt(void **st) {
     (void)st;
     check_e2e(TINY_LLAMA, 26, 4);   /* pieces of 4 keys: 6 shared, cut inside no block */
     check_e2e(TINY_GEMMA, 26, 3);   /* sliding window 5 on layer 0, pieces cut inside blocks */
     check_e2e(TINY_MOE, 26, 4);
     check_e2e(TINY_LLAMA, 300, 0);  /* production pieces: the first 256 keys shared */
+    check_e2e_tp();
 }
 
 int main(void) {
