@@ -6,7 +6,7 @@
  *   32 and short pieces (many of them), for split counts 1 / 2 / 3 / 64, 1 and 3 threads, and
  *   every kernel family this CPU has; forced cascade must really have shared pieces, and the
  *   values are close to a double-precision reference; a batch whose partials need several
- *   workspace rounds gives the same bits too;
+ *   workspace rounds, and one whose cascade rows are cut into chunks, give the same bits too;
  * - policy: a group below the floor is declined, `1` ignores the floor, `0` turns it off,
  *   invalid values warn and keep auto;
  * - engine level: greedy tokens and raw logits of requests sharing a cached system prompt are
@@ -285,6 +285,40 @@ static void test_rounds(void **st) {
     fix_free(&f);
 }
 
+/* A wide geometry (64 q / 8 kv heads of 128: 8,320 floats of running state a row) and 300
+ * rows of three sequences under one prompt: the cascade rows are cut into chunks (a group
+ * then reads its K/V once per chunk), with the same bits. */
+static void test_row_chunks(void **st) {
+    (void)st;
+    cfix f = fix_new((geo){64, 8, 128, 16, 0, 0.0f});
+    const int len[] = {48, 48, 48}, share[] = {2, 2, 2};
+    fix_pool(&f, 3, len, share);
+    for (int i = 0; i < 255; i++) fix_row(&f, i % 3, 40 + i % 8);
+    fix_q(&f);
+    const size_t nf = (size_t)f.n * 64 * 128;
+    float *ref = malloc(nf * 4), *o = malloc(nf * 4);
+    cpu_attention_force_piece(8);
+    omp_set_num_threads(3);
+    set_cascade("0", NULL);
+    fix_run(&f, 1, ref);
+    check_reference(&f, 100, ref + (size_t)100 * 64 * 128);
+    static const int splits[] = {1, 2};
+    for (int si = 0; si < 2; si++) {
+        set_cascade("1", NULL);
+        fix_run(&f, splits[si], o);
+        cpu_cascade_info info;
+        cpu_attention_last_cascade(&info);
+        assert_int_equal(info.rows, 255);
+        assert_true(info.chunks > 1);
+        assert_memory_equal(ref, o, nf * 4);
+    }
+    cpu_attention_force_piece(0);
+    omp_set_num_threads(omp_get_num_procs());
+    set_cascade(NULL, NULL);
+    free(ref), free(o);
+    fix_free(&f);
+}
+
 /* ==== Policy ==== */
 /* Three decode rows of sequences sharing their first 2 pieces of 16 keys (blocks of 16), and
  * a fourth row alone; returns what the call decided. */
@@ -533,6 +567,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kernel_bits),
         cmocka_unit_test(test_rounds),
+        cmocka_unit_test(test_row_chunks),
         cmocka_unit_test(test_policy),
         cmocka_unit_test(test_engine_shared_prompt),
     };

@@ -444,7 +444,7 @@ static void casc_fold_task(const att_ctx *c, const casc_round *rd, int ci, int k
     const int start = row_pieces(c, i, &first, &n), last = first + n - 1;
     const int ka = rd->k0 > first ? rd->k0 : first, kb = rd->k1 < last + 1 ? rd->k1 : last + 1;
     if (ka >= kb) return;
-    float *st = c->cst + ((int64_t)ci * c->Hkv + kvh) * c->c_slot;
+    float *st = c->cst + ((int64_t)(ci - rd->ci0) * c->Hkv + kvh) * c->c_slot; /* chunk's rows */
     if (ka == first) part_reset(st, c->G, c->D);
     int x = pl->slot0[ci];
     const int x_end = pl->slot0[ci + 1];
@@ -463,7 +463,7 @@ static void casc_fold_task(const att_ctx *c, const casc_round *rd, int ci, int k
 }
 
 static void casc_folds(const att_ctx *c, const casc_round *rd, int64_t t, float *pc, float *s) {
-    casc_fold_task(c, rd, (int)(t / c->Hkv), (int)(t % c->Hkv), pc, s);
+    casc_fold_task(c, rd, rd->ci0 + (int)(t / c->Hkv), (int)(t % c->Hkv), pc, s);
 }
 
 /* Every round of the plan; inside the parallel region. scratch: as att_group's. */
@@ -471,9 +471,9 @@ static void casc_run(const att_ctx *c, float *scratch) {
     const casc_plan *pl = c->cp;
     const size_t pf = part_floats(c->G, c->D);
     float *pc = scratch + pf, *s = pc + pf;
-    const int64_t n_folds = (int64_t)pl->n_rows * c->Hkv;
     for (int r = 0; r < pl->n_rounds; r++) {
         const casc_round *rd = &pl->rounds[r];
+        const int64_t n_folds = (int64_t)(rd->ci1 - rd->ci0) * c->Hkv;
 #pragma omp for schedule(dynamic, 1) /* its barrier: the round's partials are in cws */
         for (int64_t t = 0; t < rd->n_tasks; t++) casc_compute_task(c, rd, t, s);
         if (r + 1 < pl->n_rounds) {
@@ -503,22 +503,24 @@ static bool casc_setup(att_ctx *c, casc_plan *pl) {
     c->c_slot = (int64_t)(pf + 15) / 16 * 16; /* whole 64-byte lines: tasks never share one */
     const casc_geom g = {.P = c->P, .window = c->p->window, .Hkv = c->Hkv, .slot = c->c_slot,
                          .splits = c->S, .mode = casc_mode_of(env->cascade_attention),
-                         .min_shared = env->cascade_min_shared_keys, .ws_cap = ATT_WS_CAP};
+                         .min_shared = env->cascade_min_shared_keys, .ws_cap = ATT_WS_CAP,
+                         .state_cap = ATT_WS_CAP / 4};
     const int rc = casc_plan_build(pl, c->b, &g);
     g_last_casc = (cpu_cascade_info){.groups = pl->groups, .declined = pl->declined,
                                      .rows = pl->n_rows, .shared_pieces = pl->shared_units,
-                                     .rounds = pl->n_rounds, .saved_keys = pl->saved_keys};
+                                     .rounds = pl->n_rounds, .chunks = pl->n_chunks,
+                                     .saved_keys = pl->saved_keys};
     static _Thread_local uint64_t logged_step;
     if ((pl->groups || pl->declined) && (!c->b->step_id || c->b->step_id != logged_step)) {
         logged_step = c->b->step_id; /* once a step, not once a layer */
         LOG_DEBUG("cpu attention cascade: %d groups (%d declined), %d of %d rows, %d shared "
-                  "pieces, %lld key reads saved per kv head, %d rounds", pl->groups,
-                  pl->declined, pl->n_rows, c->b->n_rows, pl->shared_units,
-                  (long long)pl->saved_keys, pl->n_rounds);
+                  "pieces, %lld key reads saved per kv head, %d row chunks, %d rounds",
+                  pl->groups, pl->declined, pl->n_rows, c->b->n_rows, pl->shared_units,
+                  (long long)pl->saved_keys, pl->n_chunks, pl->n_rounds);
     }
     if (rc || pl->n_rows == 0) return false;
     const size_t ws_b = (size_t)pl->ws_max * sizeof(float);
-    const size_t st_b = (size_t)pl->n_rows * (size_t)c->Hkv * (size_t)c->c_slot * sizeof(float);
+    const size_t st_b = (size_t)pl->chunk_rows * (size_t)c->Hkv * (size_t)c->c_slot * sizeof(float);
     c->cws = ws_b ? aligned_alloc(64, (ws_b + 63) / 64 * 64) : NULL;
     c->cst = aligned_alloc(64, (st_b + 63) / 64 * 64);
     if ((ws_b && !c->cws) || !c->cst) { /* no memory: the plain path, the same bits */

@@ -11,8 +11,10 @@
  *    saves (docs/engine.md, "Cascade attention", for the measurements).
  * 3. Units: the kept candidates, plus (split count > 1) each private piece of a cascade row as
  *    a unit of one, so that a split row's pieces are still spread over threads.
- * 4. Rounds: the units in ascending k, cut where a round's partials would pass the workspace
- *    cap; each unit's partials get a workspace offset, each row a list of its slots. */
+ * 4. Chunks and rounds: the cascade rows are cut into chunks whose running states fit
+ *    state_cap (a unit spanning chunks becomes one unit per chunk); each chunk's units in
+ *    ascending k are cut into rounds where a round's partials would pass the workspace cap;
+ *    each unit's partials get a workspace offset, each row a list of its slots. */
 #include "backend/cpu/cpu_cascade.h"
 
 #include <stdbool.h>
@@ -234,6 +236,7 @@ static _Thread_local const int *g_sort_mem; /* qsort's context (TP ranks are thr
 
 static int cmp_unit(const void *a, const void *b) {
     const casc_unit *x = a, *y = b;
+    if (x->chunk != y->chunk) return x->chunk < y->chunk ? -1 : 1;
     if (x->k != y->k) return x->k < y->k ? -1 : 1;
     const int rx = g_sort_mem[x->m0], ry = g_sort_mem[y->m0];
     return (rx > ry) - (rx < ry);
@@ -252,11 +255,22 @@ static int make_rows(casc_plan *pl, const cands *cs, const bool *keep, int n_bat
     return 0;
 }
 
-/* Appends a unit (members copied) to the plan's arrays, sized by the caller. */
-static void add_unit(casc_plan *pl, int k, const int *mem, int nm, int *m_next) {
-    pl->units[pl->n_units++] = (casc_unit){.k = k, .m0 = *m_next, .nm = nm};
-    memcpy(pl->mem + *m_next, mem, (size_t)nm * sizeof(int));
-    *m_next += nm;
+/* Appends the unit of piece k with members mem[0..nm) (ascending rows), one unit per chunk
+ * they fall in, to the plan's arrays (sized by the caller). Returns the units added. */
+static int add_unit(casc_plan *pl, int k, const int *mem, int nm, int *m_next) {
+    int added = 0;
+    for (int a = 0; a < nm;) {
+        const int chunk = pl->casc_of[mem[a]] / pl->chunk_rows;
+        int e = a + 1;
+        while (e < nm && pl->casc_of[mem[e]] / pl->chunk_rows == chunk) e++;
+        if (pl->units) {
+            pl->units[pl->n_units++] = (casc_unit){.chunk = chunk, .k = k, .m0 = *m_next, .nm = e - a};
+            memcpy(pl->mem + *m_next, mem + a, (size_t)(e - a) * sizeof(int));
+        }
+        *m_next += e - a, added++;
+        a = e;
+    }
+    return added;
 }
 
 /* Kept candidates and (splits > 1) the cascade rows' private pieces, in ascending k. */
@@ -275,7 +289,9 @@ static int make_units(casc_plan *pl, const cands *cs, const bool *keep, const ro
     int64_t n_units = 0, n_mem = 0;
     for (int c = 0; c < nc && shared; c++) {
         if (!keep[c]) continue;
-        n_units++, n_mem += cs->nm.v[c];
+        int dummy = 0; /* units not allocated yet: add_unit only counts */
+        n_units += add_unit(pl, cs->k.v[c], cs->mem.v + cs->m0.v[c], cs->nm.v[c], &dummy);
+        n_mem += cs->nm.v[c];
         for (int j = 0; j < cs->nm.v[c]; j++) {
             const int i = cs->mem.v[cs->m0.v[c] + j], ci = pl->casc_of[i];
             shared[pc0[ci] + cs->k.v[c] - sp[i].first] = 1;
@@ -310,28 +326,27 @@ static int64_t unit_tasks(const casc_unit *u, int Hkv) {
     return (int64_t)((u->nm + CASC_SLICE - 1) / CASC_SLICE) * Hkv;
 }
 
-static int make_rounds(casc_plan *pl, const row_span *sp, const casc_geom *g) {
+/* The rounds of the chunk whose units are [u0, u1) and cascade rows [ci0, ci1). */
+static void chunk_rounds(casc_plan *pl, const row_span *sp, const casc_geom *g, int u0, int u1,
+                         int ci0, int ci1) {
     int k_lo = 1 << 30, k_hi = 0;
-    for (int ci = 0; ci < pl->n_rows; ci++) {
+    for (int ci = ci0; ci < ci1; ci++) {
         const row_span s = sp[pl->rows[ci]];
         k_lo = s.first < k_lo ? s.first : k_lo;
         k_hi = s.last + 1 > k_hi ? s.last + 1 : k_hi;
     }
-    pl->rounds = malloc((size_t)(pl->n_units + 1) * sizeof *pl->rounds);
-    if (!pl->rounds) return -1;
-    casc_round *r = &pl->rounds[0];
-    *r = (casc_round){.k0 = k_lo, .u0 = 0};
-    pl->n_rounds = 1;
-    for (int u = 0; u < pl->n_units;) {
+    casc_round *r = &pl->rounds[pl->n_rounds++];
+    *r = (casc_round){.ci0 = ci0, .ci1 = ci1, .k0 = k_lo, .u0 = u0};
+    for (int u = u0; u < u1;) {
         /* the units of piece k join the round, or (round not empty, cap passed) open the next */
         const int k = pl->units[u].k;
         int e = u;
         int64_t need = 0;
-        while (e < pl->n_units && pl->units[e].k == k) need += (int64_t)pl->units[e++].nm * g->Hkv * g->slot;
+        while (e < u1 && pl->units[e].k == k) need += (int64_t)pl->units[e++].nm * g->Hkv * g->slot;
         if (r->ws > 0 && r->ws + need > g->ws_cap) {
             r->k1 = k, r->u1 = u;
             r = &pl->rounds[pl->n_rounds++];
-            *r = (casc_round){.k0 = k, .u0 = u};
+            *r = (casc_round){.ci0 = ci0, .ci1 = ci1, .k0 = k, .u0 = u};
         }
         for (; u < e; u++) {
             casc_unit *x = &pl->units[u];
@@ -341,7 +356,20 @@ static int make_rounds(casc_plan *pl, const row_span *sp, const casc_geom *g) {
         }
         pl->ws_max = r->ws > pl->ws_max ? r->ws : pl->ws_max;
     }
-    r->k1 = k_hi, r->u1 = pl->n_units;
+    r->k1 = k_hi, r->u1 = u1;
+}
+
+static int make_rounds(casc_plan *pl, const row_span *sp, const casc_geom *g) {
+    pl->rounds = malloc((size_t)(pl->n_units + pl->n_chunks) * sizeof *pl->rounds);
+    if (!pl->rounds) return -1;
+    for (int u = 0; u < pl->n_units;) { /* units sorted by chunk: each chunk's are contiguous */
+        const int c = pl->units[u].chunk;
+        int e = u;
+        while (e < pl->n_units && pl->units[e].chunk == c) e++;
+        const int ci1 = (c + 1) * pl->chunk_rows;
+        chunk_rounds(pl, sp, g, u, e, c * pl->chunk_rows, ci1 < pl->n_rows ? ci1 : pl->n_rows);
+        u = e;
+    }
     return 0;
 }
 
@@ -394,7 +422,15 @@ int casc_plan_build(casc_plan *pl, const mx_attn_batch *b, const casc_geom *g) {
     rc = 0;
     if (pl->groups == 0) goto out;
     rc = -1;
-    if (make_rows(pl, &cs, keep, n) || make_units(pl, &cs, keep, sp, g) || make_rounds(pl, sp, g) || make_slots(pl, g)) goto out;
+    if (make_rows(pl, &cs, keep, n)) goto out;
+    /* chunks: a piece of every row of one fits a quarter of the workspace (so a round holds
+       several pieces) and their running states fit state_cap */
+    const int64_t per_row = (int64_t)g->Hkv * g->slot;
+    int64_t R = (g->state_cap < g->ws_cap / 4 ? g->state_cap : g->ws_cap / 4) / per_row;
+    R = R < CASC_SLICE ? CASC_SLICE : R;
+    pl->chunk_rows = (int)(R < pl->n_rows ? R : pl->n_rows);
+    pl->n_chunks = (pl->n_rows + pl->chunk_rows - 1) / pl->chunk_rows;
+    if (make_units(pl, &cs, keep, sp, g) || make_rounds(pl, sp, g) || make_slots(pl, g)) goto out;
     rc = 0;
 out:
     if (rc || pl->n_units == 0) { /* nothing to run (the policy figures stay for the log) */

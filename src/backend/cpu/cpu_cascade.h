@@ -29,12 +29,14 @@ typedef struct casc_geom {
                          pieces tasks of their own (spread over threads) */
     casc_mode mode;
     int min_shared;   /* CASC_AUTO: a group is kept when its rows share at least this many keys */
-    int64_t ws_cap;   /* workspace floats a round aims to stay under (one piece may exceed) */
+    int64_t ws_cap;   /* workspace floats a round aims to stay under */
+    int64_t state_cap; /* running-state floats of a chunk of cascade rows at most */
 } casc_geom;
 
 /* One piece computed by the compute phase: a shared unit (nm >= 2 rows, a full piece) or, with
  * splits > 1, one private piece of a cascade row (nm = 1, cut like the row's own piece). */
 typedef struct casc_unit {
+    int chunk;        /* its rows' chunk (members of one chunk only) */
     int k;            /* absolute piece index */
     int m0, nm;       /* member rows: plan.mem[m0 .. m0 + nm), ascending batch rows */
     int64_t off;      /* its partials in the round's workspace: member j, kv head h at
@@ -42,10 +44,13 @@ typedef struct casc_unit {
     int64_t t0;       /* its first compute task within the round */
 } casc_unit;
 
-/* Rounds go through the cascade rows' pieces in ascending order, [k0, k1) each, so that the
- * partials of one round fit the workspace (rows fold them into a running state kept across
- * rounds, in the order a lone row would). */
+/* The cascade rows are cut into chunks (plan.chunk_rows rows: their running states fit
+ * state_cap; a group spanning chunks reads its K/V once per chunk). Each chunk's rounds go
+ * through its rows' pieces in ascending order, [k0, k1) each, so that the partials of a round
+ * fit the workspace (a piece of every row of the chunk fits by construction); rows fold them
+ * into a running state kept across the rounds, in the order a lone row would. */
 typedef struct casc_round {
+    int ci0, ci1;     /* the chunk's cascade rows */
     int k0, k1;
     int u0, u1;       /* its units */
     int64_t n_tasks;  /* compute tasks (member slices x kv heads) */
@@ -76,6 +81,8 @@ typedef struct casc_plan {
     int *mem;
     casc_round *rounds;
     int64_t ws_max;   /* the largest round's workspace (floats) */
+    int chunk_rows;   /* cascade rows a chunk at most (running states: chunk_rows x Hkv slots) */
+    int n_chunks;
 } casc_plan;
 
 /* Member rows per compute task: a slice reads the piece's K/V once for all its rows; slices

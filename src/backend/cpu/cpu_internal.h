@@ -59,9 +59,10 @@ void cpu_attention_force_piece(int keys);
 int cpu_attention_last_splits(void);
 /* What the cascade policy decided in the last cpu_attention call on this thread
  * (cpu_cascade.h): groups kept and declined, rows on the cascade path, shared pieces kept,
- * rounds, key reads per kv head saved; all 0 when nothing was shared (or cascade is off). */
+ * rounds and row chunks, key reads per kv head saved; all 0 when nothing was shared (or
+ * cascade is off). */
 typedef struct cpu_cascade_info {
-    int groups, declined, rows, shared_pieces, rounds;
+    int groups, declined, rows, shared_pieces, rounds, chunks;
     int64_t saved_keys;
 } cpu_cascade_info;
 void cpu_attention_last_cascade(cpu_cascade_info *out);
