@@ -13,7 +13,9 @@
  *   hit;
  * - attention split counts (paged-decode-splits): every count gives the same bits, kernel level
  *   (mx_attn_batch.kv_splits) and engine level (MLXCEL_PAGED_DECODE_SPLITS 1, 2, 3, 64, the
- *   whole scenario grid above, at attention pieces short enough to give every row several). */
+ *   whole scenario grid above, at attention pieces short enough to give every row several);
+ * - cascade attention forced (MLXCEL_CASCADE_ATTENTION=1: pieces shared by the rows of a chunk
+ *   or a prefix hit walked once for them): the whole grid again, same bits. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -398,6 +400,25 @@ static void check_engine(tiny_kind kind) {
             check_grid(m, &tm.spec, base, pieces[pi], splits[si], o);
         }
     }
+    /* Cascade attention forced (every full piece shared by two or more rows walked once for
+     * them: the rows of a prefill chunk, a prefix hit's rows): the same bits again, with
+     * pieces of 3 keys (cut inside blocks) and 4, unsplit and split. */
+    setenv("MLXCEL_CASCADE_ATTENTION", "1", 1);
+    for (int pi = 0; pi < 2; pi++) {
+        cpu_attention_force_piece(pieces[pi]);
+        set_splits_env(0);
+        run_scenario(m, &tm.spec, (scenario){KV_STORAGE_DENSE, 512, 0, false}, base);
+        unsetenv("MLXCEL_CASCADE_ATTENTION");
+        set_splits_env(0);
+        run_scenario(m, &tm.spec, (scenario){KV_STORAGE_DENSE, 512, 0, false}, o);
+        assert_memory_equal(base->logits, o->logits, sizeof base->logits); /* = cascade auto */
+        setenv("MLXCEL_CASCADE_ATTENTION", "1", 1);
+        for (int si = 0; si < 2; si++) {
+            set_splits_env(si ? 3 : 0);
+            check_grid(m, &tm.spec, base, pieces[pi], si ? 3 : 0, o);
+        }
+    }
+    unsetenv("MLXCEL_CASCADE_ATTENTION");
     cpu_attention_force_piece(0);
     set_splits_env(0);
     free(base);
