@@ -27,3 +27,8 @@ set_tests_properties(server_e2e server_real_e2e PROPERTIES RESOURCE_LOCK server_
 add_test(NAME server_tp_e2e COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/server/tp_e2e.sh
          $<TARGET_FILE:mlxcel>)
 set_tests_properties(server_tp_e2e PROPERTIES TIMEOUT 180)
+# Cascade attention: the demo model served under a shared system prompt answers the same with
+# MLXCEL_CASCADE_ATTENTION=0, 1 and auto (curl; node for JSON).
+add_test(NAME server_cascade_e2e COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/server/cascade_e2e.sh
+         $<TARGET_FILE:mlxcel>)
+set_tests_properties(server_cascade_e2e PROPERTIES TIMEOUT 300)

@@ -163,6 +163,16 @@ static void env_load(void) {
     g_env.cuda_graph_cache_size = env_int("MLX_CUDA_GRAPH_CACHE_SIZE", 2000, 0, 1 << 30);
     g_env.cuda_sdpa_cache_size = env_int("MLX_CUDA_SDPA_CACHE_SIZE", 2000, 0, 1 << 30);
     g_env.paged_decode_splits = env_int("MLXCEL_PAGED_DECODE_SPLITS", 0, 0, 1024);
+    g_env.cascade_attention = MX_CASCADE_AUTO;
+    if ((s = getenv("MLXCEL_CASCADE_ATTENTION")) && *s) {
+        if (!strcmp(s, "0") || !strcasecmp(s, "off")) g_env.cascade_attention = MX_CASCADE_OFF;
+        else if (!strcmp(s, "1") || !strcasecmp(s, "on")) g_env.cascade_attention = MX_CASCADE_FORCE;
+        else if (strcasecmp(s, "auto"))
+            fprintf(stderr, "mlxcel warn: MLXCEL_CASCADE_ATTENTION=%s unknown (auto|0|1); using "
+                            "auto\n", s);
+    }
+    g_env.cascade_min_shared_keys =
+        env_int("MLXCEL_CASCADE_MIN_SHARED_KEYS", MX_CASCADE_MIN_SHARED_KEYS_DEFAULT, 0, 1 << 30);
     /* the valid values of the CUDA kernels (one list: src/backend/cuda/cuda_qknobs.h) */
     static const int k_multirow[CUDA_QMV_MULTIROW_COUNT] = CUDA_QMV_MULTIROW_VALUES;
     static const int k_tile_m[CUDA_QMM_TILE_COUNT] = CUDA_QMM_TILE_VALUES;

@@ -9,6 +9,10 @@
 #include <stdint.h>
 
 typedef enum { MX_AUTOTUNE_OFF = 0, MX_AUTOTUNE_CACHE, MX_AUTOTUNE_ON } mx_autotune_mode;
+/* MLXCEL_CASCADE_ATTENTION (the CPU attention's shared-piece path, docs/engine.md) */
+typedef enum { MX_CASCADE_OFF = 0, MX_CASCADE_AUTO, MX_CASCADE_FORCE } mx_cascade_mode;
+/* auto's floor: a group of rows is used when its rows share at least this many keys */
+#define MX_CASCADE_MIN_SHARED_KEYS_DEFAULT 512
 
 /* MLXCEL_DIAG_SKIP (list, "," or "+" between): CUDA decode kernels not launched, for timing
  * what each costs on the step's critical path (prep: the int8 qmv's x preparation, which
@@ -50,6 +54,8 @@ typedef struct mx_env_t {
     int cuda_graph_cache_size;     /* MLX_CUDA_GRAPH_CACHE_SIZE (2000) */
     int cuda_sdpa_cache_size;      /* MLX_CUDA_SDPA_CACHE_SIZE (2000) */
     int paged_decode_splits;       /* MLXCEL_PAGED_DECODE_SPLITS (0 = policy) */
+    mx_cascade_mode cascade_attention; /* MLXCEL_CASCADE_ATTENTION: auto | 0 | 1 (auto) */
+    int cascade_min_shared_keys;   /* MLXCEL_CASCADE_MIN_SHARED_KEYS (512): auto's floor */
     int qmv_multirow;              /* MLXCEL_QMV_MULTIROW (0 = policy) */
     bool qmv_tc;                   /* MLXCEL_QMV_TC (1): tensor-core qmv for 4/8-bit weights */
     bool qmv_bulk;                 /* MLXCEL_QMV_BULK (1): streaming tensor-core qmv (qmv_bulk.cu) */

@@ -1,9 +1,12 @@
 /* `mlxcel bench`: prefill and decode throughput of the one engine (engine_step) per batch size.
  *
  * Per batch size B (after one warm-up run): B sequences of random prompt tokens are submitted at
- * once and run to gen_tokens each (greedy, EOS ignored, no prefix cache). From the token
- * timestamps:
- *   prefill tok/s  = B * prompt_tokens / (time until the last sequence has its first token)
+ * once and run to gen_tokens each (greedy, EOS ignored, no prefix cache). With --shared-prefix N
+ * the first N tokens of every prompt of a run are the same, the prefix cache is on, and an
+ * untimed request puts those N tokens in it before the B are submitted (a cached system
+ * prompt): the B prompts share its blocks and prefill only the rest. From the token timestamps:
+ *   prefill tok/s  = prompt tokens computed (B * prompt_tokens less the prefix-cache hits) /
+ *                    (time until the last sequence has its first token)
  *   TTFT           = first token - submit, per sequence (p50, max)
  *   decode tok/s   = tokens sampled after that moment / the time they took (aggregate; / B per
  *                    sequence): only pure decode steps count
@@ -40,6 +43,11 @@ static const char *k_help =
     "  --batch LIST               batch sizes, comma-separated (default 1,8,32)\n"
     "  --repeat N                 runs per batch size; medians are reported (default 3)\n"
     "  --prefill-chunk-size N     prompt rows per sequence per step (default: the prompt length)\n"
+    "  --shared-prefix N          the first N prompt tokens of every sequence of a run are the\n"
+    "                             same, and are in the prefix cache before the run (an untimed\n"
+    "                             request puts them there): the batch shares their KV blocks, and\n"
+    "                             prefill tok/s counts the tokens computed (default 0: no prefix\n"
+    "                             cache); decode GB/s still counts each sequence's whole context\n"
     "  -b, --batch-tokens N       token rows per step (default: every prompt of the batch in one\n"
     "                             step, up to 16384 rows, so decode runs with all B sequences in\n"
     "                             lockstep, as llama-batched-bench measures it; at least 2048)\n"
@@ -59,7 +67,7 @@ typedef struct bench_opts {
     bool dummy_weights;
     const char *storage;
     kv_type cache_type_k, cache_type_v;
-    int prompt_tokens, gen_tokens, repeat, prefill_chunk, batch_tokens;
+    int prompt_tokens, gen_tokens, repeat, prefill_chunk, batch_tokens, shared_prefix;
     int batches[BENCH_MAX_BATCHES], n_batches;
     unsigned long long seed;
     bool json;
@@ -72,6 +80,7 @@ typedef struct bench_result {
     double decode_tps, decode_tps_seq, itl_p50_ms, itl_p99_ms;
     double mem_peak_bytes, decode_gbs, decode_pct_copy, step_bytes;
     int decode_tokens;
+    double prefill_tokens;  /* prompt tokens computed (less prefix-cache hits) */
 } bench_result;
 
 /* ==== Per-sequence token timestamps ==== */
@@ -195,7 +204,7 @@ static engine *bench_engine(const bench_opts *o, model *m, int B, int P, int G, 
     ep.max_batch_tokens = o->batch_tokens > 0 ? o->batch_tokens : (int)all;
     if (ep.max_batch_tokens < ep.prefill_chunk) ep.max_batch_tokens = ep.prefill_chunk;
     if (ep.max_batch_tokens < 2048) ep.max_batch_tokens = 2048;
-    ep.prefix_cache = false;
+    ep.prefix_cache = o->shared_prefix > 0;
     kv_storage_parse(o->storage, &ep.storage);
     ep.cache_type_k = o->cache_type_k;
     ep.cache_type_v = o->cache_type_v;
@@ -204,6 +213,19 @@ static engine *bench_engine(const bench_opts *o, model *m, int B, int P, int G, 
 }
 
 /* ==== One run: B sequences of P random tokens, G generated each ==== */
+/* n random ids (xorshift; one stream for the whole program: prompts differ per sequence and
+ * per run). */
+static void random_tokens(const bench_opts *o, int vocab, int32_t *out, int n) {
+    static unsigned long long state;
+    if (!state) state = o->seed * 0x9E3779B97F4A7C15ull + 1;
+    for (int i = 0; i < n; i++) {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        out[i] = (int32_t)(state % (unsigned long long)vocab);
+    }
+}
+
 static int bench_run(const bench_opts *o, model *m, engine *e, const backend_ops *be, int B, int P,
                      int G, double copy_gbs, bench_result *r, mx_error *err) {
     const model_spec *spec = model_spec_of(m);
@@ -214,25 +236,31 @@ static int bench_run(const bench_opts *o, model *m, engine *e, const backend_ops
         mx_fail(err, "out of memory");
         goto out;
     }
-    /* random prompts, different per sequence and per run (xorshift) */
-    static unsigned long long state;
-    if (!state) state = o->seed * 0x9E3779B97F4A7C15ull + 1;
+    /* random prompts, different per sequence and per run (xorshift); the first N tokens (shared
+     * prefix) once per run, then put in the prefix cache by an untimed request */
+    const int N = o->shared_prefix < P ? o->shared_prefix : 0;
     sampling_params sp;
     sampling_params_default(&sp);
+    random_tokens(o, spec->vocab_size, prompt, N);
+    if (N > 0) {
+        engine_request warm = {.prompt = prompt, .n_prompt = N, .sampling = sp, .max_tokens = 1,
+                               .ignore_eos = true};
+        if (engine_submit(e, &warm, err) < 0 || engine_run(e, err) < 0) goto out;
+    }
+    engine_stats st0;
+    engine_get_stats(e, &st0);
     const double t0 = mx_now();
     for (int b = 0; b < B; b++) {
-        for (int i = 0; i < P; i++) {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            prompt[i] = (int32_t)(state % (unsigned long long)spec->vocab_size);
-        }
+        random_tokens(o, spec->vocab_size, prompt + N, P - N);
         engine_request req = {.prompt = prompt, .n_prompt = P, .sampling = sp, .max_tokens = G,
                               .ignore_eos = true, .on_token = on_token, .on_finish = on_finish,
                               .user = &seqs[b], .allow_device_sampling = true};
         if (engine_submit(e, &req, err) < 0) goto out;
     }
     if (engine_run(e, err) < 0) goto out;
+    engine_stats st1;
+    engine_get_stats(e, &st1);
+    const double computed = (double)B * P - (double)(st1.prefix_reused_tokens - st0.prefix_reused_tokens);
 
     /* ---- figures from the timestamps ---- */
     double t_all_first = 0, t_end = 0;
@@ -264,7 +292,8 @@ static int bench_run(const bench_opts *o, model *m, engine *e, const backend_ops
             }
     memset(r, 0, sizeof *r);
     r->batch = B;
-    r->prefill_tps = t_all_first > t0 ? (double)B * P / (t_all_first - t0) : 0;
+    r->prefill_tokens = computed;
+    r->prefill_tps = t_all_first > t0 ? computed / (t_all_first - t0) : 0;
     r->ttft_max_ms = percentile(ttft, B, 100);
     r->ttft_p50_ms = percentile(ttft, B, 50);
     r->decode_tokens = n_dec;
@@ -350,6 +379,7 @@ static int parse_opts(bench_opts *o, int argc, char **argv) {
         else if (!strcmp(a, "--gen-tokens")) bad = parse_pos_int(v, 1, 1 << 20, &o->gen_tokens);
         else if (!strcmp(a, "--repeat")) bad = parse_pos_int(v, 1, 1000, &o->repeat);
         else if (!strcmp(a, "--prefill-chunk-size")) bad = parse_pos_int(v, 1, 1 << 20, &o->prefill_chunk);
+        else if (!strcmp(a, "--shared-prefix")) bad = parse_pos_int(v, 0, 1 << 20, &o->shared_prefix);
         else if (!strcmp(a, "-b") || !strcmp(a, "--batch-tokens"))
             bad = parse_pos_int(v, 1, 1 << 20, &o->batch_tokens);
         else if (!strcmp(a, "--batch")) bad = parse_batches(v, o);
@@ -384,6 +414,11 @@ static int parse_opts(bench_opts *o, int argc, char **argv) {
         fprintf(stderr, "mlxcel bench: give -m DIR (see --help)\n");
         return -1;
     }
+    if (o->shared_prefix >= o->prompt_tokens) {
+        fprintf(stderr, "mlxcel bench: --shared-prefix %d must be less than --prompt-tokens %d "
+                        "(each prompt needs a token of its own)\n", o->shared_prefix, o->prompt_tokens);
+        return -1;
+    }
     return 0;
 }
 
@@ -393,6 +428,7 @@ static json_t *result_json(const bench_result *r, int repeat) {
     json_object_set_new(j, "batch", json_integer(r->batch));
     json_object_set_new(j, "repeats", json_integer(repeat));
     json_object_set_new(j, "prefill_tok_s", json_real(r->prefill_tps));
+    json_object_set_new(j, "prefill_tokens", json_real(r->prefill_tokens));
     json_object_set_new(j, "ttft_ms_p50", json_real(r->ttft_p50_ms));
     json_object_set_new(j, "ttft_ms_max", json_real(r->ttft_max_ms));
     json_object_set_new(j, "decode_tok_s", json_real(r->decode_tps));
@@ -418,7 +454,7 @@ static void median_of(bench_result *runs, int n, bench_result *out) {
     } while (0)
     MED(prefill_tps); MED(ttft_p50_ms); MED(ttft_max_ms); MED(decode_tps); MED(decode_tps_seq);
     MED(itl_p50_ms); MED(itl_p99_ms); MED(mem_peak_bytes); MED(decode_gbs); MED(decode_pct_copy);
-    MED(step_bytes);
+    MED(step_bytes); MED(prefill_tokens);
 #undef MED
 }
 
@@ -503,6 +539,7 @@ int cmd_bench(int argc, char **argv) {
         json_object_set_new(j, "cache_type_k", json_string(kv_k));
         json_object_set_new(j, "cache_type_v", json_string(kv_v));
         json_object_set_new(j, "kv_bytes_per_token", json_integer((json_int_t)kv_tok));
+        json_object_set_new(j, "shared_prefix", json_integer(o.shared_prefix));
         for (int bi = 0; bi < o.n_batches; bi++) json_array_append_new(arr, result_json(&res[bi], o.repeat));
         json_object_set_new(j, "results", arr);
         char *txt = json_dumps(j, JSON_COMPACT);
@@ -512,8 +549,10 @@ int cmd_bench(int argc, char **argv) {
     } else {
         char tp[32] = ""; /* only with TP, so single-rank headers stay as they were */
         if (o.tp_size > 1) snprintf(tp, sizeof tp, " | tp %d", o.tp_size);
-        printf("model %s | %s%s | prompt %d | gen %d | kv K %s V %s | copy %.1f GB/s | median of %d\n",
-               o.model_dir, dev_line, tp, P, G, kv_k, kv_v, copy_gbs, o.repeat);
+        char shared[48] = ""; /* only with a shared prefix, likewise */
+        if (o.shared_prefix > 0) snprintf(shared, sizeof shared, " | shared prefix %d", o.shared_prefix);
+        printf("model %s | %s%s | prompt %d%s | gen %d | kv K %s V %s | copy %.1f GB/s | median of %d\n",
+               o.model_dir, dev_line, tp, P, shared, G, kv_k, kv_v, copy_gbs, o.repeat);
         printf("%6s %12s %10s %12s %12s %9s %9s %10s %9s %7s\n", "batch", "prefill t/s", "TTFT ms",
                "decode t/s", "per seq t/s", "ITL p50", "ITL p99", "mem MiB", "GB/s", "% copy");
         for (int bi = 0; bi < o.n_batches; bi++) {

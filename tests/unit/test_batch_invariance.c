@@ -17,7 +17,10 @@
  * - the engine-level grid again with a q8_0 KV cache (-ctk q8_0 -ctv q8_0; llama- and
  *   gemma-like models with heads of 32): a row's quantized K/V depend on that row only, so the
  *   invariance holds for a quantized cache too (test_kv_quant.c: the attention over it equals
- *   the f32 attention over its dequantized values). */
+ *   the f32 attention over its dequantized values);
+ * - cascade attention forced (MLXCEL_CASCADE_ATTENTION=1: pieces shared by the rows of a chunk
+ *   or a prefix hit walked once for them): the whole grid again, same bits (with each cache
+ *   type above). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -415,6 +418,25 @@ static void check_engine_kv(tiny_kind kind, int head_dim, kv_type cache) {
             check_grid(m, &tm.spec, base, pieces[pi], splits[si], o);
         }
     }
+    /* Cascade attention forced (every full piece shared by two or more rows walked once for
+     * them: the rows of a prefill chunk, a prefix hit's rows): the same bits again, with
+     * pieces of 3 keys (cut inside blocks) and 4, unsplit and split. */
+    setenv("MLXCEL_CASCADE_ATTENTION", "1", 1);
+    for (int pi = 0; pi < 2; pi++) {
+        cpu_attention_force_piece(pieces[pi]);
+        set_splits_env(0);
+        run_scenario(m, &tm.spec, (scenario){KV_STORAGE_DENSE, 512, 0, false}, base);
+        unsetenv("MLXCEL_CASCADE_ATTENTION");
+        set_splits_env(0);
+        run_scenario(m, &tm.spec, (scenario){KV_STORAGE_DENSE, 512, 0, false}, o);
+        assert_memory_equal(base->logits, o->logits, sizeof base->logits); /* = cascade auto */
+        setenv("MLXCEL_CASCADE_ATTENTION", "1", 1);
+        for (int si = 0; si < 2; si++) {
+            set_splits_env(si ? 3 : 0);
+            check_grid(m, &tm.spec, base, pieces[pi], si ? 3 : 0, o);
+        }
+    }
+    unsetenv("MLXCEL_CASCADE_ATTENTION");
     cpu_attention_force_piece(0);
     set_splits_env(0);
     g_cache_type = KV_TYPE_DEFAULT;

@@ -149,6 +149,31 @@ static void test_text_table(void **state) {
     free(out);
 }
 
+/* --shared-prefix: the prompts' first 32 tokens come from the prefix cache (2 full blocks of
+ * 16), so each run computes B * (40 - 32) prompt tokens; without it, all B * 40. */
+static void test_shared_prefix(void **state) {
+    (void)state;
+    static const char *args[] = {"--prompt-tokens 40 --gen-tokens 3 --batch 3 --repeat 1 --json",
+                                 "--prompt-tokens 40 --gen-tokens 3 --batch 3 --repeat 1 --json "
+                                 "--shared-prefix 32"};
+    for (int k = 0; k < 2; k++) {
+        char *out = NULL;
+        assert_int_equal(run(args[k], &out), 0);
+        json_t *j = json_loads(out, 0, NULL);
+        if (!j) fail_msg("not one JSON object:\n%s", out);
+        assert_int_equal((int)num(j, "shared_prefix"), k ? 32 : 0);
+        const json_t *r = json_array_get(json_object_get(j, "results"), 0);
+        assert_int_equal((int)num(r, "prefill_tokens"), k ? 3 * 8 : 3 * 40);
+        assert_true(num(r, "prefill_tok_s") > 0 && num(r, "decode_tok_s") > 0);
+        json_decref(j);
+        free(out);
+    }
+    char *out = NULL;
+    assert_int_equal(run("--prompt-tokens 8 --gen-tokens 3 --batch 2 --repeat 1 --shared-prefix 4", &out), 0);
+    assert_non_null(strstr(out, "shared prefix 4"));
+    free(out);
+}
+
 static void test_bad_flags(void **state) {
     (void)state;
     char *out = NULL;
@@ -162,6 +187,10 @@ static void test_bad_flags(void **state) {
     free(out);
     assert_int_equal(run("--frobnicate 1", &out), 2);
     free(out);
+    assert_int_equal(run("--prompt-tokens 8 --shared-prefix 8", &out), 2); /* no own token */
+    free(out);
+    assert_int_equal(run("--shared-prefix -1", &out), 2);
+    free(out);
 }
 
 int main(void) {
@@ -169,6 +198,7 @@ int main(void) {
         cmocka_unit_test(test_json_report),
         cmocka_unit_test(test_quantized_step_bytes),
         cmocka_unit_test(test_text_table),
+        cmocka_unit_test(test_shared_prefix),
         cmocka_unit_test(test_bad_flags),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -21,13 +21,22 @@
  * same lanes, same fold tree), only several lanes at a time, so every kernel family gives the
  * same bits (tests/unit/test_batch_invariance.c compares them); the build is ISO C
  * (-ffp-contract=off), so the compiler does not fuse the scalar tails either. The G query heads
- * that share a KV head walk the keys together, so each K/V row is loaded once for all of them. */
+ * that share a KV head walk the keys together, so each K/V row is loaded once for all of them.
+ * Cascade (cpu_cascade.h): a piece that is full for several rows and maps to the same physical
+ * rows for all of them (the same block ids: rows under a prefix-cache hit, the rows of one
+ * prefill chunk) is walked once for the group, each key applied to every member row's state by
+ * the same per-key steps (keys_run), so each member's partial has the bits its own pass gives;
+ * every row then merges its partials, shared and private, in ascending order as above. Cascade
+ * changes which task reads a K/V row and how often, never a value
+ * (tests/unit/test_cpu_cascade.c compares cascade off / auto / forced). */
 #include <math.h>
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cpu/cpu_cascade.h"
 #include "backend/cpu/cpu_internal.h"
+#include "base/env.h"
 #include "base/log.h"
 #include "kv/kv_quant.h"
 #include "kv/kv_turbo.h"
@@ -184,6 +193,10 @@ static const att_ops *att_ops_now(void) {
  * partials are merged in ascending piece order. The cuts depend only on the row's own positions,
  * so the value of a row does not depend on the batch, the chunking or the split count. */
 
+/* Partials of a group of split rows, or of a cascade round, at most (16 MiB; a single row, or
+ * one piece of every cascade row, may exceed it: a row's partials are < G / (2 P) of its K/V). */
+#define ATT_WS_CAP ((int64_t)1 << 22)
+
 /* Floats of one partial: acc [G, D], then m [G], then l [G]. */
 static size_t part_floats(int G, int D) { return (size_t)G * ((size_t)D + 2); }
 
@@ -208,14 +221,22 @@ typedef struct att_ctx {
      * pool the output is rotated back as it is stored */
     const float *qrot;
     bool v_rot;
+    /* cascade (cpu_cascade.h): the plan (NULL: none), the partials of a round (cws) and the
+     * running state of every cascade row and kv head (cst), slots of c_slot floats each */
+    const casc_plan *cp;
+    float *cws, *cst;
+    int64_t c_slot;
 } att_ctx;
 
 /* Row i's G query heads of kv head kvh: [G, D] (rotated when the K pool is). */
-static inline const float *att_q(const att_ctx *c, int i, int kvh) {
+static inline const float *row_q(const att_ctx *c, int i, int kvh) {
     const size_t off = (size_t)kvh * c->G * c->D;
     if (c->qrot) return c->qrot + (size_t)i * c->Hkv * c->G * c->D + off;
     return (const float *)cpu_row_ptr(c->q, i) + off;
 }
+
+/* Row i takes the cascade path. */
+static inline bool is_casc(const att_ctx *c, int i) { return c->cp && c->cp->casc_of[i] >= 0; }
 
 /* Row i's first key (window start) and its pieces [*first, *first + *n). */
 static int row_pieces(const att_ctx *c, int i, int *first, int *n) {
@@ -248,8 +269,9 @@ static inline void osm_step(const att_ops *ops, float *ag, float *m, float *l, f
 }
 
 /* K (or V) of physical row r, kv head kvh as D floats: the pool's own memory when it is f32,
- * else that head's row of the cache type (f16, bf16, q8_0, q4_0) converted exactly into buf
- * [D]. Everything after it is the f32 arithmetic, so each cache type keeps the contracts. */
+ * else that head's row of the cache type (f16, bf16, q8_0, q4_0; TurboQuant: its rotated
+ * values) converted exactly into buf [D]. Everything after it is the f32 arithmetic, so each
+ * cache type keeps the contracts. */
 static inline const float *kv_row(const mx_tensor *pool, int64_t r, int kvh, int D, float *buf) {
     if (pool->dtype == MX_F32) return (const float *)pool->data + r * pool->stride[0] + (size_t)kvh * D;
     kvq_to_f32(buf, (const char *)cpu_row_ptr(pool, r) + (size_t)kvh * kvq_row_bytes(pool->dtype, D),
@@ -257,35 +279,44 @@ static inline const float *kv_row(const mx_tensor *pool, int64_t r, int kvh, int
     return buf;
 }
 
-/* Online softmax of row i, kv head kvh over keys [lo, hi] into pt (reset first). s: [G] scores,
- * then [2, D] for converted K and V rows (kv_row).
- * The per-key work is small (G dot products of D), so everything the loop reads is held in
- * locals: the indirect calls would otherwise make the compiler reload it for every key. */
+/* n consecutive keys (physical rows r, r + 1, ... of kv head kvh in the K and V pools) into one
+ * row's state of its G query heads qv [G, D]: acc [G, D], m [G], l [G]. fresh: the state is a
+ * piece's fresh one (acc, l all +0: rescaling them by expf(-inf) = 0 changes no bit). s: [G]
+ * scores, then [2, D] for converted K and V rows (kv_row). The one place the per-key steps of
+ * the header live: a row alone (piece_run) and a row of a shared piece (casc_shared_piece) go
+ * through it, so both make the same bits. The per-key work is small (G dot products of D), so
+ * everything the loop reads comes in as arguments (locals): the indirect calls would otherwise
+ * make the compiler reload it for every key. */
+static inline void keys_run(const att_ops *ops, const float *qv, int G, int D, float scale,
+                            float cap, const mx_tensor *kp, const mx_tensor *vp, int64_t r, int kvh,
+                            int n, bool fresh, float *acc, float *m, float *l, float *s) {
+    float *kbuf = s + G, *vbuf = kbuf + D;
+    for (int t = 0; t < n; t++, r++) {
+        const float *k = kv_row(kp, r, kvh, D, kbuf), *v = kv_row(vp, r, kvh, D, vbuf);
+        ops->scores(qv, k, G, D, s);
+        for (int g = 0; g < G; g++) {
+            float sc = s[g] * scale;
+            if (cap > 0.0f) sc = cap * tanhf(sc / cap);
+            osm_step(ops, acc + (size_t)g * D, &m[g], &l[g], sc, 1.0f, v, D, !fresh);
+        }
+        fresh = false;
+    }
+}
+
+/* Online softmax of row i, kv head kvh over keys [lo, hi] into pt (reset first). s: keys_run's. */
 static void piece_run(const att_ctx *c, int i, int kvh, int lo, int hi, float *pt, float *s) {
     const mx_attn_batch *b = c->b;
-    const att_ops *ops = c->ops;
     const int G = c->G, D = c->D, bs = b->block_size;
-    const float scale = c->p->scale, cap = c->p->softcap;
-    const float *qv = att_q(c, i, kvh); /* [G, D] */
     const int32_t *table = b->block_table + (size_t)b->seq[i] * (size_t)b->table_stride;
-    float *kbuf = s + G, *vbuf = kbuf + D; /* rows of a non-f32 cache, as f32 */
-    float *acc = pt, *m = pt + (size_t)G * D, *l = m + G;
+    float *m = pt + (size_t)G * D, *l = m + G;
     part_reset(pt, G, D);
-    bool fresh = true; /* acc, l all +0: rescaling them by expf(-inf) = 0 changes no bit */
     /* keys block by block: physical row = table[kp / bs] * bs + kp % bs */
     for (int kp = lo; kp <= hi;) {
         const int blk = kp / bs, last = (blk + 1) * bs - 1 < hi ? (blk + 1) * bs - 1 : hi;
-        int64_t r = (int64_t)table[blk] * bs + kp % bs;
-        for (; kp <= last; kp++, r++) {
-            const float *kv = kv_row(c->k_pool, r, kvh, D, kbuf), *vv = kv_row(c->v_pool, r, kvh, D, vbuf);
-            ops->scores(qv, kv, G, D, s);
-            for (int g = 0; g < G; g++) {
-                float sc = s[g] * scale;
-                if (cap > 0.0f) sc = cap * tanhf(sc / cap);
-                osm_step(ops, acc + (size_t)g * D, &m[g], &l[g], sc, 1.0f, vv, D, !fresh);
-            }
-            fresh = false;
-        }
+        const int64_t r = (int64_t)table[blk] * bs + kp % bs;
+        keys_run(c->ops, row_q(c, i, kvh), G, D, c->p->scale, c->p->softcap, c->k_pool, c->v_pool,
+                 r, kvh, last - kp + 1, kp == lo, pt, m, l, s);
+        kp = last + 1;
     }
 }
 
@@ -326,6 +357,7 @@ static float *ws_slot(const att_ctx *c, int i, int kvh, int n_pieces, int k) {
  * them here and writes the output; a split row leaves each piece's partial in ws for
  * att_merge_task. run, pc: one partial each; s: piece_run's scratch ([G + 2 * D]). */
 static void att_task(const att_ctx *c, int i, int kvh, int j, float *run, float *pc, float *s) {
+    if (is_casc(c, i)) return; /* cascade path */
     int first, n;
     const int start = row_pieces(c, i, &first, &n), S = row_splits(c, n);
     if (j >= S) return;
@@ -349,12 +381,176 @@ static void att_task(const att_ctx *c, int i, int kvh, int j, float *run, float 
 
 /* The in-order merge of a split row's partials (after all its tasks ran). */
 static void att_merge_task(const att_ctx *c, int i, int kvh, float *run) {
+    if (is_casc(c, i)) return;
     int first, n;
     row_pieces(c, i, &first, &n);
     if (row_splits(c, n) == 1) return; /* merged by its task */
     part_reset(run, c->G, c->D);
     for (int k = 0; k < n; k++) part_merge(c->ops, run, ws_slot(c, i, kvh, n, k), c->G, c->D);
     part_store(c, i, kvh, run);
+}
+
+/* ==== Cascade: shared pieces, then each row's in-order fold ====
+ * (cpu_cascade.h says what is shared; here is how it is computed.) Per round of the plan:
+ * compute tasks (unit, member slice, kv head) leave each member's partial of the unit's piece
+ * in cws; after the barrier, fold tasks (cascade row, kv head) merge the row's pieces of the
+ * round in ascending order into its running state in cst, computing the pieces no unit holds
+ * (its private ones, when unsplit) on the spot, exactly as att_task's unsplit loop does. */
+
+/* Keys per step of a shared piece: each member row takes a run of at most this many keys
+ * before the next member does, so the run's K/V (16 x D x 2 floats) stay in L1 while every
+ * member of the slice reads them. */
+#define CASC_SEG 16
+
+/* Partials of members [j0, j1) of a shared unit (a full piece, the same physical rows for
+ * every member) into their slots: the piece's keys are walked once; each key run is applied
+ * to every member's state with keys_run, the steps a lone row's piece_run takes. */
+static void casc_shared_piece(const att_ctx *c, const casc_unit *u, int j0, int j1, int kvh,
+                              float *s) {
+    const mx_attn_batch *b = c->b;
+    const int G = c->G, D = c->D, bs = b->block_size, *mem = c->cp->mem + u->m0;
+    const int lo = u->k * c->P, hi = lo + c->P - 1;
+    /* every member maps the piece to the same blocks: the first member's table serves all */
+    const int32_t *table = b->block_table + (size_t)b->seq[mem[j0]] * (size_t)b->table_stride;
+    float *slots = c->cws + u->off + (int64_t)kvh * u->nm * c->c_slot; /* member j: + j * slot */
+    for (int j = j0; j < j1; j++) part_reset(slots + j * c->c_slot, G, D);
+    for (int kp = lo; kp <= hi;) {
+        const int blk = kp / bs, end = (blk + 1) * bs - 1 < hi ? (blk + 1) * bs - 1 : hi;
+        const int n = end - kp + 1 < CASC_SEG ? end - kp + 1 : CASC_SEG;
+        const int64_t r = (int64_t)table[blk] * bs + kp % bs;
+        for (int j = j0; j < j1; j++) {
+            float *pt = slots + j * c->c_slot, *m = pt + (size_t)G * D;
+            keys_run(c->ops, row_q(c, mem[j], kvh), G, D, c->p->scale, c->p->softcap, c->k_pool,
+                     c->v_pool, r, kvh, n, kp == lo, pt, m, m + G, s);
+        }
+        kp += n;
+    }
+}
+
+/* Compute task t of round rd: find its unit (units' first tasks ascend), then its member slice
+ * and kv head. A unit of one is a private piece of a split cascade row: piece_k, into its slot
+ * (slots are whole cache lines: no other task writes next to it). */
+static void casc_compute_task(const att_ctx *c, const casc_round *rd, int64_t t, float *s) {
+    const casc_unit *units = c->cp->units;
+    int lo = rd->u0, hi = rd->u1 - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (units[mid].t0 <= t) lo = mid;
+        else hi = mid - 1;
+    }
+    const casc_unit *u = &units[lo];
+    const int n_sl = (u->nm + CASC_SLICE - 1) / CASC_SLICE, x = (int)(t - u->t0);
+    const int kvh = x / n_sl, sl = x % n_sl;
+    if (u->nm == 1) {
+        const int i = c->cp->mem[u->m0];
+        int first, n;
+        const int start = row_pieces(c, i, &first, &n);
+        piece_k(c, i, kvh, start, u->k, c->cws + u->off + (int64_t)kvh * c->c_slot, s);
+        return;
+    }
+    casc_shared_piece(c, u, (int)((int64_t)sl * u->nm / n_sl), (int)((int64_t)(sl + 1) * u->nm / n_sl),
+                      kvh, s);
+}
+
+/* Fold of cascade row ci (batch row i), kv head kvh over its pieces in round rd, in ascending
+ * order: a unit's partial from cws, any other piece computed here (pc). The running state
+ * lives in cst between rounds; the last round stores the output. */
+static void casc_fold_task(const att_ctx *c, const casc_round *rd, int ci, int kvh, float *pc,
+                           float *s) {
+    const casc_plan *pl = c->cp;
+    const int i = pl->rows[ci];
+    int first, n;
+    const int start = row_pieces(c, i, &first, &n), last = first + n - 1;
+    const int ka = rd->k0 > first ? rd->k0 : first, kb = rd->k1 < last + 1 ? rd->k1 : last + 1;
+    if (ka >= kb) return;
+    float *st = c->cst + ((int64_t)(ci - rd->ci0) * c->Hkv + kvh) * c->c_slot; /* chunk's rows */
+    if (ka == first) part_reset(st, c->G, c->D);
+    int x = pl->slot0[ci];
+    const int x_end = pl->slot0[ci + 1];
+    while (x < x_end && pl->slots[x].k < ka) x++; /* the row's slots ascend in k */
+    for (int k = ka; k < kb; k++) {
+        const float *pt = pc;
+        if (x < x_end && pl->slots[x].k == k) {
+            pt = c->cws + pl->slots[x].off + kvh * pl->slots[x].hst;
+            x++;
+        } else {
+            piece_k(c, i, kvh, start, k, pc, s);
+        }
+        part_merge(c->ops, st, pt, c->G, c->D);
+    }
+    if (kb == last + 1) part_store(c, i, kvh, st);
+}
+
+static void casc_folds(const att_ctx *c, const casc_round *rd, int64_t t, float *pc, float *s) {
+    casc_fold_task(c, rd, rd->ci0 + (int)(t / c->Hkv), (int)(t % c->Hkv), pc, s);
+}
+
+/* Every round of the plan; inside the parallel region. scratch: as att_group's. */
+static void casc_run(const att_ctx *c, float *scratch) {
+    const casc_plan *pl = c->cp;
+    const size_t pf = part_floats(c->G, c->D);
+    float *pc = scratch + pf, *s = pc + pf;
+    for (int r = 0; r < pl->n_rounds; r++) {
+        const casc_round *rd = &pl->rounds[r];
+        const int64_t n_folds = (int64_t)(rd->ci1 - rd->ci0) * c->Hkv;
+#pragma omp for schedule(dynamic, 1) /* its barrier: the round's partials are in cws */
+        for (int64_t t = 0; t < rd->n_tasks; t++) casc_compute_task(c, rd, t, s);
+        if (r + 1 < pl->n_rounds) {
+#pragma omp for schedule(dynamic, 1) /* its barrier: cws is free for the next round */
+            for (int64_t t = 0; t < n_folds; t++) casc_folds(c, rd, t, pc, s);
+        } else {
+#pragma omp for schedule(dynamic, 1) nowait /* the plain rows' tasks may start */
+            for (int64_t t = 0; t < n_folds; t++) casc_folds(c, rd, t, pc, s);
+        }
+    }
+}
+
+/* Test hook (cpu_internal.h): what the last call on this thread decided. */
+static _Thread_local cpu_cascade_info g_last_casc;
+
+void cpu_attention_last_cascade(cpu_cascade_info *out) { *out = g_last_casc; }
+
+static casc_mode casc_mode_of(mx_cascade_mode m) {
+    return m == MX_CASCADE_OFF ? CASC_OFF : m == MX_CASCADE_FORCE ? CASC_FORCE : CASC_AUTO;
+}
+
+/* The plan of this call (pl zeroed: none) and its buffers in c; false when nothing cascades. */
+static bool casc_setup(att_ctx *c, casc_plan *pl) {
+    const mx_env_t *env = mx_env();
+    memset(pl, 0, sizeof *pl);
+    const size_t pf = part_floats(c->G, c->D);
+    c->c_slot = (int64_t)(pf + 15) / 16 * 16; /* whole 64-byte lines: tasks never share one */
+    const casc_geom g = {.P = c->P, .window = c->p->window, .Hkv = c->Hkv, .slot = c->c_slot,
+                         .splits = c->S, .mode = casc_mode_of(env->cascade_attention),
+                         .min_shared = env->cascade_min_shared_keys, .ws_cap = ATT_WS_CAP,
+                         .state_cap = ATT_WS_CAP / 4};
+    const int rc = casc_plan_build(pl, c->b, &g);
+    g_last_casc = (cpu_cascade_info){.groups = pl->groups, .declined = pl->declined,
+                                     .rows = pl->n_rows, .shared_pieces = pl->shared_units,
+                                     .rounds = pl->n_rounds, .chunks = pl->n_chunks,
+                                     .saved_keys = pl->saved_keys};
+    static _Thread_local uint64_t logged_step;
+    if ((pl->groups || pl->declined) && (!c->b->step_id || c->b->step_id != logged_step)) {
+        logged_step = c->b->step_id; /* once a step, not once a layer */
+        LOG_DEBUG("cpu attention cascade: %d groups (%d declined), %d of %d rows, %d shared "
+                  "pieces, %lld key reads saved per kv head, %d row chunks, %d rounds",
+                  pl->groups, pl->declined, pl->n_rows, c->b->n_rows, pl->shared_units,
+                  (long long)pl->saved_keys, pl->n_chunks, pl->n_rounds);
+    }
+    if (rc || pl->n_rows == 0) return false;
+    const size_t ws_b = (size_t)pl->ws_max * sizeof(float);
+    const size_t st_b = (size_t)pl->chunk_rows * (size_t)c->Hkv * (size_t)c->c_slot * sizeof(float);
+    c->cws = ws_b ? aligned_alloc(64, (ws_b + 63) / 64 * 64) : NULL;
+    c->cst = aligned_alloc(64, (st_b + 63) / 64 * 64);
+    if ((ws_b && !c->cws) || !c->cst) { /* no memory: the plain path, the same bits */
+        free(c->cws), free(c->cst);
+        c->cws = c->cst = NULL;
+        casc_plan_free(pl);
+        g_last_casc = (cpu_cascade_info){0};
+        return false;
+    }
+    c->cp = pl;
+    return true;
 }
 
 /* ==== Attention: split count, workspace, driver ==== */
@@ -389,10 +585,6 @@ static int att_splits(const mx_attn_batch *b, const mx_attn_params *p) {
     return g_last_splits = S;
 }
 
-/* Partials of a group of rows at most (16 MiB; a single row may exceed it, its partials are
- * < G / (2 P) of its K/V). */
-#define ATT_WS_CAP ((int64_t)1 << 22)
-
 /* Offsets of the split rows' partials (ws_off, -1: unsplit row) and row groups [grp[g],
  * grp[g + 1]) whose partials fit ATT_WS_CAP. Returns the groups' largest workspace in floats,
  * 0 when no row is split (then one group of all rows). */
@@ -405,7 +597,7 @@ static int64_t att_plan(const att_ctx *c, int64_t *ws_off, int *grp, int *n_grp)
         int first, n;
         row_pieces(c, i, &first, &n);
         ws_off[i] = -1;
-        if (row_splits(c, n) == 1) continue;
+        if (row_splits(c, n) == 1 || is_casc(c, i)) continue;
         const int64_t need = n * per_piece;
         if (used > 0 && used + need > ATT_WS_CAP) grp[++*n_grp] = i, used = 0;
         ws_off[i] = used;
@@ -455,6 +647,9 @@ void cpu_attention(mx_tensor *out, const mx_tensor *q, const mx_tensor *k_pool,
         }
     }
     c.qrot = qrot, c.v_rot = kvq_turbo_bits(v_pool->dtype) > 0;
+    casc_plan cplan; /* rows sharing pieces: the cascade path (before the split plan: its rows
+                        leave the plain path) */
+    const bool casc = casc_setup(&c, &cplan);
     const int n_thr = omp_get_max_threads();
     const size_t scratch_f = 2 * part_floats(c.G, c.D) + (size_t)c.G + 2 * (size_t)c.D; /* s, kbuf, vbuf */
     float *scratch = malloc((size_t)n_thr * scratch_f * sizeof(float));
@@ -477,9 +672,12 @@ void cpu_attention(mx_tensor *out, const mx_tensor *q, const mx_tensor *k_pool,
 #pragma omp parallel if (work >= (1 << 17))
         {
             float *mine = scratch + (size_t)omp_get_thread_num() * scratch_f;
+            if (casc) casc_run(&c, mine);
             for (int g = 0; g < n_grp; g++)
                 att_group(&c, grp ? grp[g] : 0, grp ? grp[g + 1] : b->n_rows, c.ws != NULL, mine);
         }
     }
     free(c.ws), free(ws_off), free(grp), free(scratch), free(qrot);
+    free(c.cws), free(c.cst);
+    casc_plan_free(&cplan);
 }

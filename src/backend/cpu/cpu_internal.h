@@ -57,6 +57,15 @@ void cpu_attention_force_piece(int keys);
 /* The split count cpu_attention last resolved (mx_attn_batch.kv_splits, or the tune policy's
  * value for the step), before capping at a row's pieces; 0 before the first call. */
 int cpu_attention_last_splits(void);
+/* What the cascade policy decided in the last cpu_attention call on this thread
+ * (cpu_cascade.h): groups kept and declined, rows on the cascade path, shared pieces kept,
+ * rounds and row chunks, key reads per kv head saved; all 0 when nothing was shared (or
+ * cascade is off). */
+typedef struct cpu_cascade_info {
+    int groups, declined, rows, shared_pieces, rounds, chunks;
+    int64_t saved_keys;
+} cpu_cascade_info;
+void cpu_attention_last_cascade(cpu_cascade_info *out);
 void cpu_kv_copy_rows(mx_tensor *pool, int64_t dst_row, int64_t src_row, int64_t n_rows);
 
 /* ==== Matmul kernels ====
