@@ -18,6 +18,7 @@
  *   gemma-like models with heads of 32): a row's quantized K/V depend on that row only, so the
  *   invariance holds for a quantized cache too (test_kv_quant.c: the attention over it equals
  *   the f32 attention over its dequantized values);
+ * - the same with a TurboQuant cache (turbo4, llama-like, heads of 32);
  * - cascade attention forced (MLXCEL_CASCADE_ATTENTION=1: pieces shared by the rows of a chunk
  *   or a prefix hit walked once for them): the whole grid again, same bits (with each cache
  *   type above). */
@@ -392,8 +393,10 @@ static void check_engine_kv(tiny_kind kind, int head_dim, kv_type cache) {
     run_scenario(m, &tm.spec, (scenario){KV_STORAGE_DENSE, 512, 0, false}, base);
     if (cache) {
         assert_true(memcmp(o->logits, base->logits, sizeof base->logits) != 0);
+        /* measured max |diff|, logits up to ~3: q8_0 0.012, turbo4 0.23 (q4_0, not run here: 2.9) */
+        const float bound = cache == KV_TYPE_TURBO4 ? 0.5f : 0.1f;
         for (int t = 0; t < N_GEN; t++)
-            for (int v = 0; v < VOCAB; v++) assert_true(fabsf(o->logits[t][v] - base->logits[t][v]) < 0.1f);
+            for (int v = 0; v < VOCAB; v++) assert_true(fabsf(o->logits[t][v] - base->logits[t][v]) < bound);
     }
     /* the logits are not degenerate: positions differ, values spread */
     assert_true(memcmp(base->logits[0], base->logits[1], sizeof base->logits[0]) != 0);
@@ -453,6 +456,8 @@ static void test_engine_gemma(void **st) { (void)st; check_engine(TINY_GEMMA); }
 static void test_engine_moe(void **st) { (void)st; check_engine(TINY_MOE); }
 static void test_engine_llama_q8_0(void **st) { (void)st; check_engine_kv(TINY_LLAMA, 32, KV_TYPE_Q8_0); }
 static void test_engine_gemma_q8_0(void **st) { (void)st; check_engine_kv(TINY_GEMMA, 32, KV_TYPE_Q8_0); }
+/* TurboQuant: rotated rows, rotated queries, outputs rotated back: the same contracts */
+static void test_engine_llama_turbo4(void **st) { (void)st; check_engine_kv(TINY_LLAMA, 32, KV_TYPE_TURBO4); }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
@@ -461,6 +466,7 @@ int main(void) {
         cmocka_unit_test(test_engine_llama),     cmocka_unit_test(test_engine_gemma),
         cmocka_unit_test(test_engine_moe),       cmocka_unit_test(test_engine_llama_q8_0),
         cmocka_unit_test(test_engine_gemma_q8_0),
+        cmocka_unit_test(test_engine_llama_turbo4),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
