@@ -404,7 +404,9 @@ static void att_merge_task(const att_ctx *c, int i, int kvh, float *run) {
 
 /* Partials of members [j0, j1) of a shared unit (a full piece, the same physical rows for
  * every member) into their slots: the piece's keys are walked once; each key run is applied
- * to every member's state with keys_run, the steps a lone row's piece_run takes. */
+ * to every member's state with keys_run, the steps a lone row's piece_run takes. A run of a
+ * non-f32 cache is converted once for the slice into seg ([2, CASC_SEG, D] after keys_run's
+ * scratch in s) and read from there as an f32 pool: the same values, so the same bits. */
 static void casc_shared_piece(const att_ctx *c, const casc_unit *u, int j0, int j1, int kvh,
                               float *s) {
     const mx_attn_batch *b = c->b;
@@ -417,11 +419,26 @@ static void casc_shared_piece(const att_ctx *c, const casc_unit *u, int j0, int 
     for (int kp = lo; kp <= hi;) {
         const int blk = kp / bs, end = (blk + 1) * bs - 1 < hi ? (blk + 1) * bs - 1 : hi;
         const int n = end - kp + 1 < CASC_SEG ? end - kp + 1 : CASC_SEG;
-        const int64_t r = (int64_t)table[blk] * bs + kp % bs;
+        int64_t r = (int64_t)table[blk] * bs + kp % bs;
+        const mx_tensor *kpool = c->k_pool, *vpool = c->v_pool;
+        int h = kvh;
+        mx_tensor kseg, vseg;
+        if (kpool->dtype != MX_F32 || vpool->dtype != MX_F32) {
+            float *kb = s + G + 2 * (size_t)D, *vb = kb + (size_t)CASC_SEG * D;
+            for (int t = 0; t < n; t++) {
+                const float *kr = kv_row(kpool, r + t, kvh, D, kb + (size_t)t * D);
+                const float *vr = kv_row(vpool, r + t, kvh, D, vb + (size_t)t * D);
+                if (kr != kb + (size_t)t * D) memcpy(kb + (size_t)t * D, kr, (size_t)D * sizeof *kr);
+                if (vr != vb + (size_t)t * D) memcpy(vb + (size_t)t * D, vr, (size_t)D * sizeof *vr);
+            }
+            kseg = mx_tensor_3d(kb, MX_F32, n, 1, D, MX_DEV_CPU);
+            vseg = mx_tensor_3d(vb, MX_F32, n, 1, D, MX_DEV_CPU);
+            kpool = &kseg, vpool = &vseg, r = 0, h = 0;
+        }
         for (int j = j0; j < j1; j++) {
             float *pt = slots + j * c->c_slot, *m = pt + (size_t)G * D;
-            keys_run(c->ops, row_q(c, mem[j], kvh), G, D, c->p->scale, c->p->softcap, c->k_pool,
-                     c->v_pool, r, kvh, n, kp == lo, pt, m, m + G, s);
+            keys_run(c->ops, row_q(c, mem[j], kvh), G, D, c->p->scale, c->p->softcap, kpool,
+                     vpool, r, h, n, kp == lo, pt, m, m + G, s);
         }
         kp += n;
     }
@@ -651,7 +668,8 @@ void cpu_attention(mx_tensor *out, const mx_tensor *q, const mx_tensor *k_pool,
                         leave the plain path) */
     const bool casc = casc_setup(&c, &cplan);
     const int n_thr = omp_get_max_threads();
-    const size_t scratch_f = 2 * part_floats(c.G, c.D) + (size_t)c.G + 2 * (size_t)c.D; /* s, kbuf, vbuf */
+    /* run, pc partials; s: scores, kbuf, vbuf, and a cascade slice's converted key run */
+    const size_t scratch_f = 2 * part_floats(c.G, c.D) + (size_t)c.G + 2 * (size_t)c.D * (1 + CASC_SEG);
     float *scratch = malloc((size_t)n_thr * scratch_f * sizeof(float));
     int64_t *ws_off = c.S > 1 ? malloc((size_t)b->n_rows * sizeof *ws_off) : NULL;
     int *grp = c.S > 1 ? malloc(((size_t)b->n_rows + 1) * sizeof *grp) : NULL;
