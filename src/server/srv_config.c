@@ -241,7 +241,6 @@ static int set_value(srv_config *c, const opt *o, const char *name, const char *
             return mx_fail(err, "%s: expected cpu or cuda, got '%s'", name, v);
         if (o->off == offsetof(srv_config, load_format) && strcmp(v, "auto") && strcmp(v, "dummy"))
             return mx_fail(err, "%s: expected auto or dummy, got '%s'", name, v);
-
         return 0;
     case OPT_FLAG: case OPT_NOFLAG: {
         bool b;
