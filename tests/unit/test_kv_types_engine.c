@@ -189,6 +189,14 @@ static void test_golden_types(void **st) {
     for (int t = 0; t < 3; t++) assert_int_equal(sum[t].equal, cases);
 }
 
+/* Under AddressSanitizer (make test's second pass) the demo's greedy runs cover each
+ * conversion path once; the Release pass runs every type. */
+#if defined(__SANITIZE_ADDRESS__)
+#define SANITIZED 1
+#else
+#define SANITIZED 0
+#endif
+
 /* ==== Demo model: q8_0 / q4_0 on heads of 64 ==== */
 static void test_demo_types(void **st) {
     (void)st;
@@ -225,9 +233,12 @@ static void test_demo_types(void **st) {
             assert_int_equal(kv_cache_bytes_per_token(engine_kv(e)), (want_tok[t] + want_tok[u]) / 2);
             engine_free(e);
         }
-    tstat r[NT];
+    tstat r[NT] = {0};
     ec_collect c[NT];
+    memset(c, 0, sizeof c);
     for (int t = 0; t < NT; t++) {
+        if (SANITIZED && ts[t] != KV_TYPE_F32 && ts[t] != KV_TYPE_Q8_0 && ts[t] != KV_TYPE_TURBO4)
+            continue; /* under ASan each conversion path once (q4_0 / f16 / bf16 share theirs) */
         run_type(m, cs, n, ts[t], &c[t], &r[t]);
         int same_as_f32 = 0;
         for (int i = 0; i < n; i++)
@@ -237,13 +248,15 @@ static void test_demo_types(void **st) {
                 kv_type_name(ts[t]), r[t].equal, n, r[t].agree, r[t].steps, same_as_f32, n);
     }
     assert_int_equal(r[0].equal, n); /* f32: test_demo_model's claim */
-    assert_int_equal(r[1].equal, n);
-    assert_int_equal(r[2].equal, n);
     assert_int_equal(r[3].equal, n);
-    assert_true(r[4].agree >= r[4].steps / 2);
     /* TurboQuant: 4 and 3 bits keep most greedy steps; 2 bits is reported only */
     assert_true(r[7].agree >= r[7].steps / 2);
-    assert_true(r[6].agree >= r[6].steps / 2);
+    if (!SANITIZED) {
+        assert_int_equal(r[1].equal, n);
+        assert_int_equal(r[2].equal, n);
+        assert_true(r[4].agree >= r[4].steps / 2);
+        assert_true(r[6].agree >= r[6].steps / 2);
+    }
     for (int t = 0; t < NT; t++) ec_free(&c[t]);
     for (int i = 0; i < n; i++) free(cs[i].logits);
     model_free(m);
