@@ -95,6 +95,24 @@ VARIANTS = {
                                                 moe_intermediate_size=64, norm_topk_prob=False,
                                                 decoder_sparse_step=2, mlp_only_layers=[],
                                                 rope_parameters=rope(theta=1000000.0))),
+    # Llama 4 text: layers 1 and 3 MoE (top-1, sigmoid score scaling the expert's input, plus a
+    # shared expert), 0 and 2 dense (intermediate_size_mlp); layer 3 NoPE with full attention
+    # and the attention temperature (floor_scale 8, so it changes inside the test prompts), the
+    # others RoPE (interleaved pairs, llama3 scaling) + parameterless q/k RMS norm + chunked
+    # attention of 8 tokens.
+    "llama4_text": ("Llama4TextConfig", dict(
+        num_hidden_layers=4, intermediate_size=64, intermediate_size_mlp=128,
+        num_local_experts=4, num_experts_per_tok=1, interleave_moe_layer_step=2,
+        use_qk_norm=True, attention_chunk_size=8, attn_temperature_tuning=True, floor_scale=8,
+        attn_scale=0.1, no_rope_layer_interval=4,
+        rope_parameters=rope("llama3", 500000.0, factor=8.0, low_freq_factor=1.0,
+                             high_freq_factor=4.0, original_max_position_embeddings=32))),
+    # every layer MoE with top-2, NoPE every 2nd layer, no q/k norm, no temperature, chunks of 16
+    "llama4_text_top2": ("Llama4TextConfig", dict(
+        num_hidden_layers=2, intermediate_size=64, intermediate_size_mlp=128,
+        num_local_experts=4, num_experts_per_tok=2, interleave_moe_layer_step=1,
+        use_qk_norm=False, attention_chunk_size=16, attn_temperature_tuning=False,
+        no_rope_layer_interval=2, rope_parameters=rope(theta=500000.0))),
 }
 
 
@@ -342,6 +360,8 @@ def build_variant(name, outdir):
         "rope_parameters": jsonable(getattr(ref_cfg, "rope_parameters", None)),
         "sliding_window": getattr(ref_cfg, "sliding_window", None),
         "layer_types": getattr(ref_cfg, "layer_types", None),
+        "no_rope_layers": getattr(ref_cfg, "no_rope_layers", None),
+        "moe_layers": getattr(ref_cfg, "moe_layers", None),
         "min_rel_margin": worst,
         "margin_ok": worst >= MIN_REL_MARGIN,
         "tensors": tensors,
