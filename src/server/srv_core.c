@@ -71,8 +71,73 @@ srv_job *srv_job_new(srv_server *s) {
     return j;
 }
 
+static void group_release(srv_group *g) {
+    pthread_mutex_lock(&g->mu);
+    const int left = --g->refs;
+    pthread_mutex_unlock(&g->mu);
+    if (left) return;
+    pthread_mutex_destroy(&g->mu);
+    pthread_cond_destroy(&g->cv);
+    free(g);
+}
+
+int srv_job_group(srv_job *const *jobs, int n) {
+    srv_group *g = calloc(1, sizeof *g);
+    if (!g) return -1;
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, NULL);
+    g->refs = n;
+    for (int i = 0; i < n; i++) jobs[i]->grp = g;
+    return 0;
+}
+
+/* After a delivery to j (its lock released): the group's readers wake. */
+static void group_bump(srv_job *j) {
+    srv_group *g = j->grp;
+    if (!g) return;
+    pthread_mutex_lock(&g->mu);
+    g->seq++;
+    pthread_mutex_unlock(&g->mu);
+    pthread_cond_broadcast(&g->cv);
+}
+
+static uint64_t lone_progress(const srv_job *j) { return (uint64_t)j->n_toks * 2 + (j->done ? 1 : 0); }
+
+uint64_t srv_job_progress(srv_job *j) {
+    pthread_mutex_t *mu = j->grp ? &j->grp->mu : &j->mu;
+    pthread_mutex_lock(mu);
+    uint64_t v = j->grp ? j->grp->seq : lone_progress(j);
+    pthread_mutex_unlock(mu);
+    return v;
+}
+
+void srv_job_wait(srv_job *j, uint64_t seq, double timeout_s) {
+    pthread_mutex_t *mu = j->grp ? &j->grp->mu : &j->mu;
+    pthread_cond_t *cv = j->grp ? &j->grp->cv : &j->cv;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    long ns = ts.tv_nsec + (long)(timeout_s * 1e9);
+    ts.tv_sec += ns / 1000000000L;
+    ts.tv_nsec = ns % 1000000000L;
+    pthread_mutex_lock(mu);
+    if ((j->grp ? j->grp->seq : lone_progress(j)) == seq) pthread_cond_timedwait(cv, mu, &ts);
+    pthread_mutex_unlock(mu);
+}
+
+void srv_job_release_kids(srv_job *j) {
+    for (int i = 0; i < j->n_kids; i++) {
+        srv_job_detach(j->kids[i]);
+        srv_job_release(j->kids[i]);
+    }
+    free(j->kids);
+    j->kids = NULL;
+    j->n_kids = 0;
+}
+
 static void job_free(srv_job *j) {
     srv_backend *be = j->srv->be;
+    srv_job_release_kids(j); /* left only if the connection never completed */
+    if (j->grp) group_release(j->grp);
     if (j->ts) be->text_ops->stream_free(j->ts);
     srv_request_free(&j->req);
     free(j->prompt);
@@ -151,6 +216,7 @@ static void deliver_token(srv_job *j, const srv_token *tok) {
     }
     pthread_mutex_unlock(&j->mu);
     pthread_cond_broadcast(&j->cv); /* the engine's reference keeps j alive until its finish */
+    group_bump(j);
     if (first) srv_metrics_observe(s->metrics, SM_TTFT_SECONDS, j->t_first - j->t_arrival);
 }
 
@@ -173,6 +239,7 @@ static void deliver_finish(srv_job *j, srv_finish why, int n_cached) {
     const int n_toks = j->n_toks;
     pthread_mutex_unlock(&j->mu);
     pthread_cond_broadcast(&j->cv);
+    group_bump(j);
     if (n_toks > 1 && dt > 0) srv_metrics_observe(s->metrics, SM_DECODE_TOKENS_PER_SECOND, (n_toks - 1) / dt);
     srv_metrics_add(s->metrics, SM_REQUESTS_FINISHED_TOTAL, srv_finish_name(why), 1);
 
@@ -290,7 +357,7 @@ static void hand_over(srv_server *s) {
 }
 
 /* ==== Enqueue (HTTP threads) ==== */
-int srv_core_enqueue(srv_server *s, srv_job *j, int *status, mx_error *err) {
+int srv_core_enqueue(srv_server *s, srv_job *const *jobs, int n, int *status, mx_error *err) {
     pthread_mutex_lock(&s->mu);
     if (s->stopping || s->engine_failed) {
         pthread_mutex_unlock(&s->mu);
@@ -299,17 +366,23 @@ int srv_core_enqueue(srv_server *s, srv_job *j, int *status, mx_error *err) {
     }
     int running = s->last.n_running < s->n_outstanding ? s->last.n_running : s->n_outstanding;
     int waiting = s->n_outstanding - running;
-    if (s->cfg.max_queue_depth > 0 && waiting >= s->cfg.max_queue_depth) {
+    if (s->cfg.max_queue_depth > 0 && waiting + n > s->cfg.max_queue_depth) {
         pthread_mutex_unlock(&s->mu);
         *status = 503;
+        if (n > 1)
+            return mx_fail(err, "the request queue cannot take this request's %d sequences (%d waiting, "
+                           "--max-queue-depth %d); retry later", n, waiting, s->cfg.max_queue_depth);
         return mx_fail(err, "the request queue is full (%d waiting, --max-queue-depth %d); retry later",
                        waiting, s->cfg.max_queue_depth);
     }
-    j->refs++;
-    s->n_outstanding++;
-    j->next = NULL;
-    *s->inbox_tail = j;
-    s->inbox_tail = &j->next;
+    for (int i = 0; i < n; i++) {
+        srv_job *j = jobs[i];
+        j->refs++;
+        s->n_outstanding++;
+        j->next = NULL;
+        *s->inbox_tail = j;
+        s->inbox_tail = &j->next;
+    }
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
     return 0;

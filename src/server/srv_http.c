@@ -118,45 +118,64 @@ static bool authorized(srv_server *s, struct MHD_Connection *c) {
 }
 
 /* ==== Streaming reader ==== */
+/* One SSE response over a response's jobs (its choices, in order; one for most requests). */
 typedef struct stream_state {
-    srv_job *job;      /* own reference */
+    srv_job **jobs;    /* [n], own references */
+    int n;
+    int *sent_toks;    /* [n] */
+    size_t *sent_bytes;/* [n] */
+    bool *started, *done; /* [n]: role chunk sent; finish chunk sent */
     char *buf;
     size_t len, cap, off;
-    int sent_toks;
-    size_t sent_bytes;
-    bool started, finished;
+    bool finished;
     double last_write;
 } stream_state;
+
+/* Appends what choice i has that was not sent yet; returns whether its finish went out. */
+static bool stream_collect(stream_state *st, int i) {
+    srv_job *j = st->jobs[i];
+    srv_server *s = j->srv;
+    if (st->done[i]) return true;
+    pthread_mutex_lock(&j->mu);
+    int n = j->n_toks;
+    if (!st->started[i] || n > st->sent_toks[i]) {
+        srv_sse_tokens(s, j, st->sent_toks[i], n, !st->started[i], &st->sent_bytes[i], &st->buf, &st->len, &st->cap);
+        st->started[i] = true;
+        st->sent_toks[i] = n;
+    }
+    if (j->done && st->sent_toks[i] == j->n_toks) {
+        if (j->finish == SRV_FINISH_ERROR || j->finish == SRV_FINISH_CANCELLED) {
+            /* an error event first: a half-closed client still reads, and learns why */
+            int status = 500;
+            const char *why = j->finish == SRV_FINISH_ERROR ? "generation failed in the engine"
+                                                             : srv_cancel_reason(j, &status);
+            char *e = srv_resp_error(status, why, NULL);
+            srv_buf_append(&st->buf, &st->len, &st->cap, "data: ", 6);
+            srv_buf_append(&st->buf, &st->len, &st->cap, e, strlen(e));
+            srv_buf_append(&st->buf, &st->len, &st->cap, "\n\n", 2);
+            free(e);
+        }
+        srv_sse_finish(s, j, &st->sent_bytes[i], &st->buf, &st->len, &st->cap);
+        st->done[i] = true;
+    }
+    pthread_mutex_unlock(&j->mu);
+    return st->done[i];
+}
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
     (void)pos;
     stream_state *st = cls;
-    srv_job *j = st->job;
-    srv_server *s = j->srv;
+    srv_job *j0 = st->jobs[0];
+    srv_server *s = j0->srv;
     if (st->off >= st->len) {
         st->len = st->off = 0;
         if (st->finished) return MHD_CONTENT_READER_END_OF_STREAM;
-        pthread_mutex_lock(&j->mu);
         for (;;) {
-            int n = j->n_toks;
-            if (!st->started || n > st->sent_toks) {
-                srv_sse_tokens(s, j, st->sent_toks, n, !st->started, &st->sent_bytes, &st->buf, &st->len, &st->cap);
-                st->started = true;
-                st->sent_toks = n;
-            }
-            if (j->done && st->sent_toks == j->n_toks) {
-                if (j->finish == SRV_FINISH_ERROR || j->finish == SRV_FINISH_CANCELLED) {
-                    /* an error event first: a half-closed client still reads, and learns why */
-                    int status = 500;
-                    const char *why = j->finish == SRV_FINISH_ERROR ? "generation failed in the engine"
-                                                                     : srv_cancel_reason(j, &status);
-                    char *e = srv_resp_error(status, why, NULL);
-                    srv_buf_append(&st->buf, &st->len, &st->cap, "data: ", 6);
-                    srv_buf_append(&st->buf, &st->len, &st->cap, e, strlen(e));
-                    srv_buf_append(&st->buf, &st->len, &st->cap, "\n\n", 2);
-                    free(e);
-                }
-                srv_sse_final(s, j, &st->sent_bytes, &st->buf, &st->len, &st->cap);
+            const uint64_t seq = srv_job_progress(j0); /* before looking: no wake-up is missed */
+            bool all = true;
+            for (int i = 0; i < st->n; i++) all &= stream_collect(st, i);
+            if (all) {
+                srv_sse_end(s, st->jobs, st->n, &st->buf, &st->len, &st->cap);
                 st->finished = true;
             }
             if (st->len) break;
@@ -168,17 +187,11 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
                 break;
             }
             /* Wake at least once a second to check the ping deadline. */
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
             double wait = ping > 0 ? st->last_write + ping - now : 1.0;
             if (wait > 1.0) wait = 1.0;
             if (wait < 0.001) wait = 0.001;
-            long ns = ts.tv_nsec + (long)(wait * 1e9);
-            ts.tv_sec += ns / 1000000000L;
-            ts.tv_nsec = ns % 1000000000L;
-            pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+            srv_job_wait(j0, seq, wait);
         }
-        pthread_mutex_unlock(&j->mu);
         if (!st->len) return MHD_CONTENT_READER_END_WITH_ERROR;
     }
     size_t n = st->len - st->off;
@@ -191,21 +204,38 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
 
 static void stream_free(void *cls) {
     stream_state *st = cls;
-    srv_job_detach(st->job);
-    srv_job_release(st->job);
+    for (int i = 0; i < st->n; i++) {
+        srv_job_detach(st->jobs[i]);
+        srv_job_release(st->jobs[i]);
+    }
+    free(st->jobs);
+    free(st->sent_toks);
+    free(st->sent_bytes);
+    free(st->started);
+    free(st->done);
     free(st->buf);
     free(st);
 }
 
 /* ==== Generation routes ==== */
 /* SSE response over job j; the reader holds its own reference. */
-static MHD_Result_t reply_stream(srv_server *s, struct MHD_Connection *c, srv_job *j) {
+static MHD_Result_t reply_stream(srv_server *s, struct MHD_Connection *c, srv_job *const *js, int n) {
     stream_state *st = calloc(1, sizeof *st);
     if (!st) return reply_error(s, c, 500, "out of memory", NULL);
+    st->jobs = calloc((size_t)n, sizeof *st->jobs);
+    st->sent_toks = calloc((size_t)n, sizeof *st->sent_toks);
+    st->sent_bytes = calloc((size_t)n, sizeof *st->sent_bytes);
+    st->started = calloc((size_t)n, sizeof *st->started);
+    st->done = calloc((size_t)n, sizeof *st->done);
+    if (!st->jobs || !st->sent_toks || !st->sent_bytes || !st->started || !st->done) {
+        stream_free(st);
+        return reply_error(s, c, 500, "out of memory", NULL);
+    }
     pthread_mutex_lock(&s->mu);
-    j->refs++;
+    for (int i = 0; i < n; i++) js[i]->refs++;
     pthread_mutex_unlock(&s->mu);
-    st->job = j;
+    memcpy(st->jobs, js, (size_t)n * sizeof *js);
+    st->n = n;
     st->last_write = mx_now();
     struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, st, stream_free);
     if (!r) { stream_free(st); return MHD_NO; }
@@ -235,8 +265,129 @@ int srv_tokenize_text(void *ctx, const char *text, bool add_special, int32_t **i
     return be->text_ops->tokenize(be->text, text, strlen(text), add_special, ids, n, err);
 }
 
-static MHD_Result_t route_generate(srv_server *s, struct MHD_Connection *c, conn_ctx *cc, srv_api api) {
+/* A request's body parsed into j->req, its text logit_bias and mixed prompt resolved. */
+static int parse_into(srv_server *s, srv_job *j, conn_ctx *cc, srv_api api, mx_error *err) {
     srv_backend *be = s->be;
+    const int vocab = be->text_ops->vocab_size(be->text);
+    return srv_request_parse(&j->req, api, cc->body ? cc->body : "", cc->len, &s->cfg, vocab, err) ||
+           srv_request_text_bias(&j->req, srv_tokenize_text, be, vocab, err) ||
+           srv_request_mixed_prompt(&j->req, srv_tokenize_text, be, vocab, err);
+}
+
+/* The prompt's ids: the chat template's, the text's, or the ids given; element p >= 1 of a
+ * list of prompts (/v1/completions) from that element. *param names the field on error. */
+static int prompt_ids(srv_server *s, srv_job *j, srv_api api, size_t p, int32_t **ids, size_t *n,
+                      const char **param, mx_error *err) {
+    srv_backend *be = s->be;
+    *param = api == SRV_API_CHAT ? "messages" : "prompt";
+    if (p > 0) {
+        json_t *e = json_array_get(j->req.prompt_list, p);
+        if (json_is_string(e)) return be->text_ops->tokenize(be->text, json_string_value(e), json_string_length(e),
+                                                             true, ids, n, err);
+        return srv_tokenize_mixed(e, true, srv_tokenize_text, be, be->text_ops->vocab_size(be->text), ids, n, err);
+    }
+    if (api == SRV_API_CHAT) {
+        if (!be->text_ops->has_template)
+            return mx_fail(err, "this model has no chat template; start the server with --chat-template-file");
+        char *prompt = NULL;
+        if (be->text_ops->apply_template(be->text, j->req.messages, j->req.template_extra,
+                                         j->req.add_generation_prompt, &prompt, err))
+            return -1;
+        int rc = be->text_ops->tokenize(be->text, prompt, strlen(prompt), false, ids, n, err);
+        free(prompt);
+        return rc;
+    }
+    if (j->req.prompt_text)
+        return be->text_ops->tokenize(be->text, j->req.prompt_text, strlen(j->req.prompt_text), true, ids, n, err);
+    *ids = j->req.prompt_ids;
+    *n = j->req.n_prompt_ids;
+    j->req.prompt_ids = NULL;
+    return 0;
+}
+
+/* Takes ids; checks the length against the context and sets max_tokens. */
+static int job_prompt(srv_server *s, srv_job *j, int32_t *ids, size_t n, size_t p, mx_error *err) {
+    j->prompt = ids;
+    j->n_prompt = (int)n;
+    const int n_ctx = s->cfg.ctx_size;
+    char which[32] = "";
+    if (j->req.prompt_list) snprintf(which, sizeof which, " %zu", p);
+    if (n == 0) return mx_fail(err, "prompt%s: the prompt is empty (no tokens)", which);
+    if ((int)n >= n_ctx)
+        return mx_fail(err,
+                       "the request exceeds the available context size: the prompt%s has %zu tokens, the context is "
+                       "%d (--ctx-size) and at least one token must be generated",
+                       which, n, n_ctx);
+    int avail = n_ctx - (int)n;
+    j->max_tokens = j->req.max_tokens < 0 || j->req.max_tokens > avail ? avail : j->req.max_tokens;
+    if (j->max_tokens < 1) j->max_tokens = 1;
+    return 0;
+}
+
+/* Choices 1.. of a request (`n`, a list of prompts): jobs parsed from the same body, each with
+ * its prompt's ids; with a seed, choice i samples with seed + i (choice 0 is the request as
+ * given, so n = 1 and n > 1 agree on it). Owned by j as kids. */
+static int make_kids(srv_server *s, srv_job *j, conn_ctx *cc, srv_api api, int32_t *const *pids,
+                     const size_t *pn, int n_choices, int total, const char **param, mx_error *err) {
+    j->kids = calloc((size_t)total, sizeof *j->kids);
+    if (!j->kids) return mx_fail(err, "out of memory");
+    for (int c = 1; c < total; c++) {
+        srv_job *k = srv_job_new(s);
+        if (!k) return mx_fail(err, "out of memory");
+        j->kids[j->n_kids++] = k;
+        if (parse_into(s, k, cc, api, err)) return -1;
+        const size_t p = (size_t)(c / n_choices);
+        int32_t *ids = malloc((pn[p] ? pn[p] : 1) * sizeof *ids);
+        if (!ids) return mx_fail(err, "out of memory");
+        memcpy(ids, pids[p], pn[p] * sizeof *ids);
+        *param = "prompt";
+        if (job_prompt(s, k, ids, pn[p], p, err)) return -1;
+        if (k->req.sampling.has_seed) k->req.sampling.seed += (uint64_t)c;
+        k->choice = c;
+        k->counts_prompt = c % n_choices == 0;
+        memcpy(k->id, j->id, sizeof k->id);
+        k->created = j->created;
+        k->t_arrival = j->t_arrival;
+        k->fd = j->fd;
+    }
+    return 0;
+}
+
+/* Queues a response's jobs (choices in order) and answers: a stream, or the whole response
+ * once every choice is done (an error if any failed or was cancelled). */
+static MHD_Result_t reply_jobs(srv_server *s, struct MHD_Connection *c, srv_job *const *js, int total) {
+    srv_job *j = js[0];
+    mx_error err = {{0}};
+    int status = 0;
+    if (total > 1 && srv_job_group(js, total)) return reply_error(s, c, 500, "out of memory", NULL);
+    if (j->req.api == SRV_API_LLAMA_COMPLETION && j->req.max_tokens == 0) {
+        job_finish_empty(j); /* never enqueued; /completion has no n */
+    } else if (srv_core_enqueue(s, js, total, &status, &err)) {
+        return reply_error(s, c, status, err.msg, NULL);
+    }
+    if (j->req.stream) return reply_stream(s, c, js, total);
+    /* Non-stream: this connection's thread waits for every choice. */
+    for (int i = 0; i < total;) {
+        const uint64_t seq = srv_job_progress(j);
+        for (; i < total; i++) {
+            pthread_mutex_lock(&js[i]->mu);
+            const bool d = js[i]->done;
+            pthread_mutex_unlock(&js[i]->mu);
+            if (!d) break;
+        }
+        if (i < total) srv_job_wait(j, seq, 1.0);
+    }
+    for (int i = 0; i < total; i++) {
+        if (js[i]->finish == SRV_FINISH_ERROR) return reply_error(s, c, 500, "generation failed in the engine", NULL);
+        if (js[i]->finish == SRV_FINISH_CANCELLED) {
+            const char *why = srv_cancel_reason(js[i], &status);
+            return reply_error(s, c, status, why, NULL);
+        }
+    }
+    return reply(s, c, 200, "application/json; charset=utf-8", srv_resp_final(s, js, total));
+}
+
+static MHD_Result_t route_generate(srv_server *s, struct MHD_Connection *c, conn_ctx *cc, srv_api api) {
     mx_error err = {{0}};
     srv_job *j = srv_job_new(s);
     if (!j) return reply_error(s, c, 500, "out of memory", NULL);
@@ -244,81 +395,54 @@ static MHD_Result_t route_generate(srv_server *s, struct MHD_Connection *c, conn
     pthread_mutex_lock(&s->mu);
     s->n_http_jobs++; /* until on_completed: its answer is sent (or the client is gone) */
     pthread_mutex_unlock(&s->mu);
-    if (srv_request_parse(&j->req, api, cc->body ? cc->body : "", cc->len, &s->cfg,
-                          be->text_ops->vocab_size(be->text), &err) ||
-        srv_request_text_bias(&j->req, srv_tokenize_text, be, be->text_ops->vocab_size(be->text), &err) ||
-        srv_request_mixed_prompt(&j->req, srv_tokenize_text, be, be->text_ops->vocab_size(be->text), &err))
-        return reply_error(s, c, 400, err.msg, j->req.bad_param);
+    if (parse_into(s, j, cc, api, &err)) return reply_error(s, c, 400, err.msg, j->req.bad_param);
 
-    /* Prompt -> ids. */
-    size_t n = 0;
-    int32_t *ids = NULL;
-    if (api == SRV_API_CHAT) {
-        if (!be->text_ops->has_template)
-            return reply_error(s, c, 400, "this model has no chat template; start the server with --chat-template-file",
-                               "messages");
-        char *prompt = NULL;
-        if (be->text_ops->apply_template(be->text, j->req.messages, j->req.template_extra,
-                                         j->req.add_generation_prompt, &prompt, &err))
-            return reply_error(s, c, 400, err.msg, "messages");
-        int rc = be->text_ops->tokenize(be->text, prompt, strlen(prompt), false, &ids, &n, &err);
-        free(prompt);
-        if (rc) return reply_error(s, c, 400, err.msg, "messages");
-    } else if (j->req.prompt_text) {
-        if (be->text_ops->tokenize(be->text, j->req.prompt_text, strlen(j->req.prompt_text), true, &ids, &n, &err))
-            return reply_error(s, c, 400, err.msg, "prompt");
-    } else {
-        ids = j->req.prompt_ids;
-        n = j->req.n_prompt_ids;
-        j->req.prompt_ids = NULL;
+    /* Prompts -> ids: one, or each of a list (/v1/completions). */
+    const size_t n_prompts = j->req.prompt_list ? json_array_size(j->req.prompt_list) : 1;
+    const int n_choices = j->req.n_choices > 0 ? j->req.n_choices : 1;
+    const int total = (int)n_prompts * n_choices; /* <= SRV_MAX_CHOICES: checked by the parse */
+    int32_t **pids = calloc(n_prompts, sizeof *pids);
+    size_t *pn = calloc(n_prompts, sizeof *pn);
+    const char *param = "prompt";
+    int status = 400, rc = pids && pn ? 0 : mx_fail(&err, "out of memory");
+    for (size_t p = 0; p < n_prompts && !rc; p++) rc = prompt_ids(s, j, api, p, &pids[p], &pn[p], &param, &err);
+    if (!rc) {
+        int32_t *ids0 = NULL;
+        if (total > 1 && pn[0]) {
+            ids0 = malloc(pn[0] * sizeof *ids0);
+            if (ids0) memcpy(ids0, pids[0], pn[0] * sizeof *ids0);
+            else rc = mx_fail(&err, "out of memory");
+        } else {
+            ids0 = pids[0];
+            pids[0] = NULL;
+        }
+        if (!rc) rc = job_prompt(s, j, ids0, pn[0], 0, &err);
+        else free(ids0);
     }
-    j->prompt = ids;
-    j->n_prompt = (int)n;
-    int n_ctx = s->cfg.ctx_size;
-    if (n == 0) return reply_error(s, c, 400, "prompt: the prompt is empty (no tokens)", "prompt");
-    if ((int)n >= n_ctx) {
-        char msg[256];
-        snprintf(msg, sizeof msg,
-                 "the request exceeds the available context size: the prompt has %zu tokens, the context is %d "
-                 "(--ctx-size) and at least one token must be generated",
-                 n, n_ctx);
-        return reply_error(s, c, 400, msg, api == SRV_API_CHAT ? "messages" : "prompt");
+    if (!rc) {
+        pthread_mutex_lock(&s->mu);
+        uint64_t seq = ++s->id_counter;
+        pthread_mutex_unlock(&s->mu);
+        snprintf(j->id, sizeof j->id, "%s-%llx%08llx", api == SRV_API_CHAT ? "chatcmpl" : "cmpl",
+                 (unsigned long long)s->t_start, (unsigned long long)seq);
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        j->fd = ci ? ci->connect_fd : -1;
+        j->counts_prompt = true;
+        if (total > 1) rc = make_kids(s, j, cc, api, pids, pn, n_choices, total, &param, &err);
     }
-    int avail = n_ctx - (int)n;
-    j->max_tokens = j->req.max_tokens < 0 || j->req.max_tokens > avail ? avail : j->req.max_tokens;
-    const bool no_tokens = api == SRV_API_LLAMA_COMPLETION && j->req.max_tokens == 0;
-    if (j->max_tokens < 1) j->max_tokens = 1;
-    pthread_mutex_lock(&s->mu);
-    uint64_t seq = ++s->id_counter;
-    pthread_mutex_unlock(&s->mu);
-    snprintf(j->id, sizeof j->id, "%s-%llx%08llx", api == SRV_API_CHAT ? "chatcmpl" : "cmpl",
-             (unsigned long long)s->t_start, (unsigned long long)seq);
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    j->fd = ci ? ci->connect_fd : -1;
+    for (size_t p = 0; pids && p < n_prompts; p++) free(pids[p]);
+    free(pids);
+    free(pn);
+    if (rc) return reply_error(s, c, status, err.msg, param);
 
-    if (no_tokens) {
-        job_finish_empty(j);
-    } else {
-        int status = 0;
-        if (srv_core_enqueue(s, j, &status, &err)) return reply_error(s, c, status, err.msg, NULL);
-    }
-    if (j->req.stream) return reply_stream(s, c, j);
-    /* Non-stream: this connection's thread waits for the job. */
-    pthread_mutex_lock(&j->mu);
-    while (!j->done) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 1;
-        pthread_cond_timedwait(&j->cv, &j->mu, &ts);
-    }
-    pthread_mutex_unlock(&j->mu);
-    if (j->finish == SRV_FINISH_ERROR) return reply_error(s, c, 500, "generation failed in the engine", NULL);
-    if (j->finish == SRV_FINISH_CANCELLED) {
-        int status;
-        const char *why = srv_cancel_reason(j, &status);
-        return reply_error(s, c, status, why, NULL);
-    }
-    return reply(s, c, 200, "application/json; charset=utf-8", srv_resp_final(s, j));
+    /* The response's jobs: choice 0 (this connection's), then its kids. */
+    srv_job **js = malloc((size_t)total * sizeof *js);
+    if (!js) return reply_error(s, c, 500, "out of memory", NULL);
+    js[0] = j;
+    for (int i = 1; i < total; i++) js[i] = j->kids[i - 1];
+    MHD_Result_t out = reply_jobs(s, c, js, total);
+    free(js);
+    return out;
 }
 
 /* ==== Text and info routes (srv_routes.c) ==== */
@@ -394,6 +518,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     conn_ctx *cc = *con_cls;
     if (!cc) return;
     if (cc->job) {
+        srv_job_release_kids(cc->job);
         srv_job_detach(cc->job);
         srv_job_release(cc->job);
         pthread_mutex_lock(&s->mu);

@@ -14,6 +14,17 @@
 
 typedef struct srv_server srv_server;
 
+/* The jobs of one response with several choices (OpenAI `n`, or a list of prompts) share one
+ * of these for wake-ups: every delivery to any of them bumps `seq` under `mu` and broadcasts
+ * `cv`, so a reader that took `seq` before looking at the jobs never sleeps through progress.
+ * Each job holds a reference (refs under mu). */
+typedef struct srv_group {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint64_t seq;
+    int refs;
+} srv_group;
+
 /* Who cancelled a job, for the message its client gets (the first cause set wins). */
 typedef enum srv_cancel_by {
     SRV_CANCEL_BY_SERVER = 0, /* allocation failure while delivering its tokens */
@@ -37,6 +48,13 @@ typedef struct srv_job {
     int max_tokens;           /* resolved: >= 1, <= n_ctx - n_prompt (0: n_predict 0, never enqueued) */
     char id[48];              /* "chatcmpl-..." / "cmpl-..." */
     long created;             /* unix seconds */
+    /* Several choices: the connection's job is choice 0 and holds the HTTP-side references
+     * of the others (kids, released when the connection completes); all share grp. */
+    int choice;               /* the response's choices[].index */
+    bool counts_prompt;       /* usage counts this job's prompt (the first choice of a prompt) */
+    struct srv_job **kids;    /* [n_kids]: choices 1.. (choice 0 only) */
+    int n_kids;
+    srv_group *grp;           /* NULL for a lone job */
 
     /* engine side (engine thread only) */
     uint64_t eng_id;
@@ -112,13 +130,21 @@ struct srv_server {
 /* ==== Core (srv_core.c) ==== */
 int srv_core_start(srv_server *s, mx_error *err);
 void srv_core_stop(srv_server *s);
-/* Takes ownership of `req` contents on success. Returns 0, or -1 with *status = 503 when the
- * queue is full (err filled). */
-int srv_core_enqueue(srv_server *s, srv_job *job, int *status, mx_error *err);
+/* Queues jobs[0..n) together (a response's choices), or none: -1 with *status = 503 when the
+ * queue cannot take all of them (err filled). */
+int srv_core_enqueue(srv_server *s, srv_job *const *jobs, int n, int *status, mx_error *err);
 srv_job *srv_job_new(srv_server *s);
 void srv_job_release(srv_job *job);
 /* HTTP side is gone (response finished or client aborted): cancel if still running. */
 void srv_job_detach(srv_job *job);
+/* Puts jobs[0..n) in one wake-up group (n >= 2). 0, or -1 out of memory. */
+int srv_job_group(srv_job *const *jobs, int n);
+/* The group's (or the lone job's) wake-up count, and a wait of at most timeout_s for it to
+ * move past `seq`; a lone job counts its tokens and finish (job->mu is taken inside). */
+uint64_t srv_job_progress(srv_job *job);
+void srv_job_wait(srv_job *job, uint64_t seq, double timeout_s);
+/* Choice 0's other choices: detached and their HTTP-side references released. */
+void srv_job_release_kids(srv_job *job);
 void srv_core_snapshot(srv_server *s, srv_engine_stats *st, int *outstanding);
 const char *srv_finish_name(srv_finish f); /* OpenAI finish_reason */
 /* A cancelled job's message for its client and the HTTP status to answer (job->mu held or
@@ -128,13 +154,15 @@ const char *srv_cancel_reason(const srv_job *job, int *status);
 /* ==== Responses (srv_response.c) ==== */
 char *srv_resp_error(int status, const char *message, const char *param);
 const char *srv_error_type(int status);
-/* Whole responses (non-stream), from a finished job (job->mu held or job done). */
-char *srv_resp_final(srv_server *s, srv_job *job);
+/* Whole responses (non-stream), from finished jobs (a response's choices in order). */
+char *srv_resp_final(srv_server *s, srv_job *const *jobs, int n);
 /* Streaming: appends SSE events for tokens [from, to) of job to *buf (malloc'd, grows). */
 int srv_sse_tokens(srv_server *s, srv_job *job, int from, int to, bool first, size_t *sent_bytes,
                    char **buf, size_t *len, size_t *cap);
-/* Streaming: final events (finish chunk, usage, [DONE]). */
-int srv_sse_final(srv_server *s, srv_job *job, size_t *sent_bytes, char **buf, size_t *len, size_t *cap);
+/* Streaming: a finished job's last text and its finish chunk (llama-server: its final object). */
+int srv_sse_finish(srv_server *s, srv_job *job, size_t *sent_bytes, char **buf, size_t *len, size_t *cap);
+/* Streaming, after every choice's finish: the usage chunk when asked for, then [DONE]. */
+void srv_sse_end(srv_server *s, srv_job *const *jobs, int n, char **buf, size_t *len, size_t *cap);
 void srv_buf_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n);
 
 /* ==== HTTP (srv_http.c) ==== */

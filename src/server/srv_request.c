@@ -148,10 +148,28 @@ static int parse_prompt(srv_request *r, json_t *o, int vocab, mx_error *err) {
     if (is_mixed(p)) return parse_mixed(r, p);
     json_t *first = json_array_get(p, 0);
     if (json_is_integer(first)) return parse_id_array(r, p, "prompt", vocab, err);
-    /* A list of prompts: one prompt per request is supported (n = 1, no batch prompts). */
-    if (json_array_size(p) != 1)
-        return bad(r, err, "prompt", "a list of %zu prompts; only one prompt per request is supported",
-                   json_array_size(p));
+    /* A list of prompts: /v1/completions answers each (choices in prompt order, n per prompt);
+     * llama-server's /completion takes one. */
+    if (json_array_size(p) != 1) {
+        if (r->api != SRV_API_COMPLETIONS)
+            return bad(r, err, "prompt", "a list of %zu prompts; only one prompt per request is supported here "
+                       "(/v1/completions takes a list)", json_array_size(p));
+        if (json_array_size(p) > SRV_MAX_CHOICES)
+            return bad(r, err, "prompt", "a list of %zu prompts; at most %d", json_array_size(p), SRV_MAX_CHOICES);
+        for (size_t i = 0; i < json_array_size(p); i++) {
+            json_t *e = json_array_get(p, i);
+            if (json_is_string(e) || (json_is_array(e) && is_mixed(e))) continue;
+            bool ids = json_is_array(e) && json_array_size(e) > 0;
+            for (size_t k = 0; ids && k < json_array_size(e); k++) {
+                json_t *t = json_array_get(e, k);
+                ids = json_is_integer(t) && json_integer_value(t) >= 0 && json_integer_value(t) < vocab;
+            }
+            if (!ids)
+                return bad(r, err, "prompt", "element %zu of the list: expected a string or a non-empty array of "
+                           "token ids in [0, %d) (or ids and strings)", i, vocab);
+        }
+        r->prompt_list = json_incref(p);
+    }
     if (json_is_string(first)) {
         r->prompt_text = strdup(json_string_value(first));
         return r->prompt_text ? 0 : bad(r, err, "prompt", "out of memory");
@@ -384,8 +402,8 @@ static int parse_messages(srv_request *r, json_t *o, mx_error *err) {
 static int parse_openai(srv_request *r, json_t *o, int vocab, mx_error *err) {
     long long x;
     bool has;
-    if (get_int(r, o, "n", 1, 128, &x, &has, err)) return -1;
-    if (has && x != 1) return bad(r, err, "n", "only n = 1 is supported");
+    if (get_int(r, o, "n", 1, SRV_MAX_CHOICES, &x, &has, err)) return -1;
+    r->n_choices = has ? (int)x : 1;
     if (get_int(r, o, "max_tokens", 1, 1 << 24, &x, &has, err)) return -1;
     if (has) r->max_tokens = (int)x;
     if (get_int(r, o, "max_completion_tokens", 1, 1 << 24, &x, &has, err)) return -1;
@@ -467,8 +485,17 @@ int srv_request_parse(srv_request *r, srv_api api, const char *body, size_t len,
         if (get_bool(r, o, "echo", &echo, err)) goto out;
         if (echo) { bad(r, err, "echo", "echo = true is not supported"); goto out; }
         if (field(o, "suffix")) { bad(r, err, "suffix", "insertion (suffix) is not supported"); goto out; }
-        if (get_int(r, o, "best_of", 1, 128, &x, &has, err)) goto out;
-        if (has && x != 1) { bad(r, err, "best_of", "only best_of = 1 is supported"); goto out; }
+        if (get_int(r, o, "best_of", 1, SRV_MAX_CHOICES, &x, &has, err)) goto out;
+        if (has && x != r->n_choices) {
+            bad(r, err, "best_of", "best_of must equal n (%d): ranking candidates by log-probability is not "
+                "supported", r->n_choices);
+            goto out;
+        }
+        if (r->prompt_list && json_array_size(r->prompt_list) * (size_t)r->n_choices > SRV_MAX_CHOICES) {
+            bad(r, err, "n", "%zu prompts x n = %d gives %zu choices; at most %d", json_array_size(r->prompt_list),
+                r->n_choices, json_array_size(r->prompt_list) * (size_t)r->n_choices, SRV_MAX_CHOICES);
+            goto out;
+        }
     } else { /* llama-server /completion */
         if (parse_prompt(r, o, vocab, err)) goto out;
         if (get_int(r, o, "n_predict", -1, 1 << 24, &x, &has, err)) goto out;
@@ -503,6 +530,7 @@ void srv_request_free(srv_request *r) {
     free(r->prompt_text);
     free(r->prompt_ids);
     json_decref(r->prompt_mixed);
+    json_decref(r->prompt_list);
     json_decref(r->messages);
     json_decref(r->template_extra);
     for (int i = 0; i < r->n_stops; i++) free(r->stops[i]);

@@ -14,6 +14,7 @@
 #include "server/srv_engine.h"
 
 #define SRV_MAX_STOPS 16
+#define SRV_MAX_CHOICES 128 /* n x prompts of one request */
 
 typedef enum { SRV_API_CHAT = 0, SRV_API_COMPLETIONS, SRV_API_LLAMA_COMPLETION } srv_api;
 
@@ -27,6 +28,10 @@ typedef struct srv_request {
     /* llama-server's mixed prompt ([12, "text", 34]): validated, tokenized by
      * srv_request_mixed_prompt into prompt_ids (owned; NULL otherwise) */
     json_t *prompt_mixed;
+    /* /v1/completions' list of prompts (2 or more, each checked): element 0 is also parsed into
+     * the fields above; the others are tokenized per choice by the server (owned; else NULL) */
+    json_t *prompt_list;
+    int n_choices;          /* OpenAI `n` (1..SRV_MAX_CHOICES); choices = n x prompts */
     json_t *messages;       /* chat: normalized [{role, content: string, ...}] (owned) */
     json_t *template_extra; /* chat: {tools, ...chat_template_kwargs} or NULL (owned) */
     bool add_generation_prompt; /* chat: end the prompt with the assistant header (default) */

@@ -124,9 +124,15 @@ static const char *resp_model(const srv_server *s, const srv_job *j) {
     return s->be->info.name;
 }
 
-static json_t *usage_json(srv_job *j) {
-    return json_pack("{s:i, s:i, s:i}", "prompt_tokens", j->n_prompt, "completion_tokens", j->n_toks,
-                     "total_tokens", j->n_prompt + j->n_toks);
+/* Each prompt once (OpenAI counts a prompt sampled n times once), every choice's tokens. */
+static json_t *usage_json(srv_job *const *js, int n) {
+    long long p = 0, c = 0;
+    for (int i = 0; i < n; i++) {
+        if (i == 0 || js[i]->counts_prompt) p += js[i]->n_prompt;
+        c += js[i]->n_toks;
+    }
+    return json_pack("{s:I, s:I, s:I}", "prompt_tokens", (json_int_t)p, "completion_tokens", (json_int_t)c,
+                     "total_tokens", (json_int_t)(p + c));
 }
 
 static json_t *text_slice(srv_job *j, int from, int to) {
@@ -222,8 +228,8 @@ static json_t *llama_final_fields(srv_server *s, srv_job *j, json_t *o) {
 }
 
 /* ==== Non-stream ==== */
-char *srv_resp_final(srv_server *s, srv_job *j) {
-    json_t *o;
+/* One OpenAI choice object of job j (its index is j->choice). */
+static json_t *choice_json(srv_server *s, srv_job *j) {
     const char *fr = srv_finish_name(j->finish);
     json_t *text = text_slice(j, 0, j->n_toks);
     if (j->req.api == SRV_API_CHAT) {
@@ -233,22 +239,30 @@ char *srv_resp_final(srv_server *s, srv_job *j) {
             for (int i = 0; i < j->n_toks; i++) json_array_append_new(content, chat_logprob(s, &j->toks[i]));
             lp = json_pack("{s:o}", "content", content);
         }
-        json_t *choice = json_pack("{s:i, s:{s:s, s:o}, s:o, s:s}", "index", 0, "message", "role", "assistant",
-                                   "content", text, "logprobs", lp, "finish_reason", fr);
-        o = json_pack("{s:s, s:s, s:i, s:s, s:[o], s:o}", "id", j->id, "object", "chat.completion", "created",
-                      (json_int_t)j->created, "model", resp_model(s, j), "choices", choice, "usage", usage_json(j));
-    } else if (j->req.api == SRV_API_COMPLETIONS) {
-        json_t *lp = j->req.completion_logprobs >= 0 ? completion_logprobs(s, j, 0, j->n_toks) : json_null();
-        json_t *choice = json_pack("{s:o, s:i, s:o, s:s}", "text", text, "index", 0, "logprobs", lp, "finish_reason", fr);
-        o = json_pack("{s:s, s:s, s:i, s:s, s:[o], s:o}", "id", j->id, "object", "text_completion", "created",
-                      (json_int_t)j->created, "model", resp_model(s, j), "choices", choice, "usage", usage_json(j));
-    } else {
-        o = json_pack("{s:o, s:i}", "content", text, "id_slot", 0);
+        return json_pack("{s:i, s:{s:s, s:o}, s:o, s:s}", "index", j->choice, "message", "role", "assistant",
+                         "content", text, "logprobs", lp, "finish_reason", fr);
+    }
+    json_t *lp = j->req.completion_logprobs >= 0 ? completion_logprobs(s, j, 0, j->n_toks) : json_null();
+    return json_pack("{s:o, s:i, s:o, s:s}", "text", text, "index", j->choice, "logprobs", lp, "finish_reason", fr);
+}
+
+char *srv_resp_final(srv_server *s, srv_job *const *js, int n) {
+    srv_job *j = js[0];
+    json_t *o;
+    if (j->req.api == SRV_API_LLAMA_COMPLETION) {
+        o = json_pack("{s:o, s:i}", "content", text_slice(j, 0, j->n_toks), "id_slot", 0);
         json_t *ids = json_array();
         for (int i = 0; i < j->n_toks; i++) json_array_append_new(ids, json_integer(j->toks[i].id));
         json_object_set_new(o, "tokens", ids);
         if (j->req.sampling.logprobs) json_object_set_new(o, "completion_probabilities", llama_probs(s, j, 0, j->n_toks));
         llama_final_fields(s, j, o);
+    } else {
+        json_t *choices = json_array();
+        for (int i = 0; i < n; i++) json_array_append_new(choices, choice_json(s, js[i]));
+        o = json_pack("{s:s, s:s, s:i, s:s, s:o, s:o}", "id", j->id, "object",
+                      j->req.api == SRV_API_CHAT ? "chat.completion" : "text_completion", "created",
+                      (json_int_t)j->created, "model", resp_model(s, j), "choices", choices, "usage",
+                      usage_json(js, n));
     }
     char *out = json_dumps(o, JSON_COMPACT);
     json_decref(o);
@@ -267,7 +281,7 @@ static void sse_event(char **buf, size_t *len, size_t *cap, json_t *o) {
 }
 
 static json_t *chat_chunk(srv_server *s, srv_job *j, json_t *delta, json_t *lp, json_t *finish) {
-    json_t *choice = json_pack("{s:i, s:o, s:o, s:o}", "index", 0, "delta", delta, "logprobs", lp ? lp : json_null(),
+    json_t *choice = json_pack("{s:i, s:o, s:o, s:o}", "index", j->choice, "delta", delta, "logprobs", lp ? lp : json_null(),
                                "finish_reason", finish ? finish : json_null());
     json_t *o = json_pack("{s:s, s:s, s:i, s:s, s:[o]}", "id", j->id, "object", "chat.completion.chunk", "created",
                           (json_int_t)j->created, "model", resp_model(s, j), "choices", choice);
@@ -276,7 +290,7 @@ static json_t *chat_chunk(srv_server *s, srv_job *j, json_t *delta, json_t *lp, 
 }
 
 static json_t *cmpl_chunk(srv_server *s, srv_job *j, json_t *text, json_t *lp, json_t *finish) {
-    json_t *choice = json_pack("{s:o, s:i, s:o, s:o}", "text", text, "index", 0, "logprobs", lp ? lp : json_null(),
+    json_t *choice = json_pack("{s:o, s:i, s:o, s:o}", "text", text, "index", j->choice, "logprobs", lp ? lp : json_null(),
                                "finish_reason", finish ? finish : json_null());
     json_t *o = json_pack("{s:s, s:s, s:i, s:s, s:[o]}", "id", j->id, "object", "text_completion", "created",
                           (json_int_t)j->created, "model", resp_model(s, j), "choices", choice);
@@ -320,30 +334,32 @@ int srv_sse_tokens(srv_server *s, srv_job *j, int from, int to, bool first, size
     return 0;
 }
 
-int srv_sse_final(srv_server *s, srv_job *j, size_t *sent_bytes, char **buf, size_t *len, size_t *cap) {
+int srv_sse_finish(srv_server *s, srv_job *j, size_t *sent_bytes, char **buf, size_t *len, size_t *cap) {
     /* Text released by the final flush (held-back bytes) goes out before the finish chunk. */
     if (j->text_len > *sent_bytes) {
         json_t *text = json_stringn(j->text + *sent_bytes, j->text_len - *sent_bytes);
         *sent_bytes = j->text_len;
         if (text) sse_text(s, j, text, NULL, NULL, NULL, j->n_toks - 1, buf, len, cap);
     }
-    json_t *fr = json_string(srv_finish_name(j->finish));
     if (j->req.api == SRV_API_CHAT) {
-        sse_event(buf, len, cap, chat_chunk(s, j, json_object(), NULL, fr));
+        sse_event(buf, len, cap, chat_chunk(s, j, json_object(), NULL, json_string(srv_finish_name(j->finish))));
     } else if (j->req.api == SRV_API_COMPLETIONS) {
-        sse_event(buf, len, cap, cmpl_chunk(s, j, json_string(""), NULL, fr));
+        sse_event(buf, len, cap, cmpl_chunk(s, j, json_string(""), NULL, json_string(srv_finish_name(j->finish))));
     } else {
-        json_decref(fr);
         json_t *o = json_pack("{s:s, s:i}", "content", "", "id_slot", 0);
         sse_event(buf, len, cap, llama_final_fields(s, j, o));
-        return 0; /* llama-server's /completion stream has no [DONE] */
     }
+    return 0;
+}
+
+void srv_sse_end(srv_server *s, srv_job *const *js, int n, char **buf, size_t *len, size_t *cap) {
+    srv_job *j = js[0];
+    if (j->req.api == SRV_API_LLAMA_COMPLETION) return; /* llama-server's /completion stream has no [DONE] */
     if (j->req.include_usage) {
         const char *obj = j->req.api == SRV_API_CHAT ? "chat.completion.chunk" : "text_completion";
         sse_event(buf, len, cap, json_pack("{s:s, s:s, s:i, s:s, s:[], s:o}", "id", j->id, "object", obj, "created",
                                            (json_int_t)j->created, "model", resp_model(s, j), "choices", "usage",
-                                           usage_json(j)));
+                                           usage_json(js, n)));
     }
     srv_buf_append(buf, len, cap, "data: [DONE]\n\n", 14);
-    return 0;
 }

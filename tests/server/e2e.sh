@@ -91,7 +91,11 @@ err_case "invalid JSON" 400 POST /v1/chat/completions '{"messages": [' 'invalid 
 err_case "body not an object" 400 POST /v1/completions '[1,2]' 'object'
 err_case "temperature type" 400 POST /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"temperature":"hot"}' 'temperature'
 err_case "top_p range" 400 POST /v1/completions '{"prompt":"x","top_p":1.5}' 'top_p'
-err_case "n > 1" 400 POST /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"n":2}' '"param":"n"'
+err_case "n > 128" 400 POST /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"n":129}' '"param":"n"'
+err_case "prompts x n > 128" 400 POST /v1/completions '{"prompt":["a","b","c"],"n":50}' '"param":"n"'
+err_case "best_of != n" 400 POST /v1/completions '{"prompt":"x","n":2,"best_of":3}' '"param":"best_of"'
+err_case "bad list element" 400 POST /v1/completions '{"prompt":["a",{}]}' 'element 1'
+err_case "/completion takes one prompt" 400 POST /completion '{"prompt":["a","b"]}' '"param":"prompt"'
 err_case "messages missing" 400 POST /v1/chat/completions '{"model":"m"}' 'messages'
 err_case "bad role" 400 POST /v1/chat/completions '{"messages":[{"role":"wizard","content":"x"}]}' 'role'
 err_case "max_tokens 0" 400 POST /v1/completions '{"prompt":"x","max_tokens":0}' 'max_tokens'
@@ -200,6 +204,7 @@ curl -sN -m 30 -o "$TMP/d2.txt" -w '%{http_code}' "http://127.0.0.1:$PORT/v1/com
 P2=$!
 sleep 0.3
 err_case "queue full" 503 POST /v1/completions '{"prompt":"c","max_tokens":1}' 'max-queue-depth'
+err_case "queue cannot take n = 3" 503 POST /v1/completions '{"prompt":"c","max_tokens":1,"n":3}' 'sequences'
 wait $P1 $P2
 [ "$(cat "$TMP/d2.code")" = 200 ] && ok || bad "the queued request must be served: $(cat "$TMP/d2.code")"
 grep -q '^: keep-alive' "$TMP/d1.txt" && ok || bad "no SSE keep-alive comment on a quiet stream"
@@ -221,6 +226,15 @@ done
 PRED=$(metric_e 'llamacpp:tokens_predicted_total')
 [ "$CANC" = 1 ] && [ "${PRED%.*}" -lt 20 ] && ok || bad "hang-up mid-stream: cancelled=$CANC after ${PRED} of 50 tokens"
 [ "$(metric_e mlxcel_kv_blocks_used)" = 0 ] && ok || bad "hang-up mid-stream: KV blocks still used"
+# the same with n = 3: every choice of the hung-up response is cancelled
+curl -sN -m 30 "http://127.0.0.1:$E/v1/completions" -d '{"prompt":"a","max_tokens":50,"ignore_eos":true,"stream":true,"n":3}' 2>/dev/null | head -n 1 >/dev/null
+for _ in $(seq 40); do
+    CANC=$(metric_e 'mlxcel_requests_finished_total{reason="cancelled"}')
+    [ "${CANC:-0}" = 4 ] && break
+    sleep 0.1
+done
+[ "$CANC" = 4 ] && ok || bad "hang-up mid-stream, n = 3: cancelled=$CANC (want 4)"
+[ "$(metric_e mlxcel_kv_blocks_used)" = 0 ] && ok || bad "hang-up mid-stream, n = 3: KV blocks still used"
 
 # A client that half-closes (shutdown(SHUT_WR)) after sending its request reads as a hang-up
 # (cpp-httplib in llama-server does the same): its request is cancelled, and what it still reads

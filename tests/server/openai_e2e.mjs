@@ -105,6 +105,42 @@ const s1 = await client.completions.create({ model: MODEL, prompt: "abc", temper
 const s2 = await client.completions.create({ model: MODEL, prompt: "abc", temperature: 0.9, max_tokens: 16, seed: 42 });
 check(s1.choices[0].text === s2.choices[0].text, "same seed, same sample");
 
+// ==== n choices and lists of prompts ====
+// Choice i samples with seed + i, so choice 0 of n is the n = 1 answer; a list of prompts gives
+// n choices per prompt, in prompt order, each equal to that prompt asked alone.
+const one = await client.chat.completions.create({ model: MODEL, messages: msgs, temperature: 1, max_tokens: 12, seed: 7 });
+const three = await client.chat.completions.create({ model: MODEL, messages: msgs, temperature: 1, max_tokens: 12, seed: 7, n: 3 });
+check(three.choices.length === 3 && three.choices.every((c, i) => c.index === i), "n = 3 gives choices 0, 1, 2");
+check(three.choices[0].message.content === one.choices[0].message.content, "choice 0 of n = 3 is the n = 1 sample");
+check(three.usage.prompt_tokens === one.usage.prompt_tokens, "n = 3 counts the prompt once");
+check(new Set(three.choices.map((c) => c.message.content)).size > 1, "n = 3 samples differ (seed + i)");
+{
+  const st = await client.chat.completions.create({
+    model: MODEL, messages: msgs, temperature: 1, max_tokens: 12, seed: 7, n: 3, stream: true,
+    stream_options: { include_usage: true },
+  });
+  const text = ["", "", ""], fin = [null, null, null];
+  let usage = null;
+  for await (const ch of st) {
+    if (ch.usage) usage = ch.usage;
+    for (const c of ch.choices) {
+      if (c.delta.content) text[c.index] += c.delta.content;
+      if (c.finish_reason) fin[c.index] = c.finish_reason;
+    }
+  }
+  check(text.every((t, i) => t === three.choices[i].message.content), "n = 3 streamed per index equals non-stream");
+  check(fin.every((f, i) => f === three.choices[i].finish_reason), "n = 3 stream finish_reason per index");
+  check(usage && usage.completion_tokens === three.usage.completion_tokens, "n = 3 stream usage");
+}
+{
+  const alone = [];
+  for (const p of ["abc", "xyz"]) alone.push((await client.completions.create({ model: MODEL, prompt: p, temperature: 0, max_tokens: 8 })).choices[0].text);
+  const both = await client.completions.create({ model: MODEL, prompt: ["abc", "xyz"], temperature: 0, max_tokens: 8, n: 2 });
+  check(both.choices.length === 4 && both.choices.every((c, i) => c.index === i), "2 prompts x n = 2 give 4 choices");
+  check(both.choices.every((c, i) => c.text === alone[i >> 1]), "each prompt's choices equal it asked alone");
+}
+check(await kvAllFree(), "every KV block free after the n > 1 requests");
+
 // ==== errors surface as the client's typed errors ====
 try {
   await client.chat.completions.create({ model: MODEL, messages: msgs, temperature: 5 });
