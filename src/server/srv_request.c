@@ -441,6 +441,15 @@ static int parse_openai(srv_request *r, json_t *o, int vocab, mx_error *err) {
 }
 
 /* ==== Entry ==== */
+void srv_json_error_msg(const json_error_t *je, char *buf, size_t cap) {
+    /* jansson's words for U+0000 name its own flag: a client needs to know what is refused */
+    if (strstr(je->text, "\\u0000"))
+        snprintf(buf, cap, "line %d column %d: a string holds U+0000 (\\u0000), which request strings cannot "
+                 "hold", je->line, je->column);
+    else
+        snprintf(buf, cap, "invalid JSON at line %d column %d: %s", je->line, je->column, je->text);
+}
+
 int srv_request_parse(srv_request *r, srv_api api, const char *body, size_t len,
                       const srv_config *d, int vocab, mx_error *err) {
     memset(r, 0, sizeof *r);
@@ -460,7 +469,11 @@ int srv_request_parse(srv_request *r, srv_api api, const char *body, size_t len,
 
     json_error_t je;
     json_t *o = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
-    if (!o) return bad(r, err, "body", "invalid JSON at line %d column %d: %s", je.line, je.column, je.text);
+    if (!o) {
+        char m[300];
+        srv_json_error_msg(&je, m, sizeof m);
+        return bad(r, err, "body", "%s", m);
+    }
     int rc = -1;
     if (!json_is_object(o)) { bad(r, err, "body", "expected a JSON object, got %s", type_name(o)); goto out; }
     json_t *model = field(o, "model");

@@ -51,6 +51,10 @@ typedef struct srv_request {
     char bad_param[64];     /* field named by the last error */
 } srv_request;
 
+/* jansson's parse error as a client reads it ("invalid JSON at line L column C: ...", or a
+ * plain sentence for U+0000 in a string, whose library text names a jansson flag). */
+void srv_json_error_msg(const json_error_t *je, char *buf, size_t cap);
+
 /* vocab_size bounds logit_bias and prompt ids. Returns 0 or -1 (err names the field). */
 int srv_request_parse(srv_request *r, srv_api api, const char *body, size_t len,
                       const srv_config *defaults, int vocab_size, mx_error *err);

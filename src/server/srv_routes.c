@@ -39,8 +39,13 @@ static json_t *body_object(srv_server *s, struct MHD_Connection *c, const char *
     json_t *o = json_loadb(body, len, 0, &je);
     if (!o || !json_is_object(o)) {
         char msg[300];
-        if (!o) snprintf(msg, sizeof msg, "body: invalid JSON at line %d column %d: %s", je.line, je.column, je.text);
-        else snprintf(msg, sizeof msg, "body: expected a JSON object");
+        if (!o) {
+            char m[280];
+            srv_json_error_msg(&je, m, sizeof m);
+            snprintf(msg, sizeof msg, "body: %s", m);
+        } else {
+            snprintf(msg, sizeof msg, "body: expected a JSON object");
+        }
         json_decref(o);
         *rc = send_err(s, c, 400, msg, "body");
         return NULL;

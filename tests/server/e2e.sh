@@ -89,6 +89,8 @@ S=$(curl -sN -m 30 "http://127.0.0.1:$A/v1/chat/completions" -d '{"messages":[{"
 # Errors: status and OpenAI error shape
 err_case "invalid JSON" 400 POST /v1/chat/completions '{"messages": [' 'invalid JSON'
 err_case "body not an object" 400 POST /v1/completions '[1,2]' 'object'
+err_case "U+0000 in a string" 400 POST /v1/completions '{"prompt":"a\u0000b"}' 'U+0000'
+err_case "U+0000 in /tokenize" 400 POST /tokenize '{"content":"a\u0000b"}' 'U+0000'
 err_case "temperature type" 400 POST /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"temperature":"hot"}' 'temperature'
 err_case "top_p range" 400 POST /v1/completions '{"prompt":"x","top_p":1.5}' 'top_p'
 err_case "n > 128" 400 POST /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"n":129}' '"param":"n"'
