@@ -157,6 +157,28 @@ static void test_defaults_from_config(void **st) {
 }
 
 /* Each bad body must fail and name its field. */
+/* OpenAI n and /v1/completions' list of prompts: element 0 parsed as the prompt, the list
+ * kept for the server; best_of equal to n accepted. */
+static void test_choices(void **st) {
+    (void)st;
+    srv_request r;
+    mx_error err;
+    assert_int_equal(parse(&r, SRV_API_COMPLETIONS, "{\"prompt\":[\"ab\",[5,6],[7,\"c\"]],\"n\":3,\"best_of\":3}", &err), 0);
+    assert_int_equal(r.n_choices, 3);
+    assert_non_null(r.prompt_list);
+    assert_int_equal(json_array_size(r.prompt_list), 3);
+    assert_string_equal(r.prompt_text, "ab");
+    srv_request_free(&r);
+    assert_int_equal(parse(&r, SRV_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"n\":128}", &err), 0);
+    assert_int_equal(r.n_choices, 128);
+    assert_null(r.prompt_list);
+    srv_request_free(&r);
+    assert_int_equal(parse(&r, SRV_API_COMPLETIONS, "{\"prompt\":[\"ab\"]}", &err), 0);
+    assert_int_equal(r.n_choices, 1);
+    assert_null(r.prompt_list); /* a one-element list is one prompt */
+    srv_request_free(&r);
+}
+
 static void test_rejections(void **st) {
     (void)st;
     static const struct { srv_api api; const char *body, *field; } k[] = {
@@ -167,7 +189,8 @@ static void test_rejections(void **st) {
         {SRV_API_CHAT, "{\"messages\":[{\"role\":\"x\",\"content\":\"a\"}]}", "messages[0].role"},
         {SRV_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", "messages[0].content"},
         {SRV_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"temperature\":3}", "temperature"},
-        {SRV_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"n\":2}", "n"},
+        {SRV_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"n\":129}", "n"},
+        {SRV_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\\u0000\"}]}", "body"},
         {SRV_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"top_logprobs\":2}", "top_logprobs"},
         {SRV_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"stream_options\":{}}", "stream_options"},
         {SRV_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"response_format\":{\"type\":\"json_object\"}}", "response_format"},
@@ -176,7 +199,12 @@ static void test_rejections(void **st) {
         {SRV_API_COMPLETIONS, "{\"prompt\":\"a\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", "stop"},
         {SRV_API_COMPLETIONS, "{\"prompt\":\"a\",\"logit_bias\":{\"1000\":1}}", "logit_bias"},
         {SRV_API_COMPLETIONS, "{\"prompt\":\"a\",\"logit_bias\":{\"1\":101}}", "logit_bias"},
-        {SRV_API_COMPLETIONS, "{\"prompt\":[\"a\",\"b\"]}", "prompt"},
+        {SRV_API_LLAMA_COMPLETION, "{\"prompt\":[\"a\",\"b\"]}", "prompt"},
+        {SRV_API_COMPLETIONS, "{\"prompt\":[\"a\",[]]}", "prompt"},
+        {SRV_API_COMPLETIONS, "{\"prompt\":[\"a\",[1,1000]]}", "prompt"},
+        {SRV_API_COMPLETIONS, "{\"prompt\":[\"a\",null]}", "prompt"},
+        {SRV_API_COMPLETIONS, "{\"prompt\":[\"a\",\"b\",\"c\"],\"n\":43}", "n"},
+        {SRV_API_COMPLETIONS, "{\"prompt\":\"a\",\"n\":2,\"best_of\":3}", "best_of"},
         {SRV_API_COMPLETIONS, "{\"prompt\":[1,-1]}", "prompt"},
         {SRV_API_COMPLETIONS, "{\"prompt\":\"a\",\"echo\":true}", "echo"},
         {SRV_API_COMPLETIONS, "{\"prompt\":\"a\",\"logprobs\":6}", "logprobs"},
@@ -312,6 +340,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chat_ok),          cmocka_unit_test(test_defaults_from_config),
         cmocka_unit_test(test_rejections),       cmocka_unit_test(test_llama_completion),
+        cmocka_unit_test(test_choices),
         cmocka_unit_test(test_config_env_and_flags), cmocka_unit_test(test_metrics_render),
         cmocka_unit_test(test_seed),             cmocka_unit_test(test_text_bias), cmocka_unit_test(test_mixed_prompt),
     };
