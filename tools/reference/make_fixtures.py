@@ -113,6 +113,28 @@ VARIANTS = {
         num_local_experts=4, num_experts_per_tok=2, interleave_moe_layer_step=1,
         use_qk_norm=False, attention_chunk_size=16, attn_temperature_tuning=False,
         no_rope_layer_interval=2, rope_parameters=rope(theta=500000.0))),
+    # DeepSeek V3 (MLA + grouped sigmoid routing): q through a LoRA (q_a_proj, q_a_layernorm,
+    # q_b_proj), the latent kv (kv_a_proj_with_mqa -> kv_a_layernorm -> kv_b_proj) with a shared
+    # rope key, interleaved rope with yarn + mscale (softmax scale), layer 0 dense, then 8 routed
+    # experts in 4 groups (top-2 groups, top-2 experts, e_score_correction_bias, scaling 2.5)
+    # plus a shared expert. head_dim = qk_rope_head_dim, as the config itself sets it.
+    "deepseek_v3": ("DeepseekV3Config", dict(
+        num_hidden_layers=3, intermediate_size=128, moe_intermediate_size=32,
+        num_attention_heads=4, num_key_value_heads=4, head_dim=8, n_shared_experts=1,
+        n_routed_experts=8, routed_scaling_factor=2.5, kv_lora_rank=32, q_lora_rank=48,
+        qk_rope_head_dim=8, v_head_dim=16, qk_nope_head_dim=16, n_group=4, topk_group=2,
+        num_experts_per_tok=2, first_k_dense_replace=1, norm_topk_prob=True, rope_interleave=True,
+        rope_parameters=rope("yarn", 10000.0, factor=4.0, original_max_position_embeddings=32,
+                             beta_fast=32.0, beta_slow=1.0, mscale=1.0, mscale_all_dim=1.0))),
+    # V2-Lite-like attention (no q LoRA: q_proj), one expert group, unnormalised top-k, every
+    # layer MoE, plain rope
+    "deepseek_v3_noqlora": ("DeepseekV3Config", dict(
+        num_hidden_layers=2, intermediate_size=128, moe_intermediate_size=32,
+        num_attention_heads=4, num_key_value_heads=4, head_dim=8, n_shared_experts=2,
+        n_routed_experts=4, routed_scaling_factor=1.0, kv_lora_rank=32, q_lora_rank=None,
+        qk_rope_head_dim=8, v_head_dim=16, qk_nope_head_dim=16, n_group=1, topk_group=1,
+        num_experts_per_tok=2, first_k_dense_replace=0, norm_topk_prob=False,
+        rope_interleave=True, rope_parameters=rope(theta=10000.0))),
 }
 
 
