@@ -137,6 +137,7 @@ void srv_job_release_kids(srv_job *j) {
 static void job_free(srv_job *j) {
     srv_backend *be = j->srv->be;
     srv_job_release_kids(j); /* left only if the connection never completed */
+    if (j->lead) srv_job_release(j->lead);
     if (j->grp) group_release(j->grp);
     if (j->ts) be->text_ops->stream_free(j->ts);
     srv_request_free(&j->req);
@@ -450,18 +451,64 @@ static void process_cancels(srv_server *s) {
     for (int i = 0; i < n; i++) s->be->eng_ops->cancel(s->be->eng, ids[i]);
 }
 
+/* A choice waiting for its lead: ready once the lead has a token or is done (a lead that
+ * failed or was cancelled releases its choices to run on their own). */
+static bool lead_ready(srv_job *j) {
+    srv_job *l = j->lead;
+    pthread_mutex_lock(&l->mu);
+    const bool r = l->n_toks > 0 || l->done;
+    pthread_mutex_unlock(&l->mu);
+    return r;
+}
+
+static bool cancel_requested(srv_job *j) {
+    pthread_mutex_lock(&j->mu);
+    const bool c = j->cancel_req;
+    pthread_mutex_unlock(&j->mu);
+    return c;
+}
+
+/* Finishes a job the engine never saw (shutdown, or its client gone while it was held). */
+static void finish_unsubmitted(srv_server *s, srv_job *j, srv_cancel_by why) {
+    pthread_mutex_lock(&s->mu);
+    j->next = s->active;
+    s->active = j;
+    pthread_mutex_unlock(&s->mu);
+    set_cancel_by(j, why);
+    on_finish(j, SRV_FINISH_CANCELLED, 0);
+}
+
+/* Held choices: submitted once their lead is ready, finished if their client went away. */
+static void release_held(srv_server *s, bool stopping) {
+    srv_job **pp = &s->held;
+    while (*pp) {
+        srv_job *j = *pp;
+        if (!stopping && !cancel_requested(j) && !lead_ready(j)) {
+            pp = &j->next;
+            continue;
+        }
+        *pp = j->next;
+        if (stopping) finish_unsubmitted(s, j, SRV_CANCEL_BY_SHUTDOWN);
+        else if (cancel_requested(j)) finish_unsubmitted(s, j, SRV_CANCEL_BY_CLIENT);
+        else submit_job(s, j);
+    }
+}
+
 static void *engine_main(void *arg) {
     srv_server *s = arg;
     const srv_engine_ops *eo = s->be->eng_ops;
     for (;;) {
         pthread_mutex_lock(&s->mu);
         while (!s->stopping && !s->inbox && !eo->has_work(s->be->eng)) {
-            /* Idle: a short timed wait still notices cancel flags set without a signal. */
+            /* Idle: a short timed wait still notices cancel flags set without a signal (and,
+             * within a millisecond, a held choice whose lead's token the output thread just
+             * delivered). */
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 100 * 1000 * 1000;
+            ts.tv_nsec += (s->held ? 1 : 100) * 1000 * 1000;
             if (ts.tv_nsec >= 1000000000) { ts.tv_sec++; ts.tv_nsec -= 1000000000; }
             pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+            if (s->held) break; /* look at the held choices each millisecond */
         }
         const double t_iter = mx_now(); /* work to do from here (or stopping) */
         bool stopping = s->stopping;
@@ -473,17 +520,16 @@ static void *engine_main(void *arg) {
         while (in) {
             srv_job *next = in->next;
             if (stopping) {
-                pthread_mutex_lock(&s->mu);
-                in->next = s->active;
-                s->active = in;
-                pthread_mutex_unlock(&s->mu);
-                set_cancel_by(in, SRV_CANCEL_BY_SHUTDOWN);
-                on_finish(in, SRV_FINISH_CANCELLED, 0);
+                finish_unsubmitted(s, in, SRV_CANCEL_BY_SHUTDOWN);
+            } else if (in->lead) {
+                in->next = s->held;
+                s->held = in;
             } else {
                 submit_job(s, in);
             }
             in = next;
         }
+        release_held(s, stopping);
         if (stopping) {
             /* Cancel everything still running (each cancel stages its finish; the callbacks
              * take no server lock, so the list can be walked under it), hand the finishes

@@ -345,6 +345,13 @@ static int make_kids(srv_server *s, srv_job *j, conn_ctx *cc, srv_api api, int32
         if (k->req.sampling.has_seed) k->req.sampling.seed += (uint64_t)c;
         k->choice = c;
         k->counts_prompt = c % n_choices == 0;
+        if (c % n_choices) { /* the prompt's first choice leads: created before this one */
+            srv_job *l = c < n_choices ? j : j->kids[(c / n_choices) * n_choices - 1];
+            pthread_mutex_lock(&s->mu);
+            l->refs++;
+            pthread_mutex_unlock(&s->mu);
+            k->lead = l;
+        }
         memcpy(k->id, j->id, sizeof k->id);
         k->created = j->created;
         k->t_arrival = j->t_arrival;

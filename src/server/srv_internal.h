@@ -55,6 +55,10 @@ typedef struct srv_job {
     struct srv_job **kids;    /* [n_kids]: choices 1.. (choice 0 only) */
     int n_kids;
     srv_group *grp;           /* NULL for a lone job */
+    /* The first choice of this job's prompt (a reference), for choices after it: the engine
+     * thread submits this job only once the lead has a token, so the lead's prompt blocks are
+     * in the prefix cache and this choice computes only what they do not cover. NULL: none. */
+    struct srv_job *lead;
 
     /* engine side (engine thread only) */
     uint64_t eng_id;
@@ -100,6 +104,7 @@ struct srv_server {
     pthread_mutex_t mu;       /* inbox, active, counts, refs, last stats */
     pthread_cond_t cv;        /* wakes the engine thread */
     srv_job *inbox;           /* new jobs, FIFO via tail */
+    srv_job *held;            /* engine thread only: choices waiting for their lead's first token */
     srv_job **inbox_tail;
     srv_job *active;          /* submitted to the engine, not finished */
     int n_outstanding;        /* enqueued and not finished */

@@ -245,6 +245,15 @@ req POST /completion "{\"prompt\":\"$PFX\",\"n_predict\":4,\"temperature\":0}"
 H2=$(metric mlxcel_prefix_cache_hits_total); R2=$(metric mlxcel_prefix_cache_reused_tokens_total)
 [ $((H2 - H1)) = 1 ] && [ $((R2 - R1)) -ge 16 ] && ok || bad "prefix cache: hits $H1 -> $H2, reused tokens $R1 -> $R2"
 [ "$(echo "$BODY" | jq_ 'o.content')" = "$P1" ] && ok || bad "a prefix-cache hit changed the output"
+# n = 4 of a new long prompt: the first choice computes it, the three others wait for its first
+# token and take its full blocks from the prefix cache (three hits); greedy, so all four equal
+PFX2="Once upon a time a river ran to the sea, and the sea ran to the sky, and the sky said nothing."
+H1=$(metric mlxcel_prefix_cache_hits_total); R1=$(metric mlxcel_prefix_cache_reused_tokens_total)
+req POST /v1/completions "{\"prompt\":\"$PFX2\",\"n\":4,\"max_tokens\":4,\"temperature\":0}"
+H2=$(metric mlxcel_prefix_cache_hits_total); R2=$(metric mlxcel_prefix_cache_reused_tokens_total)
+[ $((H2 - H1)) = 3 ] && [ $((R2 - R1)) -ge 48 ] && ok || bad "n = 4 prefix sharing: hits $H1 -> $H2, reused tokens $R1 -> $R2"
+[ "$(echo "$BODY" | jq_ 'o.choices.length===4 && o.choices.every(c=>c.text===o.choices[0].text)')" = true ] && ok ||
+    bad "n = 4 greedy choices differ: $BODY"
 
 # ==== openai npm client ====
 if timeout 240 node "$HERE/openai_e2e.mjs" "http://127.0.0.1:$PORT" tiny; then ok; else bad "openai npm e2e (real model)"; fi
