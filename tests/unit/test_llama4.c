@@ -22,6 +22,8 @@
 #include "kv/kv_cache.h"
 #include "model/model.h"
 #include "model/model_internal.h"
+#include "io/safetensors.h"
+#include "test_tmpdir.h"
 
 /* ==== Tiny weights ==== */
 enum { H = 32, D = 8, HQ = 4, HKV = 2, L = 4, E = 4, IE = 24, IM = 48, V = 97 };
@@ -534,13 +536,89 @@ static void test_spec_errors(void **st) {
 #undef BASE
 }
 
+/* ==== Through the checkpoint reader and the CLI ==== */
+static void write_dir(const char *dir, bool mlx, const cfgv *c, l4m *wm) {
+    char path[512], cfg[4096];
+    mx_error err;
+    snprintf(path, sizeof path, "mkdir -p '%s'", dir);
+    assert_int_equal(system(path), 0);
+    build(wm, mlx, 501 + mlx);
+    st_write_tensor *wt = calloc((size_t)wm->n, sizeof *wt);
+    for (int i = 0; i < wm->n; i++) {
+        wt[i] = (st_write_tensor){.name = wm->w[i].name, .dtype = MX_BF16, .ndim = wm->w[i].t.ndim,
+                                  .data = wm->w[i].t.data};
+        for (int d = 0; d < wt[i].ndim; d++) wt[i].shape[d] = wm->w[i].t.shape[d];
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    assert_int_equal(st_write(path, wt, wm->n, NULL, NULL, 0, &err), 0);
+    free(wt);
+    make_config(cfg, sizeof cfg, mlx, c);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *fp = fopen(path, "w");
+    assert_non_null(fp);
+    fputs(cfg, fp);
+    fclose(fp);
+}
+
+static void check_dir(bool mlx) {
+    cfgv c = {.k = 2, .chunk = 4, .qk_norm = true, .temp = true, .theta = 10000.0, .eps = 1e-5,
+              .floor_scale = 2, .attn_scale = 0.5};
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s/%s", g_tmp, mlx ? "mlx" : "hf");
+    l4m wm;
+    write_dir(dir, mlx, &c, &wm);
+    mx_error err;
+    model *m = NULL;
+    if (model_load(&m, dir, backend_cpu(), &err)) fail_msg("%s", err.msg);
+    kv_cache *kv = NULL;
+    kv_cache_params kp = {.storage = KV_STORAGE_PAGED, .n_layers = L, .n_kv_heads = HKV,
+                          .head_dim = D, .ctx_size = 64, .n_seqs = 1, .block_size = 4, .n_blocks = 16};
+    if (kv_cache_new(&kv, &kp, backend_cpu(), &err)) fail_msg("%s", err.msg);
+    enum { N = 11 };
+    int32_t tok[N], pos[N], sid[N], table[3] = {2, 0, 1}, out_row = N - 1;
+    int64_t wr[N];
+    for (int i = 0; i < N; i++)
+        tok[i] = 5 + 7 * i, pos[i] = i, sid[i] = 0, wr[i] = (int64_t)table[i / 4] * 4 + i % 4;
+    model_batch b = {.n_rows = N, .tokens = tok, .pos = pos, .seq = sid, .block_table = table,
+                     .table_stride = 3, .n_seqs = 1, .write_rows = wr, .n_out = 1, .out_rows = &out_row};
+    float lg[V];
+    if (model_forward(m, kv, &b, lg, &err)) fail_msg("%s", err.msg);
+    double ref[V], num = 0, den = 0;
+    ref_logits(&wm, mlx, &c, tok, N, ref);
+    for (int v = 0; v < V; v++) num += (lg[v] - ref[v]) * (lg[v] - ref[v]), den += ref[v] * ref[v];
+    assert_true(sqrt(num / den) < 1e-5);
+    kv_cache_free(kv);
+    model_free(m);
+    /* unsupported combinations are refused by name */
+    m = NULL;
+    assert_int_not_equal(model_load_tp(&m, dir, backend_cpu(), 2, &err), 0);
+    if (!strstr(err.msg, "llama4")) fail_msg("TP error does not name llama4: %s", err.msg);
+    const char *bin = getenv("MLXCEL_BIN");
+    if (bin) {
+        char cmd[1400];
+        snprintf(cmd, sizeof cmd, "'%s' inspect -m '%s' --device cpu | grep -q 'NoPE layers'", bin, dir);
+        assert_int_equal(system(cmd), 0);
+        snprintf(cmd, sizeof cmd, "'%s' convert --hf-path '%s' --mlx-path '%s/out' -q 2>&1 | grep -q llama4",
+                 bin, dir, dir);
+        assert_int_equal(system(cmd), 0);
+        snprintf(cmd, sizeof cmd, "'%s' convert --hf-path '%s' --mlx-path '%s/out2' -q >/dev/null 2>&1",
+                 bin, dir, dir);
+        assert_int_not_equal(system(cmd), 0);
+    }
+    l4m_free(&wm);
+}
+
+static void test_dir_hf(void **st) { (void)st; check_dir(false); }
+static void test_dir_mlx(void **st) { (void)st; check_dir(true); }
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_first_key),        cmocka_unit_test(test_rope_permutation),
         cmocka_unit_test(test_moe_sigmoid),      cmocka_unit_test(test_spec_defaults),
         cmocka_unit_test(test_spec_errors),      cmocka_unit_test(test_model_hf_top1),
         cmocka_unit_test(test_model_hf_top2),    cmocka_unit_test(test_model_mlx_top2),
-        cmocka_unit_test(test_model_no_chunk),
+        cmocka_unit_test(test_model_no_chunk),   cmocka_unit_test(test_dir_hf),
+        cmocka_unit_test(test_dir_mlx),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, tmp_setup, tmp_teardown);
 }
