@@ -335,21 +335,21 @@ int gt_run_attn_tests(void) {
     static const int from3[3] = {650, 0, 100};
     static const int lens2[2] = {2048, 513};
     static const acase cases[] = {
-        {"decode paged D128 G4 (split-K)", 32, 8, 128, 16, false, 6, lens6, NULL, 0, 0},
-        {"decode paged D128 G8 window 100 softcap 30", 32, 4, 128, 16, false, 6, lens6, NULL, 100, 30},
-        {"decode paged D64 G4 block 32 (1B shape)", 32, 8, 64, 32, false, 2, lens2, NULL, 0, 0},
-        {"decode paged D128 G1", 8, 8, 128, 16, false, 3, lens3, NULL, 0, 0},
-        {"decode paged D128 G2 window 5", 16, 8, 128, 16, false, 6, lens6, NULL, 5, 0},
-        {"decode dense D128 G4 (slot 2048)", 32, 8, 128, 2048, true, 2, lens2, NULL, 0, 0},
-        {"decode paged D256 G2 (tiled fallback)", 8, 4, 256, 16, false, 3, lens3, NULL, 0, 50},
-        {"decode paged D128 G16 (tiled fallback)", 32, 2, 128, 16, false, 6, lens6, NULL, 0, 0},
-        {"prefill chunks paged D128 G4", 32, 8, 128, 16, false, 3, lens3, from3, 0, 0},
-        {"prefill chunks paged D128 G4 window 50", 32, 8, 128, 16, false, 3, lens3, from3, 50, 0},
-        {"prefill chunks dense D80 G2 softcap 20", 8, 4, 80, 1024, true, 3, lens3, from3, 0, 20},
-        {"prefill chunks paged D8 G2 block 4 (tiny)", 4, 2, 8, 4, false, 3, lens3, from3, 7, 0},
-        {"prefill chunks paged D64 G8 softcap 30", 64, 8, 64, 16, false, 3, lens3, from3, 0, 30},
-        {"prefill chunks paged D128 G16 window 300", 32, 2, 128, 32, false, 3, lens3, from3, 300, 0},
-        {"prefill chunks dense D128 G1", 8, 8, 128, 1024, true, 3, lens3, from3, 0, 0},
+        {"decode paged D128 G4 (split-K)", 32, 8, 128, 16, false, 6, lens6, NULL, 0, 0, 0},
+        {"decode paged D128 G8 window 100 softcap 30", 32, 4, 128, 16, false, 6, lens6, NULL, 100, 30, 0},
+        {"decode paged D64 G4 block 32 (1B shape)", 32, 8, 64, 32, false, 2, lens2, NULL, 0, 0, 0},
+        {"decode paged D128 G1", 8, 8, 128, 16, false, 3, lens3, NULL, 0, 0, 0},
+        {"decode paged D128 G2 window 5", 16, 8, 128, 16, false, 6, lens6, NULL, 5, 0, 0},
+        {"decode dense D128 G4 (slot 2048)", 32, 8, 128, 2048, true, 2, lens2, NULL, 0, 0, 0},
+        {"decode paged D256 G2 (tiled fallback)", 8, 4, 256, 16, false, 3, lens3, NULL, 0, 50, 0},
+        {"decode paged D128 G16 (tiled fallback)", 32, 2, 128, 16, false, 6, lens6, NULL, 0, 0, 0},
+        {"prefill chunks paged D128 G4", 32, 8, 128, 16, false, 3, lens3, from3, 0, 0, 0},
+        {"prefill chunks paged D128 G4 window 50", 32, 8, 128, 16, false, 3, lens3, from3, 50, 0, 0},
+        {"prefill chunks dense D80 G2 softcap 20", 8, 4, 80, 1024, true, 3, lens3, from3, 0, 20, 0},
+        {"prefill chunks paged D8 G2 block 4 (tiny)", 4, 2, 8, 4, false, 3, lens3, from3, 7, 0, 0},
+        {"prefill chunks paged D64 G8 softcap 30", 64, 8, 64, 16, false, 3, lens3, from3, 0, 30, 0},
+        {"prefill chunks paged D128 G16 window 300", 32, 2, 128, 32, false, 3, lens3, from3, 300, 0, 0},
+        {"prefill chunks dense D128 G1", 8, 8, 128, 1024, true, 3, lens3, from3, 0, 0, 0},
         /* llama4 chunked layers: keys of the query's chunk only (decode bounds its walk by it) */
         {"decode paged D128 G4 chunk 64", 32, 8, 128, 16, false, 6, lens6, NULL, 0, 0, 64},
         {"decode paged D128 G8 chunk 100 window 30", 32, 4, 128, 16, false, 6, lens6, NULL, 30, 0, 100},
@@ -363,8 +363,8 @@ int gt_run_attn_tests(void) {
      * the longer ones the stage ring */
     static const int lens_short[3] = {20, 33, 64};
     static const acase short_cases[] = {
-        {"decode paged D128 G4 short", 32, 8, 128, 16, false, 3, lens_short, NULL, 0, 0},
-        {"decode paged D64 G8 short softcap 30", 32, 4, 64, 16, false, 3, lens_short, NULL, 0, 30},
+        {"decode paged D128 G4 short", 32, 8, 128, 16, false, 3, lens_short, NULL, 0, 0, 0},
+        {"decode paged D64 G8 short softcap 30", 32, 4, 64, 16, false, 3, lens_short, NULL, 0, 30, 0},
     };
     static const int forced[] = {2, 7, 16, 17};
     const int keep = g_cu.forced_splits;
