@@ -101,10 +101,16 @@ static int check_experts_l4(chk *k, int i, const model_spec *s) {
         }
     }
     if (!found) {
+        /* [in, out] as transformers writes them, or already [out, in] (then both are) */
+        char full[512];
         snprintf(n, sizeof n, "layers.%d.feed_forward.experts.gate_up_proj", i);
-        if (expect(k, n, 3, E, H, 2 * I)) return -1;
+        snprintf(full, sizeof full, "%s%s", k->pfx, n);
+        const st_tensor *gu = ckpt_find(k->c, full);
+        const bool out_in = gu && gu->ndim == 3 && gu->shape[1] == 2 * I && gu->shape[2] == H &&
+                            H != 2 * I;
+        if (out_in ? expect(k, n, 3, E, 2 * I, H) : expect(k, n, 3, E, H, 2 * I)) return -1;
         snprintf(n, sizeof n, "layers.%d.feed_forward.experts.down_proj", i);
-        if (expect(k, n, 3, E, I, H)) return -1;
+        if (out_in ? expect(k, n, 3, E, H, I) : expect(k, n, 3, E, I, H)) return -1;
     }
     return s->shared_expert_size > 0
                ? check_mlp(k, i, "feed_forward.shared_expert", H, s->shared_expert_size)

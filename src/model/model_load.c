@@ -369,10 +369,12 @@ static int bind_experts_l4(binder *b, model_layer *L, int li) {
             return mx_fail(b->err, "layer %d: no llama4 experts (%slayers.%d.feed_forward.experts."
                            "gate_up_proj [E, H, 2I] + down_proj [E, I, H], or experts.{gate,up,"
                            "down}_proj.weight [E, out, in])", li, b->prefix, li);
-        /* transformers' own layout is [in, out]; one already [out, in] is taken as is (where
-         * the shapes cannot tell, H == 2I or H == I, transformers' layout is assumed) */
-        if (gu.shape[1] == H && gu.shape[2] == 2 * I) gu = l4_transpose_experts(m, &gu);
-        if (dn.data && dn.shape[1] == I && dn.shape[2] == H) dn = l4_transpose_experts(m, &dn);
+        /* transformers' own layout is [in, out]; a gate_up already [out, in] is taken as is
+         * and so is its down_proj (H == I cannot tell down's orientation by shape: it follows
+         * gate_up's, which differs unless H == 2I, where transformers' layout is assumed) */
+        const bool in_out = gu.shape[1] == H && gu.shape[2] == 2 * I;
+        if (in_out) gu = l4_transpose_experts(m, &gu);
+        if (in_out && gu.data && dn.shape[1] == I && dn.shape[2] == H) dn = l4_transpose_experts(m, &dn);
         if (!gu.data || !dn.data) return mx_fail(b->err, "out of memory transposing the experts");
         rc = bind_fused(b, L, li, &gu, dn);
     }
