@@ -69,7 +69,8 @@ typedef struct mx_linear {
 
 /* ==== Attention batch ====
  * Each row of the step batch is one query token of some sequence. Row i attends to the keys of
- * its sequence at positions [max(0, pos[i] - window + 1), pos[i]] (window 0 = causal, unbounded);
+ * its sequence at positions [max(0, pos[i] - window + 1), pos[i]] (window 0 = causal, unbounded;
+ * a chunked layer further starts at its chunk: mx_attn_first_key);
  * key position p of sequence s lives in physical row
  *     block_table[s * table_stride + p / block_size] * block_size + p % block_size. */
 typedef struct mx_attn_batch {
@@ -95,13 +96,27 @@ typedef struct mx_attn_params {
     float scale;     /* softmax scale */
     float softcap;   /* 0 = none: else scores = softcap * tanh(scores / softcap) */
     int window;      /* 0 = none */
+    int chunk;       /* 0 = none: else only keys of the query's chunk, [pos - pos % chunk, pos] */
 } mx_attn_params;
 
+/* Row at position pos sees keys [mx_attn_first_key(pos, window, chunk), pos]: the later of the
+ * sliding-window start and the chunk start. One definition for every backend's host code. */
+static inline int mx_attn_first_key(int pos, int window, int chunk) {
+    int s = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
+    if (chunk > 0 && pos - pos % chunk > s) s = pos - pos % chunk;
+    return s;
+}
+
 /* ==== MoE ==== */
+/* mx_moe_params.routing (the values of model_spec's mx_moe_routing) */
+enum { MX_MOE_ROUTE_SOFTMAX = 0, MX_MOE_ROUTE_SIGMOID_IN = 1 };
 typedef struct mx_moe_params {
     int n_experts, top_k;
     bool norm_topk;        /* renormalise the k selected probabilities to sum 1 */
     int activation;        /* mx_activation (model/model_spec.h) */
+    int routing;           /* MX_MOE_ROUTE_*: 0 softmax; 1 llama4's
+                              sigmoid(top-k logit) scaling the expert's input, outputs summed
+                              (norm_topk ignored) */
     /* Tensor parallelism: only experts [e0, e0 + en) are present (the others' entries of the
      * expert arrays are absent) and only they contribute; routing still spans all n_experts.
      * en = 0: every expert. */
@@ -192,7 +207,8 @@ typedef struct backend_ops {
 
     /* ---- MoE: routing + expert dispatch ----
      * out[n, H] = sum_k p_k * down_e(act(gate_e x) * up_e x) over the top-k experts of
-     * softmax(router_logits[n, E]). */
+     * softmax(router_logits[n, E]); with routing 1 (llama4) the top-k of the logits, each
+     * with s_k = sigmoid(logit): out = sum_k down_e(act(s_k gate_e x) * (s_k up_e x)). */
     int (*moe)(mx_tensor *out, const mx_tensor *x, const mx_tensor *router_logits,
                const mx_moe_experts *ex, const mx_moe_params *p, mx_error *err);
 

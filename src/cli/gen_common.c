@@ -33,7 +33,7 @@ const char *const k_gen_opts_help =
     "  --load-format auto|dummy   dummy: read only config.json and generate the weights (vLLM's\n"
     "                             meaning; for timing and memory checks of shapes without files)\n"
     "  --decode-storage-backend auto|dense|paged\n"
-    "                             KV storage; auto = paged for llama, qwen3, gemma3 text\n"
+    "                             KV storage; auto = paged for llama, qwen3, gemma3 text, llama4\n"
     "  --prefill-chunk-size N     prompt tokens per step (default 512)\n"
     "  -b, --batch-size N         token rows per engine step (default 2048)\n"
     "  --kv-blocks N              paged KV pool size in blocks (default: the context for all slots)\n"

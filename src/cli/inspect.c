@@ -46,6 +46,7 @@ static void usage(FILE *out) {
             "  activations batch x min(ctx, 512) tokens x 4 bytes x (3 hidden + q_dim + 2 kv_dim\n"
             "              + 2 ffn + n_experts) + batch x vocab x 4 (fp32 logits); ffn = widest of\n"
             "              intermediate_size (dense layers) and experts_per_tok x moe_intermediate_size\n"
+            "              (+ the shared expert's width and one more hidden row: llama4)\n"
             "  headroom    512 MiB + 5%% of (weights + KV + activations)\n"
             "  available   MLXCEL_MEMORY_LIMIT when set, else free GPU memory (cuda) or\n"
             "              MemAvailable from /proc/meminfo (cpu)\n");
@@ -122,8 +123,23 @@ static void print_table(const ckpt *c, const mx_mem_estimate *e, mx_kv_dtype kv,
     printf("            %s (%s family), %d layers, hidden %d, heads %d/%d kv, head_dim %d, vocab %d\n",
            s->model_type, spec_family_name(s->family), s->n_layers, s->hidden_size, s->n_heads,
            s->n_kv_heads, s->head_dim, s->vocab_size);
-    if (s->n_experts)
-        printf("            MoE: %d experts, %d per token\n", s->n_experts, s->n_experts_per_tok);
+    if (s->n_experts) {
+        int n_moe = 0;
+        for (int l = 0; l < s->n_layers; l++) n_moe += !s->layer_dense_mlp[l];
+        printf("            MoE: %d experts, %d per token, %d of %d layers", s->n_experts,
+               s->n_experts_per_tok, n_moe, s->n_layers);
+        if (s->moe_routing == MOE_ROUTE_SIGMOID_IN)
+            printf(" (sigmoid-scaled input, shared expert of %d)", s->shared_expert_size);
+        printf("\n");
+    }
+    if (s->family == FAM_LLAMA4) {
+        int n_nope = 0, n_chunked = 0;
+        for (int l = 0; l < s->n_layers; l++)
+            n_nope += s->layer_nope[l], n_chunked += s->attn_chunk > 0 && s->layer_chunked[l];
+        printf("            attention: %d NoPE layers%s, %d chunked layers of %d tokens%s\n", n_nope,
+               s->attn_temp_tuning ? " (temperature tuned)" : "", n_chunked, s->attn_chunk,
+               s->qk_l2_norm ? ", q/k norm after RoPE" : "");
+    }
     if (s->quant.bits)
         printf("weights     %s, MLX affine %d-bit group %d (%d per-module overrides), %d file(s)\n",
                mx_dtype_name(s->dtype), s->quant.bits, s->quant.group_size, s->n_quant_overrides,
@@ -178,6 +194,15 @@ static void print_json(const ckpt *c, const mx_mem_estimate *e, mx_kv_dtype kv, 
     json_object_set_new(o, "sliding_window", json_integer(s->sliding_window));
     json_object_set_new(o, "n_sliding_layers", json_integer(e->n_sliding_layers));
     json_object_set_new(o, "n_layers", json_integer(s->n_layers));
+    if (s->family == FAM_LLAMA4) {
+        int n_nope = 0, n_chunked = 0;
+        for (int l = 0; l < s->n_layers; l++)
+            n_nope += s->layer_nope[l], n_chunked += s->attn_chunk > 0 && s->layer_chunked[l];
+        json_object_set_new(o, "n_nope_layers", json_integer(n_nope));
+        json_object_set_new(o, "attention_chunk_size", json_integer(s->attn_chunk));
+        json_object_set_new(o, "n_chunked_layers", json_integer(n_chunked));
+        json_object_set_new(o, "shared_expert_size", json_integer(s->shared_expert_size));
+    }
     json_object_set_new(o, "activation_bytes", json_integer((json_int_t)e->activation_bytes));
     json_object_set_new(o, "headroom_bytes", json_integer((json_int_t)e->headroom_bytes));
     json_object_set_new(o, "total_bytes", json_integer((json_int_t)e->total_bytes));

@@ -5,7 +5,8 @@
  * embedding lives ("model.", "language_model.model.", "model.language_model."), so wrapped
  * multimodal checkpoints validate too. MoE experts are accepted in the three layouts found in
  * the wild: one tensor per expert (transformers 4.x), stacked [E, out, in] (MLX switch_mlp),
- * fused gate_up [E, 2*inter, hidden] (transformers 5.x). This is a validation pass for inspect
+ * fused gate_up [E, 2*inter, hidden] (transformers 5.x); llama4's own names and layouts in
+ * check_experts_l4. This is a validation pass for inspect
  * and loaders; it does not decide how the engine binds weights. */
 #include <stdio.h>
 #include <string.h>
@@ -79,6 +80,43 @@ static int check_experts(chk *k, int i, const model_spec *s) {
     return 0;
 }
 
+/* Llama 4: feed_forward.router, experts stacked by mlx_lm (feed_forward.experts.* or
+ * switch_mlp.* [E, out, in]) or transformers' fused [in, out] pair (gate_up_proj [E, H, 2I],
+ * down_proj [E, I, H]), and the shared expert. */
+static int check_experts_l4(chk *k, int i, const model_spec *s) {
+    char n[256];
+    const int64_t E = s->n_experts, H = s->hidden_size, I = s->moe_intermediate_size;
+    snprintf(n, sizeof n, "layers.%d.feed_forward.router.weight", i);
+    if (expect(k, n, 2, E, H, 0)) return -1;
+    static const char *k_mods[2] = {"experts", "switch_mlp"};
+    static const char *k_proj[3] = {"gate_proj", "up_proj", "down_proj"};
+    bool found = false;
+    for (int m = 0; m < 2 && !found; m++) {
+        snprintf(n, sizeof n, "layers.%d.feed_forward.%s.gate_proj.weight", i, k_mods[m]);
+        if (!present(k, n)) continue;
+        found = true;
+        for (int p = 0; p < 3; p++) {
+            snprintf(n, sizeof n, "layers.%d.feed_forward.%s.%s.weight", i, k_mods[m], k_proj[p]);
+            if (p < 2 ? expect(k, n, 3, E, I, H) : expect(k, n, 3, E, H, I)) return -1;
+        }
+    }
+    if (!found) {
+        /* [in, out] as transformers writes them, or already [out, in] (then both are) */
+        char full[512];
+        snprintf(n, sizeof n, "layers.%d.feed_forward.experts.gate_up_proj", i);
+        snprintf(full, sizeof full, "%s%s", k->pfx, n);
+        const st_tensor *gu = ckpt_find(k->c, full);
+        const bool out_in = gu && gu->ndim == 3 && gu->shape[1] == 2 * I && gu->shape[2] == H &&
+                            H != 2 * I;
+        if (out_in ? expect(k, n, 3, E, 2 * I, H) : expect(k, n, 3, E, H, 2 * I)) return -1;
+        snprintf(n, sizeof n, "layers.%d.feed_forward.experts.down_proj", i);
+        if (out_in ? expect(k, n, 3, E, H, I) : expect(k, n, 3, E, I, H)) return -1;
+    }
+    return s->shared_expert_size > 0
+               ? check_mlp(k, i, "feed_forward.shared_expert", H, s->shared_expert_size)
+               : 0;
+}
+
 static int check_layer(chk *k, int i, const model_spec *s) {
     char n[256];
     int64_t H = s->hidden_size, D = s->head_dim, QD = (int64_t)s->n_heads * D,
@@ -106,8 +144,10 @@ static int check_layer(chk *k, int i, const model_spec *s) {
         snprintf(n, sizeof n, "layers.%d.%s.weight", i, k_norms[p]);
         if (expect(k, n, 1, H, 0, 0)) return -1;
     }
-    if (s->n_experts && !s->layer_dense_mlp[i]) return check_experts(k, i, s);
-    return check_mlp(k, i, "mlp", H, s->intermediate_size);
+    const bool l4 = s->family == FAM_LLAMA4;
+    if (s->n_experts && !s->layer_dense_mlp[i])
+        return l4 ? check_experts_l4(k, i, s) : check_experts(k, i, s);
+    return check_mlp(k, i, l4 ? "feed_forward" : "mlp", H, s->intermediate_size);
 }
 
 int ckpt_validate(const ckpt *c, mx_error *err) {

@@ -57,13 +57,14 @@ kv_storage kv_storage_resolve(kv_storage requested, const model_spec *spec, char
         snprintf(reason, reason_len, "requested with --decode-storage-backend");
         return requested;
     }
-    static const char *qualified[] = {"llama", "qwen3", "gemma3_text", "gemma3"};
+    static const char *qualified[] = {"llama", "qwen3", "gemma3_text", "gemma3", "llama4_text",
+                                      "llama4"};
     for (size_t i = 0; i < sizeof qualified / sizeof qualified[0]; i++)
         if (!strcmp(spec->model_type, qualified[i])) {
             snprintf(reason, reason_len, "auto: %s is a qualified family", spec->model_type);
             return KV_STORAGE_PAGED;
         }
-    snprintf(reason, reason_len, "auto: %s is not a qualified family (llama, qwen3, gemma3_text)",
+    snprintf(reason, reason_len, "auto: %s is not a qualified family (llama, qwen3, gemma3_text, llama4)",
              spec->model_type);
     return KV_STORAGE_DENSE;
 }

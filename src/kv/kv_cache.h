@@ -33,7 +33,7 @@ typedef enum { KV_STORAGE_AUTO = 0, KV_STORAGE_DENSE, KV_STORAGE_PAGED } kv_stor
 const char *kv_storage_name(kv_storage s);
 /* "auto" | "dense" | "paged" -> 0, else -1. */
 int kv_storage_parse(const char *s, kv_storage *out);
-/* Resolves auto for a model: paged for the qualified families (llama, qwen3, gemma3 text),
+/* Resolves auto for a model: paged for the qualified families (llama, qwen3, gemma3 text, llama4),
  * dense elsewhere. `reason` receives e.g. "auto: llama is a qualified family". */
 kv_storage kv_storage_resolve(kv_storage requested, const model_spec *spec, char *reason,
                               size_t reason_len);

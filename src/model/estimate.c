@@ -86,7 +86,9 @@ void estimate_memory_kv(const model_spec *s, uint64_t params, uint64_t weights_b
     /* ==== Activations ==== */
     /* One step of `batch` sequences each prefilling a chunk of min(ctx, 512) tokens, fp32
      * working buffers per token: residual, normed input and attention output (3 x hidden),
-     * q/k/v (q_dim + 2 kv_dim), gate and up (2 x ffn width), router logits (n_experts).
+     * q/k/v (q_dim + 2 kv_dim), gate and up (2 x ffn width), router logits (n_experts);
+     * a shared expert (llama4) adds its width to the MoE's and one hidden row for its output.
+     * Chunked attention (llama4) keeps every key in the cache: no KV saving, unlike windows.
      * Attention is fused (no [tokens x ctx] score matrix). Plus fp32 logits for one row per
      * sequence. */
     uint64_t ffn = 0;
@@ -94,12 +96,13 @@ void estimate_memory_kv(const model_spec *s, uint64_t params, uint64_t weights_b
     for (int i = 0; i < s->n_layers && !any_dense; i++) any_dense = s->layer_dense_mlp[i];
     if (any_dense) ffn = (uint64_t)s->intermediate_size;
     if (s->n_experts) {
-        uint64_t moe = (uint64_t)s->n_experts_per_tok * (uint64_t)s->moe_intermediate_size;
+        uint64_t moe = (uint64_t)s->n_experts_per_tok * (uint64_t)s->moe_intermediate_size +
+                       (uint64_t)s->shared_expert_size;
         if (moe > ffn) ffn = moe;
     }
     uint64_t chunk = (uint64_t)(ctx < ESTIMATE_PREFILL_CHUNK ? ctx : ESTIMATE_PREFILL_CHUNK);
     uint64_t tokens = chunk * (uint64_t)batch;
-    uint64_t per_tok = 4ull * (3ull * (uint64_t)s->hidden_size +
+    uint64_t per_tok = 4ull * ((s->shared_expert_size > 0 ? 4ull : 3ull) * (uint64_t)s->hidden_size +
                                (uint64_t)s->n_heads * (uint64_t)s->head_dim +
                                2ull * (uint64_t)s->n_kv_heads * (uint64_t)s->head_dim + 2ull * ffn +
                                (uint64_t)s->n_experts);

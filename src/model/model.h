@@ -35,6 +35,7 @@ typedef struct model_layer {
      * [E] x gate [Ie, H], up [Ie, H], down [H, Ie] */
     mx_tensor *exp_gate, *exp_up, *exp_down;
     mx_qweight *exp_qgate, *exp_qup, *exp_qdown;
+    model_weight sh_gate, sh_up, sh_down; /* llama4 shared expert [Is, H] [Is, H] [H, Is] */
     bool moe;
 } model_layer;
 

@@ -9,6 +9,8 @@
 
 #include "model/model_internal.h"
 
+_Static_assert((int)MOE_ROUTE_SIGMOID_IN == MX_MOE_ROUTE_SIGMOID_IN, "routing values match");
+
 /* ==== Scratch ==== */
 static int grow(model *m, float **p, size_t n, mx_error *err) {
     if (*p) m->be->free(*p);
@@ -24,6 +26,7 @@ int model_ensure_scratch(model *m, int rows, int n_out, mx_error *err) {
         const size_t KD = (size_t)m->hkv * s->head_dim;
         size_t I = (size_t)m->ffn;
         if ((size_t)s->moe_intermediate_size > I) I = (size_t)s->moe_intermediate_size;
+        if ((size_t)s->shared_expert_size > I) I = (size_t)s->shared_expert_size;
         const size_t E = s->n_experts > 0 ? (size_t)s->n_experts : 1, r = (size_t)rows;
         if (grow(m, &m->x, r * H, err) || grow(m, &m->h, r * H, err) || grow(m, &m->q, r * QD, err) ||
             grow(m, &m->k, r * KD, err) || grow(m, &m->v, r * KD, err) ||
@@ -32,6 +35,8 @@ int model_ensure_scratch(model *m, int rows, int n_out, mx_error *err) {
             grow(m, &m->cs_glob, r * (size_t)m->rot_dim, err) ||
             grow(m, &m->cs_loc, r * (size_t)m->rot_dim, err))
             return -1;
+        if (s->shared_expert_size > 0 && grow(m, &m->o2, r * H, err)) return -1;
+        if (s->attn_temp_tuning && grow(m, &m->cs_temp, r * (size_t)m->rot_dim, err)) return -1;
         free(m->cs_host);
         free(m->inv_host);
         m->cs_host = malloc(r * (size_t)m->rot_dim * sizeof(float));
@@ -73,6 +78,23 @@ static void build_cos_sin(model *m, const mx_rope *r, const model_batch *b, floa
         rope_cos_sin(m->inv_host, rd, b->pos[i], af, m->cs_host + (size_t)i * rd);
     }
     mx_tensor t = mx_tensor_2d(dst, MX_F32, b->n_rows, rd, m->be->device);
+    m->be->copy_from_host(&t, m->cs_host);
+}
+
+/* Llama 4's NoPE layers: q *= log(floor((pos + 1) / floor_scale) + 1) * attn_scale + 1, as
+ * transformers computes it in fp32 (log1p of the floor). Applied through the rope op with
+ * (cos, sin) = (scale, 0): x * c - y * 0 is x * c exactly, so no new op is needed. */
+static void build_temp(model *m, const model_batch *b) {
+    const int rd = m->rot_dim;
+    const float fs = m->spec.attn_temp_floor, as = m->spec.attn_temp_scale;
+    for (int i = 0; i < b->n_rows; i++) {
+        const float sc = log1pf(floorf(((float)b->pos[i] + 1.0f) / fs)) * as + 1.0f;
+        for (int j = 0; j < rd / 2; j++) {
+            m->cs_host[(size_t)i * rd + 2 * j] = sc;
+            m->cs_host[(size_t)i * rd + 2 * j + 1] = 0.0f;
+        }
+    }
+    mx_tensor t = mx_tensor_2d(m->cs_temp, MX_F32, b->n_rows, rd, m->be->device);
     m->be->copy_from_host(&t, m->cs_host);
 }
 
@@ -188,6 +210,9 @@ static int forward(model *m, kv_cache *kv, const model_batch *b, float *logits, 
     const bool same_rope = ropes_equal(&s->rope, &s->rope_local);
     if (any_global || same_rope) build_cos_sin(m, &s->rope, b, m->cs_glob);
     if (any_sliding && !same_rope) build_cos_sin(m, &s->rope_local, b, m->cs_loc);
+    bool any_nope = false;
+    for (int l = 0; l < s->n_layers; l++) any_nope |= s->layer_nope[l];
+    if (any_nope && s->attn_temp_tuning) build_temp(m, b);
 
     /* A device backend uploads the step's host arrays once here, and for a pure decode step
      * may replay a captured graph of everything up to step_end instead of the op calls. */
@@ -216,15 +241,22 @@ static int forward(model *m, kv_cache *kv, const model_batch *b, float *logits, 
                 be->rms_norm(&k, &k, &L->k_norm, eps, off);
             }
             const float *cs = sliding && !same_rope ? m->cs_loc : m->cs_glob;
-            if (m->rot_dim > 0) {
+            const bool nope = s->layer_nope[l];
+            if (m->rot_dim > 0 && !nope) {
                 be->rope(&q, cs, m->rot_dim);
                 be->rope(&k, cs, m->rot_dim);
             }
+            if (s->qk_l2_norm && !nope) { /* llama4: weightless, after the rotation */
+                be->rms_norm(&q, &q, &m->ones, eps, 0.0f);
+                be->rms_norm(&k, &k, &m->ones, eps, 0.0f);
+            }
+            if (nope && s->attn_temp_tuning) be->rope(&q, m->cs_temp, m->rot_dim);
             mx_tensor kpool = kv_cache_k_rank(kv, l, m->tp_rank), vpool = kv_cache_v_rank(kv, l, m->tp_rank);
             be->kv_write(&kpool, &vpool, &k, &v, &ab);
             mx_attn_params ap = {.n_heads = Hq, .n_kv_heads = Hkv, .head_dim = D,
                                  .scale = s->attn_scale > 0 ? s->attn_scale : 1.0f / sqrtf((float)D),
-                                 .softcap = s->attn_softcap, .window = sliding ? s->sliding_window : 0};
+                                 .softcap = s->attn_softcap, .window = sliding ? s->sliding_window : 0,
+                                 .chunk = s->layer_chunked[l] ? s->attn_chunk : 0};
             be->attention(&att, &q, &kpool, &vpool, &ab, &ap);
             /* row-parallel: partial sums over this rank's heads; the bias once, on rank 0 */
             linear(be, &o, &att2, &L->wo, m->tp_rank == 0 ? &L->bo : NULL);
@@ -249,10 +281,23 @@ static int forward(model *m, kv_cache *kv, const model_batch *b, float *logits, 
                 /* this rank's experts only (all of them for one rank), then the ranks' sum */
                 mx_moe_params mp = {.n_experts = E, .top_k = s->n_experts_per_tok,
                                     .norm_topk = s->norm_topk_prob, .activation = (int)s->act,
+                                    .routing = (int)s->moe_routing,
                                     .e0 = m->e0, .en = m->en < E ? m->en : 0};
                 if (be->moe(&o, &h, &rl, &ex, &mp, err)) {
                     rc = mx_wrap(err, "layer %d", l);
                     break; /* step_end still runs: a device backend may be capturing */
+                }
+                if (s->shared_expert_size > 0) { /* llama4: + the dense shared expert of h */
+                    const int Is = s->shared_expert_size;
+                    mx_tensor g = mx_tensor_2d(m->g, MX_F32, n, Is, dev);
+                    mx_tensor u = mx_tensor_2d(m->u, MX_F32, n, Is, dev);
+                    mx_tensor o2 = mx_tensor_2d(m->o2, MX_F32, n, H, dev); /* [n, H] */
+                    linear_n(be, &h, 2, (mx_tensor *const[]){&g, &u},
+                             (const model_weight *const[]){&L->sh_gate, &L->sh_up},
+                             (const mx_tensor *const[]){NULL, NULL});
+                    be->glu(&g, &g, &u, (int)s->act);
+                    linear(be, &o2, &g, &L->sh_down, NULL);
+                    be->add(&o, &o2);
                 }
                 if ((rc = tp_reduce(m, &o, err))) break;
             } else {

@@ -48,12 +48,35 @@ struct model {
     float *rl;       /* [rows, E] router logits */
     float *cs_glob;  /* [rows, rot_dim] cos/sin for full-attention layers */
     float *cs_loc;   /* [rows, rot_dim] cos/sin for sliding layers */
+    float *o2;       /* [rows, H] llama4: the shared expert's output */
+    float *cs_temp;  /* [rows, rot_dim] llama4 NoPE layers: (cos, sin) = (q scale, 0) */
     float *xo;       /* [n_out, H] gathered rows for the head */
     float *lo;       /* [n_out, V] logits on the device */
+    mx_tensor ones;  /* [head_dim] weight of the weightless q/k norm (llama4) */
+    void **host_owned; /* host copies of permuted / transposed weights (model_llama4.c) */
+    int n_host_owned, cap_host_owned;
     /* ---- host scratch ---- */
     float *cs_host;  /* [rows, rot_dim] */
     float *inv_host; /* [rot_dim / 2] */
 };
+
+/* model_llama4.c: host memory freed with the model (NULL on out of memory). */
+void *model_own(model *m, size_t nbytes);
+/* The weight source of a llama4 model: wraps the checkpoint's, returning q_proj / k_proj rows
+ * (weight, MLX scales / biases, bias) permuted per head, even dims then odd, so that the
+ * half-split rope computes the interleaved one (copies owned by m; oom set on failure). */
+typedef struct l4_src {
+    model_weight_fn fn;
+    void *ctx;
+    model *m;
+    int oom;
+} l4_src;
+mx_tensor l4_weight(void *ctx, const char *name);
+/* Rows of D-row heads permuted as l4_weight does: dst row h*D + j = src row h*D + 2j for
+ * j < D/2, h*D + 2(j - D/2) + 1 otherwise. */
+void l4_permute_rows(void *dst, const void *src, int64_t rows, size_t row_bytes, int D);
+/* [E, A, B] -> [E, B, A] host copy owned by m (data NULL on out of memory). */
+mx_tensor l4_transpose_experts(model *m, const mx_tensor *t);
 
 /* model_load.c: one rank's model (rank 0 of 1 = the plain model). */
 int model_bind_rank(model **out, const model_spec *spec, model_weight_fn fn, void *ctx,

@@ -229,7 +229,7 @@ static int experts_alloc(binder *b, model_layer *L, int E) {
 /* Under tensor parallelism the rank binds only its experts [m->e0, m->e0 + m->en): the
  * stacked / fused tensors arrive sliced to those (model_tp.c), per-expert tensors of other
  * ranks are never asked for, and the other entries of the expert arrays stay absent. */
-static int bind_stacked(binder *b, model_layer *L, int li, const char *blk) {
+static int bind_stacked(binder *b, model_layer *L, int li, const char *mod) {
     const model_spec *s = &b->m->spec;
     const int64_t E = b->m->en, e0 = b->m->e0, H = s->hidden_size, I = s->moe_intermediate_size;
     static const char *k_proj[3] = {"gate_proj", "up_proj", "down_proj"};
@@ -237,7 +237,7 @@ static int bind_stacked(binder *b, model_layer *L, int li, const char *blk) {
     mx_qweight *qv[3] = {L->exp_qgate, L->exp_qup, L->exp_qdown};
     for (int p = 0; p < 3; p++) {
         char full[400];
-        snprintf(full, sizeof full, "%slayers.%d.%s.switch_mlp.%s.weight", b->prefix, li, blk, k_proj[p]);
+        snprintf(full, sizeof full, "%slayers.%d.%s.%s.weight", b->prefix, li, mod, k_proj[p]);
         mx_tensor t = b->fn(b->ctx, full);
         if (!t.data) return mx_fail(b->err, "tensor %s: missing from the checkpoint", full);
         const int64_t shape[3] = {E, p < 2 ? I : H, p < 2 ? H : I};
@@ -259,10 +259,10 @@ static int bind_stacked(binder *b, model_layer *L, int li, const char *blk) {
     return 0;
 }
 
-static int bind_fused(binder *b, model_layer *L, int li, const mx_tensor *gu) {
+/* gu [E, 2I, H] (gate rows first) and dn [E, H, I]. */
+static int bind_fused(binder *b, model_layer *L, int li, const mx_tensor *gu, mx_tensor dn) {
     const model_spec *s = &b->m->spec;
     const int E = b->m->en, e0 = b->m->e0, H = s->hidden_size, I = s->moe_intermediate_size;
-    mx_tensor dn = find(b, "layers.%d.mlp.experts.down_proj", li, -1);
     if (gu->ndim != 3 || gu->shape[0] != E || gu->shape[1] != 2 * I || gu->shape[2] != H || !dn.data ||
         dn.ndim != 3 || dn.shape[0] != E || dn.shape[1] != H || dn.shape[2] != I ||
         (gu->dtype != MX_BF16 && gu->dtype != MX_F16 && gu->dtype != MX_F32) || dn.dtype != gu->dtype)
@@ -330,16 +330,64 @@ static int bind_experts(binder *b, model_layer *L, int li) {
     const uint64_t before = b->m->weight_bytes;
     int rc;
     if (find(b, rel, li, -1).data) {
-        rc = bind_stacked(b, L, li, blks[ri]);
+        char mod[64];
+        snprintf(mod, sizeof mod, "%s.switch_mlp", blks[ri]);
+        rc = bind_stacked(b, L, li, mod);
     } else {
         mx_tensor gu = find(b, "layers.%d.mlp.experts.gate_up_proj", li, -1);
-        rc = gu.data ? bind_fused(b, L, li, &gu)
+        rc = gu.data ? bind_fused(b, L, li, &gu, find(b, "layers.%d.mlp.experts.down_proj", li, -1))
                      : bind_per_expert(b, L, li,
                                        find(b, "layers.%d.block_sparse_moe.experts.%d.w1.weight",
                                             li, 0).data != NULL);
     }
     b->m->expert_bytes += b->m->weight_bytes - before;
     return rc;
+}
+
+/* Llama 4: router `feed_forward.router`, experts stacked [E, out, in] by mlx_lm
+ * (`feed_forward.experts.{gate,up,down}_proj.weight`, also as `switch_mlp`; dense or quantized)
+ * or transformers' fused [in, out] pair (`feed_forward.experts.gate_up_proj` [E, H, 2I],
+ * `down_proj` [E, I, H]: transposed into host copies), and the shared expert. */
+static int bind_experts_l4(binder *b, model_layer *L, int li) {
+    model *m = b->m;
+    const model_spec *s = &m->spec;
+    const int E = s->n_experts, H = s->hidden_size, I = s->moe_intermediate_size;
+    const int Is = s->shared_expert_size;
+    if (experts_alloc(b, L, E) ||
+        bind_lin(b, &L->router, true, E, H, "layers.%d.feed_forward.router.weight", li, -1, false))
+        return -1;
+    const uint64_t before = m->weight_bytes;
+    int rc;
+    if (find(b, "layers.%d.feed_forward.experts.gate_proj.weight", li, -1).data) {
+        rc = bind_stacked(b, L, li, "feed_forward.experts");
+    } else if (find(b, "layers.%d.feed_forward.switch_mlp.gate_proj.weight", li, -1).data) {
+        rc = bind_stacked(b, L, li, "feed_forward.switch_mlp");
+    } else {
+        mx_tensor gu = find(b, "layers.%d.feed_forward.experts.gate_up_proj", li, -1);
+        mx_tensor dn = find(b, "layers.%d.feed_forward.experts.down_proj", li, -1);
+        if (!gu.data || !dn.data || gu.ndim != 3 || dn.ndim != 3)
+            return mx_fail(b->err, "layer %d: no llama4 experts (%slayers.%d.feed_forward.experts."
+                           "gate_up_proj [E, H, 2I] + down_proj [E, I, H], or experts.{gate,up,"
+                           "down}_proj.weight [E, out, in])", li, b->prefix, li);
+        /* transformers' own layout is [in, out]; a gate_up already [out, in] is taken as is
+         * and so is its down_proj (H == I cannot tell down's orientation by shape: it follows
+         * gate_up's, which differs unless H == 2I, where transformers' layout is assumed) */
+        const bool in_out = gu.shape[1] == H && gu.shape[2] == 2 * I;
+        if (in_out) gu = l4_transpose_experts(m, &gu);
+        if (in_out && gu.data && dn.shape[1] == I && dn.shape[2] == H) dn = l4_transpose_experts(m, &dn);
+        if (!gu.data || !dn.data) return mx_fail(b->err, "out of memory transposing the experts");
+        rc = bind_fused(b, L, li, &gu, dn);
+    }
+    m->expert_bytes += m->weight_bytes - before;
+    if (rc || !Is) return rc ? -1 : 0;
+    return bind_lin(b, &L->sh_gate, true, Is, H, "layers.%d.feed_forward.shared_expert.gate_proj.weight",
+                    li, -1, false) ||
+                   bind_lin(b, &L->sh_up, true, Is, H,
+                            "layers.%d.feed_forward.shared_expert.up_proj.weight", li, -1, false) ||
+                   bind_lin(b, &L->sh_down, true, H, Is,
+                            "layers.%d.feed_forward.shared_expert.down_proj.weight", li, -1, false)
+               ? -1
+               : 0;
 }
 
 /* ==== Layers ==== */
@@ -368,11 +416,16 @@ static int bind_layer(binder *b, int li) {
         return -1;
     }
     L->moe = s->n_experts > 0 && !s->layer_dense_mlp[li];
-    if (L->moe) return bind_experts(b, L, li);
+    if (L->moe) return s->family == FAM_LLAMA4 ? bind_experts_l4(b, L, li) : bind_experts(b, L, li);
     const int I = m->ffn;
-    return bind_lin(b, &L->w_gate, true, I, H, "layers.%d.mlp.gate_proj.weight", li, -1, false) ||
-                   bind_lin(b, &L->w_up, true, I, H, "layers.%d.mlp.up_proj.weight", li, -1, false) ||
-                   bind_lin(b, &L->w_down, true, H, I, "layers.%d.mlp.down_proj.weight", li, -1, false)
+    const char *ff = s->family == FAM_LLAMA4 ? "feed_forward" : "mlp";
+    char fg[96], fu[96], fd[96];
+    snprintf(fg, sizeof fg, "layers.%%d.%s.gate_proj.weight", ff);
+    snprintf(fu, sizeof fu, "layers.%%d.%s.up_proj.weight", ff);
+    snprintf(fd, sizeof fd, "layers.%%d.%s.down_proj.weight", ff);
+    return bind_lin(b, &L->w_gate, true, I, H, fg, li, -1, false) ||
+                   bind_lin(b, &L->w_up, true, I, H, fu, li, -1, false) ||
+                   bind_lin(b, &L->w_down, true, H, I, fd, li, -1, false)
                ? -1
                : 0;
 }
@@ -413,6 +466,22 @@ int model_bind_rank(model **out, const model_spec *spec, model_weight_fn fn, voi
         free(m);
         return mx_fail(err, "out of memory");
     }
+    /* llama4: q/k rows come permuted for the half-split rope (model_llama4.c) */
+    l4_src l4 = {.fn = fn, .ctx = ctx, .m = m};
+    if (s->rope_interleaved) {
+        fn = l4_weight;
+        ctx = &l4;
+    }
+    if (s->qk_l2_norm) { /* the weightless norm: RMSNorm with a weight of ones */
+        float *one = model_own(m, (size_t)s->head_dim * sizeof(float));
+        if (!one) {
+            mx_fail(err, "out of memory");
+            goto fail;
+        }
+        for (int i = 0; i < s->head_dim; i++) one[i] = 1.0f;
+        const mx_tensor host = mx_tensor_1d(one, MX_F32, s->head_dim, MX_DEV_CPU);
+        if (be->upload(&m->ones, &host, err)) goto fail;
+    }
     binder b = {.m = m, .fn = fn, .ctx = ctx, .err = err, .prefix = "model."};
     static const char *prefixes[] = {"model.", "model.language_model.", "language_model.model.", ""};
     for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++) {
@@ -425,6 +494,10 @@ int model_bind_rank(model **out, const model_spec *spec, model_weight_fn fn, voi
     if (bind(&b, &m->out_norm, true, H, 0, "norm.weight", -1, -1)) goto fail;
     for (int l = 0; l < s->n_layers; l++)
         if (bind_layer(&b, l)) goto fail;
+    if (l4.oom) { /* a failed copy shows up as a missing tensor: name the real cause */
+        mx_fail(err, "out of memory permuting the q/k projections");
+        goto fail;
+    }
     /* lm_head sits outside the decoder prefix */
     {
         const char *head_prefix = !strcmp(b.prefix, "language_model.model.") ? "language_model."
@@ -478,12 +551,15 @@ void model_free(model *m) {
     free(m->layers);
     const backend_ops *be = m->be;
     float *bufs[] = {m->x, m->h, m->q, m->k, m->v, m->att, m->o, m->g, m->u, m->rl,
-                     m->cs_glob, m->cs_loc, m->xo, m->lo, m->lol != m->lo ? m->lol : NULL};
+                     m->cs_glob, m->cs_loc, m->o2, m->cs_temp, m->xo, m->lo, m->lol != m->lo ? m->lol : NULL};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->free(bufs[i]);
     free(m->cs_host);
     free(m->inv_host);
     if (m->ck && m->ck_free) m->ck_free(m->ck);
+    /* after the checkpoint: a backend may have kept views of these host copies until now */
+    for (int i = 0; i < m->n_host_owned; i++) free(m->host_owned[i]);
+    free(m->host_owned);
     free(m);
 }
 

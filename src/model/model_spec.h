@@ -22,10 +22,19 @@ typedef enum {
     FAM_GEMMA3,     /* gemma3, gemma3_text */
     FAM_MIXTRAL,    /* top-k softmax routing */
     FAM_QWEN3_MOE,  /* norm_topk_prob */
+    FAM_LLAMA4,     /* llama4_text, llama4: sigmoid-scaled MoE + shared expert, NoPE layers,
+                       chunked attention, interleaved RoPE, parameterless q/k norm */
     FAM_COUNT
 } mx_family;
 
 typedef enum { ACT_SILU = 0, ACT_GELU_TANH, ACT_GELU } mx_activation;
+
+/* MoE routing (mx_moe_params.routing). */
+typedef enum {
+    MOE_ROUTE_SOFTMAX = 0, /* softmax over all experts, top-k, weights scale expert outputs */
+    MOE_ROUTE_SIGMOID_IN,  /* llama4: top-k of the logits, sigmoid(logit) scales the expert's
+                              input (down(act(gate(s x)) * up(s x))), outputs summed */
+} mx_moe_routing;
 
 typedef enum {
     ROPE_DEFAULT = 0, /* plain theta^(-2i/d) */
@@ -97,6 +106,20 @@ typedef struct model_spec {
     int moe_intermediate_size;
     bool norm_topk_prob;     /* qwen3_moe: renormalise top-k weights; mixtral: always */
     uint8_t layer_dense_mlp[MX_MAX_LAYERS]; /* MoE models: 1 = this layer has a dense MLP */
+    mx_moe_routing moe_routing;
+    int shared_expert_size;  /* llama4: width of the dense shared expert of MoE layers; 0 = none */
+
+    /* ---- llama4 attention ---- */
+    bool rope_interleaved;   /* RoPE on pairs (x[2i], x[2i+1]): q/k rows permuted at load so the
+                                half-split rope applies (q.k is invariant to a shared order) */
+    bool qk_l2_norm;         /* weightless RMS norm of q and k over head_dim AFTER RoPE, on
+                                RoPE layers only (use_qk_norm) */
+    uint8_t layer_nope[MX_MAX_LAYERS];    /* 1 = no RoPE on this layer */
+    uint8_t layer_chunked[MX_MAX_LAYERS]; /* 1 = chunked attention (when attn_chunk > 0) */
+    int attn_chunk;          /* attention_chunk_size: keys of the query's chunk only; 0 = none */
+    bool attn_temp_tuning;   /* NoPE layers: q *= log(floor((pos + 1) / floor) + 1) * scale + 1 */
+    float attn_temp_floor;   /* floor_scale */
+    float attn_temp_scale;   /* attn_scale */
 
     /* ---- embeddings ---- */
     bool tie_word_embeddings;

@@ -123,6 +123,11 @@ int model_tp_bind(const backend_ops *be, int rank, mx_error *err) {
 static int tp_check(const model_spec *s, const backend_ops *be, int n, bool group, mx_error *err) {
     if (n < 1 || n > 64) return mx_fail(err, "--tp-size %d: expected 1..64", n);
     if (n == 1 && !group) return 0;
+    /* the rank slicing knows neither feed_forward.* names, the shared expert, nor the q/k row
+     * permutation of the interleaved rope: refuse rather than run a wrong split */
+    if (s->family == FAM_LLAMA4)
+        return mx_fail(err, "--tp-size %d: model_type '%s' (llama4) is not supported with tensor "
+                       "parallelism yet; run it with --tp-size 1", n, s->model_type);
     if (be->device != MX_DEV_CPU) {
         const int have = be->device_count ? be->device_count() : 0;
         if (!be->bind_device)

@@ -40,16 +40,19 @@ static const type_defaults k_types[] = {
     {"gemma3", FAM_GEMMA3, 1e-6, 1000000.0, 131072, 4, 256, 4096, 2, 1, 0, true},
     {"mixtral", FAM_MIXTRAL, 1e-5, 1000000.0, 4096 * 32, 8, 0, 0, 1, 2, -1, false},
     {"qwen3_moe", FAM_QWEN3_MOE, 1e-6, 10000.0, 32768, 4, 0, 4096, -1, -1, -1, false},
+    {"llama4_text", FAM_LLAMA4, 1e-5, 500000.0, 131072, 8, 128, 0, 1, 2, -1, false},
+    {"llama4", FAM_LLAMA4, 1e-5, 500000.0, 131072, 8, 128, 0, 1, 2, -1, false},
 };
 #define N_TYPES (int)(sizeof k_types / sizeof k_types[0])
 
 const char *spec_supported_types(void) {
-    return "llama, mistral, qwen2, qwen3, gemma3, gemma3_text, mixtral, qwen3_moe";
+    return "llama, mistral, qwen2, qwen3, gemma3, gemma3_text, mixtral, qwen3_moe, llama4, "
+           "llama4_text";
 }
 
 const char *spec_family_name(mx_family f) {
     static const char *names[FAM_COUNT] = {"llama", "qwen2", "qwen3", "gemma3", "mixtral",
-                                           "qwen3_moe"};
+                                           "qwen3_moe", "llama4"};
     return (f >= 0 && f < FAM_COUNT) ? names[f] : "unknown";
 }
 
@@ -88,6 +91,10 @@ static int parse_sliding(const spec_cfg *c, model_spec *s, const type_defaults *
     }
     if (s->family == FAM_LLAMA && !strcmp(td->model_type, "llama")) sw = 0; /* no such field */
     memset(s->layer_sliding, 0, sizeof s->layer_sliding);
+    if (s->family == FAM_LLAMA4) { /* no sliding window; layer_types name chunked layers */
+        s->sliding_window = 0;
+        return 0;
+    }
 
     json_t *lt = cfg_get(c, "layer_types", &where);
     if (lt) { /* transformers 5.x: explicit per-layer attention type */
@@ -407,6 +414,7 @@ int spec_parse(model_spec *spec, const char *config_json, const char *generation
         spec_parse_rope(&c, spec, td->rope_theta) || parse_sliding(&c, spec, td) ||
         parse_moe(&c, spec) || parse_tokens(&c, spec, td) || spec_parse_quant(&c, spec))
         goto out;
+    if (spec->family == FAM_LLAMA4 && spec_parse_llama4(&c, spec)) goto out;
     if (cfg_bool(&c, "tie_word_embeddings", td->tie, &spec->tie_word_embeddings)) goto out;
 
     const char *dt = NULL, *dt_field = "dtype";

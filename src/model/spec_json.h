@@ -38,6 +38,8 @@ int obj_num(const spec_cfg *c, json_t *obj, const char *path, const char *key, b
 
 /* RoPE: 4.x rope_theta + rope_scaling, 5.x rope_parameters (possibly per layer type). */
 int spec_parse_rope(const spec_cfg *c, model_spec *s, double default_theta);
+/* Llama 4's own fields (spec_llama4.c), after shapes, rope and the generic MoE parse. */
+int spec_parse_llama4(const spec_cfg *c, model_spec *s);
 /* MLX quantization block ("quantization" or "quantization_config"). */
 int spec_parse_quant(const spec_cfg *c, model_spec *s);
 

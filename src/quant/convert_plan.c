@@ -262,6 +262,13 @@ static int plan_one(cv_plan *p, const ckpt *c, const st_tensor *t, const mlxq_co
 
 int cv_plan_build(cv_plan *p, const ckpt *c, const mlxq_convert_opts *opt, mx_error *err) {
     memset(p, 0, sizeof *p);
+    /* mlx_lm's llama4 sanitize transposes the fused [in, out] experts into
+     * feed_forward.experts.{gate,up,down}_proj [E, out, in] and drops the vision tower; the plan
+     * has no transposing part yet, so refuse instead of writing a checkpoint mlx_lm would not */
+    if (c->spec.family == FAM_LLAMA4)
+        return mx_fail(err, "%s: model_type '%s' (llama4): `mlxcel convert` does not support "
+                       "llama4 yet (its fused experts need a transpose); load the transformers "
+                       "checkpoint directly, or convert it with mlx_lm", c->dir, c->spec.model_type);
     for (int f = 0; f < c->n_files; f++)
         for (int i = 0; i < c->files[f].n_tensors; i++)
             if (plan_one(p, c, &c->files[f].tensors[i], opt, err)) return -1;

@@ -21,6 +21,7 @@ typedef struct acase {
     const int *q_from;    /* [n_seqs] first query position (len - 1: decode), NULL = decode */
     int window;
     float softcap;
+    int chunk;            /* llama4 chunked attention (0 = none) */
 } acase;
 
 typedef struct kvset {
@@ -82,7 +83,8 @@ static void run_gpu_queries(kvset *s, const acase *c, const mx_attn_batch *ab, c
     const int64_t sq[3] = {ab->n_rows, c->Hq, c->D};
     mx_tensor dq = gt_dev_f32(q, 3, sq), dout = gt_dev_poison(3, sq);
     mx_attn_params ap = {.n_heads = c->Hq, .n_kv_heads = c->Hkv, .head_dim = c->D,
-                         .scale = 1.0f / sqrtf((float)c->D), .softcap = c->softcap, .window = c->window};
+                         .scale = 1.0f / sqrtf((float)c->D), .softcap = c->softcap, .window = c->window,
+                         .chunk = c->chunk};
     attn_ctx ctx = {s, &dq, &dout, ab, &ap};
     const bool decode = !c->q_from;
     gpu_step(ab, c->n_seqs, decode, attn_fn, &ctx);
@@ -186,7 +188,8 @@ static void attn_case(const acase *c) {
     float *q = malloc(qn * 4), *ref = malloc(qn * 4), *out = malloc(qn * 4), *out2 = malloc(qn * 4);
     gt_fill(q, qn, 1.0f);
     mx_attn_params ap = {.n_heads = c->Hq, .n_kv_heads = Hkv, .head_dim = D,
-                         .scale = 1.0f / sqrtf((float)D), .softcap = c->softcap, .window = c->window};
+                         .scale = 1.0f / sqrtf((float)D), .softcap = c->softcap, .window = c->window,
+                         .chunk = c->chunk};
     mx_tensor hq = mx_tensor_3d(q, MX_F32, nq, c->Hq, D, MX_DEV_CPU);
     mx_tensor hout = mx_tensor_3d(ref, MX_F32, nq, c->Hq, D, MX_DEV_CPU);
     g_cpu->attention(&hout, &hq, &s.hk, &s.hv, &qb, &ap);
@@ -332,21 +335,27 @@ int gt_run_attn_tests(void) {
     static const int from3[3] = {650, 0, 100};
     static const int lens2[2] = {2048, 513};
     static const acase cases[] = {
-        {"decode paged D128 G4 (split-K)", 32, 8, 128, 16, false, 6, lens6, NULL, 0, 0},
-        {"decode paged D128 G8 window 100 softcap 30", 32, 4, 128, 16, false, 6, lens6, NULL, 100, 30},
-        {"decode paged D64 G4 block 32 (1B shape)", 32, 8, 64, 32, false, 2, lens2, NULL, 0, 0},
-        {"decode paged D128 G1", 8, 8, 128, 16, false, 3, lens3, NULL, 0, 0},
-        {"decode paged D128 G2 window 5", 16, 8, 128, 16, false, 6, lens6, NULL, 5, 0},
-        {"decode dense D128 G4 (slot 2048)", 32, 8, 128, 2048, true, 2, lens2, NULL, 0, 0},
-        {"decode paged D256 G2 (tiled fallback)", 8, 4, 256, 16, false, 3, lens3, NULL, 0, 50},
-        {"decode paged D128 G16 (tiled fallback)", 32, 2, 128, 16, false, 6, lens6, NULL, 0, 0},
-        {"prefill chunks paged D128 G4", 32, 8, 128, 16, false, 3, lens3, from3, 0, 0},
-        {"prefill chunks paged D128 G4 window 50", 32, 8, 128, 16, false, 3, lens3, from3, 50, 0},
-        {"prefill chunks dense D80 G2 softcap 20", 8, 4, 80, 1024, true, 3, lens3, from3, 0, 20},
-        {"prefill chunks paged D8 G2 block 4 (tiny)", 4, 2, 8, 4, false, 3, lens3, from3, 7, 0},
-        {"prefill chunks paged D64 G8 softcap 30", 64, 8, 64, 16, false, 3, lens3, from3, 0, 30},
-        {"prefill chunks paged D128 G16 window 300", 32, 2, 128, 32, false, 3, lens3, from3, 300, 0},
-        {"prefill chunks dense D128 G1", 8, 8, 128, 1024, true, 3, lens3, from3, 0, 0},
+        {"decode paged D128 G4 (split-K)", 32, 8, 128, 16, false, 6, lens6, NULL, 0, 0, 0},
+        {"decode paged D128 G8 window 100 softcap 30", 32, 4, 128, 16, false, 6, lens6, NULL, 100, 30, 0},
+        {"decode paged D64 G4 block 32 (1B shape)", 32, 8, 64, 32, false, 2, lens2, NULL, 0, 0, 0},
+        {"decode paged D128 G1", 8, 8, 128, 16, false, 3, lens3, NULL, 0, 0, 0},
+        {"decode paged D128 G2 window 5", 16, 8, 128, 16, false, 6, lens6, NULL, 5, 0, 0},
+        {"decode dense D128 G4 (slot 2048)", 32, 8, 128, 2048, true, 2, lens2, NULL, 0, 0, 0},
+        {"decode paged D256 G2 (tiled fallback)", 8, 4, 256, 16, false, 3, lens3, NULL, 0, 50, 0},
+        {"decode paged D128 G16 (tiled fallback)", 32, 2, 128, 16, false, 6, lens6, NULL, 0, 0, 0},
+        {"prefill chunks paged D128 G4", 32, 8, 128, 16, false, 3, lens3, from3, 0, 0, 0},
+        {"prefill chunks paged D128 G4 window 50", 32, 8, 128, 16, false, 3, lens3, from3, 50, 0, 0},
+        {"prefill chunks dense D80 G2 softcap 20", 8, 4, 80, 1024, true, 3, lens3, from3, 0, 20, 0},
+        {"prefill chunks paged D8 G2 block 4 (tiny)", 4, 2, 8, 4, false, 3, lens3, from3, 7, 0, 0},
+        {"prefill chunks paged D64 G8 softcap 30", 64, 8, 64, 16, false, 3, lens3, from3, 0, 30, 0},
+        {"prefill chunks paged D128 G16 window 300", 32, 2, 128, 32, false, 3, lens3, from3, 300, 0, 0},
+        {"prefill chunks dense D128 G1", 8, 8, 128, 1024, true, 3, lens3, from3, 0, 0, 0},
+        /* llama4 chunked layers: keys of the query's chunk only (decode bounds its walk by it) */
+        {"decode paged D128 G4 chunk 64", 32, 8, 128, 16, false, 6, lens6, NULL, 0, 0, 64},
+        {"decode paged D128 G8 chunk 100 window 30", 32, 4, 128, 16, false, 6, lens6, NULL, 30, 0, 100},
+        {"decode paged D256 G2 chunk 40 (tiled fallback)", 8, 4, 256, 16, false, 3, lens3, NULL, 0, 0, 40},
+        {"prefill chunks paged D128 G4 chunk 128 (flash)", 32, 8, 128, 16, false, 3, lens3, from3, 0, 0, 128},
+        {"prefill chunks dense D80 G2 chunk 24 (tiled)", 8, 4, 80, 1024, true, 3, lens3, from3, 0, 0, 24},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) attn_case(&cases[i]);
     /* split counts of every merge form: 2, odd, the largest cluster (16, non-portable), and
@@ -354,8 +363,8 @@ int gt_run_attn_tests(void) {
      * the longer ones the stage ring */
     static const int lens_short[3] = {20, 33, 64};
     static const acase short_cases[] = {
-        {"decode paged D128 G4 short", 32, 8, 128, 16, false, 3, lens_short, NULL, 0, 0},
-        {"decode paged D64 G8 short softcap 30", 32, 4, 64, 16, false, 3, lens_short, NULL, 0, 30},
+        {"decode paged D128 G4 short", 32, 8, 128, 16, false, 3, lens_short, NULL, 0, 0, 0},
+        {"decode paged D64 G8 short softcap 30", 32, 4, 64, 16, false, 3, lens_short, NULL, 0, 30, 0},
     };
     static const int forced[] = {2, 7, 16, 17};
     const int keep = g_cu.forced_splits;

@@ -353,7 +353,7 @@ static void test_norm_rope_elem(void) {
 }
 
 /* MoE: device routing + pair GEMVs (few rows) and the grouped path (many rows). */
-static void test_moe(int n, int E, int k, int H, int I) {
+static void test_moe(int n, int E, int k, int H, int I, int routing) {
     float *x = malloc((size_t)n * H * 4), *rl = malloc((size_t)n * E * 4), *ref = malloc((size_t)n * H * 4);
     gt_fill(x, (size_t)n * H, 1.0f);
     gt_fill(rl, (size_t)n * E, 2.0f);
@@ -375,7 +375,8 @@ static void test_moe(int n, int E, int k, int H, int I) {
         du[e] = gt_dev_weight(bu + (size_t)e * I * H, 2, s_gu);
         dd[e] = gt_dev_weight(bd + (size_t)e * H * I, 2, s_d);
     }
-    mx_moe_params p = {.n_experts = E, .top_k = k, .norm_topk = true, .activation = ACT_SILU};
+    mx_moe_params p = {.n_experts = E, .top_k = k, .norm_topk = true, .activation = ACT_SILU,
+                       .routing = routing};
     mx_moe_experts hex = {.gate = hg, .up = hu, .down = hd}, dex = {.gate = dg, .up = du, .down = dd};
     mx_tensor hx = mx_tensor_2d(x, MX_F32, n, H, MX_DEV_CPU), hr = mx_tensor_2d(rl, MX_F32, n, E, MX_DEV_CPU);
     mx_tensor ho = mx_tensor_2d(ref, MX_F32, n, H, MX_DEV_CPU);
@@ -383,8 +384,9 @@ static void test_moe(int n, int E, int k, int H, int I) {
     g_cpu->moe(&ho, &hx, &hr, &hex, &p, &err);
     mx_tensor dx = gt_dev_f32(x, 2, sx), dr = gt_dev_f32(rl, 2, sr), dout = gt_dev_poison(2, sx);
     char what[96];
-    snprintf(what, sizeof what, "moe %d rows, %d experts top %d, H %d I %d (%s)", n, E, k, H, I,
-             n <= CU_MOE_PAIR_MAX_ROWS ? "pairs" : "grouped");
+    snprintf(what, sizeof what, "moe %d rows, %d experts top %d, H %d I %d (%s%s)", n, E, k, H, I,
+             n <= CU_MOE_PAIR_MAX_ROWS ? "pairs" : "grouped",
+             routing == MX_MOE_ROUTE_SIGMOID_IN ? ", llama4 sigmoid-input routing" : "");
     if (g_gpu->moe(&dout, &dx, &dr, &dex, &p, &err)) {
         printf("FAIL %s: %s\n", what, err.msg);
         g_failures++, g_checks++;
@@ -755,9 +757,12 @@ int gt_run_op_tests(void) {
     cuda_set_gemv_persist(persist_prev);
     test_glu_matmul_fused(8, ACT_SILU);
     test_norm_rope_elem();
-    test_moe(1, 128, 8, 2048, 768);
-    test_moe(5, 16, 4, 256, 96);
-    test_moe(100, 16, 4, 256, 96);
+    test_moe(1, 128, 8, 2048, 768, MX_MOE_ROUTE_SOFTMAX);
+    test_moe(5, 16, 4, 256, 96, MX_MOE_ROUTE_SOFTMAX);
+    test_moe(100, 16, 4, 256, 96, MX_MOE_ROUTE_SOFTMAX);
+    test_moe(1, 16, 1, 256, 96, MX_MOE_ROUTE_SIGMOID_IN);
+    test_moe(5, 16, 2, 256, 96, MX_MOE_ROUTE_SIGMOID_IN);
+    test_moe(100, 16, 2, 256, 96, MX_MOE_ROUTE_SIGMOID_IN);
     return 0;
 }
 

@@ -964,7 +964,7 @@ static void test_embed_q(int V, int H, int bits, int group, mx_dtype sbt, float 
 }
 
 /* ==== Quantized MoE ==== */
-static void test_moe_q(int n, int E, int k, int H, int I, int bits, bool dense_down) {
+static void test_moe_q(int n, int E, int k, int H, int I, int bits, bool dense_down, int routing) {
     float *x = malloc((size_t)n * H * 4), *rl = malloc((size_t)n * E * 4), *ref = malloc((size_t)n * H * 4);
     gt_fill(x, (size_t)n * H, 1.0f);
     gt_fill(rl, (size_t)n * E, 2.0f);
@@ -989,7 +989,8 @@ static void test_moe_q(int n, int E, int k, int H, int I, int bits, bool dense_d
             hd[e] = qd[e].host, dd[e] = qd[e].dev;
         }
     }
-    mx_moe_params p = {.n_experts = E, .top_k = k, .norm_topk = true, .activation = ACT_SILU};
+    mx_moe_params p = {.n_experts = E, .top_k = k, .norm_topk = true, .activation = ACT_SILU,
+                       .routing = routing};
     mx_moe_experts hex = {.qgate = hg, .qup = hu}, dex = {.qgate = dg, .qup = du};
     if (dense_down) hex.down = hdd, dex.down = ddd;
     else hex.qdown = hd, dex.qdown = dd;
@@ -998,8 +999,9 @@ static void test_moe_q(int n, int E, int k, int H, int I, int bits, bool dense_d
     mx_error err;
     const int64_t sx[2] = {n, H}, sr[2] = {n, E};
     char what[160];
-    snprintf(what, sizeof what, "moe_q %d rows, %d experts top %d, H %d I %d %d-bit%s (%s)", n, E, k, H,
-             I, bits, dense_down ? " + dense down" : "", n <= CU_MOE_PAIR_MAX_ROWS ? "pairs" : "grouped");
+    snprintf(what, sizeof what, "moe_q %d rows, %d experts top %d, H %d I %d %d-bit%s (%s)%s", n, E, k,
+             H, I, bits, dense_down ? " + dense down" : "", n <= CU_MOE_PAIR_MAX_ROWS ? "pairs" : "grouped",
+             routing == MX_MOE_ROUTE_SIGMOID_IN ? " llama4 routing" : "");
     if (g_cpu->moe(&ho, &hx, &hr, &hex, &p, &err)) {
         printf("FAIL %s: CPU: %s\n", what, err.msg);
         g_failures++, g_checks++;
@@ -1169,11 +1171,14 @@ int gt_run_quant_tests(const char *src_dir) {
         test_embed_q(97, 256, bits[b], 64, sbts[b % 3], 1.0f, false);
         test_embed_q(50, 384, bits[b], 128, sbts[(b + 1) % 3], 2.5f, b % 2 == 0);
     }
-    test_moe_q(1, 8, 2, 256, 128, 4, false);
-    test_moe_q(5, 8, 2, 256, 128, 8, false);
-    test_moe_q(3, 8, 2, 256, 128, 4, true);
-    test_moe_q(100, 8, 2, 256, 128, 4, false);
-    test_moe_q(100, 8, 2, 256, 128, 4, true);
+    test_moe_q(1, 8, 2, 256, 128, 4, false, MX_MOE_ROUTE_SOFTMAX);
+    test_moe_q(5, 8, 2, 256, 128, 8, false, MX_MOE_ROUTE_SOFTMAX);
+    test_moe_q(3, 8, 2, 256, 128, 4, true, MX_MOE_ROUTE_SOFTMAX);
+    test_moe_q(100, 8, 2, 256, 128, 4, false, MX_MOE_ROUTE_SOFTMAX);
+    test_moe_q(100, 8, 2, 256, 128, 4, true, MX_MOE_ROUTE_SOFTMAX);
+    test_moe_q(1, 8, 1, 256, 128, 4, false, MX_MOE_ROUTE_SIGMOID_IN);
+    test_moe_q(3, 8, 2, 256, 128, 4, true, MX_MOE_ROUTE_SIGMOID_IN);
+    test_moe_q(100, 8, 2, 256, 128, 4, false, MX_MOE_ROUTE_SIGMOID_IN);
     /* end to end: the quantized parity fixtures, CUDA tokens vs CPU tokens */
     if (src_dir) {
         static const char *k_fix[] = {"llama_q4g32", "qwen2_q4g32", "qwen3_moe_q4g32",

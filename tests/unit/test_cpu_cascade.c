@@ -40,6 +40,7 @@ static void set_cascade(const char *mode, const char *floor) {
 typedef struct cfix {
     int Hq, Hkv, D, bs, window;
     float softcap;
+    int chunk;               /* llama4 chunked attention (0 = none) */
     int n, n_seq, stride, pool_rows;
     int32_t pos[256], seq[256];
     int32_t *table;          /* [n_seq, stride] */
@@ -94,7 +95,7 @@ static void fix_run(const cfix *f, int S, float *o) {
                        .table_stride = f->stride, .block_size = f->bs, .kv_splits = S};
     mx_attn_params p = {.n_heads = f->Hq, .n_kv_heads = f->Hkv, .head_dim = f->D,
                         .scale = 1.0f / sqrtf((float)f->D), .softcap = f->softcap,
-                        .window = f->window};
+                        .window = f->window, .chunk = f->chunk};
     mx_tensor tq = mx_tensor_3d(f->q, MX_F32, f->n, f->Hq, f->D, MX_DEV_CPU);
     mx_tensor tk = mx_tensor_3d(f->k, MX_F32, f->pool_rows, f->Hkv, f->D, MX_DEV_CPU);
     mx_tensor tv = mx_tensor_3d(f->v, MX_F32, f->pool_rows, f->Hkv, f->D, MX_DEV_CPU);
@@ -106,7 +107,8 @@ static void fix_run(const cfix *f, int S, float *o) {
 /* |out - softmax(q K^T) V| in double for row i (every q head). */
 static void check_reference(const cfix *f, int i, const float *o) {
     const int G = f->Hq / f->Hkv, pos = f->pos[i];
-    const int lo = f->window > 0 && pos - f->window + 1 > 0 ? pos - f->window + 1 : 0;
+    int lo = f->window > 0 && pos - f->window + 1 > 0 ? pos - f->window + 1 : 0;
+    if (f->chunk > 0 && pos - pos % f->chunk > lo) lo = pos - pos % f->chunk; /* its chunk */
     double *sc = malloc((size_t)(pos - lo + 1) * sizeof(double));
     for (int h = 0; h < f->Hq; h++) {
         const float *q = f->q + ((size_t)i * f->Hq + h) * f->D;
@@ -184,10 +186,14 @@ typedef struct geo {
     float softcap;
 } geo;
 
+/* llama4's attention chunk of the next fixtures (0 = none): set around the chunked cases */
+static int g_chunk;
+
 static cfix fix_new(geo g) {
     cfix f;
     memset(&f, 0, sizeof f);
     f.Hq = g.Hq, f.Hkv = g.Hkv, f.D = g.D, f.bs = g.bs, f.window = g.window, f.softcap = g.softcap;
+    f.chunk = g_chunk;
     return f;
 }
 
@@ -248,6 +254,14 @@ static void test_kernel_bits(void **st) {
     case_shared_prefix((geo){8, 1, 128, 16, 0, 20.0f}, 48);
     case_shared_prefix((geo){8, 2, 64, 16, 90, 0.0f}, 16);  /* window start inside the prefix */
     case_shared_prefix((geo){16, 2, 64, 32, 120, 25.0f}, 40);
+    /* llama4 chunked layers: the start jumps to the chunk's (inside and past the prefix) */
+    g_chunk = 96;
+    case_shared_prefix((geo){8, 2, 64, 16, 0, 0.0f}, 16);
+    g_chunk = 150;
+    case_shared_prefix((geo){8, 2, 64, 32, 0, 0.0f}, 40);
+    g_chunk = 64;
+    case_prefill_chunk((geo){8, 2, 64, 16, 0, 0.0f}, 16);
+    g_chunk = 0;
     case_long_prefix((geo){12, 4, 64, 16, 0, 0.0f});        /* CPU_ATTN_PIECE */
     case_long_prefix((geo){8, 8, 128, 32, 0, 0.0f});
 }

@@ -1,8 +1,11 @@
 /* Engine runs with each KV cache type (-ctk / -ctv), greedy:
  * - golden fixtures (tests/fixtures/models: heads of 16, transformers' fp32 greedy tokens and
  *   logits): f32 named explicitly is the default run bit for bit; f32, f16 and bf16 give
- *   transformers' greedy tokens on every case (36), first-position logits within 1e-4 / 2e-3 /
- *   2e-2 relative (reported per fixture); q8_0 / q4_0 are refused, naming head_dim 16;
+ *   transformers' greedy tokens on every case, first-position logits within 1e-4 / 2e-3 /
+ *   2e-2 relative (reported per fixture); for f16 / bf16 a case may instead diverge at a step
+ *   where transformers' own top-1/top-2 margin is below that bound relative to the logits (a
+ *   near tie the cache's rounding may flip: llama4_text_top2's margin of 1.1e-3 at step 29
+ *   flips under bf16), reported as a tie flip; q8_0 / q4_0 are refused, naming head_dim 16;
  * - the demo model (models/wordnet-chat-16m: heads of 64, 8 layers): greedy tokens of
  *   transformers' 7 samples (samples_transformers.json) with f32, f16, bf16 and q8_0 on all 7;
  *   q4_0 is reported (at least half of the steps before the first divergence asserted);
@@ -31,6 +34,7 @@ typedef struct gcase {
     int32_t prompt[EC_MAX_TOK], want[EC_MAX_TOK];
     int n_prompt, n_want;
     float *logits; /* [vocab] transformers' at the first generated position (NULL: none) */
+    float tie[EC_MAX_TOK]; /* (top1 - top2) / max |top| of each step, -1 when not recorded */
 } gcase;
 
 static int load_cases(const char *path, gcase *cs, int vocab, bool dynamic) {
@@ -54,6 +58,17 @@ static int load_cases(const char *path, gcase *cs, int vocab, bool dynamic) {
         for (int k = 0; k < g->n_prompt; k++) g->prompt[k] = (int32_t)json_integer_value(json_array_get(pr, k));
         for (int k = 0; k < g->n_want; k++) g->want[k] = (int32_t)json_integer_value(json_array_get(want, k));
         g->logits = NULL;
+        json_t *steps = json_object_get(c, "steps");
+        for (int k = 0; k < g->n_want; k++) {
+            json_t *sk = json_is_array(steps) ? json_array_get(steps, (size_t)k) : NULL;
+            g->tie[k] = -1.0f;
+            if (json_is_array(sk) && json_array_size(sk) == 4) {
+                const double a = json_number_value(json_array_get(sk, 1));
+                const double b = json_number_value(json_array_get(sk, 3));
+                const double mx = fabs(a) > fabs(b) ? fabs(a) : fabs(b);
+                g->tie[k] = mx > 0 ? (float)((a - b) / mx) : -1.0f;
+            }
+        }
         if (json_is_array(lg)) {
             assert_int_equal((int)json_array_size(lg), vocab);
             g->logits = malloc((size_t)vocab * sizeof(float));
@@ -66,12 +81,16 @@ static int load_cases(const char *path, gcase *cs, int vocab, bool dynamic) {
 
 /* What one cache type gave on one model's cases. */
 typedef struct tstat {
-    int equal;          /* cases whose tokens all equal the reference's */
+    int equal;          /* cases whose tokens all equal the reference's (or flip a near tie) */
+    int ties;           /* of them, cases that diverged at a near tie (tie_bound) */
     int steps, agree;   /* generated positions, and those before each case's first divergence */
     double rel, max_abs;/* first-position logits against the reference: worst rel L2, max |diff| */
 } tstat;
 
-static void run_type(model *m, const gcase *cs, int n, kv_type t, ec_collect *c, tstat *st) {
+/* tie_bound > 0: a divergence where the reference's relative top-1/top-2 margin is below it
+ * counts as equal (and as a tie flip). */
+static void run_type(model *m, const gcase *cs, int n, kv_type t, double tie_bound, ec_collect *c,
+                     tstat *st) {
     const int32_t *pr[MAX_CASES] = {0};
     int np[MAX_CASES] = {0}, nw[MAX_CASES] = {0};
     for (int i = 0; i < n; i++) pr[i] = cs[i].prompt, np[i] = cs[i].n_prompt, nw[i] = cs[i].n_want;
@@ -84,7 +103,10 @@ static void run_type(model *m, const gcase *cs, int n, kv_type t, ec_collect *c,
     for (int i = 0; i < n; i++) {
         int at = 0;
         while (at < c->n[i] && at < cs[i].n_want && c->toks[i][at] == cs[i].want[at]) at++;
-        st->equal += at == cs[i].n_want && c->n[i] == cs[i].n_want;
+        const bool all = at == cs[i].n_want && c->n[i] == cs[i].n_want;
+        const bool tie = !all && at < cs[i].n_want && cs[i].tie[at] >= 0 && cs[i].tie[at] < tie_bound;
+        st->equal += all || tie;
+        st->ties += tie;
         st->steps += cs[i].n_want;
         st->agree += at;
         if (!cs[i].logits || !c->first_logits[i]) continue;
@@ -131,8 +153,8 @@ static void test_golden_types(void **st) {
         /* f32 by name is the default cache, bit for bit */
         ec_collect c0, c1;
         tstat t0, t1;
-        run_type(m, cs, n, KV_TYPE_DEFAULT, &c0, &t0);
-        run_type(m, cs, n, KV_TYPE_F32, &c1, &t1);
+        run_type(m, cs, n, KV_TYPE_DEFAULT, 0, &c0, &t0);
+        run_type(m, cs, n, KV_TYPE_F32, 0, &c1, &t1);
         for (int i = 0; i < n; i++) {
             assert_int_equal(c0.n[i], c1.n[i]);
             assert_memory_equal(c0.toks[i], c1.toks[i], (size_t)c0.n[i] * 4);
@@ -144,15 +166,18 @@ static void test_golden_types(void **st) {
         for (int t = 0; t < 3; t++) {
             tstat r;
             ec_collect c;
-            run_type(m, cs, n, ts[t], &c, &r);
+            /* f32: test_golden's contract; f16 keeps 11 significant bits of K and V, bf16 8 */
+            const double bound = ts[t] == KV_TYPE_F32 ? 1e-4 : ts[t] == KV_TYPE_F16 ? 2e-3 : 2e-2;
+            run_type(m, cs, n, ts[t], ts[t] == KV_TYPE_F32 ? 0 : bound, &c, &r);
             ec_free(&c);
             fprintf(stderr, "%-18s %-5s %4d of %d %5d/%-5d %10.2e %10.2e\n", ent->d_name,
                     kv_type_name(ts[t]), r.equal, n, r.agree, r.steps, r.rel, r.max_abs);
             sum[t].equal += r.equal, sum[t].steps += r.steps, sum[t].agree += r.agree;
             sum[t].rel = r.rel > sum[t].rel ? r.rel : sum[t].rel;
             sum[t].max_abs = r.max_abs > sum[t].max_abs ? r.max_abs : sum[t].max_abs;
-            /* f32: test_golden's contract; f16 keeps 11 significant bits of K and V, bf16 8 */
-            const double bound = ts[t] == KV_TYPE_F32 ? 1e-4 : ts[t] == KV_TYPE_F16 ? 2e-3 : 2e-2;
+            if (r.ties)
+                fprintf(stderr, "  %s %s: %d case(s) diverge at a near tie of transformers' "
+                        "(relative margin < %.0e)\n", ent->d_name, kv_type_name(ts[t]), r.ties, bound);
             if (r.rel > bound) {
                 fprintf(stderr, "  %s %s: logits rel err %.3g > %.0e\n", ent->d_name, kv_type_name(ts[t]),
                         r.rel, bound);
@@ -239,7 +264,7 @@ static void test_demo_types(void **st) {
     for (int t = 0; t < NT; t++) {
         if (SANITIZED && ts[t] != KV_TYPE_F32 && ts[t] != KV_TYPE_Q8_0 && ts[t] != KV_TYPE_TURBO4)
             continue; /* under ASan each conversion path once (q4_0 / f16 / bf16 share theirs) */
-        run_type(m, cs, n, ts[t], &c[t], &r[t]);
+        run_type(m, cs, n, ts[t], 0, &c[t], &r[t]);
         int same_as_f32 = 0;
         for (int i = 0; i < n; i++)
             same_as_f32 += c[t].n[i] == c[0].n[i] && !memcmp(c[t].toks[i], c[0].toks[i], (size_t)c[0].n[i] * 4);

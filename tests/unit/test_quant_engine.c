@@ -150,6 +150,13 @@ static void test_golden_models(void **st) {
         snprintf(in, sizeof in, "%s/%s", dir, ent->d_name);
         snprintf(cfg, sizeof cfg, "%s/config.json", in);
         if (access(cfg, R_OK)) continue;
+        model_spec spec;
+        mx_error err;
+        if (spec_load(&spec, in, &err) == 0 && spec.family == FAM_LLAMA4) {
+            /* convert refuses llama4 (docs/llama4.md): its fused experts need a transpose */
+            fprintf(stderr, "note: %s: convert refuses llama4; not converted\n", ent->d_name);
+            continue;
+        }
         for (int c = 0; c < N_CFG; c += 3) roundtrip(in, ent->d_name, k_cfg[c][0], k_cfg[c][1], false);
         n++;
     }

@@ -238,10 +238,10 @@ static inline const float *row_q(const att_ctx *c, int i, int kvh) {
 /* Row i takes the cascade path. */
 static inline bool is_casc(const att_ctx *c, int i) { return c->cp && c->cp->casc_of[i] >= 0; }
 
-/* Row i's first key (window start) and its pieces [*first, *first + *n). */
+/* Row i's first key (window or chunk start) and its pieces [*first, *first + *n). */
 static int row_pieces(const att_ctx *c, int i, int *first, int *n) {
-    const int pos = c->b->pos[i], w = c->p->window;
-    const int start = w > 0 && pos - w + 1 > 0 ? pos - w + 1 : 0;
+    const int pos = c->b->pos[i];
+    const int start = mx_attn_first_key(pos, c->p->window, c->p->chunk);
     *first = start / c->P;
     *n = pos / c->P - *first + 1;
     return start;
@@ -537,7 +537,7 @@ static bool casc_setup(att_ctx *c, casc_plan *pl) {
     memset(pl, 0, sizeof *pl);
     const size_t pf = part_floats(c->G, c->D);
     c->c_slot = (int64_t)(pf + 15) / 16 * 16; /* whole 64-byte lines: tasks never share one */
-    const casc_geom g = {.P = c->P, .window = c->p->window, .Hkv = c->Hkv, .slot = c->c_slot,
+    const casc_geom g = {.P = c->P, .window = c->p->window, .chunk = c->p->chunk, .Hkv = c->Hkv, .slot = c->c_slot,
                          .splits = c->S, .mode = casc_mode_of(env->cascade_attention),
                          .min_shared = env->cascade_min_shared_keys, .ws_cap = ATT_WS_CAP,
                          .state_cap = ATT_WS_CAP / 4};

@@ -58,7 +58,7 @@ typedef struct row_span {
 static row_span span_of(const mx_attn_batch *b, const casc_geom *g, int i) {
     const int pos = b->pos[i], P = g->P;
     row_span s;
-    s.start = g->window > 0 && pos - g->window + 1 > 0 ? pos - g->window + 1 : 0;
+    s.start = mx_attn_first_key(pos, g->window, g->chunk); /* cut like the window's start */
     s.first = s.start / P, s.last = pos / P;
     s.fk0 = (s.start + P - 1) / P, s.fk1 = (pos + 1) / P;
     return s;

@@ -23,6 +23,7 @@ typedef enum { CASC_OFF = 0, CASC_AUTO, CASC_FORCE } casc_mode;
 typedef struct casc_geom {
     int P;            /* keys per piece */
     int window;       /* mx_attn_params.window (0 = none) */
+    int chunk;        /* mx_attn_params.chunk (0 = none): cuts a row's start like the window */
     int Hkv;          /* kv heads of this call */
     int64_t slot;     /* floats of one partial slot (a partial padded to whole cache lines) */
     int splits;       /* the call's split count: > 1 also makes the cascade rows' private

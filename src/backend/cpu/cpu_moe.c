@@ -1,5 +1,5 @@
-/* CPU MoE: softmax routing, top-k, optional renormalisation, then per-expert dispatch over the
- * rows routed to it. Accumulation into each row follows ascending expert index, as transformers
+/* CPU MoE: softmax routing, top-k, optional renormalisation (or llama4's sigmoid of the top-k
+ * logits scaling each expert's input), then per-expert dispatch over the rows routed to it. Accumulation into each row follows ascending expert index, as transformers
  * does, so a row's value does not depend on which other rows share the step. */
 #include <math.h>
 #include <stdlib.h>
@@ -50,8 +50,14 @@ int cpu_moe(mx_tensor *out, const mx_tensor *x, const mx_tensor *router_logits,
         goto done;
     }
     /* ---- routing ---- */
+    const bool sig_in = p->routing == MX_MOE_ROUTE_SIGMOID_IN;
     for (int i = 0; i < n; i++) {
         const float *lg = cpu_row_ptr(router_logits, i);
+        if (sig_in) { /* llama4: top-k of the logits themselves, each scored sigmoid(logit) */
+            topk(lg, E, K, sel + i * K, wsel + i * K);
+            for (int j = 0; j < K; j++) wsel[i * K + j] = 1.0f / (1.0f + expf(-wsel[i * K + j]));
+            continue;
+        }
         float m = -INFINITY, s = 0.0f;
         for (int e = 0; e < E; e++) m = lg[e] > m ? lg[e] : m;
         for (int e = 0; e < E; e++) s += probs[e] = expf(lg[e] - m);
@@ -81,13 +87,17 @@ int cpu_moe(mx_tensor *out, const mx_tensor *x, const mx_tensor *router_logits,
         mx_tensor tg = mx_tensor_2d(g, MX_F32, m, I, MX_DEV_CPU);
         mx_tensor tu = mx_tensor_2d(u, MX_F32, m, I, MX_DEV_CPU);
         mx_tensor ty = mx_tensor_2d(y, MX_F32, m, H, MX_DEV_CPU);
+        if (sig_in) /* the expert sees s x (transformers scales the input, not the output) */
+            for (int r = 0; r < m; r++)
+                for (int h = 0; h < H; h++) xe[(size_t)r * H + h] *= rw[r];
         expert_matmul(&tg, &txe, ex->gate, ex->qgate, e);
         expert_matmul(&tu, &txe, ex->up, ex->qup, e);
         cpu_glu(&tg, &tg, &tu, p->activation);
         expert_matmul(&ty, &tg, ex->down, ex->qdown, e);
         for (int r = 0; r < m; r++) {
             float *o = cpu_row_ptr(out, rows[r]);
-            for (int h = 0; h < H; h++) o[h] += y[(size_t)r * H + h] * rw[r];
+            const float w = sig_in ? 1.0f : rw[r];
+            for (int h = 0; h < H; h++) o[h] += y[(size_t)r * H + h] * w;
         }
     }
 done:

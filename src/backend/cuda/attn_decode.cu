@@ -44,7 +44,8 @@
  * The kernel works on 16-token chunks: a table block of block_size tokens (any multiple of
  * 16, so dense storage's one block of ctx tokens works too) is block_size / 16 chunks.
  * Row mode (pos != NULL): every row b is one query at position pos[b] of sequence
- * row_seq[b] (its page-table row), attending to [max(0, pos - window + 1), pos]; this is the
+ * row_seq[b] (its page-table row), attending to [max(0, pos - window + 1), pos], and on a
+ * chunked layer (chunk > 0) from the chunk start pos - pos % chunk at the earliest; this is the
  * engine's decode step, and also serves any row set correctly. Scores may be soft-capped. */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -335,7 +336,7 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
                         float *__restrict__ part_o,             /* [B, Hq, S, D] */
                         float *__restrict__ part_lse,           /* [B, Hq, S] */
                         int *__restrict__ done,                 /* [B, Hkv] zero counters */
-                        int Hkv, int pt_stride, int cpb, int window, float qscale,
+                        int Hkv, int pt_stride, int cpb, int window, int chunk, float qscale,
                         float cap2, int cluster, int nst, int settled) {
     constexpr int LPT = D / 8;       /* lanes per token */
     constexpr int TPW = 32 / LPT;    /* tokens per warp load */
@@ -359,7 +360,8 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
     const int sub = lane / LPT, dl = lane % LPT; /* token within the pair, dim group */
 
     const int len = pos ? pos[b] + 1 : seq_lens[b];
-    const int start = window > 0 && len - window > 0 ? len - window : 0; /* first visible key */
+    int start = window > 0 && len - window > 0 ? len - window : 0; /* first visible key */
+    if (chunk > 0) start = max(start, (len - 1) - (len - 1) % chunk);  /* its chunk's start */
     const int nblk = (len + ATTN_BS - 1) / ATTN_BS;
     const int blk0 = start / ATTN_BS;
     const int bps = (nblk - blk0 + S - 1) / S;
@@ -762,9 +764,11 @@ static void attn_launch(const cuda_paged_attn_args *a, int S, float *part_o, flo
                         cudaStream_t stream) {
     const dim3 grid(S, a->n_kv_heads, a->B);
     const float log2e = 1.4426950408889634f; /* softmax via exp2 */
-    /* Chunks a warp may walk (the grid's bound: max_seq_len, or the window's span) */
+    /* Chunks a warp may walk (the grid's bound: max_seq_len, or the window's / the attention
+     * chunk's span: a row sees at most window, resp. chunk, keys; +1 for the alignment) */
     long chunks = ((long)a->max_seq_len + ATTN_BS - 1) / ATTN_BS;
     if (a->window > 0) chunks = min(chunks, ((long)a->window + ATTN_BS - 1) / ATTN_BS + 1);
+    if (a->chunk > 0) chunks = min(chunks, ((long)a->chunk + ATTN_BS - 1) / ATTN_BS + 1);
     const long per_warp = (chunks + (long)S * ATTN_WARPS - 1) / ((long)S * ATTN_WARPS);
     /* Stages: up to the setting and the chunks a warp walks, but never so many that the
      * ring's shared memory adds a wave of CTAs (H200: 3 stages at B=8, 5 splits took two
@@ -786,13 +790,13 @@ static void attn_launch(const cuda_paged_attn_args *a, int S, float *part_o, flo
         a->q, a->q_f32, a->k_cache, a->v_cache, a->page_table, a->seq_lens, a->pos, a->row_seq,
         a->o, a->o_dtype == CUDA_OPS_BF16, part_o, part_lse, a->split_counters, a->n_kv_heads,
         a->pt_stride,
-        a->block_size / ATTN_BS, a->window, a->scale * log2e,
+        a->block_size / ATTN_BS, a->window, a->chunk, a->scale * log2e,
         a->softcap > 0.f ? a->softcap * log2e : 0.f, cluster, nst, a->kv_settled);
 }
 
 extern "C" int cuda_paged_decode_attn(const cuda_paged_attn_args *a, cudaStream_t stream) {
     if (!a || a->B < 1 || (a->head_dim != 128 && a->head_dim != 64) || a->block_size < ATTN_BS ||
-        a->block_size % ATTN_BS != 0 || a->n_kv_heads < 1 || a->window < 0 ||
+        a->block_size % ATTN_BS != 0 || a->n_kv_heads < 1 || a->window < 0 || a->chunk < 0 ||
         a->n_q_heads < 1 || a->n_q_heads % a->n_kv_heads != 0 || a->pt_stride < 1 ||
         a->max_seq_len < 1 || !a->q || !a->k_cache || !a->v_cache || !a->page_table ||
         (!a->seq_lens && !a->pos) || !a->o || (a->o_dtype != CUDA_OPS_F32 && a->o_dtype != CUDA_OPS_BF16) ||

@@ -61,6 +61,7 @@ __global__ void __launch_bounds__(FA_WARPS * 32) attn_flash_kernel(cuda_attn_row
         if (qv < QV) {
             p = a.pos[row0 + qv / G];
             st = a.window > 0 && p - a.window + 1 > 0 ? p - a.window + 1 : 0;
+            if (a.chunk > 0) st = max(st, p - p % a.chunk); /* chunked layer: its chunk */
         }
         sPos[qv] = p;
         sStart[qv] = st;

@@ -9,7 +9,8 @@
  * vectors; lane j scores key j of the chunk (the query row is broadcast from shared memory,
  * K rows padded by one float so the 32 lanes hit 32 banks), online softmax per query vector
  * in fp32, then lane d accumulates P V for dims d, d + 32, ... (D <= 256: 8 per lane).
- * Masking per query vector: keys outside [max(0, pos - window + 1), pos] score -inf. */
+ * Masking per query vector: keys outside [max(0, pos - window + 1), pos] score -inf, and
+ * on a chunked layer those before the chunk start pos - pos % chunk. */
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -47,7 +48,9 @@ __global__ void __launch_bounds__(AR_WARPS * 32) attn_rows_kernel(cuda_attn_rows
     for (int qv = threadIdx.x; qv < QV; qv += blockDim.x) {
         const int p = a.pos[row0 + qv / G];
         sPos[qv] = p;
-        sStart[qv] = a.window > 0 && p - a.window + 1 > 0 ? p - a.window + 1 : 0;
+        int st = a.window > 0 && p - a.window + 1 > 0 ? p - a.window + 1 : 0;
+        if (a.chunk > 0) st = max(st, p - p % a.chunk);
+        sStart[qv] = st;
     }
     __syncthreads();
     int kmin = 1 << 30, kmax = -1;

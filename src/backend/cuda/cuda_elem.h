@@ -91,6 +91,7 @@ int cuda_rope_kv_f32(float *q, long q_stride, float *k, long k_stride, const flo
  * Rows come in tiles: tile t covers rows [tile_row0[t], tile_row0[t] + tile_n[t]) of one
  * sequence (consecutive positions are not required). Row r: query q[r, Hq, D] at position
  * pos[r] of the sequence whose page-table row is seq[r]; keys [max(0, pos - window + 1), pos]
+ * (chunk > 0: not before pos - pos % chunk)
  * at physical row table[seq * table_stride + p / block] * block + p % block of the pools
  * [*, Hkv, D] (bf16 or fp32). Output o[r, Hq, D] fp32. Scores soft-capped when softcap > 0.
  * Needs head_dim <= 256 and tile_n * (Hq / Hkv) <= CUDA_ATTN_ROWS_QV. */
@@ -106,6 +107,7 @@ typedef struct cuda_attn_rows_args {
     const int32_t *tile_row0, *tile_n; /* [n_tiles] */
     int n_tiles;
     int n_heads, n_kv_heads, head_dim, window;
+    int chunk;                   /* 0 = none: else keys of the query's chunk only */
     float scale, softcap;
 } cuda_attn_rows_args;
 int cuda_attn_rows(const cuda_attn_rows_args *a, cudaStream_t st);
@@ -115,25 +117,28 @@ int cuda_attn_rows(const cuda_attn_rows_args *a, cudaStream_t st);
 int cuda_attn_flash(const cuda_attn_rows_args *a, cudaStream_t st);
 
 /* ==== MoE (moe.cu) ==== */
-/* Routing per row: softmax(logits[r, :E]), top-k (ties: lower index), optional
- * renormalisation; sel[r, k] sorted by ascending expert id (the CPU's accumulation order),
- * wsel[r, k] their weights. k <= 32, E <= 1024. */
+/* Routing per row: mode 0: softmax(logits[r, :E]), top-k (ties: lower index), optional
+ * renormalisation; mode 1 (llama4): top-k of the logits, weights sigmoid(logit) (norm_topk
+ * ignored). sel[r, k] sorted by ascending expert id (the CPU's accumulation order), wsel[r, k]
+ * their weights. k <= 32, E <= 1024. */
 int cuda_moe_route(const float *logits, long l_stride, int rows, int E, int k, int norm_topk,
-                   int32_t *sel, float *wsel, cudaStream_t st);
-/* Pair p = (row p / k, expert sel[p]): h[p, :I] = act(Wg[e] x[row]) * (Wu[e] x[row]).
- * gate / up: device arrays [E] of bf16 [I, H] weight pointers. */
+                   int mode, int32_t *sel, float *wsel, cudaStream_t st);
+/* Pair p = (row p / k, expert sel[p]): h[p, :I] = act(s Wg[e] x[row]) * (s Wu[e] x[row]) with
+ * s = xscale[p] (NULL: 1). gate / up: device arrays [E] of bf16 [I, H] weight pointers. */
 int cuda_moe_gate_up(float *h, const float *x, long x_stride, const int32_t *sel, int n_pairs,
                      int k, const uint16_t *const *gate, const uint16_t *const *up, int I,
-                     int H, int act, cudaStream_t st);
+                     int H, int act, const float *xscale, cudaStream_t st);
 /* y[p, :H] = Wd[sel[p]] h[p, :I]; down: [E] bf16 [H, I] pointers. */
 int cuda_moe_down(float *y, const float *h, const int32_t *sel, int n_pairs,
                   const uint16_t *const *down, int H, int I, cudaStream_t st);
-/* out[r, :] = sum_j wsel[r, j] * y[r * k + j, :] in j order. */
+/* out[r, :] = sum_j wsel[r, j] * y[r * k + j, :] in j order (wsel NULL: weights 1). */
 int cuda_moe_combine(float *out, long out_stride, const float *y, const float *wsel, int rows,
                      int k, int H, cudaStream_t st);
-/* out[rows[i], :] += w[i] * y[i, :] for i < n (rows distinct within one call). */
+/* out[rows[i], :] += w[i] * y[i, :] for i < n (rows distinct within one call; w NULL: 1). */
 int cuda_scatter_add_rows(float *out, long out_stride, const float *y, const int32_t *rows,
                           const float *w, int n, int H, cudaStream_t st);
+/* x[i, :H] *= w[i] for i < n (row stride ld). */
+int cuda_scale_rows_f32(float *x, long ld, const float *w, int n, int H, cudaStream_t st);
 
 /* Small-row generic GEMV for shapes the fast kernel does not take (K % 8 != 0, strided x):
  * y[r, n] = sum_k x[r, k] * W[n, k] (+ bias), W bf16 [N, K] with row stride w_stride. */

@@ -541,20 +541,25 @@ static int moe_pairs(mx_tensor *out, const mx_tensor *x, const mx_tensor *rl,
     int32_t *sel = (int32_t *)b;
     float *wsel = (float *)(b + o_w), *hb = (float *)(b + o_h), *yb = (float *)(b + o_y);
     const uint16_t *const *gp = t->d_ptrs, *const *up = t->d_ptrs + t->E, *const *dp = t->d_ptrs + 2 * t->E;
-    if (cu_ck(cuda_moe_route(rl->data, (long)rl->stride[0], n, p->n_experts, k, p->norm_topk, sel,
-                             wsel, g_cu.st), "moe route"))
+    /* llama4 (sigmoid-in): the routing weight scales the expert's input, outputs summed */
+    const bool sig_in = p->routing == MX_MOE_ROUTE_SIGMOID_IN;
+    if (cu_ck(cuda_moe_route(rl->data, (long)rl->stride[0], n, p->n_experts, k, p->norm_topk,
+                             sig_in, sel, wsel, g_cu.st), "moe route"))
         return -1;
+    const float *xscale = sig_in ? wsel : NULL;
     if (t->quant) {
         if (cu_ck(cuda_moe_gate_up_q(hb, x->data, (long)x->stride[0], sel, np, k, moe_proj(t, 0),
-                                     moe_proj(t, 1), I, H, p->activation, g_cu.st), "moe gate/up (q)") ||
+                                     moe_proj(t, 1), I, H, p->activation, xscale, g_cu.st),
+                  "moe gate/up (q)") ||
             cu_ck(cuda_moe_down_q(yb, hb, sel, np, moe_proj(t, 2), H, I, g_cu.st), "moe down (q)"))
             return -1;
     } else if (cu_ck(cuda_moe_gate_up(hb, x->data, (long)x->stride[0], sel, np, k, gp, up, I, H,
-                                      p->activation, g_cu.st), "moe gate/up") ||
+                                      p->activation, xscale, g_cu.st), "moe gate/up") ||
                cu_ck(cuda_moe_down(yb, hb, sel, np, dp, H, I, g_cu.st), "moe down")) {
         return -1;
     }
-    if (cu_ck(cuda_moe_combine(out->data, (long)out->stride[0], yb, wsel, n, k, H, g_cu.st),
+    if (cu_ck(cuda_moe_combine(out->data, (long)out->stride[0], yb, sig_in ? NULL : wsel, n, k,
+                               H, g_cu.st),
               "moe combine"))
         return -1;
     return 0;
@@ -592,8 +597,9 @@ static int moe_grouped(mx_tensor *out, const mx_tensor *x, const mx_tensor *rl,
         cu_fail("out of memory");
         goto done;
     }
-    if (cu_ck(cuda_moe_route(rl->data, (long)rl->stride[0], n, E, k, p->norm_topk, sel, wsel,
-                             g_cu.st), "moe route") ||
+    const bool sig_in = p->routing == MX_MOE_ROUTE_SIGMOID_IN; /* llama4: scales the input */
+    if (cu_ck(cuda_moe_route(rl->data, (long)rl->stride[0], n, E, k, p->norm_topk, sig_in, sel,
+                             wsel, g_cu.st), "moe route") ||
         cu_ck(cudaMemcpyAsync(h_sel, sel, (size_t)n * k * 4, cudaMemcpyDeviceToHost, g_cu.st), "moe sel") ||
         cu_ck(cudaMemcpyAsync(h_w, wsel, (size_t)n * k * 4, cudaMemcpyDeviceToHost, g_cu.st), "moe w") ||
         cu_ck(cudaStreamSynchronize(g_cu.st), "moe routing") ||
@@ -612,13 +618,15 @@ static int moe_grouped(mx_tensor *out, const mx_tensor *x, const mx_tensor *rl,
         if (!m) continue;
         if (!cu_upload_small(d_idx, h_idx, (size_t)m * 4) || !cu_upload_small(d_rw, h_rw, (size_t)m * 4) ||
             cu_ck(cuda_gather_rows_f32(xe, H, x->data, (long)x->stride[0], d_idx, m, H, g_cu.st),
-                  "moe gather"))
+                  "moe gather") ||
+            (sig_in && cu_ck(cuda_scale_rows_f32(xe, H, d_rw, m, H, g_cu.st), "moe input scale")))
             goto done;
         moe_mm(g, I, xe, H, m, ex, 0, e);
         moe_mm(u, I, xe, H, m, ex, 1, e);
         if (cu_ck(cuda_glu_f32(g, I, g, I, u, I, m, I, p->activation, g_cu.st), "moe glu")) goto done;
         moe_mm(y, H, g, I, m, ex, 2, e);
-        if (cu_ck(cuda_scatter_add_rows(out->data, (long)out->stride[0], y, d_idx, d_rw, m, H,
+        if (cu_ck(cuda_scatter_add_rows(out->data, (long)out->stride[0], y, d_idx,
+                                        sig_in ? NULL : d_rw, m, H,
                                         g_cu.st), "moe scatter"))
             goto done;
     }

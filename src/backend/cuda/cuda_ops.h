@@ -163,6 +163,7 @@ typedef struct cuda_paged_attn_args {
     const int32_t *row_seq;                   /* [B] page-table row per query (row mode) */
     int q_f32;                                /* q is fp32 [B, Hq, D] */
     int window;                               /* 0 = none */
+    int chunk;                                /* 0 = none: keys from pos - pos % chunk */
     float softcap;                            /* 0 = none */
     int kv_settled;                           /* row mode: each row's keys before pos[b] were
                                                  written before the previous launch (a row
@@ -361,10 +362,11 @@ typedef struct cuda_moe_proj {
     const void *const *biases;
     int bits, group, sb_dtype;
 } cuda_moe_proj;
-/* h[p, i] = act(gate_e(x[p / k]))_i * up_e(x[p / k])_i, e = sel[p]. */
+/* h[p, i] = act(s gate_e(x[p / k]))_i * (s up_e(x[p / k]))_i, e = sel[p], s = xscale[p]
+ * (NULL: 1; llama4's routing scales the expert's input). */
 int cuda_moe_gate_up_q(float *h, const float *x, long x_stride, const int32_t *sel, int n_pairs,
                        int k, cuda_moe_proj gate, cuda_moe_proj up, int I, int H, int act,
-                       cudaStream_t st);
+                       const float *xscale, cudaStream_t st);
 /* y[p, j] = down_e(h[p])_j */
 int cuda_moe_down_q(float *y, const float *h, const int32_t *sel, int n_pairs,
                     cuda_moe_proj down, int H, int I, cudaStream_t st);

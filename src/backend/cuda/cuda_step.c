@@ -438,6 +438,7 @@ void cu_attention(mx_tensor *out, const mx_tensor *q, const mx_tensor *k_pool,
         a.scale = p->scale;
         a.num_splits = S;
         a.window = p->window;
+        a.chunk = p->chunk;
         a.softcap = p->softcap;
         a.kv_settled = cuda_attn_early_kv(); /* decode_only: one row a sequence */
         if (!(mx_env()->diag_skip & MX_SKIP_ATTN)) /* else timing diagnostics: output wrong */
@@ -483,6 +484,7 @@ void cu_attention(mx_tensor *out, const mx_tensor *q, const mx_tensor *k_pool,
     a.n_kv_heads = p->n_kv_heads;
     a.head_dim = D;
     a.window = p->window;
+    a.chunk = p->chunk;
     a.scale = p->scale;
     a.softcap = p->softcap;
     cu_ck(flash ? cuda_attn_flash(&a, g_cu.st) : cuda_attn_rows(&a, g_cu.st),

@@ -1,4 +1,5 @@
-/* MoE on the device: routing (softmax, top-k, renormalisation) and, for few rows, per-pair
+/* MoE on the device: routing (softmax, top-k, renormalisation; or llama4's sigmoid of the
+ * top-k logits, which scales each expert's input: xscale below) and, for few rows, per-pair
  * expert GEMVs that read each selected expert's rows with 16-byte loads; no host round trip,
  * so a decode step of an MoE model stays one captured graph. Many rows (prefill) go through
  * the backend's grouped path instead (rows gathered per expert, one GEMM per expert, then
@@ -16,7 +17,7 @@
 
 /* ==== Routing: one warp per row ==== */
 __global__ void moe_route_kernel(const float *logits, long ls, int E, int k, int norm_topk,
-                                 int32_t *sel, float *wsel) {
+                                 int mode, int32_t *sel, float *wsel) {
     const int r = blockIdx.x, lane = threadIdx.x;
     const float *lg = logits + (size_t)r * ls;
     float mx = -INFINITY;
@@ -34,7 +35,8 @@ __global__ void moe_route_kernel(const float *logits, long ls, int E, int k, int
         int bi = 0x7fffffff;
         for (int i = 0, e = lane; e < E; i++, e += 32) {
             if (taken >> i & 1u) continue;
-            const float v = expf(lg[e] - mx) / sum;
+            /* mode 1 ranks the logits themselves (sigmoid is monotonic: the same order) */
+            const float v = mode == 1 ? lg[e] : expf(lg[e] - mx) / sum;
             if (v > bv || (v == bv && e < bi)) {
                 bv = v;
                 bi = e;
@@ -52,7 +54,7 @@ __global__ void moe_route_kernel(const float *logits, long ls, int E, int k, int
         if (bi != 0x7fffffff && (bi & 31) == lane) taken |= 1u << (bi >> 5);
         if (lane == 0) {
             s_sel[j] = bi == 0x7fffffff ? 0 : bi;
-            s_w[j] = bi == 0x7fffffff ? 0.f : bv;
+            s_w[j] = bi == 0x7fffffff ? 0.f : mode == 1 ? 1.0f / (1.0f + expf(-bv)) : bv;
         }
     }
     __syncwarp();
@@ -67,17 +69,17 @@ __global__ void moe_route_kernel(const float *logits, long ls, int E, int k, int
             }
         for (int j = 0; j < k; j++) {
             sel[(size_t)r * k + j] = s_sel[j];
-            wsel[(size_t)r * k + j] = norm_topk && t > 0.f ? s_w[j] / t : s_w[j];
+            wsel[(size_t)r * k + j] = norm_topk && mode == 0 && t > 0.f ? s_w[j] / t : s_w[j];
         }
     }
 }
 
 extern "C" int cuda_moe_route(const float *logits, long l_stride, int rows, int E, int k,
-                              int norm_topk, int32_t *sel, float *wsel, cudaStream_t st) {
+                              int norm_topk, int mode, int32_t *sel, float *wsel, cudaStream_t st) {
     if (rows < 1 || E < 1 || E > MOE_MAX_E || k < 1 || k > MOE_MAX_K || k > E || !logits ||
-        !sel || !wsel)
+        !sel || !wsel || mode < 0 || mode > 1)
         return (int)cudaErrorInvalidValue;
-    moe_route_kernel<<<rows, 32, 0, st>>>(logits, l_stride, E, k, norm_topk, sel, wsel);
+    moe_route_kernel<<<rows, 32, 0, st>>>(logits, l_stride, E, k, norm_topk, mode, sel, wsel);
     return (int)cudaGetLastError();
 }
 
@@ -111,27 +113,31 @@ __device__ __forceinline__ float moe_act(float g, int act) {
 
 __global__ void moe_gate_up_kernel(float *h, const float *x, long xs, const int32_t *sel, int k,
                                    const uint16_t *const *gate, const uint16_t *const *up, int I,
-                                   int H, int act, int vec) {
+                                   int H, int act, const float *xscale, int vec) {
     const int p = blockIdx.y, lane = threadIdx.x & 31;
     const int i = blockIdx.x * MOE_WARPS + (threadIdx.x >> 5);
     if (i >= I) return;
     const int e = sel[p];
     const float *xr = x + (size_t)(p / k) * xs;
-    const float g = warp_dot(gate[e] + (size_t)i * H, xr, H, vec);
-    const float u = warp_dot(up[e] + (size_t)i * H, xr, H, vec);
+    float g = warp_dot(gate[e] + (size_t)i * H, xr, H, vec);
+    float u = warp_dot(up[e] + (size_t)i * H, xr, H, vec);
+    if (xscale) { /* W (s x) = s (W x): the pair's input scale, applied to the products */
+        g *= xscale[p];
+        u *= xscale[p];
+    }
     if (lane == 0) h[(size_t)p * I + i] = moe_act(g, act) * u;
 }
 
 extern "C" int cuda_moe_gate_up(float *h, const float *x, long x_stride, const int32_t *sel,
                                 int n_pairs, int k, const uint16_t *const *gate,
                                 const uint16_t *const *up, int I, int H, int act,
-                                cudaStream_t st) {
+                                const float *xscale, cudaStream_t st) {
     if (n_pairs < 1 || k < 1 || I < 1 || H < 1 || !h || !x || !sel || !gate || !up ||
         n_pairs > 65535)
         return (int)cudaErrorInvalidValue;
     const int vec = H % 8 == 0 && (x_stride % 4) == 0 && ((uintptr_t)x & 15) == 0;
     moe_gate_up_kernel<<<dim3((I + MOE_WARPS - 1) / MOE_WARPS, n_pairs), MOE_WARPS * 32, 0, st>>>(
-        h, x, x_stride, sel, k, gate, up, I, H, act, vec);
+        h, x, x_stride, sel, k, gate, up, I, H, act, xscale, vec);
     return (int)cudaGetLastError();
 }
 
@@ -160,14 +166,14 @@ __global__ void moe_combine_kernel(float *out, long os, const float *y, const fl
     const int r = blockIdx.x;
     for (int c = threadIdx.x; c < H; c += blockDim.x) {
         float s = 0.f;
-        for (int j = 0; j < k; j++) s += y[((size_t)r * k + j) * H + c] * w[(size_t)r * k + j];
+        for (int j = 0; j < k; j++) s += y[((size_t)r * k + j) * H + c] * (w ? w[(size_t)r * k + j] : 1.0f);
         out[(size_t)r * os + c] = s;
     }
 }
 
 extern "C" int cuda_moe_combine(float *out, long out_stride, const float *y, const float *wsel,
                                 int rows, int k, int H, cudaStream_t st) {
-    if (rows < 1 || k < 1 || H < 1 || !out || !y || !wsel) return (int)cudaErrorInvalidValue;
+    if (rows < 1 || k < 1 || H < 1 || !out || !y) return (int)cudaErrorInvalidValue;
     moe_combine_kernel<<<rows, 256, 0, st>>>(out, out_stride, y, wsel, k, H);
     return (int)cudaGetLastError();
 }
@@ -176,14 +182,27 @@ __global__ void scatter_add_kernel(float *out, long os, const float *y, const in
                                    const float *w, int H) {
     const int i = blockIdx.x;
     float *o = out + (size_t)rows[i] * os;
-    const float wi = w[i];
+    const float wi = w ? w[i] : 1.0f;
     for (int c = threadIdx.x; c < H; c += blockDim.x) o[c] += y[(size_t)i * H + c] * wi;
 }
 
 extern "C" int cuda_scatter_add_rows(float *out, long out_stride, const float *y,
                                      const int32_t *rows, const float *w, int n, int H,
                                      cudaStream_t st) {
-    if (n < 1 || H < 1 || !out || !y || !rows || !w) return (int)cudaErrorInvalidValue;
+    if (n < 1 || H < 1 || !out || !y || !rows) return (int)cudaErrorInvalidValue;
     scatter_add_kernel<<<n, 256, 0, st>>>(out, out_stride, y, rows, w, H);
+    return (int)cudaGetLastError();
+}
+
+__global__ void scale_rows_kernel(float *x, long ld, const float *w, int H) {
+    const int i = blockIdx.x;
+    const float wi = w[i];
+    for (int c = threadIdx.x; c < H; c += blockDim.x) x[(size_t)i * ld + c] *= wi;
+}
+
+extern "C" int cuda_scale_rows_f32(float *x, long ld, const float *w, int n, int H,
+                                   cudaStream_t st) {
+    if (n < 1 || H < 1 || !x || !w || ld < H) return (int)cudaErrorInvalidValue;
+    scale_rows_kernel<<<n, 256, 0, st>>>(x, ld, w, H);
     return (int)cudaGetLastError();
 }

@@ -50,14 +50,19 @@ __device__ __forceinline__ float moeq_act(float g, int act) {
 }
 
 __global__ void moeq_gate_up_kernel(float *h, const float *x, long xs, const int32_t *sel, int k,
-                                    cuda_moe_proj gate, cuda_moe_proj up, int I, int H, int act) {
+                                    cuda_moe_proj gate, cuda_moe_proj up, int I, int H, int act,
+                                    const float *xscale) {
     const int p = blockIdx.y, lane = threadIdx.x & 31;
     const int i = blockIdx.x * MOEQ_WARPS + (threadIdx.x >> 5);
     if (i >= I) return;
     const int e = sel[p];
     const float *xr = x + (size_t)(p / k) * xs;
-    const float g = moeq_dot(gate, e, i, xr, H);
-    const float u = moeq_dot(up, e, i, xr, H);
+    float g = moeq_dot(gate, e, i, xr, H);
+    float u = moeq_dot(up, e, i, xr, H);
+    if (xscale) { /* the pair's input scale (llama4 routing), on the products */
+        g *= xscale[p];
+        u *= xscale[p];
+    }
     if (lane == 0) h[(size_t)p * I + i] = moeq_act(g, act) * u;
 }
 
@@ -80,12 +85,12 @@ static bool proj_ok(const cuda_moe_proj &p, int K) {
 
 extern "C" int cuda_moe_gate_up_q(float *h, const float *x, long x_stride, const int32_t *sel,
                                   int n_pairs, int k, cuda_moe_proj gate, cuda_moe_proj up, int I,
-                                  int H, int act, cudaStream_t st) {
+                                  int H, int act, const float *xscale, cudaStream_t st) {
     if (n_pairs < 1 || n_pairs > 65535 || k < 1 || I < 1 || H < 1 || !h || !x || !sel ||
         !proj_ok(gate, H) || !proj_ok(up, H))
         return (int)cudaErrorInvalidValue;
     moeq_gate_up_kernel<<<dim3((I + MOEQ_WARPS - 1) / MOEQ_WARPS, n_pairs), MOEQ_WARPS * 32, 0, st>>>(
-        h, x, x_stride, sel, k, gate, up, I, H, act);
+        h, x, x_stride, sel, k, gate, up, I, H, act, xscale);
     return (int)cudaGetLastError();
 }
 
