@@ -123,6 +123,9 @@ int model_tp_bind(const backend_ops *be, int rank, mx_error *err) {
 static int tp_check(const model_spec *s, const backend_ops *be, int n, bool group, mx_error *err) {
     if (n < 1 || n > 64) return mx_fail(err, "--tp-size %d: expected 1..64", n);
     if (n == 1 && !group) return 0;
+    if (s->kv_lora_rank > 0) /* its heads share one latent KV head; no split written yet */
+        return mx_fail(err, "--tp-size %d: %s (multi-head latent attention) does not run tensor-"
+                       "parallel yet; use --tp-size 1", n, s->model_type);
     if (be->device != MX_DEV_CPU) {
         const int have = be->device_count ? be->device_count() : 0;
         if (!be->bind_device)

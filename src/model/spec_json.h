@@ -40,5 +40,7 @@ int obj_num(const spec_cfg *c, json_t *obj, const char *path, const char *key, b
 int spec_parse_rope(const spec_cfg *c, model_spec *s, double default_theta);
 /* MLX quantization block ("quantization" or "quantization_config"). */
 int spec_parse_quant(const spec_cfg *c, model_spec *s);
+/* deepseek_v3 / kimi_k2 fields (spec_mla.c), after the common ones. */
+int spec_parse_deepseek(const spec_cfg *c, model_spec *s);
 
 #endif
