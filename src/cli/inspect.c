@@ -124,6 +124,10 @@ static void print_table(const ckpt *c, const mx_mem_estimate *e, mx_kv_dtype kv,
            s->n_kv_heads, s->head_dim, s->vocab_size);
     if (s->n_experts)
         printf("            MoE: %d experts, %d per token\n", s->n_experts, s->n_experts_per_tok);
+    if (s->kv_lora_rank > 0) /* the cache holds the latent, one head per token (model_mla.c) */
+        printf("            MLA: latent KV head of %d (kv_lora_rank %d + rope %d) per token, "
+               "%d query heads absorbed; K and V rows both hold it\n", s->head_dim,
+               s->kv_lora_rank, s->qk_rope_head_dim, s->n_heads);
     if (s->quant.bits)
         printf("weights     %s, MLX affine %d-bit group %d (%d per-module overrides), %d file(s)\n",
                mx_dtype_name(s->dtype), s->quant.bits, s->quant.group_size, s->n_quant_overrides,
