@@ -91,8 +91,16 @@ static int check_mla_layer(chk *k, int i, const model_spec *s) {
                                  "kv_b_proj", "o_proj", NULL};
     const int64_t shp[6][2] = {{Lq, H}, {Hq * (N + R), Lq}, {Hq * (N + R), H}, {Lkv + R, H},
                                {Hq * (N + V), Lkv}, {H, Hq * V}};
+    snprintf(n, sizeof n, "layers.%d.self_attn.kv_b_proj.weight", i);
+    const bool split = !present(k, n); /* mlx_lm: embed_q [Hq, Lkv, N], unembed_out [Hq, V, Lkv] */
+    if (split) {
+        snprintf(n, sizeof n, "layers.%d.self_attn.embed_q.weight", i);
+        if (expect(k, n, 3, Hq, Lkv, N)) return -1;
+        snprintf(n, sizeof n, "layers.%d.self_attn.unembed_out.weight", i);
+        if (expect(k, n, 3, Hq, V, Lkv)) return -1;
+    }
     for (int p = 0; k_w[p]; p++) {
-        if (Lq > 0 ? p == 2 : p < 2) continue;
+        if ((Lq > 0 ? p == 2 : p < 2) || (split && p == 4)) continue;
         snprintf(n, sizeof n, "layers.%d.self_attn.%s.weight", i, k_w[p]);
         if (expect(k, n, 2, shp[p][0], shp[p][1], 0)) return -1;
     }

@@ -46,7 +46,8 @@ typedef struct model_layer {
     mx_tensor q_a_norm;      /* [Lq] */
     mx_tensor kv_a_norm;     /* [Lkv] */
     mx_tensor w_qabs;        /* [Hq, D, R + N] per head [[I_R, 0], [0, W_UK_h^T]] */
-    mx_tensor w_kvb;         /* [Hq*(N+V), Lkv] kv_b_proj: head h's V rows are its W_UV */
+    mx_tensor w_kvb;         /* [Hq*(N+V), Lkv] kv_b_proj: head h's V rows are its W_UV (or
+                              * mlx_lm's unembed_out [Hq, V, Lkv] as [Hq*V, Lkv]) */
     mx_tensor e_bias;        /* [E] router e_score_correction_bias */
 } model_layer;
 

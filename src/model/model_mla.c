@@ -127,32 +127,57 @@ static int reorder(mla_src *S, const mx_tensor *src, const int64_t *rows, mx_ten
     return upload(S, dst, &h);
 }
 
-/* w_qabs [Hq, D, R + N] from kv_b_proj [Hq * (N + V), Lkv], in kv_b_proj's dtype (a copy of its
- * values, ones and zeros: exact). */
-static int build_qabs(mla_src *S, model_layer *L, const mx_tensor *kvb) {
+/* w_qabs [Hq, D, R + N] in the dtype of src (a copy of its values, ones and zeros: exact), with
+ * W_UK_h^T[i][c] (i < Lkv, c < N) at element h * sh + i * si + c * sc of src: kv_b_proj
+ * [Hq * (N + V), Lkv] or mlx_lm's embed_q [Hq, Lkv, N]. */
+static int build_qabs(mla_src *S, model_layer *L, const mx_tensor *src, int64_t sh, int64_t si,
+                      int64_t sc) {
     const model_spec *s = &S->m->spec;
     const int Hq = s->n_heads, R = s->qk_rope_head_dim, N = s->qk_nope_head_dim,
-              V = s->v_head_dim, Lkv = s->kv_lora_rank, D = Lkv + R, C = R + N;
-    const size_t es = mx_dtype_size(kvb->dtype);
+              Lkv = s->kv_lora_rank, D = Lkv + R, C = R + N;
+    const size_t es = mx_dtype_size(src->dtype);
     char *b = own(S, (size_t)Hq * D * C * es);
     if (!b) return -1;
     memset(b, 0, (size_t)Hq * D * C * es);
-    const uint16_t one16 = kvb->dtype == MX_BF16 ? 0x3F80 : 0x3C00;
+    const uint16_t one16 = src->dtype == MX_BF16 ? 0x3F80 : 0x3C00;
     const float one32 = 1.0f;
+    const void *one = src->dtype == MX_F32 ? (const void *)&one32 : (const void *)&one16;
     for (int h = 0; h < Hq; h++) {
         char *w = b + (size_t)h * D * C * es; /* [D, C] */
-        for (int r = 0; r < R; r++) /* identity: q_pe passes through */
-            memcpy(w + ((size_t)r * C + r) * es, kvb->dtype == MX_F32 ? (const void *)&one32
-                                                                     : (const void *)&one16, es);
+        for (int r = 0; r < R; r++) memcpy(w + ((size_t)r * C + r) * es, one, es); /* q_pe */
         for (int i = 0; i < Lkv; i++)     /* row R + i: W_UK_h[:, i]^T, at columns R .. R+N */
-            for (int c = 0; c < N; c++) {
-                const char *src = (const char *)kvb->data +
-                                  ((size_t)(h * (N + V) + c) * Lkv + i) * es;
-                memcpy(w + ((size_t)(R + i) * C + R + c) * es, src, es);
-            }
+            for (int c = 0; c < N; c++)
+                memcpy(w + ((size_t)(R + i) * C + R + c) * es,
+                       (const char *)src->data + (size_t)(h * sh + i * si + c * sc) * es, es);
     }
-    mx_tensor t = mx_tensor_3d(b, kvb->dtype, Hq, D, C, MX_DEV_CPU);
+    mx_tensor t = mx_tensor_3d(b, src->dtype, Hq, D, C, MX_DEV_CPU);
     return upload(S, &L->w_qabs, &t);
+}
+
+/* mlx_lm's split of kv_b_proj (float; its quantized form is refused with the rest):
+ * embed_q [Hq, Lkv, N] = W_UK_h^T, unembed_out [Hq, V, Lkv] = W_UV_h. */
+static int bind_split(mla_src *S, model_layer *L) {
+    const model_spec *s = &S->m->spec;
+    const int64_t Hq = s->n_heads, N = s->qk_nope_head_dim, V = s->v_head_dim, Lkv = s->kv_lora_rank;
+    const char *nm[2] = {"self_attn.embed_q.weight", "self_attn.unembed_out.weight"};
+    const int64_t d1[2] = {Lkv, V}, d2[2] = {N, Lkv};
+    mx_tensor t[2];
+    for (int i = 0; i < 2; i++) {
+        char full[400];
+        snprintf(full, sizeof full, "%slayers.%d.%s", S->prefix, S->li, nm[i]);
+        t[i] = S->fn(S->ctx, full);
+        if (!t[i].data || t[i].ndim != 3 || t[i].shape[0] != Hq || t[i].shape[1] != d1[i] ||
+            t[i].shape[2] != d2[i] ||
+            (t[i].dtype != MX_BF16 && t[i].dtype != MX_F16 && t[i].dtype != MX_F32))
+            return mx_fail(S->err, "tensor %s: expected a float tensor [%lld, %lld, %lld] (no "
+                           "self_attn.kv_b_proj.weight in layer %d either)", full, (long long)Hq,
+                           (long long)d1[i], (long long)d2[i], S->li);
+        S->m->n_params += (uint64_t)mx_tensor_numel(&t[i]);
+        S->m->weight_bytes += mx_tensor_nbytes(&t[i]);
+        S->m->n_lin++;
+    }
+    mx_tensor uv = mx_tensor_2d(t[1].data, t[1].dtype, Hq * V, Lkv, MX_DEV_CPU); /* [Hq*V, Lkv] */
+    return build_qabs(S, L, &t[0], Lkv * N, N, 1) || upload(S, &L->w_kvb, &uv) ? -1 : 0;
 }
 
 int model_mla_bind(model *m, model_layer *L, int li, model_weight_fn fn, void *ctx,
@@ -188,10 +213,17 @@ int model_mla_bind(model *m, model_layer *L, int li, model_weight_fn fn, void *c
         reorder(&S, &t, rows, &L->wkv_a.w) ||
         get(&S, "self_attn.kv_a_layernorm.weight", Lkv, 0, false, &t) ||
         upload(&S, &L->kv_a_norm, &t) ||
-        get(&S, "self_attn.kv_b_proj.weight", (int64_t)Hq * (N + V), Lkv, true, &t) ||
-        build_qabs(&S, L, &t) || upload(&S, &L->w_kvb, &t) ||
         get(&S, "self_attn.o_proj.weight", H, (int64_t)Hq * V, true, &t) ||
         upload(&S, &L->wo.w, &t))
+        goto out;
+    char kvb[400];
+    snprintf(kvb, sizeof kvb, "%slayers.%d.self_attn.kv_b_proj.weight", prefix, li);
+    if (!fn(ctx, kvb).data) {
+        rc = bind_split(&S, L);
+        goto out;
+    }
+    if (get(&S, "self_attn.kv_b_proj.weight", (int64_t)Hq * (N + V), Lkv, true, &t) ||
+        build_qabs(&S, L, &t, (int64_t)(N + V) * Lkv, 1, Lkv) || upload(&S, &L->w_kvb, &t))
         goto out;
     rc = 0;
 out:
@@ -284,11 +316,14 @@ int model_mla_attention(model *m, kv_cache *kv, int l, const mx_tensor *h, mx_te
     mx_attn_params ap = {.n_heads = Hq, .n_kv_heads = 1, .head_dim = D, .scale = s->attn_scale};
     be->attention(&att, &qa, &kpool, &vpool, ab, &ap);
 
-    /* ---- values: ov_h [n, V] = latent part of att_h [n, Lkv] @ W_UV_h^T, then o_proj ---- */
+    /* ---- values: ov_h [n, V] = latent part of att_h [n, Lkv] @ W_UV_h^T, then o_proj ----
+     * W_UV_h: rows of kv_b_proj [Hq * (N + V), Lkv] or of unembed_out as [Hq * V, Lkv] */
+    const bool split = L->w_kvb.shape[0] == (int64_t)Hq * V;
     for (int hd = 0; hd < Hq; hd++) {
         mx_tensor x = view2(m->att + (size_t)hd * D + R, n, Lkv, (int64_t)Hq * D, dev);
         mx_tensor y = view2(m->mla_ov + (size_t)hd * V, n, V, (int64_t)Hq * V, dev);
-        mx_tensor w = mx_tensor_rows(&L->w_kvb, (int64_t)hd * (N + V) + N, V); /* [V, Lkv] */
+        mx_tensor w = mx_tensor_rows(&L->w_kvb, split ? (int64_t)hd * V : (int64_t)hd * (N + V) + N,
+                                     V); /* [V, Lkv] */
         be->matmul(&y, &x, &w, NULL);
     }
     be->matmul(o, &ov, &L->wo.w, NULL);

@@ -3,7 +3,8 @@
  *   W_UV applied to the weighted latent) against the non-absorbed form (per-head k_nope / v
  *   from kv_b_proj, interleaved RoPE applied as transformers does), in double precision, with
  *   and without q LoRA, yarn and default rope; prefill logits and a decode step through the
- *   cache; and the softmax scale against its formula;
+ *   cache; and the softmax scale against its formula; also from mlx_lm's split of kv_b_proj
+ *   (embed_q / unembed_out);
  * - grouped sigmoid routing (backend/moe_route.c) against a naive loop (sort-based top-k,
  *   masked_fill(0.0) of the dropped groups), over many random rows and shapes. */
 #include <setjmp.h>
@@ -26,7 +27,7 @@
 typedef struct wt {
     char name[96];
     float *f;
-    int64_t d0, d1;
+    int64_t d0, d1, d2;
 } wt;
 
 typedef struct wset {
@@ -41,9 +42,10 @@ static float rnd(uint64_t *s) {
 }
 
 static void add(wset *ws, const char *name, int64_t d0, int64_t d1, float scale, float base) {
+    assert_true(ws->n < (int)(sizeof ws->w / sizeof ws->w[0]));
     wt *w = &ws->w[ws->n++];
     snprintf(w->name, sizeof w->name, "%s", name);
-    w->d0 = d0, w->d1 = d1;
+    w->d0 = d0, w->d1 = d1, w->d2 = 0;
     const int64_t n = d0 * (d1 ? d1 : 1);
     w->f = malloc((size_t)n * sizeof(float));
     for (int64_t i = 0; i < n; i++) w->f[i] = base + scale * rnd(&ws->rng);
@@ -63,7 +65,8 @@ static mx_tensor lookup(void *ctx, const char *name) {
     mx_tensor r = {0};
     for (int i = 0; i < ws->n; i++)
         if (!strcmp(ws->w[i].name, name))
-            return ws->w[i].d1 ? mx_tensor_2d(ws->w[i].f, MX_F32, ws->w[i].d0, ws->w[i].d1, MX_DEV_CPU)
+            return ws->w[i].d2 ? mx_tensor_3d(ws->w[i].f, MX_F32, ws->w[i].d0, ws->w[i].d1, ws->w[i].d2, MX_DEV_CPU)
+                 : ws->w[i].d1 ? mx_tensor_2d(ws->w[i].f, MX_F32, ws->w[i].d0, ws->w[i].d1, MX_DEV_CPU)
                                : mx_tensor_1d(ws->w[i].f, MX_F32, ws->w[i].d0, MX_DEV_CPU);
     return r;
 }
@@ -98,7 +101,8 @@ static void rope_ref(double *v, int R, const float *cs, bool interleave) {
 enum { MAXT = 16 };
 
 /* Logits [V] at the last of tokens[0..n), the non-absorbed way. */
-static void ref_logits(const model_spec *s, const wset *ws, const int32_t *tok, int n, double *out) {
+static void ref_logits(const model_spec *s, const wset *ws, const int32_t *tok, int n, double *out,
+                       bool split) {
     const int H = s->hidden_size, Hq = s->n_heads, R = s->qk_rope_head_dim, N = s->qk_nope_head_dim,
               Vd = s->v_head_dim, Lq = s->q_lora_rank, Lkv = s->kv_lora_rank, C = N + R,
               I = s->intermediate_size;
@@ -129,7 +133,8 @@ static void ref_logits(const model_spec *s, const wset *ws, const int32_t *tok, 
             memcpy(kpe[t], ckv + Lkv, sizeof(double) * R);
             rope_ref(kpe[t], R, cs[t], s->rope_interleave);
             norm(ckv, Lkv, get(ws, "model.layers.%d.self_attn.kv_a_layernorm.weight", l), 1e-6);
-            mv(kvb, get(ws, "model.layers.%d.self_attn.kv_b_proj.weight", l), ckv, Hq * (N + Vd), Lkv);
+            mv(kvb, get(ws, split ? "ref.layers.%d.kv_b_proj" : "model.layers.%d.self_attn.kv_b_proj.weight", l),
+               ckv, Hq * (N + Vd), Lkv);
             for (int hd = 0; hd < Hq; hd++) {
                 memcpy(kn[t] + hd * N, kvb + hd * (N + Vd), sizeof(double) * N);
                 memcpy(vv[t] + hd * Vd, kvb + hd * (N + Vd) + N, sizeof(double) * Vd);
@@ -170,7 +175,37 @@ static void ref_logits(const model_spec *s, const wset *ws, const int32_t *tok, 
 }
 
 /* ==== Absorbed vs naive ==== */
-static void check_config(const char *cfg, const char *what) {
+/* mlx_lm's layout: kv_b_proj of layer l split into embed_q [Hq, Lkv, N] and unembed_out
+ * [Hq, V, Lkv]; the reference keeps reading kv_b_proj under a name the model does not ask for. */
+static void split_kvb(wset *ws, const model_spec *s, int l) {
+    const int Hq = s->n_heads, N = s->qk_nope_head_dim, Vd = s->v_head_dim, Lkv = s->kv_lora_rank;
+    char nm[96];
+    snprintf(nm, sizeof nm, "model.layers.%d.self_attn.kv_b_proj.weight", l);
+    wt *kvb = NULL;
+    for (int i = 0; i < ws->n; i++)
+        if (!strcmp(ws->w[i].name, nm)) kvb = &ws->w[i];
+    assert_non_null(kvb);
+    snprintf(nm, sizeof nm, "model.layers.%d.self_attn.embed_q.weight", l);
+    add(ws, nm, Hq, Lkv, 0, 0);
+    wt *eq = &ws->w[ws->n - 1];
+    eq->d2 = N;
+    eq->f = realloc(eq->f, (size_t)Hq * Lkv * N * sizeof(float));
+    snprintf(nm, sizeof nm, "model.layers.%d.self_attn.unembed_out.weight", l);
+    add(ws, nm, Hq, Vd, 0, 0);
+    wt *uo = &ws->w[ws->n - 1];
+    uo->d2 = Lkv;
+    uo->f = realloc(uo->f, (size_t)Hq * Vd * Lkv * sizeof(float));
+    for (int h = 0; h < Hq; h++)
+        for (int i = 0; i < Lkv; i++) {
+            for (int c = 0; c < N; c++)
+                eq->f[((size_t)h * Lkv + i) * N + c] = kvb->f[((size_t)h * (N + Vd) + c) * Lkv + i];
+            for (int v = 0; v < Vd; v++)
+                uo->f[((size_t)h * Vd + v) * Lkv + i] = kvb->f[((size_t)h * (N + Vd) + N + v) * Lkv + i];
+        }
+    snprintf(kvb->name, sizeof kvb->name, "ref.layers.%d.kv_b_proj", l);
+}
+
+static void check_config(const char *cfg, const char *what, bool split) {
     model_spec s;
     mx_error err;
     if (spec_parse(&s, cfg, NULL, what, &err)) fail_msg("%s: %s", what, err.msg);
@@ -212,6 +247,7 @@ static void check_config(const char *cfg, const char *what) {
         ADD("mlp.down_proj.weight", H, I, 0.2f, 0);
 #undef ADD
     }
+    for (int l = 0; split && l < s.n_layers; l++) split_kvb(ws, &s, l);
     model *m = NULL;
     if (model_bind(&m, &s, lookup, ws, backend_cpu(), &err)) fail_msg("%s: %s", what, err.msg);
     kv_cache *kv = NULL;
@@ -231,7 +267,7 @@ static void check_config(const char *cfg, const char *what) {
                          .block_table = table, .table_stride = 1, .n_seqs = 1,
                          .write_rows = wr + r0, .n_out = 1, .out_rows = &last};
         assert_int_equal(model_forward(m, kv, &b, lg, &err), 0);
-        ref_logits(&s, ws, tok, r0 + n, ref);
+        ref_logits(&s, ws, tok, r0 + n, ref, split);
         double num = 0, den = 0;
         for (int v = 0; v < V; v++) num += (lg[v] - ref[v]) * (lg[v] - ref[v]), den += ref[v] * ref[v];
         rel[step] = sqrt(num / den);
@@ -264,8 +300,9 @@ static const char *k_cfg_plain =
 
 static void test_mla_absorbed_matches_naive(void **st) {
     (void)st;
-    check_config(k_cfg_qlora, "q lora + yarn interleave");
-    check_config(k_cfg_plain, "q_proj + default rope");
+    check_config(k_cfg_qlora, "q lora + yarn interleave", false);
+    check_config(k_cfg_plain, "q_proj + default rope", false);
+    check_config(k_cfg_qlora, "mlx_lm embed_q/unembed_out", true);
 }
 
 /* ==== Grouped routing vs a naive loop ==== */
