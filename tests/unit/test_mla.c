@@ -305,6 +305,70 @@ static void test_mla_absorbed_matches_naive(void **st) {
     check_config(k_cfg_qlora, "mlx_lm embed_q/unembed_out", true);
 }
 
+/* ==== Released configs ==== */
+/* DeepSeek-V3's config.json (transformers 4.x spelling) with its fp8 quantization_config, and
+ * Kimi K2's: parsed with the latent cache geometry; fp8 is refused by name. */
+#define DSV3_BODY                                                                                   \
+    "\"architectures\": [\"DeepseekV3ForCausalLM\"], \"attention_bias\": false, "                 \
+    "\"bos_token_id\": 0, \"eos_token_id\": 1, \"ep_size\": 1, \"first_k_dense_replace\": 3, "      \
+    "\"hidden_act\": \"silu\", \"hidden_size\": 7168, \"intermediate_size\": 18432, "               \
+    "\"kv_lora_rank\": 512, \"max_position_embeddings\": 163840, \"model_type\": \"deepseek_v3\", " \
+    "\"moe_intermediate_size\": 2048, \"moe_layer_freq\": 1, \"n_group\": 8, "                      \
+    "\"n_routed_experts\": 256, \"n_shared_experts\": 1, \"norm_topk_prob\": true, "               \
+    "\"num_attention_heads\": 128, \"num_experts_per_tok\": 8, \"num_hidden_layers\": 61, "         \
+    "\"num_key_value_heads\": 128, \"num_nextn_predict_layers\": 1, \"q_lora_rank\": 1536, "         \
+    "\"qk_nope_head_dim\": 128, \"qk_rope_head_dim\": 64, \"rms_norm_eps\": 1e-06, "               \
+    "\"rope_scaling\": {\"beta_fast\": 32, \"beta_slow\": 1, \"factor\": 40, \"mscale\": 1.0, "     \
+    "\"mscale_all_dim\": 1.0, \"original_max_position_embeddings\": 4096, \"type\": \"yarn\"}, "     \
+    "\"rope_theta\": 10000, \"routed_scaling_factor\": 2.5, \"scoring_func\": \"sigmoid\", "        \
+    "\"tie_word_embeddings\": false, \"topk_group\": 4, \"topk_method\": \"noaux_tc\", "           \
+    "\"torch_dtype\": \"bfloat16\", \"v_head_dim\": 128, \"vocab_size\": 129280"
+
+static void test_released_configs(void **st) {
+    (void)st;
+    model_spec s;
+    mx_error err;
+    assert_int_equal(spec_parse(&s, "{" DSV3_BODY "}", NULL, "dsv3", &err), 0);
+    assert_int_equal(s.family, FAM_DEEPSEEK_V3);
+    assert_int_equal(s.n_kv_heads, 1);
+    assert_int_equal(s.head_dim, 576);
+    assert_int_equal(rope_rot_dim(&s), 64);
+    assert_true(s.rope_interleave); /* the class default: the key is absent */
+    assert_int_equal(s.q_lora_rank, 1536);
+    assert_int_equal(s.n_experts, 256);
+    assert_int_equal(s.layer_dense_mlp[2], 1);
+    assert_int_equal(s.layer_dense_mlp[3], 0);
+    const double m = 0.1 * log(40.0) + 1.0;
+    assert_true(fabs(s.attn_scale - m * m / sqrt(192.0)) < 1e-6);
+    /* the official checkpoint's fp8 quantization_config is refused by name */
+    const char *fp8 = "{" DSV3_BODY ", \"quantization_config\": {\"activation_scheme\": \"dynamic\", "
+                      "\"fmt\": \"e4m3\", \"quant_method\": \"fp8\", \"weight_block_size\": [128, 128]}}";
+    assert_int_equal(spec_parse(&s, fp8, NULL, "dsv3", &err), -1);
+    assert_non_null(strstr(err.msg, "fp8"));
+    const char *kimi =
+        "{\"model_type\": \"kimi_k2\", \"vocab_size\": 163840, \"hidden_size\": 7168, "
+        "\"intermediate_size\": 18432, \"num_hidden_layers\": 61, \"num_attention_heads\": 64, "
+        "\"num_key_value_heads\": 64, \"kv_lora_rank\": 512, \"q_lora_rank\": 1536, "
+        "\"qk_nope_head_dim\": 128, \"qk_rope_head_dim\": 64, \"v_head_dim\": 128, "
+        "\"n_routed_experts\": 384, \"num_experts_per_tok\": 8, \"n_group\": 1, \"topk_group\": 1, "
+        "\"first_k_dense_replace\": 1, \"routed_scaling_factor\": 2.827, \"bos_token_id\": 163584, "
+        "\"eos_token_id\": 163585, \"max_position_embeddings\": 131072, \"rope_theta\": 50000.0, "
+        "\"rope_scaling\": {\"type\": \"yarn\", \"factor\": 32.0, \"beta_fast\": 1.0, "
+        "\"beta_slow\": 1.0, \"mscale\": 1.0, \"mscale_all_dim\": 1.0, "
+        "\"original_max_position_embeddings\": 4096}}";
+    assert_int_equal(spec_parse(&s, kimi, NULL, "kimi", &err), 0);
+    assert_int_equal(s.family, FAM_DEEPSEEK_V3);
+    assert_int_equal(s.head_dim, 576);
+    assert_int_equal(s.n_experts, 384);
+    assert_true(fabs(s.routed_scaling_factor - 2.827f) < 1e-6);
+    /* what MLA does not support is refused, by the family's name */
+    char bad[4096];
+    snprintf(bad, sizeof bad, "{%s}", DSV3_BODY);
+    memcpy(strstr(bad, "sigmoid"), "softmax", 7); /* deepseek_v2's scoring */
+    assert_int_equal(spec_parse(&s, bad, NULL, "dsv3", &err), -1);
+    assert_non_null(strstr(err.msg, "scoring_func"));
+}
+
 /* ==== Grouped routing vs a naive loop ==== */
 /* Indices of the k largest of v[n] (stable: ties to the lower index), by selection sort. */
 static void naive_topk(const double *v, int n, int k, int *idx) {
@@ -373,6 +437,7 @@ static void test_grouped_routing(void **st) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_grouped_routing),
+        cmocka_unit_test(test_released_configs),
         cmocka_unit_test(test_mla_absorbed_matches_naive),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
