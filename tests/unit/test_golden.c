@@ -32,7 +32,7 @@
 
 static const char *k_required[] = {"llama", "llama_linear", "llama_dynamic", "llama_yarn",
                                    "llama_llama3", "mistral", "qwen2", "qwen3", "gemma3_text",
-                                   "mixtral", "qwen3_moe"};
+                                   "mixtral", "qwen3_moe", "deepseek_v3", "deepseek_v3_noqlora"};
 
 typedef struct gcase {
     int32_t prompt[MAX_TOK];
