@@ -6,7 +6,8 @@
  *   cache; and the softmax scale against its formula; also from mlx_lm's split of kv_b_proj
  *   (embed_q / unembed_out);
  * - grouped sigmoid routing (backend/moe_route.c) against a naive loop (sort-based top-k,
- *   masked_fill(0.0) of the dropped groups), over many random rows and shapes. */
+ *   masked_fill(0.0) of the dropped groups), over many random rows and shapes;
+ * - released DeepSeek-V3 / Kimi K2 configs parse; `mlxcel convert -q` refuses MLA. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/backend.h"
 #include "backend/moe_route.h"
@@ -434,11 +436,32 @@ static void test_grouped_routing(void **st) {
     fprintf(stderr, "grouped routing: %d rows agree with the naive router\n", checked);
 }
 
+/* ==== convert -q refuses MLA (the tiny fixture), by the family's name ==== */
+static void test_convert_refuses(void **st) {
+    (void)st;
+    const char *bin = getenv("MLXCEL_BIN"), *src = getenv("MLXCEL_SOURCE_DIR");
+    if (!bin || !src) {
+        fprintf(stderr, "note: MLXCEL_BIN / MLXCEL_SOURCE_DIR unset (run through ctest); skipped\n");
+        return;
+    }
+    char cmd[3000], out[1024] = "";
+    snprintf(cmd, sizeof cmd, "'%s' convert --hf-path '%s/tests/fixtures/models/deepseek_v3' "
+             "--mlx-path /tmp/mlxcel-test-mla-never-written -q 2>&1", bin, src);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    const size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = '\0';
+    assert_int_not_equal(pclose(p), 0);
+    assert_non_null(strstr(out, "quantizing deepseek_v3 (multi-head latent attention) is not supported"));
+    assert_int_not_equal(access("/tmp/mlxcel-test-mla-never-written", F_OK), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_grouped_routing),
         cmocka_unit_test(test_released_configs),
         cmocka_unit_test(test_mla_absorbed_matches_naive),
+        cmocka_unit_test(test_convert_refuses),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -150,6 +150,14 @@ static void test_golden_models(void **st) {
         snprintf(in, sizeof in, "%s/%s", dir, ent->d_name);
         snprintf(cfg, sizeof cfg, "%s/config.json", in);
         if (access(cfg, R_OK)) continue;
+        model_spec sp;
+        mx_error se;
+        if (spec_load(&sp, in, &se) == 0 && sp.kv_lora_rank > 0) {
+            /* MLA (deepseek_v3): `convert -q` refuses it, and the loader refuses quantized MLA
+             * weights (docs/deepseek.md); test_mla checks the refusal */
+            fprintf(stderr, "skip %s: MLA checkpoints are not quantized by convert yet\n", ent->d_name);
+            continue;
+        }
         for (int c = 0; c < N_CFG; c += 3) roundtrip(in, ent->d_name, k_cfg[c][0], k_cfg[c][1], false);
         n++;
     }
