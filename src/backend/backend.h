@@ -121,6 +121,14 @@ typedef struct mx_moe_params {
      * expert arrays are absent) and only they contribute; routing still spans all n_experts.
      * en = 0: every expert. */
     int e0, en;
+    /* DeepSeek V3 routing instead of softmax top-k when ds_grouped (backend/moe_route.h):
+     * sigmoid scores, top-k by score + ds_bias among the ds_topk_group best of ds_n_group
+     * groups, weights the chosen scores (renormalised when norm_topk) times ds_scale. The CPU
+     * backend implements it; the CUDA backend does not (deepseek_v3 is refused there at load). */
+    bool ds_grouped;
+    int ds_n_group, ds_topk_group;
+    float ds_scale;
+    const mx_tensor *ds_bias;  /* [n_experts] e_score_correction_bias (any float dtype); NULL = 0 */
 } mx_moe_params;
 
 /* Expert e's weights: gate [I, H], up [I, H], down [H, I] (views into fused tensors are fine).

@@ -140,6 +140,10 @@ static void print_table(const ckpt *c, const mx_mem_estimate *e, mx_kv_dtype kv,
                s->attn_temp_tuning ? " (temperature tuned)" : "", n_chunked, s->attn_chunk,
                s->qk_l2_norm ? ", q/k norm after RoPE" : "");
     }
+    if (s->kv_lora_rank > 0) /* the cache holds the latent, one head per token (model_mla.c) */
+        printf("            MLA: latent KV head of %d (kv_lora_rank %d + rope %d) per token, "
+               "%d query heads absorbed; K and V rows both hold it\n", s->head_dim,
+               s->kv_lora_rank, s->qk_rope_head_dim, s->n_heads);
     if (s->quant.bits)
         printf("weights     %s, MLX affine %d-bit group %d (%d per-module overrides), %d file(s)\n",
                mx_dtype_name(s->dtype), s->quant.bits, s->quant.group_size, s->n_quant_overrides,

@@ -117,7 +117,52 @@ static int check_experts_l4(chk *k, int i, const model_spec *s) {
                : 0;
 }
 
+/* DeepSeek V3 (MLA): q_a_proj / q_a_layernorm / q_b_proj (or q_proj), kv_a_proj_with_mqa,
+ * kv_a_layernorm, kv_b_proj, o_proj; MoE layers add the router's e_score_correction_bias and
+ * the shared experts. The multi-token-prediction layers past n_layers are not checked. */
+static int check_mla_layer(chk *k, int i, const model_spec *s) {
+    char n[256];
+    const int64_t H = s->hidden_size, Hq = s->n_heads, R = s->qk_rope_head_dim,
+                  N = s->qk_nope_head_dim, V = s->v_head_dim, Lq = s->q_lora_rank,
+                  Lkv = s->kv_lora_rank;
+    static const char *k_w[7] = {"q_a_proj", "q_b_proj", "q_proj", "kv_a_proj_with_mqa",
+                                 "kv_b_proj", "o_proj", NULL};
+    const int64_t shp[6][2] = {{Lq, H}, {Hq * (N + R), Lq}, {Hq * (N + R), H}, {Lkv + R, H},
+                               {Hq * (N + V), Lkv}, {H, Hq * V}};
+    snprintf(n, sizeof n, "layers.%d.self_attn.kv_b_proj.weight", i);
+    const bool split = !present(k, n); /* mlx_lm: embed_q [Hq, Lkv, N], unembed_out [Hq, V, Lkv] */
+    if (split) {
+        snprintf(n, sizeof n, "layers.%d.self_attn.embed_q.weight", i);
+        if (expect(k, n, 3, Hq, Lkv, N)) return -1;
+        snprintf(n, sizeof n, "layers.%d.self_attn.unembed_out.weight", i);
+        if (expect(k, n, 3, Hq, V, Lkv)) return -1;
+    }
+    for (int p = 0; k_w[p]; p++) {
+        if ((Lq > 0 ? p == 2 : p < 2) || (split && p == 4)) continue;
+        snprintf(n, sizeof n, "layers.%d.self_attn.%s.weight", i, k_w[p]);
+        if (expect(k, n, 2, shp[p][0], shp[p][1], 0)) return -1;
+    }
+    snprintf(n, sizeof n, "layers.%d.self_attn.kv_a_layernorm.weight", i);
+    if (expect(k, n, 1, Lkv, 0, 0)) return -1;
+    if (Lq > 0) {
+        snprintf(n, sizeof n, "layers.%d.self_attn.q_a_layernorm.weight", i);
+        if (expect(k, n, 1, Lq, 0, 0)) return -1;
+    }
+    for (int p = 0; p < 2; p++) {
+        snprintf(n, sizeof n, "layers.%d.%s.weight", i, p ? "post_attention_layernorm" : "input_layernorm");
+        if (expect(k, n, 1, H, 0, 0)) return -1;
+    }
+    if (s->layer_dense_mlp[i]) return check_mlp(k, i, "mlp", H, s->intermediate_size);
+    snprintf(n, sizeof n, "layers.%d.mlp.gate.e_score_correction_bias", i);
+    if (expect(k, n, 1, s->n_experts, 0, 0)) return -1;
+    if (s->n_shared_experts > 0 &&
+        check_mlp(k, i, "mlp.shared_experts", H, (int64_t)s->moe_intermediate_size * s->n_shared_experts))
+        return -1;
+    return check_experts(k, i, s);
+}
+
 static int check_layer(chk *k, int i, const model_spec *s) {
+    if (s->kv_lora_rank > 0) return check_mla_layer(k, i, s);
     char n[256];
     int64_t H = s->hidden_size, D = s->head_dim, QD = (int64_t)s->n_heads * D,
             KD = (int64_t)s->n_kv_heads * D;

@@ -37,6 +37,19 @@ typedef struct model_layer {
     mx_qweight *exp_qgate, *exp_qup, *exp_qdown;
     model_weight sh_gate, sh_up, sh_down; /* llama4 shared expert [Is, H] [Is, H] [H, Is] */
     bool moe;
+    /* ---- DeepSeek MLA (model_mla.c; R = qk_rope_head_dim, N = qk_nope_head_dim, V = v_head_dim,
+     * Lq / Lkv = q / kv LoRA ranks, D = Lkv + R). wq is q_b_proj [Hq*(R+N), Lq] (q_proj
+     * [.., H] without q LoRA) with each head's rows reordered to [pe | nope]; wo is o_proj.
+     * Shared experts of a MoE layer sit in w_gate / w_up / w_down. ---- */
+    bool mla;
+    model_weight wq_a;       /* [Lq, H] q_a_proj (absent without q LoRA) */
+    model_weight wkv_a;      /* [R + Lkv, H] kv_a_proj_with_mqa, rows reordered to [k_pe | c_kv] */
+    mx_tensor q_a_norm;      /* [Lq] */
+    mx_tensor kv_a_norm;     /* [Lkv] */
+    mx_tensor w_qabs;        /* [Hq, D, R + N] per head [[I_R, 0], [0, W_UK_h^T]] */
+    mx_tensor w_kvb;         /* [Hq*(N+V), Lkv] kv_b_proj: head h's V rows are its W_UV (or
+                              * mlx_lm's unembed_out [Hq, V, Lkv] as [Hq*V, Lkv]) */
+    mx_tensor e_bias;        /* [E] router e_score_correction_bias */
 } model_layer;
 
 /* Host-side weight source for binding: returns the tensor called `name` (host memory), or

@@ -27,6 +27,8 @@ int model_ensure_scratch(model *m, int rows, int n_out, mx_error *err) {
         size_t I = (size_t)m->ffn;
         if ((size_t)s->moe_intermediate_size > I) I = (size_t)s->moe_intermediate_size;
         if ((size_t)s->shared_expert_size > I) I = (size_t)s->shared_expert_size;
+        const size_t Ish = (size_t)s->moe_intermediate_size * s->n_shared_experts; /* deepseek */
+        if (Ish > I) I = Ish;
         const size_t E = s->n_experts > 0 ? (size_t)s->n_experts : 1, r = (size_t)rows;
         if (grow(m, &m->x, r * H, err) || grow(m, &m->h, r * H, err) || grow(m, &m->q, r * QD, err) ||
             grow(m, &m->k, r * KD, err) || grow(m, &m->v, r * KD, err) ||
@@ -233,6 +235,10 @@ static int forward(model *m, kv_cache *kv, const model_batch *b, float *logits, 
             const bool sliding = s->sliding_window > 0 && s->layer_sliding[l];
             /* ---- attention ---- */
             be->rms_norm(&h, &x, &L->attn_norm, eps, off);
+            if (L->mla) { /* DeepSeek multi-head latent attention, absorbed (model_mla.c) */
+                if ((rc = model_mla_attention(m, kv, l, &h, &o, &ab, err))) break;
+                goto attn_out;
+            }
             linear_n(be, &h, 3, (mx_tensor *const[]){&q2, &k2, &v2},
                      (const model_weight *const[]){&L->wq, &L->wk, &L->wv},
                      (const mx_tensor *const[]){&L->bq, &L->bk, &L->bv});
@@ -261,6 +267,7 @@ static int forward(model *m, kv_cache *kv, const model_batch *b, float *logits, 
             /* row-parallel: partial sums over this rank's heads; the bias once, on rank 0 */
             linear(be, &o, &att2, &L->wo, m->tp_rank == 0 ? &L->bo : NULL);
             if ((rc = tp_reduce(m, &o, err))) break;
+        attn_out:
             if (s->sandwich_norms) be->rms_norm(&o, &o, &L->post_attn_norm, eps, off);
             be->add(&x, &o);
 
@@ -283,6 +290,7 @@ static int forward(model *m, kv_cache *kv, const model_batch *b, float *logits, 
                                     .norm_topk = s->norm_topk_prob, .activation = (int)s->act,
                                     .routing = (int)s->moe_routing,
                                     .e0 = m->e0, .en = m->en < E ? m->en : 0};
+                model_mla_moe_params(m, L, &mp); /* deepseek: grouped sigmoid routing */
                 if (be->moe(&o, &h, &rl, &ex, &mp, err)) {
                     rc = mx_wrap(err, "layer %d", l);
                     break; /* step_end still runs: a device backend may be capturing */
@@ -300,6 +308,7 @@ static int forward(model *m, kv_cache *kv, const model_batch *b, float *logits, 
                     be->add(&o, &o2);
                 }
                 if ((rc = tp_reduce(m, &o, err))) break;
+                if (L->mla) model_mla_shared(m, L, &h, &x, &o); /* deepseek shared experts */
             } else {
                 const int I = m->ffn;
                 mx_tensor g = mx_tensor_2d(m->g, MX_F32, n, I, dev);

@@ -55,6 +55,10 @@ struct model {
     mx_tensor ones;  /* [head_dim] weight of the weightless q/k norm (llama4) */
     void **host_owned; /* host copies of permuted / transposed weights (model_llama4.c) */
     int n_host_owned, cap_host_owned;
+    float *mla_qa;   /* [rows, Lq] MLA q LoRA (model_mla.c) */
+    float *mla_qf;   /* [rows, Hq * (R + N)] MLA per-head [q_pe | q_nope] */
+    float *mla_ov;   /* [rows, Hq * V] MLA per-head values, the input of o_proj */
+    int mla_cap;     /* rows of the three above */
     /* ---- host scratch ---- */
     float *cs_host;  /* [rows, rot_dim] */
     float *inv_host; /* [rot_dim / 2] */
@@ -87,6 +91,23 @@ int model_ensure_scratch(model *m, int rows, int n_out, mx_error *err);
 int model_forward_rank(model *m, kv_cache *kv, const model_batch *b, float *logits, mx_error *err);
 /* model_tp.c: a TP group's forward, one thread per rank. */
 int model_tp_forward(model *m, kv_cache *kv, const model_batch *b, float *logits, mx_error *err);
+/* ==== DeepSeek V3 (model_mla.c) ==== */
+/* Refuses what MLA does not run on yet (backend, TP, quantized weights); 0 for other families. */
+int model_mla_check(const model *m, mx_error *err);
+/* Binds layer li's MLA attention weights (prefix: the decoder's tensor prefix, e.g. "model."). */
+int model_mla_bind(model *m, model_layer *L, int li, model_weight_fn fn, void *ctx,
+                   const char *prefix, mx_error *err);
+/* A MoE layer's shared experts and router correction bias. */
+int model_mla_bind_moe(model *m, model_layer *L, int li, model_weight_fn fn, void *ctx,
+                       const char *prefix, mx_error *err);
+/* o [n, H] = MLA attention of the normed input h [n, H], absorbed; writes the latent K/V. */
+int model_mla_attention(model *m, kv_cache *kv, int l, const mx_tensor *h, mx_tensor *o,
+                        const mx_attn_batch *ab, mx_error *err);
+/* The MoE params' DeepSeek routing fields for layer L. */
+void model_mla_moe_params(const model *m, const model_layer *L, mx_moe_params *mp);
+/* A DeepSeek MoE layer with shared experts: x += o (the routed experts' output), then o = the
+ * shared experts of h, which the forward adds next. No-op without shared experts. */
+void model_mla_shared(model *m, const model_layer *L, const mx_tensor *h, mx_tensor *x, mx_tensor *o);
 /* Vocabulary rows of a rank: ceil(V / N) per rank, the last rank the remainder. */
 /* Binds the calling thread to rank `rank`'s device on a multi-device backend (rank r drives
  * device r); a no-op returning 0 on the CPU. err may be NULL. */

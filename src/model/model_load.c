@@ -397,7 +397,11 @@ static int bind_layer(binder *b, int li) {
     model_layer *L = &m->layers[li];
     /* this rank's slice: heads and MLP width divided by the TP degree (1 = the whole model) */
     const int H = s->hidden_size, D = s->head_dim, QD = m->hq * D, KD = m->hkv * D;
-    if (bind(b, &L->attn_norm, true, H, 0, "layers.%d.input_layernorm.weight", li, -1) ||
+    if (s->kv_lora_rank > 0) { /* DeepSeek MLA (model_mla.c) */
+        if (bind(b, &L->attn_norm, true, H, 0, "layers.%d.input_layernorm.weight", li, -1) ||
+            model_mla_bind(m, L, li, b->fn, b->ctx, b->prefix, b->err))
+            return -1;
+    } else if (bind(b, &L->attn_norm, true, H, 0, "layers.%d.input_layernorm.weight", li, -1) ||
         bind_qkv(b, L, li, QD, KD, H) ||
         bind_lin(b, &L->wo, true, H, QD, "layers.%d.self_attn.o_proj.weight", li, -1, false) ||
         bind(b, &L->bq, s->qkv_bias, QD, 0, "layers.%d.self_attn.q_proj.bias", li, -1) ||
@@ -416,7 +420,13 @@ static int bind_layer(binder *b, int li) {
         return -1;
     }
     L->moe = s->n_experts > 0 && !s->layer_dense_mlp[li];
-    if (L->moe) return s->family == FAM_LLAMA4 ? bind_experts_l4(b, L, li) : bind_experts(b, L, li);
+    if (L->moe) {
+        if (s->family == FAM_LLAMA4) return bind_experts_l4(b, L, li);
+        return bind_experts(b, L, li) ||
+                       (L->mla && model_mla_bind_moe(m, L, li, b->fn, b->ctx, b->prefix, b->err))
+                   ? -1
+                   : 0;
+    }
     const int I = m->ffn;
     const char *ff = s->family == FAM_LLAMA4 ? "feed_forward" : "mlp";
     char fg[96], fu[96], fd[96];
@@ -457,6 +467,10 @@ int model_bind_rank(model **out, const model_spec *spec, model_weight_fn fn, voi
         s->n_heads % s->n_kv_heads || s->head_dim <= 0 || s->hidden_size <= 0 || s->vocab_size <= 0) {
         mx_fail(err, "model spec: inconsistent shapes (layers %d, heads %d/%d, head_dim %d)",
                 s->n_layers, s->n_heads, s->n_kv_heads, s->head_dim);
+        free(m);
+        return -1;
+    }
+    if (model_mla_check(m, err)) {
         free(m);
         return -1;
     }
@@ -551,7 +565,8 @@ void model_free(model *m) {
     free(m->layers);
     const backend_ops *be = m->be;
     float *bufs[] = {m->x, m->h, m->q, m->k, m->v, m->att, m->o, m->g, m->u, m->rl,
-                     m->cs_glob, m->cs_loc, m->o2, m->cs_temp, m->xo, m->lo, m->lol != m->lo ? m->lol : NULL};
+                     m->cs_glob, m->cs_loc, m->o2, m->cs_temp, m->xo, m->lo, m->lol != m->lo ? m->lol : NULL,
+                     m->mla_qa, m->mla_qf, m->mla_ov};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->free(bufs[i]);
     free(m->cs_host);

@@ -6,6 +6,7 @@
 #include "model/model.h"
 
 int rope_rot_dim(const model_spec *s) {
+    if (s->kv_lora_rank > 0) return s->qk_rope_head_dim; /* MLA: the pe part of each head */
     double f = s->rope.partial_rotary_factor > 0 ? s->rope.partial_rotary_factor : 1.0;
     int d = (int)(s->head_dim * f);
     return d & ~1;

@@ -24,6 +24,7 @@ typedef enum {
     FAM_QWEN3_MOE,  /* norm_topk_prob */
     FAM_LLAMA4,     /* llama4_text, llama4: sigmoid-scaled MoE + shared expert, NoPE layers,
                        chunked attention, interleaved RoPE, parameterless q/k norm */
+    FAM_DEEPSEEK_V3, /* deepseek_v3, kimi_k2: MLA attention, grouped sigmoid routing (model_mla.c) */
     FAM_COUNT
 } mx_family;
 
@@ -120,6 +121,20 @@ typedef struct model_spec {
     bool attn_temp_tuning;   /* NoPE layers: q *= log(floor((pos + 1) / floor) + 1) * scale + 1 */
     float attn_temp_floor;   /* floor_scale */
     float attn_temp_scale;   /* attn_scale */
+
+    /* ---- DeepSeek V3 (spec_mla.c, model_mla.c) ----
+     * kv_lora_rank > 0 = multi-head latent attention, run in its absorbed form: the KV cache
+     * holds one latent head per token, so n_kv_heads is 1 and head_dim is kv_lora_rank +
+     * qk_rope_head_dim (the absorbed query / key width); the checkpoint's own widths are the
+     * fields below. */
+    int q_lora_rank;          /* 0 = plain q_proj (q_lora_rank null) */
+    int kv_lora_rank;
+    int qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
+    bool rope_interleave;     /* pe rows interleaved in pairs (permuted to rotate-half at load) */
+    int n_shared_experts;     /* shared_experts: one SwiGLU of moe_intermediate_size * n */
+    bool moe_grouped_sigmoid; /* sigmoid scores + e_score_correction_bias, group-limited top-k */
+    int moe_n_group, moe_topk_group;
+    float routed_scaling_factor;
 
     /* ---- embeddings ---- */
     bool tie_word_embeddings;

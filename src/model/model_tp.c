@@ -128,6 +128,9 @@ static int tp_check(const model_spec *s, const backend_ops *be, int n, bool grou
     if (s->family == FAM_LLAMA4)
         return mx_fail(err, "--tp-size %d: model_type '%s' (llama4) is not supported with tensor "
                        "parallelism yet; run it with --tp-size 1", n, s->model_type);
+    if (s->kv_lora_rank > 0) /* its heads share one latent KV head; no split written yet */
+        return mx_fail(err, "--tp-size %d: %s (multi-head latent attention) does not run tensor-"
+                       "parallel yet; use --tp-size 1", n, s->model_type);
     if (be->device != MX_DEV_CPU) {
         const int have = be->device_count ? be->device_count() : 0;
         if (!be->bind_device)

@@ -42,17 +42,19 @@ static const type_defaults k_types[] = {
     {"qwen3_moe", FAM_QWEN3_MOE, 1e-6, 10000.0, 32768, 4, 0, 4096, -1, -1, -1, false},
     {"llama4_text", FAM_LLAMA4, 1e-5, 500000.0, 131072, 8, 128, 0, 1, 2, -1, false},
     {"llama4", FAM_LLAMA4, 1e-5, 500000.0, 131072, 8, 128, 0, 1, 2, -1, false},
+    {"deepseek_v3", FAM_DEEPSEEK_V3, 1e-6, 10000.0, 4096, 0, 0, 0, 0, 1, -1, false},
+    {"kimi_k2", FAM_DEEPSEEK_V3, 1e-6, 10000.0, 4096, 0, 0, 0, 0, 1, -1, false},
 };
 #define N_TYPES (int)(sizeof k_types / sizeof k_types[0])
 
 const char *spec_supported_types(void) {
     return "llama, mistral, qwen2, qwen3, gemma3, gemma3_text, mixtral, qwen3_moe, llama4, "
-           "llama4_text";
+           "llama4_text, deepseek_v3, kimi_k2";
 }
 
 const char *spec_family_name(mx_family f) {
     static const char *names[FAM_COUNT] = {"llama", "qwen2", "qwen3", "gemma3", "mixtral",
-                                           "qwen3_moe", "llama4"};
+                                           "qwen3_moe", "llama4", "deepseek_v3"};
     return (f >= 0 && f < FAM_COUNT) ? names[f] : "unknown";
 }
 
@@ -412,7 +414,8 @@ int spec_parse(model_spec *spec, const char *config_json, const char *generation
 
     if (parse_shapes(&c, spec, td) || parse_attention(&c, spec) || parse_activation(&c, spec) ||
         spec_parse_rope(&c, spec, td->rope_theta) || parse_sliding(&c, spec, td) ||
-        parse_moe(&c, spec) || parse_tokens(&c, spec, td) || spec_parse_quant(&c, spec))
+        parse_moe(&c, spec) || parse_tokens(&c, spec, td) || spec_parse_quant(&c, spec) ||
+        (spec->family == FAM_DEEPSEEK_V3 && spec_parse_deepseek(&c, spec)))
         goto out;
     if (spec->family == FAM_LLAMA4 && spec_parse_llama4(&c, spec)) goto out;
     if (cfg_bool(&c, "tie_word_embeddings", td->tie, &spec->tie_word_embeddings)) goto out;

@@ -42,5 +42,7 @@ int spec_parse_rope(const spec_cfg *c, model_spec *s, double default_theta);
 int spec_parse_llama4(const spec_cfg *c, model_spec *s);
 /* MLX quantization block ("quantization" or "quantization_config"). */
 int spec_parse_quant(const spec_cfg *c, model_spec *s);
+/* deepseek_v3 / kimi_k2 fields (spec_mla.c), after the common ones. */
+int spec_parse_deepseek(const spec_cfg *c, model_spec *s);
 
 #endif

@@ -269,6 +269,12 @@ int cv_plan_build(cv_plan *p, const ckpt *c, const mlxq_convert_opts *opt, mx_er
         return mx_fail(err, "%s: model_type '%s' (llama4): `mlxcel convert` does not support "
                        "llama4 yet (its fused experts need a transpose); load the transformers "
                        "checkpoint directly, or convert it with mlx_lm", c->dir, c->spec.model_type);
+    /* mlx_lm quantizes deepseek_v3 with kv_b_proj split into per-head embed_q / unembed_out;
+     * mlxcel runs MLA from float weights only (src/model/model_mla.c), so it writes no
+     * checkpoint it could not load */
+    if (opt->quantize && c->spec.kv_lora_rank > 0)
+        return mx_fail(err, "%s: quantizing %s (multi-head latent attention) is not supported yet; "
+                       "mlxcel runs it from bf16, f16 or f32 weights", c->dir, c->spec.model_type);
     for (int f = 0; f < c->n_files; f++)
         for (int i = 0; i < c->files[f].n_tensors; i++)
             if (plan_one(p, c, &c->files[f].tensors[i], opt, err)) return -1;

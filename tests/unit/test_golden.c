@@ -32,7 +32,8 @@
 
 static const char *k_required[] = {"llama", "llama_linear", "llama_dynamic", "llama_yarn",
                                    "llama_llama3", "mistral", "qwen2", "qwen3", "gemma3_text",
-                                   "mixtral", "qwen3_moe", "llama4_text", "llama4_text_top2"};
+                                   "mixtral", "qwen3_moe", "llama4_text", "llama4_text_top2",
+                                   "deepseek_v3", "deepseek_v3_noqlora"};
 
 typedef struct gcase {
     int32_t prompt[MAX_TOK];

@@ -157,6 +157,12 @@ static void test_golden_models(void **st) {
             fprintf(stderr, "note: %s: convert refuses llama4; not converted\n", ent->d_name);
             continue;
         }
+        if (spec_load(&spec, in, &err) == 0 && spec.kv_lora_rank > 0) {
+            /* MLA (deepseek_v3): `convert -q` refuses it, and the loader refuses quantized MLA
+             * weights (docs/deepseek.md); test_mla checks the refusal */
+            fprintf(stderr, "skip %s: MLA checkpoints are not quantized by convert yet\n", ent->d_name);
+            continue;
+        }
         for (int c = 0; c < N_CFG; c += 3) roundtrip(in, ent->d_name, k_cfg[c][0], k_cfg[c][1], false);
         n++;
     }

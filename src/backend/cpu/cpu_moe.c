@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_internal.h"
+#include "backend/moe_route.h"
 #include "quant/quant_backend.h"
 
 /* Top-k of probs[E] by value (ties: lower index first). */
@@ -37,7 +38,7 @@ int cpu_moe(mx_tensor *out, const mx_tensor *x, const mx_tensor *router_logits,
     const int I = (int)(ex->qgate ? ex->qgate[ep].w.shape[0] : ex->gate[ep].shape[0]);
     int *sel = malloc((size_t)n * K * sizeof(int));        /* [n, K] chosen experts */
     float *wsel = malloc((size_t)n * K * sizeof(float));   /* [n, K] their weights */
-    float *probs = malloc((size_t)E * sizeof(float));      /* [E] */
+    float *probs = malloc((size_t)(4 * E) * sizeof(float)); /* [E]; grouped: [4E] */
     int32_t *rows = malloc((size_t)n * sizeof(int32_t));   /* rows routed to one expert */
     float *rw = malloc((size_t)n * sizeof(float));         /* their weights */
     float *xe = malloc((size_t)n * H * sizeof(float));     /* [m, H] gathered inputs */
@@ -51,8 +52,18 @@ int cpu_moe(mx_tensor *out, const mx_tensor *x, const mx_tensor *router_logits,
     }
     /* ---- routing ---- */
     const bool sig_in = p->routing == MX_MOE_ROUTE_SIGMOID_IN;
+    float *bias32 = NULL; /* grouped routing: [E] correction bias in fp32, after the scratch */
+    if (p->ds_grouped && p->ds_bias && mx_tensor_present(p->ds_bias)) {
+        bias32 = probs + 3 * E;
+        cpu_row_to_f32(bias32, p->ds_bias->data, p->ds_bias->dtype, E);
+    }
     for (int i = 0; i < n; i++) {
         const float *lg = cpu_row_ptr(router_logits, i);
+        if (p->ds_grouped) { /* scratch 2E + 2 n_group <= 3E (groups of >= 2) */
+            mx_route_grouped_sigmoid(lg, bias32, E, p->ds_n_group, p->ds_topk_group, K,
+                                     p->norm_topk, p->ds_scale, sel + i * K, wsel + i * K, probs);
+            continue;
+        }
         if (sig_in) { /* llama4: top-k of the logits themselves, each scored sigmoid(logit) */
             topk(lg, E, K, sel + i * K, wsel + i * K);
             for (int j = 0; j < K; j++) wsel[i * K + j] = 1.0f / (1.0f + expf(-wsel[i * K + j]));
