@@ -53,7 +53,7 @@ struct model {
     float *xo;       /* [n_out, H] gathered rows for the head */
     float *lo;       /* [n_out, V] logits on the device */
     mx_tensor ones;  /* [head_dim] weight of the weightless q/k norm (llama4) */
-    void **host_owned; /* host copies of permuted / transposed weights (model_llama4.c) */
+    void **host_owned; /* host copies of permuted / transposed weights (model_own: llama4, MLA) */
     int n_host_owned, cap_host_owned;
     float *mla_qa;   /* [rows, Lq] MLA q LoRA (model_mla.c) */
     float *mla_qf;   /* [rows, Hq * (R + N)] MLA per-head [q_pe | q_nope] */

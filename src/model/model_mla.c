@@ -95,17 +95,8 @@ static int upload(mla_src *S, mx_tensor *dst, const mx_tensor *host) {
 
 /* A host buffer the model keeps (the CPU upload keeps views of it); freed by model_free. */
 static void *own(mla_src *S, size_t bytes) {
-    model *m = S->m;
-    if (m->n_tp_owned == m->cap_tp_owned) {
-        const int cap = m->cap_tp_owned ? 2 * m->cap_tp_owned : 16;
-        void **p = realloc(m->tp_owned, (size_t)cap * sizeof *p);
-        if (!p) return NULL;
-        m->tp_owned = p;
-        m->cap_tp_owned = cap;
-    }
-    void *b = malloc(bytes);
-    if (b) m->tp_owned[m->n_tp_owned++] = b;
-    else mx_fail(S->err, "out of memory (%zu bytes)", bytes);
+    void *b = model_own(S->m, bytes);
+    if (!b) mx_fail(S->err, "out of memory (%zu bytes)", bytes);
     return b;
 }
 
