@@ -5,7 +5,8 @@
  *   gcc -O2 -std=c11 -D_GNU_SOURCE -fopenmp -DKVQ -Isrc bench/cpu_kv_attn.c \
  *       build-cpu/libmlxcel_core.a $(pkg-config --libs jansson libpcre2-8 libutf8proc \
  *       libmicrohttpd libxxhash) -lopenblas -lm -lpthread -o /tmp/cpu_kv_attn
- *   /tmp/cpu_kv_attn [calls 200] [f32|f16|bf16|q8_0|q4_0]
+ *   /tmp/cpu_kv_attn [calls 200] [f32|f16|bf16|q8_0|q4_0|turbo2|turbo3|turbo4]
+ * It prints a hash of the output's bits too (equal hashes: the same bits in two builds).
  * Without -DKVQ (and with that build's -Isrc) it builds against a tree before the cache types
  * (f32 only), for an A/B of the f32 path. bench/results/2026-12-05-cpu-kv-types.md. */
 #include <stdio.h>
@@ -38,12 +39,14 @@ int main(int argc, char **argv) {
     mx_tensor tq = mx_tensor_3d(q, MX_F32, 1, Hq, D, MX_DEV_CPU), to = mx_tensor_3d(o, MX_F32, 1, Hq, D, MX_DEV_CPU);
     mx_tensor tk = mx_tensor_3d(k, MX_F32, rows, Hkv, D, MX_DEV_CPU), tv = mx_tensor_3d(v, MX_F32, rows, Hkv, D, MX_DEV_CPU);
 #ifdef KVQ
-    mx_dtype dt = !strcmp(type, "q8_0") ? MX_Q8_0 : !strcmp(type, "q4_0") ? MX_Q4_0 : !strcmp(type, "f16") ? MX_F16 : !strcmp(type, "bf16") ? MX_BF16 : MX_F32;
+    mx_dtype dt = !strcmp(type, "q8_0") ? MX_Q8_0 : !strcmp(type, "q4_0") ? MX_Q4_0 : !strcmp(type, "f16") ? MX_F16
+                : !strcmp(type, "bf16") ? MX_BF16 : !strcmp(type, "turbo2") ? MX_TQ2 : !strcmp(type, "turbo3") ? MX_TQ3
+                : !strcmp(type, "turbo4") ? MX_TQ4 : MX_F32;
     if (dt != MX_F32) {
         const int e = D / mx_dtype_block(dt);
         void *kq = malloc((size_t)rows * Hkv * e * mx_dtype_size(dt)), *vq = malloc((size_t)rows * Hkv * e * mx_dtype_size(dt));
-        kvq_from_f32(kq, dt, k, (int64_t)rows * Hkv * D);
-        kvq_from_f32(vq, dt, v, (int64_t)rows * Hkv * D);
+        kvq_from_f32_heads(kq, dt, k, rows * Hkv, D);
+        kvq_from_f32_heads(vq, dt, v, rows * Hkv, D);
         tk = mx_tensor_3d(kq, dt, rows, Hkv, e, MX_DEV_CPU);
         tv = mx_tensor_3d(vq, dt, rows, Hkv, e, MX_DEV_CPU);
     }
@@ -56,6 +59,9 @@ int main(int argc, char **argv) {
         best = t < best ? t : best;
         sum += t;
     }
-    printf("%s min %.1f us mean %.1f us (out[0] %.6f)\n", type, best * 1e6, sum / reps * 1e6, o[0]);
+    uint64_t hash = 1469598103934665603ull; /* FNV-1a of the output's bytes */
+    for (size_t i = 0; i < sizeof(float) * Hq * D; i++) hash = (hash ^ ((const unsigned char *)o)[i]) * 1099511628211ull;
+    printf("%s min %.1f us mean %.1f us (out[0] %.6f, bits %016llx)\n", type, best * 1e6, sum / reps * 1e6, o[0],
+           (unsigned long long)hash);
     return 0;
 }

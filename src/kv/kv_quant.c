@@ -80,7 +80,9 @@ static void to_f32_ref(float *dst, const void *src, mx_dtype t, int64_t n) {
     case MX_BF16: for (int64_t i = 0; i < n; i++) dst[i] = mx_bf16_to_f32(h[i]); break;
     case MX_Q8_0: deq_q8_0_ref(src, dst, n); break;
     case MX_Q4_0: deq_q4_0_ref(src, dst, n); break;
-    case MX_TQ2: case MX_TQ3: case MX_TQ4: kv_turbo_decode_rot(src, kvq_turbo_bits(t), dst, n); break;
+    case MX_TQ2: case MX_TQ3: case MX_TQ4: /* the portable table path (kv_turbo.c) */
+        kv_turbo_decode_rot_with(src, kvq_turbo_bits(t), dst, n, KV_TURBO_READ_C);
+        break;
     default: memcpy(dst, src, (size_t)n * sizeof(float)); break;
     }
 }

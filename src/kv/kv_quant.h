@@ -45,7 +45,8 @@ void kvq_from_f32_heads(void *dst, mx_dtype t, const float *src, int n_heads, in
 /* dst[0..n) = the values of src (type t), exactly (every stored value is an fp32 number); for
  * the TurboQuant types the values in the rotated space (s * c[code]). */
 void kvq_to_f32(float *dst, const void *src, mx_dtype t, int64_t n);
-/* Tests only: kvq_to_f32 takes the scalar path even where AVX2 + F16C exist (same bits). */
+/* Tests only: kvq_to_f32 takes the scalar path even where AVX2 + F16C exist (same bits; the
+ * TurboQuant types: kv_turbo.c's portable table path). */
 void kvq_force_ref(bool on);
 
 #endif

@@ -38,6 +38,12 @@ void kv_turbo_unrotate(float *x, int dim);
 void kv_turbo_encode(const float *x, int dim, int bits, void *dst, float *scratch);
 /* n values (a multiple of 32) of blocks, in the rotated space: y[i] = s * c[code i]. */
 void kv_turbo_decode_rot(const void *src, int bits, float *y, int64_t n);
+/* The same values through one chosen code path, all of them bit for bit equal: REF the plain
+ * one-code-at-a-time unpack (the definition), C the portable table path, AVX2 eight lanes at a
+ * time (-1 where the CPU or compiler lacks it); AUTO is kv_turbo_decode_rot's choice (AVX2
+ * where the CPU has it, else C). 0 on success. */
+typedef enum { KV_TURBO_READ_AUTO, KV_TURBO_READ_REF, KV_TURBO_READ_C, KV_TURBO_READ_AVX2 } kv_turbo_read;
+int kv_turbo_decode_rot_with(const void *src, int bits, float *y, int64_t n, kv_turbo_read how);
 /* One head rebuilt: R^T of the above. */
 void kv_turbo_decode(const void *src, int dim, int bits, float *x);
 

@@ -152,6 +152,79 @@ static void test_rotated_dot(void **st) {
     assert_true(fabs(a - b) <= 1e-5 * mag);
 }
 
+/* ==== Reads: every code path gives the definition's bits ====
+ * Random blocks (every fp16 scale bit pattern allowed: zero, -0, subnormal, inf, NaN; every
+ * code) and encoded heads, row lengths of 1 to 33 blocks, unaligned source and destination:
+ * the plain unpack here (value j of a block: bits j * bits .. of its code bytes,
+ * little-endian, times the block's scale), the library's reference, portable and AVX2 paths,
+ * kv_turbo_decode_rot and kvq_to_f32 (both of its paths) all give the same bits. */
+static void plain_unpack(const uint8_t *blk, int bits, float *y, int64_t n) {
+    const float *c = kv_turbo_codebook(bits);
+    for (int64_t i0 = 0; i0 < n; i0 += 32, blk += kv_turbo_block_bytes(bits)) {
+        const float s = mx_f16_to_f32((uint16_t)(blk[0] | blk[1] << 8));
+        for (int j = 0; j < 32; j++) {
+            unsigned code = 0;
+            for (int b = 0; b < bits; b++) {
+                const int bit = j * bits + b;
+                code |= (unsigned)(blk[2 + bit / 8] >> (bit % 8) & 1) << b;
+            }
+            y[i0 + j] = s * c[code];
+        }
+    }
+}
+
+static void check_read_paths(const uint8_t *src, int bits, int64_t n, mx_dtype t, const char *what) {
+    float want[33 * 32], got[33 * 32 + 2]; /* got: a guard value either side */
+    plain_unpack(src, bits, want, n);
+    static const char *names[] = {"auto", "ref", "c", "avx2"};
+    for (int how = KV_TURBO_READ_AUTO; how <= KV_TURBO_READ_AVX2; how++) {
+        memset(got, 0xa5, sizeof got);
+        /* got + 1: an unaligned destination */
+        if (kv_turbo_decode_rot_with(src, bits, got + 1, n, (kv_turbo_read)how)) {
+            assert_int_equal(how, KV_TURBO_READ_AVX2);
+            print_message("(no AVX2 here: that path not run)\n");
+            continue;
+        }
+        if (memcmp(got + 1, want, (size_t)n * 4))
+            fail_msg("%s: %d bits, %lld values, path %s: not the plain unpack's bits", what, bits, (long long)n, names[how]);
+        uint32_t guard[2];
+        memcpy(&guard[0], &got[0], 4), memcpy(&guard[1], &got[n + 1], 4);
+        assert_true(guard[0] == 0xa5a5a5a5u && guard[1] == 0xa5a5a5a5u); /* nothing written outside */
+    }
+    for (int ref = 0; ref < 2; ref++) {
+        kvq_force_ref(ref);
+        memset(got, 0, sizeof got);
+        kv_turbo_decode_rot(src, bits, got, n);
+        assert_memory_equal(got, want, (size_t)n * 4);
+        kvq_to_f32(got, src, t, n);
+        assert_memory_equal(got, want, (size_t)n * 4);
+    }
+    kvq_force_ref(false);
+}
+
+static void test_read_paths(void **st) {
+    (void)st;
+    static const mx_dtype ts[] = {0, 0, MX_TQ2, MX_TQ3, MX_TQ4};
+    uint8_t raw[1 + 33 * 18];
+    for (int bits = 2; bits <= 4; bits++) {
+        for (int nb = 1; nb <= 33; nb++) {
+            for (int t = 0; t < 8; t++) {
+                for (size_t i = 0; i < sizeof raw; i++) raw[i] = (uint8_t)(uniform() * 256.0);
+                if (t == 0) /* scales that are finite and positive, as the encoder writes them */
+                    for (int b = 0; b < nb; b++) raw[1 + b * kv_turbo_block_bytes(bits) + 1] &= 0x3b;
+                check_read_paths(raw + 1, bits, 32 * nb, ts[bits], "random blocks"); /* raw + 1: unaligned */
+            }
+        }
+        for (int d = 32; d <= 1024; d *= 2) { /* encoded heads of every allowed head_dim */
+            float x[1024], scratch[1024];
+            static uint8_t row[1024 / 32 * 18];
+            for (int i = 0; i < d; i++) x[i] = gauss() * (i % 5 ? 1.0f : 30.0f);
+            kv_turbo_encode(x, d, bits, row, scratch);
+            check_read_paths(row, bits, d, ts[bits], "encoded head");
+        }
+    }
+}
+
 /* ==== Attention over TurboQuant pools ====
  * Pools written through cpu_kv_write; the same attention over f32 pools holding each head's
  * rebuilt (rotated back) values is the reference: equal up to the rotation's rounding. Every
@@ -256,7 +329,7 @@ int main(void) {
         cmocka_unit_test(test_codebook_matches_max), cmocka_unit_test(test_rotation),
         cmocka_unit_test(test_codes_nearest),        cmocka_unit_test(test_distortion),
         cmocka_unit_test(test_rotated_dot),          cmocka_unit_test(test_check),
-        cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_read_paths),           cmocka_unit_test(test_attention),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
