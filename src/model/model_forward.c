@@ -130,6 +130,20 @@ static void linear_n(const backend_ops *be, const mx_tensor *x, int n, mx_tensor
     be->matmul_group(x, ls, n);
 }
 
+/* out[n, H] = down(act(gate h) * up h): a dense gated MLP of width I (a layer's MLP, a MoE
+ * layer's shared expert), through the model's g / u scratch. */
+void model_mlp(model *m, mx_tensor *out, const mx_tensor *h, const model_weight *gate,
+               const model_weight *up, const model_weight *down, int I) {
+    const backend_ops *be = m->be;
+    const int n = (int)h->shape[0];
+    mx_tensor g = mx_tensor_2d(m->g, MX_F32, n, I, be->device);
+    mx_tensor u = mx_tensor_2d(m->u, MX_F32, n, I, be->device);
+    linear_n(be, h, 2, (mx_tensor *const[]){&g, &u}, (const model_weight *const[]){gate, up},
+             (const mx_tensor *const[]){NULL, NULL});
+    be->glu(&g, &g, &u, (int)m->spec.act);
+    linear(be, out, &g, down, NULL);
+}
+
 /* ==== Collectives: no-ops for one rank ==== */
 /* A rank of a group (coll set) always calls the collective, also in a group of one
  * (MLXCEL_TP_GROUP=1: the NCCL path on one GPU); a plain model never does. */
@@ -296,28 +310,14 @@ static int forward(model *m, kv_cache *kv, const model_batch *b, float *logits, 
                     break; /* step_end still runs: a device backend may be capturing */
                 }
                 if (s->shared_expert_size > 0) { /* llama4: + the dense shared expert of h */
-                    const int Is = s->shared_expert_size;
-                    mx_tensor g = mx_tensor_2d(m->g, MX_F32, n, Is, dev);
-                    mx_tensor u = mx_tensor_2d(m->u, MX_F32, n, Is, dev);
                     mx_tensor o2 = mx_tensor_2d(m->o2, MX_F32, n, H, dev); /* [n, H] */
-                    linear_n(be, &h, 2, (mx_tensor *const[]){&g, &u},
-                             (const model_weight *const[]){&L->sh_gate, &L->sh_up},
-                             (const mx_tensor *const[]){NULL, NULL});
-                    be->glu(&g, &g, &u, (int)s->act);
-                    linear(be, &o2, &g, &L->sh_down, NULL);
+                    model_mlp(m, &o2, &h, &L->sh_gate, &L->sh_up, &L->sh_down, s->shared_expert_size);
                     be->add(&o, &o2);
                 }
                 if ((rc = tp_reduce(m, &o, err))) break;
                 if (L->mla) model_mla_shared(m, L, &h, &x, &o); /* deepseek shared experts */
             } else {
-                const int I = m->ffn;
-                mx_tensor g = mx_tensor_2d(m->g, MX_F32, n, I, dev);
-                mx_tensor u = mx_tensor_2d(m->u, MX_F32, n, I, dev);
-                linear_n(be, &h, 2, (mx_tensor *const[]){&g, &u},
-                         (const model_weight *const[]){&L->w_gate, &L->w_up},
-                         (const mx_tensor *const[]){NULL, NULL});
-                be->glu(&g, &g, &u, (int)s->act);
-                linear(be, &o, &g, &L->w_down, NULL);
+                model_mlp(m, &o, &h, &L->w_gate, &L->w_up, &L->w_down, m->ffn);
                 if ((rc = tp_reduce(m, &o, err))) break; /* row-parallel down_proj */
             }
             if (s->sandwich_norms) be->rms_norm(&o, &o, &L->post_ffn_norm, eps, off);

@@ -64,6 +64,10 @@ struct model {
     float *inv_host; /* [rot_dim / 2] */
 };
 
+/* model_forward.c: out = down(act(gate h) * up h), a dense gated MLP of width I (a layer's
+ * MLP, a shared expert) through the model's g / u scratch. */
+void model_mlp(model *m, mx_tensor *out, const mx_tensor *h, const model_weight *gate,
+               const model_weight *up, const model_weight *down, int I);
 /* model_llama4.c: host memory freed with the model (NULL on out of memory). */
 void *model_own(model *m, size_t nbytes);
 /* The weight source of a llama4 model: wraps the checkpoint's, returning q_proj / k_proj rows

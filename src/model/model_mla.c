@@ -336,12 +336,7 @@ void model_mla_shared(model *m, const model_layer *L, const mx_tensor *h, mx_ten
     const model_spec *s = &m->spec;
     const backend_ops *be = m->be;
     if (s->n_shared_experts <= 0 || !mx_tensor_present(&L->w_gate.w)) return;
-    const int n = (int)h->shape[0], I = s->moe_intermediate_size * s->n_shared_experts;
-    mx_tensor g = mx_tensor_2d(m->g, MX_F32, n, I, be->device); /* [n, I] */
-    mx_tensor u = mx_tensor_2d(m->u, MX_F32, n, I, be->device);
     be->add(x, o); /* the routed experts' share */
-    be->matmul(&g, h, &L->w_gate.w, NULL);
-    be->matmul(&u, h, &L->w_up.w, NULL);
-    be->glu(&g, &g, &u, (int)s->act);
-    be->matmul(o, &g, &L->w_down.w, NULL); /* the forward adds it next */
+    model_mlp(m, o, h, &L->w_gate, &L->w_up, &L->w_down,
+              s->moe_intermediate_size * s->n_shared_experts); /* the forward adds it next */
 }
