@@ -24,6 +24,7 @@
 #include "backend/cpu/cpu_internal.h"
 #include "kv/kv_cache.h"
 #include "kv/kv_quant.h"
+#include "kv_attn_fixture.h"
 
 /* ==== Format: hand-computed blocks ==== */
 /* fp16 bit patterns: 1.0 = 0x3c00, 2.0 = 0x4000, -1.0 = 0xbc00, and 1/127 rounds to
@@ -181,7 +182,7 @@ static const int k_splits[] = {1, 2, 3, 64};
 /* Pools of types tk / tv written through cpu_kv_write from random K/V, and their dequantized
  * f32 copies; attention over both compared for every family / split / piece length. */
 static void check_attention(mx_dtype tk, mx_dtype tv, int Hq, int Hkv, int D, int window, float softcap) {
-    const int n = 6, bs = 4, n_blocks = 12, rows = n_blocks * bs, stride = 6;
+    const int n = KVF_ROWS, rows = KVF_POOL_ROWS;
     const size_t nf = (size_t)n * Hq * D, pf = (size_t)rows * Hkv * D;
     uint64_t rng = 4242 + (uint64_t)D;
     float *q = malloc(nf * 4), *kf = malloc(pf * 4), *vf = malloc(pf * 4);
@@ -189,29 +190,13 @@ static void check_attention(mx_dtype tk, mx_dtype tv, int Hq, int Hkv, int D, in
     for (size_t i = 0; i < nf; i++) q[i] = frand(&rng);
     for (size_t i = 0; i < pf; i++) kf[i] = 2 * frand(&rng), vf[i] = frand(&rng);
     kf[5] = 40.0f; /* an outlier: its block's scale coarsens the others */
-    const int kb = mx_dtype_block(tk), vb = mx_dtype_block(tv);
-    void *kq = calloc((size_t)rows * Hkv * (D / kb), mx_dtype_size(tk));
-    void *vq = calloc((size_t)rows * Hkv * (D / vb), mx_dtype_size(tv));
-    mx_tensor tkq = mx_tensor_3d(kq, tk, rows, Hkv, D / kb, MX_DEV_CPU);
-    mx_tensor tvq = mx_tensor_3d(vq, tv, rows, Hkv, D / vb, MX_DEV_CPU);
-    /* write every row through the backend's kv_write (one batch row per pool row) */
-    int64_t *wr = malloc((size_t)rows * sizeof *wr);
-    for (int r = 0; r < rows; r++) wr[r] = r;
-    mx_attn_batch wb = {.n_rows = rows, .write_rows = wr};
-    mx_tensor tkf = mx_tensor_3d(kf, MX_F32, rows, Hkv, D, MX_DEV_CPU);
-    mx_tensor tvf = mx_tensor_3d(vf, MX_F32, rows, Hkv, D, MX_DEV_CPU);
-    cpu_kv_write(&tkq, &tvq, &tkf, &tvf, &wb);
-    kvq_to_f32(kd, kq, tk, (int64_t)pf);
-    kvq_to_f32(vd, vq, tv, (int64_t)pf);
+    kv_attn_fix f;
+    kv_attn_fix_init(&f, tk, tv, Hq, Hkv, D, window, softcap, kf, vf);
+    kvq_to_f32(kd, f.kq, tk, (int64_t)pf);
+    kvq_to_f32(vd, f.vq, tv, (int64_t)pf);
     if (tk != MX_F32) assert_true(memcmp(kd, kf, pf * 4) != 0); /* the cache did round */
     mx_tensor tkd = mx_tensor_3d(kd, MX_F32, rows, Hkv, D, MX_DEV_CPU);
     mx_tensor tvd = mx_tensor_3d(vd, MX_F32, rows, Hkv, D, MX_DEV_CPU);
-    const int32_t table[2 * 6] = {7, 2, 9, 0, 11, 4, 1, 10, 3, 8, 5, 6};
-    const int32_t pos[6] = {0, 3, 22, 9, 17, 5}, seq[6] = {0, 0, 0, 1, 1, 1};
-    mx_attn_batch b = {.n_rows = n, .pos = pos, .seq = seq, .block_table = table,
-                       .table_stride = stride, .block_size = bs, .write_rows = wr};
-    mx_attn_params p = {.n_heads = Hq, .n_kv_heads = Hkv, .head_dim = D,
-                        .scale = 1.0f / sqrtf((float)D), .softcap = softcap, .window = window};
     mx_tensor tq = mx_tensor_3d(q, MX_F32, n, Hq, D, MX_DEV_CPU);
     mx_tensor t1 = mx_tensor_3d(o1, MX_F32, n, Hq, D, MX_DEV_CPU);
     mx_tensor t2 = mx_tensor_3d(o2, MX_F32, n, Hq, D, MX_DEV_CPU);
@@ -220,11 +205,11 @@ static void check_attention(mx_dtype tk, mx_dtype tv, int Hq, int Hkv, int D, in
         for (int isa = CPU_ISA_SCALAR; isa <= CPU_ISA_AVX512; isa++) {
             if (cpu_matmul_force_isa((cpu_isa)isa)) continue;
             for (int si = 0; si < 4; si++) {
-                b.kv_splits = k_splits[si];
+                f.b.kv_splits = k_splits[si];
                 memset(o1, 0xff, nf * 4);
                 memset(o2, 0x7f, nf * 4);
-                cpu_attention(&t1, &tq, &tkq, &tvq, &b, &p);
-                cpu_attention(&t2, &tq, &tkd, &tvd, &b, &p);
+                cpu_attention(&t1, &tq, &f.tkq, &f.tvq, &f.b, &f.p);
+                cpu_attention(&t2, &tq, &tkd, &tvd, &f.b, &f.p);
                 if (memcmp(o1, o2, nf * 4))
                     fail_msg("K %s V %s D %d %s piece %d splits %d: differs from the dequantized pool",
                              mx_dtype_name(tk), mx_dtype_name(tv), D, cpu_isa_name((cpu_isa)isa),
@@ -234,7 +219,8 @@ static void check_attention(mx_dtype tk, mx_dtype tv, int Hq, int Hkv, int D, in
         cpu_matmul_force_isa(CPU_ISA_AUTO);
     }
     cpu_attention_force_piece(0);
-    free(q), free(kf), free(vf), free(kd), free(vd), free(o1), free(o2), free(kq), free(vq), free(wr);
+    kv_attn_fix_free(&f);
+    free(q), free(kf), free(vf), free(kd), free(vd), free(o1), free(o2);
 }
 
 static void test_attention_types(void **st) {

@@ -17,6 +17,7 @@
 #include "base/dtype.h"
 #include "kv/kv_quant.h"
 #include "kv/kv_turbo.h"
+#include "kv_attn_fixture.h"
 
 static uint64_t g_rng = 0x1234567887654321ull;
 static double uniform(void) {
@@ -231,46 +232,33 @@ static void test_read_paths(void **st) {
  * kernel family, split count and piece length gives the same bits (the contracts of
  * cpu_attention.c hold for these pools too). */
 static void check_turbo_attention(mx_dtype tk, mx_dtype tv, int Hq, int Hkv, int D, int window) {
-    const int n = 6, bs = 4, n_blocks = 12, rows = n_blocks * bs;
+    const int n = KVF_ROWS, rows = KVF_POOL_ROWS;
     const size_t nf = (size_t)n * Hq * D, pf = (size_t)rows * Hkv * D;
     float *q = malloc(nf * 4), *kf = malloc(pf * 4), *vf = malloc(pf * 4), *kd = malloc(pf * 4);
     float *vd = malloc(pf * 4), *o0 = malloc(nf * 4), *o1 = malloc(nf * 4), *oref = malloc(nf * 4);
     for (size_t i = 0; i < nf; i++) q[i] = gauss();
     for (size_t i = 0; i < pf; i++) kf[i] = 2 * gauss(), vf[i] = gauss();
     kf[5] = 40.0f; /* an outlier channel: the rotation spreads it over the head */
-    void *kq = calloc((size_t)rows * Hkv * (D / mx_dtype_block(tk)), mx_dtype_size(tk));
-    void *vq = calloc((size_t)rows * Hkv * (D / mx_dtype_block(tv)), mx_dtype_size(tv));
-    mx_tensor tkq = mx_tensor_3d(kq, tk, rows, Hkv, D / mx_dtype_block(tk), MX_DEV_CPU);
-    mx_tensor tvq = mx_tensor_3d(vq, tv, rows, Hkv, D / mx_dtype_block(tv), MX_DEV_CPU);
-    int64_t *wr = malloc((size_t)rows * sizeof *wr);
-    for (int r = 0; r < rows; r++) wr[r] = r;
-    mx_attn_batch wb = {.n_rows = rows, .write_rows = wr};
-    mx_tensor tkf = mx_tensor_3d(kf, MX_F32, rows, Hkv, D, MX_DEV_CPU);
-    mx_tensor tvf = mx_tensor_3d(vf, MX_F32, rows, Hkv, D, MX_DEV_CPU);
-    cpu_kv_write(&tkq, &tvq, &tkf, &tvf, &wb);
+    kv_attn_fix f;
+    kv_attn_fix_init(&f, tk, tv, Hq, Hkv, D, window, 0.0f, kf, vf);
+    const uint8_t *kq = f.kq, *vq = f.vq;
     /* the reference pools: each head rebuilt in the original space */
     for (size_t h = 0; h < (size_t)rows * Hkv; h++) {
         const size_t kb = kvq_row_bytes(tk, D), vb = kvq_row_bytes(tv, D);
-        if (kvq_turbo_bits(tk)) kv_turbo_decode((uint8_t *)kq + h * kb, D, kvq_turbo_bits(tk), kd + h * D);
-        else kvq_to_f32(kd + h * D, (uint8_t *)kq + h * kb, tk, D);
-        if (kvq_turbo_bits(tv)) kv_turbo_decode((uint8_t *)vq + h * vb, D, kvq_turbo_bits(tv), vd + h * D);
-        else kvq_to_f32(vd + h * D, (uint8_t *)vq + h * vb, tv, D);
+        if (kvq_turbo_bits(tk)) kv_turbo_decode(kq + h * kb, D, kvq_turbo_bits(tk), kd + h * D);
+        else kvq_to_f32(kd + h * D, kq + h * kb, tk, D);
+        if (kvq_turbo_bits(tv)) kv_turbo_decode(vq + h * vb, D, kvq_turbo_bits(tv), vd + h * D);
+        else kvq_to_f32(vd + h * D, vq + h * vb, tv, D);
     }
     mx_tensor tkd = mx_tensor_3d(kd, MX_F32, rows, Hkv, D, MX_DEV_CPU);
     mx_tensor tvd = mx_tensor_3d(vd, MX_F32, rows, Hkv, D, MX_DEV_CPU);
-    const int32_t table[2 * 6] = {7, 2, 9, 0, 11, 4, 1, 10, 3, 8, 5, 6};
-    const int32_t pos[6] = {0, 3, 22, 9, 17, 5}, seq[6] = {0, 0, 0, 1, 1, 1};
-    mx_attn_batch b = {.n_rows = n, .pos = pos, .seq = seq, .block_table = table,
-                       .table_stride = 6, .block_size = bs, .write_rows = wr};
-    mx_attn_params p = {.n_heads = Hq, .n_kv_heads = Hkv, .head_dim = D,
-                        .scale = 1.0f / sqrtf((float)D), .window = window};
     mx_tensor tq = mx_tensor_3d(q, MX_F32, n, Hq, D, MX_DEV_CPU);
     mx_tensor t0 = mx_tensor_3d(o0, MX_F32, n, Hq, D, MX_DEV_CPU);
     mx_tensor t1 = mx_tensor_3d(o1, MX_F32, n, Hq, D, MX_DEV_CPU);
     mx_tensor tr = mx_tensor_3d(oref, MX_F32, n, Hq, D, MX_DEV_CPU);
-    b.kv_splits = 1;
-    cpu_attention(&tr, &tq, &tkd, &tvd, &b, &p);
-    cpu_attention(&t0, &tq, &tkq, &tvq, &b, &p);
+    f.b.kv_splits = 1;
+    cpu_attention(&tr, &tq, &tkd, &tvd, &f.b, &f.p);
+    cpu_attention(&t0, &tq, &f.tkq, &f.tvq, &f.b, &f.p);
     double worst = 0.0;
     for (size_t i = 0; i < nf; i++) worst = fmax(worst, fabs((double)o0[i] - oref[i]));
     if (worst > 2e-5) fail_msg("K %s V %s D %d: %.3g from the rebuilt pools", mx_dtype_name(tk), mx_dtype_name(tv), D, worst);
@@ -280,15 +268,15 @@ static void check_turbo_attention(mx_dtype tk, mx_dtype tv, int Hq, int Hkv, int
         for (int isa = CPU_ISA_SCALAR; isa <= CPU_ISA_AVX512; isa++) {
             if (cpu_matmul_force_isa((cpu_isa)isa)) continue;
             for (int si = 0; si < 4; si++) {
-                b.kv_splits = splits[si];
+                f.b.kv_splits = splits[si];
                 if (pi == 0) {
                     memset(o1, 0xff, nf * 4);
-                    cpu_attention(&t1, &tq, &tkq, &tvq, &b, &p);
+                    cpu_attention(&t1, &tq, &f.tkq, &f.tvq, &f.b, &f.p);
                     if (memcmp(o0, o1, nf * 4))
                         fail_msg("K %s V %s D %d %s splits %d: not the bits of one split", mx_dtype_name(tk),
                                  mx_dtype_name(tv), D, cpu_isa_name((cpu_isa)isa), splits[si]);
                 } else { /* other piece lengths: other merge trees, the same values up to rounding */
-                    cpu_attention(&t1, &tq, &tkq, &tvq, &b, &p);
+                    cpu_attention(&t1, &tq, &f.tkq, &f.tvq, &f.b, &f.p);
                     for (size_t i = 0; i < nf; i++) assert_true(fabsf(o1[i] - o0[i]) <= 2e-5f);
                 }
             }
@@ -296,7 +284,8 @@ static void check_turbo_attention(mx_dtype tk, mx_dtype tv, int Hq, int Hkv, int
         cpu_matmul_force_isa(CPU_ISA_AUTO);
     }
     cpu_attention_force_piece(0);
-    free(q), free(kf), free(vf), free(kd), free(vd), free(o0), free(o1), free(oref), free(kq), free(vq), free(wr);
+    free(q), free(kf), free(vf), free(kd), free(vd), free(o0), free(o1), free(oref);
+    kv_attn_fix_free(&f);
 }
 
 static void test_attention(void **st) {
