@@ -266,6 +266,33 @@ static void test_kernel_bits(void **st) {
     case_long_prefix((geo){8, 8, 128, 32, 0, 0.0f});
 }
 
+/* f's rows with the cascade forced, at two split counts, against the run without it (row
+ * `check` also against the reference): the same bits, every row in the cascade, and more than
+ * one workspace round (want_rounds) or more than one row chunk. Piece length `piece`, 3 threads. */
+static void forced_same_bits(cfix *f, int Hq, int D, int piece, int check, const int splits[2], int rows,
+                             bool want_rounds) {
+    const size_t nf = (size_t)f->n * Hq * D;
+    float *ref = malloc(nf * 4), *o = malloc(nf * 4);
+    cpu_attention_force_piece(piece);
+    omp_set_num_threads(3);
+    set_cascade("0", NULL);
+    fix_run(f, 1, ref);
+    check_reference(f, check, ref + (size_t)check * Hq * D);
+    for (int si = 0; si < 2; si++) {
+        set_cascade("1", NULL);
+        fix_run(f, splits[si], o);
+        cpu_cascade_info info;
+        cpu_attention_last_cascade(&info);
+        assert_int_equal(info.rows, rows);
+        assert_true(want_rounds ? info.rounds > 1 : info.chunks > 1);
+        assert_memory_equal(ref, o, nf * 4);
+    }
+    cpu_attention_force_piece(0);
+    omp_set_num_threads(omp_get_num_procs());
+    set_cascade(NULL, NULL);
+    free(ref), free(o);
+}
+
 /* Pieces of one key over long rows: the cascade rows' partials need more than one workspace
  * round (each round's partials bounded), same bits. */
 static void test_rounds(void **st) {
@@ -275,27 +302,7 @@ static void test_rounds(void **st) {
     fix_pool(&f, 2, len, share);
     for (int i = 0; i < 160; i++) fix_row(&f, i % 2, 1000 + (i * 37) % 200);
     fix_q(&f);
-    const size_t nf = (size_t)f.n * 4 * 8;
-    float *ref = malloc(nf * 4), *o = malloc(nf * 4);
-    cpu_attention_force_piece(1);
-    omp_set_num_threads(3);
-    set_cascade("0", NULL);
-    fix_run(&f, 1, ref);
-    check_reference(&f, 17, ref + 17 * 4 * 8);
-    static const int splits[] = {1, 3};
-    for (int si = 0; si < 2; si++) {
-        set_cascade("1", NULL);
-        fix_run(&f, splits[si], o);
-        cpu_cascade_info info;
-        cpu_attention_last_cascade(&info);
-        assert_int_equal(info.rows, 160);
-        assert_true(info.rounds > 1);
-        assert_memory_equal(ref, o, nf * 4);
-    }
-    cpu_attention_force_piece(0);
-    omp_set_num_threads(omp_get_num_procs());
-    set_cascade(NULL, NULL);
-    free(ref), free(o);
+    forced_same_bits(&f, 4, 8, 1, 17, (const int[]){1, 3}, 160, true);
     fix_free(&f);
 }
 
@@ -309,27 +316,7 @@ static void test_row_chunks(void **st) {
     fix_pool(&f, 3, len, share);
     for (int i = 0; i < 255; i++) fix_row(&f, i % 3, 40 + i % 8);
     fix_q(&f);
-    const size_t nf = (size_t)f.n * 64 * 128;
-    float *ref = malloc(nf * 4), *o = malloc(nf * 4);
-    cpu_attention_force_piece(8);
-    omp_set_num_threads(3);
-    set_cascade("0", NULL);
-    fix_run(&f, 1, ref);
-    check_reference(&f, 100, ref + (size_t)100 * 64 * 128);
-    static const int splits[] = {1, 2};
-    for (int si = 0; si < 2; si++) {
-        set_cascade("1", NULL);
-        fix_run(&f, splits[si], o);
-        cpu_cascade_info info;
-        cpu_attention_last_cascade(&info);
-        assert_int_equal(info.rows, 255);
-        assert_true(info.chunks > 1);
-        assert_memory_equal(ref, o, nf * 4);
-    }
-    cpu_attention_force_piece(0);
-    omp_set_num_threads(omp_get_num_procs());
-    set_cascade(NULL, NULL);
-    free(ref), free(o);
+    forced_same_bits(&f, 64, 128, 8, 100, (const int[]){1, 2}, 255, false);
     fix_free(&f);
 }
 
