@@ -305,13 +305,14 @@ static int prompt_ids(srv_server *s, srv_job *j, srv_api api, size_t p, int32_t 
     return 0;
 }
 
-/* Takes ids; checks the length against the context and sets max_tokens. */
-static int job_prompt(srv_server *s, srv_job *j, int32_t *ids, size_t n, size_t p, mx_error *err) {
+/* Takes ids; checks the length against the context and sets max_tokens (errors name prompt p
+ * of a list when `listed`). */
+static int job_prompt(srv_server *s, srv_job *j, int32_t *ids, size_t n, size_t p, bool listed, mx_error *err) {
     j->prompt = ids;
     j->n_prompt = (int)n;
     const int n_ctx = s->cfg.ctx_size;
     char which[32] = "";
-    if (j->req.prompt_list) snprintf(which, sizeof which, " %zu", p);
+    if (listed) snprintf(which, sizeof which, " %zu", p);
     if (n == 0) return mx_fail(err, "prompt%s: the prompt is empty (no tokens)", which);
     if ((int)n >= n_ctx)
         return mx_fail(err,
@@ -324,10 +325,10 @@ static int job_prompt(srv_server *s, srv_job *j, int32_t *ids, size_t n, size_t 
     return 0;
 }
 
-/* Choices 1.. of a request (`n`, a list of prompts): jobs parsed from the same body, each with
- * its prompt's ids; with a seed, choice i samples with seed + i (choice 0 is the request as
+/* Choices 1.. of a request (`n`, a list of prompts): jobs with a copy of the request's
+ * sampling and limits, each with its prompt's ids; with a seed, choice i samples with seed + i (choice 0 is the request as
  * given, so n = 1 and n > 1 agree on it). Owned by j as kids. */
-static int make_kids(srv_server *s, srv_job *j, conn_ctx *cc, srv_api api, int32_t *const *pids,
+static int make_kids(srv_server *s, srv_job *j, int32_t *const *pids,
                      const size_t *pn, int n_choices, int total, const char **param, mx_error *err) {
     j->kids = calloc((size_t)total, sizeof *j->kids);
     if (!j->kids) return mx_fail(err, "out of memory");
@@ -335,13 +336,13 @@ static int make_kids(srv_server *s, srv_job *j, conn_ctx *cc, srv_api api, int32
         srv_job *k = srv_job_new(s);
         if (!k) return mx_fail(err, "out of memory");
         j->kids[j->n_kids++] = k;
-        if (parse_into(s, k, cc, api, err)) return -1;
+        if (srv_request_copy_choice(&k->req, &j->req, err)) return -1;
         const size_t p = (size_t)(c / n_choices);
         int32_t *ids = malloc((pn[p] ? pn[p] : 1) * sizeof *ids);
         if (!ids) return mx_fail(err, "out of memory");
         memcpy(ids, pids[p], pn[p] * sizeof *ids);
         *param = "prompt";
-        if (job_prompt(s, k, ids, pn[p], p, err)) return -1;
+        if (job_prompt(s, k, ids, pn[p], p, j->req.prompt_list != NULL, err)) return -1;
         if (k->req.sampling.has_seed) k->req.sampling.seed += (uint64_t)c;
         k->choice = c;
         k->counts_prompt = c % n_choices == 0;
@@ -423,7 +424,7 @@ static MHD_Result_t route_generate(srv_server *s, struct MHD_Connection *c, conn
             ids0 = pids[0];
             pids[0] = NULL;
         }
-        if (!rc) rc = job_prompt(s, j, ids0, pn[0], 0, &err);
+        if (!rc) rc = job_prompt(s, j, ids0, pn[0], 0, j->req.prompt_list != NULL, &err);
         else free(ids0);
     }
     if (!rc) {
@@ -435,7 +436,7 @@ static MHD_Result_t route_generate(srv_server *s, struct MHD_Connection *c, conn
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
         j->fd = ci ? ci->connect_fd : -1;
         j->counts_prompt = true;
-        if (total > 1) rc = make_kids(s, j, cc, api, pids, pn, n_choices, total, &param, &err);
+        if (total > 1) rc = make_kids(s, j, pids, pn, n_choices, total, &param, &err);
     }
     for (size_t p = 0; pids && p < n_prompts; p++) free(pids[p]);
     free(pids);

@@ -539,6 +539,30 @@ out:
     return rc;
 }
 
+int srv_request_copy_choice(srv_request *dst, const srv_request *src, mx_error *err) {
+    *dst = *src;
+    /* not a choice's own: its prompt comes as ids, and text biases are already resolved */
+    dst->prompt_text = NULL, dst->prompt_ids = NULL, dst->n_prompt_ids = 0;
+    dst->prompt_mixed = dst->prompt_list = dst->messages = dst->template_extra = NULL;
+    dst->bias_text = NULL, dst->bias_text_value = NULL, dst->n_bias_text = 0;
+    dst->n_stops = 0;
+    dst->sampling.logit_bias = NULL;
+    const int nb = src->sampling.n_logit_bias;
+    if (nb > 0) {
+        dst->sampling.logit_bias = malloc((size_t)nb * sizeof *dst->sampling.logit_bias);
+        if (!dst->sampling.logit_bias) {
+            dst->sampling.n_logit_bias = 0;
+            return mx_fail(err, "out of memory");
+        }
+        memcpy(dst->sampling.logit_bias, src->sampling.logit_bias, (size_t)nb * sizeof *dst->sampling.logit_bias);
+    }
+    for (int i = 0; i < src->n_stops; i++) {
+        if (!(dst->stops[i] = strdup(src->stops[i]))) return mx_fail(err, "out of memory");
+        dst->n_stops = i + 1;
+    }
+    return 0;
+}
+
 void srv_request_free(srv_request *r) {
     free(r->prompt_text);
     free(r->prompt_ids);

@@ -59,6 +59,10 @@ void srv_json_error_msg(const json_error_t *je, char *buf, size_t cap);
 int srv_request_parse(srv_request *r, srv_api api, const char *body, size_t len,
                       const srv_config *defaults, int vocab_size, mx_error *err);
 void srv_request_free(srv_request *r);
+/* dst = what one more choice of src needs (sampling with its logit_bias, stops, limits and
+ * response fields), owned apart; no prompt, messages or unresolved text biases. 0 or -1
+ * (dst still freeable). */
+int srv_request_copy_choice(srv_request *dst, const srv_request *src, mx_error *err);
 
 /* tokenize(ctx, text, add_special, ...) gives a string's ids (*ids malloc'ed), add_special:
  * with the tokenizer's BOS/prefix tokens. 0 or -1 with err. */

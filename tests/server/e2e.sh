@@ -97,6 +97,7 @@ err_case "n > 128" 400 POST /v1/chat/completions '{"messages":[{"role":"user","c
 err_case "prompts x n > 128" 400 POST /v1/completions '{"prompt":["a","b","c"],"n":50}' '"param":"n"'
 err_case "best_of != n" 400 POST /v1/completions '{"prompt":"x","n":2,"best_of":3}' '"param":"best_of"'
 err_case "bad list element" 400 POST /v1/completions '{"prompt":["a",{}]}' 'element 1'
+err_case "a listed prompt too long" 400 POST /v1/completions "{\"prompt\":[\"a\",\"$(printf 'x%.0s' $(seq 300))\"]}" 'the prompt 1 has'
 err_case "/completion takes one prompt" 400 POST /completion '{"prompt":["a","b"]}' '"param":"prompt"'
 err_case "messages missing" 400 POST /v1/chat/completions '{"model":"m"}' 'messages'
 err_case "bad role" 400 POST /v1/chat/completions '{"messages":[{"role":"wizard","content":"x"}]}' 'role'

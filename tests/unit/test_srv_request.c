@@ -173,6 +173,23 @@ static void test_choices(void **st) {
     assert_int_equal(r.n_choices, 128);
     assert_null(r.prompt_list);
     srv_request_free(&r);
+    /* a choice's copy: sampling, logit_bias and stops owned apart, no prompt */
+    assert_int_equal(parse(&r, SRV_API_COMPLETIONS, "{\"prompt\":[\"ab\",\"cd\"],\"n\":2,\"stop\":[\"x\",\"yz\"],"
+                                                    "\"logit_bias\":{\"5\":2},\"temperature\":0.5,\"seed\":9}", &err), 0);
+    srv_request c;
+    assert_int_equal(srv_request_copy_choice(&c, &r, &err), 0);
+    assert_null(c.prompt_text);
+    assert_null(c.prompt_list);
+    assert_int_equal(c.n_stops, 2);
+    assert_string_equal(c.stops[1], "yz");
+    assert_ptr_not_equal(c.stops[1], r.stops[1]);
+    assert_int_equal(c.sampling.n_logit_bias, 1);
+    assert_int_equal(c.sampling.logit_bias[0].id, 5);
+    assert_ptr_not_equal(c.sampling.logit_bias, r.sampling.logit_bias);
+    assert_true(c.sampling.temperature == 0.5f && c.sampling.has_seed && c.sampling.seed == 9);
+    assert_int_equal(c.n_choices, 2);
+    srv_request_free(&c);
+    srv_request_free(&r);
     assert_int_equal(parse(&r, SRV_API_COMPLETIONS, "{\"prompt\":[\"ab\"]}", &err), 0);
     assert_int_equal(r.n_choices, 1);
     assert_null(r.prompt_list); /* a one-element list is one prompt */
