@@ -160,6 +160,8 @@ typedef struct backend_ops {
     const char *name;
     mx_device device;
     mx_dtype kv_dtype;                        /* element type of the KV pools (CPU: f32) */
+    bool kv_types_all;                        /* device backend that also keeps pools of every
+                                                 other cache type (kv/kv_quant.h) */
 
     /* ---- memory ---- */
     void *(*alloc)(size_t nbytes);            /* zeroed; NULL on failure */

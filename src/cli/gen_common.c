@@ -41,7 +41,7 @@ const char *const k_gen_opts_help =
     "  -ctk, --cache-type-k TYPE  K cache type: f32 (CPU default), f16, bf16, q8_0, q4_0 (ggml's\n"
     "                             blocks of 32 along head_dim), turbo2, turbo3, turbo4 (TurboQuant:\n"
     "                             rotated heads, Lloyd-Max codes of 2/3/4 bits; head_dim a power\n"
-    "                             of two); the quantized types run on the CPU only\n"
+    "                             of two); CUDA default bf16, every type on CUDA too\n"
     "  -ctv, --cache-type-v TYPE  V cache type, the same choices\n"
     "  --no-chat-template         use the text as it is (tokenizer BOS handling only)\n"
     "  --chat-template-file F     Jinja chat template overriding the model's\n";

@@ -137,7 +137,7 @@ int kv_type_check(kv_type t, const backend_ops *be, int head_dim, const char *wh
     const mx_dtype dt = kv_type_dtype(t, be);
     const char *name = kv_type_name(kv_type_of_dtype(dt)), *sp = which ? " " : "";
     which = which ? which : "";
-    if (be->device != MX_DEV_CPU && dt != be->kv_dtype)
+    if (be->device != MX_DEV_CPU && !be->kv_types_all && dt != be->kv_dtype)
         return mx_fail(err, "%s%scache type %s: the %s backend keeps %s KV; %s run on the CPU backend "
                        "only", which, sp, name, be->device == MX_DEV_CUDA ? "CUDA" : be->name,
                        kv_type_name(kv_type_of_dtype(be->kv_dtype)),

@@ -63,6 +63,11 @@ const float *kv_turbo_codebook(int bits) {
     return bits >= 1 && bits <= 4 ? g_code[bits] : NULL;
 }
 
+const float *kv_turbo_bounds(int bits) {
+    pthread_once(&g_once, init_once);
+    return bits >= 1 && bits <= 4 ? g_bound[bits] : NULL;
+}
+
 int kv_turbo_check(int dim, int bits, mx_error *err) {
     if (bits < 2 || bits > 4) return mx_fail(err, "TurboQuant KV: %d bits (2, 3 or 4 are supported)", bits);
     if (dim < KV_TURBO_BLOCK || dim > KV_TURBO_MAX_DIM || (dim & (dim - 1)))

@@ -29,6 +29,8 @@ int kv_turbo_check(int dim, int bits, mx_error *err);
 static inline size_t kv_turbo_block_bytes(int bits) { return 2 + (size_t)KV_TURBO_BLOCK * (size_t)bits / 8; }
 /* The 2^bits Lloyd-Max centroids of N(0, 1), ascending (bits 1..4; NULL otherwise). */
 const float *kv_turbo_codebook(int bits);
+/* Their 2^bits - 1 cell bounds (a value v codes as the number of bounds below it). */
+const float *kv_turbo_bounds(int bits);
 
 /* x <- R x and x <- R^T x (in place; dim a power of two <= KV_TURBO_MAX_DIM). */
 void kv_turbo_rotate(float *x, int dim);

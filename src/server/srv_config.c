@@ -80,8 +80,8 @@ static const opt k_opts[] = {
     {{"--decode-storage-backend", NULL}, NULL, OPT_STR, F(storage), 0, 0,
      "KV storage: auto (default), dense or paged"},
     {{"-ctk", "--cache-type-k", NULL}, "LLAMA_ARG_CACHE_TYPE_K", OPT_STR, F(cache_type_k), 0, 0,
-     "K cache type: f32 (CPU default), f16, bf16, q8_0, q4_0, turbo2, turbo3, turbo4 (TurboQuant); "
-     "the quantized types: CPU only"},
+     "K cache type: f32 (CPU default), f16, bf16 (CUDA default), q8_0, q4_0, turbo2, turbo3, "
+     "turbo4 (TurboQuant)"},
     {{"-ctv", "--cache-type-v", NULL}, "LLAMA_ARG_CACHE_TYPE_V", OPT_STR, F(cache_type_v), 0, 0,
      "V cache type: the same choices"},
     {{"-n", "--n-predict", "--predict", NULL}, "LLAMA_ARG_N_PREDICT", OPT_INT, F(n_predict), -1,

@@ -9,6 +9,7 @@
 
 #include "backend/cuda/cuda_be.h"
 #include "backend/cuda/cuda_elem.h"
+#include "kv/kv_quant.h"
 
 static uint64_t g_step = 1000;
 
@@ -27,9 +28,16 @@ typedef struct acase {
 typedef struct kvset {
     int stride, n_rows_phys;
     int32_t *table;       /* [n_seqs, stride] */
-    mx_tensor hk, hv;     /* CPU pools f32 */
-    mx_tensor dk, dv;     /* CUDA pools bf16 */
+    mx_tensor hk, hv;     /* CPU pools (f32 unless typed) */
+    mx_tensor dk, dv;     /* CUDA pools (bf16 unless typed) */
 } kvset;
+
+/* A pool of n_rows rows of Hkv heads of D values of type t. */
+static mx_tensor typed_pool(mx_dtype t, int n_rows, int Hkv, int D, bool dev) {
+    const size_t bytes = (size_t)n_rows * Hkv * kvq_row_bytes(t, D);
+    void *p = dev ? g_gpu->alloc(bytes) : calloc(bytes, 1);
+    return mx_tensor_3d(p, t, n_rows, Hkv, D / mx_dtype_block(t), dev ? MX_DEV_CUDA : MX_DEV_CPU);
+}
 
 static int64_t phys(const kvset *s, int block, int seq, int p) {
     return (int64_t)s->table[(size_t)seq * s->stride + p / block] * block + p % block;
@@ -105,7 +113,9 @@ static void run_setting(void (*set)(int), int value, int keep, kvset *s, const a
     cu_graphs_clear();
 }
 
-static void attn_case(const acase *c) {
+/* kt, vt: the pool types on both backends (0: CPU f32 and CUDA bf16 pools, values drawn
+ * bf16-representable). */
+static void attn_case_typed(const acase *c, mx_dtype kt, mx_dtype vt) {
     const int Hkv = c->Hkv, D = c->D, W = Hkv * D, block = c->block;
     kvset s = {0};
     int max_len = 0, total = 0;
@@ -135,18 +145,20 @@ static void attn_case(const acase *c) {
         for (int i = 0; i < c->n_seqs * s.stride; i++) s.table[i] = perm[i];
         free(perm);
     }
-    const size_t pool_n = (size_t)s.n_rows_phys * W;
-    s.hk = mx_tensor_3d(calloc(pool_n, 4), MX_F32, s.n_rows_phys, Hkv, D, MX_DEV_CPU);
-    s.hv = mx_tensor_3d(calloc(pool_n, 4), MX_F32, s.n_rows_phys, Hkv, D, MX_DEV_CPU);
-    s.dk = mx_tensor_3d(g_gpu->alloc(pool_n * 2), MX_BF16, s.n_rows_phys, Hkv, D, MX_DEV_CUDA);
-    s.dv = mx_tensor_3d(g_gpu->alloc(pool_n * 2), MX_BF16, s.n_rows_phys, Hkv, D, MX_DEV_CUDA);
+    const bool typed = kt != 0;
+    s.hk = typed_pool(typed ? kt : MX_F32, s.n_rows_phys, Hkv, D, false);
+    s.hv = typed_pool(typed ? vt : MX_F32, s.n_rows_phys, Hkv, D, false);
+    s.dk = typed_pool(typed ? kt : MX_BF16, s.n_rows_phys, Hkv, D, true);
+    s.dv = typed_pool(typed ? vt : MX_BF16, s.n_rows_phys, Hkv, D, true);
 
     /* ---- fill every sequence's K/V through kv_write on both sides ---- */
     float *k = malloc((size_t)total * W * 4), *v = malloc((size_t)total * W * 4);
     gt_fill(k, (size_t)total * W, 1.0f);
     gt_fill(v, (size_t)total * W, 1.0f);
-    gt_round_bf16(k, (size_t)total * W);
-    gt_round_bf16(v, (size_t)total * W);
+    if (!typed) {
+        gt_round_bf16(k, (size_t)total * W);
+        gt_round_bf16(v, (size_t)total * W);
+    }
     int32_t *pos = malloc((size_t)total * 4), *seq = malloc((size_t)total * 4);
     int64_t *wr = malloc((size_t)total * 8);
     for (int i = 0, r = 0; i < c->n_seqs; i++)
@@ -167,6 +179,21 @@ static void attn_case(const acase *c) {
     gpu_step(&fb, c->n_seqs, false, fill_fn, &fc);
     gt_dev_free(&dkt);
     gt_dev_free(&dvt);
+    if (typed) { /* both backends store the same bytes (cuda_kv_write_fmt's contract) */
+        for (int i = 0; i < 2; i++) {
+            const mx_tensor *hp = i ? &s.hv : &s.hk, *dp = i ? &s.dv : &s.dk;
+            const size_t bytes = (size_t)s.n_rows_phys * Hkv * kvq_row_bytes(hp->dtype, D);
+            uint8_t *got = malloc(bytes);
+            cudaMemcpy(got, dp->data, bytes, cudaMemcpyDeviceToHost);
+            size_t diff = 0;
+            for (size_t b = 0; b < bytes; b++) diff += got[b] != ((const uint8_t *)hp->data)[b];
+            char what[200];
+            snprintf(what, sizeof what, "%s: %s pool bytes == CPU's (%zu of %zu differ)", c->name,
+                     i ? "V" : "K", diff, bytes);
+            gt_report(what, (double)diff, 0, 0);
+            free(got);
+        }
+    }
 
     /* ---- query batch: decode (last position) or chunks [q_from, len) ---- */
     int nq = 0;
@@ -198,8 +225,9 @@ static void attn_case(const acase *c) {
     /* rows that do not take the split-K decode kernel run on tensor cores when head_dim is
      * 64/128 (the backend's own rule, cu_attention): q and P are rounded to bf16 */
     const int G = c->Hq / Hkv;
-    const bool split_k = !c->q_from && (G == 1 || G == 2 || G == 4 || G == 8) && block % 16 == 0;
-    const bool flash = !split_k && (D == 64 || D == 128) && G <= CUDA_ATTN_FLASH_QV;
+    const bool split_k = !typed && !c->q_from && (G == 1 || G == 2 || G == 4 || G == 8) && block % 16 == 0;
+    const bool flash = !split_k && (D == 64 || D == 128) && G <= CUDA_ATTN_FLASH_QV &&
+                       !(typed && (!c->q_from || kt == MX_F32 || vt == MX_F32));
     char name[160];
     snprintf(name, sizeof name, "%s%s", c->name, flash ? " [flash, bf16 q/P]" : "");
     gt_report_err(name, gt_rel_err(out, ref, qn, &bad), flash ? 1e-2 : 1e-4, &bad);
@@ -249,6 +277,8 @@ static void attn_case(const acase *c) {
     gt_dev_free(&s.dk);
     gt_dev_free(&s.dv);
 }
+
+static void attn_case(const acase *c) { attn_case_typed(c, 0, 0); }
 
 /* rope(q), rope(k), kv_write issued back to back run as one fused launch on CUDA: q must be
  * rotated in place and the pool rows must hold rotated k and plain v (partial rotary too). */
@@ -381,6 +411,45 @@ int gt_run_attn_tests(void) {
             snprintf(name, sizeof name, "%s, %d splits", c.name, forced[f]);
             c.name = name;
             attn_case(&c);
+        }
+    }
+    g_cu.forced_splits = keep;
+    cu_graphs_clear();
+
+    /* KV cache types: pools written on both backends (same bytes), attention against the
+     * CPU's on them; decode rows on the split CUDA-core kernel (exact values: 1e-4), prefill
+     * on tensor cores (values rounded to bf16: 1e-2), f32 pools on the CUDA-core kernel */
+    static const struct { mx_dtype k, v; const char *name; } types[] = {
+        {MX_F16, MX_F16, "f16"},       {MX_Q8_0, MX_Q8_0, "q8_0"}, {MX_Q4_0, MX_Q4_0, "q4_0"},
+        {MX_TQ4, MX_TQ4, "turbo4"},    {MX_TQ3, MX_TQ3, "turbo3"}, {MX_TQ2, MX_TQ2, "turbo2"},
+        {MX_Q8_0, MX_TQ3, "K q8_0 V turbo3"}, {MX_TQ4, MX_F16, "K turbo4 V f16"},
+        {MX_F32, MX_F32, "f32"},       {MX_BF16, MX_Q4_0, "K bf16 V q4_0"},
+    };
+    static const int tcase[] = {0, 1, 2, 5, 6, 8, 9, 12, 15, 16, 18};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+        for (size_t ci = 0; ci < sizeof tcase / sizeof tcase[0]; ci++) {
+            acase c = cases[tcase[ci]];
+            if (c.D % 32 && mx_dtype_block(types[ti].k) * mx_dtype_block(types[ti].v) > 1) continue;
+            if ((kvq_turbo_bits(types[ti].k) || kvq_turbo_bits(types[ti].v)) && (c.D & (c.D - 1))) continue;
+            char name[200];
+            snprintf(name, sizeof name, "[%s] %s", types[ti].name, c.name);
+            c.name = name;
+            g_cu.table_cap = 0;
+            cu_graphs_clear();
+            attn_case_typed(&c, types[ti].k, types[ti].v);
+        }
+    /* the decode split count forced (odd, one past 16, the most) */
+    static const int tforced[] = {1, 7, 17, 32};
+    for (size_t f = 0; f < sizeof tforced / sizeof tforced[0]; f++) {
+        g_cu.forced_splits = tforced[f];
+        for (size_t ti = 1; ti < 4; ti++) {
+            acase c = cases[ti == 3 ? 4 : 0];
+            char name[200];
+            snprintf(name, sizeof name, "[%s] %s, %d splits", types[ti].name, c.name, tforced[f]);
+            c.name = name;
+            g_cu.table_cap = 0;
+            cu_graphs_clear();
+            attn_case_typed(&c, types[ti].k, types[ti].v);
         }
     }
     g_cu.forced_splits = keep;

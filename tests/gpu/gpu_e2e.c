@@ -14,6 +14,7 @@
 #include "backend/cuda/cuda_be.h"
 #include "engine/engine.h"
 #include "gpu_test.h"
+#include "kv/kv_cache.h"
 
 #define E2E_MAX_PROMPTS 8
 #define E2E_GEN 24
@@ -63,6 +64,9 @@ static void on_logits(void *u, int64_t id, const float *lg, int V) {
     }
 }
 
+/* KV cache types of the next runs (both backends; KV_TYPE_DEFAULT: each backend's own) */
+static kv_type g_ctk, g_ctv;
+
 static int run_model(const char *dir, const backend_ops *be, int32_t (*prompts)[64], const int *np,
                      int n_prompts, e2e_run *r, bool with_logits) {
     memset(r, 0, sizeof *r);
@@ -78,6 +82,8 @@ static int run_model(const char *dir, const backend_ops *be, int32_t (*prompts)[
     engine_params_default(&ep, model_spec_of(m));
     ep.n_parallel = n_prompts;
     ep.ctx_size = 128;
+    ep.cache_type_k = g_ctk;
+    ep.cache_type_v = g_ctv;
     int rc = -1;
     if (engine_new(&e, m, &ep, &err)) {
         printf("FAIL %s on %s: %s\n", dir, be->name, err.msg);
@@ -264,5 +270,24 @@ int gt_run_e2e_tests(const char *src) {
         snprintf(dir, sizeof dir, "%s/tests/fixtures/ckpt/%s", src, extra[i]);
         gt_e2e_fixture(dir, extra[i]);
     }
+    /* KV cache types (-ctk / -ctv) on the demo model (heads of 64: every type applies), the
+     * same type on both backends: CUDA's pools hold the CPU's bytes, so tokens may differ
+     * only at near ties, as above */
+    static const kv_type tk[][2] = {
+        {KV_TYPE_F32, KV_TYPE_F32},       {KV_TYPE_F16, KV_TYPE_F16},
+        {KV_TYPE_Q8_0, KV_TYPE_Q8_0},     {KV_TYPE_Q4_0, KV_TYPE_Q4_0},
+        {KV_TYPE_TURBO4, KV_TYPE_TURBO4}, {KV_TYPE_TURBO3, KV_TYPE_TURBO2},
+        {KV_TYPE_Q8_0, KV_TYPE_TURBO4},
+    };
+    snprintf(dir, sizeof dir, "%s/models/wordnet-chat-16m", src);
+    for (size_t i = 0; i < sizeof tk / sizeof tk[0]; i++) {
+        g_ctk = tk[i][0];
+        g_ctv = tk[i][1];
+        char name[96];
+        snprintf(name, sizeof name, "wordnet-chat-16m ctk %s ctv %s", kv_type_name(g_ctk),
+                 kv_type_name(g_ctv));
+        gt_e2e_fixture(dir, name);
+    }
+    g_ctk = g_ctv = KV_TYPE_DEFAULT;
     return 0;
 }

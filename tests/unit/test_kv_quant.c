@@ -419,6 +419,16 @@ static void test_parse_and_refusals(void **st) {
     assert_int_equal(kv_cache_new(&kv, &p, &cuda_like, &err), 0);
     assert_int_equal(kv_cache_k(kv, 0)->dtype, MX_BF16);
     kv_cache_free(kv);
+    /* one that keeps every type (the real CUDA backend) takes them, head_dim rules still apply */
+    cuda_like.kv_types_all = true;
+    p.type_k = KV_TYPE_Q8_0;
+    p.type_v = KV_TYPE_TURBO3;
+    assert_int_equal(kv_cache_new(&kv, &p, &cuda_like, &err), 0);
+    assert_int_equal(kv_cache_k(kv, 0)->dtype, MX_Q8_0);
+    assert_int_equal(kv_cache_v(kv, 0)->dtype, MX_TQ3);
+    kv_cache_free(kv);
+    assert_int_equal(kv_type_check(KV_TYPE_Q4_0, &cuda_like, 16, "K", &err), -1);
+    assert_non_null(strstr(err.msg, "head_dim is 16"));
 }
 
 int main(void) {

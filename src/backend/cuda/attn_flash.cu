@@ -9,7 +9,8 @@
  * the log2 domain (q pre-scaled by scale * log2 e), then O += P V with P reused from the S
  * accumulators as A fragments (the FA2 register trick) and V B-fragments by ldmatrix.trans.
  * K/V rows are gathered through the page table with cp.async (16 bytes), zero-filled past
- * the end; rows padded by 8 bf16 so ldmatrix rows hit distinct banks.
+ * the end; rows padded by 8 bf16 so ldmatrix rows hit distinct banks. Pools of the other
+ * cache types are decoded (kv_codec.cuh) and rounded to bf16 into the same tiles.
  * Instantiated for head_dim 64 and 128. Output fp32 [n_rows, Hq, D]. */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -18,12 +19,27 @@
 #include "backend/cuda/cuda_elem.h"
 #include "backend/cuda/cuda_info.h"
 #include "backend/cuda/cuda_kernels.cuh"
+#include "backend/cuda/kv_codec.cuh"
 
 #define FA_WARPS 4
 #define FA_QV 64   /* query vectors per CTA (16 per warp) */
 #define FA_KT 64   /* keys per tile */
 #define FA_PAD 8   /* bf16 elements of padding per smem row */
 
+
+/* Values c..c+7 of a head into a bf16 tile row: a bf16 pool by cp.async (zeros when !live),
+ * any other type decoded (kv_codec.cuh) and rounded to bf16. */
+template <int D>
+__device__ __forceinline__ void fa_load8(uint16_t *dst, const void *pool, const cuda_kv_fmt &f,
+                                         size_t head, int c, bool live) {
+    if (f.type == CUDA_KV_BF16) {
+        cp_async16(dst, (const uint16_t *)pool + head * D + c, live ? 16 : 0);
+        return;
+    }
+    float v[8] = {0.f};
+    if (live) kv_dec8((const uint8_t *)pool + head * kv_fmt_head_bytes(f.type, D), f, c, v);
+    *(uint4 *)dst = f32x8_to_bf16x8(v);
+}
 
 template <int D>
 __global__ void __launch_bounds__(FA_WARPS * 32) attn_flash_kernel(cuda_attn_rows_args a) {
@@ -96,13 +112,12 @@ __global__ void __launch_bounds__(FA_WARPS * 32) attn_flash_kernel(cuda_attn_row
             sPhys[threadIdx.x] = p <= kmax ? (int64_t)table[p / a.block] * a.block + p % a.block : -1;
         }
         __syncthreads();
-        const uint16_t *kp = (const uint16_t *)a.k_pool, *vp = (const uint16_t *)a.v_pool;
         for (int idx = threadIdx.x; idx < FA_KT * (D / 8); idx += blockDim.x) {
             const int j = idx / (D / 8), c = (idx - j * (D / 8)) * 8;
             const int64_t r = sPhys[j];
-            const size_t off = r >= 0 ? ((size_t)r * Hkv + h) * D + c : 0;
-            cp_async16(&sK[j * LD + c], kp + off, r >= 0 ? 16 : 0);
-            cp_async16(&sV[j * LD + c], vp + off, r >= 0 ? 16 : 0);
+            const size_t head = r >= 0 ? (size_t)r * Hkv + h : 0;
+            fa_load8<D>(&sK[j * LD + c], a.k_pool, a.kf, head, c, r >= 0);
+            fa_load8<D>(&sV[j * LD + c], a.v_pool, a.vf, head, c, r >= 0);
         }
         asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
         __syncthreads();
@@ -224,7 +239,7 @@ static int flash_launch(const cuda_attn_rows_args *a, cudaStream_t st) {
 }
 
 extern "C" int cuda_attn_flash(const cuda_attn_rows_args *a, cudaStream_t st) {
-    if (!a || a->n_tiles < 1 || (a->head_dim != 64 && a->head_dim != 128) || !a->pool_bf16 ||
+    if (!a || a->n_tiles < 1 || (a->head_dim != 64 && a->head_dim != 128) || a->splits > 1 ||
         a->n_kv_heads < 1 || a->n_heads % a->n_kv_heads != 0 ||
         a->n_heads / a->n_kv_heads > CUDA_ATTN_FLASH_QV || a->block < 1 || a->table_stride < 1 ||
         !a->q || !a->o || !a->k_pool || !a->v_pool || !a->pos || !a->seq || !a->table ||

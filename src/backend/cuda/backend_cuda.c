@@ -521,6 +521,7 @@ static const backend_ops k_cuda_ops = {
     .name = "cuda",
     .device = MX_DEV_CUDA,
     .kv_dtype = MX_BF16,
+    .kv_types_all = true,
     .alloc = be_alloc,
     .free = be_free,
     .upload = cu_weight_upload,

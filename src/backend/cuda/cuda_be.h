@@ -143,6 +143,8 @@ typedef struct cu_state {
     uint64_t use_clock;
     void *attn_ws;            /* split-K partials */
     size_t attn_ws_cap;
+    void *kvq_q;              /* TurboQuant K pools: the rotated queries */
+    size_t kvq_q_cap;
     void *attn_cnt;           /* split-K merge counters (zero at rest) */
     size_t attn_cnt_cap;
     void *moe_buf;            /* MoE pair / group buffers */

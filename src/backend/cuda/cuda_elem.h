@@ -67,6 +67,29 @@ int cuda_f32_to_bf16_rows(uint16_t *dst, const float *src, long src_stride, int 
  * cuBLASLt matmul, computed by the input conversion itself. */
 int cuda_glu_to_bf16_rows(uint16_t *dst, const float *gate, const float *up, int rows, int cols,
                           int act, cudaStream_t st);
+/* ==== KV pool formats (kv_quant.cu, kv_codec.cuh) ====
+ * The cache types of kv/kv_quant.h (f32, bf16, f16, q8_0, q4_0) and kv/kv_turbo.h
+ * (TurboQuant 2 / 3 / 4 bits, rows in the rotated space), stored as the CPU stores them. */
+enum { CUDA_KV_F32 = 0, CUDA_KV_BF16, CUDA_KV_F16, CUDA_KV_Q8_0, CUDA_KV_Q4_0, CUDA_KV_TQ2,
+       CUDA_KV_TQ3, CUDA_KV_TQ4 };
+typedef struct cuda_kv_fmt {
+    int type;         /* CUDA_KV_* */
+    float code[16];   /* TurboQuant: the Lloyd-Max centroids (kv_turbo_codebook) */
+    float bound[15];  /* TurboQuant: their cell bounds (kv_turbo_bounds), for writes */
+} cuda_kv_fmt;
+/* pool[rows[i]] (heads of D values, [*, Hkv] heads a row) = the K / V rows k[i], v[i] (fp32,
+ * Hkv * D values at row stride k_stride / v_stride) in the pools' formats, bit for bit the
+ * CPU's kv_write (kvq_from_f32_heads); rows[i] < 0 writes nothing. D % 32 == 0 and D <= 1024
+ * for the blocked types (TurboQuant: a power of two). */
+int cuda_kv_write_fmt(void *k_pool, const cuda_kv_fmt *kf, void *v_pool, const cuda_kv_fmt *vf,
+                      const float *k, long k_stride, const float *v, long v_stride,
+                      const int64_t *rows, int n, int Hkv, int D, cudaStream_t st);
+/* TurboQuant's rotation R = H D / sqrt(D) of every head (D a power of two <= 1024): dst[r, h]
+ * = R src[r, h] (inverse: R^T), rows of heads * D floats at strides dst_stride / src_stride;
+ * dst == src allowed. */
+int cuda_kv_rotate(float *dst, long dst_stride, const float *src, long src_stride, int n,
+                   int heads, int D, int inverse, cudaStream_t st);
+
 /* pools [*, width] (bf16 or fp32, pool_bf16): pool[rows[i], :] = k[i, :] for rows[i] >= 0. */
 int cuda_kv_write(void *k_pool, void *v_pool, int pool_bf16, const float *k, long k_stride,
                   const float *v, long v_stride, const int64_t *rows, int n, int width,
@@ -81,7 +104,8 @@ int cuda_add_rms_norm_f32(float *x, const float *y, float *out, const uint16_t *
  * apply (D % 4, D > 4096, alignment): the caller runs the plain ops instead. */
 int cuda_rms_norm_bf16copy(float *x, const float *y, float *out, uint16_t *ob, const uint16_t *w,
                            float eps, float offset, int rows, int D, cudaStream_t st);
-/* rope(q) (q may be NULL), rope(k) in place, then the KV write of k and v at rows[i]. */
+/* rope(q) (q may be NULL), rope(k) in place, then the KV write of k and v at rows[i] (both
+ * pools NULL: the rotations only). */
 int cuda_rope_kv_f32(float *q, long q_stride, float *k, long k_stride, const float *v,
                      long v_stride, const float *cos_sin, int n, int Hq, int Hkv, int D, int rot,
                      const int64_t *rows, void *k_pool, void *v_pool, int pool_bf16,
@@ -93,14 +117,18 @@ int cuda_rope_kv_f32(float *q, long q_stride, float *k, long k_stride, const flo
  * pos[r] of the sequence whose page-table row is seq[r]; keys [max(0, pos - window + 1), pos]
  * (chunk > 0: not before pos - pos % chunk)
  * at physical row table[seq * table_stride + p / block] * block + p % block of the pools
- * [*, Hkv, D] (bf16 or fp32). Output o[r, Hq, D] fp32. Scores soft-capped when softcap > 0.
- * Needs head_dim <= 256 and tile_n * (Hq / Hkv) <= CUDA_ATTN_ROWS_QV. */
+ * [*, Hkv] heads (any cuda_kv_fmt; TurboQuant rows are read as stored, in the rotated space:
+ * the caller rotates q and the output). Output o[r, Hq, D] fp32. Scores soft-capped when
+ * softcap > 0. Needs head_dim <= 256 and tile_n * (Hq / Hkv) <= CUDA_ATTN_ROWS_QV.
+ * splits > 1 (cuda_attn_rows only): each (tile, kv head) walks its keys in `splits` parts,
+ * whose partials go to ws (cuda_attn_rows_ws_bytes) and are merged in split order by a
+ * second launch; the result depends on splits, never on other tiles. */
 #define CUDA_ATTN_ROWS_QV 32
 typedef struct cuda_attn_rows_args {
     const float *q;              /* [n_rows, Hq, D] */
     float *o;                    /* [n_rows, Hq, D] */
-    const void *k_pool, *v_pool; /* [*, Hkv, D] */
-    int pool_bf16;
+    const void *k_pool, *v_pool; /* [*, Hkv] heads */
+    cuda_kv_fmt kf, vf;          /* the pools' formats */
     const int32_t *pos, *seq;    /* [n_rows] */
     const int32_t *table;        /* [n_seqs, table_stride] */
     int table_stride, block;
@@ -109,10 +137,14 @@ typedef struct cuda_attn_rows_args {
     int n_heads, n_kv_heads, head_dim, window;
     int chunk;                   /* 0 = none: else keys of the query's chunk only */
     float scale, softcap;
+    int splits, ws_qv;           /* split count (0, 1: none); query vectors a tile at most */
+    float *ws;                   /* splits > 1: cuda_attn_rows_ws_bytes of scratch */
 } cuda_attn_rows_args;
 int cuda_attn_rows(const cuda_attn_rows_args *a, cudaStream_t st);
-/* Same contract on tensor cores (attn_flash.cu): head_dim 64 or 128, bf16 pools, up to
- * CUDA_ATTN_FLASH_QV query vectors per tile (tile_n * G), 16-byte aligned pools. */
+size_t cuda_attn_rows_ws_bytes(int n_tiles, int n_kv_heads, int head_dim, int splits, int ws_qv);
+/* Same contract on tensor cores (attn_flash.cu): head_dim 64 or 128, up to CUDA_ATTN_FLASH_QV
+ * query vectors per tile (tile_n * G), 16-byte aligned pools, no splits. Pools other than
+ * bf16 are dequantized into the bf16 tiles the MMAs read (values rounded to bf16). */
 #define CUDA_ATTN_FLASH_QV 64
 int cuda_attn_flash(const cuda_attn_rows_args *a, cudaStream_t st);
 

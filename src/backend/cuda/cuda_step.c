@@ -20,7 +20,16 @@
  * split count depends only on (B, kv heads, table capacity), or is fixed
  * (MLXCEL_PAGED_DECODE_SPLITS, or CUDA_ATTN_DET_SPLITS under MLXCEL_SDPA_DETERMINISTIC=1), so
  * eager and replayed runs of a step compute the same bits. Everything else goes to the tiled
- * kernel (cuda_attn_rows). */
+ * kernels (cuda_attn_flash on tensor cores, cuda_attn_rows).
+ *
+ * KV cache types: the fast paths (GEMV / qmv epilogues writing rotated k and v, the split-K
+ * decode kernel) take bf16 pools (the default; f32 too for the writes). Pools of the other
+ * types (f16, q8_0, q4_0, TurboQuant) are written by cuda_kv_write_fmt with the CPU's bits
+ * and read by the tiled kernels, which decode them on load: prefill on tensor cores (values
+ * rounded to bf16 in the tile, as a bf16 cache holds them), decode rows on CUDA cores in fp32
+ * with their keys split over the GPU (cuda_attn_rows splits). TurboQuant keys are read in
+ * their rotated space, so the query is rotated first; TurboQuant values give a rotated
+ * output, rotated back after. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +40,8 @@
 #include "base/clock.h"
 #include "base/env.h"
 #include "base/log.h"
+#include "kv/kv_quant.h"
+#include "kv/kv_turbo.h"
 #include "tune/tune_policy.h"
 
 static size_t al256(size_t n) { return (n + 255) & ~(size_t)255; }
@@ -297,14 +308,41 @@ static bool gemv_take_rope(const int64_t *rows, const mx_tensor *k_pool,
     return true;
 }
 
+/* The device format of a KV pool dtype (TurboQuant: with its codebook); -1 if none. */
+static int kv_fmt_of(mx_dtype t, cuda_kv_fmt *f) {
+    static const struct { mx_dtype t; int type; } k_map[] = {
+        {MX_F32, CUDA_KV_F32}, {MX_BF16, CUDA_KV_BF16}, {MX_F16, CUDA_KV_F16},
+        {MX_Q8_0, CUDA_KV_Q8_0}, {MX_Q4_0, CUDA_KV_Q4_0}, {MX_TQ2, CUDA_KV_TQ2},
+        {MX_TQ3, CUDA_KV_TQ3}, {MX_TQ4, CUDA_KV_TQ4}};
+    memset(f, 0, sizeof *f);
+    for (size_t i = 0; i < sizeof k_map / sizeof k_map[0]; i++)
+        if (k_map[i].t == t) {
+            f->type = k_map[i].type;
+            const int bits = kvq_turbo_bits(t);
+            if (bits) {
+                memcpy(f->code, kv_turbo_codebook(bits), sizeof(float) << bits);
+                memcpy(f->bound, kv_turbo_bounds(bits), sizeof(float) * ((1u << bits) - 1));
+            }
+            return 0;
+        }
+    return -1;
+}
+
+/* Pools the fused writes and the split-K decode kernel take: both bf16 (or both f32 for the
+ * writes). */
+static bool pools_plain(const mx_tensor *k_pool, const mx_tensor *v_pool) {
+    return k_pool->dtype == v_pool->dtype && (k_pool->dtype == MX_BF16 || k_pool->dtype == MX_F32);
+}
+
 void cu_kv_write(mx_tensor *k_pool, mx_tensor *v_pool, const mx_tensor *k, const mx_tensor *v,
                  const mx_attn_batch *b) {
     const int nr = g_cu.pend_rope.count;
     const bool fuse = nr > 0 && g_cu.pend_rope.x[nr - 1] == k->data && g_cu.pend_rope.n == b->n_rows &&
                       g_cu.pend_rope.D == (int)k->shape[2] && g_cu.pend_rope.heads[nr - 1] == (int)k->shape[1] &&
                       (nr == 1 || g_cu.pend_rope.x[0] != v->data);
-    const bool in_gemv = fuse && rope_in_gemv(k, v, b);
-    if (in_gemv || (fuse && rope_in_qmv(k, v, b))) {
+    const bool plain = pools_plain(k_pool, v_pool);
+    const bool in_gemv = plain && fuse && rope_in_gemv(k, v, b);
+    if (in_gemv || (plain && fuse && rope_in_qmv(k, v, b))) {
         const int64_t *rows = step_array(b->write_rows, g_cu.ab ? g_cu.ab->write_rows : NULL,
                                          g_cu.d_write, (size_t)b->n_rows * 8);
         /* without rows the plain path below reports it */
@@ -325,21 +363,35 @@ void cu_kv_write(mx_tensor *k_pool, mx_tensor *v_pool, const mx_tensor *k, const
         g_cu.pend_rope.count = 0;
         return;
     }
-    if (fuse) { /* rope(q), rope(k) and this write: one launch */
+    if (fuse) { /* rope(q), rope(k) and (plain pools) this write: one launch */
         g_cu.pend_rope.count = 0;
         if (mx_env()->diag_skip & MX_SKIP_ROPE) return; /* timing diagnostics: output wrong */
-        cu_ck(cuda_rope_kv_f32(nr == 2 ? g_cu.pend_rope.x[0] : NULL, nr == 2 ? g_cu.pend_rope.stride[0] : 0,
-                               k->data, (long)k->stride[0], v->data, (long)v->stride[0],
-                               g_cu.pend_rope.cs, b->n_rows, nr == 2 ? g_cu.pend_rope.heads[0] : 0,
-                               (int)k->shape[1], (int)k->shape[2], g_cu.pend_rope.rot, rows,
-                               k_pool->data, v_pool->data, k_pool->dtype == MX_BF16, g_cu.st),
-              "rope + kv_write");
+        if (cu_ck(cuda_rope_kv_f32(nr == 2 ? g_cu.pend_rope.x[0] : NULL, nr == 2 ? g_cu.pend_rope.stride[0] : 0,
+                                   k->data, (long)k->stride[0], v->data, (long)v->stride[0],
+                                   g_cu.pend_rope.cs, b->n_rows, nr == 2 ? g_cu.pend_rope.heads[0] : 0,
+                                   (int)k->shape[1], (int)k->shape[2], g_cu.pend_rope.rot, rows,
+                                   plain ? k_pool->data : NULL, plain ? v_pool->data : NULL,
+                                   k_pool->dtype == MX_BF16, g_cu.st),
+                  "rope + kv_write") || plain)
+            return;
+    }
+    if (plain) {
+        const int width = (int)(k->shape[1] * k->shape[2]);
+        cu_ck(cuda_kv_write(k_pool->data, v_pool->data, k_pool->dtype == MX_BF16, k->data,
+                            (long)k->stride[0], v->data, (long)v->stride[0], rows, b->n_rows,
+                            width, g_cu.st),
+              "kv_write");
         return;
     }
-    const int width = (int)(k->shape[1] * k->shape[2]);
-    cu_ck(cuda_kv_write(k_pool->data, v_pool->data, k_pool->dtype == MX_BF16, k->data,
-                        (long)k->stride[0], v->data, (long)v->stride[0], rows, b->n_rows, width,
-                        g_cu.st),
+    cuda_kv_fmt kf, vf;
+    if (kv_fmt_of(k_pool->dtype, &kf) || kv_fmt_of(v_pool->dtype, &vf)) {
+        cu_fail("kv_write: a %s / %s KV pool is not a CUDA cache type", mx_dtype_name(k_pool->dtype),
+                mx_dtype_name(v_pool->dtype));
+        return;
+    }
+    cu_ck(cuda_kv_write_fmt(k_pool->data, &kf, v_pool->data, &vf, k->data, (long)k->stride[0],
+                            v->data, (long)v->stride[0], rows, b->n_rows, (int)k->shape[1],
+                            (int)k->shape[2], g_cu.st),
           "kv_write");
 }
 
@@ -403,7 +455,7 @@ void cu_attention(mx_tensor *out, const mx_tensor *q, const mx_tensor *k_pool,
     const int G = p->n_heads / p->n_kv_heads, D = p->head_dim;
     g_cu.hint_Hq = p->n_heads;
     g_cu.hint_D = D;
-    const bool pool_bf16 = k_pool->dtype == MX_BF16;
+    const bool pool_bf16 = k_pool->dtype == MX_BF16 && v_pool->dtype == MX_BF16;
     const bool fast = g_cu.decode_only && pool_bf16 && (D == 64 || D == 128) &&
                       (G == 1 || G == 2 || G == 4 || G == 8) && b->block_size % 16 == 0;
     if (fast) {
@@ -447,8 +499,19 @@ void cu_attention(mx_tensor *out, const mx_tensor *q, const mx_tensor *k_pool,
             cu_ck(cuda_empty_launch(cuda_sm_count(), g_cu.st), "empty launch");
         return;
     }
-    /* tensor cores for head_dim 64/128 on bf16 pools; the CUDA-core tiled kernel otherwise */
-    const bool flash = pool_bf16 && (D == 64 || D == 128) && G <= CUDA_ATTN_FLASH_QV &&
+    cuda_kv_fmt kf, vf;
+    if (kv_fmt_of(k_pool->dtype, &kf) || kv_fmt_of(v_pool->dtype, &vf)) {
+        cu_fail("attention: a %s / %s KV pool is not a CUDA cache type",
+                mx_dtype_name(k_pool->dtype), mx_dtype_name(v_pool->dtype));
+        return;
+    }
+    /* Decode rows on other cache types: the CUDA-core kernel with the keys split (the count
+     * from the table capacity, and under MLXCEL_SDPA_DETERMINISTIC=1 from it alone, so a
+     * sequence's bits do not depend on the batch). Otherwise tensor cores for head_dim 64/128
+     * (f32 pools stay exact on the CUDA-core kernel), the CUDA-core kernel for the rest. */
+    const bool split_rows = g_cu.decode_only && !pool_bf16;
+    const bool flash = !split_rows && k_pool->dtype != MX_F32 && v_pool->dtype != MX_F32 &&
+                       (D == 64 || D == 128) && G <= CUDA_ATTN_FLASH_QV &&
                        ((uintptr_t)k_pool->data & 15) == 0 && ((uintptr_t)v_pool->data & 15) == 0;
     const int qv_max = flash ? CUDA_ATTN_FLASH_QV : CUDA_ATTN_ROWS_QV;
     const int tr = G >= qv_max ? 1 : qv_max / G;
@@ -466,12 +529,39 @@ void cu_attention(mx_tensor *out, const mx_tensor *q, const mx_tensor *k_pool,
         cu_upload_small(g_cu.d_tilen, t + b->n_rows, (size_t)b->n_rows * 4);
         free(t);
     }
+    const int n = b->n_rows, qw = p->n_heads * D;
+    const float *qd = q->data;
+    if (kvq_turbo_bits(k_pool->dtype)) { /* <q, R^T y> = <R q, y> */
+        if (cu_ensure(&g_cu.kvq_q, &g_cu.kvq_q_cap, (size_t)n * qw * sizeof(float)) ||
+            cu_ck(cuda_kv_rotate(g_cu.kvq_q, qw, q->data, qw, n, p->n_heads, D, 0, g_cu.st),
+                  "rotate q (TurboQuant K)"))
+            return;
+        qd = g_cu.kvq_q;
+    }
+    int S = 1;
+    if (split_rows) {
+        const int cap = g_cu.table_cap * b->block_size, sms = g_cu.facts.sm_count;
+        S = (cap + 255) / 256;
+        if (!g_cu.deterministic) { /* enough CTAs for about two waves, no more */
+            const int want = (2 * sms + g_cu.n_tiles * p->n_kv_heads - 1) / (g_cu.n_tiles * p->n_kv_heads);
+            S = S < want ? S : want;
+        }
+        if (g_cu.forced_splits > 0) S = g_cu.forced_splits;
+        S = S < 1 ? 1 : S > 32 ? 32 : S;
+    }
+    const int ws_qv = G >= qv_max ? G : tr * G;
+    const size_t ws = cuda_attn_rows_ws_bytes(g_cu.n_tiles, p->n_kv_heads, D, S, ws_qv);
+    if (S > 1 && cu_ensure(&g_cu.attn_ws, &g_cu.attn_ws_cap, ws)) return;
     cuda_attn_rows_args a = {0};
-    a.q = q->data;
+    a.q = qd;
     a.o = out->data;
     a.k_pool = k_pool->data;
     a.v_pool = v_pool->data;
-    a.pool_bf16 = pool_bf16;
+    a.kf = kf;
+    a.vf = vf;
+    a.splits = S;
+    a.ws_qv = ws_qv;
+    a.ws = S > 1 ? g_cu.attn_ws : NULL;
     a.pos = g_cu.d_pos;
     a.seq = g_cu.d_seq;
     a.table = g_cu.d_table;
@@ -487,6 +577,10 @@ void cu_attention(mx_tensor *out, const mx_tensor *q, const mx_tensor *k_pool,
     a.chunk = p->chunk;
     a.scale = p->scale;
     a.softcap = p->softcap;
-    cu_ck(flash ? cuda_attn_flash(&a, g_cu.st) : cuda_attn_rows(&a, g_cu.st),
-          flash ? "attention (flash)" : "attention (tiled)");
+    if (cu_ck(flash ? cuda_attn_flash(&a, g_cu.st) : cuda_attn_rows(&a, g_cu.st),
+              flash ? "attention (flash)" : "attention (tiled)"))
+        return;
+    if (kvq_turbo_bits(v_pool->dtype)) /* a weighted sum of rotated values: R^T once */
+        cu_ck(cuda_kv_rotate(out->data, qw, out->data, qw, n, p->n_heads, D, 1, g_cu.st),
+              "rotate output (TurboQuant V)");
 }

@@ -558,7 +558,7 @@ extern "C" int cuda_gemv_generic(float *y, long y_stride, const float *x, long x
 
 /* ==== Fused: RoPE on q and k + KV write ====
  * Row i: q heads rotated in place (when q != NULL), k heads rotated in place and written to
- * k_pool[rows[i]], v copied to v_pool[rows[i]] (rows[i] < 0: no write). One thread per item,
+ * k_pool[rows[i]], v copied to v_pool[rows[i]] (rows[i] < 0, or no pools: no write). One thread per item,
  * items being the rotation pairs (j, j + half) of every q and k head, then the k dims past the
  * rotated part and all v dims; a row is spread over gridDim.y CTAs so that a decode step is
  * one load latency deep rather than a loop of dependent loads. Every thread writes what it
@@ -584,7 +584,7 @@ __global__ void rope_kv_f32_kernel(float *q, long qs, float *k, long ks, const f
         rope_rotate(vec[j], vec[j + half], cs[2 * j], cs[2 * j + 1], na, nb);
         vec[j] = na;
         vec[j + half] = nb;
-        if (!is_q && r >= 0) {
+        if (!is_q && r >= 0 && kp) {
             const size_t o = ((size_t)r * Hkv + h) * D;
             store1_any(kp, bf16, o + j, na);
             store1_any(kp, bf16, o + j + half, nb);
@@ -593,7 +593,7 @@ __global__ void rope_kv_f32_kernel(float *q, long qs, float *k, long ks, const f
     }
     /* k dims past the rotated part (partial rotary), and all of v */
     const int u = t - n_pairs;
-    if (r < 0 || u >= Hkv * (rest + D)) return;
+    if (r < 0 || !kp || u >= Hkv * (rest + D)) return;
     const int h = u / (rest + D), e = u - h * (rest + D);
     const bool is_k = e < rest;
     const int d = is_k ? 2 * half + e : e - rest;
@@ -607,7 +607,7 @@ extern "C" int cuda_rope_kv_f32(float *q, long q_stride, float *k, long k_stride
                                 int D, int rot, const int64_t *rows, void *k_pool, void *v_pool,
                                 int pool_bf16, cudaStream_t st) {
     if (n < 1 || Hkv < 1 || (q && Hq < 1) || rot < 2 || rot % 2 || rot > D || !k || !v ||
-        !cos_sin || !rows || !k_pool || !v_pool)
+        !cos_sin || !rows || !k_pool != !v_pool)
         return (int)cudaErrorInvalidValue;
     const int half = rot / 2, rest = D - rot;
     const int items = ((q ? Hq : 0) + Hkv) * half + Hkv * (rest + D);
