@@ -82,7 +82,7 @@ diag_base() { [ -x .carry/dev/mlxcel-base ] && echo "${1:-}BIN=mlxcel-base"; }
 # group); log $D/test-<entry>.log; prints a summary line and the first failures.
 diag_test() {
   local e=$1 g=${2:-} n=${1%%=*}
-  env $(ab_env "$e") ${g:+TEST_CUDA_ONLY=$g} timeout 200 .carry/dev/test_cuda . \
+  env $(ab_env "$e") ${g:+TEST_CUDA_ONLY=$g} timeout "${TEST_TIMEOUT:-200}" .carry/dev/test_cuda . \
     > "$D/test-$n.log" 2>&1
   echo "== test ${g:-all} $e: rc $? $(tail -1 "$D/test-$n.log"), $((SECONDS - T0)) s"
   grep '^FAIL' "$D/test-$n.log" | head -5 | cut -c1-160

@@ -38,8 +38,11 @@
  * copies its first chunks into shared memory before the wait, all but the newest key's row,
  * which it loads after (8B, B=1, bench/attn_timeline.cu: chunk 0 had landed 2.3 us after the
  * wait, q 1.5 us).
- * Template parameters: G (query heads per kv head), D (head_dim) and TC (the walk on the
- * tensor cores, cuda_attn_tc()); instantiated for D in {64, 128}, G in {1, 2, 4, 8}.
+ * Template parameters: G (query heads per kv head), D (head_dim), TC (the walk on the
+ * tensor cores, cuda_attn_tc()) and TY (pools of another cache type than bf16: the CUDA-core
+ * walk with each lane decoding its 8 values of a key / value row straight from the pool,
+ * kv_codec.cuh, no ring and no L2 prefetch; the same arithmetic after the decode);
+ * instantiated for D in {64, 128}, G in {1, 2, 4, 8}.
  *
  * The kernel works on 16-token chunks: a table block of block_size tokens (any multiple of
  * 16, so dense storage's one block of ctx tokens works too) is block_size / 16 chunks.
@@ -54,6 +57,7 @@
 #include "backend/cuda/cuda_info.h"
 #include "backend/cuda/cuda_kernels.cuh"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/kv_codec.cuh"
 
 #define ATTN_WARPS 4
 #define ATTN_BS 16 /* tokens per KV chunk (fixed: the loop is unrolled over it) */
@@ -323,7 +327,7 @@ __device__ __forceinline__ void attn_tc_walk(const void *q, int q_f32, const uin
 
 /* ==== Phase 1: one split of one (sequence, kv head) ==== */
 
-template <int G, int D, bool TC>
+template <int G, int D, bool TC, bool TY>
 __global__ void __launch_bounds__(ATTN_WARPS * 32)
 paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] */
                         const uint16_t *__restrict__ k_cache,  /* [nb, BS, Hkv, D] */
@@ -337,7 +341,9 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
                         float *__restrict__ part_lse,           /* [B, Hq, S] */
                         int *__restrict__ done,                 /* [B, Hkv] zero counters */
                         int Hkv, int pt_stride, int cpb, int window, int chunk, float qscale,
-                        float cap2, int cluster, int nst, int settled) {
+                        float cap2, int cluster, int nst, int settled, cuda_kv_fmt kf,
+                        cuda_kv_fmt vf) {
+    static_assert(!(TC && TY), "the typed walk runs on CUDA cores");
     constexpr int LPT = D / 8;       /* lanes per token */
     constexpr int TPW = 32 / LPT;    /* tokens per warp load */
     constexpr int J = ATTN_BS / TPW; /* loads per lane per block, for K and for V each */
@@ -381,7 +387,7 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
     };
     /* kv_settled is a row-mode contract (pos given); only the tensor-core walk uses it */
     const int early_kv = TC && settled && pos;
-    {   /* L2 prefetch: lanes 0-15 the K rows of a chunk, 16-31 its V rows */
+    if (!TY) {   /* L2 prefetch: lanes 0-15 the K rows of a chunk, 16-31 its V rows */
         const int r = lane & (ATTN_BS - 1);
         const uint16_t *kv = lane < ATTN_BS ? k_cache : v_cache;
         const int pf0 = early_kv ? nst : 0; /* the walk copies those before the wait */
@@ -437,116 +443,161 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
             for (int e = 0; e < 8; e++) acc[g][e] = 0.f;
         }
 
-        /* The warp's ring of nst chunk stages: [stage][K, V][J][lane], 16 bytes each. A lane
-         * reads back only what it copied itself, so its own cp.async wait is the only sync. */
-        uint4 *ring = kv_ring + (size_t)warp * nst * 2 * J * 32;
-        int it_in = 0; /* chunks copied so far (this warp's order) */
-        const auto issue = [&]() { /* copy the warp's chunk it_in into stage it_in % nst */
-            const int bi = blk_begin + warp + ATTN_WARPS * it_in;
-            if (bi < blk_end) {
-                const size_t phys = chunk_phys(it_in);
-                uint4 *st = ring + (size_t)(it_in % nst) * 2 * J * 32 + lane;
+        /* One sub-tile of JT token loads a lane (kget / vget give load j's 8 values, fp32):
+         * scores, online softmax, P V. Both walks below call it, so they compute the same
+         * arithmetic once the values are in registers. */
+        const auto tile = [&](auto &&kget, auto &&vget, int tok0, int jt) {
+            /* Scores: partial dot over this lane's 8 dims, summed over the token's LPT
+             * lanes. */
+            float s[JT][G];
 #pragma unroll
-                for (int j = 0; j < J; j++) {
-                    const int row = j * TPW + sub, t = bi * ATTN_BS + row;
-                    const size_t off = ((phys * ATTN_BS + row) * Hkv + h) * D + dl * 8;
-                    const bool ok = t < len && t >= start; /* else zeros (a valid address) */
-                    cp_async16(st + j * 32, k_cache + (ok ? off : 0), ok ? 16 : 0);
-                    cp_async16(st + (J + j) * 32, v_cache + (ok ? off : 0), ok ? 16 : 0);
-                }
-            }
-            cp_async_commit(); /* empty past the end: the group count stays uniform */
-            it_in++;
-        };
-        for (int i = 1; i < nst; i++) issue();
-
-        int it = 0;
-        for (int bi = blk_begin + warp; bi < blk_end; bi += ATTN_WARPS, it++) {
-            issue(); /* chunk it + nst - 1 */
-            attn_wait_chunk(nst);
-            const uint4 *stg = ring + (size_t)(it % nst) * 2 * J * 32 + lane;
-            const int tok0 = bi * ATTN_BS;
-
-            /* G = 8 keeps half a chunk in registers at a time (no spills). */
-#pragma unroll
-            for (int jt = 0; jt < J; jt += JT) {
-                uint4 kr[JT], vr[JT];
-#pragma unroll
-                for (int j = 0; j < JT; j++) {
-                    kr[j] = stg[(jt + j) * 32];
-                    vr[j] = stg[(J + jt + j) * 32];
-                }
-
-                /* Scores: partial dot over this lane's 8 dims, summed over the token's LPT
-                 * lanes. */
-                float s[JT][G];
-#pragma unroll
-                for (int j = 0; j < JT; j++) {
-                    float kf[8];
-                    bf16x8_to_f32(kr[j], kf);
-#pragma unroll
-                    for (int g = 0; g < G; g++) {
-                        float d = 0.f;
-#pragma unroll
-                        for (int e = 0; e < 8; e++) d = fmaf(qf[g][e], kf[e], d);
-                        s[j][g] = d;
-                    }
-                }
-#pragma unroll
-                for (int o2 = LPT / 2; o2 > 0; o2 >>= 1)
-#pragma unroll
-                    for (int j = 0; j < JT; j++)
-#pragma unroll
-                        for (int g = 0; g < G; g++)
-                            s[j][g] += __shfl_xor_sync(0xffffffffu, s[j][g], o2);
-                /* soft-capping in the log2 domain: cap2 = cap * log2 e */
-                if (cap2 > 0.f) {
-#pragma unroll
-                    for (int j = 0; j < JT; j++)
-#pragma unroll
-                        for (int g = 0; g < G; g++) s[j][g] = cap2 * tanhf(s[j][g] / cap2);
-                }
-
-                /* Online softmax, one rescale per sub-tile. A sub-tile can be fully masked (before
-                 * the window start): m stays -inf, and -inf - -inf is kept out of exp2. */
+            for (int j = 0; j < JT; j++) {
+                float kf[8];
+                kget(j, kf);
 #pragma unroll
                 for (int g = 0; g < G; g++) {
-                    float mt = -INFINITY;
+                    float d = 0.f;
 #pragma unroll
-                    for (int j = 0; j < JT; j++) {
-                        const int t = tok0 + (jt + j) * TPW + sub;
-                        if (t >= len || t < start) s[j][g] = -INFINITY;
-                        mt = fmaxf(mt, s[j][g]);
-                    }
-#pragma unroll
-                    for (int o2 = LPT; o2 < 32; o2 <<= 1)
-                        mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, o2));
-                    const float mn = fmaxf(m[g], mt);
-                    /* 0 on the first live sub-tile (m = -inf); 1 while everything is masked */
-                    const float alpha = m[g] == -INFINITY ? (mn == -INFINITY ? 1.f : 0.f)
-                                                          : exp2f(m[g] - mn);
-                    m[g] = mn;
-                    l[g] *= alpha;
-#pragma unroll
-                    for (int e = 0; e < 8; e++) acc[g][e] *= alpha;
-                }
-#pragma unroll
-                for (int j = 0; j < JT; j++) {
-                    float vf[8];
-                    bf16x8_to_f32(vr[j], vf);
-#pragma unroll
-                    for (int g = 0; g < G; g++) {
-                        /* masked: exp2(-inf) = 0; m = -inf only while all is masked */
-                        const float p = m[g] == -INFINITY ? 0.f : exp2f(s[j][g] - m[g]);
-                        l[g] += p;
-#pragma unroll
-                        for (int e = 0; e < 8; e++) acc[g][e] = fmaf(p, vf[e], acc[g][e]);
-                    }
+                    for (int e = 0; e < 8; e++) d = fmaf(qf[g][e], kf[e], d);
+                    s[j][g] = d;
                 }
             }
+#pragma unroll
+            for (int o2 = LPT / 2; o2 > 0; o2 >>= 1)
+#pragma unroll
+                for (int j = 0; j < JT; j++)
+#pragma unroll
+                    for (int g = 0; g < G; g++)
+                        s[j][g] += __shfl_xor_sync(0xffffffffu, s[j][g], o2);
+            /* soft-capping in the log2 domain: cap2 = cap * log2 e */
+            if (cap2 > 0.f) {
+#pragma unroll
+                for (int j = 0; j < JT; j++)
+#pragma unroll
+                    for (int g = 0; g < G; g++) s[j][g] = cap2 * tanhf(s[j][g] / cap2);
+            }
+
+            /* Online softmax, one rescale per sub-tile. A sub-tile can be fully masked (before
+             * the window start): m stays -inf, and -inf - -inf is kept out of exp2. */
+#pragma unroll
+            for (int g = 0; g < G; g++) {
+                float mt = -INFINITY;
+#pragma unroll
+                for (int j = 0; j < JT; j++) {
+                    const int t = tok0 + (jt + j) * TPW + sub;
+                    if (t >= len || t < start) s[j][g] = -INFINITY;
+                    mt = fmaxf(mt, s[j][g]);
+                }
+#pragma unroll
+                for (int o2 = LPT; o2 < 32; o2 <<= 1)
+                    mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, o2));
+                const float mn = fmaxf(m[g], mt);
+                /* 0 on the first live sub-tile (m = -inf); 1 while everything is masked */
+                const float alpha = m[g] == -INFINITY ? (mn == -INFINITY ? 1.f : 0.f)
+                                                      : exp2f(m[g] - mn);
+                m[g] = mn;
+                l[g] *= alpha;
+#pragma unroll
+                for (int e = 0; e < 8; e++) acc[g][e] *= alpha;
+            }
+#pragma unroll
+            for (int j = 0; j < JT; j++) {
+                float vf[8];
+                vget(j, vf);
+#pragma unroll
+                for (int g = 0; g < G; g++) {
+                    /* masked: exp2(-inf) = 0; m = -inf only while all is masked */
+                    const float p = m[g] == -INFINITY ? 0.f : exp2f(s[j][g] - m[g]);
+                    l[g] += p;
+#pragma unroll
+                    for (int e = 0; e < 8; e++) acc[g][e] = fmaf(p, vf[e], acc[g][e]);
+                }
+            }
+        };
+
+        if constexpr (TY) {
+            /* Each lane decodes its 8 dims of JT rows, K and V, then the tile: no ring (the
+             * loads are in flight together, and CTAs of every split hide their latency). */
+            const uint8_t *kp8 = (const uint8_t *)k_cache, *vp8 = (const uint8_t *)v_cache;
+            const size_t kbytes = kv_fmt_head_bytes(kf.type, D), vbytes = kv_fmt_head_bytes(vf.type, D);
+            int it = 0;
+            for (int bi = blk_begin + warp; bi < blk_end; bi += ATTN_WARPS, it++) {
+                const size_t phys = chunk_phys(it);
+                const int tok0 = bi * ATTN_BS;
+#pragma unroll
+                for (int jt = 0; jt < J; jt += JT) {
+                    float kd[JT][8], vd[JT][8];
+#pragma unroll
+                    for (int j = 0; j < JT; j++) {
+                        const int row = (jt + j) * TPW + sub, t = tok0 + row;
+                        const size_t head = (phys * ATTN_BS + row) * Hkv + h;
+#pragma unroll
+                        for (int e = 0; e < 8; e++) kd[j][e] = vd[j][e] = 0.f;
+                        if (t < len && t >= start) {
+                            kv_dec8(kp8 + head * kbytes, kf, dl * 8, kd[j]);
+                            kv_dec8(vp8 + head * vbytes, vf, dl * 8, vd[j]);
+                        }
+                    }
+                    tile([&](int j, float f[8]) {
+#pragma unroll
+                             for (int e = 0; e < 8; e++) f[e] = kd[j][e];
+                         },
+                         [&](int j, float f[8]) {
+#pragma unroll
+                             for (int e = 0; e < 8; e++) f[e] = vd[j][e];
+                         },
+                         tok0, jt);
+                }
+            }
+        } else {
+            /* The warp's ring of nst chunk stages: [stage][K, V][J][lane], 16 bytes each. A lane
+             * reads back only what it copied itself, so its own cp.async wait is the only sync. */
+            uint4 *ring = kv_ring + (size_t)warp * nst * 2 * J * 32;
+            int it_in = 0; /* chunks copied so far (this warp's order) */
+            const auto issue = [&]() { /* copy the warp's chunk it_in into stage it_in % nst */
+                const int bi = blk_begin + warp + ATTN_WARPS * it_in;
+                if (bi < blk_end) {
+                    const size_t phys = chunk_phys(it_in);
+                    uint4 *st = ring + (size_t)(it_in % nst) * 2 * J * 32 + lane;
+#pragma unroll
+                    for (int j = 0; j < J; j++) {
+                        const int row = j * TPW + sub, t = bi * ATTN_BS + row;
+                        const size_t off = ((phys * ATTN_BS + row) * Hkv + h) * D + dl * 8;
+                        const bool ok = t < len && t >= start; /* else zeros (a valid address) */
+                        cp_async16(st + j * 32, k_cache + (ok ? off : 0), ok ? 16 : 0);
+                        cp_async16(st + (J + j) * 32, v_cache + (ok ? off : 0), ok ? 16 : 0);
+                    }
+                }
+                cp_async_commit(); /* empty past the end: the group count stays uniform */
+                it_in++;
+            };
+            for (int i = 1; i < nst; i++) issue();
+
+            int it = 0;
+            for (int bi = blk_begin + warp; bi < blk_end; bi += ATTN_WARPS, it++) {
+                issue(); /* chunk it + nst - 1 */
+                attn_wait_chunk(nst);
+                const uint4 *stg = ring + (size_t)(it % nst) * 2 * J * 32 + lane;
+                const int tok0 = bi * ATTN_BS;
+
+                /* G = 8 keeps half a chunk in registers at a time (no spills). */
+#pragma unroll
+                for (int jt = 0; jt < J; jt += JT) {
+                    uint4 kr[JT], vr[JT];
+#pragma unroll
+                    for (int j = 0; j < JT; j++) {
+                        kr[j] = stg[(jt + j) * 32];
+                        vr[j] = stg[(J + jt + j) * 32];
+                    }
+
+                    tile([&](int j, float f[8]) { bf16x8_to_f32(kr[j], f); },
+                         [&](int j, float f[8]) { bf16x8_to_f32(vr[j], f); }, tok0, jt);
+                }
+            }
+
+            cp_async_wait<0>(); /* the empty groups issued past the end */
         }
 
-        cp_async_wait<0>(); /* the empty groups issued past the end */
 
         /* The TPW token lanes of a dim group share m: add their l and acc. */
 #pragma unroll
@@ -702,29 +753,29 @@ extern "C" int cuda_paged_attn_splits(const cuda_paged_attn_args *a) {
 
 /* Dynamic shared memory of nst chunk stages (the K / V ring of every warp; the tensor-core
  * walk pads its rows). */
-static size_t attn_ring_bytes(int D, int nst, bool tc) {
-    return (size_t)ATTN_WARPS * nst * 2 * ATTN_BS * (tc ? D + 8 : D) * sizeof(uint16_t);
+static size_t attn_ring_bytes(int D, int nst, bool tc, bool ty) {
+    return ty ? 0 : (size_t)ATTN_WARPS * nst * 2 * ATTN_BS * (tc ? D + 8 : D) * sizeof(uint16_t);
 }
 
 /* Lets the kernel have the ring of ATTN_MAX_STAGES stages (above the default 48 KB); once. */
-template <int G, int D, bool TC> static void attn_allow_ring(void) {
+template <int G, int D, bool TC, bool TY> static void attn_allow_ring(void) {
     static bool done;
     if (done) return;
-    cudaFuncSetAttribute(paged_attn_split_kernel<G, D, TC>,
+    cudaFuncSetAttribute(paged_attn_split_kernel<G, D, TC, TY>,
                          cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         (int)attn_ring_bytes(D, ATTN_MAX_STAGES, TC));
+                         (int)attn_ring_bytes(D, ATTN_MAX_STAGES, TC, TY));
     cudaGetLastError();
     done = true;
 }
 
 /* Waves of ctas CTAs with an nst-stage ring (CTAs a SM from the occupancy query, once per
  * instantiation and nst). */
-template <int G, int D, bool TC> static long attn_waves(long ctas, int nst) {
+template <int G, int D, bool TC, bool TY> static long attn_waves(long ctas, int nst) {
     static int per_sm[ATTN_MAX_STAGES + 1];
     if (!per_sm[nst]) {
         int n = 0;
         const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &n, paged_attn_split_kernel<G, D, TC>, ATTN_WARPS * 32, attn_ring_bytes(D, nst, TC));
+            &n, paged_attn_split_kernel<G, D, TC, TY>, ATTN_WARPS * 32, attn_ring_bytes(D, nst, TC, TY));
         if (e != cudaSuccess || n < 1) {
             cudaGetLastError();
             n = 1;
@@ -737,20 +788,20 @@ template <int G, int D, bool TC> static long attn_waves(long ctas, int nst) {
 
 /* Whether S splits with an nst-stage ring fit one cluster (asked once per instantiation, S
  * and nst: above 8 is a non-portable size the device may refuse). */
-template <int G, int D, bool TC> static bool attn_cluster_fits(int S, int nst) {
+template <int G, int D, bool TC, bool TY> static bool attn_cluster_fits(int S, int nst) {
     static signed char fit[ATTN_CLUSTER_MAX + 1][ATTN_MAX_STAGES + 1]; /* 0 ?, 1 yes, -1 no */
     if (S < 2 || S > ATTN_CLUSTER_MAX) return false;
     if (!fit[S][nst]) {
-        bool ok = S <= 8 || cudaFuncSetAttribute(paged_attn_split_kernel<G, D, TC>,
+        bool ok = S <= 8 || cudaFuncSetAttribute(paged_attn_split_kernel<G, D, TC, TY>,
                                                  cudaFuncAttributeNonPortableClusterSizeAllowed,
                                                  1) == cudaSuccess;
         if (ok) {
             pdl_launch l;
-            pdl_launch_config(&l, dim3(S), dim3(ATTN_WARPS * 32), attn_ring_bytes(D, nst, TC), 0);
+            pdl_launch_config(&l, dim3(S), dim3(ATTN_WARPS * 32), attn_ring_bytes(D, nst, TC, TY), 0);
             l.cfg.numAttrs = 0;
             pdl_launch_cluster(&l, (unsigned)S);
             int n = 0;
-            ok = cudaOccupancyMaxActiveClusters(&n, paged_attn_split_kernel<G, D, TC>, &l.cfg) ==
+            ok = cudaOccupancyMaxActiveClusters(&n, paged_attn_split_kernel<G, D, TC, TY>, &l.cfg) ==
                      cudaSuccess && n > 0;
         }
         cudaGetLastError(); /* a refusal is an answer, not a pending error */
@@ -759,7 +810,7 @@ template <int G, int D, bool TC> static bool attn_cluster_fits(int S, int nst) {
     return fit[S][nst] > 0;
 }
 
-template <int G, int D, bool TC>
+template <int G, int D, bool TC, bool TY>
 static void attn_launch(const cuda_paged_attn_args *a, int S, float *part_o, float *part_lse,
                         cudaStream_t stream) {
     const dim3 grid(S, a->n_kv_heads, a->B);
@@ -773,25 +824,25 @@ static void attn_launch(const cuda_paged_attn_args *a, int S, float *part_o, flo
     /* Stages: up to the setting and the chunks a warp walks, but never so many that the
      * ring's shared memory adds a wave of CTAs (H200: 3 stages at B=8, 5 splits took two
      * waves and 40% longer than 1; at B=32 both take two and 3 stages won 4-10%). */
-    attn_allow_ring<G, D, TC>();
+    attn_allow_ring<G, D, TC, TY>();
     const long ctas = (long)S * a->n_kv_heads * a->B;
-    const long waves1 = attn_waves<G, D, TC>(ctas, 1);
-    int nst = (int)max(1L, min((long)cuda_attn_stages(), per_warp));
-    while (nst > 1 && attn_waves<G, D, TC>(ctas, nst) > waves1) nst--;
+    const long waves1 = attn_waves<G, D, TC, TY>(ctas, 1);
+    int nst = TY ? 1 : (int)max(1L, min((long)cuda_attn_stages(), per_warp));
+    while (nst > 1 && attn_waves<G, D, TC, TY>(ctas, nst) > waves1) nst--;
     /* The cluster merge only where the merge is most of the work (a chunk a warp at most):
      * there it saved ~0.8 us of 13 (8B, B=1, 512 tokens); on longer walks a cluster's CTAs
      * packed onto fewer SMs lost up to 25%. */
     const int cluster = S > 1 && S <= cuda_attn_cluster() && per_warp <= 1 &&
-                        attn_cluster_fits<G, D, TC>(S, nst);
+                        attn_cluster_fits<G, D, TC, TY>(S, nst);
     pdl_launch l;
-    pdl_launch_config(&l, grid, dim3(ATTN_WARPS * 32), attn_ring_bytes(D, nst, TC), stream);
+    pdl_launch_config(&l, grid, dim3(ATTN_WARPS * 32), attn_ring_bytes(D, nst, TC, TY), stream);
     if (cluster) pdl_launch_cluster(&l, (unsigned)S);
-    cudaLaunchKernelEx(&l.cfg, paged_attn_split_kernel<G, D, TC>,
+    cudaLaunchKernelEx(&l.cfg, paged_attn_split_kernel<G, D, TC, TY>,
         a->q, a->q_f32, a->k_cache, a->v_cache, a->page_table, a->seq_lens, a->pos, a->row_seq,
         a->o, a->o_dtype == CUDA_OPS_BF16, part_o, part_lse, a->split_counters, a->n_kv_heads,
         a->pt_stride,
         a->block_size / ATTN_BS, a->window, a->chunk, a->scale * log2e,
-        a->softcap > 0.f ? a->softcap * log2e : 0.f, cluster, nst, a->kv_settled);
+        a->softcap > 0.f ? a->softcap * log2e : 0.f, cluster, nst, a->kv_settled, a->kf, a->vf);
 }
 
 extern "C" int cuda_paged_decode_attn(const cuda_paged_attn_args *a, cudaStream_t stream) {
@@ -817,16 +868,21 @@ extern "C" int cuda_paged_decode_attn(const cuda_paged_attn_args *a, cudaStream_
     }
     /* the walk (CUDA cores, or tensor cores with cuda_attn_tc()) for G and D */
     typedef void (*launch_fn)(const cuda_paged_attn_args *, int, float *, float *, cudaStream_t);
-    static const launch_fn fns[2][2][4] = {
-        {{attn_launch<1, 64, false>, attn_launch<2, 64, false>, attn_launch<4, 64, false>,
-          attn_launch<8, 64, false>},
-         {attn_launch<1, 128, false>, attn_launch<2, 128, false>, attn_launch<4, 128, false>,
-          attn_launch<8, 128, false>}},
-        {{attn_launch<1, 64, true>, attn_launch<2, 64, true>, attn_launch<4, 64, true>,
-          attn_launch<8, 64, true>},
-         {attn_launch<1, 128, true>, attn_launch<2, 128, true>, attn_launch<4, 128, true>,
-          attn_launch<8, 128, true>}}};
+    static const launch_fn fns[3][2][4] = {
+        {{attn_launch<1, 64, false, false>, attn_launch<2, 64, false, false>,
+          attn_launch<4, 64, false, false>, attn_launch<8, 64, false, false>},
+         {attn_launch<1, 128, false, false>, attn_launch<2, 128, false, false>,
+          attn_launch<4, 128, false, false>, attn_launch<8, 128, false, false>}},
+        {{attn_launch<1, 64, true, false>, attn_launch<2, 64, true, false>,
+          attn_launch<4, 64, true, false>, attn_launch<8, 64, true, false>},
+         {attn_launch<1, 128, true, false>, attn_launch<2, 128, true, false>,
+          attn_launch<4, 128, true, false>, attn_launch<8, 128, true, false>}},
+        {{attn_launch<1, 64, false, true>, attn_launch<2, 64, false, true>,
+          attn_launch<4, 64, false, true>, attn_launch<8, 64, false, true>},
+         {attn_launch<1, 128, false, true>, attn_launch<2, 128, false, true>,
+          attn_launch<4, 128, false, true>, attn_launch<8, 128, false, true>}}};
     const int gi = G == 1 ? 0 : G == 2 ? 1 : G == 4 ? 2 : 3;
-    fns[cuda_attn_tc() ? 1 : 0][a->head_dim == 128][gi](a, S, part_o, part_lse, stream);
+    const int typed = a->kf.type != CUDA_KV_BF16 || a->vf.type != CUDA_KV_BF16;
+    fns[typed ? 2 : cuda_attn_tc() ? 1 : 0][a->head_dim == 128][gi](a, S, part_o, part_lse, stream);
     return (int)cudaGetLastError();
 }

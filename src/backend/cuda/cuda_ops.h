@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <cuda_runtime_api.h>
 
+#include "backend/cuda/cuda_elem.h"
 #include "backend/cuda/cuda_qknobs.h"
 
 #ifdef __cplusplus
@@ -146,7 +147,7 @@ void cuda_rope_default_inv_freq(float *inv_freq, int head_dim, float theta);
 #define CUDA_ATTN_MAX_SPLITS 128
 typedef struct cuda_paged_attn_args {
     const void *q;                            /* [B, Hq, D] bf16 (or fp32, q_f32) */
-    const uint16_t *k_cache, *v_cache;        /* [n_blocks, block_size, Hkv, D] bf16 */
+    const uint16_t *k_cache, *v_cache;        /* [n_blocks, block_size, Hkv, D] heads of kf / vf */
     const int32_t *page_table;                /* [B, pt_stride] */
     const int32_t *seq_lens;                  /* [B], each in [1, pt_stride * block_size] */
     void *o;                                  /* [B, Hq, D] (o_dtype) */
@@ -169,6 +170,10 @@ typedef struct cuda_paged_attn_args {
                                                  written before the previous launch (a row
                                                  is its sequence's only one): those are read
                                                  before the PDL wait */
+    cuda_kv_fmt kf, vf;                       /* the pools' formats: bf16 (zeroed) or any
+                                                 other (the CUDA-core walk decoding on load;
+                                                 TurboQuant rows as stored: q and the output
+                                                 rotated by the caller) */
 } cuda_paged_attn_args;
 size_t cuda_paged_attn_workspace_bytes(int B, int n_q_heads, int head_dim, int max_splits);
 /* The split count a call with these arguments would use (for logs, tuning and tests). */

@@ -25,9 +25,10 @@
  * KV cache types: the fast paths (GEMV / qmv epilogues writing rotated k and v, the split-K
  * decode kernel) take bf16 pools (the default; f32 too for the writes). Pools of the other
  * types (f16, q8_0, q4_0, TurboQuant) are written by cuda_kv_write_fmt with the CPU's bits
- * and read by the tiled kernels, which decode them on load: prefill on tensor cores (values
- * rounded to bf16 in the tile, as a bf16 cache holds them), decode rows on CUDA cores in fp32
- * with their keys split over the GPU (cuda_attn_rows splits). TurboQuant keys are read in
+ * and decoded on load by the readers: prefill on tensor cores (values rounded to bf16 in the
+ * tile, as a bf16 cache holds them), decode rows by the split-K kernel's CUDA-core walk in
+ * fp32 (or, for shapes it does not take, the tiled kernel with the keys split over the GPU:
+ * cuda_attn_rows splits). TurboQuant keys are read in
  * their rotated space, so the query is rotated first; TurboQuant values give a rotated
  * output, rotated back after. */
 #include <stdio.h>
@@ -456,7 +457,24 @@ void cu_attention(mx_tensor *out, const mx_tensor *q, const mx_tensor *k_pool,
     g_cu.hint_Hq = p->n_heads;
     g_cu.hint_D = D;
     const bool pool_bf16 = k_pool->dtype == MX_BF16 && v_pool->dtype == MX_BF16;
-    const bool fast = g_cu.decode_only && pool_bf16 && (D == 64 || D == 128) &&
+    cuda_kv_fmt kf, vf;
+    if (kv_fmt_of(k_pool->dtype, &kf) || kv_fmt_of(v_pool->dtype, &vf)) {
+        cu_fail("attention: a %s / %s KV pool is not a CUDA cache type",
+                mx_dtype_name(k_pool->dtype), mx_dtype_name(v_pool->dtype));
+        return;
+    }
+    const int n = b->n_rows, qw = p->n_heads * D;
+    const float *qd = q->data;
+    if (kvq_turbo_bits(k_pool->dtype)) { /* <q, R^T y> = <R q, y> */
+        if (cu_ensure(&g_cu.kvq_q, &g_cu.kvq_q_cap, (size_t)n * qw * sizeof(float)) ||
+            cu_ck(cuda_kv_rotate(g_cu.kvq_q, qw, q->data, qw, n, p->n_heads, D, 0, g_cu.st),
+                  "rotate q (TurboQuant K)"))
+            return;
+        qd = g_cu.kvq_q;
+    }
+    /* a weighted sum of rotated values: R^T once, after */
+    const bool v_rot = kvq_turbo_bits(v_pool->dtype) > 0;
+    const bool fast = g_cu.decode_only && (D == 64 || D == 128) &&
                       (G == 1 || G == 2 || G == 4 || G == 8) && b->block_size % 16 == 0;
     if (fast) {
         const int cap_tokens = g_cu.table_cap * b->block_size;
@@ -468,8 +486,10 @@ void cu_attention(mx_tensor *out, const mx_tensor *q, const mx_tensor *k_pool,
                                 (size_t)b->n_rows * p->n_kv_heads * sizeof(int))))
             return;
         cuda_paged_attn_args a = {0};
-        a.q = q->data;
+        a.q = qd;
         a.q_f32 = 1;
+        a.kf = kf;
+        a.vf = vf;
         a.k_cache = k_pool->data;
         a.v_cache = v_pool->data;
         a.page_table = g_cu.d_table;
@@ -497,18 +517,16 @@ void cu_attention(mx_tensor *out, const mx_tensor *q, const mx_tensor *k_pool,
             cu_ck(cuda_paged_decode_attn(&a, g_cu.st), "decode attention");
         for (int i = 0; i < mx_env()->diag_empty; i++) /* timing: what a boundary costs */
             cu_ck(cuda_empty_launch(cuda_sm_count(), g_cu.st), "empty launch");
+        if (v_rot)
+            cu_ck(cuda_kv_rotate(out->data, qw, out->data, qw, n, p->n_heads, D, 1, g_cu.st),
+                  "rotate output (TurboQuant V)");
         return;
     }
-    cuda_kv_fmt kf, vf;
-    if (kv_fmt_of(k_pool->dtype, &kf) || kv_fmt_of(v_pool->dtype, &vf)) {
-        cu_fail("attention: a %s / %s KV pool is not a CUDA cache type",
-                mx_dtype_name(k_pool->dtype), mx_dtype_name(v_pool->dtype));
-        return;
-    }
-    /* Decode rows on other cache types: the CUDA-core kernel with the keys split (the count
-     * from the table capacity, and under MLXCEL_SDPA_DETERMINISTIC=1 from it alone, so a
-     * sequence's bits do not depend on the batch). Otherwise tensor cores for head_dim 64/128
-     * (f32 pools stay exact on the CUDA-core kernel), the CUDA-core kernel for the rest. */
+    /* Decode rows the split-K kernel does not take, on other cache types: the CUDA-core
+     * kernel with the keys split (the count from the table capacity, and under
+     * MLXCEL_SDPA_DETERMINISTIC=1 from it alone, so a sequence's bits do not depend on the
+     * batch). Otherwise tensor cores for head_dim 64/128 (f32 pools stay exact on the
+     * CUDA-core kernel), the CUDA-core kernel for the rest. */
     const bool split_rows = g_cu.decode_only && !pool_bf16;
     const bool flash = !split_rows && k_pool->dtype != MX_F32 && v_pool->dtype != MX_F32 &&
                        (D == 64 || D == 128) && G <= CUDA_ATTN_FLASH_QV &&
@@ -528,15 +546,6 @@ void cu_attention(mx_tensor *out, const mx_tensor *q, const mx_tensor *k_pool,
         cu_upload_small(g_cu.d_tile0, t, (size_t)b->n_rows * 4);
         cu_upload_small(g_cu.d_tilen, t + b->n_rows, (size_t)b->n_rows * 4);
         free(t);
-    }
-    const int n = b->n_rows, qw = p->n_heads * D;
-    const float *qd = q->data;
-    if (kvq_turbo_bits(k_pool->dtype)) { /* <q, R^T y> = <R q, y> */
-        if (cu_ensure(&g_cu.kvq_q, &g_cu.kvq_q_cap, (size_t)n * qw * sizeof(float)) ||
-            cu_ck(cuda_kv_rotate(g_cu.kvq_q, qw, q->data, qw, n, p->n_heads, D, 0, g_cu.st),
-                  "rotate q (TurboQuant K)"))
-            return;
-        qd = g_cu.kvq_q;
     }
     int S = 1;
     if (split_rows) {
@@ -580,7 +589,7 @@ void cu_attention(mx_tensor *out, const mx_tensor *q, const mx_tensor *k_pool,
     if (cu_ck(flash ? cuda_attn_flash(&a, g_cu.st) : cuda_attn_rows(&a, g_cu.st),
               flash ? "attention (flash)" : "attention (tiled)"))
         return;
-    if (kvq_turbo_bits(v_pool->dtype)) /* a weighted sum of rotated values: R^T once */
+    if (v_rot)
         cu_ck(cuda_kv_rotate(out->data, qw, out->data, qw, n, p->n_heads, D, 1, g_cu.st),
               "rotate output (TurboQuant V)");
 }

@@ -28,9 +28,9 @@ __host__ __device__ __forceinline__ int kv_fmt_block_bytes(int type) {
 }
 /* Bytes of one head of D values. */
 __host__ __device__ __forceinline__ size_t kv_fmt_head_bytes(int type, int D) {
-    return type == CUDA_KV_F32 ? (size_t)D * 4
-           : type <= CUDA_KV_F16 ? (size_t)D * 2
-                                 : (size_t)(D / 32) * kv_fmt_block_bytes(type);
+    return type == CUDA_KV_F32                            ? (size_t)D * 4
+           : type == CUDA_KV_BF16 || type == CUDA_KV_F16 ? (size_t)D * 2
+                                                         : (size_t)(D / 32) * kv_fmt_block_bytes(type);
 }
 
 __device__ __forceinline__ uint32_t kv_ld16(const uint8_t *p) { return *(const uint16_t *)p; }

@@ -126,7 +126,7 @@ __global__ void kv_write_fmt_kernel(uint8_t *kp, cuda_kv_fmt kf, uint8_t *vp, cu
 }
 
 static bool fmt_ok(const cuda_kv_fmt *f, int D) {
-    if (!f || f->type < CUDA_KV_F32 || f->type > CUDA_KV_TQ4) return false;
+    if (!f || f->type < CUDA_KV_BF16 || f->type > CUDA_KV_TQ4) return false;
     if (!kv_fmt_blocked(f->type)) return true;
     if (D % 32 || D > 1024) return false;
     return !kv_fmt_tq_bits(f->type) || (D & (D - 1)) == 0;
