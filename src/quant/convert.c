@@ -59,6 +59,29 @@ static void progress_step(progress *p, const char *name, uint64_t bytes) {
 
 /* ==== Tensor materialization ==== */
 
+/* A part's [rows, cols] block (row stride ld elements) written as [cols, rows] at dst. Tiles of
+ * 32 x 32 elements keep the strided side's cache lines in use across a tile's columns. */
+static void gather_transposed(uint8_t *dst, const cv_part *pt) {
+    const size_t es = mx_dtype_size(pt->t->dtype);
+    const uint8_t *src = (const uint8_t *)pt->t->data + pt->off;
+    const int64_t R = pt->rows, C = pt->cols, ld = pt->ld;
+#pragma omp parallel for schedule(static) if (R * C > 65536)
+    for (int64_t r0 = 0; r0 < R; r0 += 32) {
+        const int64_t r1 = r0 + 32 < R ? r0 + 32 : R;
+        for (int64_t c0 = 0; c0 < C; c0 += 32) {
+            const int64_t c1 = c0 + 32 < C ? c0 + 32 : C;
+            /* constant-size memcpy: one unaligned-safe 16- / 32-bit move an element */
+            for (int64_t c = c0; c < c1; c++)
+                for (int64_t r = r0; r < r1; r++) {
+                    const size_t d = (size_t)(c * R + r), f = (size_t)(r * ld + c);
+                    if (es == 2) memcpy(dst + d * 2, src + f * 2, 2);
+                    else if (es == 4) memcpy(dst + d * 4, src + f * 4, 4);
+                    else memcpy(dst + d * es, src + f * es, es);
+                }
+        }
+    }
+}
+
 /* The parts of o concatenated into one malloc'd (aligned) buffer. */
 static void *gather(const cv_out *o, uint64_t *n_out) {
     uint64_t n = 0;
@@ -67,7 +90,11 @@ static void *gather(const cv_out *o, uint64_t *n_out) {
     if (!buf) return NULL;
     uint64_t at = 0;
     for (int i = 0; i < o->n_parts; i++) {
-        memcpy(buf + at, (const uint8_t *)o->parts[i].t->data + o->parts[i].off, o->parts[i].nbytes);
+        if (o->parts[i].rows > 0)
+            gather_transposed(buf + at, &o->parts[i]);
+        else
+            memcpy(buf + at, (const uint8_t *)o->parts[i].t->data + o->parts[i].off,
+                   o->parts[i].nbytes);
         at += o->parts[i].nbytes;
     }
     *n_out = n;
@@ -129,8 +156,8 @@ static int materialize(shard_buf *s, const cv_out *o, mx_error *err) {
     if (o->kind == CV_RAW) return shard_push(s, o->name, o->dtype, o->ndim, o->shape, src, err);
     if (o->kind == CV_DEQUANT) {
         uint64_t ns, nbb;
-        cv_out so = {.n_parts = 1, .parts = &(cv_part){o->qs, 0, o->qs->nbytes}};
-        cv_out bo = {.n_parts = 1, .parts = &(cv_part){o->qb, 0, o->qb->nbytes}};
+        cv_out so = {.n_parts = 1, .parts = &(cv_part){.t = o->qs, .nbytes = o->qs->nbytes}};
+        cv_out bo = {.n_parts = 1, .parts = &(cv_part){.t = o->qb, .nbytes = o->qb->nbytes}};
         void *sc = gather(&so, &ns), *bi = gather(&bo, &nbb);
         void *out = malloc((size_t)n * mx_dtype_size(o->dtype) + 1);
         int rc = -1;

@@ -10,7 +10,12 @@
  * - Tensor names as mlx_lm's sanitize writes them: per-expert weights stacked into
  *   `*.switch_mlp.{gate,up,down}_proj.weight` [E, out, in] (mixtral w1/w3/w2 map to
  *   gate/up/down; transformers 5.x fused `experts.gate_up_proj` is split), lm_head dropped
- *   when tie_word_embeddings, rotary inv_freq buffers dropped.
+ *   when tie_word_embeddings, rotary inv_freq buffers dropped. llama4 (mlx_lm models/llama4.py):
+ *   `vision_model` / `multi_modal_projector` tensors dropped, the fused [in, out] experts
+ *   `feed_forward.experts.gate_up_proj` [E, H, 2I] (gate = first I columns) and `down_proj`
+ *   [E, I, H] split and transposed into `feed_forward.experts.{gate,up,down}_proj.weight`
+ *   [E, out, in]; transformers 5.x wrapper names `model.language_model.*` / `lm_head.weight`
+ *   become mlx_lm's `language_model.model.*` / `language_model.lm_head.weight`.
  * - config.json gets "quantization" and "quantization_config" ({"group_size", "bits", "mode":
  *   "affine"} plus per-module overrides), loses _name_or_path / vision_config; keys sorted,
  *   4-space indent. torch_dtype is set to the output dtype (mlx_lm leaves it stale).
@@ -55,6 +60,10 @@ struct st_tensor;
 typedef struct cv_part {             /* a byte range of a source tensor */
     const struct st_tensor *t;
     uint64_t off, nbytes;
+    /* rows > 0: instead a [rows, cols] block of elements (the source's dtype) starting at byte
+     * off, `ld` elements from one row to the next, written transposed as [cols, rows] (nbytes =
+     * rows * cols * element size); llama4's fused [in, out] experts */
+    int64_t rows, cols, ld;
 } cv_part;
 
 typedef struct cv_out {
@@ -82,6 +91,7 @@ typedef struct cv_plan {
     cv_out *outs;            /* sorted by name */
     int n_overrides;
     cv_override overrides[512]; /* = MX_MAX_QUANT_OVERRIDES, what the loader accepts */
+    bool l4_rename;          /* llama4 under transformers 5.x wrapper names (plan-internal) */
 } cv_plan;
 
 struct ckpt;

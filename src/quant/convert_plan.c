@@ -151,7 +151,7 @@ static int plan_stack(cv_plan *p, const ckpt *c, const st_tensor *t0, const char
             t->shape[1] != t0->shape[1])
             return mx_fail(err, "%s: expert tensor '%s' differs in dtype or shape from '%s'",
                            c->dir, t->name, t0->name);
-        o->parts[e] = (cv_part){t, 0, t->nbytes};
+        o->parts[e] = (cv_part){.t = t, .nbytes = t->nbytes};
     }
     o->dtype = opt->dtype != MX_DTYPE_INVALID ? opt->dtype : o->src_dtype;
     if (decide_quant(p, o, &c->spec, opt, err)) return -1;
@@ -180,9 +180,73 @@ static int plan_fused(cv_plan *p, const ckpt *c, const st_tensor *t, const mlxq_
         o->shape[0] = E, o->shape[1] = rows, o->shape[2] = in;
         o->src_dtype = t->dtype;
         uint64_t slab = (uint64_t)(t->shape[1] * in) * es, half = (uint64_t)(rows * in) * es;
-        for (int64_t e = 0; e < E; e++) o->parts[e] = (cv_part){t, e * slab + h * half, half};
+        for (int64_t e = 0; e < E; e++)
+            o->parts[e] = (cv_part){.t = t, .off = e * slab + h * half, .nbytes = half};
         o->dtype = opt->dtype != MX_DTYPE_INVALID ? opt->dtype : o->src_dtype;
         if (decide_quant(p, o, &c->spec, opt, err)) return -1;
+        finish_sizes(o);
+    }
+    return 0;
+}
+
+/* ==== Llama 4 (mlx_lm models/llama4.py, Model.sanitize) ==== */
+
+/* The output name of a llama4 source tensor into out; false when mlx_lm drops it (the vision
+ * tower and projector). Names under transformers 5.x's wrapper prefix `model.language_model.`
+ * (with `lm_head.weight` at the top) take mlx_lm's `language_model.model.` and
+ * `language_model.lm_head.weight`; every other name is kept. */
+static bool l4_name(const cv_plan *p, const char *src, char *out, size_t cap) {
+    if (strstr(src, "vision_model") || strstr(src, "multi_modal_projector")) return false;
+    static const char k_from[] = "model.language_model.";
+    if (p->l4_rename && !strncmp(src, k_from, sizeof k_from - 1))
+        snprintf(out, cap, "language_model.model.%s", src + sizeof k_from - 1);
+    else if (p->l4_rename && !strcmp(src, "lm_head.weight"))
+        snprintf(out, cap, "language_model.lm_head.weight");
+    else
+        snprintf(out, cap, "%s", src);
+    return true;
+}
+
+/* transformers' fused experts are [in, out] per expert: gate_up_proj [E, H, 2I] (gate = the
+ * first I columns) and down_proj [E, I, H]. mlx_lm splits the last axis and swaps the last two:
+ * `<pre>.experts.{gate,up,down}_proj.weight` [E, out, in]; here one transposed block a part,
+ * read from the mapped source when the output tensor is materialized. */
+static int plan_fused_l4(cv_plan *p, const ckpt *c, const st_tensor *t, const char *name,
+                         const mlxq_convert_opts *opt, mx_error *err) {
+    const model_spec *s = &c->spec;
+    const bool gate_up = ends_with(name, ".experts.gate_up_proj");
+    const int64_t E = s->n_experts, H = s->hidden_size, I = s->moe_intermediate_size;
+    const int64_t in = gate_up ? H : I, ld = gate_up ? 2 * I : H; /* source [E, in, ld] */
+    if (t->ndim != 3 || !is_float(t->dtype) || t->shape[0] != E || t->shape[1] != in ||
+        t->shape[2] != ld) {
+        char got[96] = "";
+        for (int d = 0, at = 0; d < t->ndim && at < (int)sizeof got - 24; d++)
+            at += snprintf(got + at, sizeof got - (size_t)at, "%s%lld", d ? ", " : "",
+                           (long long)t->shape[d]);
+        return mx_fail(err, "%s: llama4 fused expert tensor '%s' is %s [%s]; expected a float "
+                       "[%lld, %lld, %lld] (transformers' [experts, in, out]; config.json: "
+                       "num_local_experts %lld, hidden_size %lld, intermediate_size %lld)",
+                       c->dir, t->name, mx_dtype_name(t->dtype), got, (long long)E,
+                       (long long)in, (long long)ld, (long long)E, (long long)H, (long long)I);
+    }
+    const int64_t out = gate_up ? I : H; /* output rows of each projection */
+    const size_t es = mx_dtype_size(t->dtype);
+    const size_t pre_len = strlen(name) - strlen(gate_up ? ".gate_up_proj" : ".down_proj");
+    const char *projs[2] = {gate_up ? "gate_proj" : "down_proj", "up_proj"};
+    for (int h = 0; h < (gate_up ? 2 : 1); h++) {
+        char oname[512];
+        snprintf(oname, sizeof oname, "%.*s.%s.weight", (int)pre_len, name, projs[h]);
+        cv_out *o = plan_add(p, oname, err);
+        if (!o || add_parts(o, (int)E, err)) return -1;
+        o->ndim = 3;
+        o->shape[0] = E, o->shape[1] = out, o->shape[2] = in;
+        o->src_dtype = t->dtype;
+        for (int64_t e = 0; e < E; e++)
+            o->parts[e] = (cv_part){.t = t, .off = (uint64_t)((e * in * ld + h * I) * (int64_t)es),
+                                    .nbytes = (uint64_t)(in * out) * es, .rows = in, .cols = out,
+                                    .ld = ld};
+        o->dtype = opt->dtype != MX_DTYPE_INVALID ? opt->dtype : o->src_dtype;
+        if (decide_quant(p, o, s, opt, err)) return -1;
         finish_sizes(o);
     }
     return 0;
@@ -209,6 +273,14 @@ static int plan_one(cv_plan *p, const ckpt *c, const st_tensor *t, const mlxq_co
     const model_spec *s = &c->spec;
     if (strstr(t->name, "rotary_emb.inv_freq")) return 0;
     if (s->tie_word_embeddings && !strcmp(t->name, "lm_head.weight")) return 0;
+    char name[512];
+    if (s->family == FAM_LLAMA4) {
+        if (!l4_name(p, t->name, name, sizeof name)) return 0;
+        if (ends_with(name, ".experts.gate_up_proj") || ends_with(name, ".experts.down_proj"))
+            return plan_fused_l4(p, c, t, name, opt, err);
+    } else {
+        snprintf(name, sizeof name, "%s", t->name);
+    }
     char pre[256];
     int e;
     const char *proj;
@@ -220,9 +292,9 @@ static int plan_one(cv_plan *p, const ckpt *c, const st_tensor *t, const mlxq_co
         return plan_fused(p, c, t, opt, err);
     bool companion = is_companion(c, t->name);
     if (companion && opt->dequantize) return 0; /* read by its weight */
-    cv_out *o = plan_add(p, t->name, err);
+    cv_out *o = plan_add(p, name, err);
     if (!o || add_parts(o, 1, err)) return -1;
-    o->parts[0] = (cv_part){t, 0, t->nbytes};
+    o->parts[0] = (cv_part){.t = t, .nbytes = t->nbytes};
     o->ndim = t->ndim;
     memcpy(o->shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
     o->src_dtype = t->dtype;
@@ -262,13 +334,10 @@ static int plan_one(cv_plan *p, const ckpt *c, const st_tensor *t, const mlxq_co
 
 int cv_plan_build(cv_plan *p, const ckpt *c, const mlxq_convert_opts *opt, mx_error *err) {
     memset(p, 0, sizeof *p);
-    /* mlx_lm's llama4 sanitize transposes the fused [in, out] experts into
-     * feed_forward.experts.{gate,up,down}_proj [E, out, in] and drops the vision tower; the plan
-     * has no transposing part yet, so refuse instead of writing a checkpoint mlx_lm would not */
-    if (c->spec.family == FAM_LLAMA4)
-        return mx_fail(err, "%s: model_type '%s' (llama4): `mlxcel convert` does not support "
-                       "llama4 yet (its fused experts need a transpose); load the transformers "
-                       "checkpoint directly, or convert it with mlx_lm", c->dir, c->spec.model_type);
+    if (c->spec.family == FAM_LLAMA4) /* transformers 5.x wrapper names: see l4_name */
+        for (int f = 0; f < c->n_files && !p->l4_rename; f++)
+            for (int i = 0; i < c->files[f].n_tensors && !p->l4_rename; i++)
+                p->l4_rename = !strncmp(c->files[f].tensors[i].name, "model.language_model.", 21);
     /* mlx_lm quantizes deepseek_v3 with kv_b_proj split into per-head embed_q / unembed_out;
      * mlxcel runs MLA from float weights only (src/model/model_mla.c), so it writes no
      * checkpoint it could not load */

@@ -12,7 +12,10 @@
  * - batch invariance on quantized models: a prompt alone = batched with 17 others arriving at
  *   different steps, prefill chunks 1, 7, 64 (memcmp of its logits);
  * - `mlxcel inspect --json` on the quantized checkpoint: the parameters of the dense twin,
- *   the bytes the engine bound, the bits.
+ *   the bytes the engine bound, the bits;
+ * - llama4 (mlx_lm's llama4 sanitize): the golden fixtures' fused [in, out] experts split and
+ *   transposed, float outputs equal to the source in the engine, quantized ones to their
+ *   dequantized twins, the llama4 wrapper (4.x and 5.x names, vision tower dropped).
  * The non-vacuity checks: weights really are quantized (counted by the loader), and the
  * quantized model's logits differ from the original bf16 model's. */
 #include <setjmp.h>
@@ -23,9 +26,11 @@
 
 #include <dirent.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdbool.h>
 #include <unistd.h>
 
+#include "io/checkpoint.h"
 #include "quant_engine_util.h"
 
 static const char *src_dir(void) {
@@ -152,11 +157,6 @@ static void test_golden_models(void **st) {
         if (access(cfg, R_OK)) continue;
         model_spec spec;
         mx_error err;
-        if (spec_load(&spec, in, &err) == 0 && spec.family == FAM_LLAMA4) {
-            /* convert refuses llama4 (docs/llama4.md): its fused experts need a transpose */
-            fprintf(stderr, "note: %s: convert refuses llama4; not converted\n", ent->d_name);
-            continue;
-        }
         if (spec_load(&spec, in, &err) == 0 && spec.kv_lora_rank > 0) {
             /* MLA (deepseek_v3): `convert -q` refuses it, and the loader refuses quantized MLA
              * weights (docs/deepseek.md); test_mla checks the refusal */
@@ -168,6 +168,287 @@ static void test_golden_models(void **st) {
     }
     closedir(dp);
     fprintf(stderr, "golden models converted and compared: %d\n", n);
+}
+
+/* ==== Llama 4: mlx_lm's llama4 sanitize ==== */
+/* The golden llama4 fixtures hold transformers' fused [in, out] experts. Converted:
+ * - float: each MoE layer's experts become experts.{gate,up,down}_proj.weight [E, out, in],
+ *   element by element the transposes of the source's (H == I in the fixtures, so the shapes
+ *   alone would not show a missing transpose); every other tensor is copied byte for byte; the
+ *   engine gives the source's greedy tokens and logits bit for bit;
+ * - -q at 8 bits g32 / g64 and 4 bits g64: every weight quantized (experts and router too, as
+ *   mlx_lm's llama4 has no quant_predicate; norms never), tokens and logits = those of the
+ *   dequantized twin;
+ * - the llama4 wrapper (model_type llama4 + text_config) in transformers 4.x names
+ *   (language_model.model.*) and 5.x names (model.language_model.*, float32 weights), with a
+ *   vision tower and a projector: both convert to exactly the llama4_text output under
+ *   language_model.*. */
+
+static void open_ck(ckpt *c, const char *dir) {
+    mx_error err;
+    if (ckpt_open(c, dir, &err)) fail_msg("%s", err.msg);
+}
+
+static int ck_count(const ckpt *c) {
+    int n = 0;
+    for (int f = 0; f < c->n_files; f++) n += c->files[f].n_tensors;
+    return n;
+}
+
+static const st_tensor *must_find(const ckpt *c, const char *name, mx_dtype dt, int ndim,
+                                  int64_t d0, int64_t d1, int64_t d2) {
+    const st_tensor *t = ckpt_find(c, name);
+    if (!t) fail_msg("%s: no tensor %s", c->dir, name);
+    const int64_t want[3] = {d0, d1, d2};
+    bool ok = t->dtype == dt && t->ndim == ndim;
+    for (int d = 0; ok && d < ndim; d++) ok = t->shape[d] == want[d];
+    if (!ok) fail_msg("%s: %s is %s rank %d [%lld, %lld, ...], expected %s [%lld, %lld, %lld]",
+                      c->dir, name, mx_dtype_name(t->dtype), t->ndim, (long long)t->shape[0],
+                      (long long)t->shape[1], mx_dtype_name(dt), (long long)d0, (long long)d1,
+                      (long long)d2);
+    return t;
+}
+
+/* A float conversion of the fixture `src` (names model.*) against it. */
+static void check_l4_float(const char *src, const char *out) {
+    ckpt s, o;
+    open_ck(&s, src);
+    open_ck(&o, out);
+    const int64_t E = s.spec.n_experts, H = s.spec.hidden_size, I = s.spec.moe_intermediate_size;
+    int n_fused = 0;
+    for (int f = 0; f < s.n_files; f++)
+        for (int i = 0; i < s.files[f].n_tensors; i++) {
+            const st_tensor *t = &s.files[f].tensors[i];
+            char n[400];
+            const size_t len = strlen(t->name);
+            if (len > 13 && !strcmp(t->name + len - 13, ".gate_up_proj")) {
+                n_fused++;
+                const uint16_t *gu = t->data;
+                snprintf(n, sizeof n, "%.*s.gate_proj.weight", (int)(len - 13), t->name);
+                const uint16_t *g = must_find(&o, n, MX_BF16, 3, E, I, H)->data;
+                snprintf(n, sizeof n, "%.*s.up_proj.weight", (int)(len - 13), t->name);
+                const uint16_t *u = must_find(&o, n, MX_BF16, 3, E, I, H)->data;
+                for (int64_t e = 0; e < E; e++)
+                    for (int64_t r = 0; r < I; r++)
+                        for (int64_t h = 0; h < H; h++) {
+                            assert_int_equal(g[(e * I + r) * H + h], gu[(e * H + h) * 2 * I + r]);
+                            assert_int_equal(u[(e * I + r) * H + h], gu[(e * H + h) * 2 * I + I + r]);
+                        }
+            } else if (len > 18 && !strcmp(t->name + len - 18, ".experts.down_proj")) {
+                n_fused++;
+                const uint16_t *dn = t->data;
+                snprintf(n, sizeof n, "%s.weight", t->name);
+                const uint16_t *d = must_find(&o, n, MX_BF16, 3, E, H, I)->data;
+                for (int64_t e = 0; e < E; e++)
+                    for (int64_t h = 0; h < H; h++)
+                        for (int64_t r = 0; r < I; r++)
+                            assert_int_equal(d[(e * H + h) * I + r], dn[(e * I + r) * H + h]);
+            } else {
+                const st_tensor *c = must_find(&o, t->name, t->dtype, t->ndim, t->shape[0],
+                                               t->shape[1], t->shape[2]);
+                assert_int_equal(c->nbytes, t->nbytes);
+                assert_memory_equal(c->data, t->data, t->nbytes);
+                continue;
+            }
+            assert_null(ckpt_find(&o, t->name)); /* the fused names are gone */
+        }
+    assert_true(n_fused > 0);
+    /* gate_up -> gate + up, down -> down */
+    assert_int_equal(ck_count(&o), ck_count(&s) + n_fused / 2);
+    ckpt_close(&s);
+    ckpt_close(&o);
+}
+
+/* A -q conversion: the experts packed [E, out, in * bits / 32] with scales [E, out, in / gs],
+ * every .weight of rank >= 2 packed, norms float. */
+static void check_l4_quant(const char *out, const char *pre, int bits, int gs) {
+    ckpt o;
+    open_ck(&o, out);
+    const model_spec *s = &o.spec;
+    const int64_t E = s->n_experts, H = s->hidden_size, I = s->moe_intermediate_size;
+    char n[400];
+    for (int l = 0; l < s->n_layers; l++) {
+        if (s->layer_dense_mlp[l]) continue;
+        static const char *k_p[3] = {"gate_proj", "up_proj", "down_proj"};
+        for (int p = 0; p < 3; p++) {
+            const int64_t rows = p < 2 ? I : H, in = p < 2 ? H : I;
+            snprintf(n, sizeof n, "%slayers.%d.feed_forward.experts.%s.weight", pre, l, k_p[p]);
+            must_find(&o, n, MX_U32, 3, E, rows, in * bits / 32);
+            snprintf(n, sizeof n, "%slayers.%d.feed_forward.experts.%s.scales", pre, l, k_p[p]);
+            must_find(&o, n, MX_BF16, 3, E, rows, in / gs);
+        }
+        snprintf(n, sizeof n, "%slayers.%d.feed_forward.router.weight", pre, l);
+        must_find(&o, n, MX_U32, 2, E, H * bits / 32, 0);
+    }
+    for (int f = 0; f < o.n_files; f++)
+        for (int i = 0; i < o.files[f].n_tensors; i++) {
+            const st_tensor *t = &o.files[f].tensors[i];
+            const size_t len = strlen(t->name);
+            if (len > 7 && !strcmp(t->name + len - 7, ".weight"))
+                assert_int_equal(t->dtype, t->ndim >= 2 ? MX_U32 : MX_BF16);
+        }
+    ckpt_close(&o);
+}
+
+/* Loads both and runs prompts 0..3 (chunk 7, staggered): identical greedy tokens, and logits
+ * identical (tol 0) or within tol relative (L2 over a sequence's logits). */
+static void same_outputs(const char *a, const char *b, double tol) {
+    model *ma = load(a), *mb = load(b);
+    qe_run ra, rb;
+    qe_generate(ma, 0, 4, 7, true, &ra);
+    qe_generate(mb, 0, 4, 7, true, &rb);
+    for (int i = 0; i < 4; i++) {
+        if (!tol && !qe_same(&ra, i, &rb, i)) fail_msg("%s vs %s: prompt %d differs", a, b, i);
+        if (memcmp(ra.tok[i], rb.tok[i], sizeof ra.tok[i]))
+            fail_msg("%s vs %s: prompt %d: other greedy tokens", a, b, i);
+        double num = 0, den = 0;
+        for (size_t k = 0; k < (size_t)QE_MAX_GEN * ra.vocab; k++) {
+            const double d = ra.logits[i][k] - rb.logits[i][k];
+            num += d * d, den += (double)ra.logits[i][k] * ra.logits[i][k];
+        }
+        if (sqrt(num / den) > tol)
+            fail_msg("%s vs %s: prompt %d: logits differ by %g relative", a, b, i, sqrt(num / den));
+    }
+    qe_run_free(&ra);
+    qe_run_free(&rb);
+    model_free(ma);
+    model_free(mb);
+}
+
+/* The llama4 wrapper around a llama4_text fixture: transformers 4.x names (v5 false) or 5.x
+ * names, a vision tower and a projector, config.json {model_type llama4, text_config,
+ * vision_config}. The 5.x one holds its weights in float32 (exact widenings; torch_dtype stays
+ * bfloat16), so its experts go through the 4-byte transpose and the cast. */
+static void write_wrapper(const char *fixture, const char *dir, bool v5) {
+    ckpt s;
+    open_ck(&s, fixture);
+    qe_ckpt c = {.rng = 7};
+    for (int f = 0; f < s.n_files; f++)
+        for (int i = 0; i < s.files[f].n_tensors; i++) {
+            const st_tensor *t = &s.files[f].tensors[i];
+            char n[400];
+            if (!strncmp(t->name, "model.", 6))
+                snprintf(n, sizeof n, "%s%s", v5 ? "model.language_model." : "language_model.model.",
+                         t->name + 6);
+            else
+                snprintf(n, sizeof n, "%s%s", v5 ? "" : "language_model.", t->name);
+            if (v5 && t->dtype == MX_BF16) { /* widened: convert casts back to bf16 */
+                const int64_t k = (int64_t)(t->nbytes / 2);
+                float *d = malloc((size_t)k * 4);
+                for (int64_t j = 0; j < k; j++) d[j] = mx_bf16_to_f32(((const uint16_t *)t->data)[j]);
+                qe_put(&c, n, MX_F32, t->ndim, t->shape, d);
+                continue;
+            }
+            void *d = malloc(t->nbytes);
+            memcpy(d, t->data, t->nbytes);
+            qe_put(&c, n, t->dtype, t->ndim, t->shape, d);
+        }
+    const char *vp = v5 ? "model." : "";
+    char n[200];
+    snprintf(n, sizeof n, "%svision_model.patch_embedding.linear.weight", vp);
+    qe_add(&c, n, 16, 48, 0, 0.1f, 0, 0, 0);
+    snprintf(n, sizeof n, "%svision_model.model.layers.0.mlp.fc1.weight", vp);
+    qe_add(&c, n, 64, 16, 0, 0.1f, 0, 0, 0);
+    snprintf(n, sizeof n, "%smulti_modal_projector.linear_1.weight", vp);
+    qe_add(&c, n, s.spec.hidden_size, 16, 0, 0.1f, 0, 0, 0);
+    char p[760];
+    snprintf(p, sizeof p, "%s/config.json", fixture);
+    json_error_t je;
+    json_t *text = json_load_file(p, 0, &je);
+    if (!text) fail_msg("%s: %s", p, je.text);
+    json_t *w = json_pack("{s:s, s:[s], s:b, s:s, s:i, s:o, s:{s:s, s:i, s:i}}", "model_type",
+                          "llama4", "architectures", "Llama4ForConditionalGeneration",
+                          "tie_word_embeddings", 0, "torch_dtype", "bfloat16", "image_token_index",
+                          200, "text_config", text, "vision_config", "model_type",
+                          "llama4_vision_model", "hidden_size", 16, "num_hidden_layers", 1);
+    char *cfg = json_dumps(w, JSON_INDENT(2));
+    qe_write(&c, dir, cfg);
+    free(cfg);
+    json_decref(w);
+    ckpt_close(&s);
+}
+
+/* The wrapper's output = the llama4_text output under language_model.*, byte for byte. */
+static void check_same_renamed(const char *text_out, const char *wrap_out) {
+    ckpt a, b;
+    open_ck(&a, text_out);
+    open_ck(&b, wrap_out);
+    assert_int_equal(ck_count(&a), ck_count(&b));
+    for (int f = 0; f < a.n_files; f++)
+        for (int i = 0; i < a.files[f].n_tensors; i++) {
+            const st_tensor *t = &a.files[f].tensors[i];
+            char n[400];
+            if (!strncmp(t->name, "model.", 6))
+                snprintf(n, sizeof n, "language_model.model.%s", t->name + 6);
+            else
+                snprintf(n, sizeof n, "language_model.%s", t->name);
+            const st_tensor *u = must_find(&b, n, t->dtype, t->ndim, t->shape[0], t->shape[1],
+                                           t->shape[2]);
+            assert_int_equal(u->nbytes, t->nbytes);
+            assert_memory_equal(u->data, t->data, t->nbytes);
+        }
+    ckpt_close(&a);
+    ckpt_close(&b);
+    /* config.json: the wrapper's, less vision_config */
+    char p[400];
+    snprintf(p, sizeof p, "%s/config.json", wrap_out);
+    json_error_t je;
+    json_t *j = json_load_file(p, 0, &je);
+    if (!j) fail_msg("%s: %s", p, je.text);
+    assert_string_equal(json_string_value(json_object_get(j, "model_type")), "llama4");
+    assert_true(json_is_object(json_object_get(j, "text_config")));
+    assert_null(json_object_get(j, "vision_config"));
+    json_decref(j);
+}
+
+static void test_llama4_convert(void **st) {
+    (void)st;
+    static const char *k_fix[] = {"llama4_text", "llama4_text_top2"};
+    static const int k_q[][2] = {{8, 32}, {8, 64}, {4, 64}};
+    char in[400], out[400], tag[64];
+    for (int f = 0; f < 2; f++) {
+        snprintf(in, sizeof in, "%s/tests/fixtures/models/%s", src_dir(), k_fix[f]);
+        snprintf(out, sizeof out, "%s/%s_float", g_tmp, k_fix[f]);
+        qe_sh("'%s' convert --hf-path '%s' --mlx-path '%s' --no-progress", qe_bin(), in, out);
+        check_l4_float(in, out);
+        same_outputs(in, out, 0);
+        /* float32 holds every bf16 value exactly: the same bits out of the engine; float16
+         * rounds the activations differently: the same tokens, logits close */
+        snprintf(out, sizeof out, "%s/%s_f32", g_tmp, k_fix[f]);
+        qe_sh("'%s' convert --hf-path '%s' --mlx-path '%s' --dtype float32 --no-progress",
+              qe_bin(), in, out);
+        same_outputs(in, out, 0);
+        snprintf(out, sizeof out, "%s/%s_f16", g_tmp, k_fix[f]);
+        qe_sh("'%s' convert --hf-path '%s' --mlx-path '%s' --dtype float16 --no-progress",
+              qe_bin(), in, out);
+        same_outputs(in, out, 1e-4);
+        for (int c = 0; c < 3; c++) {
+            snprintf(tag, sizeof tag, "%s_l4", k_fix[f]);
+            snprintf(out, sizeof out, "%s/%s_q%dg%d", g_tmp, tag, k_q[c][0], k_q[c][1]);
+            qe_quantize(in, out, k_q[c][0], k_q[c][1]);
+            check_l4_quant(out, "model.", k_q[c][0], k_q[c][1]);
+            qe_sh("rm -rf '%s'", out);
+            roundtrip(in, tag, k_q[c][0], k_q[c][1], true);
+        }
+    }
+    /* the wrapper, 4.x and 5.x names */
+    char text_out[400];
+    snprintf(in, sizeof in, "%s/tests/fixtures/models/llama4_text", src_dir());
+    snprintf(text_out, sizeof text_out, "%s/llama4_text_float", g_tmp);
+    for (int v5 = 0; v5 < 2; v5++) {
+        char wrap[400];
+        snprintf(wrap, sizeof wrap, "%s/llama4_wrap%d", g_tmp, v5);
+        write_wrapper(in, wrap, v5);
+        snprintf(out, sizeof out, "%s/llama4_wrap%d_float", g_tmp, v5);
+        qe_sh("'%s' convert --hf-path '%s' --mlx-path '%s' --no-progress", qe_bin(), wrap, out);
+        check_same_renamed(text_out, out);
+        same_outputs(in, out, 0);
+        snprintf(out, sizeof out, "%s/llama4_wrap%d_q4", g_tmp, v5);
+        qe_quantize(wrap, out, 4, 64);
+        check_l4_quant(out, "language_model.model.", 4, 64);
+        snprintf(tag, sizeof tag, "llama4_wrap%d", v5);
+        roundtrip(wrap, tag, 4, 64, true);
+    }
 }
 
 /* ==== Random checkpoints with every weight quantizable ==== */
@@ -365,7 +646,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fixtures),         cmocka_unit_test(test_golden_models),
         cmocka_unit_test(test_synthetic),        cmocka_unit_test(test_mixed_overrides),
-        cmocka_unit_test(test_batch_invariance),
+        cmocka_unit_test(test_batch_invariance), cmocka_unit_test(test_llama4_convert),
     };
     return cmocka_run_group_tests(tests, tmp_setup, tmp_teardown);
 }
