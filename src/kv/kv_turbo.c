@@ -46,16 +46,7 @@ static void init_once(void) {
     g_avx2 = __builtin_cpu_supports("avx2");
 #endif
     for (int bits = 1; bits <= 4; bits++) lloyd_max(bits);
-    /* D's signs: splitmix64 of the index, a fixed sequence on every platform and run (rows
-     * written by one process are read back by it, but the prefix cache and the tests rely on
-     * the same rows for the same input) */
-    for (int i = 0; i < KV_TURBO_MAX_DIM; i++) {
-        uint64_t z = (uint64_t)(i + 1) * 0x9E3779B97F4A7C15ull;
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        z ^= z >> 31;
-        g_sign[i] = z >> 63 ? -1.0f : 1.0f;
-    }
+    for (int i = 0; i < KV_TURBO_MAX_DIM; i++) g_sign[i] = kv_turbo_sign(i);
 }
 
 const float *kv_turbo_codebook(int bits) {

@@ -23,6 +23,21 @@
 #define KV_TURBO_BLOCK 32
 #define KV_TURBO_MAX_DIM 1024
 
+/* D's sign i (+-1): the top bit of splitmix64(i + 1), a fixed sequence on every platform
+ * and run (rows written by one process are read back by it, but the prefix cache and the
+ * tests rely on the same rows for the same input). One definition for the CPU's table and
+ * the CUDA kernels (backend/cuda/kv_quant.cu), whose pools must hold the same bytes. */
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+static inline float kv_turbo_sign(int i) {
+    uint64_t z = (uint64_t)(i + 1) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return z >> 63 ? -1.0f : 1.0f;
+}
+
 /* 0 when heads of dim values can be stored at `bits` bits, else -1 with err saying why. */
 int kv_turbo_check(int dim, int bits, mx_error *err);
 /* Bytes of one block of 32 values: the fp16 scale, then the codes. */

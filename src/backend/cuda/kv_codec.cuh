@@ -17,6 +17,7 @@
 
 #include "backend/cuda/cuda_elem.h"
 #include "backend/cuda/cuda_kernels.cuh"
+#include "kv/kv_turbo.h" /* kv_turbo_sign */
 
 __host__ __device__ __forceinline__ int kv_fmt_tq_bits(int type) {
     return type >= CUDA_KV_TQ2 && type <= CUDA_KV_TQ4 ? type - CUDA_KV_TQ2 + 2 : 0;
@@ -94,15 +95,6 @@ __device__ __forceinline__ float kv_dec1(const uint8_t *pool, int type, size_t i
     if (type == CUDA_KV_F32) return ((const float *)pool)[i];
     const uint16_t u = ((const uint16_t *)pool)[i];
     return type == CUDA_KV_BF16 ? bf16_lo(u) : __half2float(__ushort_as_half(u));
-}
-
-/* TurboQuant's fixed signs D[i] (kv_turbo.c: splitmix64 of i + 1, the top bit). */
-__device__ __forceinline__ float kv_turbo_sign(int i) {
-    uint64_t z = (uint64_t)(i + 1) * 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return z >> 63 ? -1.0f : 1.0f;
 }
 
 /* y[0..D) <- H y (unnormalised Walsh-Hadamard, kv_turbo.c's butterfly order) by the CTA's
