@@ -417,8 +417,10 @@ int gt_run_attn_tests(void) {
     cu_graphs_clear();
 
     /* KV cache types: pools written on both backends (same bytes), attention against the
-     * CPU's on them; decode rows on the split CUDA-core kernel (exact values: 1e-4), prefill
-     * on tensor cores (values rounded to bf16: 1e-2), f32 pools on the CUDA-core kernel */
+     * CPU's on them; decode rows on the split kernel (exact values: 1e-4; q8_0 / q4_0 on its
+     * tensor-core walk, the blocks' integers in bf16 and their scales in fp32, the others and
+     * "the other walk" below on its CUDA-core walk), prefill on tensor cores (values rounded
+     * to bf16: 1e-2), f32 pools on the CUDA-core kernel */
     static const struct { mx_dtype k, v; const char *name; } types[] = {
         {MX_F16, MX_F16, "f16"},       {MX_Q8_0, MX_Q8_0, "q8_0"}, {MX_Q4_0, MX_Q4_0, "q4_0"},
         {MX_TQ4, MX_TQ4, "turbo4"},    {MX_TQ3, MX_TQ3, "turbo3"}, {MX_TQ2, MX_TQ2, "turbo2"},

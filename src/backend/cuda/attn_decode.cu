@@ -140,6 +140,53 @@ __device__ __forceinline__ void attn_store(void *o, int o_bf16, size_t i, float 
  * (wm, wl, wacc [G][D]: max, sum, unnormalised output). */
 template <int D> __host__ __device__ constexpr int attn_tc_ld() { return D + 8; }
 
+/* QB (q8_0 / q4_0 pools on the tensor-core walk): a stage holds a chunk's raw K rows then its
+ * V rows, each with room for a q8_0 head (34 bytes a 32-value block); after it lands the warp
+ * decodes it into one bf16 tile pair of the blocks' integers (exact in bf16) and the blocks'
+ * scales as floats, which the walk applies in fp32: to each 32-dim block's partial scores, and
+ * to P once per 32-dim block of V. */
+__host__ __device__ constexpr int attn_qb_row(int D) { return 34 * (D / 32); }
+/* Bytes of one warp's ring of nst stages: the CUDA-core walk's (unpadded rows), the
+ * tensor-core walk's (padded rows), QB's (raw stages + the decoded tiles and scales). */
+__host__ __device__ constexpr size_t attn_warp_ring(int D, int nst, bool tc, bool ty) {
+    return ty && !tc ? 0
+           : ty      ? (size_t)nst * 2 * ATTN_BS * attn_qb_row(D) +
+                      (size_t)2 * ATTN_BS * (D + 8) * 2 + (size_t)2 * ATTN_BS * (D / 32) * 4
+                     : (size_t)nst * 2 * ATTN_BS * (tc ? D + 8 : D) * sizeof(uint16_t);
+}
+
+/* QB: copy one pool's 16 raw rows of a chunk (rows of WPR words of CW bytes) into dst. */
+template <int WPR, int CW>
+__device__ __forceinline__ void attn_qb_copy(uint8_t *dst, const uint8_t *pool, size_t phys,
+                                             int Hkv, int h, int tok0, int len, int start) {
+    constexpr int HB = WPR * CW;
+    for (int p = threadIdx.x & 31; p < ATTN_BS * WPR; p += 32) {
+        const int r = p / WPR, c = (p % WPR) * CW, tk = tok0 + r;
+        const bool ok = tk < len && tk >= start; /* else zeros (a valid address) */
+        const uint8_t *src = pool + (ok ? ((phys * ATTN_BS + r) * Hkv + h) * HB + c : 0);
+        if constexpr (CW == 8) cp_async8(dst + r * HB + c, src, ok ? 8 : 0);
+        else cp_async4(dst + r * HB + c, src, ok ? 4 : 0);
+    }
+}
+
+/* QB: decode one pool's staged chunk (head bytes hb) into the tile's integers and scales. */
+template <int D>
+__device__ __forceinline__ void attn_qb_decode(const uint8_t *src, int type, uint16_t *tile,
+                                               float *scales) {
+    constexpr int LD = attn_tc_ld<D>(), NB = D / 32;
+    const int bb = kv_fmt_block_bytes(type), hb = NB * bb, lane = threadIdx.x & 31;
+#pragma unroll
+    for (int i = lane; i < ATTN_BS * (D / 8); i += 32) {
+        const int r = i / (D / 8), c = (i % (D / 8)) * 8;
+        float q[8];
+        kv_ints8(src + r * hb + (c >> 5) * bb, type, c & 31, q);
+        *(uint4 *)(tile + r * LD + c) = make_uint4(cvt_bf16x2(q[0], q[1]), cvt_bf16x2(q[2], q[3]),
+                                                   cvt_bf16x2(q[4], q[5]), cvt_bf16x2(q[6], q[7]));
+    }
+    for (int i = lane; i < ATTN_BS * NB; i += 32)
+        scales[i] = kv_scale(src + (i / NB) * hb + (i % NB) * bb);
+}
+
 /* With nst stages in the ring (1..3): this thread's copies of the oldest pending chunk are
  * done (at most nst - 1 later groups still pending). */
 __device__ __forceinline__ void attn_wait_chunk(int nst) {
@@ -148,24 +195,42 @@ __device__ __forceinline__ void attn_wait_chunk(int nst) {
     else cp_async_wait<0>();
 }
 
-template <int G, int D, class PhysOf, class Deps>
+template <int G, int D, bool QB, class PhysOf, class Deps>
 __device__ __forceinline__ void attn_tc_walk(const void *q, int q_f32, const uint16_t *k_cache,
-                                             const uint16_t *v_cache, int b, int h, int Hkv,
-                                             int blk_begin, int blk_end, int len, int start,
-                                             float qscale, float cap2, int nst, int settled,
-                                             PhysOf chunk_phys, Deps deps, uint16_t *ring,
-                                             float *wm, float *wl, float *wacc) {
-    constexpr int LD = attn_tc_ld<D>(), KS = D / 16, DN = D / 8, CH = ATTN_BS * LD;
+                                             const uint16_t *v_cache, int kt, int vt, int b,
+                                             int h, int Hkv, int blk_begin, int blk_end, int len,
+                                             int start, float qscale, float cap2, int nst,
+                                             int settled, PhysOf chunk_phys, Deps deps,
+                                             uint16_t *ring, float *wm, float *wl, float *wacc) {
+    constexpr int LD = attn_tc_ld<D>(), KS = D / 16, DN = D / 8, CH = ATTN_BS * LD, NB = D / 32;
     static_assert(G <= 8 && KS % 2 == 0 && DN % 2 == 0, "tensor-core walk shape");
+    static_assert(!QB || D % 32 == 0, "a 32-value block per 2 k-steps");
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int Hq = Hkv * G;
+    /* QB: the stages, then the decoded K / V tiles and their scales [16][NB] each */
+    constexpr int QST = 2 * ATTN_BS * attn_qb_row(D), QCW = D % 128 == 0 ? 8 : 4;
+    uint16_t *const qtile = (uint16_t *)((uint8_t *)ring + (size_t)nst * QST);
+    float *const dks = (float *)(qtile + 2 * CH), *const dvs = dks + ATTN_BS * NB;
 
     int it_in = 0; /* chunks copied so far (this warp's order) */
     /* The warp's chunk it_in into stage it_in % nst. Before the wait (pre) the newest key's
      * row is left out: the previous launch may still be writing it (fetched after the wait). */
     const auto issue = [&](bool pre) {
         const int bi = blk_begin + warp + ATTN_WARPS * it_in;
-        if (bi < blk_end) {
+        if (QB && bi < blk_end) { /* (never pre: QB walks are not settled) */
+            const size_t phys = chunk_phys(it_in);
+            uint8_t *st = (uint8_t *)ring + (size_t)(it_in % nst) * QST;
+            /* head bytes: q8_0 17 words of 8 (D 128) or 4 (D 64) bytes, q4_0 9 */
+#pragma unroll
+            for (int kv = 0; kv < 2; kv++) {
+                const uint8_t *pool = (const uint8_t *)(kv ? v_cache : k_cache);
+                uint8_t *dst = st + kv * (QST / 2);
+                if ((kv ? vt : kt) == CUDA_KV_Q8_0)
+                    attn_qb_copy<17, QCW>(dst, pool, phys, Hkv, h, bi * ATTN_BS, len, start);
+                else
+                    attn_qb_copy<9, QCW>(dst, pool, phys, Hkv, h, bi * ATTN_BS, len, start);
+            }
+        } else if (bi < blk_end) {
             const size_t phys = chunk_phys(it_in);
             uint16_t *sk = ring + (size_t)(it_in % nst) * 2 * CH, *sv = sk + CH;
 #pragma unroll
@@ -191,7 +256,7 @@ __device__ __forceinline__ void attn_tc_walk(const void *q, int q_f32, const uin
     const int bn = (len - 1) / ATTN_BS, itn = (bn - blk_begin - warp) / ATTN_WARPS;
     uint4 fixv = make_uint4(0, 0, 0, 0);
     uint16_t *fixp = NULL;
-    if (settled && bn >= blk_begin + warp && bn < blk_end &&
+    if (!QB && settled && bn >= blk_begin + warp && bn < blk_end &&
         (bn - blk_begin - warp) % ATTN_WARPS == 0 && itn < nst) { /* warp-uniform */
         const size_t phys = chunk_phys(itn); /* itn < nst <= 3: no refetch */
         const int r = (len - 1) % ATTN_BS, kv = lane / (D / 8), c = (lane % (D / 8)) * 8;
@@ -245,7 +310,13 @@ __device__ __forceinline__ void attn_tc_walk(const void *q, int q_f32, const uin
         attn_wait_chunk(nst);
         __syncwarp(); /* the chunk's rows, copied by every lane, visible to every lane */
         if (it == 0) AT_TL(3);
-        const uint16_t *sk = ring + (size_t)(it % nst) * 2 * CH, *sv = sk + CH;
+        if constexpr (QB) {
+            const uint8_t *st = (const uint8_t *)ring + (size_t)(it % nst) * QST;
+            attn_qb_decode<D>(st, kt, qtile, dks);
+            attn_qb_decode<D>(st + QST / 2, vt, qtile + CH, dvs);
+            __syncwarp(); /* the tiles, decoded by every lane */
+        }
+        const uint16_t *sk = QB ? qtile : ring + (size_t)(it % nst) * 2 * CH, *sv = sk + CH;
         const int tok0 = bi * ATTN_BS;
 
         /* S: keys 8j + 0..7 (j = 0, 1); [0], [1] hi rows, [2], [3] lo rows */
@@ -257,9 +328,15 @@ __device__ __forceinline__ void attn_tc_walk(const void *q, int q_f32, const uin
             for (int ks = 0; ks < KS; ks += 2) {
                 uint32_t b0, b1, b2, b3;
                 ldsm_x4(b0, b1, b2, b3, sk + (j * 8 + (lane & 7)) * LD + ks * 16 + (lane >> 3) * 8);
-                mma_bf16_16816(s[j], qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3], b0, b1);
-                mma_bf16_16816(s[j], qa[ks + 1][0], qa[ks + 1][1], qa[ks + 1][2], qa[ks + 1][3],
+                float u[4] = {0.f, 0.f, 0.f, 0.f}, *acc = QB ? u : s[j];
+                mma_bf16_16816(acc, qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3], b0, b1);
+                mma_bf16_16816(acc, qa[ks + 1][0], qa[ks + 1][1], qa[ks + 1][2], qa[ks + 1][3],
                                b2, b3);
+                if constexpr (QB) { /* keys 8j + 2t + (0, 1): their block ks / 2's scales */
+                    const float *dk = dks + (j * 8 + 2 * t) * NB + ks / 2;
+#pragma unroll
+                    for (int i = 0; i < 4; i++) s[j][i] = fmaf(dk[(i & 1) * NB], u[i], s[j][i]);
+                }
             }
         }
         /* head g's scores of keys tok0 + 8j + 2t + e, masked; the max over the quad */
@@ -292,17 +369,29 @@ __device__ __forceinline__ void attn_tc_walk(const void *q, int q_f32, const uin
                 p[j][e] = m == -INFINITY ? 0.f : exp2f(sf[j][e] - m); /* masked: exp2(-inf) */
                 l += p[j][e];
             }
-        /* P as A: row g hi, row g + 8 lo; keys 2t, 2t + 1 and 8 + 2t, 8 + 2t + 1 */
-        const uint32_t ph0 = pack_bf16x2(p[0][0], p[0][1]), ph1 = pack_bf16x2(p[1][0], p[1][1]);
-        const uint32_t pl0 = pack_bf16x2(p[0][0] - bf16_lo(ph0), p[0][1] - bf16_hi(ph0));
-        const uint32_t pl1 = pack_bf16x2(p[1][0] - bf16_lo(ph1), p[1][1] - bf16_hi(ph1));
+        /* P as A: row g hi, row g + 8 lo; keys 2t, 2t + 1 and 8 + 2t, 8 + 2t + 1. QB: P
+         * times the keys' V scales of each 32-dim block (4 dn tiles), the same A otherwise. */
+        constexpr int PB = QB ? NB : 1;
 #pragma unroll
-        for (int dn = 0; dn < DN; dn += 2) {
-            uint32_t b0, b1, b2, b3;
-            ldsm_x4_t(b0, b1, b2, b3,
-                      sv + ((lane & 7) + ((lane >> 3) & 1) * 8) * LD + dn * 8 + (lane >> 4) * 8);
-            mma_bf16_16816(o[dn], ph0, pl0, ph1, pl1, b0, b1);
-            mma_bf16_16816(o[dn + 1], ph0, pl0, ph1, pl1, b2, b3);
+        for (int pb = 0; pb < PB; pb++) {
+            float pq[2][2];
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++)
+                    pq[j][e] = QB ? p[j][e] * dvs[(8 * j + 2 * t + e) * NB + pb] : p[j][e];
+            const uint32_t ph0 = pack_bf16x2(pq[0][0], pq[0][1]),
+                           ph1 = pack_bf16x2(pq[1][0], pq[1][1]);
+            const uint32_t pl0 = pack_bf16x2(pq[0][0] - bf16_lo(ph0), pq[0][1] - bf16_hi(ph0));
+            const uint32_t pl1 = pack_bf16x2(pq[1][0] - bf16_lo(ph1), pq[1][1] - bf16_hi(ph1));
+#pragma unroll
+            for (int dn = pb * (DN / PB); dn < (pb + 1) * (DN / PB); dn += 2) {
+                uint32_t b0, b1, b2, b3;
+                ldsm_x4_t(b0, b1, b2, b3,
+                          sv + ((lane & 7) + ((lane >> 3) & 1) * 8) * LD + dn * 8 + (lane >> 4) * 8);
+                mma_bf16_16816(o[dn], ph0, pl0, ph1, pl1, b0, b1);
+                mma_bf16_16816(o[dn + 1], ph0, pl0, ph1, pl1, b2, b3);
+            }
         }
         __syncwarp();  /* every lane's ldmatrix of this stage is done */
         issue(false); /* chunk it + nst */
@@ -343,7 +432,6 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
                         int Hkv, int pt_stride, int cpb, int window, int chunk, float qscale,
                         float cap2, int cluster, int nst, int settled, cuda_kv_fmt kf,
                         cuda_kv_fmt vf) {
-    static_assert(!(TC && TY), "the typed walk runs on CUDA cores");
     constexpr int LPT = D / 8;       /* lanes per token */
     constexpr int TPW = 32 / LPT;    /* tokens per warp load */
     constexpr int J = ATTN_BS / TPW; /* loads per lane per block, for K and for V each */
@@ -385,8 +473,8 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
         if (it > 0 && (it & 31) == 0) pt_reg = pt_fetch(it);
         return (size_t)__shfl_sync(0xffffffffu, pt_reg, it & 31);
     };
-    /* kv_settled is a row-mode contract (pos given); only the tensor-core walk uses it */
-    const int early_kv = TC && settled && pos;
+    /* kv_settled is a row-mode contract (pos given); only the bf16 tensor-core walk uses it */
+    const int early_kv = TC && !TY && settled && pos;
     if (!TY) {   /* L2 prefetch: lanes 0-15 the K rows of a chunk, 16-31 its V rows */
         const int r = lane & (ATTN_BS - 1);
         const uint16_t *kv = lane < ATTN_BS ? k_cache : v_cache;
@@ -419,10 +507,10 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
     };
 
     if constexpr (TC) {
-        attn_tc_walk<G, D>(q, q_f32, k_cache, v_cache, b, h, Hkv, blk_begin, blk_end, len, start,
-                           qscale, cap2, nst, early_kv, chunk_phys, deps,
-                           (uint16_t *)kv_ring + (size_t)warp * nst * 2 * ATTN_BS * attn_tc_ld<D>(),
-                           sm_m[warp], sm_l[warp], &sm_acc[warp][0][0]);
+        attn_tc_walk<G, D, TY>(q, q_f32, k_cache, v_cache, kf.type, vf.type, b, h, Hkv, blk_begin,
+                               blk_end, len, start, qscale, cap2, nst, early_kv, chunk_phys, deps,
+                               (uint16_t *)((uint8_t *)kv_ring + warp * attn_warp_ring(D, nst, TC, TY)),
+                               sm_m[warp], sm_l[warp], &sm_acc[warp][0][0]);
     } else {
         deps();
         float qf[G][8];
@@ -754,7 +842,7 @@ extern "C" int cuda_paged_attn_splits(const cuda_paged_attn_args *a) {
 /* Dynamic shared memory of nst chunk stages (the K / V ring of every warp; the tensor-core
  * walk pads its rows). */
 static size_t attn_ring_bytes(int D, int nst, bool tc, bool ty) {
-    return ty ? 0 : (size_t)ATTN_WARPS * nst * 2 * ATTN_BS * (tc ? D + 8 : D) * sizeof(uint16_t);
+    return ATTN_WARPS * attn_warp_ring(D, nst, tc, ty);
 }
 
 /* Lets the kernel have the ring of ATTN_MAX_STAGES stages (above the default 48 KB); once. */
@@ -827,7 +915,7 @@ static void attn_launch(const cuda_paged_attn_args *a, int S, float *part_o, flo
     attn_allow_ring<G, D, TC, TY>();
     const long ctas = (long)S * a->n_kv_heads * a->B;
     const long waves1 = attn_waves<G, D, TC, TY>(ctas, 1);
-    int nst = TY ? 1 : (int)max(1L, min((long)cuda_attn_stages(), per_warp));
+    int nst = TY && !TC ? 1 : (int)max(1L, min((long)cuda_attn_stages(), per_warp));
     while (nst > 1 && attn_waves<G, D, TC, TY>(ctas, nst) > waves1) nst--;
     /* The cluster merge only where the merge is most of the work (a chunk a warp at most):
      * there it saved ~0.8 us of 13 (8B, B=1, 512 tokens); on longer walks a cluster's CTAs
@@ -866,9 +954,10 @@ extern "C" int cuda_paged_decode_attn(const cuda_paged_attn_args *a, cudaStream_
         const size_t o_bytes = (size_t)a->B * a->n_q_heads * S * a->head_dim * sizeof(float);
         part_lse = (float *)((char *)a->workspace + align16(o_bytes));
     }
-    /* the walk (CUDA cores, or tensor cores with cuda_attn_tc()) for G and D */
+    /* the walk (CUDA cores, or tensor cores with cuda_attn_tc()) for G and D: bf16 pools,
+     * other cache types (CUDA cores), q8_0 / q4_0 pools (tensor cores) */
     typedef void (*launch_fn)(const cuda_paged_attn_args *, int, float *, float *, cudaStream_t);
-    static const launch_fn fns[3][2][4] = {
+    static const launch_fn fns[4][2][4] = {
         {{attn_launch<1, 64, false, false>, attn_launch<2, 64, false, false>,
           attn_launch<4, 64, false, false>, attn_launch<8, 64, false, false>},
          {attn_launch<1, 128, false, false>, attn_launch<2, 128, false, false>,
@@ -880,9 +969,16 @@ extern "C" int cuda_paged_decode_attn(const cuda_paged_attn_args *a, cudaStream_
         {{attn_launch<1, 64, false, true>, attn_launch<2, 64, false, true>,
           attn_launch<4, 64, false, true>, attn_launch<8, 64, false, true>},
          {attn_launch<1, 128, false, true>, attn_launch<2, 128, false, true>,
-          attn_launch<4, 128, false, true>, attn_launch<8, 128, false, true>}}};
+          attn_launch<4, 128, false, true>, attn_launch<8, 128, false, true>}},
+        {{attn_launch<1, 64, true, true>, attn_launch<2, 64, true, true>,
+          attn_launch<4, 64, true, true>, attn_launch<8, 64, true, true>},
+         {attn_launch<1, 128, true, true>, attn_launch<2, 128, true, true>,
+          attn_launch<4, 128, true, true>, attn_launch<8, 128, true, true>}}};
     const int gi = G == 1 ? 0 : G == 2 ? 1 : G == 4 ? 2 : 3;
     const int typed = a->kf.type != CUDA_KV_BF16 || a->vf.type != CUDA_KV_BF16;
-    fns[typed ? 2 : cuda_attn_tc() ? 1 : 0][a->head_dim == 128][gi](a, S, part_o, part_lse, stream);
+    const auto qb = [](int t) { return t == CUDA_KV_Q8_0 || t == CUDA_KV_Q4_0; };
+    const int row = !typed ? (cuda_attn_tc() ? 1 : 0)
+                           : cuda_attn_tc() && qb(a->kf.type) && qb(a->vf.type) ? 3 : 2;
+    fns[row][a->head_dim == 128][gi](a, S, part_o, part_lse, stream);
     return (int)cudaGetLastError();
 }

@@ -36,6 +36,32 @@ __host__ __device__ __forceinline__ size_t kv_fmt_head_bytes(int type, int D) {
 
 __device__ __forceinline__ uint32_t kv_ld16(const uint8_t *p) { return *(const uint16_t *)p; }
 
+/* The fp16 scale d of a blocked type's block. */
+__device__ __forceinline__ float kv_scale(const uint8_t *blk) {
+    return __half2float(__ushort_as_half((unsigned short)kv_ld16(blk)));
+}
+
+/* q8_0 / q4_0: the integers q of values e..e+7 (e a multiple of 8) of the block at blk, as
+ * floats (exact; the value is d q). */
+__device__ __forceinline__ void kv_ints8(const uint8_t *blk, int type, int e, float v[8]) {
+    if (type == CUDA_KV_Q8_0) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t w = kv_ld16(blk + 2 + e + 2 * i);
+            v[2 * i] = (float)(int8_t)(w & 0xff);
+            v[2 * i + 1] = (float)(int8_t)(w >> 8);
+        }
+    } else {
+        const int sh = e >= 16 ? 4 : 0;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint32_t w = kv_ld16(blk + 2 + (e & 15) + 2 * i);
+            v[2 * i] = (float)((int)((w >> sh) & 15) - 8);
+            v[2 * i + 1] = (float)((int)((w >> (8 + sh)) & 15) - 8);
+        }
+    }
+}
+
 /* Values e0..e0+7 (e0 a multiple of 8) of the head stored at p. F32 / BF16 / F16 need p + e0
  * elements 16-byte aligned (D a multiple of 8, as every caller has). */
 __device__ __forceinline__ void kv_dec8(const uint8_t *p, const cuda_kv_fmt &f, int e0,
@@ -62,22 +88,11 @@ __device__ __forceinline__ void kv_dec8(const uint8_t *p, const cuda_kv_fmt &f, 
     }
     const uint8_t *blk = p + (size_t)(e0 >> 5) * kv_fmt_block_bytes(type);
     const int e = e0 & 31;
-    const float d = __half2float(__ushort_as_half((unsigned short)kv_ld16(blk)));
-    if (type == CUDA_KV_Q8_0) {
+    const float d = kv_scale(blk);
+    if (type == CUDA_KV_Q8_0 || type == CUDA_KV_Q4_0) {
+        kv_ints8(blk, type, e, v);
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const uint32_t w = kv_ld16(blk + 2 + e + 2 * i);
-            v[2 * i] = d * (float)(int8_t)(w & 0xff);
-            v[2 * i + 1] = d * (float)(int8_t)(w >> 8);
-        }
-    } else if (type == CUDA_KV_Q4_0) {
-        const int sh = e >= 16 ? 4 : 0;
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            const uint32_t w = kv_ld16(blk + 2 + (e & 15) + 2 * i);
-            v[2 * i] = d * (float)((int)((w >> sh) & 15) - 8);
-            v[2 * i + 1] = d * (float)((int)((w >> (8 + sh)) & 15) - 8);
-        }
+        for (int i = 0; i < 8; i++) v[i] = d * v[i];
     } else { /* TurboQuant: 8 codes are exactly `bits` bytes */
         const int bits = kv_fmt_tq_bits(type);
         const uint8_t *c = blk + 2 + (e >> 3) * bits;
