@@ -39,10 +39,12 @@
  * which it loads after (8B, B=1, bench/attn_timeline.cu: chunk 0 had landed 2.3 us after the
  * wait, q 1.5 us).
  * Template parameters: G (query heads per kv head), D (head_dim), TC (the walk on the
- * tensor cores, cuda_attn_tc()) and TY (pools of another cache type than bf16: the CUDA-core
- * walk with each lane decoding its 8 values of a key / value row straight from the pool,
- * kv_codec.cuh, no ring and no L2 prefetch; the same arithmetic after the decode);
- * instantiated for D in {64, 128}, G in {1, 2, 4, 8}.
+ * tensor cores, cuda_attn_tc()) and TY, the pools' cache type: 0 bf16; 1 another type, on
+ * the CUDA cores each lane decoding its 8 values of a key / value row straight from the pool
+ * (kv_codec.cuh, no ring and no L2 prefetch; the same arithmetic after the decode), on the
+ * tensor cores q8_0 / q4_0 through the ring as raw blocks (QB below); 2 f16 on the tensor
+ * cores (f16 MMAs: the bf16 walk's copies, q and P as f16 hi + lo). Instantiated for D in
+ * {64, 128}, G in {1, 2, 4, 8}.
  *
  * The kernel works on 16-token chunks: a table block of block_size tokens (any multiple of
  * 16, so dense storage's one block of ctx tokens works too) is block_size / 16 chunks.
@@ -148,19 +150,23 @@ template <int D> __host__ __device__ constexpr int attn_tc_ld() { return D + 8; 
 __host__ __device__ constexpr int attn_qb_row(int D) { return 34 * (D / 32); }
 /* Bytes of one warp's ring of nst stages: the CUDA-core walk's (unpadded rows), the
  * tensor-core walk's (padded rows), QB's (raw stages + the decoded tiles and scales). */
-__host__ __device__ constexpr size_t attn_warp_ring(int D, int nst, bool tc, bool ty) {
-    return ty && !tc ? 0
-           : ty      ? (size_t)nst * 2 * ATTN_BS * attn_qb_row(D) +
+__host__ __device__ constexpr size_t attn_warp_ring(int D, int nst, bool tc, int ty) {
+    return ty == 1 && !tc ? 0
+           : ty == 1      ? (size_t)nst * 2 * ATTN_BS * attn_qb_row(D) +
                       (size_t)2 * ATTN_BS * (D + 8) * 2 + (size_t)2 * ATTN_BS * (D / 32) * 4
                      : (size_t)nst * 2 * ATTN_BS * (tc ? D + 8 : D) * sizeof(uint16_t);
 }
 
-/* QB: copy one pool's 16 raw rows of a chunk (rows of WPR words of CW bytes) into dst. */
+/* QB: copy one pool's 16 raw rows of a chunk (rows of WPR words of CW bytes) into dst. The
+ * loops have constant trip counts so that they unroll (every load in flight at once). */
 template <int WPR, int CW>
 __device__ __forceinline__ void attn_qb_copy(uint8_t *dst, const uint8_t *pool, size_t phys,
                                              int Hkv, int h, int tok0, int len, int start) {
-    constexpr int HB = WPR * CW;
-    for (int p = threadIdx.x & 31; p < ATTN_BS * WPR; p += 32) {
+    constexpr int HB = WPR * CW, N = ATTN_BS * WPR;
+#pragma unroll
+    for (int k = 0; k < (N + 31) / 32; k++) {
+        const int p = (threadIdx.x & 31) + 32 * k;
+        if (N % 32 && p >= N) break;
         const int r = p / WPR, c = (p % WPR) * CW, tk = tok0 + r;
         const bool ok = tk < len && tk >= start; /* else zeros (a valid address) */
         const uint8_t *src = pool + (ok ? ((phys * ATTN_BS + r) * Hkv + h) * HB + c : 0);
@@ -169,22 +175,32 @@ __device__ __forceinline__ void attn_qb_copy(uint8_t *dst, const uint8_t *pool, 
     }
 }
 
-/* QB: decode one pool's staged chunk (head bytes hb) into the tile's integers and scales. */
-template <int D>
-__device__ __forceinline__ void attn_qb_decode(const uint8_t *src, int type, uint16_t *tile,
+/* QB: decode one pool's staged chunk of TYPE into the tile's integers and scales. */
+template <int D, int TYPE>
+__device__ __forceinline__ void attn_qb_decode(const uint8_t *src, uint16_t *tile,
                                                float *scales) {
-    constexpr int LD = attn_tc_ld<D>(), NB = D / 32;
-    const int bb = kv_fmt_block_bytes(type), hb = NB * bb, lane = threadIdx.x & 31;
+    constexpr int LD = attn_tc_ld<D>(), NB = D / 32, BB = TYPE == CUDA_KV_Q8_0 ? 34 : 18;
+    constexpr int HB = NB * BB, NS = ATTN_BS * NB;
+    const int lane = threadIdx.x & 31;
 #pragma unroll
-    for (int i = lane; i < ATTN_BS * (D / 8); i += 32) {
-        const int r = i / (D / 8), c = (i % (D / 8)) * 8;
+    for (int k = 0; k < ATTN_BS * (D / 8) / 32; k++) {
+        const int i = lane + 32 * k, r = i / (D / 8), c = (i % (D / 8)) * 8;
         float q[8];
-        kv_ints8(src + r * hb + (c >> 5) * bb, type, c & 31, q);
+        kv_ints8(src + r * HB + (c >> 5) * BB, TYPE, c & 31, q);
         *(uint4 *)(tile + r * LD + c) = make_uint4(cvt_bf16x2(q[0], q[1]), cvt_bf16x2(q[2], q[3]),
                                                    cvt_bf16x2(q[4], q[5]), cvt_bf16x2(q[6], q[7]));
     }
-    for (int i = lane; i < ATTN_BS * NB; i += 32)
-        scales[i] = kv_scale(src + (i / NB) * hb + (i % NB) * bb);
+#pragma unroll
+    for (int k = 0; k < (NS + 31) / 32; k++) {
+        const int i = lane + 32 * k;
+        if (NS % 32 == 0 || i < NS) scales[i] = kv_scale(src + (i / NB) * HB + (i % NB) * BB);
+    }
+}
+template <int D>
+__device__ __forceinline__ void attn_qb_decode(const uint8_t *src, int type, uint16_t *tile,
+                                               float *scales) {
+    if (type == CUDA_KV_Q8_0) attn_qb_decode<D, CUDA_KV_Q8_0>(src, tile, scales);
+    else attn_qb_decode<D, CUDA_KV_Q4_0>(src, tile, scales);
 }
 
 /* With nst stages in the ring (1..3): this thread's copies of the oldest pending chunk are
@@ -195,7 +211,29 @@ __device__ __forceinline__ void attn_wait_chunk(int nst) {
     else cp_async_wait<0>();
 }
 
-template <int G, int D, bool QB, class PhysOf, class Deps>
+/* The walk's MMA element type: bf16, or f16 for f16 pools (FH), whose values it then holds
+ * exactly; q (pre-scaled by a power of two per head, below) and P go in as f16 hi + lo. */
+template <bool FH> __device__ __forceinline__ uint32_t attn_pk(float x0, float x1) {
+    if constexpr (FH) {
+        const __half2 v = __floats2half2_rn(x0, x1);
+        return *(const uint32_t *)&v;
+    }
+    return pack_bf16x2(x0, x1);
+}
+/* x - the packed pair's value, element e: what the lo half carries */
+template <bool FH> __device__ __forceinline__ float attn_rest(float x, uint32_t w, int e) {
+    if constexpr (FH) return x - __half2float(__ushort_as_half((unsigned short)(w >> (16 * e))));
+    return x - (e ? bf16_hi(w) : bf16_lo(w));
+}
+template <bool FH>
+__device__ __forceinline__ void attn_mma(float d[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                         uint32_t a3, uint32_t b0, uint32_t b1) {
+    if constexpr (FH) mma_f16_16816(d, a0, a1, a2, a3, b0, b1);
+    else mma_bf16_16816(d, a0, a1, a2, a3, b0, b1);
+}
+
+/* TY: 0 bf16 pools, 1 q8_0 / q4_0 (QB), 2 f16 */
+template <int G, int D, int TY, class PhysOf, class Deps>
 __device__ __forceinline__ void attn_tc_walk(const void *q, int q_f32, const uint16_t *k_cache,
                                              const uint16_t *v_cache, int kt, int vt, int b,
                                              int h, int Hkv, int blk_begin, int blk_end, int len,
@@ -204,6 +242,7 @@ __device__ __forceinline__ void attn_tc_walk(const void *q, int q_f32, const uin
                                              uint16_t *ring, float *wm, float *wl, float *wacc) {
     constexpr int LD = attn_tc_ld<D>(), KS = D / 16, DN = D / 8, CH = ATTN_BS * LD, NB = D / 32;
     static_assert(G <= 8 && KS % 2 == 0 && DN % 2 == 0, "tensor-core walk shape");
+    constexpr bool QB = TY == 1, FH = TY == 2;
     static_assert(!QB || D % 32 == 0, "a 32-value block per 2 k-steps");
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int Hq = Hkv * G;
@@ -283,16 +322,32 @@ __device__ __forceinline__ void attn_tc_walk(const void *q, int q_f32, const uin
                 qv[ks][half] = make_float2(bf16_lo(u), bf16_hi(u));
             }
         }
+    /* FH: head g's q times 2^-ex (max |q| in [0.5, 1): no f16 overflow, and hi + lo keep
+     * ~22 bits of the largest), its scores times 2^ex after the MMAs (exact scalings) */
+    float qdiv = 1.f, qmul = 1.f;
+    if constexpr (FH) {
+        float mx = 0.f;
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++)
+#pragma unroll
+            for (int half = 0; half < 2; half++)
+                mx = fmaxf(mx, fmaxf(fabsf(qv[ks][half].x), fabsf(qv[ks][half].y)) * qscale);
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        int ex = 0;
+        if (mx > 0.f && mx < INFINITY) frexpf(mx, &ex);
+        qdiv = ldexpf(1.f, -ex), qmul = ldexpf(1.f, ex);
+    }
     uint32_t qa[KS][4];
 #pragma unroll
     for (int ks = 0; ks < KS; ks++)
 #pragma unroll
         for (int half = 0; half < 2; half++) {
-            const float x0 = g < G ? qv[ks][half].x * qscale : 0.f;
-            const float x1 = g < G ? qv[ks][half].y * qscale : 0.f;
-            const uint32_t hi = pack_bf16x2(x0, x1);
+            const float x0 = g < G ? qv[ks][half].x * qscale * qdiv : 0.f;
+            const float x1 = g < G ? qv[ks][half].y * qscale * qdiv : 0.f;
+            const uint32_t hi = attn_pk<FH>(x0, x1);
             qa[ks][2 * half] = hi;
-            qa[ks][2 * half + 1] = pack_bf16x2(x0 - bf16_lo(hi), x1 - bf16_hi(hi));
+            qa[ks][2 * half + 1] = attn_pk<FH>(attn_rest<FH>(x0, hi, 0), attn_rest<FH>(x1, hi, 1));
         }
     AT_TL_DEP(2, qa[0][0]);
     if (fixp) *(uint4 *)fixp = fixv;
@@ -329,9 +384,9 @@ __device__ __forceinline__ void attn_tc_walk(const void *q, int q_f32, const uin
                 uint32_t b0, b1, b2, b3;
                 ldsm_x4(b0, b1, b2, b3, sk + (j * 8 + (lane & 7)) * LD + ks * 16 + (lane >> 3) * 8);
                 float u[4] = {0.f, 0.f, 0.f, 0.f}, *acc = QB ? u : s[j];
-                mma_bf16_16816(acc, qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3], b0, b1);
-                mma_bf16_16816(acc, qa[ks + 1][0], qa[ks + 1][1], qa[ks + 1][2], qa[ks + 1][3],
-                               b2, b3);
+                attn_mma<FH>(acc, qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3], b0, b1);
+                attn_mma<FH>(acc, qa[ks + 1][0], qa[ks + 1][1], qa[ks + 1][2], qa[ks + 1][3], b2,
+                             b3);
                 if constexpr (QB) { /* keys 8j + 2t + (0, 1): their block ks / 2's scales */
                     const float *dk = dks + (j * 8 + 2 * t) * NB + ks / 2;
 #pragma unroll
@@ -346,6 +401,7 @@ __device__ __forceinline__ void attn_tc_walk(const void *q, int q_f32, const uin
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 float v = s[j][e] + s[j][2 + e];
+                if constexpr (FH) v *= qmul;
                 if (cap2 > 0.f) v = cap2 * tanhf(v / cap2);
                 const int tk = tok0 + 8 * j + 2 * t + e;
                 sf[j][e] = tk < len && tk >= start ? v : -INFINITY;
@@ -380,17 +436,19 @@ __device__ __forceinline__ void attn_tc_walk(const void *q, int q_f32, const uin
 #pragma unroll
                 for (int e = 0; e < 2; e++)
                     pq[j][e] = QB ? p[j][e] * dvs[(8 * j + 2 * t + e) * NB + pb] : p[j][e];
-            const uint32_t ph0 = pack_bf16x2(pq[0][0], pq[0][1]),
-                           ph1 = pack_bf16x2(pq[1][0], pq[1][1]);
-            const uint32_t pl0 = pack_bf16x2(pq[0][0] - bf16_lo(ph0), pq[0][1] - bf16_hi(ph0));
-            const uint32_t pl1 = pack_bf16x2(pq[1][0] - bf16_lo(ph1), pq[1][1] - bf16_hi(ph1));
+            const uint32_t ph0 = attn_pk<FH>(pq[0][0], pq[0][1]),
+                           ph1 = attn_pk<FH>(pq[1][0], pq[1][1]);
+            const uint32_t pl0 = attn_pk<FH>(attn_rest<FH>(pq[0][0], ph0, 0),
+                                             attn_rest<FH>(pq[0][1], ph0, 1));
+            const uint32_t pl1 = attn_pk<FH>(attn_rest<FH>(pq[1][0], ph1, 0),
+                                             attn_rest<FH>(pq[1][1], ph1, 1));
 #pragma unroll
             for (int dn = pb * (DN / PB); dn < (pb + 1) * (DN / PB); dn += 2) {
                 uint32_t b0, b1, b2, b3;
                 ldsm_x4_t(b0, b1, b2, b3,
                           sv + ((lane & 7) + ((lane >> 3) & 1) * 8) * LD + dn * 8 + (lane >> 4) * 8);
-                mma_bf16_16816(o[dn], ph0, pl0, ph1, pl1, b0, b1);
-                mma_bf16_16816(o[dn + 1], ph0, pl0, ph1, pl1, b2, b3);
+                attn_mma<FH>(o[dn], ph0, pl0, ph1, pl1, b0, b1);
+                attn_mma<FH>(o[dn + 1], ph0, pl0, ph1, pl1, b2, b3);
             }
         }
         __syncwarp();  /* every lane's ldmatrix of this stage is done */
@@ -416,7 +474,7 @@ __device__ __forceinline__ void attn_tc_walk(const void *q, int q_f32, const uin
 
 /* ==== Phase 1: one split of one (sequence, kv head) ==== */
 
-template <int G, int D, bool TC, bool TY>
+template <int G, int D, bool TC, int TY>
 __global__ void __launch_bounds__(ATTN_WARPS * 32)
 paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] */
                         const uint16_t *__restrict__ k_cache,  /* [nb, BS, Hkv, D] */
@@ -474,8 +532,8 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
         return (size_t)__shfl_sync(0xffffffffu, pt_reg, it & 31);
     };
     /* kv_settled is a row-mode contract (pos given); only the bf16 tensor-core walk uses it */
-    const int early_kv = TC && !TY && settled && pos;
-    if (!TY) {   /* L2 prefetch: lanes 0-15 the K rows of a chunk, 16-31 its V rows */
+    const int early_kv = TC && TY != 1 && settled && pos;
+    if (TY != 1) {   /* L2 prefetch: lanes 0-15 the K rows of a chunk, 16-31 its V rows */
         const int r = lane & (ATTN_BS - 1);
         const uint16_t *kv = lane < ATTN_BS ? k_cache : v_cache;
         const int pf0 = early_kv ? nst : 0; /* the walk copies those before the wait */
@@ -603,7 +661,7 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
             }
         };
 
-        if constexpr (TY) {
+        if constexpr (TY != 0) {
             /* Each lane decodes its 8 dims of JT rows, K and V, then the tile: no ring (the
              * loads are in flight together, and CTAs of every split hide their latency). */
             const uint8_t *kp8 = (const uint8_t *)k_cache, *vp8 = (const uint8_t *)v_cache;
@@ -841,12 +899,12 @@ extern "C" int cuda_paged_attn_splits(const cuda_paged_attn_args *a) {
 
 /* Dynamic shared memory of nst chunk stages (the K / V ring of every warp; the tensor-core
  * walk pads its rows). */
-static size_t attn_ring_bytes(int D, int nst, bool tc, bool ty) {
+static size_t attn_ring_bytes(int D, int nst, bool tc, int ty) {
     return ATTN_WARPS * attn_warp_ring(D, nst, tc, ty);
 }
 
 /* Lets the kernel have the ring of ATTN_MAX_STAGES stages (above the default 48 KB); once. */
-template <int G, int D, bool TC, bool TY> static void attn_allow_ring(void) {
+template <int G, int D, bool TC, int TY> static void attn_allow_ring(void) {
     static bool done;
     if (done) return;
     cudaFuncSetAttribute(paged_attn_split_kernel<G, D, TC, TY>,
@@ -858,7 +916,7 @@ template <int G, int D, bool TC, bool TY> static void attn_allow_ring(void) {
 
 /* Waves of ctas CTAs with an nst-stage ring (CTAs a SM from the occupancy query, once per
  * instantiation and nst). */
-template <int G, int D, bool TC, bool TY> static long attn_waves(long ctas, int nst) {
+template <int G, int D, bool TC, int TY> static long attn_waves(long ctas, int nst) {
     static int per_sm[ATTN_MAX_STAGES + 1];
     if (!per_sm[nst]) {
         int n = 0;
@@ -876,7 +934,7 @@ template <int G, int D, bool TC, bool TY> static long attn_waves(long ctas, int 
 
 /* Whether S splits with an nst-stage ring fit one cluster (asked once per instantiation, S
  * and nst: above 8 is a non-portable size the device may refuse). */
-template <int G, int D, bool TC, bool TY> static bool attn_cluster_fits(int S, int nst) {
+template <int G, int D, bool TC, int TY> static bool attn_cluster_fits(int S, int nst) {
     static signed char fit[ATTN_CLUSTER_MAX + 1][ATTN_MAX_STAGES + 1]; /* 0 ?, 1 yes, -1 no */
     if (S < 2 || S > ATTN_CLUSTER_MAX) return false;
     if (!fit[S][nst]) {
@@ -898,7 +956,7 @@ template <int G, int D, bool TC, bool TY> static bool attn_cluster_fits(int S, i
     return fit[S][nst] > 0;
 }
 
-template <int G, int D, bool TC, bool TY>
+template <int G, int D, bool TC, int TY>
 static void attn_launch(const cuda_paged_attn_args *a, int S, float *part_o, float *part_lse,
                         cudaStream_t stream) {
     const dim3 grid(S, a->n_kv_heads, a->B);
@@ -915,7 +973,7 @@ static void attn_launch(const cuda_paged_attn_args *a, int S, float *part_o, flo
     attn_allow_ring<G, D, TC, TY>();
     const long ctas = (long)S * a->n_kv_heads * a->B;
     const long waves1 = attn_waves<G, D, TC, TY>(ctas, 1);
-    int nst = TY && !TC ? 1 : (int)max(1L, min((long)cuda_attn_stages(), per_warp));
+    int nst = TY == 1 && !TC ? 1 : (int)max(1L, min((long)cuda_attn_stages(), per_warp));
     while (nst > 1 && attn_waves<G, D, TC, TY>(ctas, nst) > waves1) nst--;
     /* The cluster merge only where the merge is most of the work (a chunk a warp at most):
      * there it saved ~0.8 us of 13 (8B, B=1, 512 tokens); on longer walks a cluster's CTAs
@@ -954,31 +1012,25 @@ extern "C" int cuda_paged_decode_attn(const cuda_paged_attn_args *a, cudaStream_
         const size_t o_bytes = (size_t)a->B * a->n_q_heads * S * a->head_dim * sizeof(float);
         part_lse = (float *)((char *)a->workspace + align16(o_bytes));
     }
-    /* the walk (CUDA cores, or tensor cores with cuda_attn_tc()) for G and D: bf16 pools,
-     * other cache types (CUDA cores), q8_0 / q4_0 pools (tensor cores) */
+    /* the walk for G and D: bf16 pools (CUDA cores, or tensor cores with cuda_attn_tc()),
+     * other cache types (CUDA cores), and on tensor cores q8_0 / q4_0 pools, f16 pools */
     typedef void (*launch_fn)(const cuda_paged_attn_args *, int, float *, float *, cudaStream_t);
-    static const launch_fn fns[4][2][4] = {
-        {{attn_launch<1, 64, false, false>, attn_launch<2, 64, false, false>,
-          attn_launch<4, 64, false, false>, attn_launch<8, 64, false, false>},
-         {attn_launch<1, 128, false, false>, attn_launch<2, 128, false, false>,
-          attn_launch<4, 128, false, false>, attn_launch<8, 128, false, false>}},
-        {{attn_launch<1, 64, true, false>, attn_launch<2, 64, true, false>,
-          attn_launch<4, 64, true, false>, attn_launch<8, 64, true, false>},
-         {attn_launch<1, 128, true, false>, attn_launch<2, 128, true, false>,
-          attn_launch<4, 128, true, false>, attn_launch<8, 128, true, false>}},
-        {{attn_launch<1, 64, false, true>, attn_launch<2, 64, false, true>,
-          attn_launch<4, 64, false, true>, attn_launch<8, 64, false, true>},
-         {attn_launch<1, 128, false, true>, attn_launch<2, 128, false, true>,
-          attn_launch<4, 128, false, true>, attn_launch<8, 128, false, true>}},
-        {{attn_launch<1, 64, true, true>, attn_launch<2, 64, true, true>,
-          attn_launch<4, 64, true, true>, attn_launch<8, 64, true, true>},
-         {attn_launch<1, 128, true, true>, attn_launch<2, 128, true, true>,
-          attn_launch<4, 128, true, true>, attn_launch<8, 128, true, true>}}};
+#define ATTN_FNS(TC, TY)                                                                    \
+    {{attn_launch<1, 64, TC, TY>, attn_launch<2, 64, TC, TY>, attn_launch<4, 64, TC, TY>,  \
+      attn_launch<8, 64, TC, TY>},                                                          \
+     {attn_launch<1, 128, TC, TY>, attn_launch<2, 128, TC, TY>, attn_launch<4, 128, TC, TY>, \
+      attn_launch<8, 128, TC, TY>}}
+    static const launch_fn fns[5][2][4] = {ATTN_FNS(false, 0), ATTN_FNS(true, 0),
+                                           ATTN_FNS(false, 1), ATTN_FNS(true, 1),
+                                           ATTN_FNS(true, 2)};
+#undef ATTN_FNS
     const int gi = G == 1 ? 0 : G == 2 ? 1 : G == 4 ? 2 : 3;
-    const int typed = a->kf.type != CUDA_KV_BF16 || a->vf.type != CUDA_KV_BF16;
+    const int kt = a->kf.type, vt = a->vf.type, tc = cuda_attn_tc();
     const auto qb = [](int t) { return t == CUDA_KV_Q8_0 || t == CUDA_KV_Q4_0; };
-    const int row = !typed ? (cuda_attn_tc() ? 1 : 0)
-                           : cuda_attn_tc() && qb(a->kf.type) && qb(a->vf.type) ? 3 : 2;
+    const int row = kt == CUDA_KV_BF16 && vt == CUDA_KV_BF16 ? (tc ? 1 : 0)
+                    : tc && qb(kt) && qb(vt)                   ? 3
+                    : tc && kt == CUDA_KV_F16 && vt == CUDA_KV_F16 ? 4
+                                                                   : 2;
     fns[row][a->head_dim == 128][gi](a, S, part_o, part_lse, stream);
     return (int)cudaGetLastError();
 }

@@ -41,6 +41,28 @@ __device__ __forceinline__ void fa_load8(uint16_t *dst, const void *pool, const 
     *(uint4 *)dst = f32x8_to_bf16x8(v);
 }
 
+/* The raw path (pools of a type other than bf16 / f32): a tile's 64 heads copied as stored
+ * (cp.async, zeros for keys past the end, which decode to zeros), decoded into sK / sV once
+ * they land, so the next tile's copies run under this tile's MMAs. Decoding kv_dec8's
+ * values from shared memory gives the bits of the direct path (fa_load8). */
+__host__ __device__ __forceinline__ bool fa_raw(const cuda_kv_fmt &kf, const cuda_kv_fmt &vf) {
+    return (kf.type != CUDA_KV_BF16 || vf.type != CUDA_KV_BF16) && kf.type != CUDA_KV_F32 &&
+           vf.type != CUDA_KV_F32;
+}
+__device__ __forceinline__ void fa_copy_raw(uint8_t *dst, const void *pool, int hb,
+                                            const int64_t *phys, int Hkv, int h) {
+    const int cw = hb % 16 == 0 ? 16 : hb % 8 == 0 ? 8 : 4, wpk = hb / cw; /* every head: 4 | hb */
+    for (int i = threadIdx.x; i < FA_KT * wpk; i += blockDim.x) {
+        const int j = i / wpk, c = (i - j * wpk) * cw;
+        const int64_t r = phys[j];
+        const uint8_t *src = (const uint8_t *)pool + (r >= 0 ? ((size_t)r * Hkv + h) * hb + c : 0);
+        const int n = r >= 0 ? cw : 0;
+        if (cw == 16) cp_async16(dst + j * hb + c, src, n);
+        else if (cw == 8) cp_async8(dst + j * hb + c, src, n);
+        else cp_async4(dst + j * hb + c, src, n);
+    }
+}
+
 template <int D>
 __global__ void __launch_bounds__(FA_WARPS * 32) attn_flash_kernel(cuda_attn_rows_args a) {
     constexpr int LD = D + FA_PAD; /* smem row stride (bf16) */
@@ -105,22 +127,55 @@ __global__ void __launch_bounds__(FA_WARPS * 32) attn_flash_kernel(cuda_attn_row
     for (int i = 0; i < DN; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
     float ma = -INFINITY, mb = -INFINITY, la = 0.f, lb = 0.f;
 
-    for (int k0 = kmin; k0 <= kmax; k0 += FA_KT) {
-        /* ---- K/V tile: page-table gather, cp.async 16 bytes, zero past kmax ---- */
+    /* the physical rows of the keys of the tile at k0 (-1 past kmax) */
+    const auto tile_phys = [&](int k0) {
         if (threadIdx.x < FA_KT) {
             const int p = k0 + threadIdx.x;
             sPhys[threadIdx.x] = p <= kmax ? (int64_t)table[p / a.block] * a.block + p % a.block : -1;
         }
+    };
+    const bool raw = fa_raw(a.kf, a.vf);
+    const int hbk = (int)kv_fmt_head_bytes(a.kf.type, D), hbv = (int)kv_fmt_head_bytes(a.vf.type, D);
+    uint8_t *rawK = (uint8_t *)(sV + FA_KT * LD), *rawV = rawK + FA_KT * hbk;
+    const auto copy_raw = [&]() {
+        fa_copy_raw(rawK, a.k_pool, hbk, sPhys, Hkv, h);
+        fa_copy_raw(rawV, a.v_pool, hbv, sPhys, Hkv, h);
+        cp_async_commit();
+    };
+    if (raw && kmin <= kmax) {
+        tile_phys(kmin);
         __syncthreads();
-        for (int idx = threadIdx.x; idx < FA_KT * (D / 8); idx += blockDim.x) {
-            const int j = idx / (D / 8), c = (idx - j * (D / 8)) * 8;
-            const int64_t r = sPhys[j];
-            const size_t head = r >= 0 ? (size_t)r * Hkv + h : 0;
-            fa_load8<D>(&sK[j * LD + c], a.k_pool, a.kf, head, c, r >= 0);
-            fa_load8<D>(&sV[j * LD + c], a.v_pool, a.vf, head, c, r >= 0);
+        copy_raw();
+    }
+    for (int k0 = kmin; k0 <= kmax; k0 += FA_KT) {
+        if (raw) { /* ---- this tile's raw heads landed: decode; the next tile's copies ---- */
+            cp_async_wait_all();
+            __syncthreads(); /* every thread's copies; sPhys read by all of them */
+            if (k0 + FA_KT <= kmax) tile_phys(k0 + FA_KT);
+            for (int idx = threadIdx.x; idx < FA_KT * (D / 8); idx += blockDim.x) {
+                const int j = idx / (D / 8), c = (idx - j * (D / 8)) * 8;
+                float v[8];
+                kv_dec8(rawK + j * hbk, a.kf, c, v);
+                *(uint4 *)&sK[j * LD + c] = f32x8_to_bf16x8(v);
+                kv_dec8(rawV + j * hbv, a.vf, c, v);
+                *(uint4 *)&sV[j * LD + c] = f32x8_to_bf16x8(v);
+            }
+            __syncthreads(); /* sK / sV written, the raw buffers free, sPhys of the next tile */
+            if (k0 + FA_KT <= kmax) copy_raw();
+        } else {
+            /* ---- K/V tile: page-table gather, cp.async 16 bytes, zero past kmax ---- */
+            tile_phys(k0);
+            __syncthreads();
+            for (int idx = threadIdx.x; idx < FA_KT * (D / 8); idx += blockDim.x) {
+                const int j = idx / (D / 8), c = (idx - j * (D / 8)) * 8;
+                const int64_t r = sPhys[j];
+                const size_t head = r >= 0 ? (size_t)r * Hkv + h : 0;
+                fa_load8<D>(&sK[j * LD + c], a.k_pool, a.kf, head, c, r >= 0);
+                fa_load8<D>(&sV[j * LD + c], a.v_pool, a.vf, head, c, r >= 0);
+            }
+            asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
+            __syncthreads();
         }
-        asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
-        __syncthreads();
 
         /* ---- S = Q K^T: 8 n-tiles of 8 keys ---- */
         float s[FA_KT / 8][4];
@@ -225,12 +280,16 @@ __global__ void __launch_bounds__(FA_WARPS * 32) attn_flash_kernel(cuda_attn_row
 
 template <int D>
 static int flash_launch(const cuda_attn_rows_args *a, cudaStream_t st) {
-    const size_t smem = (size_t)(FA_QV + 2 * FA_KT) * (D + FA_PAD) * sizeof(uint16_t);
+    /* the tiles, and on the raw path the raw heads (at most 2 D bytes each: f16 / bf16) */
+    const size_t tiles = (size_t)(FA_QV + 2 * FA_KT) * (D + FA_PAD) * sizeof(uint16_t);
+    const size_t smem = tiles + (fa_raw(a->kf, a->vf) ? (size_t)FA_KT *
+                                    (kv_fmt_head_bytes(a->kf.type, D) + kv_fmt_head_bytes(a->vf.type, D)) : 0);
     static bool s_set[CUDA_MAX_DEVICES]; /* the attribute is per device */
     const int cd = cuda_cur_device();
     if (!s_set[cd]) {
-        const cudaError_t e = cudaFuncSetAttribute(
-            attn_flash_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        const cudaError_t e = cudaFuncSetAttribute(attn_flash_kernel<D>,
+                                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   (int)(tiles + (size_t)FA_KT * 4 * D));
         if (e != cudaSuccess) return (int)e;
         s_set[cd] = true;
     }
