@@ -211,27 +211,7 @@ __device__ __forceinline__ void attn_wait_chunk(int nst) {
     else cp_async_wait<0>();
 }
 
-/* The walk's MMA element type: bf16, or f16 for f16 pools (FH), whose values it then holds
- * exactly; q (pre-scaled by a power of two per head, below) and P go in as f16 hi + lo. */
-template <bool FH> __device__ __forceinline__ uint32_t attn_pk(float x0, float x1) {
-    if constexpr (FH) {
-        const __half2 v = __floats2half2_rn(x0, x1);
-        return *(const uint32_t *)&v;
-    }
-    return pack_bf16x2(x0, x1);
-}
-/* x - the packed pair's value, element e: what the lo half carries */
-template <bool FH> __device__ __forceinline__ float attn_rest(float x, uint32_t w, int e) {
-    if constexpr (FH) return x - __half2float(__ushort_as_half((unsigned short)(w >> (16 * e))));
-    return x - (e ? bf16_hi(w) : bf16_lo(w));
-}
-template <bool FH>
-__device__ __forceinline__ void attn_mma(float d[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                         uint32_t a3, uint32_t b0, uint32_t b1) {
-    if constexpr (FH) mma_f16_16816(d, a0, a1, a2, a3, b0, b1);
-    else mma_bf16_16816(d, a0, a1, a2, a3, b0, b1);
-}
-
+/* (attn_pk / attn_rest / attn_mma, the MMA element type: cuda_kernels.cuh) */
 /* TY: 0 bf16 pools, 1 q8_0 / q4_0 (QB), 2 f16 */
 template <int G, int D, int TY, class PhysOf, class Deps>
 __device__ __forceinline__ void attn_tc_walk(const void *q, int q_f32, const uint16_t *k_cache,
@@ -334,8 +314,7 @@ __device__ __forceinline__ void attn_tc_walk(const void *q, int q_f32, const uin
                 mx = fmaxf(mx, fmaxf(fabsf(qv[ks][half].x), fabsf(qv[ks][half].y)) * qscale);
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        int ex = 0;
-        if (mx > 0.f && mx < INFINITY) frexpf(mx, &ex);
+        const int ex = attn_q_exp(mx);
         qdiv = ldexpf(1.f, -ex), qmul = ldexpf(1.f, ex);
     }
     uint32_t qa[KS][4];

@@ -27,12 +27,12 @@
 #define FA_PAD 8   /* bf16 elements of padding per smem row */
 
 
-/* Values c..c+7 of a head into a bf16 tile row: a bf16 pool by cp.async (zeros when !live),
- * any other type decoded (kv_codec.cuh) and rounded to bf16. */
-template <int D>
+/* Values c..c+7 of a head into a tile row: a bf16 pool (an f16 one on the f16 walk, FH) by
+ * cp.async (zeros when !live), any other type decoded (kv_codec.cuh) and rounded to bf16. */
+template <int D, bool FH>
 __device__ __forceinline__ void fa_load8(uint16_t *dst, const void *pool, const cuda_kv_fmt &f,
                                          size_t head, int c, bool live) {
-    if (f.type == CUDA_KV_BF16) {
+    if (f.type == (FH ? CUDA_KV_F16 : CUDA_KV_BF16)) {
         cp_async16(dst, (const uint16_t *)pool + head * D + c, live ? 16 : 0);
         return;
     }
@@ -63,7 +63,9 @@ __device__ __forceinline__ void fa_copy_raw(uint8_t *dst, const void *pool, int 
     }
 }
 
-template <int D>
+/* FH: f16 pools (both) on f16 MMAs: K / V copied as stored, Q and P in f16, each query vector
+ * scaled by a power of two (attn_q_exp) and its scores scaled back. */
+template <int D, bool FH>
 __global__ void __launch_bounds__(FA_WARPS * 32) attn_flash_kernel(cuda_attn_rows_args a) {
     constexpr int LD = D + FA_PAD; /* smem row stride (bf16) */
     constexpr int KS = D / 16;     /* k-steps of Q K^T */
@@ -74,6 +76,7 @@ __global__ void __launch_bounds__(FA_WARPS * 32) attn_flash_kernel(cuda_attn_row
     uint16_t *sV = sK + FA_KT * LD;      /* [FA_KT][LD] */
     __shared__ int sPos[FA_QV], sStart[FA_QV];
     __shared__ int64_t sPhys[FA_KT];
+    __shared__ int sQex[FH ? FA_QV : 1];
 
     const int G = a.n_heads / a.n_kv_heads, Hq = a.n_heads, Hkv = a.n_kv_heads;
     const int t = blockIdx.x, h = blockIdx.y;
@@ -83,7 +86,18 @@ __global__ void __launch_bounds__(FA_WARPS * 32) attn_flash_kernel(cuda_attn_row
     const float qscale = a.scale * 1.4426950408889634f;
     const float cap2 = a.softcap > 0.f ? a.softcap * 1.4426950408889634f : 0.f;
 
-    /* ---- Q (scaled, bf16) and the key range of every query vector ---- */
+    /* ---- Q (scaled, bf16 or f16) and the key range of every query vector ---- */
+    if constexpr (FH) {
+        for (int qv = threadIdx.x; qv < FA_QV; qv += blockDim.x) {
+            float mx = 0.f;
+            if (qv < QV) {
+                const float *src = a.q + ((size_t)(row0 + qv / G) * Hq + h * G + qv % G) * D;
+                for (int d = 0; d < D; d++) mx = fmaxf(mx, fabsf(src[d] * qscale));
+            }
+            sQex[qv] = attn_q_exp(mx);
+        }
+        __syncthreads();
+    }
     for (int idx = threadIdx.x; idx < FA_QV * (D / 2); idx += blockDim.x) {
         const int qv = idx / (D / 2), d = (idx - qv * (D / 2)) * 2;
         float x0 = 0.f, x1 = 0.f;
@@ -91,8 +105,9 @@ __global__ void __launch_bounds__(FA_WARPS * 32) attn_flash_kernel(cuda_attn_row
             const float *src = a.q + ((size_t)(row0 + qv / G) * Hq + h * G + qv % G) * D + d;
             x0 = src[0] * qscale;
             x1 = src[1] * qscale;
+            if constexpr (FH) x0 = ldexpf(x0, -sQex[qv]), x1 = ldexpf(x1, -sQex[qv]);
         }
-        *(uint32_t *)&sQ[qv * LD + d] = pack_bf16x2(x0, x1);
+        *(uint32_t *)&sQ[qv * LD + d] = attn_pk<FH>(x0, x1);
     }
     for (int qv = threadIdx.x; qv < FA_QV; qv += blockDim.x) {
         int p = -1, st = 1 << 30; /* padding vectors see nothing */
@@ -121,6 +136,8 @@ __global__ void __launch_bounds__(FA_WARPS * 32) attn_flash_kernel(cuda_attn_row
     }
     const int qa_row = warp * 16 + (lane >> 2), qb_row = qa_row + 8; /* accumulator rows */
     const int pa = sPos[qa_row], pb = sPos[qb_row], sa = sStart[qa_row], sb = sStart[qb_row];
+    const float qma = FH ? ldexpf(1.f, sQex[FH ? qa_row : 0]) : 1.f,
+                qmb = FH ? ldexpf(1.f, sQex[FH ? qb_row : 0]) : 1.f;
 
     float o[DN][4];
 #pragma unroll
@@ -134,7 +151,7 @@ __global__ void __launch_bounds__(FA_WARPS * 32) attn_flash_kernel(cuda_attn_row
             sPhys[threadIdx.x] = p <= kmax ? (int64_t)table[p / a.block] * a.block + p % a.block : -1;
         }
     };
-    const bool raw = fa_raw(a.kf, a.vf);
+    const bool raw = !FH && fa_raw(a.kf, a.vf);
     const int hbk = (int)kv_fmt_head_bytes(a.kf.type, D), hbv = (int)kv_fmt_head_bytes(a.vf.type, D);
     uint8_t *rawK = (uint8_t *)(sV + FA_KT * LD), *rawV = rawK + FA_KT * hbk;
     const auto copy_raw = [&]() {
@@ -170,8 +187,8 @@ __global__ void __launch_bounds__(FA_WARPS * 32) attn_flash_kernel(cuda_attn_row
                 const int j = idx / (D / 8), c = (idx - j * (D / 8)) * 8;
                 const int64_t r = sPhys[j];
                 const size_t head = r >= 0 ? (size_t)r * Hkv + h : 0;
-                fa_load8<D>(&sK[j * LD + c], a.k_pool, a.kf, head, c, r >= 0);
-                fa_load8<D>(&sV[j * LD + c], a.v_pool, a.vf, head, c, r >= 0);
+                fa_load8<D, FH>(&sK[j * LD + c], a.k_pool, a.kf, head, c, r >= 0);
+                fa_load8<D, FH>(&sV[j * LD + c], a.v_pool, a.vf, head, c, r >= 0);
             }
             asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
             __syncthreads();
@@ -186,8 +203,8 @@ __global__ void __launch_bounds__(FA_WARPS * 32) attn_flash_kernel(cuda_attn_row
             for (int ks = 0; ks < KS; ks += 2) {
                 uint32_t b0, b1, b2, b3;
                 ldsm_x4(b0, b1, b2, b3, &sK[(j * 8 + (lane & 7)) * LD + ks * 16 + (lane >> 3) * 8]);
-                mma_bf16_16816(s[j], qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3], b0, b1);
-                mma_bf16_16816(s[j], qa[ks + 1][0], qa[ks + 1][1], qa[ks + 1][2], qa[ks + 1][3], b2, b3);
+                attn_mma<FH>(s[j], qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3], b0, b1);
+                attn_mma<FH>(s[j], qa[ks + 1][0], qa[ks + 1][1], qa[ks + 1][2], qa[ks + 1][3], b2, b3);
             }
         }
         /* ---- mask, soft-cap, tile max per row (the 4 lanes of a quad share a row) ---- */
@@ -198,6 +215,7 @@ __global__ void __launch_bounds__(FA_WARPS * 32) attn_flash_kernel(cuda_attn_row
             for (int e = 0; e < 2; e++) {
                 const int key = k0 + j * 8 + (lane & 3) * 2 + e;
                 float va = s[j][e], vb = s[j][2 + e];
+                if constexpr (FH) va *= qma, vb *= qmb;
                 if (cap2 > 0.f) {
                     va = cap2 * tanhf(va / cap2);
                     vb = cap2 * tanhf(vb / cap2);
@@ -243,15 +261,15 @@ __global__ void __launch_bounds__(FA_WARPS * 32) attn_flash_kernel(cuda_attn_row
                 }
             la += p[0][0] + p[0][1] + p[1][0] + p[1][1];
             lb += p[0][2] + p[0][3] + p[1][2] + p[1][3];
-            const uint32_t a0 = pack_bf16x2(p[0][0], p[0][1]), a1 = pack_bf16x2(p[0][2], p[0][3]);
-            const uint32_t a2 = pack_bf16x2(p[1][0], p[1][1]), a3 = pack_bf16x2(p[1][2], p[1][3]);
+            const uint32_t a0 = attn_pk<FH>(p[0][0], p[0][1]), a1 = attn_pk<FH>(p[0][2], p[0][3]);
+            const uint32_t a2 = attn_pk<FH>(p[1][0], p[1][1]), a3 = attn_pk<FH>(p[1][2], p[1][3]);
 #pragma unroll
             for (int dn = 0; dn < DN; dn += 2) {
                 uint32_t b0, b1, b2, b3;
                 const int key = kt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
                 ldsm_x4_t(b0, b1, b2, b3, &sV[key * LD + dn * 8 + (lane >> 4) * 8]);
-                mma_bf16_16816(o[dn], a0, a1, a2, a3, b0, b1);
-                mma_bf16_16816(o[dn + 1], a0, a1, a2, a3, b2, b3);
+                attn_mma<FH>(o[dn], a0, a1, a2, a3, b0, b1);
+                attn_mma<FH>(o[dn + 1], a0, a1, a2, a3, b2, b3);
             }
         }
         __syncthreads(); /* the next tile overwrites sK / sV */
@@ -278,22 +296,22 @@ __global__ void __launch_bounds__(FA_WARPS * 32) attn_flash_kernel(cuda_attn_row
     }
 }
 
-template <int D>
+template <int D, bool FH>
 static int flash_launch(const cuda_attn_rows_args *a, cudaStream_t st) {
     /* the tiles, and on the raw path the raw heads (at most 2 D bytes each: f16 / bf16) */
     const size_t tiles = (size_t)(FA_QV + 2 * FA_KT) * (D + FA_PAD) * sizeof(uint16_t);
-    const size_t smem = tiles + (fa_raw(a->kf, a->vf) ? (size_t)FA_KT *
+    const size_t smem = tiles + (!FH && fa_raw(a->kf, a->vf) ? (size_t)FA_KT *
                                     (kv_fmt_head_bytes(a->kf.type, D) + kv_fmt_head_bytes(a->vf.type, D)) : 0);
     static bool s_set[CUDA_MAX_DEVICES]; /* the attribute is per device */
     const int cd = cuda_cur_device();
     if (!s_set[cd]) {
-        const cudaError_t e = cudaFuncSetAttribute(attn_flash_kernel<D>,
+        const cudaError_t e = cudaFuncSetAttribute(attn_flash_kernel<D, FH>,
                                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                    (int)(tiles + (size_t)FA_KT * 4 * D));
         if (e != cudaSuccess) return (int)e;
         s_set[cd] = true;
     }
-    attn_flash_kernel<D><<<dim3(a->n_tiles, a->n_kv_heads), FA_WARPS * 32, smem, st>>>(*a);
+    attn_flash_kernel<D, FH><<<dim3(a->n_tiles, a->n_kv_heads), FA_WARPS * 32, smem, st>>>(*a);
     return (int)cudaGetLastError();
 }
 
@@ -304,5 +322,7 @@ extern "C" int cuda_attn_flash(const cuda_attn_rows_args *a, cudaStream_t st) {
         !a->q || !a->o || !a->k_pool || !a->v_pool || !a->pos || !a->seq || !a->table ||
         !a->tile_row0 || !a->tile_n || ((uintptr_t)a->k_pool & 15) || ((uintptr_t)a->v_pool & 15))
         return (int)cudaErrorInvalidValue;
-    return a->head_dim == 128 ? flash_launch<128>(a, st) : flash_launch<64>(a, st);
+    const bool fh = a->kf.type == CUDA_KV_F16 && a->vf.type == CUDA_KV_F16;
+    if (a->head_dim == 128) return fh ? flash_launch<128, true>(a, st) : flash_launch<128, false>(a, st);
+    return fh ? flash_launch<64, true>(a, st) : flash_launch<64, false>(a, st);
 }

@@ -2,6 +2,7 @@
 #ifndef MLXCEL_BACKEND_CUDA_KERNELS_CUH
 #define MLXCEL_BACKEND_CUDA_KERNELS_CUH
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -76,8 +77,8 @@ __device__ __forceinline__ uint32_t cvt_bf16x2(float lo, float hi) {
 }
 
 __device__ __forceinline__ uint4 f32x8_to_bf16x8(const float f[8]) {
-    return make_uint4(pack_bf16x2(f[0], f[1]), pack_bf16x2(f[2], f[3]),
-                      pack_bf16x2(f[4], f[5]), pack_bf16x2(f[6], f[7]));
+    return make_uint4(cvt_bf16x2(f[0], f[1]), cvt_bf16x2(f[2], f[3]),
+                      cvt_bf16x2(f[4], f[5]), cvt_bf16x2(f[6], f[7]));
 }
 
 /* 8 consecutive elements (16-byte aligned) of an fp32 or bf16 array, as fp32. */
@@ -307,6 +308,34 @@ __device__ __forceinline__ void mma_f16_16816(float d[4], uint32_t a0, uint32_t 
         "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* The attention walks' MMA element type: bf16, or f16 (FH) for f16 KV pools, whose values it
+ * then holds exactly (the queries pre-scaled by a power of two so that f16 cannot overflow). */
+template <bool FH> __device__ __forceinline__ uint32_t attn_pk(float x0, float x1) {
+    if constexpr (FH) {
+        const __half2 v = __floats2half2_rn(x0, x1);
+        return *(const uint32_t *)&v;
+    }
+    return pack_bf16x2(x0, x1);
+}
+/* x - the packed pair's value, element e: what the lo half carries */
+template <bool FH> __device__ __forceinline__ float attn_rest(float x, uint32_t w, int e) {
+    if constexpr (FH) return x - __half2float(__ushort_as_half((unsigned short)(w >> (16 * e))));
+    return x - (e ? bf16_hi(w) : bf16_lo(w));
+}
+/* FH: the exponent ex with mx 2^-ex in [0.5, 1) (0 for 0 or non-finite): a query times 2^-ex
+ * fits f16, its scores times 2^ex after the MMAs (exact scalings). */
+__device__ __forceinline__ int attn_q_exp(float mx) {
+    int ex = 0;
+    if (mx > 0.f && mx < INFINITY) frexpf(mx, &ex);
+    return ex;
+}
+template <bool FH>
+__device__ __forceinline__ void attn_mma(float d[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                         uint32_t a3, uint32_t b0, uint32_t b1) {
+    if constexpr (FH) mma_f16_16816(d, a0, a1, a2, a3, b0, b1);
+    else mma_bf16_16816(d, a0, a1, a2, a3, b0, b1);
 }
 
 /* ldmatrix: four 8 x 8 bf16 matrices from shared memory (lanes 8i..8i+7 give the row
