@@ -467,8 +467,11 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
                         float *__restrict__ part_lse,           /* [B, Hq, S] */
                         int *__restrict__ done,                 /* [B, Hkv] zero counters */
                         int Hkv, int pt_stride, int cpb, int window, int chunk, float qscale,
-                        float cap2, int cluster, int nst, int settled, cuda_kv_fmt kf,
-                        cuda_kv_fmt vf) {
+                        float cap2, int cluster, int nst, int settled,
+                        /* grid constants: the typed walk indexes their code tables at run
+                         * time, which otherwise copies both into each thread's local memory */
+                        const __grid_constant__ cuda_kv_fmt kf,
+                        const __grid_constant__ cuda_kv_fmt vf) {
     constexpr int LPT = D / 8;       /* lanes per token */
     constexpr int TPW = 32 / LPT;    /* tokens per warp load */
     constexpr int J = ATTN_BS / TPW; /* loads per lane per block, for K and for V each */
@@ -485,6 +488,11 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
     extern __shared__ uint4 kv_ring[]; /* the warps' K / V rings (nst stages each) */
 
     AT_TL(0);
+    __shared__ float sm_code[2][TY == 1 && !TC ? 16 : 1]; /* the typed walk's TurboQuant codes */
+    if constexpr (TY == 1 && !TC) {
+        if (threadIdx.x == 0) kv_code_copy(sm_code[0], kf), kv_code_copy(sm_code[1], vf);
+        __syncthreads();
+    }
     const int split = blockIdx.x, S = gridDim.x, h = blockIdx.y, b = blockIdx.z;
     const int Hq = Hkv * G;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -659,8 +667,8 @@ paged_attn_split_kernel(const void *__restrict__ q, int q_f32,   /* [B, Hq, D] *
 #pragma unroll
                         for (int e = 0; e < 8; e++) kd[j][e] = vd[j][e] = 0.f;
                         if (t < len && t >= start) {
-                            kv_dec8(kp8 + head * kbytes, kf, dl * 8, kd[j]);
-                            kv_dec8(vp8 + head * vbytes, vf, dl * 8, vd[j]);
+                            kv_dec8(kp8 + head * kbytes, kf.type, sm_code[0], dl * 8, kd[j]);
+                            kv_dec8(vp8 + head * vbytes, vf.type, sm_code[1], dl * 8, vd[j]);
                         }
                     }
                     tile([&](int j, float f[8]) {

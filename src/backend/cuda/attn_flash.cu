@@ -30,14 +30,14 @@
 /* Values c..c+7 of a head into a tile row: a bf16 pool (an f16 one on the f16 walk, FH) by
  * cp.async (zeros when !live), any other type decoded (kv_codec.cuh) and rounded to bf16. */
 template <int D, bool FH>
-__device__ __forceinline__ void fa_load8(uint16_t *dst, const void *pool, const cuda_kv_fmt &f,
-                                         size_t head, int c, bool live) {
-    if (f.type == (FH ? CUDA_KV_F16 : CUDA_KV_BF16)) {
+__device__ __forceinline__ void fa_load8(uint16_t *dst, const void *pool, int type,
+                                         const float *code, size_t head, int c, bool live) {
+    if (type == (FH ? CUDA_KV_F16 : CUDA_KV_BF16)) {
         cp_async16(dst, (const uint16_t *)pool + head * D + c, live ? 16 : 0);
         return;
     }
     float v[8] = {0.f};
-    if (live) kv_dec8((const uint8_t *)pool + head * kv_fmt_head_bytes(f.type, D), f, c, v);
+    if (live) kv_dec8((const uint8_t *)pool + head * kv_fmt_head_bytes(type, D), type, code, c, v);
     *(uint4 *)dst = f32x8_to_bf16x8(v);
 }
 
@@ -77,6 +77,8 @@ __global__ void __launch_bounds__(FA_WARPS * 32) attn_flash_kernel(cuda_attn_row
     __shared__ int sPos[FA_QV], sStart[FA_QV];
     __shared__ int64_t sPhys[FA_KT];
     __shared__ int sQex[FH ? FA_QV : 1];
+    __shared__ float sCode[2][16]; /* TurboQuant codes (published by the barrier after Q) */
+    if (threadIdx.x == 0) kv_code_copy(sCode[0], a.kf), kv_code_copy(sCode[1], a.vf);
 
     const int G = a.n_heads / a.n_kv_heads, Hq = a.n_heads, Hkv = a.n_kv_heads;
     const int t = blockIdx.x, h = blockIdx.y;
@@ -172,9 +174,9 @@ __global__ void __launch_bounds__(FA_WARPS * 32) attn_flash_kernel(cuda_attn_row
             for (int idx = threadIdx.x; idx < FA_KT * (D / 8); idx += blockDim.x) {
                 const int j = idx / (D / 8), c = (idx - j * (D / 8)) * 8;
                 float v[8];
-                kv_dec8(rawK + j * hbk, a.kf, c, v);
+                kv_dec8(rawK + j * hbk, a.kf.type, sCode[0], c, v);
                 *(uint4 *)&sK[j * LD + c] = f32x8_to_bf16x8(v);
-                kv_dec8(rawV + j * hbv, a.vf, c, v);
+                kv_dec8(rawV + j * hbv, a.vf.type, sCode[1], c, v);
                 *(uint4 *)&sV[j * LD + c] = f32x8_to_bf16x8(v);
             }
             __syncthreads(); /* sK / sV written, the raw buffers free, sPhys of the next tile */
@@ -187,8 +189,8 @@ __global__ void __launch_bounds__(FA_WARPS * 32) attn_flash_kernel(cuda_attn_row
                 const int j = idx / (D / 8), c = (idx - j * (D / 8)) * 8;
                 const int64_t r = sPhys[j];
                 const size_t head = r >= 0 ? (size_t)r * Hkv + h : 0;
-                fa_load8<D, FH>(&sK[j * LD + c], a.k_pool, a.kf, head, c, r >= 0);
-                fa_load8<D, FH>(&sV[j * LD + c], a.v_pool, a.vf, head, c, r >= 0);
+                fa_load8<D, FH>(&sK[j * LD + c], a.k_pool, a.kf.type, sCode[0], head, c, r >= 0);
+                fa_load8<D, FH>(&sV[j * LD + c], a.v_pool, a.vf.type, sCode[1], head, c, r >= 0);
             }
             asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
             __syncthreads();

@@ -40,6 +40,8 @@ __global__ void __launch_bounds__(AR_WARPS * 32) attn_rows_kernel(cuda_attn_rows
     float *sV = sK + AR_KEYS * (D + 1);           /* [AR_KEYS, D] */
     __shared__ int64_t sPhys[AR_KEYS];
     __shared__ int sPos[CUDA_ATTN_ROWS_QV], sStart[CUDA_ATTN_ROWS_QV];
+    __shared__ float sCode[2][16]; /* TurboQuant codes (published by the barrier below) */
+    if (threadIdx.x == 0) kv_code_copy(sCode[0], a.kf), kv_code_copy(sCode[1], a.vf);
 
     const int t = blockIdx.x, h = blockIdx.y, split = blockIdx.z, S = gridDim.z;
     const int row0 = a.tile_row0[t], nr = a.tile_n[t], QV = nr * G;
@@ -99,8 +101,8 @@ __global__ void __launch_bounds__(AR_WARPS * 32) attn_rows_kernel(cuda_attn_rows
                 float kv[8] = {0.f}, vv[8] = {0.f};
                 if (r >= 0) {
                     const size_t head = (size_t)r * Hkv + h;
-                    kv_dec8(kpool + head * kbytes, a.kf, d, kv);
-                    kv_dec8(vpool + head * vbytes, a.vf, d, vv);
+                    kv_dec8(kpool + head * kbytes, a.kf.type, sCode[0], d, kv);
+                    kv_dec8(vpool + head * vbytes, a.vf.type, sCode[1], d, vv);
                 }
 #pragma unroll
                 for (int e = 0; e < 8; e++) {

@@ -62,11 +62,19 @@ __device__ __forceinline__ void kv_ints8(const uint8_t *blk, int type, int e, fl
     }
 }
 
-/* Values e0..e0+7 (e0 a multiple of 8) of the head stored at p. F32 / BF16 / F16 need p + e0
+/* A format's TurboQuant codes into shared memory (by one thread; constant indices: a kernel
+ * parameter's array indexed at run time costs each thread a local copy of the parameter, and
+ * the lanes' different codes would serialise on the constant cache). */
+__device__ __forceinline__ void kv_code_copy(float *dst, const cuda_kv_fmt &f) {
+#pragma unroll
+    for (int j = 0; j < 16; j++) dst[j] = f.code[j];
+}
+
+/* Values e0..e0+7 (e0 a multiple of 8) of the head stored at p, of the type; code: its
+ * TurboQuant codes (kv_code_copy; unused by the other types). F32 / BF16 / F16 need p + e0
  * elements 16-byte aligned (D a multiple of 8, as every caller has). */
-__device__ __forceinline__ void kv_dec8(const uint8_t *p, const cuda_kv_fmt &f, int e0,
+__device__ __forceinline__ void kv_dec8(const uint8_t *p, int type, const float *code, int e0,
                                         float v[8]) {
-    const int type = f.type;
     if (type == CUDA_KV_F32) {
         const float4 a = *(const float4 *)(p + (size_t)e0 * 4), b = *(const float4 *)(p + (size_t)e0 * 4 + 16);
         v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
@@ -101,7 +109,7 @@ __device__ __forceinline__ void kv_dec8(const uint8_t *p, const cuda_kv_fmt &f, 
         if (bits > 3) w |= (uint32_t)c[3] << 24;
         const uint32_t mask = (1u << bits) - 1;
 #pragma unroll
-        for (int i = 0; i < 8; i++) v[i] = d * f.code[(w >> (i * bits)) & mask];
+        for (int i = 0; i < 8; i++) v[i] = d * code[(w >> (i * bits)) & mask];
     }
 }
 

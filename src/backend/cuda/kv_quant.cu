@@ -47,13 +47,14 @@ __device__ __forceinline__ void kv_enc_q4_0(uint8_t *blk, float x, int lane) {
 }
 
 /* TurboQuant: the whole CTA (blockDim.x == D, a power of two), x[t] its value; sm: 3 D
- * words. kv_turbo_encode's steps: |x| in double (in index order), y = R x, each y[t] coded
+ * words; code / bound: the format's tables in shared memory. kv_turbo_encode's steps: |x| in double (in index order), y = R x, each y[t] coded
  * against the N(0, 1) cell bounds after scaling by sqrt(D) / |x|, each block's scale the
  * ratio of its norms (norm correction). */
-__device__ void kv_enc_turbo(uint8_t *dst, const cuda_kv_fmt &f, float x, int D, float *sm) {
+__device__ void kv_enc_turbo(uint8_t *dst, int type, const float *code_v, const float *bound,
+                             float x, int D, float *sm) {
     float *xs = sm, *y = sm + D;
     int *code = (int *)(sm + 2 * D);
-    const int t = threadIdx.x, bits = kv_fmt_tq_bits(f.type), n = 1 << bits;
+    const int t = threadIdx.x, bits = kv_fmt_tq_bits(type), n = 1 << bits;
     xs[t] = x;
     y[t] = __fmul_rn(x, kv_turbo_sign(t));
     kv_fwht_cta(y, D); /* its barriers also publish xs */
@@ -69,12 +70,12 @@ __device__ void kv_enc_turbo(uint8_t *dst, const cuda_kv_fmt &f, float x, int D,
     y[t] = yt;
     const double v = yt * to_unit;
     int k = 0;
-    while (k < n - 1 && v > f.bound[k]) k++;
+    while (k < n - 1 && v > bound[k]) k++;
     code[t] = k;
     __syncthreads();
     if ((t & 31) == 0) { /* lane 0 of warp w: block w, in index order like the CPU */
         const int i0 = t;
-        uint8_t *blk = dst + (size_t)(i0 >> 5) * kv_fmt_block_bytes(f.type);
+        uint8_t *blk = dst + (size_t)(i0 >> 5) * kv_fmt_block_bytes(type);
         double ny = 0.0, nc = 0.0;
         uint8_t packed[16] = {0};
         for (int j = 0; j < 32; j++) {
@@ -84,7 +85,7 @@ __device__ void kv_enc_turbo(uint8_t *dst, const cuda_kv_fmt &f, float x, int D,
             packed[bit >> 3] |= (uint8_t)w;
             if ((bit & 7) + bits > 8) packed[(bit >> 3) + 1] |= (uint8_t)(w >> 8);
             ny += (double)y[i0 + j] * y[i0 + j];
-            nc += (double)f.code[c] * f.code[c];
+            nc += (double)code_v[c] * code_v[c];
         }
         const double s = nc > 0.0 ? sqrt(ny / nc) : 0.0;
         kv_put_half(blk, __double2float_rn(s < 65504.0 ? s : 65504.0));
@@ -92,37 +93,78 @@ __device__ void kv_enc_turbo(uint8_t *dst, const cuda_kv_fmt &f, float x, int D,
     }
 }
 
-/* grid (row, kv head, K | V), blockDim: D rounded up to a warp (<= 1024). */
+/* One head of D values of a type without a code table (f32, bf16, f16, q8_0, q4_0) by one
+ * warp: lanes over the values, q8_0 / q4_0 a block of 32 at a time. */
+__device__ __forceinline__ void kv_write_head_warp(uint8_t *dst, int type, const float *x, int D,
+                                                   int lane) {
+    switch (type) {
+    case CUDA_KV_F32:
+        for (int c = lane; c < D; c += 32) ((float *)dst)[c] = x[c];
+        break;
+    case CUDA_KV_BF16:
+        for (int c = lane; c < D; c += 32) ((uint16_t *)dst)[c] = (uint16_t)f32_to_bf16_bits(x[c]);
+        break;
+    case CUDA_KV_F16:
+        for (int c = lane; c < D; c += 32) ((uint16_t *)dst)[c] = __half_as_ushort(__float2half_rn(x[c]));
+        break;
+    case CUDA_KV_Q8_0:
+        for (int b = 0; b < D / 32; b++) kv_enc_q8_0(dst + (size_t)b * 34, x[b * 32 + lane], lane);
+        break;
+    default: /* CUDA_KV_Q4_0 */
+        for (int b = 0; b < D / 32; b++) kv_enc_q4_0(dst + (size_t)b * 18, x[b * 32 + lane], lane);
+    }
+}
+
+/* Neither type TurboQuant: a warp per (row, kv head, K | V), 8 a CTA. (A CTA per head, as
+ * below, was ~90 us for 512 rows of the 8B's K and V on an H100: most of it the CTAs' own
+ * start-up, not the bytes.) The types travel as ints: selecting one of two cuda_kv_fmt
+ * parameters by reference made every thread copy both into local memory first. */
+#define KW_WARPS 8
+__global__ void __launch_bounds__(KW_WARPS * 32)
+    kv_write_plain_kernel(uint8_t *kp, int kt, uint8_t *vp, int vt, const float *__restrict__ k,
+                          long ks, const float *__restrict__ v, long vs,
+                          const int64_t *__restrict__ rows, int n, int Hkv, int D) {
+    const long w = (long)blockIdx.x * KW_WARPS + (threadIdx.x >> 5);
+    if (w >= (long)n * Hkv * 2) return;
+    const int is_v = (int)(w & 1), h = (int)((w >> 1) % Hkv), i = (int)((w >> 1) / Hkv);
+    const int64_t r = rows[i];
+    if (r < 0) return;
+    const int type = is_v ? vt : kt;
+    const float *x = (is_v ? v + (size_t)i * vs : k + (size_t)i * ks) + (size_t)h * D;
+    uint8_t *dst = (is_v ? vp : kp) + ((size_t)r * Hkv + h) * kv_fmt_head_bytes(type, D);
+    kv_write_head_warp(dst, type, x, D, threadIdx.x & 31);
+}
+
+/* A TurboQuant K or V (the other may be any type): grid (row, kv head, K | V), blockDim D
+ * rounded up to a warp (<= 1024); TurboQuant heads by the whole CTA, the rest by warp 0. The
+ * format's tables are copied into shared memory by constant indices: indexing a parameter's
+ * array at run time made every thread copy the parameters into local memory. */
+__device__ __forceinline__ void kv_write_head_cta(uint8_t *pool, const cuda_kv_fmt &f,
+                                                  const float *x, int64_t r, int h, int Hkv,
+                                                  int D, float *sm) {
+    __shared__ float code_v[16], bound[15];
+    if (threadIdx.x == 0) {
+#pragma unroll
+        for (int j = 0; j < 16; j++) code_v[j] = f.code[j];
+#pragma unroll
+        for (int j = 0; j < 15; j++) bound[j] = f.bound[j];
+    }
+    __syncthreads();
+    uint8_t *dst = pool + ((size_t)r * Hkv + h) * kv_fmt_head_bytes(f.type, D);
+    if (kv_fmt_tq_bits(f.type)) kv_enc_turbo(dst, f.type, code_v, bound, x[threadIdx.x], D, sm);
+    else if (threadIdx.x < 32) kv_write_head_warp(dst, f.type, x, D, threadIdx.x);
+}
 __global__ void kv_write_fmt_kernel(uint8_t *kp, cuda_kv_fmt kf, uint8_t *vp, cuda_kv_fmt vf,
                                     const float *__restrict__ k, long ks,
                                     const float *__restrict__ v, long vs,
                                     const int64_t *__restrict__ rows, int Hkv, int D) {
     extern __shared__ float kw_sm[];
-    const int i = blockIdx.x, h = blockIdx.y, is_v = blockIdx.z, t = threadIdx.x;
+    const int i = blockIdx.x, h = blockIdx.y;
     const int64_t r = rows[i];
     if (r < 0) return; /* the whole CTA */
-    const cuda_kv_fmt &f = is_v ? vf : kf;
-    const float *x = (is_v ? v + (size_t)i * vs : k + (size_t)i * ks) + (size_t)h * D;
-    uint8_t *dst = (is_v ? vp : kp) + ((size_t)r * Hkv + h) * kv_fmt_head_bytes(f.type, D);
-    switch (f.type) {
-    case CUDA_KV_F32:
-        for (int c = t; c < D; c += blockDim.x) ((float *)dst)[c] = x[c];
-        break;
-    case CUDA_KV_BF16:
-        for (int c = t; c < D; c += blockDim.x) ((uint16_t *)dst)[c] = (uint16_t)f32_to_bf16_bits(x[c]);
-        break;
-    case CUDA_KV_F16:
-        for (int c = t; c < D; c += blockDim.x) ((uint16_t *)dst)[c] = __half_as_ushort(__float2half_rn(x[c]));
-        break;
-    case CUDA_KV_Q8_0:
-        kv_enc_q8_0(dst + (size_t)(t >> 5) * 34, x[t], t & 31);
-        break;
-    case CUDA_KV_Q4_0:
-        kv_enc_q4_0(dst + (size_t)(t >> 5) * 18, x[t], t & 31);
-        break;
-    default:
-        kv_enc_turbo(dst, f, x[t], D, kw_sm);
-    }
+    /* each parameter used directly (a reference picking one copied both to local memory) */
+    if (blockIdx.z) kv_write_head_cta(vp, vf, v + (size_t)i * vs + (size_t)h * D, r, h, Hkv, D, kw_sm);
+    else kv_write_head_cta(kp, kf, k + (size_t)i * ks + (size_t)h * D, r, h, Hkv, D, kw_sm);
 }
 
 static bool fmt_ok(const cuda_kv_fmt *f, int D) {
@@ -139,10 +181,15 @@ extern "C" int cuda_kv_write_fmt(void *k_pool, const cuda_kv_fmt *kf, void *v_po
     if (n < 1 || Hkv < 1 || D < 1 || !k_pool || !v_pool || !k || !v || !rows || !fmt_ok(kf, D) ||
         !fmt_ok(vf, D))
         return (int)cudaErrorInvalidValue;
+    if (!kv_fmt_tq_bits(kf->type) && !kv_fmt_tq_bits(vf->type)) {
+        const long warps = (long)n * Hkv * 2;
+        kv_write_plain_kernel<<<(unsigned)((warps + KW_WARPS - 1) / KW_WARPS), KW_WARPS * 32, 0,
+                                st>>>((uint8_t *)k_pool, kf->type, (uint8_t *)v_pool, vf->type, k,
+                                      k_stride, v, v_stride, rows, n, Hkv, D);
+        return (int)cudaGetLastError();
+    }
     const int threads = D >= 1024 ? 1024 : (D + 31) / 32 * 32;
-    const bool turbo = kv_fmt_tq_bits(kf->type) || kv_fmt_tq_bits(vf->type);
-    const size_t smem = turbo ? (size_t)3 * D * sizeof(float) : 0;
-    kv_write_fmt_kernel<<<dim3(n, Hkv, 2), threads, smem, st>>>(
+    kv_write_fmt_kernel<<<dim3(n, Hkv, 2), threads, (size_t)3 * D * sizeof(float), st>>>(
         (uint8_t *)k_pool, *kf, (uint8_t *)v_pool, *vf, k, k_stride, v, v_stride, rows, Hkv, D);
     return (int)cudaGetLastError();
 }
