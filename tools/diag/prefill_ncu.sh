@@ -15,17 +15,15 @@ for t in ${TYPES:-bf16 q8_0}; do
     --prompt-ids "$(seq -s, 1 "${PROMPT:-2048}")" > "$D/prefill_$t.csv" 2> "$D/prefill_$t.err"
   echo "== $t"
   python3 - "$D/prefill_$t.csv" <<'PY'
-import csv, sys, re, collections
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 5]
-rows = rows[next((i for i, r in enumerate(rows) if "Kernel Name" in r), len(rows)):]
-if len(rows) < 3:
+import sys, collections
+sys.path.insert(0, "tools/diag")
+from ncu_csv import kernels
+ks = kernels(sys.argv[1])
+if not ks:
     print("no ncu rows"); raise SystemExit
-h = rows[0]; ki = h.index("Kernel Name"); vi = h.index("gpu__time_duration.sum")
-sc = 1e-3 if rows[1][vi].startswith("n") else 1.0
 t = collections.defaultdict(float); n = collections.Counter()
-for r in rows[2:]:
-    k = re.sub(r"[(<].*", "", r[ki]).replace("void ", "").strip()
-    t[k] += float(r[vi].replace(",", "")) * sc; n[k] += 1
+for k, _, us in ks:
+    t[k] += us; n[k] += 1
 for k, v in sorted(t.items(), key=lambda kv: -kv[1])[:14]:
     print(f"{k[:44]:44s} {n[k]:6d} {v:10.1f} us")
 print(f"{'sum':44s} {sum(n.values()):6d} {sum(t.values()):10.1f} us")

@@ -27,19 +27,12 @@ one() { # shape, config dir, environment, A/B entry
   us=$(python3 -c "print('%.1f' % (1e6 / $wall))")
   echo "== $s $ab: generate decode ${wall} tok/s = $us us/step"
   python3 - "$D/step_$tag.csv" <<'PY'
-import csv, sys, re, collections
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 5]
-rows = rows[next((i for i, r in enumerate(rows) if "Kernel Name" in r), len(rows)):]
-if len(rows) < 3:
+import sys, collections
+sys.path.insert(0, "tools/diag")
+from ncu_csv import kernels
+ks = [(name + " " + grid, us) for name, grid, us in kernels(sys.argv[1], True)]
+if not ks:
     print("no ncu rows"); raise SystemExit
-h = rows[0]; ki = h.index("Kernel Name"); vi = h.index("gpu__time_duration.sum")
-gi = h.index("Grid Size"); unit = rows[1][vi]
-sc = 1e-3 if unit.startswith("n") else 1.0  # ns -> us
-ks = []
-for r in rows[2:]:
-    name = re.sub(r"\(.*", "", r[ki]).replace("void ", "").strip()
-    ks.append((name + " " + r[gi].replace(", 1, 1)", ")").replace(" ", ""),
-               float(r[vi].replace(",", "")) * sc))
 # whole steps only: from after the first sampling kernel to the last one
 ends = [i for i, (k, _) in enumerate(ks) if "greedy" in k or "argmax" in k]
 if len(ends) < 2:

@@ -292,23 +292,19 @@ __device__ __forceinline__ uint32_t bf16x2_pack(float lo, float hi) {
 
 /* ==== Tensor cores ==== */
 
-/* d += a (16 x 16, row) * b (16 x 8, col), bf16 in, fp32 accumulate (fragments per PTX). */
-__device__ __forceinline__ void mma_bf16_16816(float d[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                               uint32_t a3, uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ void mma_f16_16816(float d[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                               uint32_t a3, uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
-        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
+/* d += a (16 x 16, row) * b (16 x 8, col), bf16 (or f16) in, fp32 accumulate (fragments per
+ * PTX). */
+#define MMA_16816(NAME, T)                                                                     \
+    __device__ __forceinline__ void NAME(float d[4], uint32_t a0, uint32_t a1, uint32_t a2,    \
+                                         uint32_t a3, uint32_t b0, uint32_t b1) {              \
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." T "." T ".f32 {%0, %1, %2, %3}, " \
+                     "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"                           \
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                          \
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));                  \
+    }
+MMA_16816(mma_bf16_16816, "bf16")
+MMA_16816(mma_f16_16816, "f16")
+#undef MMA_16816
 
 /* The attention walks' MMA element type: bf16, or f16 (FH) for f16 KV pools, whose values it
  * then holds exactly (the queries pre-scaled by a power of two so that f16 cannot overflow). */
