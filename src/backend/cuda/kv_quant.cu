@@ -47,9 +47,9 @@ __device__ __forceinline__ void kv_enc_q4_0(uint8_t *blk, float x, int lane) {
 }
 
 /* TurboQuant: the whole CTA (blockDim.x == D, a power of two), x[t] its value; sm: 3 D
- * words; code / bound: the format's tables in shared memory. kv_turbo_encode's steps: |x| in double (in index order), y = R x, each y[t] coded
- * against the N(0, 1) cell bounds after scaling by sqrt(D) / |x|, each block's scale the
- * ratio of its norms (norm correction). */
+ * words; code_v / bound: the format's tables in shared memory. kv_turbo_encode's steps: |x|
+ * in double (in index order), y = R x, each y[t] coded against the N(0, 1) cell bounds after
+ * scaling by sqrt(D) / |x|, each block's scale the ratio of its norms (norm correction). */
 __device__ void kv_enc_turbo(uint8_t *dst, int type, const float *code_v, const float *bound,
                              float x, int D, float *sm) {
     float *xs = sm, *y = sm + D;
@@ -115,10 +115,10 @@ __device__ __forceinline__ void kv_write_head_warp(uint8_t *dst, int type, const
     }
 }
 
-/* Neither type TurboQuant: a warp per (row, kv head, K | V), 8 a CTA. (A CTA per head, as
- * below, was ~90 us for 512 rows of the 8B's K and V on an H100: most of it the CTAs' own
- * start-up, not the bytes.) The types travel as ints: selecting one of two cuda_kv_fmt
- * parameters by reference made every thread copy both into local memory first. */
+/* Neither type TurboQuant: a warp per (row, kv head, K | V), 8 a CTA: 7.5 us for 512 rows of
+ * the 8B's K and V on an H100, where a CTA per head (as below) took 90 us
+ * (tools/diag/prefill_ncu.sh). The types travel as ints: selecting one of two cuda_kv_fmt
+ * parameters by reference had every thread copy both into local memory first. */
 #define KW_WARPS 8
 __global__ void __launch_bounds__(KW_WARPS * 32)
     kv_write_plain_kernel(uint8_t *kp, int kt, uint8_t *vp, int vt, const float *__restrict__ k,
@@ -144,8 +144,7 @@ __device__ __forceinline__ void kv_write_head_cta(uint8_t *pool, const cuda_kv_f
                                                   int D, float *sm) {
     __shared__ float code_v[16], bound[15];
     if (threadIdx.x == 0) {
-#pragma unroll
-        for (int j = 0; j < 16; j++) code_v[j] = f.code[j];
+        kv_code_copy(code_v, f);
 #pragma unroll
         for (int j = 0; j < 15; j++) bound[j] = f.bound[j];
     }
