@@ -49,7 +49,7 @@ static int cm_open(cmp_model *c, const char *dir, const backend_ops *be, int ctx
     kv_cache_params kp = {.storage = KV_STORAGE_DENSE, .n_layers = s->n_layers,
                           .n_kv_heads = s->n_kv_heads, .head_dim = s->head_dim,
                           .ctx_size = ctx, .n_seqs = 1, .tp_size = model_tp_size(c->m),
-                          .type_k = ctk, .type_v = ctv};
+                          .type_k = ctk, .type_v = ctv, .v_is_k = s->kv_lora_rank > 0};
     if (kv_cache_new(&c->kv, &kp, be, err)) return -1;
     c->V = s->vocab_size;
     return 0;

@@ -122,7 +122,7 @@ int engine_new(engine **out, model *m, const engine_params *p, mx_error *err) {
                           .ctx_size = p->ctx_size, .n_seqs = p->n_parallel,
                           .block_size = p->block_size, .prefix_cache = p->prefix_cache,
                           .tp_size = model_tp_size(m), .type_k = p->cache_type_k,
-                          .type_v = p->cache_type_v};
+                          .type_v = p->cache_type_v, .v_is_k = e->spec->kv_lora_rank > 0};
     kp.n_blocks = p->n_kv_blocks > 0
                       ? p->n_kv_blocks
                       : p->n_parallel * ((p->ctx_size + p->block_size - 1) / p->block_size);

@@ -219,9 +219,11 @@ int kv_cache_new(kv_cache **out, const kv_cache_params *p, const backend_ops *be
             return -1;
         }
     }
-    const size_t kb = pool_bytes(kv, kv->kt), vb = pool_bytes(kv, kv->vt);
+    /* V = K (MLA): the K pool is the V pool too */
+    kv->p.v_is_k = p->v_is_k && kv->kt == kv->vt && kv_tp(kv) == 1;
+    const size_t kb = pool_bytes(kv, kv->kt), vb = kv->p.v_is_k ? 0 : pool_bytes(kv, kv->vt);
     for (int l = 0; l < p->n_layers && !kv->kr; l++) {
-        void *kd = be->alloc(kb), *vd = be->alloc(vb);
+        void *kd = be->alloc(kb), *vd = kv->p.v_is_k ? kd : be->alloc(vb);
         kv->k[l] = mx_tensor_3d(kd, kv->kt, kv->n_rows, p->n_kv_heads, head_elems(kv, kv->kt), be->device);
         kv->v[l] = mx_tensor_3d(vd, kv->vt, kv->n_rows, p->n_kv_heads, head_elems(kv, kv->vt), be->device);
         if (!kd || !vd) {
@@ -279,7 +281,7 @@ void kv_cache_free(kv_cache *kv) {
     }
     for (int l = 0; kv->k && l < kv->p.n_layers; l++) {
         if (kv->k[l].data) kv->be->free(kv->k[l].data);
-        if (kv->v[l].data) kv->be->free(kv->v[l].data);
+        if (kv->v[l].data && !kv->p.v_is_k) kv->be->free(kv->v[l].data);
     }
     free(kv->k); free(kv->v); free(kv->refcount); free(kv->free_stack);
     free(kv->indexed); free(kv->hash); free(kv->parent); free(kv->tokens);
@@ -317,7 +319,7 @@ int kv_cache_table_block(const kv_cache *kv) { return paged(kv) ? kv->p.block_si
 
 size_t kv_cache_bytes_per_token(const kv_cache *kv) {
     const size_t head = (size_t)head_elems(kv, kv->kt) * mx_dtype_size(kv->kt) +
-                        (size_t)head_elems(kv, kv->vt) * mx_dtype_size(kv->vt);
+                        (kv->p.v_is_k ? 0 : (size_t)head_elems(kv, kv->vt) * mx_dtype_size(kv->vt));
     return (size_t)kv->p.n_layers * (size_t)kv->p.n_kv_heads * head;
 }
 

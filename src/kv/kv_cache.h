@@ -71,6 +71,10 @@ typedef struct kv_cache_params {
                             kv_cache_k_rank */
     kv_type type_k, type_v; /* cache types (0: the backend's); kv_cache_params_of gives them
                                resolved */
+    bool v_is_k;         /* every V row is written equal to its K row (DeepSeek's MLA latent,
+                            model_mla.c): with one type for both and no tensor parallelism one
+                            pool serves as both, half the memory; kv_cache_params_of says
+                            whether it does */
 } kv_cache_params;
 
 typedef struct kv_cache kv_cache;

@@ -68,7 +68,9 @@ void estimate_memory_kv(const model_spec *s, uint64_t params, uint64_t weights_b
     /* Per layer and token: K and V, n_kv_heads rows of head_dim values each, in their types
      * (kv_dtype_head_bytes: int8 adds one f32 scale per head, q8_0 / q4_0 one fp16 per block). */
     uint64_t sk, sv;
-    const uint64_t hk = kv_dtype_head_bytes(kv_k, s->head_dim, &sk), hv = kv_dtype_head_bytes(kv_v, s->head_dim, &sv);
+    const uint64_t hk = kv_dtype_head_bytes(kv_k, s->head_dim, &sk);
+    uint64_t hv = kv_dtype_head_bytes(kv_v, s->head_dim, &sv);
+    if (s->kv_lora_rank > 0 && kv_k == kv_v) hv = sv = 0; /* MLA, one type: one pool is both */
     uint64_t scale_bytes = (uint64_t)s->n_kv_heads * (sk + sv);
     uint64_t layer_tok = (uint64_t)s->n_kv_heads * (hk + hv);
     uint64_t total = 0;

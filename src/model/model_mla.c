@@ -16,8 +16,8 @@
  *
  * The value row is the key row itself (V = K): the attention output's first R values per head
  * are then a weighted sum of k_pe that the W_UV step skips; only its last Lkv values (the
- * weighted latent) are used. The V pool duplicates the K pool this way; one pool could serve
- * both (a later saving of half the cache).
+ * weighted latent) are used. The engine's cache keeps one pool for both when K and V have
+ * one cache type (kv_cache_params.v_is_k: half the memory); with two types V is a copy.
  *
  * Absorption is applied per head each step as small matmuls rather than folded into q_b_proj /
  * o_proj at load: folding W_UK into q_b_proj would make a [Hq * Lkv, Lq] matrix (DeepSeek V3:

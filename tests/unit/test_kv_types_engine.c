@@ -162,6 +162,29 @@ static void test_golden_types(void **st) {
         }
         ec_free(&c0);
         ec_free(&c1);
+        if (s->kv_lora_rank > 0) { /* MLA: one pool is K and V when they share a type */
+            static const struct { kv_type k, v; mx_kv_dtype ek, ev; int one, bytes; } al[3] = {
+                {KV_TYPE_DEFAULT, KV_TYPE_DEFAULT, MX_KV_F32, MX_KV_F32, 1, 4},
+                {KV_TYPE_BF16, KV_TYPE_BF16, MX_KV_BF16, MX_KV_BF16, 1, 2},
+                {KV_TYPE_F16, KV_TYPE_BF16, MX_KV_F16, MX_KV_BF16, 0, 4}};
+            for (int a = 0; a < 3; a++) {
+                engine_params ep;
+                engine_params_default(&ep, s);
+                ep.ctx_size = 32;
+                ep.cache_type_k = al[a].k, ep.cache_type_v = al[a].v;
+                engine *e = NULL;
+                assert_int_equal(engine_new(&e, m, &ep, &err), 0);
+                assert_int_equal(kv_cache_params_of(engine_kv(e))->v_is_k, al[a].one);
+                assert_ptr_equal(kv_cache_k(engine_kv(e), 0)->data == kv_cache_v(engine_kv(e), 0)->data,
+                                 al[a].one);
+                const size_t tok = (size_t)s->n_layers * s->n_kv_heads * s->head_dim * al[a].bytes;
+                assert_int_equal(kv_cache_bytes_per_token(engine_kv(e)), tok);
+                mx_mem_estimate est;
+                estimate_memory_kv(s, 0, 0, 32, 1, al[a].ek, al[a].ev, &est);
+                assert_int_equal(est.kv_bytes_per_token, tok);
+                engine_free(e);
+            }
+        }
         const kv_type ts[3] = {KV_TYPE_F32, KV_TYPE_F16, KV_TYPE_BF16};
         for (int t = 0; t < 3; t++) {
             tstat r;

@@ -44,14 +44,16 @@
 
 /* ==== KV write ==== */
 /* Pool rows store the cache type's dtype (f32, f16, bf16, q8_0, q4_0: kv/kv_quant.h); a row's
- * stored bits depend on its own values only. */
+ * stored bits depend on its own values only. One pool as both K and V (kv_cache_params.v_is_k:
+ * v equals k) is written once. */
 void cpu_kv_write(mx_tensor *k_pool, mx_tensor *v_pool, const mx_tensor *k, const mx_tensor *v,
                   const mx_attn_batch *b) {
     /* pools: [n_phys_rows, n_kv_heads, head_dim / block]; k, v: [n, n_kv_heads, head_dim] f32 */
     const int H = (int)k->shape[1], D = (int)k->shape[2];
     for (int i = 0; i < b->n_rows; i++) {
         kvq_from_f32_heads(cpu_row_ptr(k_pool, b->write_rows[i]), k_pool->dtype, cpu_row_ptr(k, i), H, D);
-        kvq_from_f32_heads(cpu_row_ptr(v_pool, b->write_rows[i]), v_pool->dtype, cpu_row_ptr(v, i), H, D);
+        if (v_pool->data != k_pool->data)
+            kvq_from_f32_heads(cpu_row_ptr(v_pool, b->write_rows[i]), v_pool->dtype, cpu_row_ptr(v, i), H, D);
     }
 }
 
