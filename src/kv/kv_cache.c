@@ -472,7 +472,7 @@ int kv_seq_prepare_write(kv_cache *kv, kv_seq *s, int from, int to) {
                 kv_bind(kv, r); /* rank pools on their own devices: copy there */
                 mx_tensor kr = kv_cache_k_rank(kv, l, r), vr = kv_cache_v_rank(kv, l, r);
                 kv->be->kv_copy_rows(&kr, dst, src, bs);
-                kv->be->kv_copy_rows(&vr, dst, src, bs);
+                if (!kv->p.v_is_k) kv->be->kv_copy_rows(&vr, dst, src, bs); /* else done */
             }
             kv_bind(kv, 0);
         }
