@@ -143,8 +143,9 @@ typedef struct cuda_attn_rows_args {
 int cuda_attn_rows(const cuda_attn_rows_args *a, cudaStream_t st);
 size_t cuda_attn_rows_ws_bytes(int n_tiles, int n_kv_heads, int head_dim, int splits, int ws_qv);
 /* Same contract on tensor cores (attn_flash.cu): head_dim 64 or 128, up to CUDA_ATTN_FLASH_QV
- * query vectors per tile (tile_n * G), 16-byte aligned pools, no splits. Pools other than
- * bf16 are dequantized into the bf16 tiles the MMAs read (values rounded to bf16). */
+ * query vectors per tile (tile_n * G), 16-byte aligned pools, no splits. f16 pools (K and V)
+ * run on f16 MMAs with their values exact; other pools are dequantized into the bf16 tiles
+ * the MMAs read (values rounded to bf16). */
 #define CUDA_ATTN_FLASH_QV 64
 int cuda_attn_flash(const cuda_attn_rows_args *a, cudaStream_t st);
 

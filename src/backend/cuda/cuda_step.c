@@ -25,12 +25,12 @@
  * KV cache types: the fast paths (GEMV / qmv epilogues writing rotated k and v, the split-K
  * decode kernel) take bf16 pools (the default; f32 too for the writes). Pools of the other
  * types (f16, q8_0, q4_0, TurboQuant) are written by cuda_kv_write_fmt with the CPU's bits
- * and decoded on load by the readers: prefill on tensor cores (values rounded to bf16 in the
- * tile, as a bf16 cache holds them), decode rows by the split-K kernel's CUDA-core walk in
- * fp32 (or, for shapes it does not take, the tiled kernel with the keys split over the GPU:
- * cuda_attn_rows splits). TurboQuant keys are read in
- * their rotated space, so the query is rotated first; TurboQuant values give a rotated
- * output, rotated back after. */
+ * and decoded on load by the readers: prefill on tensor cores (f16 on f16 MMAs, exact; the
+ * others rounded to bf16 in the tile, as a bf16 cache holds them), decode rows by the split-K
+ * kernel (q8_0 / q4_0 / f16 on its tensor-core walk, the rest on its CUDA-core walk in fp32;
+ * attn_decode.cu), or, for shapes it does not take, the tiled kernel with the keys split over
+ * the GPU (cuda_attn_rows splits). TurboQuant keys are read in their rotated space, so the
+ * query is rotated first; TurboQuant values give a rotated output, rotated back after. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
