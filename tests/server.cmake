@@ -32,3 +32,9 @@ set_tests_properties(server_tp_e2e PROPERTIES TIMEOUT 180)
 add_test(NAME server_cascade_e2e COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/server/cascade_e2e.sh
          $<TARGET_FILE:mlxcel>)
 set_tests_properties(server_cascade_e2e PROPERTIES TIMEOUT 300)
+# The built-in chat page (webui/): curl checks of GET / and its headers, then Debian's chromium
+# driven by puppeteer-core (tests/server/webui/, its own package-lock.json) against the demo
+# model behind --api-key and the echoing fake backend: streaming, stop, reload, HTML in a reply.
+add_test(NAME server_webui_e2e COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/server/webui_e2e.sh
+         $<TARGET_FILE:mlxcel> $<TARGET_FILE:mlxcel-fake-server>)
+set_tests_properties(server_webui_e2e PROPERTIES TIMEOUT 300)
