@@ -271,8 +271,15 @@ function renderConversation() {
     }
     box.appendChild(art);
   }
+  showSpeed();
   renderSidebar();
   scrollToBottom();
+}
+
+// tok/s of the conversation's last finished reply, in the top bar
+function showSpeed() {
+  const last = [...state.current.messages].reverse().find((m) => m.role === 'assistant' && m.stats && m.stats.tps);
+  $('speed').textContent = last ? `${last.stats.tps} tok/s` : '';
 }
 
 // one render per animation frame, however many chunks arrived in it
@@ -313,7 +320,6 @@ async function send(text) {
   try {
     const st = await withKey(() => streamReply(body, msg, ctrl.signal, () => { renderLiveSoon(); persistSoon(); }));
     msg.stats = replyStats(st);
-    if (msg.stats.tps) $('speed').textContent = `${msg.stats.tps} tok/s`;
   } catch (e) {
     msg.error = e.name === 'AbortError' ? '' : e.message;
     if (e.name === 'AbortError') msg.stats = { tokens: 0, tps: 0, finish: 'stopped' };
@@ -324,6 +330,7 @@ async function send(text) {
   setBusy(false);
   persist();
   if (live.el && live.el.isConnected) updateAssistant(live.el, msg, false);
+  if (state.current === conv) showSpeed();
   if (!state.info) loadInfo();
 }
 

@@ -70,7 +70,8 @@ function startsBlock(lines, i) {
 function parseList(lines, i) {
   const first = lines[i].match(LIST_RE);
   const ordered = /\d/.test(first[2]);
-  const block = { t: ordered ? 'ol' : 'ul', start: ordered ? parseInt(first[2], 10) : 1, items: [] };
+  // loose (blank lines between or inside items): items hold paragraphs; tight: bare text
+  const block = { t: ordered ? 'ol' : 'ul', start: ordered ? parseInt(first[2], 10) : 1, items: [], loose: false };
   while (i < lines.length) {
     const m = lines[i].match(LIST_RE);
     if (!m || /\d/.test(m[2]) !== ordered) break;
@@ -85,6 +86,7 @@ function parseList(lines, i) {
         while (j < lines.length && isBlank(lines[j])) j++;
         if (j < lines.length && indentOf(lines[j]) >= indent) {
           for (; i < j; i++) item.push('');
+          block.loose = true;
           continue;
         }
         break;
@@ -100,6 +102,7 @@ function parseList(lines, i) {
       while (j < lines.length && isBlank(lines[j])) j++;
       const n = j < lines.length ? lines[j].match(LIST_RE) : null;
       if (!n || /\d/.test(n[2]) !== ordered) return { block, next: i };
+      block.loose = true;
       i = j;
     }
   }
@@ -335,7 +338,7 @@ function blockNodes(doc, blocks, parent, tight) {
       if (b.t === 'ol' && b.start !== 1) el.start = b.start;
       for (const item of b.items) {
         const li = doc.createElement('li');
-        blockNodes(doc, item, li, item.length === 1 && item[0].t === 'p');
+        blockNodes(doc, item, li, !b.loose);
         el.appendChild(li);
       }
       break;

@@ -11,15 +11,14 @@ export async function* sseEvents(body) {
   let data = [];
   let done = false;
   try {
-    for (;;) {
+    while (!done) {
       const r = await reader.read();
-      if ((done = r.done)) break;
-      const value = r.value;
-      buf += value;
+      done = r.done;
+      if (!done) buf += r.value;
       for (;;) {
         const m = /\r\n|\r|\n/.exec(buf);
-        // a lone CR at the end may be half of a CRLF: wait for the next read
-        if (!m || (m[0] === '\r' && m.index === buf.length - 1)) break;
+        // a lone CR at the end may be half of a CRLF: wait for the next read (if any)
+        if (!m || (m[0] === '\r' && m.index === buf.length - 1 && !done)) break;
         const line = buf.slice(0, m.index);
         buf = buf.slice(m.index + m[0].length);
         if (line === '') {

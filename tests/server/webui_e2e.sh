@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The built-in chat page (webui/, GET /): HTTP checks with curl, then a real browser (Debian's
+# The built-in chat page (webui/, GET /): HTTP checks with curl, the page's DOM-free modules
+# under node (webui/units.mjs), then a real browser (Debian's
 # chromium, driven by puppeteer-core from npm: tests/server/webui/webui_e2e.mjs) against
 #   - `mlxcel serve` with the demo model (models/wordnet-chat-16m) behind --api-key, and
 #   - mlxcel-fake-server --fake-echo (replies repeat the user's message: HTML, <think>, a long
@@ -99,6 +100,9 @@ get "http://127.0.0.1:$PORT/"
 start offkey "$FAKE" --no-webui --api-key "$KEY"
 get "http://127.0.0.1:$PORT/"
 [ "$CODE" = 401 ] && ok || bad "--no-webui --api-key: GET / $CODE (no public page, so the key is needed)"
+
+# ==== The page's DOM-free parts (markdown tree, SSE reader, request body) under node ====
+node "$HERE/webui/units.mjs" && ok || bad "units.mjs"
 
 # ==== The browser ====
 SHOT_ARGS=()

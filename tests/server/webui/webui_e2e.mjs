@@ -137,16 +137,13 @@ async function realModel() {
     'settings saved');
 
   // A reply streamed token by token: several growing texts, ending in the server's own answer.
-  // The demo model writes its ~25 tokens in a few ms each on a quiet machine, faster than the
-  // page paints (once a frame); a 4 kB/s link (Chrome's throttling, ~20 of the server's
-  // 200-byte chunks a second) spreads them over frames so the test can see each state.
-  const q = 'What does "ocean" mean?';
+  // This question gets the demo model's longer answers (104 tokens, greedy): at a few ms a
+  // token on a quiet machine that is still several of the page's frames (it paints once a frame).
+  const q = 'What are the kinds of "tree"?';
   await recordStates(page);
-  await page.emulateNetworkConditions({ download: 4000, upload: 100000, latency: 0 });
   await page.type('#input', q);
   await page.keyboard.press('Enter');
   await waitReply(page, 0);
-  await page.emulateNetworkConditions(null);
   const reply = norm(await text(page, `${lastAssistant} .body`));
   const seen = await states(page);
   const ref = await (await fetch(REAL + '/v1/chat/completions', {
@@ -198,7 +195,7 @@ async function realModel() {
 // The pictures in docs/: a second conversation, then the page at desktop and phone width.
 async function screenshots(page) {
   await page.click('#new-chat');
-  for (const q of ['What is a synonym of "big"?', 'What does "ocean" mean?']) {
+  for (const q of ['What does "ocean" mean?', 'What part of speech is "quickly"?']) {
     const n = await nArticles(page);
     await send(page, q);
     await waitReply(page, n);
@@ -269,6 +266,40 @@ async function fakeEcho() {
   }));
   check(!t.hidden && !t.open && t.reasoning === 'The user wants the number.' && t.body === 'The answer is 42.',
     'thinking folded in <details>: ' + JSON.stringify(t));
+
+  // reasoning_content, as llama-server sends for thinking models (this server never does: the
+  // one reply below is canned by the browser's request interception, answered instead of the
+  // server), and llama-server's `timings`, which the page prefers for tok/s
+  const canned = [
+    { choices: [{ index: 0, delta: { role: 'assistant', content: '' } }] },
+    { choices: [{ index: 0, delta: { reasoning_content: 'Weighing ' } }] },
+    { choices: [{ index: 0, delta: { reasoning_content: 'the <b>options</b>.' } }] },
+    { choices: [{ index: 0, delta: { content: 'Pick **B**.' } }] },
+    { choices: [{ index: 0, delta: {}, finish_reason: 'stop' }], timings: { predicted_per_second: 123.4 } },
+    { choices: [], usage: { prompt_tokens: 5, completion_tokens: 4, total_tokens: 9 } },
+  ].map((o) => `data: ${JSON.stringify(o)}\n\n`).join('') + 'data: [DONE]\n\n';
+  await page.setRequestInterception(true);
+  const onRequest = (req) => {
+    if (req.method() === 'POST' && req.url().endsWith('/v1/chat/completions'))
+      req.respond({ status: 200, contentType: 'text/event-stream', body: canned });
+    else req.continue();
+  };
+  page.on('request', onRequest);
+  n = await nArticles(page);
+  await send(page, 'Which option?');
+  await waitReply(page, n);
+  page.off('request', onRequest);
+  await page.setRequestInterception(false);
+  const rc = await page.$eval(lastAssistant, (a) => ({
+    open: a.querySelector('details.reasoning').open,
+    reasoning: a.querySelector('details.reasoning .md').textContent,
+    b: a.querySelectorAll('details.reasoning b').length,
+    body: a.querySelector('.body').textContent,
+    meta: a.querySelector('.meta').textContent,
+  }));
+  check(!rc.open && rc.reasoning === 'Weighing the <b>options</b>.' && rc.b === 0 && rc.body === 'Pick B.',
+    'reasoning_content folded in <details>, as text: ' + JSON.stringify(rc));
+  check(rc.meta === '4 tokens · 123.4 tok/s', 'usage tokens and the server\'s timings shown: ' + rc.meta);
 
   // stop: the fetch is aborted, the server cancels the request and generates no more
   const m0 = await metrics(FAKE);
