@@ -228,6 +228,9 @@ function metaText(s) {
   if (!s) return '';
   const parts = [`${s.tokens} token${s.tokens === 1 ? '' : 's'}`];
   if (s.tps) parts.push(`${s.tps} tok/s`);
+  // how full the context is after this reply: the next turn must fit in what is left
+  if (s.prompt !== null && s.prompt !== undefined && state.info && state.info.n_ctx)
+    parts.push(`${s.prompt + s.tokens}/${state.info.n_ctx} context`);
   if (s.finish === 'stopped') parts.push('stopped');
   else if (s.finish === 'length') parts.push('cut at max tokens');
   return parts.join(' · ');
@@ -392,8 +395,11 @@ function init() {
     autoGrow();
     send(text);
   };
+  // Enter sends, Shift+Enter breaks the line; on a touch screen (no Shift) Enter breaks the line
+  // and the Send button sends
+  const touch = matchMedia('(pointer: coarse)').matches;
   $('input').onkeydown = (ev) => {
-    if (ev.key === 'Enter' && !ev.shiftKey && !ev.isComposing) {
+    if (ev.key === 'Enter' && !ev.shiftKey && !ev.isComposing && !touch) {
       ev.preventDefault();
       $('composer').requestSubmit();
     }

@@ -157,9 +157,10 @@ async function realModel() {
   console.log(`real model: ${seen.length} distinct texts of the reply seen while it streamed`);
   check(seen.every((s, i) => i === 0 || norm(s).startsWith(norm(seen[i - 1]))), 'each text extends the one before');
   const meta = await text(page, `${lastAssistant} .meta`);
-  const m = meta.match(/^(\d+) tokens · ([\d.]+) tok\/s$/);
-  check(m && Number(m[1]) === ref.usage.completion_tokens && Number(m[2]) > 0,
-    `tokens and tok/s of the reply (${meta}; usage says ${ref.usage.completion_tokens})`);
+  const m = meta.match(/^(\d+) tokens · ([\d.]+) tok\/s · (\d+)\/512 context$/);
+  check(m && Number(m[1]) === ref.usage.completion_tokens && Number(m[2]) > 0 &&
+    Number(m[3]) === ref.usage.total_tokens, `tokens, tok/s and context of the reply (${meta}; usage says ` +
+    `${ref.usage.completion_tokens} of ${ref.usage.total_tokens})`);
   check(/^[\d.]+ tok\/s$/.test(await text(page, '#speed')), 'tok/s of the last reply in the top bar');
 
   // the key is asked again when a chat request gets 401 (key forgotten in the settings)
@@ -299,7 +300,7 @@ async function fakeEcho() {
   }));
   check(!rc.open && rc.reasoning === 'Weighing the <b>options</b>.' && rc.b === 0 && rc.body === 'Pick B.',
     'reasoning_content folded in <details>, as text: ' + JSON.stringify(rc));
-  check(rc.meta === '4 tokens · 123.4 tok/s', 'usage tokens and the server\'s timings shown: ' + rc.meta);
+  check(rc.meta === '4 tokens · 123.4 tok/s · 9/8192 context', 'usage tokens and the server\'s timings shown: ' + rc.meta);
 
   // stop: the fetch is aborted, the server cancels the request and generates no more
   const m0 = await metrics(FAKE);
