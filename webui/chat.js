@@ -132,17 +132,19 @@ export function splitThink(content) {
 
 // ==== One reply ====
 // The messages sent for a conversation: the system prompt, then every turn with its visible
-// answer (reasoning is not sent back, as OpenAI and llama-server's page do). Failed replies
-// with no text are left out.
+// answer (reasoning is not sent back, as OpenAI and llama-server's page do). A turn whose reply
+// has no text (it failed, or was stopped before its first token) is left out, question
+// included: resending a prompt the server refused (too long for the context, say) would fail
+// every later turn too.
 export function requestMessages(conv, settings) {
   const out = [];
   if (settings.system.trim()) out.push({ role: 'system', content: settings.system });
-  for (const m of conv.messages) {
-    if (m.role === 'user') out.push({ role: 'user', content: m.content });
-    else if (m.role === 'assistant') {
-      const text = splitThink(m.content).answer;
-      if (text || !m.error) out.push({ role: 'assistant', content: text });
-    }
+  const msgs = conv.messages;
+  const failed = (m) => m && m.role === 'assistant' && !m.content;
+  for (let i = 0; i < msgs.length; i++) {
+    const m = msgs[i];
+    if (m.role === 'user' && !failed(msgs[i + 1])) out.push({ role: 'user', content: m.content });
+    else if (m.role === 'assistant' && !failed(m)) out.push({ role: 'assistant', content: splitThink(m.content).answer });
   }
   return out;
 }

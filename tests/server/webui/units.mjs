@@ -85,14 +85,14 @@ t('think: split, still thinking, template-opened, none', () => {
   assert.deepEqual(splitThink('hm</think>Answer'), { reasoning: 'hm', answer: 'Answer', thinking: false });
   assert.deepEqual(splitThink('plain'), { reasoning: '', answer: 'plain', thinking: false });
 });
-t('request body: system prompt, set fields only, no reasoning sent back', () => {
+t('request body: system prompt, set fields only, no reasoning sent back, failed turn left out', () => {
   const conv = { messages: [
     { role: 'user', content: 'q1' }, { role: 'assistant', content: '<think>r</think>a1' },
     { role: 'user', content: 'q2' }, { role: 'assistant', content: '', error: '500: boom' },
     { role: 'user', content: 'q3' }] };
   const b = requestBody(conv, { system: 'sys', temperature: 0, top_p: null, max_tokens: 64 }, 'm');
   assert.deepEqual(b.messages, [{ role: 'system', content: 'sys' }, { role: 'user', content: 'q1' },
-    { role: 'assistant', content: 'a1' }, { role: 'user', content: 'q2' }, { role: 'user', content: 'q3' }]);
+    { role: 'assistant', content: 'a1' }, { role: 'user', content: 'q3' }]); // q2's turn failed
   assert.equal(b.temperature, 0);
   assert.equal('top_p' in b, false);
   assert.equal(b.max_tokens, 64);
