@@ -6,7 +6,8 @@
 #   - mlxcel-fake-server --fake-echo (replies repeat the user's message: HTML, <think>, a long
 #     reply to stop; see the .mjs).
 # Always kills what it started; every wait is bounded. WEBUI_SCREENSHOTS=DIR also writes the
-# docs/ pictures (webui-desktop.png, webui-phone.png) into DIR.
+# docs/ pictures (webui-desktop.png, webui-phone.png) into DIR. WEBUI_BROWSER=0 runs the HTTP
+# checks only (the sanitizer build: no node, no chromium).
 # usage: webui_e2e.sh MLXCEL_BIN FAKE_SERVER_BIN
 set -uo pipefail
 MLXCEL=$1
@@ -16,15 +17,16 @@ ROOT=$(cd "$HERE/../.." && pwd)
 . "$HERE/lib.sh"
 T_START=$(date +%s)
 
+BROWSER=${WEBUI_BROWSER:-1}
 CHROMIUM=${CHROMIUM:-$(command -v chromium || true)}
-if [ -z "$CHROMIUM" ]; then
+if [ "$BROWSER" = 1 ] && [ -z "$CHROMIUM" ]; then
     echo "webui_e2e: Debian's chromium is not installed (make deps installs it)"
     exit 1
 fi
 export CHROMIUM
 
 # ==== npm: puppeteer-core (pinned by package-lock.json; downloads no browser) ====
-if [ ! -d "$HERE/webui/node_modules/puppeteer-core" ]; then
+if [ "$BROWSER" = 1 ] && [ ! -d "$HERE/webui/node_modules/puppeteer-core" ]; then
     (cd "$HERE/webui" && timeout 300 npm ci --no-audit --no-fund --ignore-scripts >"$TMP/npm.log" 2>&1) ||
         { echo "npm ci failed:"; cat "$TMP/npm.log"; exit 1; }
 fi
@@ -101,14 +103,28 @@ start offkey "$FAKE" --no-webui --api-key "$KEY"
 get "http://127.0.0.1:$PORT/"
 [ "$CODE" = 401 ] && ok || bad "--no-webui --api-key: GET / $CODE (no public page, so the key is needed)"
 
-# ==== The page's DOM-free parts (markdown tree, SSE reader, request body) under node ====
-node "$HERE/webui/units.mjs" && ok || bad "units.mjs"
+if [ "$BROWSER" = 1 ]; then
+    # ==== The page's DOM-free parts (markdown tree, SSE reader, request body) under node ====
+    node "$HERE/webui/units.mjs" && ok || bad "units.mjs"
 
-# ==== The browser ====
-SHOT_ARGS=()
-[ -n "${WEBUI_SCREENSHOTS:-}" ] && SHOT_ARGS=("$WEBUI_SCREENSHOTS")
-timeout 240 node "$HERE/webui/webui_e2e.mjs" "$REAL" "$KEY" "$FAKE_URL" "${SHOT_ARGS[@]}" && ok ||
-    { bad "browser test (see above)"; tail -n 5 "$TMP/real.log" "$TMP/fake.log"; }
+    # ==== The browser ====
+    SHOT_ARGS=()
+    [ -n "${WEBUI_SCREENSHOTS:-}" ] && SHOT_ARGS=("$WEBUI_SCREENSHOTS")
+    timeout 240 node "$HERE/webui/webui_e2e.mjs" "$REAL" "$KEY" "$FAKE_URL" "${SHOT_ARGS[@]}" && ok ||
+        { bad "browser test (see above)"; tail -n 5 "$TMP/real.log" "$TMP/fake.log"; }
+fi
+
+# ==== Shutdown: every server ends cleanly on SIGTERM, with no sanitizer report ====
+NAMES=(real fake off offenv onflag offkey)
+for i in "${!PIDS[@]}"; do
+    kill -TERM "${PIDS[$i]}" 2>/dev/null
+    wait "${PIDS[$i]}"; RC=$?
+    [ $RC = 0 ] && ok || bad "server ${NAMES[$i]}: exit status $RC after SIGTERM"
+    log=$TMP/${NAMES[$i]}.log
+    grep -q "AddressSanitizer\|LeakSanitizer\|runtime error" "$log" &&
+        bad "server ${NAMES[$i]}: sanitizer report: $(grep -m3 -A5 'Sanitizer\|runtime error' "$log")" || ok
+done
+PIDS=()
 
 echo "webui_e2e: $PASS passed, $FAIL failed ($(($(date +%s) - T_START)) s)"
 [ "$FAIL" = 0 ]
