@@ -8,7 +8,6 @@
 #include "server/srv_webui.h"
 
 #include <microhttpd.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "server/srv_internal.h"
