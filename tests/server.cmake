@@ -32,3 +32,15 @@ set_tests_properties(server_tp_e2e PROPERTIES TIMEOUT 180)
 add_test(NAME server_cascade_e2e COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/server/cascade_e2e.sh
          $<TARGET_FILE:mlxcel>)
 set_tests_properties(server_cascade_e2e PROPERTIES TIMEOUT 300)
+# The built-in chat page (webui/): curl checks of GET / and its headers, then Debian's chromium
+# driven by puppeteer-core (tests/server/webui/, its own package-lock.json) against the demo
+# model behind --api-key and the echoing fake backend: streaming, stop, reload, HTML in a reply.
+# The browser run is about the page, not the C code: it is left out of the sanitizer build
+# (label nosan; the demo model at -O0 makes it a minute and a half there), which runs the HTTP
+# checks of the route and the clean shutdown instead (server_webui_http).
+add_test(NAME server_webui_e2e COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/server/webui_e2e.sh
+         $<TARGET_FILE:mlxcel> $<TARGET_FILE:mlxcel-fake-server>)
+set_tests_properties(server_webui_e2e PROPERTIES TIMEOUT 300 LABELS nosan)
+add_test(NAME server_webui_http COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/server/webui_e2e.sh
+         $<TARGET_FILE:mlxcel> $<TARGET_FILE:mlxcel-fake-server>)
+set_tests_properties(server_webui_http PROPERTIES TIMEOUT 120 ENVIRONMENT "WEBUI_BROWSER=0")

@@ -59,6 +59,10 @@ static const opt k_opts[] = {
      "enable GET /metrics (Prometheus text format)"},
     {{"--slots", NULL}, "LLAMA_ARG_ENDPOINT_SLOTS", OPT_FLAG, F(slots), 0, 0, "enable GET /slots (default on)"},
     {{"--no-slots", NULL}, NULL, OPT_NOFLAG, F(slots), 0, 0, "disable GET /slots"},
+    {{"--webui", NULL}, "LLAMA_ARG_WEBUI", OPT_FLAG, F(webui), 0, 0,
+     "serve the built-in chat page at GET / (default on)"},
+    {{"--no-webui", NULL}, "LLAMA_ARG_NO_WEBUI", OPT_NOFLAG, F(webui), 0, 0,
+     "no chat page: GET / answers 404 (llama-server's flag)"},
     {{"--port-file", NULL}, NULL, OPT_STR, F(port_file), 0, 0,
      "write the bound TCP port to this file once listening"},
     {{"-np", "--parallel", "--n-parallel", NULL}, "LLAMA_ARG_N_PARALLEL", OPT_INT, F(n_parallel), 1,
@@ -115,6 +119,7 @@ void srv_config_defaults(srv_config *c) {
     c->sse_ping_s = 15;
     c->threads_http = 1024;
     c->slots = true;
+    c->webui = true;
     c->n_parallel = 4;
     c->batch_size = 2048;
     c->ubatch_size = 512;

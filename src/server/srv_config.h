@@ -33,6 +33,8 @@ typedef struct srv_config {
     int threads_http;            /* --threads-http (LLAMA_ARG_THREADS_HTTP): max connections */
     bool metrics;                /* --metrics (LLAMA_ARG_ENDPOINT_METRICS) */
     bool slots;                  /* --slots / --no-slots (LLAMA_ARG_ENDPOINT_SLOTS) */
+    bool webui;                  /* --webui / --no-webui (LLAMA_ARG_WEBUI, LLAMA_ARG_NO_WEBUI):
+                                    the chat page at GET / (default on) */
     char port_file[1024];        /* --port-file: write the bound port here (tests) */
 
     /* ---- scheduling ---- */

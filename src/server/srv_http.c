@@ -19,6 +19,7 @@
 #include "base/log.h"
 #include "server/srv_internal.h"
 #include "server/srv_mhd.h"
+#include "server/srv_webui.h"
 #include "tune/tune_policy.h"
 #include "server/srv_server.h"
 
@@ -478,7 +479,7 @@ static MHD_Result_t on_request(void *cls, struct MHD_Connection *c, const char *
             cc->replied = true;
             return reply_preflight(s, c);
         }
-        bool public = !strcmp(url, "/health") || !strcmp(url, "/v1/health");
+        bool public = !strcmp(url, "/health") || !strcmp(url, "/v1/health") || srv_webui_public(s, url);
         if (!public && !authorized(s, c)) {
             cc->replied = true;
             return reply_error(s, c, 401, "invalid or missing API key (send Authorization: Bearer KEY)", NULL);

@@ -1,11 +1,12 @@
 /* Routes that do not generate: health, models, props, slots, metrics, tokenize, detokenize,
- * apply-template. */
+ * apply-template; and the chat page (srv_webui.c). */
 #include <microhttpd.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "server/srv_internal.h"
 #include "server/srv_mhd.h"
+#include "server/srv_webui.h"
 
 /* ==== Reply helpers (same shapes as srv_http.c) ==== */
 static MHD_Result_t send_body(srv_server *s, struct MHD_Connection *c, int status, const char *ctype, char *body) {
@@ -234,6 +235,8 @@ MHD_Result_t srv_route_info(srv_server *s, struct MHD_Connection *c, const char 
                             const char *body, size_t len, bool *handled) {
     static const char *gets[] = {"/health", "/v1/health", "/v1/models", "/models", "/props", "/slots", "/metrics"};
     static const char *posts[] = {"/tokenize", "/detokenize", "/apply-template"};
+    MHD_Result_t web = srv_webui_route(s, c, method, url, handled); /* GET /: the chat page */
+    if (*handled) return web;
     int gi = -1, pi = -1;
     for (int i = 0; i < 7; i++) if (!strcmp(url, gets[i])) gi = i;
     for (int i = 0; i < 3; i++) if (!strcmp(url, posts[i])) pi = i;

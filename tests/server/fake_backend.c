@@ -6,7 +6,11 @@
  * Engine: continuous batching over --parallel slots with chunked prefill and a KV block pool
  * (16 tokens per block). The next token is a function of an FNV-1a hash of every token of the
  * sequence so far (prompt and output), of the seed when temperature > 0, and of logit_bias, so
- * a request's output does not depend on what else is in the batch. */
+ * a request's output does not depend on what else is in the batch.
+ *
+ * Echo mode (--fake-echo): the reply is the prompt's last user message, byte for byte, then
+ * EOS. The web UI's browser test uses it to make "the model" answer with HTML and markdown that
+ * no trained model can be made to write on demand; it goes through the same SSE path. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -161,6 +165,8 @@ typedef struct fseq {
     srv_gen g;
     int blocks;
     bool running;
+    int echo_from, echo_len;     /* echo mode: the reply is prompt[echo_from, +echo_len) */
+    bool echo;
     struct fseq *next;
 } fseq;
 
@@ -174,6 +180,26 @@ typedef struct fake_engine {
 static uint64_t fnv(uint64_t h, int32_t t) {
     for (int i = 0; i < 4; i++) { h ^= (uint64_t)((t >> (8 * i)) & 0xff); h *= 1099511628211ull; }
     return h;
+}
+
+/* Echo mode: the bytes after the last "<|user|>\n" of the prompt, up to the "\n" that ends the
+ * message (fk_template's rendering). */
+static void echo_span(fseq *q) {
+    static const char tag[] = "<|user|>\n", tail[] = "\n<|assistant|>\n";
+    int nt = (int)sizeof tag - 1, nl = (int)sizeof tail - 1;
+    int from = -1;
+    for (int k = q->n_prompt - nt; k >= 0 && from < 0; k--) {
+        int m = 0;
+        while (m < nt && q->prompt[k + m] == (unsigned char)tag[m]) m++;
+        if (m == nt) from = k + nt;
+    }
+    int to = q->n_prompt;
+    bool ends = to - nl >= 0;
+    for (int m = 0; ends && m < nl; m++) ends = q->prompt[to - nl + m] == (unsigned char)tail[m];
+    if (ends) to -= nl;
+    q->echo = true;
+    q->echo_from = from < 0 ? to : from;
+    q->echo_len = to > q->echo_from ? to - q->echo_from : 0;
 }
 
 static int fe_submit(void *e, const srv_gen *g, uint64_t *id, mx_error *err) {
@@ -192,6 +218,7 @@ static int fe_submit(void *e, const srv_gen *g, uint64_t *id, mx_error *err) {
     q->sp.logit_bias = q->bias;
     q->g = *g;
     q->h = 1469598103934665603ull;
+    if (fe->o.echo) echo_span(q);
     fseq **pp = &fe->seqs;
     while (*pp) pp = &(*pp)->next;
     *pp = q;
@@ -233,6 +260,10 @@ static void next_token(fseq *q, srv_token *tk, bool *eos) {
         bool banned = false;
         for (int b = 0; b < q->sp.n_logit_bias; b++) banned |= q->bias[b].id == cand[k] && q->bias[b].bias <= -50;
         if (!banned) { if (pick == cand[0]) pick = cand[k]; break; }
+    }
+    if (q->echo) { /* the message's next byte; EOS after its last */
+        *eos = q->n_gen >= q->echo_len;
+        if (!*eos) pick = q->prompt[q->echo_from + q->n_gen];
     }
     tk->id = pick;
     tk->logprob = -0.05f * (float)(1 + h % 10);

@@ -7,6 +7,7 @@
 typedef struct fake_opts {
     int n_parallel, max_batch_size, batch_size, chunk, n_ctx;
     int step_ms; /* sleep per step, to make streams last */
+    bool echo;   /* reply with the last user message, byte for byte, then EOS (the web UI test) */
     char name[256];
 } fake_opts;
 

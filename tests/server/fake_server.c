@@ -1,5 +1,6 @@
 /* mlxcel-fake-server: the real HTTP server (srv_run) over the fake backend, for the e2e tests.
- * Takes every `mlxcel serve` flag plus --fake-step-ms N (sleep per engine step). */
+ * Takes every `mlxcel serve` flag plus --fake-step-ms N (sleep per engine step) and --fake-echo
+ * (the reply repeats the last user message: see fake_backend.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,10 +10,12 @@
 
 int main(int argc, char **argv) {
     int step_ms = 0;
+    bool echo = false;
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
     int n = 0;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--fake-step-ms") && i + 1 < argc) { step_ms = atoi(argv[++i]); continue; }
+        if (!strcmp(argv[i], "--fake-echo")) { echo = true; continue; }
         rest[n++] = argv[i];
     }
     srv_config cfg;
@@ -24,7 +27,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "mlxcel-fake-server: %s\n", err.msg);
         return 2;
     }
-    fake_opts o = {cfg.n_parallel, cfg.max_batch_size, cfg.batch_size, cfg.prefill_chunk_size, cfg.ctx_size, step_ms, ""};
+    fake_opts o = {cfg.n_parallel, cfg.max_batch_size, cfg.batch_size, cfg.prefill_chunk_size, cfg.ctx_size, step_ms, echo, ""};
     snprintf(o.name, sizeof o.name, "%s", cfg.n_aliases ? cfg.aliases[0] : "fake-model");
     srv_backend be;
     if (fake_backend_init(&be, &o, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
