@@ -136,12 +136,12 @@ int cmd_generate(int argc, char **argv) {
     int rc = 1;
     gen_state g = {.s = &s, .json = json, .print = !json};
     if (prompt) {
-        if (!s.tok) {
+        if (!s.rt.tok) {
             fprintf(stderr, "mlxcel generate: -p needs %s/tokenizer.json; use --prompt-ids\n", o.model_dir);
             goto out;
         }
         int rc2;
-        if (s.tpl) {
+        if (s.rt.tpl) {
             json_t *msgs = json_pack("[{s:s, s:s}]", "role", "user", "content", prompt);
             rc2 = msgs ? gen_render_chat(&s, msgs, &ids, &n_ids, &err) : mx_fail(&err, "out of memory");
             json_decref(msgs);
@@ -153,15 +153,15 @@ int cmd_generate(int argc, char **argv) {
             goto out;
         }
     }
-    if (s.tok) {
-        g.ts = tok_stream_new(s.tok, true);
+    if (s.rt.tok) {
+        g.ts = tok_stream_new(s.rt.tok, true);
         if (o.n_stops) tok_stream_set_stops(g.ts, o.stops, o.n_stops);
     }
     engine_request r = {.prompt = ids, .n_prompt = n_ids, .sampling = s.sp,
                         .max_tokens = o.n_predict, .ignore_eos = o.ignore_eos,
                         .on_token = on_token, .on_finish = on_finish, .user = &g,
                         .allow_device_sampling = true}; /* no top logprobs asked */
-    if (engine_submit(s.e, &r, &err) < 0 || engine_run(s.e, &err) < 0) {
+    if (engine_submit(s.rt.e, &r, &err) < 0 || engine_run(s.rt.e, &err) < 0) {
         fprintf(stderr, "mlxcel generate: %s\n", err.msg);
         goto out;
     }
@@ -199,13 +199,13 @@ int cmd_generate(int argc, char **argv) {
         json_object_set_new(j, "prefill_tokens_per_s", json_real(prefill_tps));
         json_object_set_new(j, "decode_tokens_per_s", json_real(decode_tps));
         json_object_set_new(j, "ttft_ms", json_real(ttft_ms));
-        json_object_set_new(j, "device", json_string(s.be->name));
-        json_object_set_new(j, "kv_storage", json_string(kv_storage_name(engine_storage(s.e))));
-        json_object_set_new(j, "kv_storage_reason", json_string(engine_storage_reason(s.e)));
-        json_object_set_new(j, "cache_type_k", json_string(kv_type_name(engine_params_of(s.e)->cache_type_k)));
-        json_object_set_new(j, "cache_type_v", json_string(kv_type_name(engine_params_of(s.e)->cache_type_v)));
+        json_object_set_new(j, "device", json_string(s.rt.be->name));
+        json_object_set_new(j, "kv_storage", json_string(kv_storage_name(engine_storage(s.rt.e))));
+        json_object_set_new(j, "kv_storage_reason", json_string(engine_storage_reason(s.rt.e)));
+        json_object_set_new(j, "cache_type_k", json_string(kv_type_name(engine_params_of(s.rt.e)->cache_type_k)));
+        json_object_set_new(j, "cache_type_v", json_string(kv_type_name(engine_params_of(s.rt.e)->cache_type_v)));
         json_object_set_new(j, "kv_bytes_per_token",
-                            json_integer((json_int_t)kv_cache_bytes_per_token(engine_kv(s.e))));
+                            json_integer((json_int_t)kv_cache_bytes_per_token(engine_kv(s.rt.e))));
         char *txt = json_dumps(j, JSON_COMPACT);
         printf("%s\n", txt);
         free(txt);
