@@ -148,3 +148,39 @@ void runtime_describe(const runtime *rt, void (*emit)(void *user, const char *li
     tune_policy_describe(line, sizeof line);
     emit(user, line);
 }
+
+/* ==== Time to first token ==== */
+void runtime_ttft_line(char *buf, size_t len, const char *who, double prep_s, const engine_seq_stats *st,
+                       double t_out) {
+    size_t k = 0;
+#define PUT(...)                                                           \
+    do {                                                                   \
+        if (k < len) k += (size_t)snprintf(buf + k, len - k, __VA_ARGS__); \
+    } while (0)
+    PUT("[TTFT] %s: prompt %d tok (%d cached) | template+tokenize %.2f ms | queue %.2f ms | prefill %d step%s "
+        "%.2f ms", who, st->n_prompt, st->n_cached, prep_s * 1e3, (st->t_start - st->t_submit) * 1e3,
+        st->n_prefill_steps, st->n_prefill_steps == 1 ? "" : "s", st->prefill_seconds * 1e3);
+    const int shown = st->n_prefill_steps < ENGINE_TTFT_STEPS ? st->n_prefill_steps : ENGINE_TTFT_STEPS;
+    PUT(" (");
+    double listed = 0;
+    for (int i = 0; i < shown; i++) {
+        PUT("%s%.2f ms %d/%d rows", i ? ", " : "", st->prefill_step_s[i] * 1e3, st->prefill_step_rows[i],
+            st->prefill_step_all_rows[i]);
+        listed += st->prefill_step_s[i];
+    }
+    if (st->n_prefill_steps > shown)
+        PUT(", %d more %.2f ms", st->n_prefill_steps - shown, (st->prefill_seconds - listed) * 1e3);
+    PUT(")");
+    /* the sequence's wall time from admission to its first logits, less its own forwards:
+     * steps it sat out (other prompts' chunks, decode-only steps) */
+    const double between = st->t_first_forward_end - st->t_start - st->prefill_seconds;
+    PUT(" | between steps %.2f ms | first sample %.2f ms", (between > 0 ? between : 0) * 1e3,
+        (st->t_first_token - st->t_first_forward_end) * 1e3);
+    if (t_out > 0)
+        PUT(" | first byte out %.2f ms | total %.2f ms", (t_out - st->t_first_token) * 1e3,
+            (prep_s + t_out - st->t_submit) * 1e3);
+    else
+        PUT(" | first byte out - (held back) | total to first token %.2f ms",
+            (prep_s + st->t_first_token - st->t_submit) * 1e3);
+#undef PUT
+}

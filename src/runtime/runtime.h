@@ -80,4 +80,15 @@ void runtime_describe(const runtime *rt, void (*emit)(void *user, const char *li
 /* "kv cache: K f32, V f32 (N bytes per token)": the engine's resolved cache types. */
 void runtime_describe_kv(engine *e, char *buf, size_t len);
 
+/* MLXCEL_PROFILE_TTFT=1: one line saying where a request's time to first token went, for
+ * `generate` (stderr) and the server (its log):
+ *   [TTFT] WHO: prompt P tok (C cached) | template+tokenize A ms | queue B ms |
+ *   prefill N steps D ms (each step's ms and rows: this sequence's / the step's) |
+ *   between steps E ms | first sample F ms | first byte out G ms | total H ms
+ * prep_s: the front end's template + tokenize seconds; st: the engine's statistics at the
+ * first token (engine_token_stats); t_out: mx_now() once the first token's bytes were written
+ * (0: nothing written yet, e.g. a stop string holds it back). Total = prep + t_out - t_submit. */
+void runtime_ttft_line(char *buf, size_t len, const char *who, double prep_s, const engine_seq_stats *st,
+                       double t_out);
+
 #endif
