@@ -260,6 +260,16 @@ static void test_profile_ttft(void **st) {
     assert_non_null(strstr(p, "| first byte out "));
     assert_non_null(strstr(p, "| total "));
     free(err);
+    /* the tuning page's Metal budgets: a one-line notice each, never silence */
+    setenv("MLX_MAX_MB_PER_BUFFER", "1000", 1);
+    setenv("MLXCEL_DECODE_MB_PER_BUFFER", "1000", 1);
+    assert_int_equal(run_err("generate", args, &err), 0);
+    unsetenv("MLX_MAX_MB_PER_BUFFER");
+    unsetenv("MLXCEL_DECODE_MB_PER_BUFFER");
+    assert_non_null(strstr(err, "mlxcel note: MLX_MAX_MB_PER_BUFFER=1000 is a Metal command-buffer budget"));
+    assert_non_null(strstr(err, "mlxcel note: MLXCEL_DECODE_MB_PER_BUFFER=1000 is a Metal"));
+    assert_null(strstr(err, "MLX_MAX_OPS_PER_BUFFER"));
+    free(err);
     /* off by default: no request line */
     assert_int_equal(run_err("generate", args, &err), 0);
     assert_null(strstr(err, "[TTFT]"));
