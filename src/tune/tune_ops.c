@@ -6,10 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "backend/cuda/cuda_qknobs.h" /* plain C: the candidate values in every build */
-#ifdef MLXCEL_HAVE_CUDA
-#include "backend/cuda/cuda_info.h"
-#endif
 
 /* ==== Ops ==== */
 static const char *const k_op_names[TUNE_OP_COUNT] = {"paged-decode-splits", "qmm-tile",
@@ -87,12 +85,11 @@ void tune_device_cpu(tune_device *d) {
 int tune_device_cuda(tune_device *d, mx_error *err) {
     memset(d, 0, sizeof *d);
     d->kind = TUNE_DEV_CUDA;
-#ifdef MLXCEL_HAVE_CUDA
-    cuda_device_facts f;
-    if (cuda_device_info(&f)) {
+    mx_device_facts f;
+    if (backend_device_facts(MX_DEV_CUDA, &f, err)) {
         snprintf(d->name, sizeof d->name, "unavailable");
         tune_device_make_id(d);
-        return mx_fail(err, "no usable CUDA device (driver or GPU missing)");
+        return -1;
     }
     snprintf(d->name, sizeof d->name, "%.*s", (int)sizeof d->name - 1, f.name);
     d->cc_major = f.cc_major;
@@ -101,11 +98,6 @@ int tune_device_cuda(tune_device *d, mx_error *err) {
     d->mem_bytes = f.total_bytes;
     tune_device_make_id(d);
     return 0;
-#else
-    snprintf(d->name, sizeof d->name, "unavailable");
-    tune_device_make_id(d);
-    return mx_fail(err, "this build has no CUDA backend");
-#endif
 }
 
 /* ==== Geometry ==== */
