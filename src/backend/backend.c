@@ -1,7 +1,12 @@
 /* Tensor descriptor helpers and backend lookup. */
 #include "backend/backend.h"
 
+#include <stdio.h>
 #include <string.h>
+
+#ifdef MLXCEL_HAVE_CUDA
+#include "backend/cuda/cuda_info.h" /* the seam dispatches to its backends */
+#endif
 
 /* ==== Descriptors ==== */
 static void tensor_fill_strides(mx_tensor *t) {
@@ -71,5 +76,23 @@ const backend_ops *backend_get(mx_device dev, mx_error *err) {
     mx_fail(err, "this build has no CUDA backend (configure with nvcc present, -DMLXCEL_CUDA=ON; "
                  "or use --device cpu)");
     return NULL;
+#endif
+}
+
+int backend_device_facts(mx_device dev, mx_device_facts *out, mx_error *err) {
+    memset(out, 0, sizeof *out);
+    if (dev != MX_DEV_CUDA) return mx_fail(err, "device facts: only CUDA devices are asked");
+#ifdef MLXCEL_HAVE_CUDA
+    cuda_device_facts f;
+    if (cuda_device_info(&f)) return mx_fail(err, "no usable CUDA device (driver or GPU missing)");
+    snprintf(out->name, sizeof out->name, "%s", f.name);
+    out->cc_major = f.cc_major;
+    out->cc_minor = f.cc_minor;
+    out->sm_count = f.sm_count;
+    out->free_bytes = f.free_bytes;
+    out->total_bytes = f.total_bytes;
+    return 0;
+#else
+    return mx_fail(err, "this build has no CUDA backend");
 #endif
 }

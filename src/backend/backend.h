@@ -272,4 +272,16 @@ const backend_ops *backend_cuda(mx_error *err);
 const backend_ops *backend_get(mx_device dev, mx_error *err);
 const char *backend_device_name(mx_device dev);
 
+/* What a front end may want to know of a device without opening its backend (inspect's
+ * available memory, tune's device key): device 0 of that kind. */
+typedef struct mx_device_facts {
+    char name[256];
+    int cc_major, cc_minor;      /* CUDA compute capability; 0 on the CPU */
+    int sm_count;                /* CUDA multiprocessors; 0 on the CPU */
+    size_t free_bytes, total_bytes;
+} mx_device_facts;
+/* CUDA: the GPU's facts, -1 + err when the build has no CUDA backend or no GPU is usable (never
+ * aborts, initialises nothing). The CPU is not asked here (its facts are the host's). */
+int backend_device_facts(mx_device dev, mx_device_facts *out, mx_error *err);
+
 #endif

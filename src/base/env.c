@@ -160,6 +160,17 @@ static void env_load(void) {
     static const int k_ksplit[] = {1, 2, 4};
     g_env.gemv_ksplit = env_choice("MLXCEL_GEMV_KSPLIT", k_ksplit, 3);
     g_env.tp_group = env_bool("MLXCEL_TP_GROUP", false);
+    /* The tuning page's Metal command-buffer budgets have no counterpart here (no Metal
+     * backend; CUDA captures a whole decode step as one graph, the CPU has no command
+     * buffers): a value set for them is named once instead of silently ignored. */
+    static const char *const k_metal[] = {"MLX_MAX_OPS_PER_BUFFER", "MLX_MAX_MB_PER_BUFFER",
+                                          "MLXCEL_DECODE_MB_PER_BUFFER"};
+    for (size_t i = 0; i < sizeof k_metal / sizeof k_metal[0]; i++)
+        if ((s = getenv(k_metal[i])) && *s)
+            fprintf(stderr, "mlxcel note: %s=%s is a Metal command-buffer budget; this build has no "
+                            "Metal backend (CUDA captures each decode step as one graph, bounded by "
+                            "MLX_CUDA_GRAPH_CACHE_SIZE; the CPU has no command buffers), so it has no "
+                            "effect (docs/environment.md)\n", k_metal[i], s);
     g_env.cuda_graph_cache_size = env_int("MLX_CUDA_GRAPH_CACHE_SIZE", 2000, 0, 1 << 30);
     g_env.cuda_sdpa_cache_size = env_int("MLX_CUDA_SDPA_CACHE_SIZE", 2000, 0, 1 << 30);
     g_env.paged_decode_splits = env_int("MLXCEL_PAGED_DECODE_SPLITS", 0, 0, 1024);

@@ -25,6 +25,7 @@
 #include "base/clock.h"
 #include "cli/cli.h"
 #include "engine/engine.h"
+#include "runtime/runtime.h"
 
 static const char *k_help =
     "usage: mlxcel bench -m DIR [options]\n"
@@ -464,13 +465,9 @@ int cmd_bench(int argc, char **argv) {
     const int pr = parse_opts(&o, argc, argv);
     if (pr) return pr > 0 ? 0 : 2;
     mx_error err = {{0}};
+    /* the device line and the copy bandwidth before the weights take the device's memory */
     const backend_ops *be = backend_get(!strcmp(o.device, "cuda") ? MX_DEV_CUDA : MX_DEV_CPU, &err);
     if (!be) {
-        fprintf(stderr, "mlxcel bench: %s\n", err.msg);
-        return 1;
-    }
-    /* a cache type the device cannot hold: refused before the weights load */
-    if (kv_type_check(o.cache_type_k, be, 0, "K", &err) || kv_type_check(o.cache_type_v, be, 0, "V", &err)) {
         fprintf(stderr, "mlxcel bench: %s\n", err.msg);
         return 1;
     }
@@ -480,14 +477,22 @@ int cmd_bench(int argc, char **argv) {
     fprintf(stderr, "device: %s\n", dev_line);
     const double copy_gbs = be->copy_bandwidth ? be->copy_bandwidth() : cpu_copy_bandwidth();
     fprintf(stderr, "copy bandwidth: %.1f GB/s (read + write)\n", copy_gbs);
-    model *m = NULL;
-    const double tl = mx_now();
-    if (o.dummy_weights ? model_load_dummy_tp(&m, o.model_dir, be, o.tp_size, &err)
-                        : model_load_tp(&m, o.model_dir, be, o.tp_size, &err)) {
+    rt_opts ro; /* a cache type the device cannot hold is refused before the weights load */
+    rt_opts_default(&ro);
+    ro.model_dir = o.model_dir;
+    ro.device = o.device;
+    ro.tp_size = o.tp_size;
+    ro.dummy_weights = o.dummy_weights;
+    ro.cache_type_k = o.cache_type_k;
+    ro.cache_type_v = o.cache_type_v;
+    ro.tokenizer = RT_TOK_NONE; /* random token ids */
+    runtime rt;
+    if (runtime_open(&rt, &ro, &err)) {
         fprintf(stderr, "mlxcel bench: %s\n", err.msg);
         return 1;
     }
-    const double load_s = mx_now() - tl;
+    model *m = rt.m;
+    const double load_s = rt.load_seconds;
     fprintf(stderr, "model loaded in %.2f s: %.3f GB of weights\n", load_s,
             (double)model_weight_bytes(m) / 1e9);
     char qline[320];
@@ -569,6 +574,6 @@ fail:
     fprintf(stderr, "mlxcel bench: %s\n", err.msg);
 out:
     free(runs);
-    model_free(m);
+    runtime_close(&rt);
     return rc;
 }

@@ -21,6 +21,7 @@
 #include "cli/gen_common.h"
 #include "kv/kv_cache.h"
 #include "model/model.h"
+#include "runtime/runtime.h"
 #include "text/tokenizer.h"
 
 #define CMP_CHUNK 256
@@ -36,28 +37,38 @@ typedef struct cmp_opts {
 
 /* ==== One model over a sequence ==== */
 typedef struct cmp_model {
-    model *m;
+    runtime rt;   /* backend + model (no tokenizer: compare feeds ids) */
+    model *m;     /* rt.m */
     kv_cache *kv;
     int V;
 } cmp_model;
 
-static int cm_open(cmp_model *c, const char *dir, const backend_ops *be, int ctx, int tp,
-                   kv_type ctk, kv_type ctv, mx_error *err) {
+static int cm_open(cmp_model *c, const char *dir, const char *device, int ctx, int tp, kv_type ctk,
+                   kv_type ctv, mx_error *err) {
     memset(c, 0, sizeof *c);
-    if (model_load_tp(&c->m, dir, be, tp, err)) return mx_wrap(err, "model %s", dir);
-    const model_spec *s = model_spec_of(c->m);
+    rt_opts ro;
+    rt_opts_default(&ro);
+    ro.model_dir = dir;
+    ro.device = device;
+    ro.tp_size = tp;
+    ro.cache_type_k = ctk;
+    ro.cache_type_v = ctv;
+    ro.tokenizer = RT_TOK_NONE;
+    if (runtime_open(&c->rt, &ro, err)) return mx_wrap(err, "model %s", dir);
+    c->m = c->rt.m;
+    const model_spec *s = c->rt.spec;
     kv_cache_params kp = {.storage = KV_STORAGE_DENSE, .n_layers = s->n_layers,
                           .n_kv_heads = s->n_kv_heads, .head_dim = s->head_dim,
                           .ctx_size = ctx, .n_seqs = 1, .tp_size = model_tp_size(c->m),
                           .type_k = ctk, .type_v = ctv, .v_is_k = s->kv_lora_rank > 0};
-    if (kv_cache_new(&c->kv, &kp, be, err)) return -1;
+    if (kv_cache_new(&c->kv, &kp, c->rt.be, err)) return -1;
     c->V = s->vocab_size;
     return 0;
 }
 
 static void cm_close(cmp_model *c) {
     if (c->kv) kv_cache_free(c->kv);
-    if (c->m) model_free(c->m);
+    runtime_close(&c->rt);
     memset(c, 0, sizeof *c);
 }
 
@@ -201,6 +212,7 @@ int cmd_compare(int argc, char **argv) {
     const int pr = parse(&o, argc, argv);
     if (pr) return pr > 0 ? (usage(), 0) : usage();
     mx_error err = {0};
+    /* model A's cache types are refused before the reference runs (runtime_open checks again) */
     const backend_ops *be = backend_get(strcmp(o.device, "cuda") ? MX_DEV_CPU : MX_DEV_CUDA, &err);
     if (!be) {
         fprintf(stderr, "mlxcel compare: %s\n", err.msg);
@@ -240,7 +252,7 @@ int cmd_compare(int argc, char **argv) {
 
     /* ---- reference: greedy generation, log-probs kept ---- */
     if (kv_type_check(o.ctk, be, 0, "K", &err) || kv_type_check(o.ctv, be, 0, "V", &err)) goto fail;
-    if (cm_open(&c, o.b, be, T, 1, KV_TYPE_DEFAULT, KV_TYPE_DEFAULT, &err)) goto fail;
+    if (cm_open(&c, o.b, o.device, T, 1, KV_TYPE_DEFAULT, KV_TYPE_DEFAULT, &err)) goto fail;
     const int V = c.V;
     lpb = malloc((size_t)n * V * 4);
     lg = malloc((size_t)CMP_CHUNK * V * 4);
@@ -263,7 +275,7 @@ int cmd_compare(int argc, char **argv) {
     cm_close(&c);
 
     /* ---- model A teacher-forced ---- */
-    if (cm_open(&c, o.a, be, T, o.tp_size, o.ctk, o.ctv, &err)) goto fail;
+    if (cm_open(&c, o.a, o.device, T, o.tp_size, o.ctk, o.ctv, &err)) goto fail;
     const kv_cache_params *kvp = kv_cache_params_of(c.kv);
     if (c.V != V) {
         mx_fail(&err, "vocabulary sizes differ: %s has %d, %s has %d", o.a, c.V, o.b, V);

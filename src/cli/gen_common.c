@@ -1,13 +1,11 @@
 /* Shared option parsing and set-up for `generate` and `run`. */
 #include "cli/gen_common.h"
-#include "tune/tune_policy.h"
 
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -228,62 +226,32 @@ int gen_parse_ids(const char *s, int32_t **ids, int *n, mx_error *err) {
 }
 
 /* ==== Session ==== */
-static bool file_exists(const char *dir, const char *name) {
-    char p[4096];
-    snprintf(p, sizeof p, "%s/%s", dir, name);
-    struct stat st;
-    return stat(p, &st) == 0;
-}
-
-/* True when DIR ships a chat template (chat_template.jinja or tokenizer_config.json). */
-static bool has_chat_template(const char *dir) {
-    if (file_exists(dir, "chat_template.jinja")) return true;
-    char p[4096];
-    snprintf(p, sizeof p, "%s/tokenizer_config.json", dir);
-    json_t *j = json_load_file(p, JSON_DECODE_INT_AS_REAL, NULL);
-    const json_t *t = j ? json_object_get(j, "chat_template") : NULL;
-    const bool has = t && !json_is_null(t);
-    json_decref(j);
-    return has;
+static void emit_stderr(void *user, const char *line) {
+    (void)user;
+    fprintf(stderr, "%s\n", line);
 }
 
 int gen_session_open(gen_session *s, const gen_opts *o, const char *cmd, mx_error *err) {
     memset(s, 0, sizeof *s);
     if (!o->model_dir) return mx_fail(err, "no model: give -m DIR (see mlxcel %s --help)", cmd);
-    const mx_device dev = !strcmp(o->device, "cuda") ? MX_DEV_CUDA : MX_DEV_CPU;
-    s->be = backend_get(dev, err);
-    if (!s->be) return -1;
-    /* a cache type the device cannot hold: refused now, not after loading the weights */
-    if (kv_type_check(o->cache_type_k, s->be, 0, "K", err) ||
-        kv_type_check(o->cache_type_v, s->be, 0, "V", err))
-        return -1;
-    if (o->dummy_weights ? model_load_dummy_tp(&s->m, o->model_dir, s->be, o->tp_size, err)
-                         : model_load_tp(&s->m, o->model_dir, s->be, o->tp_size, err))
-        return -1;
-    const model_spec *spec = model_spec_of(s->m);
-    if (file_exists(o->model_dir, "tokenizer.json")) {
-        if (tok_load_dir(&s->tok, o->model_dir, err)) {
-            gen_session_close(s);
-            return mx_wrap(err, "%s/tokenizer.json", o->model_dir);
-        }
-    } else if (o->n_stops) {
+    rt_opts ro;
+    rt_opts_default(&ro);
+    ro.model_dir = o->model_dir;
+    ro.device = o->device;
+    ro.tp_size = o->tp_size;
+    ro.dummy_weights = o->dummy_weights;
+    ro.cache_type_k = o->cache_type_k;
+    ro.cache_type_v = o->cache_type_v;
+    ro.tokenizer = RT_TOK_OPTIONAL;
+    ro.chat_template_file = o->chat_template_file;
+    ro.no_chat_template = o->no_chat_template;
+    if (runtime_open(&s->rt, &ro, err)) return -1;
+    if (!s->rt.tok && o->n_stops) {
         gen_session_close(s);
         return mx_fail(err, "--stop needs %s/tokenizer.json, which is missing", o->model_dir);
     }
-    if (s->tok && !o->no_chat_template &&
-        (o->chat_template_file || has_chat_template(o->model_dir)) &&
-        chat_template_load(&s->tpl, o->model_dir, o->chat_template_file, err)) {
-        gen_session_close(s);
-        return -1;
-    }
-    /* sampling: defaults < generation_config.json < flags */
-    sampling_params_default(&s->sp); /* greedy */
-    if (spec->gen_do_sample == 1) {   /* as transformers: sampling only when do_sample */
-        s->sp.temperature = spec->gen_temperature > 0 ? spec->gen_temperature : 1.0f;
-        if (spec->gen_top_p > 0) s->sp.top_p = spec->gen_top_p;
-        if (spec->gen_top_k > 0) s->sp.top_k = spec->gen_top_k;
-    }
-    if (spec->gen_repetition_penalty > 0) s->sp.repeat_penalty = spec->gen_repetition_penalty;
+    /* sampling: defaults < generation_config.json (runtime) < flags */
+    s->sp = s->rt.sampling;
     if (o->temp_set) s->sp.temperature = o->temp;
     if (o->top_k_set) s->sp.top_k = o->top_k;
     if (o->top_p_set) s->sp.top_p = o->top_p;
@@ -299,7 +267,7 @@ int gen_session_open(gen_session *s, const gen_opts *o, const char *cmd, mx_erro
         return -1;
     }
     engine_params ep;
-    engine_params_default(&ep, spec);
+    engine_params_default(&ep, s->rt.spec);
     if (o->ctx_size) ep.ctx_size = o->ctx_size;
     kv_storage_parse(o->storage, &ep.storage);
     ep.prefill_chunk = o->prefill_chunk;
@@ -310,48 +278,25 @@ int gen_session_open(gen_session *s, const gen_opts *o, const char *cmd, mx_erro
     ep.prefix_cache = !o->no_prefix_cache;
     ep.cache_type_k = o->cache_type_k;
     ep.cache_type_v = o->cache_type_v;
-    if (engine_new(&s->e, s->m, &ep, err)) {
+    if (runtime_start_engine(&s->rt, &ep, err)) {
         gen_session_close(s);
         return -1;
     }
-    if (s->be->describe) { /* device, compute capability, memory, applied launch settings */
-        char line[512];
-        s->be->describe(line, sizeof line);
-        fprintf(stderr, "device: %s\n", line);
-    }
-    fprintf(stderr, "model loaded: %.2f GB of weights on %s\n", (double)model_weight_bytes(s->m) / 1e9,
-            s->be->name);
-    char qline[320];
-    model_describe_quant(s->m, qline, sizeof qline);
-    fprintf(stderr, "quantization: %s\n", qline);
-    fprintf(stderr, "kv storage: %s (%s)\n", kv_storage_name(engine_storage(s->e)),
-            engine_storage_reason(s->e));
-    char kvline[160];
-    gen_describe_kv(s->e, kvline, sizeof kvline);
-    fprintf(stderr, "%s\n", kvline);
-    char tuned[512];
-    tune_policy_describe(tuned, sizeof tuned);
-    fprintf(stderr, "%s\n", tuned);
+    runtime_describe(&s->rt, emit_stderr, NULL);
     return 0;
-}
-
-void gen_describe_kv(engine *e, char *buf, size_t len) {
-    const engine_params *p = engine_params_of(e);
-    snprintf(buf, len, "kv cache: K %s, V %s (%zu bytes per token)", kv_type_name(p->cache_type_k),
-             kv_type_name(p->cache_type_v), kv_cache_bytes_per_token(engine_kv(e)));
 }
 
 static int encode(const gen_session *s, const char *text, bool special, int32_t **ids, int *n,
                   mx_error *err) {
     size_t nn = 0;
-    if (tok_encode(s->tok, text, strlen(text), special, ids, &nn, err)) return -1;
+    if (tok_encode(s->rt.tok, text, strlen(text), special, ids, &nn, err)) return -1;
     *n = (int)nn;
     return 0;
 }
 
 int gen_render_chat(const gen_session *s, const json_t *messages, int32_t **ids, int *n, mx_error *err) {
     char *text = NULL;
-    if (chat_template_apply(s->tpl, messages, NULL, true, &text, err)) return -1;
+    if (chat_template_apply(s->rt.tpl, messages, NULL, true, &text, err)) return -1;
     const int rc = encode(s, text, false, ids, n, err);
     free(text);
     return rc;
@@ -362,9 +307,6 @@ int gen_encode_raw(const gen_session *s, const char *text, int32_t **ids, int *n
 }
 
 void gen_session_close(gen_session *s) {
-    if (s->tpl) chat_template_free(s->tpl);
-    engine_free(s->e);
-    if (s->tok) tok_free(s->tok);
-    model_free(s->m);
+    runtime_close(&s->rt);
     memset(s, 0, sizeof *s);
 }

@@ -5,6 +5,7 @@
 #include <stdbool.h>
 
 #include "engine/engine.h"
+#include "runtime/runtime.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 
@@ -39,12 +40,9 @@ int gen_opts_parse(gen_opts *o, int argc, char **argv, int *i, const char *cmd);
 extern const char *const k_gen_opts_help;
 
 typedef struct gen_session {
-    model *m;
-    tokenizer *tok;             /* NULL when the directory has no tokenizer.json */
-    chat_template *tpl;         /* NULL without a template or with --no-chat-template */
-    engine *e;
-    sampling_params sp;
-    const backend_ops *be;
+    runtime rt;                 /* tok NULL when the directory has no tokenizer.json; tpl NULL
+                                   without a template or with --no-chat-template */
+    sampling_params sp;         /* the runtime's defaults with the flags applied */
 } gen_session;
 
 /* Loads the model (and tokenizer when present), builds the sampling parameters (flags over
@@ -59,9 +57,6 @@ void gen_session_close(gen_session *s);
 int gen_render_chat(const gen_session *s, const json_t *messages, int32_t **ids, int *n, mx_error *err);
 /* Tokenizes a raw prompt with the tokenizer's special-token handling (BOS). */
 int gen_encode_raw(const gen_session *s, const char *text, int32_t **ids, int *n, mx_error *err);
-
-/* "kv cache: K f32, V f32 (N bytes per token)": the engine's resolved cache types. */
-void gen_describe_kv(engine *e, char *buf, size_t len);
 
 /* "1,2,3" -> ids (malloc'd). */
 int gen_parse_ids(const char *s, int32_t **ids, int *n, mx_error *err);

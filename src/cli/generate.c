@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
+#include "base/env.h"
 #include "cli/cli.h"
 #include "cli/gen_common.h"
 
@@ -35,7 +37,18 @@ typedef struct gen_state {
     size_t text_len, text_cap;
     engine_finish why;
     engine_seq_stats st;
+    /* MLXCEL_PROFILE_TTFT: the breakdown is printed once the first bytes are out */
+    bool profile, ttft_pending;
+    double prep_s;               /* template + tokenize */
+    engine_seq_stats first;      /* the statistics at the first token */
 } gen_state;
+
+static void ttft_print(gen_state *g, double t_out) {
+    char line[1024];
+    runtime_ttft_line(line, sizeof line, "generate", g->prep_s, &g->first, t_out);
+    fprintf(stderr, "%s\n", line);
+    g->ttft_pending = false;
+}
 
 static void text_append(gen_state *g, const char *p, size_t n) {
     if (!n) return;
@@ -54,6 +67,7 @@ static void text_append(gen_state *g, const char *p, size_t n) {
         fwrite(p, 1, n, stdout);
         fflush(stdout);
     }
+    if (g->ttft_pending) ttft_print(g, mx_now());
 }
 
 static int on_token(void *user, int64_t id, int32_t tok, float lp) {
@@ -68,6 +82,10 @@ static int on_token(void *user, int64_t id, int32_t tok, float lp) {
         g->cap_toks = cap;
     }
     g->toks[g->n_toks++] = tok;
+    if (g->n_toks == 1 && g->profile) {
+        g->first = *engine_token_stats(g->s->rt.e);
+        g->ttft_pending = true;
+    }
     if (g->ts) {
         const char *out = NULL;
         size_t len = 0;
@@ -79,6 +97,7 @@ static int on_token(void *user, int64_t id, int32_t tok, float lp) {
         printf("%s%d", g->n_toks > 1 ? " " : "", tok);
         fflush(stdout);
     }
+    if (g->ttft_pending) ttft_print(g, mx_now());
     return 0;
 }
 
@@ -134,14 +153,15 @@ int cmd_generate(int argc, char **argv) {
         return 1;
     }
     int rc = 1;
-    gen_state g = {.s = &s, .json = json, .print = !json};
+    gen_state g = {.s = &s, .json = json, .print = !json, .profile = mx_env()->profile_ttft};
+    const double t_prep = mx_now();
     if (prompt) {
-        if (!s.tok) {
+        if (!s.rt.tok) {
             fprintf(stderr, "mlxcel generate: -p needs %s/tokenizer.json; use --prompt-ids\n", o.model_dir);
             goto out;
         }
         int rc2;
-        if (s.tpl) {
+        if (s.rt.tpl) {
             json_t *msgs = json_pack("[{s:s, s:s}]", "role", "user", "content", prompt);
             rc2 = msgs ? gen_render_chat(&s, msgs, &ids, &n_ids, &err) : mx_fail(&err, "out of memory");
             json_decref(msgs);
@@ -153,15 +173,16 @@ int cmd_generate(int argc, char **argv) {
             goto out;
         }
     }
-    if (s.tok) {
-        g.ts = tok_stream_new(s.tok, true);
+    g.prep_s = mx_now() - t_prep;
+    if (s.rt.tok) {
+        g.ts = tok_stream_new(s.rt.tok, true);
         if (o.n_stops) tok_stream_set_stops(g.ts, o.stops, o.n_stops);
     }
     engine_request r = {.prompt = ids, .n_prompt = n_ids, .sampling = s.sp,
                         .max_tokens = o.n_predict, .ignore_eos = o.ignore_eos,
                         .on_token = on_token, .on_finish = on_finish, .user = &g,
                         .allow_device_sampling = true}; /* no top logprobs asked */
-    if (engine_submit(s.e, &r, &err) < 0 || engine_run(s.e, &err) < 0) {
+    if (engine_submit(s.rt.e, &r, &err) < 0 || engine_run(s.rt.e, &err) < 0) {
         fprintf(stderr, "mlxcel generate: %s\n", err.msg);
         goto out;
     }
@@ -173,6 +194,7 @@ int cmd_generate(int argc, char **argv) {
             text_append(&g, tail, len);
         }
     }
+    if (g.ttft_pending) ttft_print(&g, 0); /* nothing of it was ever written (a stop string) */
     const int n_new = g.st.n_prompt - g.st.n_cached;
     const double prefill_s = g.st.t_first_token - g.st.t_start;
     const double decode_s = g.st.t_finish - g.st.t_first_token;
@@ -199,13 +221,13 @@ int cmd_generate(int argc, char **argv) {
         json_object_set_new(j, "prefill_tokens_per_s", json_real(prefill_tps));
         json_object_set_new(j, "decode_tokens_per_s", json_real(decode_tps));
         json_object_set_new(j, "ttft_ms", json_real(ttft_ms));
-        json_object_set_new(j, "device", json_string(s.be->name));
-        json_object_set_new(j, "kv_storage", json_string(kv_storage_name(engine_storage(s.e))));
-        json_object_set_new(j, "kv_storage_reason", json_string(engine_storage_reason(s.e)));
-        json_object_set_new(j, "cache_type_k", json_string(kv_type_name(engine_params_of(s.e)->cache_type_k)));
-        json_object_set_new(j, "cache_type_v", json_string(kv_type_name(engine_params_of(s.e)->cache_type_v)));
+        json_object_set_new(j, "device", json_string(s.rt.be->name));
+        json_object_set_new(j, "kv_storage", json_string(kv_storage_name(engine_storage(s.rt.e))));
+        json_object_set_new(j, "kv_storage_reason", json_string(engine_storage_reason(s.rt.e)));
+        json_object_set_new(j, "cache_type_k", json_string(kv_type_name(engine_params_of(s.rt.e)->cache_type_k)));
+        json_object_set_new(j, "cache_type_v", json_string(kv_type_name(engine_params_of(s.rt.e)->cache_type_v)));
         json_object_set_new(j, "kv_bytes_per_token",
-                            json_integer((json_int_t)kv_cache_bytes_per_token(engine_kv(s.e))));
+                            json_integer((json_int_t)kv_cache_bytes_per_token(engine_kv(s.rt.e))));
         char *txt = json_dumps(j, JSON_COMPACT);
         printf("%s\n", txt);
         free(txt);

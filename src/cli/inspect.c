@@ -6,14 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "base/env.h"
 #include "cli/cli.h"
 #include "io/checkpoint.h"
 #include "kv/kv_turbo.h"
 #include "model/estimate.h"
-#ifdef MLXCEL_HAVE_CUDA
-#include "backend/cuda/cuda_info.h"
-#endif
 
 #define DEFAULT_CTX 4096
 
@@ -74,17 +72,11 @@ static int meminfo_available(uint64_t *out) {
 /* device: NULL = auto. Fills the bytes, the device actually used and where the figure came from. */
 static int available_memory(const char *device, uint64_t *bytes, const char **dev_used,
                             char *source, size_t source_n, mx_error *err) {
-    bool want_cuda = device && !strcmp(device, "cuda");
-    bool use_cuda = false;
-#ifdef MLXCEL_HAVE_CUDA
-    cuda_device_facts facts;
-    memset(&facts, 0, sizeof facts);
-    bool have_gpu = (!device || want_cuda) && cuda_device_info(&facts) == 0;
-    if (want_cuda && !have_gpu) return mx_fail(err, "--device cuda: no usable CUDA device");
-    use_cuda = have_gpu;
-#else
-    if (want_cuda) return mx_fail(err, "--device cuda: this build has no CUDA backend");
-#endif
+    const bool want_cuda = device && !strcmp(device, "cuda");
+    mx_device_facts facts;
+    mx_error why;
+    const bool use_cuda = (!device || want_cuda) && backend_device_facts(MX_DEV_CUDA, &facts, &why) == 0;
+    if (want_cuda && !use_cuda) return mx_fail(err, "--device cuda: %s", why.msg);
     *dev_used = use_cuda ? "cuda" : "cpu";
     uint64_t limit = mx_env()->memory_limit;
     if (limit) {
@@ -92,13 +84,11 @@ static int available_memory(const char *device, uint64_t *bytes, const char **de
         snprintf(source, source_n, "MLXCEL_MEMORY_LIMIT");
         return 0;
     }
-#ifdef MLXCEL_HAVE_CUDA
     if (use_cuda) {
         *bytes = facts.free_bytes;
         snprintf(source, source_n, "free memory of GPU 0 (%.100s)", facts.name);
         return 0;
     }
-#endif
     if (meminfo_available(bytes)) return mx_fail(err, "/proc/meminfo: no MemAvailable line");
     snprintf(source, source_n, "MemAvailable");
     return 0;

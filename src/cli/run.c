@@ -161,7 +161,7 @@ int cmd_run(int argc, char **argv) {
     }
     int rc = 1;
     json_t *msgs = json_array();
-    if (!s.tok || !s.tpl) {
+    if (!s.rt.tok || !s.rt.tpl) {
         fprintf(stderr, "mlxcel run: %s needs tokenizer.json and a chat template "
                         "(chat_template.jinja, tokenizer_config.json, or --chat-template-file)\n",
                 o.model_dir);
@@ -169,7 +169,7 @@ int cmd_run(int argc, char **argv) {
     }
     if (system_msg) json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "system", "content", system_msg));
     const bool tty = isatty(0);
-    const int ctx = engine_params_of(s.e)->ctx_size;
+    const int ctx = engine_params_of(s.rt.e)->ctx_size;
     if (tty) fprintf(stderr, "mlxcel run: chat with %s (/bye to quit, /clear to forget, \"\"\" for multi-line)\n", o.model_dir);
     for (;;) {
         char *msg = read_message(tty);
@@ -198,12 +198,12 @@ int cmd_run(int argc, char **argv) {
             free(ids);
             continue;
         }
-        chat_state c = {.ts = tok_stream_new(s.tok, true)};
+        chat_state c = {.ts = tok_stream_new(s.rt.tok, true)};
         if (o.n_stops) tok_stream_set_stops(c.ts, o.stops, o.n_stops);
         engine_request r = {.prompt = ids, .n_prompt = n, .sampling = s.sp, .max_tokens = o.n_predict,
                             .ignore_eos = o.ignore_eos, .on_token = on_token, .on_finish = on_finish,
                             .user = &c};
-        if (engine_submit(s.e, &r, &err) < 0 || engine_run(s.e, &err) < 0) {
+        if (engine_submit(s.rt.e, &r, &err) < 0 || engine_run(s.rt.e, &err) < 0) {
             fprintf(stderr, "mlxcel run: %s\n", err.msg);
             tok_stream_free(c.ts);
             free(ids);

@@ -7,6 +7,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "cli/cli.h"
+#include "model/model_spec.h"
 #include "tune/tune_ops.h"
 #include "tune/tune_policy.h"
 #include "tune/tune_runner.h"
@@ -200,10 +201,32 @@ static void setup_device(const tune_args *a, tune_device *dev, bool *have_gpu) {
     if (!*have_gpu) snprintf(g_dev_err, sizeof g_dev_err, "%s", err.msg);
 }
 
+/* -m DIR: the geometry of the model's config.json, read by the one config parser every
+ * command uses (spec_load: text_config first, head_dim implied, quantization block). */
+static int geom_from_model(const char *dir, tune_geom *g, mx_error *err) {
+    model_spec *s = malloc(sizeof *s); /* tens of KB of per-layer tables */
+    if (!s) return mx_fail(err, "out of memory");
+    if (spec_load(s, dir, err)) {
+        free(s);
+        return -1;
+    }
+    g->q_heads = s->n_heads;
+    g->kv_heads = s->n_kv_heads;
+    g->head_dim = s->head_dim;
+    g->hidden = s->hidden_size;
+    if (s->intermediate_size > 0) g->intermediate = s->intermediate_size;
+    if (s->quant.bits) {
+        g->q_bits = s->quant.bits;
+        g->q_group = s->quant.group_size;
+    }
+    free(s);
+    return 0;
+}
+
 static int setup_geom(const tune_args *a, tune_geom *g) {
     *g = tune_geom_defaults();
     mx_error err;
-    if (a->model_dir && tune_geom_from_config(a->model_dir, g, &err)) {
+    if (a->model_dir && geom_from_model(a->model_dir, g, &err)) {
         fprintf(stderr, "mlxcel tune: %s\n", err.msg);
         return -1;
     }

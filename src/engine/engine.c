@@ -505,6 +505,19 @@ static void sample_and_check(engine *e, seq *s, float *logits) {
 }
 
 /* ==== Step ==== */
+/* A forward that carried rows of a sequence that has no token yet (its prompt, or its
+ * recomputation after a preemption): the TTFT breakdown of engine_seq_stats. */
+static void ttft_record(engine_seq_stats *st, double seconds, int rows, int all_rows, double t_end) {
+    if (st->n_prefill_steps < ENGINE_TTFT_STEPS) {
+        st->prefill_step_s[st->n_prefill_steps] = seconds;
+        st->prefill_step_rows[st->n_prefill_steps] = rows;
+        st->prefill_step_all_rows[st->n_prefill_steps] = all_rows;
+    }
+    st->n_prefill_steps++;
+    st->prefill_seconds += seconds;
+    st->t_first_forward_end = t_end;
+}
+
 int engine_step(engine *e, mx_error *err) {
     drain_inbox(e);
     admit(e);
@@ -579,6 +592,7 @@ int engine_step(engine *e, mx_error *err) {
     const size_t V = (size_t)e->spec->vocab_size;
     for (int j = 0; j < n; j++) {
         seq *s = ss[j];
+        if (s->n_generated == 0) ttft_record(&s->st, dt, s->rows, rows, t0 + dt);
         const int to = s->kv.n_tokens + s->rows;
         kv_seq_commit(e->kv, &s->kv, s->tokens, to);
         const bool sampled = to == s->n_tokens;
@@ -615,6 +629,8 @@ void engine_get_stats(engine *e, engine_stats *st) {
     for (seq *s = e->queue; s; s = s->next) q++;
     st->queued = q;
 }
+
+const engine_seq_stats *engine_token_stats(const engine *e) { return e->reporting ? &e->reporting->st : NULL; }
 
 int engine_top_logprobs(const engine *e, int n, int32_t *ids, float *logprobs) {
     if (!e->reporting || n <= 0) return 0;

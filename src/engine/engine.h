@@ -54,12 +54,24 @@ typedef struct engine_params {
 /* n_parallel 1, batch 2048, chunk 512, grant 4, ctx min(4096, max positions), auto, 16, on. */
 void engine_params_default(engine_params *p, const model_spec *spec);
 
+/* Forwards recorded per sequence before its first token (MLXCEL_PROFILE_TTFT's breakdown). */
+#define ENGINE_TTFT_STEPS 16
+
 typedef struct engine_seq_stats {
     int n_prompt;          /* prompt tokens as submitted */
     int n_cached;          /* prompt tokens reused from the prefix cache at first admission */
     int n_generated;
     int n_preempted;
     double t_submit, t_start, t_first_token, t_finish; /* mx_now() seconds */
+    /* ---- before the first token: every forward that carried this sequence's prompt rows
+     * (recomputation after a preemption too); the first ENGINE_TTFT_STEPS in detail ---- */
+    int n_prefill_steps;
+    double prefill_seconds;                       /* all of them */
+    double prefill_step_s[ENGINE_TTFT_STEPS];     /* each forward's time */
+    int prefill_step_rows[ENGINE_TTFT_STEPS];     /* this sequence's rows in it */
+    int prefill_step_all_rows[ENGINE_TTFT_STEPS]; /* every sequence's rows in it */
+    double t_first_forward_end; /* end of the forward whose logits gave the first token; the
+                                   sampler ran between it and t_first_token */
 } engine_seq_stats;
 
 /* Called for every sampled token (EOS included). Return nonzero to finish the sequence with
@@ -124,6 +136,10 @@ typedef struct engine_stats {
     double prefill_seconds, decode_seconds; /* forward time split by the rows' share */
 } engine_stats;
 void engine_get_stats(engine *e, engine_stats *st);
+
+/* Inside an engine_token_cb only: the statistics so far of the sequence just reported (its
+ * first token's callback sees the whole prefill breakdown); NULL outside a token callback. */
+const engine_seq_stats *engine_token_stats(const engine *e);
 
 /* Inside an engine_token_cb only: the n most likely alternatives of the token just reported
  * (sampler_top_logprobs of that sequence's sampler: the distribution its logprob comes from).

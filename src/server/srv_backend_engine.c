@@ -13,7 +13,6 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -21,6 +20,7 @@
 #include "base/log.h"
 #include "engine/engine.h"
 #include "model/estimate.h"
+#include "runtime/runtime.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 
@@ -41,11 +41,7 @@ typedef struct sbe_seq {
 } sbe_seq;
 
 struct sbe {
-    model *m;
-    engine *e;
-    tokenizer *tok;
-    chat_template *ct;
-    const model_spec *spec;
+    runtime rt;            /* backend, model, tokenizer, template, sampling defaults, engine */
     srv_text_ops text_ops; /* the static table with has_template filled in */
     sbe_seq *live;         /* engine thread only */
     uint64_t seed_state;
@@ -70,9 +66,9 @@ static int eng_on_token(void *user, int64_t id, int32_t token, float logprob) {
     sbe *b = q->b;
     b->n_generated++;
     /* The seam does not report the EOS token: the engine finishes the sequence with EOS. */
-    if (!q->ignore_eos && is_eos(b->spec, token)) return 0;
+    if (!q->ignore_eos && is_eos(b->rt.spec, token)) return 0;
     srv_token t = {.id = token, .logprob = logprob};
-    if (q->top_n > 0) t.n_top = engine_top_logprobs(b->e, q->top_n, t.top_ids, t.top_logprobs);
+    if (q->top_n > 0) t.n_top = engine_top_logprobs(b->rt.e, q->top_n, t.top_ids, t.top_logprobs);
     q->on_token(q->user, &t);
     return 0; /* stop strings are found by the server's stream, which then cancels */
 }
@@ -146,7 +142,7 @@ static int be_submit(void *p, const srv_gen *g, uint64_t *id, mx_error *err) {
                         .max_tokens = g->max_tokens, .ignore_eos = s->ignore_eos,
                         .on_token = eng_on_token, .on_finish = eng_on_finish, .user = q,
                         .allow_device_sampling = q->top_n == 0};
-    const int64_t sid = engine_submit(b->e, &r, err);
+    const int64_t sid = engine_submit(b->rt.e, &r, err);
     free(lb);
     if (sid < 0) {
         free(q);
@@ -165,30 +161,30 @@ static int be_submit(void *p, const srv_gen *g, uint64_t *id, mx_error *err) {
  * call returns, so the next step and the next /metrics already see the blocks free. */
 static void be_cancel(void *p, uint64_t id) {
     sbe *b = p;
-    engine_cancel(b->e, (int64_t)id);
-    engine_apply_cancels(b->e);
+    engine_cancel(b->rt.e, (int64_t)id);
+    engine_apply_cancels(b->rt.e);
 }
 
 static int be_step(void *p, mx_error *err) {
     sbe *b = p;
-    if (engine_step(b->e, err) >= 0) return 0;
+    if (engine_step(b->rt.e, err) >= 0) return 0;
     /* The forward failed as a whole: every sequence ends with ERROR (no retry loop). */
     LOG_ERR("engine: step failed (%s); failing every running request", err->msg);
     for (sbe_seq *q = b->live; q; q = q->next) {
         q->failed = true;
-        engine_cancel(b->e, q->id);
+        engine_cancel(b->rt.e, q->id);
     }
-    engine_apply_cancels(b->e);
+    engine_apply_cancels(b->rt.e);
     return -1;
 }
 
-static bool be_has_work(void *p) { return engine_has_work(((sbe *)p)->e); }
+static bool be_has_work(void *p) { return engine_has_work(((sbe *)p)->rt.e); }
 
 static void be_stats(void *p, srv_engine_stats *out) {
     sbe *b = p;
     engine_stats es;
-    engine_get_stats(b->e, &es);
-    kv_cache *kv = engine_kv(b->e);
+    engine_get_stats(b->rt.e, &es);
+    kv_cache *kv = engine_kv(b->rt.e);
     kv_cache_stats ks;
     kv_cache_get_stats(kv, &ks);
     memset(out, 0, sizeof *out);
@@ -219,29 +215,29 @@ static const srv_engine_ops k_engine_ops = {be_submit, be_cancel, be_step, be_ha
 /* ==== srv_text_ops (HTTP threads; tokenizer and template are read-only) ==== */
 static int tx_tokenize(void *p, const char *text, size_t len, bool add_special, int32_t **ids,
                        size_t *n_ids, mx_error *err) {
-    return tok_encode(((sbe *)p)->tok, text, len, add_special, ids, n_ids, err);
+    return tok_encode(((sbe *)p)->rt.tok, text, len, add_special, ids, n_ids, err);
 }
 
 static int tx_detokenize(void *p, const int32_t *ids, size_t n_ids, bool skip_special, char **out,
                          size_t *out_len, mx_error *err) {
-    return tok_decode_n(((sbe *)p)->tok, ids, n_ids, skip_special, out, out_len, err);
+    return tok_decode_n(((sbe *)p)->rt.tok, ids, n_ids, skip_special, out, out_len, err);
 }
 
 static int tx_token_bytes(void *p, int32_t id, char **out, size_t *out_len, mx_error *err) {
-    return tok_decode_bytes(((sbe *)p)->tok, &id, 1, false, out, out_len, err);
+    return tok_decode_bytes(((sbe *)p)->rt.tok, &id, 1, false, out, out_len, err);
 }
 
 static int tx_template(void *p, const json_t *messages, const json_t *extra, bool add_gen, char **out,
                        mx_error *err) {
     sbe *b = p;
-    if (!b->ct) return mx_fail(err, "this model has no chat template");
-    return chat_template_apply(b->ct, messages, extra, add_gen, out, err);
+    if (!b->rt.tpl) return mx_fail(err, "this model has no chat template");
+    return chat_template_apply(b->rt.tpl, messages, extra, add_gen, out, err);
 }
 
 static srv_text_stream *tx_stream_new(void *p, const char *const *stops, int n_stops) {
     srv_text_stream *s = calloc(1, sizeof *s);
     if (!s) return NULL;
-    s->ts = tok_stream_new(((sbe *)p)->tok, true);
+    s->ts = tok_stream_new(((sbe *)p)->rt.tok, true);
     if (!s->ts) {
         free(s);
         return NULL;
@@ -268,7 +264,7 @@ static void tx_stream_free(srv_text_stream *s) {
 
 /* Ids the engine accepts: the model's vocabulary (prompt ids and logit_bias are checked
  * against it). */
-static int tx_vocab_size(void *p) { return ((sbe *)p)->spec->vocab_size; }
+static int tx_vocab_size(void *p) { return ((sbe *)p)->rt.spec->vocab_size; }
 
 static const srv_text_ops k_text_ops = {
     .tokenize = tx_tokenize, .detokenize = tx_detokenize, .token_bytes = tx_token_bytes,
@@ -277,36 +273,9 @@ static const srv_text_ops k_text_ops = {
     .has_template = false};
 
 /* ==== Open / close ==== */
-static bool path_exists(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0;
-}
-
-/* Where the chat template comes from; "" when the checkpoint declares none (chat routes then
- * answer 400 naming --chat-template-file, the other routes still work). */
-static void template_source(const char *dir, const char *override_file, char *src, size_t n) {
-    char p[2048];
-    src[0] = 0;
-    if (override_file && override_file[0]) {
-        snprintf(src, n, "%s", override_file);
-        return;
-    }
-    snprintf(p, sizeof p, "%s/chat_template.jinja", dir);
-    if (path_exists(p)) {
-        snprintf(src, n, "chat_template.jinja");
-        return;
-    }
-    snprintf(p, sizeof p, "%s/tokenizer_config.json", dir);
-    if (!path_exists(p)) return;
-    json_t *cfg = json_load_file(p, JSON_DECODE_INT_AS_REAL, NULL);
-    /* an unreadable tokenizer_config.json is reported by chat_template_load */
-    if (!cfg || json_object_get(cfg, "chat_template")) snprintf(src, n, "tokenizer_config.json");
-    json_decref(cfg);
-}
-
 static void fill_info(sbe *b, srv_model_info *m, const srv_config *cfg, const char *tpl_src,
                       const backend_ops *ops) {
-    const model_spec *s = b->spec;
+    const model_spec *s = b->rt.spec;
     /* the line `generate` and `bench` print: device, compute capability, memory, settings */
     if (ops->describe) ops->describe(m->device, sizeof m->device);
     else snprintf(m->device, sizeof m->device, "%s", ops->name);
@@ -324,14 +293,14 @@ static void fill_info(sbe *b, srv_model_info *m, const srv_config *cfg, const ch
     snprintf(m->path, sizeof m->path, "%.1023s", real ? real : cfg->model);
     free(real);
     snprintf(m->family, sizeof m->family, "%.30s (%.20s family)", s->model_type, spec_family_name(s->family));
-    m->n_params = model_n_params(b->m);
+    m->n_params = model_n_params(b->rt.m);
     if (s->quant.bits)
         snprintf(m->dtype, sizeof m->dtype, "%.8s, MLX affine %d-bit group %d", mx_dtype_name(s->dtype),
                  s->quant.bits, s->quant.group_size);
     else
         snprintf(m->dtype, sizeof m->dtype, "%.63s", mx_dtype_name(s->dtype));
-    m->weight_bytes = model_weight_bytes(b->m);
-    m->kv_bytes_per_token = kv_cache_bytes_per_token(engine_kv(b->e));
+    m->weight_bytes = model_weight_bytes(b->rt.m);
+    m->kv_bytes_per_token = kv_cache_bytes_per_token(engine_kv(b->rt.e));
     /* activations and headroom as `mlxcel inspect` estimates them (src/model/estimate.c) */
     mx_mem_estimate est;
     estimate_memory(s, m->n_params, m->weight_bytes, cfg->ctx_size, cfg->max_batch_size,
@@ -340,12 +309,27 @@ static void fill_info(sbe *b, srv_model_info *m, const srv_config *cfg, const ch
     m->headroom_bytes = est.headroom_bytes;
     m->n_ctx = cfg->ctx_size;
     m->n_ctx_train = s->max_position_embeddings;
-    snprintf(m->storage, sizeof m->storage, "%.15s", kv_storage_name(engine_storage(b->e)));
-    snprintf(m->storage_reason, sizeof m->storage_reason, "%.255s", engine_storage_reason(b->e));
-    snprintf(m->cache_type_k, sizeof m->cache_type_k, "%s", kv_type_name(engine_params_of(b->e)->cache_type_k));
-    snprintf(m->cache_type_v, sizeof m->cache_type_v, "%s", kv_type_name(engine_params_of(b->e)->cache_type_v));
+    snprintf(m->storage, sizeof m->storage, "%.15s", kv_storage_name(engine_storage(b->rt.e)));
+    snprintf(m->storage_reason, sizeof m->storage_reason, "%.255s", engine_storage_reason(b->rt.e));
+    snprintf(m->cache_type_k, sizeof m->cache_type_k, "%s", kv_type_name(engine_params_of(b->rt.e)->cache_type_k));
+    snprintf(m->cache_type_v, sizeof m->cache_type_v, "%s", kv_type_name(engine_params_of(b->rt.e)->cache_type_v));
     snprintf(m->chat_template, sizeof m->chat_template, "%.63s", tpl_src[0] ? tpl_src : "none");
-    m->chat_template_text = b->ct ? chat_template_source(b->ct) : NULL;
+    m->chat_template_text = b->rt.tpl ? chat_template_source(b->rt.tpl) : NULL;
+}
+
+/* generation_config.json's sampling values become the server's defaults where no flag (or
+ * LLAMA_ARG_* variable) set them: llama-server's built-in values < the checkpoint's < flags <
+ * the request (vLLM's --generation-config auto). */
+static void apply_generation_defaults(srv_config *cfg, const runtime *rt) {
+    const unsigned f = rt->gen_fields & ~cfg->sampling_set;
+    if (f & RT_GEN_TEMPERATURE) cfg->temperature = rt->sampling.temperature;
+    if (f & RT_GEN_TOP_P) cfg->top_p = rt->sampling.top_p;
+    if (f & RT_GEN_TOP_K) cfg->top_k = rt->sampling.top_k;
+    if (f & RT_GEN_REPEAT_PENALTY) cfg->repeat_penalty = rt->sampling.repeat_penalty;
+    if (f)
+        LOG_INFO("sampling defaults from generation_config.json:%s%s%s%s (flags and requests override)",
+                 f & RT_GEN_TEMPERATURE ? " temperature" : "", f & RT_GEN_TOP_P ? " top_p" : "",
+                 f & RT_GEN_TOP_K ? " top_k" : "", f & RT_GEN_REPEAT_PENALTY ? " repetition_penalty" : "");
 }
 
 int srv_backend_engine_open(srv_backend *be, srv_config *cfg, mx_error *err) {
@@ -358,46 +342,41 @@ int srv_backend_engine_open(srv_backend *be, srv_config *cfg, mx_error *err) {
     be->text_ops = &b->text_ops;
     b->text_ops = k_text_ops;
     b->seed_state = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(mx_now() * 1e9);
-    const double t0 = mx_now();
 
-    const mx_device dev = !strcmp(cfg->device, "cuda") ? MX_DEV_CUDA : MX_DEV_CPU;
-    const backend_ops *ops = backend_get(dev, err);
-    /* -ctk / -ctv: a type the device cannot hold is refused before the weights load */
-    kv_type ctk = KV_TYPE_DEFAULT, ctv = KV_TYPE_DEFAULT;
-    if (ops && ((cfg->cache_type_k[0] && kv_type_parse(cfg->cache_type_k, &ctk, err)) ||
-                (cfg->cache_type_v[0] && kv_type_parse(cfg->cache_type_v, &ctv, err)) ||
-                kv_type_check(ctk, ops, 0, "K", err) || kv_type_check(ctv, ops, 0, "V", err)))
-        goto fail;
-    /* --tp-size N: a group of N rank models; the engine runs on this server's engine thread
+    /* -ctk / -ctv: a type the device cannot hold is refused before the weights load;
+     * --tp-size N: a group of N rank models; the engine runs on this server's engine thread
      * as rank 0, the other ranks as threads of each forward (docs/tensor-parallel.md) */
-    if (!ops || (strcmp(cfg->load_format, "dummy")
-                     ? model_load_tp(&b->m, cfg->model, ops, cfg->tp_size, err)
-                     : model_load_dummy_tp(&b->m, cfg->model, ops, cfg->tp_size, err)))
+    rt_opts ro;
+    rt_opts_default(&ro);
+    ro.model_dir = cfg->model;
+    ro.device = cfg->device;
+    ro.tp_size = cfg->tp_size;
+    ro.dummy_weights = !strcmp(cfg->load_format, "dummy");
+    if ((cfg->cache_type_k[0] && kv_type_parse(cfg->cache_type_k, &ro.cache_type_k, err)) ||
+        (cfg->cache_type_v[0] && kv_type_parse(cfg->cache_type_v, &ro.cache_type_v, err)))
         goto fail;
-    b->spec = model_spec_of(b->m);
-    if (tok_load_dir(&b->tok, cfg->model, err)) {
-        mx_wrap(err, "%s: the server needs tokenizer.json", cfg->model);
+    ro.tokenizer = RT_TOK_REQUIRED;
+    ro.chat_template_file = cfg->chat_template_file;
+    if (runtime_open(&b->rt, &ro, err)) {
+        if (strstr(err->msg, "tokenizer.json")) mx_wrap(err, "%s: the server needs tokenizer.json", cfg->model);
         goto fail;
     }
-    char tpl_src[1024];
-    template_source(cfg->model, cfg->chat_template_file, tpl_src, sizeof tpl_src);
-    if (tpl_src[0]) {
-        if (chat_template_load(&b->ct, cfg->model, cfg->chat_template_file[0] ? cfg->chat_template_file : NULL,
-                               err))
-            goto fail;
+    const backend_ops *ops = b->rt.be;
+    if (b->rt.tpl) {
         b->text_ops.has_template = true;
     } else {
         LOG_WARN("%s: no chat template (chat_template.jinja or tokenizer_config.json \"chat_template\"); "
                  "/v1/chat/completions answers 400 unless --chat-template-file is given", cfg->model);
     }
+    apply_generation_defaults(cfg, &b->rt);
 
     /* -c 0: the engine's default, min(4096, max_position_embeddings) */
     engine_params ep;
-    engine_params_default(&ep, b->spec);
+    engine_params_default(&ep, b->rt.spec);
     if (srv_config_finalize(cfg, ep.ctx_size, err)) goto fail;
-    if (b->spec->max_position_embeddings > 0 && cfg->ctx_size > b->spec->max_position_embeddings)
+    if (b->rt.spec->max_position_embeddings > 0 && cfg->ctx_size > b->rt.spec->max_position_embeddings)
         LOG_WARN("--ctx-size %d exceeds the model's max_position_embeddings %d", cfg->ctx_size,
-                 b->spec->max_position_embeddings);
+                 b->rt.spec->max_position_embeddings);
     if (cfg->prefill_chunk_size > cfg->ubatch_size) {
         mx_fail(err, "--prefill-chunk-size %d exceeds --ubatch-size %d: one engine step is one forward "
                      "pass of at most --ubatch-size tokens", cfg->prefill_chunk_size, cfg->ubatch_size);
@@ -413,11 +392,11 @@ int srv_backend_engine_open(srv_backend *be, srv_config *cfg, mx_error *err) {
         goto fail;
     }
     ep.n_kv_blocks = cfg->n_parallel * ((cfg->ctx_size + ep.block_size - 1) / ep.block_size);
-    ep.cache_type_k = ctk;
-    ep.cache_type_v = ctv;
-    if (engine_new(&b->e, b->m, &ep, err)) goto fail;
-    fill_info(b, &be->info, cfg, tpl_src, ops);
-    LOG_INFO("model loaded in %.2f s (%s backend)", mx_now() - t0, backend_device_name(dev));
+    ep.cache_type_k = ro.cache_type_k;
+    ep.cache_type_v = ro.cache_type_v;
+    if (runtime_start_engine(&b->rt, &ep, err)) goto fail;
+    fill_info(b, &be->info, cfg, b->rt.tpl_src, ops);
+    LOG_INFO("model loaded in %.2f s (%s backend)", b->rt.load_seconds, ops->name);
     return 0;
 fail:
     srv_backend_engine_close(be);
@@ -427,15 +406,14 @@ fail:
 void srv_backend_engine_close(srv_backend *be) {
     sbe *b = be->eng;
     if (!b) return;
-    engine_free(b->e);
+    engine_free(b->rt.e); /* first: it holds the sequences below as callback users */
+    b->rt.e = NULL;
     /* srv_run cancelled every request before returning; anything left never reached a step */
     for (sbe_seq *q = b->live, *n; q; q = n) {
         n = q->next;
         free(q);
     }
-    chat_template_free(b->ct);
-    if (b->tok) tok_free(b->tok);
-    model_free(b->m);
+    runtime_close(&b->rt);
     free(b);
     memset(be, 0, sizeof *be);
 }

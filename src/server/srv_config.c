@@ -14,6 +14,7 @@
 #include "base/env.h"
 #include "base/log.h"
 #include "kv/kv_cache.h"
+#include "runtime/runtime.h"
 
 /* ==== Option table ==== */
 typedef enum { OPT_INT, OPT_I64, OPT_FLOAT, OPT_STR, OPT_FLAG, OPT_NOFLAG, OPT_SIZE, OPT_SPECIAL } opt_type;
@@ -265,6 +266,15 @@ static int set_value(srv_config *c, const opt *o, const char *name, const char *
     return mx_fail(err, "%s: internal option type", name);
 }
 
+/* Which generation_config.json default an option overrides (RT_GEN_*), 0 for none. */
+static unsigned sampling_bit(const opt *o) {
+    if (o->off == offsetof(srv_config, temperature)) return RT_GEN_TEMPERATURE;
+    if (o->off == offsetof(srv_config, top_p)) return RT_GEN_TOP_P;
+    if (o->off == offsetof(srv_config, top_k)) return RT_GEN_TOP_K;
+    if (o->off == offsetof(srv_config, repeat_penalty)) return RT_GEN_REPEAT_PENALTY;
+    return 0;
+}
+
 /* ==== Parse ==== */
 int srv_config_parse(srv_config *c, int argc, char **argv, FILE *help_out, mx_error *err) {
     /* Environment first (the only place LLAMA_ARG_* are read), so flags override it. */
@@ -273,6 +283,7 @@ int srv_config_parse(srv_config *c, int argc, char **argv, FILE *help_out, mx_er
         const char *v = getenv(k_opts[i].env);
         if (!v || !*v) continue;
         if (set_value(c, &k_opts[i], k_opts[i].env, v, err)) return -1;
+        c->sampling_set |= sampling_bit(&k_opts[i]);
     }
     /* The key list from the environment is replaced, not extended, by --api-key flags. */
     bool keys_from_flags = false;
@@ -306,6 +317,7 @@ int srv_config_parse(srv_config *c, int argc, char **argv, FILE *help_out, mx_er
             keys_from_flags = true;
         }
         if (set_value(c, o, name, val, err)) return -1;
+        c->sampling_set |= sampling_bit(o);
     }
     return 0;
 }

@@ -62,6 +62,9 @@ typedef struct srv_config {
     float presence_penalty;      /* --presence-penalty (LLAMA_ARG_PRESENCE_PENALTY) */
     float frequency_penalty;     /* --frequency-penalty (LLAMA_ARG_FREQUENCY_PENALTY) */
     int64_t seed;                /* -s, --seed, -1 = random */
+    unsigned sampling_set;       /* RT_GEN_* bits (runtime.h) of the defaults above that a flag
+                                    or LLAMA_ARG_* variable set: generation_config.json fills
+                                    the others (srv_backend_engine.c) */
 } srv_config;
 
 void srv_config_defaults(srv_config *c);

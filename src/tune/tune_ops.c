@@ -1,16 +1,13 @@
 #include "tune/tune_ops.h"
 
-#include <jansson.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "backend/cuda/cuda_qknobs.h" /* plain C: the candidate values in every build */
-#ifdef MLXCEL_HAVE_CUDA
-#include "backend/cuda/cuda_info.h"
-#endif
 
 /* ==== Ops ==== */
 static const char *const k_op_names[TUNE_OP_COUNT] = {"paged-decode-splits", "qmm-tile",
@@ -88,12 +85,11 @@ void tune_device_cpu(tune_device *d) {
 int tune_device_cuda(tune_device *d, mx_error *err) {
     memset(d, 0, sizeof *d);
     d->kind = TUNE_DEV_CUDA;
-#ifdef MLXCEL_HAVE_CUDA
-    cuda_device_facts f;
-    if (cuda_device_info(&f)) {
+    mx_device_facts f;
+    if (backend_device_facts(MX_DEV_CUDA, &f, err)) {
         snprintf(d->name, sizeof d->name, "unavailable");
         tune_device_make_id(d);
-        return mx_fail(err, "no usable CUDA device (driver or GPU missing)");
+        return -1;
     }
     snprintf(d->name, sizeof d->name, "%.*s", (int)sizeof d->name - 1, f.name);
     d->cc_major = f.cc_major;
@@ -102,11 +98,6 @@ int tune_device_cuda(tune_device *d, mx_error *err) {
     d->mem_bytes = f.total_bytes;
     tune_device_make_id(d);
     return 0;
-#else
-    snprintf(d->name, sizeof d->name, "unavailable");
-    tune_device_make_id(d);
-    return mx_fail(err, "this build has no CUDA backend");
-#endif
 }
 
 /* ==== Geometry ==== */
@@ -130,77 +121,6 @@ int tune_geom_check(const tune_geom *g, mx_error *err) {
     if (g->q_bits < 2 || g->q_bits > 8 || g->q_group < 1)
         return mx_fail(err, "quantization bits %d (2..8) / group %d invalid", g->q_bits, g->q_group);
     return 0;
-}
-
-/* Integer field from the text config first, then the top level. 1 = found, 0 = absent. */
-static int cfg_int(json_t *text, json_t *root, const char *key, int *out, const char *path,
-                   mx_error *err) {
-    json_t *v = text ? json_object_get(text, key) : NULL;
-    if (!v || json_is_null(v)) v = json_object_get(root, key);
-    if (!v || json_is_null(v)) return 0;
-    if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > (1 << 24))
-        return mx_fail(err, "%s: field \"%s\" must be a positive integer", path, key);
-    *out = (int)json_integer_value(v);
-    return 1;
-}
-
-int tune_geom_from_config(const char *model_dir, tune_geom *g, mx_error *err) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/config.json", model_dir);
-    json_error_t je;
-    json_t *root = json_load_file(path, 0, &je);
-    if (!root) return mx_fail(err, "%s: %s (line %d)", path, je.text, je.line);
-    int rc = -1;
-    if (!json_is_object(root)) {
-        mx_fail(err, "%s: expected a JSON object", path);
-        goto out;
-    }
-    json_t *text = json_object_get(root, "text_config");
-    if (text && !json_is_object(text)) text = NULL;
-    int heads = 0, kv = 0, hd = 0, hidden = 0, inter = 0;
-    int r;
-    if ((r = cfg_int(text, root, "num_attention_heads", &heads, path, err)) < 0) goto out;
-    if (!r) {
-        mx_fail(err, "%s: field \"num_attention_heads\" missing", path);
-        goto out;
-    }
-    if ((r = cfg_int(text, root, "num_key_value_heads", &kv, path, err)) < 0) goto out;
-    if (!r) kv = heads;
-    if (cfg_int(text, root, "hidden_size", &hidden, path, err) < 0) goto out;
-    if (cfg_int(text, root, "intermediate_size", &inter, path, err) < 0) goto out;
-    if ((r = cfg_int(text, root, "head_dim", &hd, path, err)) < 0) goto out;
-    if (!r) {
-        if (!hidden || hidden % heads) {
-            mx_fail(err, "%s: no \"head_dim\" and hidden_size %d is not a multiple of %d heads",
-                    path, hidden, heads);
-            goto out;
-        }
-        hd = hidden / heads;
-    }
-    g->q_heads = heads;
-    g->kv_heads = kv;
-    g->head_dim = hd;
-    if (hidden) g->hidden = hidden;
-    if (inter) g->intermediate = inter;
-    json_t *q = json_object_get(root, "quantization");
-    if (!q) q = json_object_get(root, "quantization_config");
-    if (q && json_is_object(q)) {
-        json_t *b = json_object_get(q, "bits"), *gs = json_object_get(q, "group_size");
-        if (b && (!json_is_integer(b) || json_integer_value(b) < 2 || json_integer_value(b) > 8)) {
-            mx_fail(err, "%s: field \"quantization.bits\" must be an integer in [2, 8]", path);
-            goto out;
-        }
-        if (gs && (!json_is_integer(gs) || json_integer_value(gs) < 1)) {
-            mx_fail(err, "%s: field \"quantization.group_size\" must be a positive integer", path);
-            goto out;
-        }
-        if (b) g->q_bits = (int)json_integer_value(b);
-        if (gs) g->q_group = (int)json_integer_value(gs);
-    }
-    rc = 0;
-out:
-    json_decref(root);
-    return rc;
 }
 
 /* ==== Buckets ==== */

@@ -55,11 +55,6 @@ typedef struct tune_geom {
  * intermediate 14336, 4-bit group 64. */
 tune_geom tune_geom_defaults(void);
 int tune_geom_check(const tune_geom *g, mx_error *err);
-/* Reads the fields config.json has (text_config first when present, then the top level):
- * num_attention_heads, num_key_value_heads, head_dim (else hidden_size / heads), hidden_size,
- * intermediate_size, quantization{bits,group_size}. Fields absent from the file keep g's value.
- * Only config.json is opened. */
-int tune_geom_from_config(const char *model_dir, tune_geom *g, mx_error *err);
 
 /* ==== Shape buckets ====
  * Runtime shapes map to the nearest point (in log scale) of a fixed grid so that records made

@@ -227,6 +227,55 @@ static void test_cache_types(void **st) {
     free(err);
 }
 
+/* MLXCEL_PROFILE_TTFT=1: one [TTFT] line per request with the prefill steps the engine ran
+ * for it: a 16-token prompt in chunks of 5 is four forwards of 5, 5, 5 and 1 rows. */
+static void test_profile_ttft(void **st) {
+    (void)st;
+    char args[600], *err;
+    snprintf(args, sizeof args, "-m %s --prompt-ids 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16 -n 3 "
+                                "--prefill-chunk-size 5", g_dir);
+    setenv("MLXCEL_PROFILE_TTFT", "1", 1);
+    assert_int_equal(run_err("generate", args, &err), 0);
+    unsetenv("MLXCEL_PROFILE_TTFT");
+    const char *l = strstr(err, "[TTFT] generate: prompt 16 tok (0 cached) | template+tokenize ");
+    if (!l) fail_msg("no [TTFT] request line in: %s", err);
+    const char *p = strstr(l, "| prefill 4 steps ");
+    assert_non_null(p);
+    double ms[4];
+    int rows[4], all[4];
+    p = strchr(p, '(');
+    assert_non_null(p);
+    assert_int_equal(sscanf(p, "(%lf ms %d/%d rows, %lf ms %d/%d rows, %lf ms %d/%d rows, %lf ms %d/%d rows)",
+                            &ms[0], &rows[0], &all[0], &ms[1], &rows[1], &all[1], &ms[2], &rows[2],
+                            &all[2], &ms[3], &rows[3], &all[3]),
+                     12);
+    const int want[4] = {5, 5, 5, 1};
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(rows[i], want[i]);
+        assert_int_equal(all[i], want[i]); /* alone in every step */
+        assert_true(ms[i] > 0);
+    }
+    assert_non_null(strstr(l, "| queue "));
+    assert_non_null(strstr(p, "| first sample "));
+    assert_non_null(strstr(p, "| first byte out "));
+    assert_non_null(strstr(p, "| total "));
+    free(err);
+    /* the tuning page's Metal budgets: a one-line notice each, never silence */
+    setenv("MLX_MAX_MB_PER_BUFFER", "1000", 1);
+    setenv("MLXCEL_DECODE_MB_PER_BUFFER", "1000", 1);
+    assert_int_equal(run_err("generate", args, &err), 0);
+    unsetenv("MLX_MAX_MB_PER_BUFFER");
+    unsetenv("MLXCEL_DECODE_MB_PER_BUFFER");
+    assert_non_null(strstr(err, "mlxcel note: MLX_MAX_MB_PER_BUFFER=1000 is a Metal command-buffer budget"));
+    assert_non_null(strstr(err, "mlxcel note: MLXCEL_DECODE_MB_PER_BUFFER=1000 is a Metal"));
+    assert_null(strstr(err, "MLX_MAX_OPS_PER_BUFFER"));
+    free(err);
+    /* off by default: no request line */
+    assert_int_equal(run_err("generate", args, &err), 0);
+    assert_null(strstr(err, "[TTFT]"));
+    free(err);
+}
+
 static int teardown(void **st) {
     (void)st;
     char p[512];
@@ -244,7 +293,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_json_and_consistency),
         cmocka_unit_test(test_weight_materialization), cmocka_unit_test(test_bad_input),
-        cmocka_unit_test(test_cache_types),
+        cmocka_unit_test(test_cache_types), cmocka_unit_test(test_profile_ttft),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -82,10 +82,13 @@ static void test_model_config(void **st) {
     mkdir(dir, 0755);
     snprintf(path, sizeof path, "%s/config.json", dir);
     FILE *f = fopen(path, "w");
-    /* a multimodal-style config: attention geometry under text_config, head_dim implied */
-    fputs("{\"model_type\": \"x\", \"quantization\": {\"bits\": 8, \"group_size\": 32},"
-          " \"text_config\": {\"hidden_size\": 2048, \"num_attention_heads\": 16,"
-          " \"num_key_value_heads\": 4, \"intermediate_size\": 6144}}", f);
+    /* a multimodal-style config: attention geometry under text_config, head_dim implied; read
+     * by the config parser every command uses, so gemma3's default head_dim of 256 (as
+     * transformers' Gemma3TextConfig), not hidden / heads = 128 */
+    fputs("{\"model_type\": \"gemma3\", \"quantization\": {\"bits\": 8, \"group_size\": 32},"
+          " \"text_config\": {\"model_type\": \"gemma3_text\", \"hidden_size\": 2048,"
+          " \"num_attention_heads\": 16, \"num_key_value_heads\": 4, \"intermediate_size\": 6144,"
+          " \"num_hidden_layers\": 2, \"vocab_size\": 1000}}", f);
     fclose(f);
     char args[600], *out;
     snprintf(args, sizeof args, "--dry-run --json -m %s --block-size 8 --batch-sizes 1 "
@@ -94,7 +97,7 @@ static void test_model_config(void **st) {
     json_t *o = json_loads(out, 0, NULL);
     assert_non_null(o);
     json_t *g = json_object_get(o, "geometry");
-    assert_int_equal(json_integer_value(json_object_get(g, "head_dim")), 128);
+    assert_int_equal(json_integer_value(json_object_get(g, "head_dim")), 256);
     assert_int_equal(json_integer_value(json_object_get(g, "q_heads")), 16);
     assert_int_equal(json_integer_value(json_object_get(g, "kv_heads")), 4);
     assert_int_equal(json_integer_value(json_object_get(g, "block_size")), 8);
@@ -104,7 +107,8 @@ static void test_model_config(void **st) {
     free(out);
     /* a broken config names the file and field */
     f = fopen(path, "w");
-    fputs("{\"num_attention_heads\": \"sixteen\"}", f);
+    fputs("{\"model_type\": \"llama\", \"hidden_size\": 64, \"num_hidden_layers\": 1, \"vocab_size\": 10,"
+          " \"intermediate_size\": 128, \"num_attention_heads\": \"sixteen\"}", f);
     fclose(f);
     assert_int_equal(run(args, &out), 2);
     free(out);

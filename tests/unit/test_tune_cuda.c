@@ -416,8 +416,9 @@ static void test_cli_cuda(void **st) {
     mkdir(dir, 0755);
     snprintf(path, sizeof path, "%s/config.json", dir);
     FILE *f = fopen(path, "w");
-    fputs("{\"hidden_size\": 4096, \"num_attention_heads\": 32, \"num_key_value_heads\": 4, "
-          "\"head_dim\": 64, \"intermediate_size\": 12288}", f);
+    fputs("{\"model_type\": \"qwen3\", \"hidden_size\": 4096, \"num_attention_heads\": 32, "
+          "\"num_key_value_heads\": 4, \"head_dim\": 64, \"intermediate_size\": 12288, "
+          "\"num_hidden_layers\": 2, \"vocab_size\": 1000}", f);
     fclose(f);
     snprintf(args, sizeof args, "--dry-run --json --device cuda -m %s --batch-sizes 2 "
                                 "--context-lengths 4096", dir);
