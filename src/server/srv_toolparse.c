@@ -1,0 +1,947 @@
+/* The reply parser: a byte machine over the model's text (see srv_toolparse.h).
+ *
+ * Top states: START (a reply may open with <think>), THINK, AFTER_THINK (whitespace after
+ * </think> is dropped), CONTENT (watching for the family's call openers), REGION (inside a
+ * tool-call region, sub-states per family). Lookahead lives in `hold`: bytes that may still
+ * become a marker. A region is tentative until its first call has a name (the commit point);
+ * before that every byte is kept in `raw`, and if the syntax breaks, `raw` goes back to the
+ * input as content (its first byte emitted, the rest re-read), so the result never depends
+ * on where the text was cut. Whitespace at the end of content is held until more content
+ * comes; a call that starts drops it (no "\n" content between or before calls). */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "server/srv_toolparse.h"
+#include "server/srv_toolparse_int.h"
+
+/* ==== State ==== */
+enum { T_START, T_THINK, T_AFTER_THINK, T_CONTENT, T_REGION };
+
+enum { /* region sub-states */
+    S_H_OPEN, S_H_TAIL, S_H_SKIP,                        /* <tool_call> ... </tool_call> */
+    S_X_NAME, S_X_BODY, S_X_PKEY, S_X_PVAL,              /* <function=..> XML body */
+    S_JC_HEAD, S_JBUF, S_AV, S_JC_REST,                  /* a JSON call object, its arguments */
+    S_M_OPEN, S_M_ARR, S_M_NEXT, S_M_NAME, S_M_CALLID,   /* [TOOL_CALLS] */
+    S_D_OPEN, S_D_TYPE, S_D_NAME, S_D_FENCE, S_D_CLOSE,  /* DeepSeek V3 tool tokens */
+    S_P_OPEN, S_P_IDENT, S_P_ARGS, S_P_CODE,             /* <|python_tag|> */
+    S_L_TAIL,                                            /* after a bare Llama JSON call */
+    S_EXIT,                                              /* continuation: back to content */
+};
+
+enum { AV_WS, AV_CONT, AV_STR, AV_SCALAR }; /* arguments value scanner */
+
+#define THINK_OPEN "<think>"
+#define THINK_CLOSE "</think>"
+#define DS_CALLS_BEGIN "<｜tool▁calls▁begin｜>"
+#define DS_CALLS_END "<｜tool▁calls▁end｜>"
+#define DS_CALL_BEGIN "<｜tool▁call▁begin｜>"
+#define DS_CALL_END "<｜tool▁call▁end｜>"
+#define DS_SEP "<｜tool▁sep｜>"
+
+typedef struct cp_call {
+    char id[40];
+    char *name;
+    cp_buf args;
+} cp_call;
+
+struct srv_cp {
+    srv_cp_config cfg;
+    int top, sub;
+    int after_av, after_obj; /* where the arguments value / the call object hand over */
+    cp_buf hold;             /* lookahead that may still be a marker */
+    cp_buf raw;              /* an uncommitted region's bytes, opener included */
+    cp_buf ws;               /* content whitespace held back */
+    cp_buf rws;              /* reasoning whitespace held back */
+    cp_buf in;               /* input queue (re-read bytes go to its front) */
+    size_t in_rd;
+    cp_buf tmp, key, val;    /* name / buffered object / XML key and value */
+    cp_scan scan;
+    char quote;              /* S_P_ARGS: the quote of the Python string being read, 0 outside */
+    int av;
+    bool committed;          /* the region has had a call */
+    bool suppress;           /* the current call is dropped (parallel_tool_calls false) */
+    bool reasoned;           /* a non-space reasoning byte was seen */
+    int n_params;            /* XML parameters emitted for the current call */
+    int n_seen;              /* calls parsed, suppressed ones included */
+    /* the accumulated message */
+    cp_buf content, reasoning;
+    cp_call *calls;
+    int n_calls, cap_calls;
+    /* events of the current feed */
+    srv_cp_sink sink;
+    void *sink_ctx;
+    int ev_kind, ev_index; /* -1: none pending */
+    cp_buf ev;
+    uint64_t rng;
+};
+
+/* ==== Events and the accumulated message ==== */
+static void ev_flush(srv_cp *p) {
+    if (p->ev_kind < 0) return;
+    if (p->sink && p->ev.n) {
+        srv_cp_event e = {.kind = (srv_cp_kind)p->ev_kind, .index = p->ev_index, .text = p->ev.p, .len = p->ev.n};
+        p->sink(p->sink_ctx, &e);
+    }
+    p->ev.n = 0;
+    p->ev_kind = -1;
+}
+
+static void ev_put(srv_cp *p, int kind, int index, const char *s, size_t n) {
+    if (!n) return;
+    if (p->ev_kind != kind || p->ev_index != index) {
+        ev_flush(p);
+        p->ev_kind = kind;
+        p->ev_index = index;
+    }
+    cp_put(&p->ev, s, n);
+}
+
+static void out_content(srv_cp *p, const char *s, size_t n) {
+    cp_put(&p->content, s, n);
+    ev_put(p, SRV_CP_CONTENT, 0, s, n);
+}
+
+/* content byte through the whitespace hold */
+static void content_char(srv_cp *p, char c) {
+    if (p->cfg.format != SRV_TOOLS_NONE && cp_is_ws(c)) {
+        cp_putc(&p->ws, c);
+        return;
+    }
+    if (p->ws.n) {
+        out_content(p, p->ws.p, p->ws.n);
+        p->ws.n = 0;
+    }
+    out_content(p, &c, 1);
+}
+
+static void reason_char(srv_cp *p, char c) {
+    if (cp_is_ws(c)) {
+        if (p->reasoned) cp_putc(&p->rws, c); /* leading whitespace is dropped */
+        return;
+    }
+    p->reasoned = true;
+    if (p->rws.n) {
+        cp_put(&p->reasoning, p->rws.p, p->rws.n);
+        ev_put(p, SRV_CP_REASONING, 0, p->rws.p, p->rws.n);
+        p->rws.n = 0;
+    }
+    cp_putc(&p->reasoning, c);
+    ev_put(p, SRV_CP_REASONING, 0, &c, 1);
+}
+
+static void legacy(srv_cp *p, const char *s, size_t n) {
+    if (p->cfg.reasoning == SRV_REASONING_LEGACY) out_content(p, s, n);
+}
+
+static const char k_alnum[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+
+static uint64_t next_rand(srv_cp *p) {
+    uint64_t z = (p->rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* The commit point of a call: its name is known. */
+static void call_begin(srv_cp *p, const char *name, size_t len) {
+    p->committed = true;
+    p->raw.n = 0;
+    p->ws.n = 0; /* whitespace before a call is not content */
+    p->n_params = 0;
+    p->suppress = !p->cfg.parallel && p->n_seen > 0;
+    p->n_seen++;
+    if (p->suppress) return;
+    if (p->n_calls == p->cap_calls) {
+        int cap = p->cap_calls ? p->cap_calls * 2 : 4;
+        cp_call *c = realloc(p->calls, (size_t)cap * sizeof *c);
+        if (!c) {
+            p->suppress = true;
+            return;
+        }
+        p->calls = c;
+        p->cap_calls = cap;
+    }
+    cp_call *c = &p->calls[p->n_calls];
+    memset(c, 0, sizeof *c);
+    memcpy(c->id, "call_", 5);
+    for (int i = 0; i < 24; i++) c->id[5 + i] = k_alnum[next_rand(p) % 62];
+    c->name = malloc(len + 1);
+    if (c->name) {
+        memcpy(c->name, name, len);
+        c->name[len] = 0;
+    }
+    cp_put(&c->args, "", 0);
+    ev_flush(p);
+    if (p->sink) {
+        srv_cp_event e = {.kind = SRV_CP_CALL, .index = p->n_calls, .text = c->name ? c->name : "",
+                          .len = c->name ? len : 0, .id = c->id};
+        p->sink(p->sink_ctx, &e);
+    }
+    p->n_calls++;
+}
+
+static void out_args(srv_cp *p, const char *s, size_t n) {
+    if (p->suppress || !p->n_calls) return;
+    cp_call *c = &p->calls[p->n_calls - 1];
+    cp_put(&c->args, s, n);
+    ev_put(p, SRV_CP_ARGS, p->n_calls - 1, s, n);
+}
+
+/* ==== Input queue ==== */
+/* s[0..n) is read again before the rest of the input */
+static void requeue(srv_cp *p, const char *s, size_t n) {
+    if (!n) return;
+    cp_buf nb = {0};
+    cp_put(&nb, s, n);
+    cp_put(&nb, p->in.p + p->in_rd, p->in.n - p->in_rd);
+    cp_free(&p->in);
+    p->in = nb;
+    p->in_rd = 0;
+}
+
+/* Leaves the region: back to content, re-reading the held bytes (and c when given). */
+static void region_exit(srv_cp *p, const char *c) {
+    cp_buf back = {0};
+    cp_put(&back, p->hold.p, p->hold.n);
+    if (c) cp_putc(&back, *c);
+    p->hold.n = 0;
+    p->top = T_CONTENT;
+    p->committed = false;
+    p->raw.n = 0;
+    requeue(p, back.p, back.n);
+    cp_free(&back);
+}
+
+/* The region did not turn out to be a call: its first byte is content, the rest is re-read. */
+static void fallback(srv_cp *p) {
+    if (p->committed) {
+        region_exit(p, NULL);
+        return;
+    }
+    cp_buf back = {0};
+    cp_put(&back, p->raw.p, p->raw.n);
+    p->raw.n = 0;
+    p->hold.n = 0;
+    p->top = T_CONTENT;
+    if (back.n) {
+        content_char(p, back.p[0]);
+        requeue(p, back.p + 1, back.n - 1);
+    }
+    cp_free(&back);
+}
+
+/* ==== Region helpers ==== */
+static void av_start(srv_cp *p, int after) {
+    p->sub = S_AV;
+    p->av = AV_WS;
+    p->after_av = after;
+    p->tmp.n = 0;
+}
+
+static void obj_start(srv_cp *p, int after_obj) {
+    p->sub = S_JC_HEAD;
+    p->after_obj = after_obj;
+    p->hold.n = 0;
+    cp_putc(&p->hold, '{');
+}
+
+static void go(srv_cp *p, int sub) {
+    if (sub == S_EXIT) {
+        region_exit(p, NULL);
+        return;
+    }
+    p->sub = sub;
+    p->hold.n = 0;
+    if (sub == S_JC_REST) p->scan = (cp_scan){.depth = 1};
+}
+
+/* Lookahead against literals; released bytes go to `rel` (NULL: dropped). Returns the index
+ * of the literal matched, -1 while pending. */
+static int hold_lits(srv_cp *p, char c, const char *const *lits, int n, void (*rel)(srv_cp *, char)) {
+    cp_putc(&p->hold, c);
+    for (;;) {
+        bool partial = false;
+        for (int i = 0; i < n; i++) {
+            cp_match m = cp_lit(p->hold.p, p->hold.n, lits[i]);
+            if (m == CP_MATCH) {
+                p->hold.n = 0;
+                return i;
+            }
+            partial |= m == CP_PARTIAL;
+        }
+        if (partial || !p->hold.n) return -1;
+        const char first = p->hold.p[0];
+        cp_shift(&p->hold, 1);
+        if (rel) rel(p, first);
+    }
+}
+
+static void rel_tmp(srv_cp *p, char c) { cp_putc(&p->tmp, c); }
+static void rel_val(srv_cp *p, char c) { cp_putc(&p->val, c); }
+static void rel_reason(srv_cp *p, char c) {
+    reason_char(p, c);
+    legacy(p, &c, 1);
+}
+
+/* ==== JSON call objects and arguments ==== */
+static void jbuf_done(srv_cp *p);
+
+static void st_jc_head(srv_cp *p, char c) {
+    cp_putc(&p->hold, c);
+    size_t off, len;
+    cp_match m = cp_json_head(p->hold.p, p->hold.n, true, &off, &len);
+    if (m == CP_PARTIAL) return;
+    if (m == CP_MATCH) {
+        cp_buf name = {0};
+        cp_put(&name, p->hold.p + off, len);
+        p->hold.n = 0;
+        call_begin(p, name.p, name.n);
+        cp_free(&name);
+        av_start(p, S_JC_REST);
+        return;
+    }
+    /* another key order: buffer the whole object and read it with a JSON parser */
+    cp_buf h = p->hold;
+    p->hold = (cp_buf){0};
+    p->tmp.n = 0;
+    p->scan = (cp_scan){0};
+    p->sub = S_JBUF;
+    for (size_t i = 0; i < h.n; i++) {
+        cp_putc(&p->tmp, h.p[i]);
+        if (!cp_scan_byte(&p->scan, h.p[i])) continue;
+        /* closed already ({"name": "x"}): decide now; the bytes after it are read again when
+         * it was a call (after a fallback they are in `raw`, which is re-read whole) */
+        jbuf_done(p);
+        if (p->committed) requeue(p, h.p + i + 1, h.n - i - 1);
+        break;
+    }
+    cp_free(&h);
+}
+
+static void jbuf_done(srv_cp *p) {
+    char *name = NULL, *args = NULL;
+    if (cp_call_object(p->tmp.p, p->tmp.n, &name, &args)) {
+        fallback(p);
+        return;
+    }
+    call_begin(p, name, strlen(name));
+    out_args(p, args, strlen(args));
+    free(name);
+    free(args);
+    go(p, p->after_obj);
+}
+
+static void st_jbuf(srv_cp *p, char c) {
+    cp_putc(&p->tmp, c);
+    if (cp_scan_byte(&p->scan, c)) jbuf_done(p);
+}
+
+/* The arguments value: streamed as it comes when it is an object or array; a string value
+ * (arguments given as a JSON text in a string) is decoded once complete. */
+static void st_av(srv_cp *p, char c) {
+    switch (p->av) {
+    case AV_WS:
+        if (cp_is_ws(c)) return;
+        p->tmp.n = 0;
+        if (c == '{' || c == '[') {
+            p->scan = (cp_scan){0};
+            cp_scan_byte(&p->scan, c);
+            p->av = AV_CONT;
+            out_args(p, &c, 1);
+        } else {
+            cp_putc(&p->tmp, c);
+            p->scan = (cp_scan){.in_str = c == '"'};
+            p->av = c == '"' ? AV_STR : AV_SCALAR;
+        }
+        return;
+    case AV_CONT:
+        out_args(p, &c, 1);
+        if (cp_scan_byte(&p->scan, c)) go(p, p->after_av);
+        return;
+    case AV_STR: {
+        cp_putc(&p->tmp, c);
+        cp_scan_byte(&p->scan, c);
+        if (p->scan.in_str) return;
+        size_t n = 0;
+        char *s = cp_json_unquote(p->tmp.p, p->tmp.n, &n);
+        if (s) out_args(p, s, n);
+        free(s);
+        go(p, p->after_av);
+        return;
+    }
+    default: /* AV_SCALAR: a number, true, null ... until a delimiter, which is read again */
+        if (c == ',' || c == '}' || c == ']' || cp_is_ws(c) || c == '<' || c == '`') {
+            out_args(p, p->tmp.p, p->tmp.n);
+            go(p, p->after_av);
+            requeue(p, &c, 1);
+            return;
+        }
+        cp_putc(&p->tmp, c);
+    }
+}
+
+/* ==== Families ==== */
+static void st_hermes(srv_cp *p, char c) {
+    static const char *const close[] = {"</tool_call>"};
+    static const char *const body[] = {"<parameter=", "</function>"};
+    switch (p->sub) {
+    case S_H_OPEN:
+        if (!p->hold.n && cp_is_ws(c)) return;
+        if (!p->hold.n && c == '{') {
+            obj_start(p, S_H_TAIL);
+            return;
+        }
+        cp_putc(&p->hold, c);
+        switch (cp_lit(p->hold.p, p->hold.n, "<function=")) {
+        case CP_MATCH: p->hold.n = 0; p->tmp.n = 0; p->sub = S_X_NAME; return;
+        case CP_PARTIAL: return;
+        default: fallback(p); return;
+        }
+    case S_H_TAIL:
+        if (!p->hold.n && cp_is_ws(c)) return;
+        /* anything else before the close tag is dropped */
+        /* fall through */
+    case S_H_SKIP:
+        p->sub = S_H_SKIP;
+        if (hold_lits(p, c, close, 1, NULL) == 0) region_exit(p, NULL);
+        return;
+    case S_X_NAME:
+        if (c == '>') {
+            if (!p->tmp.n) { fallback(p); return; }
+            call_begin(p, p->tmp.p, p->tmp.n);
+            p->sub = S_X_BODY;
+            return;
+        }
+        if (c == '<' || c == '\n' || p->tmp.n >= 256) { fallback(p); return; }
+        cp_putc(&p->tmp, c);
+        return;
+    case S_X_BODY: {
+        if (!p->hold.n && cp_is_ws(c)) return;
+        int m = hold_lits(p, c, body, 2, NULL);
+        if (m == 0) {
+            p->key.n = 0;
+            p->sub = S_X_PKEY;
+        } else if (m == 1) {
+            if (!p->n_params) out_args(p, "{}", 2);
+            else out_args(p, "}", 1);
+            go(p, S_H_TAIL);
+        }
+        return;
+    }
+    case S_X_PKEY:
+        if (c == '>') {
+            p->val.n = 0;
+            p->sub = S_X_PVAL;
+        } else if (p->key.n < 256) {
+            cp_putc(&p->key, c);
+        }
+        return;
+    default: { /* S_X_PVAL */
+        static const char *const end[] = {"</parameter>"};
+        if (hold_lits(p, c, end, 1, rel_val) != 0) return;
+        const char *v = p->val.p ? p->val.p : "";
+        size_t n = p->val.n;
+        if (n && v[0] == '\n') v++, n--;
+        if (n && v[n - 1] == '\n') n--;
+        const char *type = srv_tool_set_param_type(p->cfg.tools, p->n_calls ? p->calls[p->n_calls - 1].name : "",
+                                                   p->key.p ? p->key.p : "");
+        char *jv = cp_xml_value_json(v, n, type);
+        cp_buf piece = {0};
+        cp_puts(&piece, p->n_params ? ", \"" : "{\"");
+        cp_put_json_escaped(&piece, p->key.p ? p->key.p : "", p->key.n);
+        cp_puts(&piece, "\": ");
+        cp_puts(&piece, jv ? jv : "null");
+        out_args(p, piece.p, piece.n);
+        cp_free(&piece);
+        free(jv);
+        p->n_params++;
+        p->sub = S_X_BODY;
+    }
+    }
+}
+
+static bool name_char(char c) {
+    return c == '_' || c == '-' || c == '.' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+           (c >= '0' && c <= '9');
+}
+
+static void st_mistral(srv_cp *p, char c) {
+    static const char *const marks[] = {"[ARGS]", "[CALL_ID]"};
+    static const char *const args[] = {"[ARGS]"};
+    switch (p->sub) {
+    case S_M_OPEN:
+        if (cp_is_ws(c)) return;
+        if (c == '[') p->sub = S_M_ARR;
+        else if (c == '{') obj_start(p, S_EXIT);
+        else if (name_char(c)) {
+            p->tmp.n = 0;
+            cp_putc(&p->tmp, c);
+            p->sub = S_M_NAME;
+        } else fallback(p);
+        return;
+    case S_M_ARR:
+        if (cp_is_ws(c)) return;
+        if (c == '{') obj_start(p, S_M_NEXT);
+        else if (c == ']' && !p->committed) region_exit(p, NULL); /* [TOOL_CALLS][] */
+        else fallback(p);
+        return;
+    case S_M_NEXT:
+        if (cp_is_ws(c)) return;
+        if (c == ',') p->sub = S_M_ARR;
+        else if (c == ']') region_exit(p, NULL);
+        else region_exit(p, &c);
+        return;
+    case S_M_NAME: {
+        if (!p->hold.n && c != '[') {
+            if (!name_char(c) || p->tmp.n >= 256) fallback(p);
+            else cp_putc(&p->tmp, c);
+            return;
+        }
+        int m = hold_lits(p, c, marks, 2, rel_tmp);
+        if (m == 0) {
+            call_begin(p, p->tmp.p, p->tmp.n);
+            av_start(p, S_EXIT);
+        } else if (m == 1) {
+            p->sub = S_M_CALLID;
+        } else if (p->tmp.n && !name_char(p->tmp.p[p->tmp.n - 1])) {
+            fallback(p); /* a '[' that starts no marker: not this syntax */
+        }
+        return;
+    }
+    default: /* S_M_CALLID: the id the model wrote is not kept (ids are the server's) */
+        if (hold_lits(p, c, args, 1, NULL) == 0) {
+            call_begin(p, p->tmp.p, p->tmp.n);
+            av_start(p, S_EXIT);
+        }
+    }
+}
+
+static void st_deepseek(srv_cp *p, char c) {
+    static const char *const open[] = {DS_CALL_BEGIN, DS_CALLS_END};
+    static const char *const sep[] = {DS_SEP};
+    static const char *const fence[] = {"```json"};
+    static const char *const end[] = {DS_CALL_END};
+    switch (p->sub) {
+    case S_D_OPEN: {
+        if (!p->hold.n && cp_is_ws(c)) return;
+        cp_putc(&p->hold, c);
+        bool partial = false;
+        for (int i = 0; i < 2; i++) {
+            cp_match m = cp_lit(p->hold.p, p->hold.n, open[i]);
+            if (m == CP_MATCH) {
+                p->hold.n = 0;
+                if (i == 0) {
+                    p->tmp.n = 0;
+                    p->sub = S_D_TYPE;
+                } else {
+                    region_exit(p, NULL);
+                }
+                return;
+            }
+            partial |= m == CP_PARTIAL;
+        }
+        if (!partial) fallback(p);
+        return;
+    }
+    case S_D_TYPE:
+        if (hold_lits(p, c, sep, 1, rel_tmp) == 0) {
+            if (p->tmp.n == 8 && !memcmp(p->tmp.p, "function", 8)) {
+                p->tmp.n = 0;
+                p->sub = S_D_NAME;
+            } else if (p->tmp.n) { /* V3.1: NAME<｜tool▁sep｜>{arguments} */
+                call_begin(p, p->tmp.p, p->tmp.n);
+                av_start(p, S_D_CLOSE);
+            } else {
+                fallback(p);
+            }
+        } else if (p->tmp.n > 256) {
+            fallback(p);
+        }
+        return;
+    case S_D_NAME:
+        if (c == '\n') {
+            if (!p->tmp.n) { fallback(p); return; }
+            call_begin(p, p->tmp.p, p->tmp.n);
+            p->sub = S_D_FENCE;
+        } else if (c == '<' || p->tmp.n >= 256) {
+            fallback(p);
+        } else {
+            cp_putc(&p->tmp, c);
+        }
+        return;
+    case S_D_FENCE:
+        if (!p->hold.n && cp_is_ws(c)) return;
+        if (!p->hold.n && (c == '{' || c == '[')) { /* no fence */
+            av_start(p, S_D_CLOSE);
+            st_av(p, c);
+            return;
+        }
+        if (hold_lits(p, c, fence, 1, NULL) == 0) av_start(p, S_D_CLOSE);
+        return;
+    default: /* S_D_CLOSE: the closing fence and anything else up to the call's end token */
+        if (hold_lits(p, c, end, 1, NULL) == 0) go(p, S_D_OPEN);
+    }
+}
+
+/* Code after <|python_tag|> goes to a "python" / "code_interpreter" tool as {"code": ...}. */
+static void code_begin(srv_cp *p, const char *text, size_t n) {
+    const char *tool = srv_tool_set_has(p->cfg.tools, "python", 6) ? "python"
+                       : srv_tool_set_has(p->cfg.tools, "code_interpreter", 16) ? "code_interpreter" : NULL;
+    if (!tool) {
+        fallback(p);
+        return;
+    }
+    call_begin(p, tool, strlen(tool));
+    cp_buf b = {0};
+    cp_puts(&b, "{\"code\": \"");
+    cp_put_json_escaped(&b, text, n);
+    out_args(p, b.p, b.n);
+    cp_free(&b);
+    p->sub = S_P_CODE;
+}
+
+static void st_pytag(srv_cp *p, char c) {
+    switch (p->sub) {
+    case S_P_OPEN:
+        if (cp_is_ws(c)) return;
+        if (c == '{') obj_start(p, S_EXIT);
+        else if (c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) {
+            p->tmp.n = 0;
+            cp_putc(&p->tmp, c);
+            p->key.n = 0;
+            p->sub = S_P_IDENT;
+        } else code_begin(p, &c, 1);
+        return;
+    case S_P_IDENT:
+        if (!p->key.n && (name_char(c) && c != '.' && c != '-') && p->tmp.n < 256) {
+            cp_putc(&p->tmp, c);
+            return;
+        }
+        cp_putc(&p->key, c);
+        switch (cp_lit(p->key.p, p->key.n, ".call(")) {
+        case CP_MATCH: p->val.n = 0; p->scan = (cp_scan){0}; p->quote = 0; p->sub = S_P_ARGS; return;
+        case CP_PARTIAL: return;
+        default: {
+            cp_buf code = {0};
+            cp_put(&code, p->tmp.p, p->tmp.n);
+            cp_put(&code, p->key.p, p->key.n);
+            code_begin(p, code.p, code.n);
+            cp_free(&code);
+            return;
+        }
+        }
+    case S_P_ARGS: /* up to the ')' outside quotes */
+        if (p->quote) {
+            if (p->scan.esc) p->scan.esc = false;
+            else if (c == '\\') p->scan.esc = true;
+            else if (c == p->quote) p->quote = 0;
+            cp_putc(&p->val, c);
+            return;
+        }
+        if (c == '"' || c == '\'') p->quote = c;
+        if (c != ')') {
+            cp_putc(&p->val, c);
+            return;
+        }
+        {
+        char *args = cp_python_kwargs_json(p->val.p ? p->val.p : "", p->val.n);
+        if (!args) {
+            fallback(p);
+            return;
+        }
+        call_begin(p, p->tmp.p, p->tmp.n);
+        out_args(p, args, strlen(args));
+        free(args);
+        region_exit(p, NULL);
+        return;
+    }
+    default: { /* S_P_CODE */
+        cp_buf b = {0};
+        cp_put_json_escaped(&b, &c, 1);
+        out_args(p, b.p, b.n);
+        cp_free(&b);
+    }
+    }
+}
+
+static void st_region(srv_cp *p, char c) {
+    if (!p->committed) cp_putc(&p->raw, c);
+    switch (p->sub) {
+    case S_JC_HEAD: st_jc_head(p, c); return;
+    case S_JBUF: st_jbuf(p, c); return;
+    case S_AV: st_av(p, c); return;
+    case S_JC_REST:
+        if (cp_scan_byte(&p->scan, c)) go(p, p->after_obj);
+        return;
+    case S_L_TAIL:
+        if (cp_is_ws(c)) return;
+        region_exit(p, c == ';' ? NULL : &c);
+        return;
+    default: break;
+    }
+    if (p->sub <= S_X_PVAL) st_hermes(p, c);
+    else if (p->sub <= S_M_CALLID) st_mistral(p, c);
+    else if (p->sub <= S_D_CLOSE) st_deepseek(p, c);
+    else st_pytag(p, c);
+}
+
+/* ==== Content: the family's openers ==== */
+typedef enum { O_HERMES, O_MISTRAL, O_DS_CALLS, O_DS_CALL, O_PYTAG, O_LLAMA } opener;
+
+typedef struct lit_opener {
+    opener o;
+    const char *lit;
+} lit_opener;
+
+static cp_match openers(srv_cp *p, opener *which, size_t *noff, size_t *nlen) {
+    const char *h = p->hold.p;
+    const size_t n = p->hold.n;
+    lit_opener lits[2];
+    int nl = 0;
+    switch (p->cfg.format) {
+    case SRV_TOOLS_HERMES: lits[nl++] = (lit_opener){O_HERMES, "<tool_call>"}; break;
+    case SRV_TOOLS_MISTRAL: lits[nl++] = (lit_opener){O_MISTRAL, "[TOOL_CALLS]"}; break;
+    case SRV_TOOLS_DEEPSEEK_V3:
+        lits[nl++] = (lit_opener){O_DS_CALLS, DS_CALLS_BEGIN};
+        lits[nl++] = (lit_opener){O_DS_CALL, DS_CALL_BEGIN};
+        break;
+    case SRV_TOOLS_LLAMA3: lits[nl++] = (lit_opener){O_PYTAG, "<|python_tag|>"}; break;
+    default: return CP_FAIL;
+    }
+    bool partial = false;
+    for (int i = 0; i < nl; i++) {
+        cp_match m = cp_lit(h, n, lits[i].lit);
+        if (m == CP_MATCH) {
+            *which = lits[i].o;
+            return CP_MATCH;
+        }
+        partial |= m == CP_PARTIAL;
+    }
+    if (p->cfg.format == SRV_TOOLS_LLAMA3 && h[0] == '{') {
+        /* a bare {"name": "TOOL", "parameters": ...}: only for a tool of the request, so that
+         * a JSON answer is not taken for a call */
+        cp_match m = cp_json_head(h, n, true, noff, nlen);
+        if (m == CP_MATCH && srv_tool_set_has(p->cfg.tools, h + *noff, *nlen)) {
+            *which = O_LLAMA;
+            return CP_MATCH;
+        }
+        partial |= m == CP_PARTIAL;
+    }
+    return partial ? CP_PARTIAL : CP_FAIL;
+}
+
+static void region_open(srv_cp *p, opener o, size_t noff, size_t nlen) {
+    p->top = T_REGION;
+    p->committed = false;
+    p->raw.n = 0;
+    cp_put(&p->raw, p->hold.p, p->hold.n);
+    switch (o) {
+    case O_HERMES: p->sub = S_H_OPEN; break;
+    case O_MISTRAL: p->sub = S_M_OPEN; break;
+    case O_DS_CALLS: p->sub = S_D_OPEN; break;
+    case O_DS_CALL: p->tmp.n = 0; p->sub = S_D_TYPE; break;
+    case O_PYTAG: p->sub = S_P_OPEN; break;
+    case O_LLAMA: {
+        cp_buf name = {0};
+        cp_put(&name, p->hold.p + noff, nlen);
+        call_begin(p, name.p, name.n);
+        cp_free(&name);
+        p->after_obj = S_L_TAIL;
+        av_start(p, S_JC_REST);
+        break;
+    }
+    }
+    p->hold.n = 0;
+}
+
+static void st_content(srv_cp *p, char c) {
+    if (p->cfg.format == SRV_TOOLS_NONE) {
+        content_char(p, c);
+        return;
+    }
+    cp_putc(&p->hold, c);
+    while (p->hold.n) {
+        const char h0 = p->hold.p[0];
+        cp_match m = CP_FAIL;
+        opener o = O_HERMES;
+        size_t noff = 0, nlen = 0;
+        if (h0 == '<' || h0 == '[' || h0 == '{') m = openers(p, &o, &noff, &nlen);
+        if (m == CP_PARTIAL) return;
+        if (m == CP_MATCH) {
+            region_open(p, o, noff, nlen);
+            return;
+        }
+        cp_shift(&p->hold, 1);
+        content_char(p, h0);
+    }
+}
+
+/* ==== Reasoning ==== */
+static void st_start(srv_cp *p, char c) {
+    if (!p->hold.n && cp_is_ws(c)) {
+        cp_putc(&p->tmp, c); /* leading whitespace: content again if no <think> follows */
+        return;
+    }
+    cp_putc(&p->hold, c);
+    switch (cp_lit(p->hold.p, p->hold.n, THINK_OPEN)) {
+    case CP_PARTIAL: return;
+    case CP_MATCH:
+        legacy(p, p->tmp.p, p->tmp.n);
+        legacy(p, THINK_OPEN, strlen(THINK_OPEN));
+        p->tmp.n = 0;
+        p->hold.n = 0;
+        p->top = T_THINK;
+        return;
+    default: {
+        cp_buf back = {0};
+        cp_put(&back, p->tmp.p, p->tmp.n);
+        cp_put(&back, p->hold.p, p->hold.n);
+        p->tmp.n = p->hold.n = 0;
+        p->top = T_CONTENT;
+        requeue(p, back.p, back.n);
+        cp_free(&back);
+    }
+    }
+}
+
+static void st_think(srv_cp *p, char c) {
+    static const char *const close[] = {THINK_CLOSE};
+    if (hold_lits(p, c, close, 1, rel_reason) != 0) return;
+    p->rws.n = 0; /* trailing whitespace of the thoughts */
+    legacy(p, THINK_CLOSE, strlen(THINK_CLOSE));
+    p->top = T_AFTER_THINK;
+}
+
+/* ==== Driver ==== */
+static void step(srv_cp *p, char c) {
+    switch (p->top) {
+    case T_START: st_start(p, c); return;
+    case T_THINK: st_think(p, c); return;
+    case T_AFTER_THINK:
+        if (cp_is_ws(c)) {
+            legacy(p, &c, 1);
+            return;
+        }
+        p->top = T_CONTENT;
+        st_content(p, c);
+        return;
+    case T_CONTENT: st_content(p, c); return;
+    default: st_region(p, c);
+    }
+}
+
+/* Reads the queue up to byte `upto`; bytes a step puts back in front are read too. */
+static void drain(srv_cp *p, size_t upto) {
+    size_t left = upto - p->in_rd;
+    while (left > 0) {
+        const size_t before = p->in.n - p->in_rd;
+        const char c = p->in.p[p->in_rd++];
+        left--;
+        step(p, c);
+        left += (p->in.n - p->in_rd) - (before - 1); /* what a requeue added */
+    }
+    cp_shift(&p->in, p->in_rd);
+    p->in_rd = 0;
+}
+
+srv_cp *srv_cp_new(const srv_cp_config *cfg) {
+    srv_cp *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    p->cfg = *cfg;
+    p->ev_kind = -1;
+    static uint64_t counter;
+    p->rng = cfg->id_seed ? cfg->id_seed
+                          : ((uint64_t)time(NULL) << 20) ^ (uint64_t)(uintptr_t)p ^
+                                (__atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED) * 0x9e3779b97f4a7c15ull);
+    p->top = cfg->reasoning == SRV_REASONING_NONE ? T_CONTENT : cfg->start_in_reasoning ? T_THINK : T_START;
+    return p;
+}
+
+void srv_cp_feed(srv_cp *p, const char *text, size_t n, srv_cp_sink sink, void *ctx) {
+    p->sink = sink;
+    p->sink_ctx = ctx;
+    cp_put(&p->in, text, n);
+    /* only whole characters are read: an event never ends inside one */
+    drain(p, srv_utf8_complete(p->in.p ? p->in.p : "", p->in.n));
+    ev_flush(p);
+    p->sink = NULL;
+}
+
+void srv_cp_finish(srv_cp *p, srv_cp_sink sink, void *ctx) {
+    p->sink = sink;
+    p->sink_ctx = ctx;
+    for (int guard = 0; guard < 1 << 20; guard++) {
+        drain(p, p->in.n);
+        if (p->top == T_START) { /* only whitespace and a partial "<think>": content */
+            cp_buf back = {0};
+            cp_put(&back, p->tmp.p, p->tmp.n);
+            cp_put(&back, p->hold.p, p->hold.n);
+            p->tmp.n = p->hold.n = 0;
+            p->top = T_CONTENT;
+            requeue(p, back.p, back.n);
+            cp_free(&back);
+            continue;
+        }
+        if (p->top == T_REGION && !p->committed) { /* never became a call */
+            fallback(p);
+            continue;
+        }
+        if (p->top == T_CONTENT && p->hold.n) {
+            /* a partial opener: its first byte is content, the rest may still hold one */
+            cp_buf h = p->hold;
+            p->hold = (cp_buf){0};
+            content_char(p, h.p[0]);
+            requeue(p, h.p + 1, h.n - 1);
+            cp_free(&h);
+            continue;
+        }
+        break;
+    }
+    if (p->top == T_THINK) {
+        for (size_t i = 0; i < p->hold.n; i++) rel_reason(p, p->hold.p[i]);
+        p->hold.n = 0;
+    } else if (p->top == T_CONTENT) {
+        if (p->ws.n && !p->n_seen) out_content(p, p->ws.p, p->ws.n);
+    } else if (p->top == T_REGION) {
+        if (p->sub == S_AV && p->av == AV_SCALAR) out_args(p, p->tmp.p, p->tmp.n);
+        if (p->sub == S_P_CODE) out_args(p, "\"}", 2);
+    }
+    p->ws.n = 0;
+    p->rws.n = 0;
+    ev_flush(p);
+    p->sink = NULL;
+}
+
+void srv_cp_free(srv_cp *p) {
+    if (!p) return;
+    cp_buf *bufs[] = {&p->hold, &p->raw, &p->ws, &p->rws, &p->in, &p->tmp, &p->key, &p->val,
+                      &p->content, &p->reasoning, &p->ev};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cp_free(bufs[i]);
+    for (int i = 0; i < p->n_calls; i++) {
+        free(p->calls[i].name);
+        cp_free(&p->calls[i].args);
+    }
+    free(p->calls);
+    free(p);
+}
+
+/* ==== Accessors ==== */
+const char *srv_cp_content(const srv_cp *p, size_t *len) {
+    *len = p->content.n;
+    return p->content.p ? p->content.p : "";
+}
+
+const char *srv_cp_reasoning(const srv_cp *p, size_t *len) {
+    *len = p->reasoning.n;
+    return p->reasoning.p ? p->reasoning.p : "";
+}
+
+int srv_cp_n_calls(const srv_cp *p) { return p->n_calls; }
+const char *srv_cp_call_id(const srv_cp *p, int i) { return p->calls[i].id; }
+const char *srv_cp_call_name(const srv_cp *p, int i) { return p->calls[i].name ? p->calls[i].name : ""; }
+
+const char *srv_cp_call_args(const srv_cp *p, int i, size_t *len) {
+    *len = p->calls[i].args.n;
+    return p->calls[i].args.p ? p->calls[i].args.p : "";
+}
