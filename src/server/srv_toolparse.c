@@ -104,6 +104,7 @@ static void out_content(srv_cp *p, const char *s, size_t n) {
 
 /* content byte through the whitespace hold */
 static void content_char(srv_cp *p, char c) {
+    if (cp_is_ws(c) && p->n_seen && !p->content.n) return; /* whitespace after calls only */
     if (p->cfg.format != SRV_TOOLS_NONE && cp_is_ws(c)) {
         cp_putc(&p->ws, c);
         return;
