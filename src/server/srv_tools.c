@@ -185,6 +185,8 @@ json_t *srv_chat_template_messages(const srv_chat_caps *caps, const json_t *mess
         json_t *m = json_array_get(out, i);
         const char *role = json_string_value(json_object_get(m, "role"));
         json_t *calls = json_object_get(m, "tool_calls");
+        if (caps->empty_content && json_is_null(json_object_get(m, "content")))
+            json_object_set_new(m, "content", json_string(""));
         if (calls && (!json_is_array(calls) || !json_array_size(calls))) {
             json_object_del(m, "tool_calls"); /* null or []: no calls */
             calls = NULL;
@@ -223,13 +225,15 @@ json_t *srv_chat_template_messages(const srv_chat_caps *caps, const json_t *mess
 #define PROBE_VALUE "probe_value_7341"
 #define PROBE_RAW "\"probe_arg\": \"" PROBE_VALUE "\""
 
-/* Renders the probe conversation; *out NULL when the template raised. */
-static void probe(const srv_backend *be, json_t *args, const char *id, bool with_call, char **out) {
+/* Renders the probe conversation; *out NULL when the template raised. The call-only assistant
+ * turn has content null, or "" when empty_content. */
+static void probe(const srv_backend *be, json_t *args, const char *id, bool with_call, bool empty_content, char **out) {
     json_t *fn = json_pack("{s:s, s:o}", "name", "probe_fn", "arguments", args);
     json_t *msgs = json_pack("[{s:s, s:s}]", "role", "user", "content", "probe question");
     if (with_call) {
-        json_array_append_new(msgs, json_pack("{s:s, s:n, s:[{s:s, s:s, s:o}]}", "role", "assistant", "content",
-                                              "tool_calls", "id", id, "type", "function", "function", fn));
+        json_array_append_new(msgs, json_pack("{s:s, s:o, s:[{s:s, s:s, s:o}]}", "role", "assistant", "content",
+                                              empty_content ? json_string("") : json_null(), "tool_calls", "id", id,
+                                              "type", "function", "function", fn));
         json_array_append_new(msgs, json_pack("{s:s, s:s, s:s, s:s}", "role", "tool", "tool_call_id", id, "name",
                                               "probe_fn", "content", "probe result"));
     } else {
@@ -275,15 +279,24 @@ int srv_chat_caps_init(srv_chat_caps *c, const srv_backend *be, const srv_config
     json_t *plain = json_pack("[{s:s, s:s}]", "role", "user", "content", "probe question");
     if (be->text_ops->apply_template(be->text, plain, NULL, true, &without, &e2)) without = NULL;
     json_decref(plain);
-    probe(be, json_string("{" PROBE_RAW "}"), "abcDEF123", false, &with);
+    probe(be, json_string("{" PROBE_RAW "}"), "abcDEF123", false, false, &with);
     c->renders_tools = with && without && strcmp(with, without);
-    probe(be, json_string("{" PROBE_RAW "}"), "abcDEF123", true, &as_str);
-    probe(be, json_pack("{s:s}", "probe_arg", PROBE_VALUE), "abcDEF123", true, &as_obj);
-    c->object_args = as_obj && strstr(as_obj, PROBE_RAW) && !(as_str && strstr(as_str, PROBE_RAW));
+    /* OpenAI sends a call-only turn with content null; Qwen 3's template needs a string there
+     * ('</think>' in content), DeepSeek V3's renders the calls only for null */
+    for (int empty = 0; empty < 2 && !as_str && !as_obj; empty++) {
+        probe(be, json_string("{" PROBE_RAW "}"), "abcDEF123", true, empty, &as_str);
+        probe(be, json_pack("{s:s}", "probe_arg", PROBE_VALUE), "abcDEF123", true, empty, &as_obj);
+        c->empty_content = empty;
+    }
+    /* objects wherever the template prints them as JSON (tojson: the form the model was trained
+     * on, whatever spacing the client used); strings where it cannot (DeepSeek V3 concatenates) */
+    c->object_args = as_obj && strstr(as_obj, PROBE_RAW);
     if (as_obj || as_str) {
         json_t *a = c->object_args ? json_pack("{s:s}", "probe_arg", PROBE_VALUE) : json_string("{" PROBE_RAW "}");
-        probe(be, a, "call_probe_0001", true, &bad_id);
+        probe(be, a, "call_probe_0001", true, c->empty_content, &bad_id);
         c->id9 = !bad_id;
+    } else {
+        c->empty_content = false;
     }
     free(with);
     free(without);
@@ -299,6 +312,44 @@ void srv_chat_caps_free(srv_chat_caps *c) {
 }
 
 /* ==== Rendering ==== */
+/* A template that does not render tools (DeepSeek V3's) gets them described in the system
+ * message, with an example of the family's call syntax, as llama.cpp's minja polyfill does. */
+static void polyfill_tools(srv_tool_format f, json_t *msgs, const json_t *tools) {
+    static const char *const example[] = {
+        "",
+        "<tool_call>\n{\"name\": \"tool_name\", \"arguments\": {\"arg1\": \"some_value\"}}\n</tool_call>",
+        "{\"name\": \"tool_name\", \"parameters\": {\"arg1\": \"some_value\"}}",
+        "[TOOL_CALLS][{\"name\": \"tool_name\", \"arguments\": {\"arg1\": \"some_value\"}}]",
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>tool_name\n```json\n{\"arg1\": "
+        "\"some_value\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+    };
+    char *list = json_dumps(tools, JSON_INDENT(2));
+    if (!list) return;
+    const char *ex = (unsigned)f < sizeof example / sizeof example[0] ? example[f] : "";
+    size_t cap = strlen(list) + strlen(ex) + 256;
+    char *text = malloc(cap);
+    if (text) {
+        snprintf(text, cap, "You can call any of the following tools to satisfy the user's requests: %s\n\n"
+                            "Example tool call syntax:\n\n%s", list, ex);
+        json_t *first = json_array_get(msgs, 0);
+        const char *role = json_string_value(json_object_get(first, "role"));
+        json_t *content = json_object_get(first, "content");
+        if (role && !strcmp(role, "system") && json_is_string(content)) {
+            size_t n = json_string_length(content) + strlen(text) + 3;
+            char *joined = malloc(n);
+            if (joined) {
+                snprintf(joined, n, "%s\n\n%s", json_string_value(content), text);
+                json_object_set_new(first, "content", json_string(joined));
+                free(joined);
+            }
+        } else {
+            json_array_insert_new(msgs, 0, json_pack("{s:s, s:s}", "role", "system", "content", text));
+        }
+    }
+    free(text);
+    free(list);
+}
+
 static int check_effort(const srv_chat_caps *caps, srv_chat_opts *o, json_t *x, const char **param, mx_error *err) {
     const char *e = o->reasoning_effort;
     if (!e[0]) return 0;
@@ -332,9 +383,6 @@ int srv_chat_render(const srv_chat_caps *caps, const srv_backend *be, srv_chat_o
             return mx_fail(err, "tools: this model's chat template has no tool-call syntax this server can parse "
                                 "(start the server with --tool-call-parser hermes|llama3|mistral|deepseek_v3, or "
                                 "send tool_choice \"none\")");
-        if (!caps->renders_tools)
-            return mx_fail(err, "tools: this model's chat template does not render tools (a --chat-template-file "
-                                "that does is needed)");
         if (srv_tools_need_constraint(o) && srv_tools_enforce(caps->format, o, param, err)) return -1;
     }
     o->format = call_tools ? caps->format : SRV_TOOLS_NONE;
@@ -346,6 +394,7 @@ int srv_chat_render(const srv_chat_caps *caps, const srv_backend *be, srv_chat_o
     int rc = check_effort(caps, o, x, param, err);
     json_t *msgs = rc ? NULL : srv_chat_template_messages(caps, messages);
     if (!rc && !msgs) rc = mx_fail(err, "out of memory");
+    if (!rc && call_tools && !caps->renders_tools) polyfill_tools(caps->format, msgs, json_object_get(x, "tools"));
     if (!rc) {
         *param = "messages";
         rc = be->text_ops->apply_template(be->text, msgs, x, add_gen, prompt, err);

@@ -76,6 +76,7 @@ typedef struct srv_chat_caps {
     bool renders_tools;            /* the template reads `tools` */
     bool object_args;              /* it wants tool_calls[].function.arguments as objects */
     bool id9;                      /* it wants tool call ids of 9 alphanumerics (Mistral) */
+    bool empty_content;            /* a call-only turn needs content "" rather than null (Qwen 3) */
     bool thinks;                   /* it knows <think> */
     bool enable_thinking;          /* it reads enable_thinking */
     bool reasoning_effort;         /* it reads reasoning_effort */
