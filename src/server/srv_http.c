@@ -652,9 +652,11 @@ int srv_run(const srv_config *cfg, srv_backend *be, mx_error *err) {
     srv_chat_caps caps;
     if (srv_chat_caps_init(&caps, be, cfg, err)) goto out;
     s->chat_caps = &caps;
-    if (caps.format != SRV_TOOLS_NONE || caps.thinks)
-        LOG_INFO("chat: tool calls %s%s, reasoning %s", srv_tool_format_name(caps.format),
-                 caps.object_args ? " (arguments as objects)" : "", caps.thinks ? "<think>" : "none");
+    if (be->text_ops->has_template)
+        LOG_INFO("chat: tool calls %s%s, reasoning format %s%s", srv_tool_format_name(caps.format),
+                 caps.format == SRV_TOOLS_NONE ? "" : caps.renders_tools ? " (tools rendered by the template)"
+                                                                         : " (tools described in the system message)",
+                 cfg->reasoning_format, caps.thinks ? " (the template thinks)" : "");
     if (!s->metrics || srv_core_start(s, err)) goto out;
     if ((fd = open_listener(cfg, &port, err)) < 0) goto out;
     d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
