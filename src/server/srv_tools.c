@@ -320,8 +320,8 @@ static void polyfill_tools(srv_tool_format f, json_t *msgs, const json_t *tools)
         "<tool_call>\n{\"name\": \"tool_name\", \"arguments\": {\"arg1\": \"some_value\"}}\n</tool_call>",
         "{\"name\": \"tool_name\", \"parameters\": {\"arg1\": \"some_value\"}}",
         "[TOOL_CALLS][{\"name\": \"tool_name\", \"arguments\": {\"arg1\": \"some_value\"}}]",
-        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>tool_name\n```json\n{\"arg1\": "
-        "\"some_value\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+        ("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>tool_name\n```json\n{\"arg1\": "
+         "\"some_value\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>"),
     };
     char *list = json_dumps(tools, JSON_INDENT(2));
     if (!list) return;

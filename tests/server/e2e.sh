@@ -146,6 +146,41 @@ for fam in hermes:qwen2_5 deepseek:deepseek_v3; do
         bad "start-up log lacks the tool-call syntax ($name)"
     if timeout 240 node "$HERE/tools_e2e.mjs" "http://127.0.0.1:$PORT" "$name"; then ok; else bad "tools e2e ($name)"; fi
 done
+# --reasoning-format (LLAMA_ARG_THINK, or LLAMA_ARG_REASONING_FORMAT) and --chat-template-kwargs:
+# the server's defaults, which a request's reasoning_format / chat_template_kwargs override
+node -e 'const f=require(process.argv[1]);require("fs").writeFileSync(process.argv[2],f.chat_template)' \
+    "$FX/templates/qwen3.json" "$TMP/qwen3.jinja"
+THINK='{"messages":[{"role":"user","content":"Think about it."}]'
+for how in env:LLAMA_ARG_THINK env:LLAMA_ARG_REASONING_FORMAT flag:--reasoning-format; do
+    kind=${how%%:*} var=${how#*:}
+    if [ "$kind" = env ]; then
+        env "$var=none" "$FAKE" --port 0 --port-file "$TMP/v.port" --chat-template-file "$TMP/qwen3.jinja" \
+            --fake-script "$FX/toolcalls/fake_script_hermes.json" --chat-template-kwargs '{"enable_thinking":false}' \
+            >"$TMP/v.log" 2>&1 &
+    else
+        "$FAKE" --port 0 --port-file "$TMP/v.port" --chat-template-file "$TMP/qwen3.jinja" --reasoning-format none \
+            --fake-script "$FX/toolcalls/fake_script_hermes.json" --chat-template-kwargs '{"enable_thinking":false}' \
+            >"$TMP/v.log" 2>&1 &
+    fi
+    PIDS+=($!)
+    for _ in $(seq 100); do [ -s "$TMP/v.port" ] && break; sleep 0.1; done
+    PORT=$(cat "$TMP/v.port")
+    req POST /v1/chat/completions "$THINK}"
+    [ "$(echo "$BODY" | jq_ 'o.choices[0].message.content.startsWith("<think>") && !("reasoning_content" in o.choices[0].message)')" = true ] &&
+        ok || bad "$var=none leaves the thoughts in content: $BODY"
+    req POST /v1/chat/completions "$THINK,\"reasoning_format\":\"deepseek\"}"
+    [ "$(echo "$BODY" | jq_ 'o.choices[0].message.reasoning_content')" = "Let me think: 2 + 2 = 4." ] && ok ||
+        bad "a request's reasoning_format wins over $var: $BODY"
+    req POST /apply-template '{"messages":[{"role":"user","content":"hi"}]}'
+    [ "$(echo "$BODY" | jq_ 'o.prompt.endsWith("<think>\n\n</think>\n\n")')" = true ] && ok || bad "--chat-template-kwargs: $BODY"
+    req POST /apply-template '{"messages":[{"role":"user","content":"hi"}],"chat_template_kwargs":{"enable_thinking":true}}'
+    [ "$(echo "$BODY" | jq_ 'o.prompt.endsWith("assistant\n")')" = true ] && ok || bad "a request's chat_template_kwargs win: $BODY"
+    kill "${PIDS[-1]}"
+    rm -f "$TMP/v.port"
+done
+"$FAKE" --reasoning-format xml >"$TMP/bad.log" 2>&1
+[ $? = 2 ] && grep -q -- '--reasoning-format: expected none, auto, deepseek or deepseek-legacy' "$TMP/bad.log" && ok ||
+    bad "a bad --reasoning-format: $(cat "$TMP/bad.log")"
 PORT=$A
 
 # mlxcel loadtest against the same server

@@ -21,7 +21,7 @@ typedef struct acc {
     char *content, *reasoning;
     size_t nc, nr;
     int n_calls;
-    char ids[16][40], names[16][80];
+    char ids[16][40], names[16][300];
     char *args[16];
     size_t na[16];
     int last_index; /* events of a lower call index may not follow a higher one */
@@ -48,7 +48,7 @@ static void sink(void *ctx, const srv_cp_event *e) {
             return;
         }
         snprintf(a->ids[a->n_calls], 40, "%s", e->id);
-        snprintf(a->names[a->n_calls], 80, "%.*s", (int)e->len, e->text);
+        snprintf(a->names[a->n_calls], 300, "%.*s", (int)e->len, e->text);
         a->n_calls++;
         a->last_index = e->index;
         break;
@@ -263,6 +263,85 @@ static void test_utf8_cut(void **st) {
     acc_free(&a);
 }
 
+/* Random texts built from the families' markers and JSON pieces: for every format and
+ * reasoning mode, the message is the same whole, byte by byte, and cut at random places
+ * (a parser that decided anything by where a piece ended would differ). */
+static void test_random_invariance(void **st) {
+    (void)st;
+    static const char *const frag[] = {
+        "<tool_call>", "</tool_call>", "{", "}", "\"name\": \"", "get_weather", "\"", "\"arguments\": ",
+        "\"parameters\": ", "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "<think>", "</think>", "<|python_tag|>",
+        ".call(", "q=\"v\")", "\n", " ", "\xC3\xA9", "\xE6\x9D\xB1", "```json\n", "```", "<function=",
+        "<parameter=", "</parameter>", "</function>", ";", ",", "[", "]", "\\\"", "city", ":", "python",
+        "<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "function", "<｜tool▁call▁end｜>", "<｜",
+        "1", "true", "abc",
+    };
+    const int nf = (int)(sizeof frag / sizeof frag[0]);
+    srv_tool_set tools = {0};
+    mx_error err;
+    assert_int_equal(srv_tool_set_add(&tools, "get_weather", NULL, false, &err), 0);
+    assert_int_equal(srv_tool_set_add(&tools, "python", NULL, false, &err), 0);
+    uint64_t rng = 0x1234567;
+#define RND() (rng = rng * 6364136223846793005ull + 1442695040888963407ull, (unsigned)(rng >> 33))
+    char text[2048];
+    int runs = 0, with_calls = 0, with_reasoning = 0;
+    /* half the texts open a call of their format, so that the random rest closes or breaks it */
+    static const char *const opening[] = {
+        "<think>\nhm", "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": ",
+        "{\"name\": \"get_weather\", \"parameters\": {\"city\": ",
+        "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": ",
+        "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{",
+    };
+    for (int t = 0; t < 1500; t++) {
+        size_t n = 0;
+        if (t % 2) {
+            n = strlen(opening[t % 5]);
+            memcpy(text, opening[t % 5], n);
+        }
+        const int k = 1 + (int)(RND() % 40);
+        for (int i = 0; i < k; i++) {
+            const char *f = frag[RND() % (unsigned)nf];
+            size_t l = strlen(f);
+            memcpy(text + n, f, l);
+            n += l;
+        }
+        const srv_tool_format fmt = (srv_tool_format)(t % 5);
+        run_cfg rc = {.cfg = {.format = fmt, .reasoning = (srv_reasoning_mode)(t / 5 % 3),
+                              .start_in_reasoning = t % 7 == 0, .parallel = t % 3 != 0, .tools = &tools,
+                              .id_seed = 7},
+                      .text = text, .n = n};
+        acc whole, x;
+        char label[64];
+        snprintf(label, sizeof label, "random text %d (format %s)", t, srv_tool_format_name(fmt));
+        run(&rc, NULL, 0, &whole, label);
+        with_calls += whole.n_calls > 0;
+        with_reasoning += whole.nr > 0;
+        size_t cuts[3];
+        for (int r = 0; r < 4 && n > 1; r++) {
+            for (int i = 0; i < 3; i++) cuts[i] = 1 + RND() % (n - 1);
+            for (int i = 0; i < 3; i++)
+                for (int j = i + 1; j < 3; j++)
+                    if (cuts[j] < cuts[i]) { size_t tmp = cuts[i]; cuts[i] = cuts[j]; cuts[j] = tmp; }
+            run(&rc, cuts, 3, &x, label);
+            same(&whole, &x, label);
+            acc_free(&x);
+            runs++;
+        }
+        size_t *all = malloc(n * sizeof *all);
+        for (size_t i = 1; i < n; i++) all[i - 1] = i;
+        run(&rc, all, (int)n - 1, &x, label);
+        same(&whole, &x, label);
+        acc_free(&x);
+        free(all);
+        acc_free(&whole);
+    }
+#undef RND
+    print_message("toolparse: 1500 random texts (%d with calls, %d with reasoning), %d random cuts\n", with_calls,
+                  with_reasoning, runs);
+    assert_true(with_calls >= 100 && with_reasoning >= 100);
+    srv_tool_set_clear(&tools);
+}
+
 static void test_summary(void **st) {
     (void)st;
     print_message("toolparse: %d transcripts, %d cut runs\n", g_cases, g_runs);
@@ -273,7 +352,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hermes),    cmocka_unit_test(test_llama3),        cmocka_unit_test(test_mistral),
         cmocka_unit_test(test_deepseek),  cmocka_unit_test(test_reasoning),     cmocka_unit_test(test_release_early),
-        cmocka_unit_test(test_utf8_cut),  cmocka_unit_test(test_summary),
+        cmocka_unit_test(test_utf8_cut),  cmocka_unit_test(test_random_invariance), cmocka_unit_test(test_summary),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
