@@ -15,67 +15,6 @@
 #include "server/srv_toolparse.h"
 #include "server/srv_toolparse_int.h"
 
-/* ==== State ==== */
-enum { T_START, T_THINK, T_AFTER_THINK, T_CONTENT, T_REGION };
-
-enum { /* region sub-states */
-    S_H_OPEN, S_H_TAIL, S_H_SKIP,                        /* <tool_call> ... </tool_call> */
-    S_X_NAME, S_X_BODY, S_X_PKEY, S_X_PVAL,              /* <function=..> XML body */
-    S_JC_HEAD, S_JBUF, S_AV, S_JC_REST,                  /* a JSON call object, its arguments */
-    S_M_OPEN, S_M_ARR, S_M_NEXT, S_M_NAME, S_M_CALLID,   /* [TOOL_CALLS] */
-    S_D_OPEN, S_D_TYPE, S_D_NAME, S_D_FENCE, S_D_CLOSE,  /* DeepSeek V3 tool tokens */
-    S_P_OPEN, S_P_IDENT, S_P_ARGS, S_P_CODE,             /* <|python_tag|> */
-    S_L_TAIL,                                            /* after a bare Llama JSON call */
-    S_EXIT,                                              /* continuation: back to content */
-};
-
-enum { AV_WS, AV_CONT, AV_STR, AV_SCALAR }; /* arguments value scanner */
-
-#define THINK_OPEN "<think>"
-#define THINK_CLOSE "</think>"
-#define DS_CALLS_BEGIN "<｜tool▁calls▁begin｜>"
-#define DS_CALLS_END "<｜tool▁calls▁end｜>"
-#define DS_CALL_BEGIN "<｜tool▁call▁begin｜>"
-#define DS_CALL_END "<｜tool▁call▁end｜>"
-#define DS_SEP "<｜tool▁sep｜>"
-
-typedef struct cp_call {
-    char id[40];
-    char *name;
-    cp_buf args;
-} cp_call;
-
-struct srv_cp {
-    srv_cp_config cfg;
-    int top, sub;
-    int after_av, after_obj; /* where the arguments value / the call object hand over */
-    cp_buf hold;             /* lookahead that may still be a marker */
-    cp_buf raw;              /* an uncommitted region's bytes, opener included */
-    cp_buf ws;               /* content whitespace held back */
-    cp_buf rws;              /* reasoning whitespace held back */
-    cp_buf in;               /* input queue (re-read bytes go to its front) */
-    size_t in_rd;
-    cp_buf tmp, key, val;    /* name / buffered object / XML key and value */
-    cp_scan scan;
-    char quote;              /* S_P_ARGS: the quote of the Python string being read, 0 outside */
-    int av;
-    bool committed;          /* the region has had a call */
-    bool suppress;           /* the current call is dropped (parallel_tool_calls false) */
-    bool reasoned;           /* a non-space reasoning byte was seen */
-    int n_params;            /* XML parameters emitted for the current call */
-    int n_seen;              /* calls parsed, suppressed ones included */
-    /* the accumulated message */
-    cp_buf content, reasoning;
-    cp_call *calls;
-    int n_calls, cap_calls;
-    /* events of the current feed */
-    srv_cp_sink sink;
-    void *sink_ctx;
-    int ev_kind, ev_index; /* -1: none pending */
-    cp_buf ev;
-    uint64_t rng;
-};
-
 /* ==== Events and the accumulated message ==== */
 static void ev_flush(srv_cp *p) {
     if (p->ev_kind < 0) return;
@@ -145,7 +84,7 @@ static uint64_t next_rand(srv_cp *p) {
 }
 
 /* The commit point of a call: its name is known. */
-static void call_begin(srv_cp *p, const char *name, size_t len) {
+void cp_call_begin(srv_cp *p, const char *name, size_t len) {
     p->committed = true;
     p->raw.n = 0;
     p->ws.n = 0; /* whitespace before a call is not content */
@@ -182,7 +121,7 @@ static void call_begin(srv_cp *p, const char *name, size_t len) {
     p->n_calls++;
 }
 
-static void out_args(srv_cp *p, const char *s, size_t n) {
+void cp_out_args(srv_cp *p, const char *s, size_t n) {
     if (p->suppress || !p->n_calls) return;
     cp_call *c = &p->calls[p->n_calls - 1];
     cp_put(&c->args, s, n);
@@ -202,7 +141,7 @@ static void requeue(srv_cp *p, const char *s, size_t n) {
 }
 
 /* Leaves the region: back to content, re-reading the held bytes (and c when given). */
-static void region_exit(srv_cp *p, const char *c) {
+void cp_region_exit(srv_cp *p, const char *c) {
     cp_buf back = {0};
     cp_put(&back, p->hold.p, p->hold.n);
     if (c) cp_putc(&back, *c);
@@ -215,9 +154,9 @@ static void region_exit(srv_cp *p, const char *c) {
 }
 
 /* The region did not turn out to be a call: its first byte is content, the rest is re-read. */
-static void fallback(srv_cp *p) {
+void cp_fallback(srv_cp *p) {
     if (p->committed) {
-        region_exit(p, NULL);
+        cp_region_exit(p, NULL);
         return;
     }
     cp_buf back = {0};
@@ -233,23 +172,23 @@ static void fallback(srv_cp *p) {
 }
 
 /* ==== Region helpers ==== */
-static void av_start(srv_cp *p, int after) {
+void cp_av_start(srv_cp *p, int after) {
     p->sub = S_AV;
     p->av = AV_WS;
     p->after_av = after;
     p->tmp.n = 0;
 }
 
-static void obj_start(srv_cp *p, int after_obj) {
+void cp_obj_start(srv_cp *p, int after_obj) {
     p->sub = S_JC_HEAD;
     p->after_obj = after_obj;
     p->hold.n = 0;
     cp_putc(&p->hold, '{');
 }
 
-static void go(srv_cp *p, int sub) {
+void cp_go(srv_cp *p, int sub) {
     if (sub == S_EXIT) {
-        region_exit(p, NULL);
+        cp_region_exit(p, NULL);
         return;
     }
     p->sub = sub;
@@ -259,7 +198,7 @@ static void go(srv_cp *p, int sub) {
 
 /* Lookahead against literals; released bytes go to `rel` (NULL: dropped). Returns the index
  * of the literal matched, -1 while pending. */
-static int hold_lits(srv_cp *p, char c, const char *const *lits, int n, void (*rel)(srv_cp *, char)) {
+int cp_hold_lits(srv_cp *p, char c, const char *const *lits, int n, void (*rel)(srv_cp *, char)) {
     cp_putc(&p->hold, c);
     for (;;) {
         bool partial = false;
@@ -278,8 +217,8 @@ static int hold_lits(srv_cp *p, char c, const char *const *lits, int n, void (*r
     }
 }
 
-static void rel_tmp(srv_cp *p, char c) { cp_putc(&p->tmp, c); }
-static void rel_val(srv_cp *p, char c) { cp_putc(&p->val, c); }
+void cp_rel_tmp(srv_cp *p, char c) { cp_putc(&p->tmp, c); }
+void cp_rel_val(srv_cp *p, char c) { cp_putc(&p->val, c); }
 static void rel_reason(srv_cp *p, char c) {
     reason_char(p, c);
     legacy(p, &c, 1);
@@ -297,9 +236,9 @@ static void st_jc_head(srv_cp *p, char c) {
         cp_buf name = {0};
         cp_put(&name, p->hold.p + off, len);
         p->hold.n = 0;
-        call_begin(p, name.p, name.n);
+        cp_call_begin(p, name.p, name.n);
         cp_free(&name);
-        av_start(p, S_JC_REST);
+        cp_av_start(p, S_JC_REST);
         return;
     }
     /* another key order: buffer the whole object and read it with a JSON parser */
@@ -323,14 +262,14 @@ static void st_jc_head(srv_cp *p, char c) {
 static void jbuf_done(srv_cp *p) {
     char *name = NULL, *args = NULL;
     if (cp_call_object(p->tmp.p, p->tmp.n, &name, &args)) {
-        fallback(p);
+        cp_fallback(p);
         return;
     }
-    call_begin(p, name, strlen(name));
-    out_args(p, args, strlen(args));
+    cp_call_begin(p, name, strlen(name));
+    cp_out_args(p, args, strlen(args));
     free(name);
     free(args);
-    go(p, p->after_obj);
+    cp_go(p, p->after_obj);
 }
 
 static void st_jbuf(srv_cp *p, char c) {
@@ -340,7 +279,7 @@ static void st_jbuf(srv_cp *p, char c) {
 
 /* The arguments value: streamed as it comes when it is an object or array; a string value
  * (arguments given as a JSON text in a string) is decoded once complete. */
-static void st_av(srv_cp *p, char c) {
+void cp_st_av(srv_cp *p, char c) {
     switch (p->av) {
     case AV_WS:
         if (cp_is_ws(c)) return;
@@ -349,7 +288,7 @@ static void st_av(srv_cp *p, char c) {
             p->scan = (cp_scan){0};
             cp_scan_byte(&p->scan, c);
             p->av = AV_CONT;
-            out_args(p, &c, 1);
+            cp_out_args(p, &c, 1);
         } else {
             cp_putc(&p->tmp, c);
             p->scan = (cp_scan){.in_str = c == '"'};
@@ -357,8 +296,8 @@ static void st_av(srv_cp *p, char c) {
         }
         return;
     case AV_CONT:
-        out_args(p, &c, 1);
-        if (cp_scan_byte(&p->scan, c)) go(p, p->after_av);
+        cp_out_args(p, &c, 1);
+        if (cp_scan_byte(&p->scan, c)) cp_go(p, p->after_av);
         return;
     case AV_STR: {
         cp_putc(&p->tmp, c);
@@ -366,303 +305,19 @@ static void st_av(srv_cp *p, char c) {
         if (p->scan.in_str) return;
         size_t n = 0;
         char *s = cp_json_unquote(p->tmp.p, p->tmp.n, &n);
-        if (s) out_args(p, s, n);
+        if (s) cp_out_args(p, s, n);
         free(s);
-        go(p, p->after_av);
+        cp_go(p, p->after_av);
         return;
     }
     default: /* AV_SCALAR: a number, true, null ... until a delimiter, which is read again */
         if (c == ',' || c == '}' || c == ']' || cp_is_ws(c) || c == '<' || c == '`') {
-            out_args(p, p->tmp.p, p->tmp.n);
-            go(p, p->after_av);
+            cp_out_args(p, p->tmp.p, p->tmp.n);
+            cp_go(p, p->after_av);
             requeue(p, &c, 1);
             return;
         }
         cp_putc(&p->tmp, c);
-    }
-}
-
-/* ==== Families ==== */
-static void st_hermes(srv_cp *p, char c) {
-    static const char *const close[] = {"</tool_call>"};
-    static const char *const body[] = {"<parameter=", "</function>"};
-    switch (p->sub) {
-    case S_H_OPEN:
-        if (!p->hold.n && cp_is_ws(c)) return;
-        if (!p->hold.n && c == '{') {
-            obj_start(p, S_H_TAIL);
-            return;
-        }
-        cp_putc(&p->hold, c);
-        switch (cp_lit(p->hold.p, p->hold.n, "<function=")) {
-        case CP_MATCH: p->hold.n = 0; p->tmp.n = 0; p->sub = S_X_NAME; return;
-        case CP_PARTIAL: return;
-        default: fallback(p); return;
-        }
-    case S_H_TAIL:
-        if (!p->hold.n && cp_is_ws(c)) return;
-        /* anything else before the close tag is dropped */
-        /* fall through */
-    case S_H_SKIP:
-        p->sub = S_H_SKIP;
-        if (hold_lits(p, c, close, 1, NULL) == 0) region_exit(p, NULL);
-        return;
-    case S_X_NAME:
-        if (c == '>') {
-            if (!p->tmp.n) { fallback(p); return; }
-            call_begin(p, p->tmp.p, p->tmp.n);
-            p->sub = S_X_BODY;
-            return;
-        }
-        if (c == '<' || c == '\n' || p->tmp.n >= 256) { fallback(p); return; }
-        cp_putc(&p->tmp, c);
-        return;
-    case S_X_BODY: {
-        if (!p->hold.n && cp_is_ws(c)) return;
-        int m = hold_lits(p, c, body, 2, NULL);
-        if (m == 0) {
-            p->key.n = 0;
-            p->sub = S_X_PKEY;
-        } else if (m == 1) {
-            if (!p->n_params) out_args(p, "{}", 2);
-            else out_args(p, "}", 1);
-            go(p, S_H_TAIL);
-        }
-        return;
-    }
-    case S_X_PKEY:
-        if (c == '>') {
-            p->val.n = 0;
-            p->sub = S_X_PVAL;
-        } else if (p->key.n < 256) {
-            cp_putc(&p->key, c);
-        }
-        return;
-    default: { /* S_X_PVAL */
-        static const char *const end[] = {"</parameter>"};
-        if (hold_lits(p, c, end, 1, rel_val) != 0) return;
-        const char *v = p->val.p ? p->val.p : "";
-        size_t n = p->val.n;
-        if (n && v[0] == '\n') v++, n--;
-        if (n && v[n - 1] == '\n') n--;
-        const char *type = srv_tool_set_param_type(p->cfg.tools, p->n_calls ? p->calls[p->n_calls - 1].name : "",
-                                                   p->key.p ? p->key.p : "");
-        char *jv = cp_xml_value_json(v, n, type);
-        cp_buf piece = {0};
-        cp_puts(&piece, p->n_params ? ", \"" : "{\"");
-        cp_put_json_escaped(&piece, p->key.p ? p->key.p : "", p->key.n);
-        cp_puts(&piece, "\": ");
-        cp_puts(&piece, jv ? jv : "null");
-        out_args(p, piece.p, piece.n);
-        cp_free(&piece);
-        free(jv);
-        p->n_params++;
-        p->sub = S_X_BODY;
-    }
-    }
-}
-
-static bool name_char(char c) {
-    return c == '_' || c == '-' || c == '.' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-           (c >= '0' && c <= '9');
-}
-
-static void st_mistral(srv_cp *p, char c) {
-    static const char *const marks[] = {"[ARGS]", "[CALL_ID]"};
-    static const char *const args[] = {"[ARGS]"};
-    switch (p->sub) {
-    case S_M_OPEN:
-        if (cp_is_ws(c)) return;
-        if (c == '[') p->sub = S_M_ARR;
-        else if (c == '{') obj_start(p, S_EXIT);
-        else if (name_char(c)) {
-            p->tmp.n = 0;
-            cp_putc(&p->tmp, c);
-            p->sub = S_M_NAME;
-        } else fallback(p);
-        return;
-    case S_M_ARR:
-        if (cp_is_ws(c)) return;
-        if (c == '{') obj_start(p, S_M_NEXT);
-        else if (c == ']' && !p->committed) region_exit(p, NULL); /* [TOOL_CALLS][] */
-        else fallback(p);
-        return;
-    case S_M_NEXT:
-        if (cp_is_ws(c)) return;
-        if (c == ',') p->sub = S_M_ARR;
-        else if (c == ']') region_exit(p, NULL);
-        else region_exit(p, &c);
-        return;
-    case S_M_NAME: {
-        if (!p->hold.n && c != '[') {
-            if (!name_char(c) || p->tmp.n >= 256) fallback(p);
-            else cp_putc(&p->tmp, c);
-            return;
-        }
-        int m = hold_lits(p, c, marks, 2, rel_tmp);
-        if (m == 0) {
-            call_begin(p, p->tmp.p, p->tmp.n);
-            av_start(p, S_EXIT);
-        } else if (m == 1) {
-            p->sub = S_M_CALLID;
-        } else if (p->tmp.n && !name_char(p->tmp.p[p->tmp.n - 1])) {
-            fallback(p); /* a '[' that starts no marker: not this syntax */
-        }
-        return;
-    }
-    default: /* S_M_CALLID: the id the model wrote is not kept (ids are the server's) */
-        if (hold_lits(p, c, args, 1, NULL) == 0) {
-            call_begin(p, p->tmp.p, p->tmp.n);
-            av_start(p, S_EXIT);
-        }
-    }
-}
-
-static void st_deepseek(srv_cp *p, char c) {
-    static const char *const open[] = {DS_CALL_BEGIN, DS_CALLS_END};
-    static const char *const sep[] = {DS_SEP};
-    static const char *const fence[] = {"```json"};
-    static const char *const end[] = {DS_CALL_END};
-    switch (p->sub) {
-    case S_D_OPEN: {
-        if (!p->hold.n && cp_is_ws(c)) return;
-        cp_putc(&p->hold, c);
-        bool partial = false;
-        for (int i = 0; i < 2; i++) {
-            cp_match m = cp_lit(p->hold.p, p->hold.n, open[i]);
-            if (m == CP_MATCH) {
-                p->hold.n = 0;
-                if (i == 0) {
-                    p->tmp.n = 0;
-                    p->sub = S_D_TYPE;
-                } else {
-                    region_exit(p, NULL);
-                }
-                return;
-            }
-            partial |= m == CP_PARTIAL;
-        }
-        if (!partial) fallback(p);
-        return;
-    }
-    case S_D_TYPE:
-        if (hold_lits(p, c, sep, 1, rel_tmp) == 0) {
-            if (p->tmp.n == 8 && !memcmp(p->tmp.p, "function", 8)) {
-                p->tmp.n = 0;
-                p->sub = S_D_NAME;
-            } else if (p->tmp.n) { /* V3.1: NAME<｜tool▁sep｜>{arguments} */
-                call_begin(p, p->tmp.p, p->tmp.n);
-                av_start(p, S_D_CLOSE);
-            } else {
-                fallback(p);
-            }
-        } else if (p->tmp.n > 256) {
-            fallback(p);
-        }
-        return;
-    case S_D_NAME:
-        if (c == '\n') {
-            if (!p->tmp.n) { fallback(p); return; }
-            call_begin(p, p->tmp.p, p->tmp.n);
-            p->sub = S_D_FENCE;
-        } else if (c == '<' || p->tmp.n >= 256) {
-            fallback(p);
-        } else {
-            cp_putc(&p->tmp, c);
-        }
-        return;
-    case S_D_FENCE:
-        if (!p->hold.n && cp_is_ws(c)) return;
-        if (!p->hold.n && (c == '{' || c == '[')) { /* no fence */
-            av_start(p, S_D_CLOSE);
-            st_av(p, c);
-            return;
-        }
-        if (hold_lits(p, c, fence, 1, NULL) == 0) av_start(p, S_D_CLOSE);
-        return;
-    default: /* S_D_CLOSE: the closing fence and anything else up to the call's end token */
-        if (hold_lits(p, c, end, 1, NULL) == 0) go(p, S_D_OPEN);
-    }
-}
-
-/* Code after <|python_tag|> goes to a "python" / "code_interpreter" tool as {"code": ...}. */
-static void code_begin(srv_cp *p, const char *text, size_t n) {
-    const char *tool = srv_tool_set_has(p->cfg.tools, "python", 6) ? "python"
-                       : srv_tool_set_has(p->cfg.tools, "code_interpreter", 16) ? "code_interpreter" : NULL;
-    if (!tool) {
-        fallback(p);
-        return;
-    }
-    call_begin(p, tool, strlen(tool));
-    cp_buf b = {0};
-    cp_puts(&b, "{\"code\": \"");
-    cp_put_json_escaped(&b, text, n);
-    out_args(p, b.p, b.n);
-    cp_free(&b);
-    p->sub = S_P_CODE;
-}
-
-static void st_pytag(srv_cp *p, char c) {
-    switch (p->sub) {
-    case S_P_OPEN:
-        if (cp_is_ws(c)) return;
-        if (c == '{') obj_start(p, S_EXIT);
-        else if (c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) {
-            p->tmp.n = 0;
-            cp_putc(&p->tmp, c);
-            p->key.n = 0;
-            p->sub = S_P_IDENT;
-        } else code_begin(p, &c, 1);
-        return;
-    case S_P_IDENT:
-        if (!p->key.n && (name_char(c) && c != '.' && c != '-') && p->tmp.n < 256) {
-            cp_putc(&p->tmp, c);
-            return;
-        }
-        cp_putc(&p->key, c);
-        switch (cp_lit(p->key.p, p->key.n, ".call(")) {
-        case CP_MATCH: p->val.n = 0; p->scan = (cp_scan){0}; p->quote = 0; p->sub = S_P_ARGS; return;
-        case CP_PARTIAL: return;
-        default: {
-            cp_buf code = {0};
-            cp_put(&code, p->tmp.p, p->tmp.n);
-            cp_put(&code, p->key.p, p->key.n);
-            code_begin(p, code.p, code.n);
-            cp_free(&code);
-            return;
-        }
-        }
-    case S_P_ARGS: /* up to the ')' outside quotes */
-        if (p->quote) {
-            if (p->scan.esc) p->scan.esc = false;
-            else if (c == '\\') p->scan.esc = true;
-            else if (c == p->quote) p->quote = 0;
-            cp_putc(&p->val, c);
-            return;
-        }
-        if (c == '"' || c == '\'') p->quote = c;
-        if (c != ')') {
-            cp_putc(&p->val, c);
-            return;
-        }
-        {
-        char *args = cp_python_kwargs_json(p->val.p ? p->val.p : "", p->val.n);
-        if (!args) {
-            fallback(p);
-            return;
-        }
-        call_begin(p, p->tmp.p, p->tmp.n);
-        out_args(p, args, strlen(args));
-        free(args);
-        region_exit(p, NULL);
-        return;
-    }
-    default: { /* S_P_CODE */
-        cp_buf b = {0};
-        cp_put_json_escaped(&b, &c, 1);
-        out_args(p, b.p, b.n);
-        cp_free(&b);
-    }
     }
 }
 
@@ -671,20 +326,20 @@ static void st_region(srv_cp *p, char c) {
     switch (p->sub) {
     case S_JC_HEAD: st_jc_head(p, c); return;
     case S_JBUF: st_jbuf(p, c); return;
-    case S_AV: st_av(p, c); return;
+    case S_AV: cp_st_av(p, c); return;
     case S_JC_REST:
-        if (cp_scan_byte(&p->scan, c)) go(p, p->after_obj);
+        if (cp_scan_byte(&p->scan, c)) cp_go(p, p->after_obj);
         return;
     case S_L_TAIL:
         if (cp_is_ws(c)) return;
-        region_exit(p, c == ';' ? NULL : &c);
+        cp_region_exit(p, c == ';' ? NULL : &c);
         return;
     default: break;
     }
-    if (p->sub <= S_X_PVAL) st_hermes(p, c);
-    else if (p->sub <= S_M_CALLID) st_mistral(p, c);
-    else if (p->sub <= S_D_CLOSE) st_deepseek(p, c);
-    else st_pytag(p, c);
+    if (p->sub <= S_X_PVAL) cp_st_hermes(p, c);
+    else if (p->sub <= S_M_CALLID) cp_st_mistral(p, c);
+    else if (p->sub <= S_D_CLOSE) cp_st_deepseek(p, c);
+    else cp_st_pytag(p, c);
 }
 
 /* ==== Content: the family's openers ==== */
@@ -746,10 +401,10 @@ static void region_open(srv_cp *p, opener o, size_t noff, size_t nlen) {
     case O_LLAMA: {
         cp_buf name = {0};
         cp_put(&name, p->hold.p + noff, nlen);
-        call_begin(p, name.p, name.n);
+        cp_call_begin(p, name.p, name.n);
         cp_free(&name);
         p->after_obj = S_L_TAIL;
-        av_start(p, S_JC_REST);
+        cp_av_start(p, S_JC_REST);
         break;
     }
     }
@@ -808,7 +463,7 @@ static void st_start(srv_cp *p, char c) {
 
 static void st_think(srv_cp *p, char c) {
     static const char *const close[] = {THINK_CLOSE};
-    if (hold_lits(p, c, close, 1, rel_reason) != 0) return;
+    if (cp_hold_lits(p, c, close, 1, rel_reason) != 0) return;
     p->rws.n = 0; /* trailing whitespace of the thoughts */
     legacy(p, THINK_CLOSE, strlen(THINK_CLOSE));
     p->top = T_AFTER_THINK;
@@ -885,7 +540,7 @@ void srv_cp_finish(srv_cp *p, srv_cp_sink sink, void *ctx) {
             continue;
         }
         if (p->top == T_REGION && !p->committed) { /* never became a call */
-            fallback(p);
+            cp_fallback(p);
             continue;
         }
         if (p->top == T_CONTENT && p->hold.n) {
@@ -905,8 +560,8 @@ void srv_cp_finish(srv_cp *p, srv_cp_sink sink, void *ctx) {
     } else if (p->top == T_CONTENT) {
         if (p->ws.n && !p->n_seen) out_content(p, p->ws.p, p->ws.n);
     } else if (p->top == T_REGION) {
-        if (p->sub == S_AV && p->av == AV_SCALAR) out_args(p, p->tmp.p, p->tmp.n);
-        if (p->sub == S_P_CODE) out_args(p, "\"}", 2);
+        if (p->sub == S_AV && p->av == AV_SCALAR) cp_out_args(p, p->tmp.p, p->tmp.n);
+        if (p->sub == S_P_CODE) cp_out_args(p, "\"}", 2);
     }
     p->ws.n = 0;
     p->rws.n = 0;

@@ -5,6 +5,9 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+
+#include "server/srv_toolparse.h"
 
 /* ==== Growable byte buffer (NUL-terminated; allocation failure drops the bytes) ==== */
 typedef struct cp_buf {
@@ -54,5 +57,85 @@ char *cp_xml_value_json(const char *v, size_t n, const char *schema_type);
 int cp_call_object(const char *s, size_t n, char **name, char **args);
 /* The decoded text of a JSON string literal s[0..n) (quotes included), NULL when invalid. */
 char *cp_json_unquote(const char *s, size_t n, size_t *out_len);
+
+
+/* ==== The machine's state (srv_toolparse.c; families in srv_toolparse_fam.c) ==== */
+enum { T_START, T_THINK, T_AFTER_THINK, T_CONTENT, T_REGION };
+
+enum { /* region sub-states */
+    S_H_OPEN, S_H_TAIL, S_H_SKIP,                        /* <tool_call> ... </tool_call> */
+    S_X_NAME, S_X_BODY, S_X_PKEY, S_X_PVAL,              /* <function=..> XML body */
+    S_JC_HEAD, S_JBUF, S_AV, S_JC_REST,                  /* a JSON call object, its arguments */
+    S_M_OPEN, S_M_ARR, S_M_NEXT, S_M_NAME, S_M_CALLID,   /* [TOOL_CALLS] */
+    S_D_OPEN, S_D_TYPE, S_D_NAME, S_D_FENCE, S_D_CLOSE,  /* DeepSeek V3 tool tokens */
+    S_P_OPEN, S_P_IDENT, S_P_ARGS, S_P_CODE,             /* <|python_tag|> */
+    S_L_TAIL,                                            /* after a bare Llama JSON call */
+    S_EXIT,                                              /* continuation: back to content */
+};
+
+enum { AV_WS, AV_CONT, AV_STR, AV_SCALAR }; /* arguments value scanner */
+
+#define THINK_OPEN "<think>"
+#define THINK_CLOSE "</think>"
+#define DS_CALLS_BEGIN "<｜tool▁calls▁begin｜>"
+#define DS_CALLS_END "<｜tool▁calls▁end｜>"
+#define DS_CALL_BEGIN "<｜tool▁call▁begin｜>"
+#define DS_CALL_END "<｜tool▁call▁end｜>"
+#define DS_SEP "<｜tool▁sep｜>"
+
+typedef struct cp_call {
+    char id[40];
+    char *name;
+    cp_buf args;
+} cp_call;
+
+struct srv_cp {
+    srv_cp_config cfg;
+    int top, sub;
+    int after_av, after_obj; /* where the arguments value / the call object hand over */
+    cp_buf hold;             /* lookahead that may still be a marker */
+    cp_buf raw;              /* an uncommitted region's bytes, opener included */
+    cp_buf ws;               /* content whitespace held back */
+    cp_buf rws;              /* reasoning whitespace held back */
+    cp_buf in;               /* input queue (re-read bytes go to its front) */
+    size_t in_rd;
+    cp_buf tmp, key, val;    /* name / buffered object / XML key and value */
+    cp_scan scan;
+    char quote;              /* S_P_ARGS: the quote of the Python string being read, 0 outside */
+    int av;
+    bool committed;          /* the region has had a call */
+    bool suppress;           /* the current call is dropped (parallel_tool_calls false) */
+    bool reasoned;           /* a non-space reasoning byte was seen */
+    int n_params;            /* XML parameters emitted for the current call */
+    int n_seen;              /* calls parsed, suppressed ones included */
+    /* the accumulated message */
+    cp_buf content, reasoning;
+    cp_call *calls;
+    int n_calls, cap_calls;
+    /* events of the current feed */
+    srv_cp_sink sink;
+    void *sink_ctx;
+    int ev_kind, ev_index; /* -1: none pending */
+    cp_buf ev;
+    uint64_t rng;
+};
+
+/* Shared steps (srv_toolparse.c) */
+void cp_call_begin(srv_cp *p, const char *name, size_t len); /* a call's commit point */
+void cp_out_args(srv_cp *p, const char *s, size_t n);
+void cp_region_exit(srv_cp *p, const char *c);               /* back to content, re-reading hold (+ c) */
+void cp_fallback(srv_cp *p);                                 /* not a call after all: content */
+void cp_av_start(srv_cp *p, int after);                      /* an arguments value, then `after` */
+void cp_obj_start(srv_cp *p, int after_obj);                 /* a JSON call object, then `after_obj` */
+void cp_go(srv_cp *p, int sub);
+int cp_hold_lits(srv_cp *p, char c, const char *const *lits, int n, void (*rel)(srv_cp *, char));
+void cp_rel_tmp(srv_cp *p, char c);
+void cp_rel_val(srv_cp *p, char c);
+void cp_st_av(srv_cp *p, char c);
+/* The families' sub-machines (srv_toolparse_fam.c) */
+void cp_st_hermes(srv_cp *p, char c);
+void cp_st_mistral(srv_cp *p, char c);
+void cp_st_deepseek(srv_cp *p, char c);
+void cp_st_pytag(srv_cp *p, char c);
 
 #endif

@@ -390,7 +390,7 @@ int srv_chat_render(const srv_chat_caps *caps, const srv_backend *be, srv_chat_o
 
     json_t *x = caps->kwargs ? json_deep_copy(caps->kwargs) : json_object();
     if (json_is_object(extra)) json_object_update(x, (json_t *)extra);
-    if (!call_tools) json_object_del(x, "tools"); /* tool_choice none: the model is not offered them */
+    if (o->tools.n && !call_tools) json_object_del(x, "tools"); /* tool_choice none: not offered */
     int rc = check_effort(caps, o, x, param, err);
     json_t *msgs = rc ? NULL : srv_chat_template_messages(caps, messages);
     if (!rc && !msgs) rc = mx_fail(err, "out of memory");
