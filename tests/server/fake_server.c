@@ -21,6 +21,7 @@ int main(int argc, char **argv) {
     srv_config_defaults(&cfg);
     mx_error err = {{0}};
     int rc = srv_config_parse(&cfg, n, rest, stdout, &err);
+    free(rest); /* argv's strings stay */
     if (rc == 1) return 0;
     if (rc || srv_config_finalize(&cfg, 2048, &err)) {
         fprintf(stderr, "mlxcel-fake-server: %s\n", err.msg);
@@ -35,6 +36,5 @@ int main(int argc, char **argv) {
     rc = srv_run(&cfg, &be, &err);
     if (rc) fprintf(stderr, "mlxcel-fake-server: %s\n", err.msg);
     fake_backend_free(&be);
-    free(rest);
     return rc ? 1 : 0;
 }
