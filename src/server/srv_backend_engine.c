@@ -51,6 +51,7 @@ struct sbe {
 
 struct srv_text_stream {
     tok_stream *ts;
+    const tokenizer *tok;
 };
 
 /* ==== Engine callbacks (engine thread) ==== */
@@ -237,7 +238,8 @@ static int tx_template(void *p, const json_t *messages, const json_t *extra, boo
 static srv_text_stream *tx_stream_new(void *p, const char *const *stops, int n_stops) {
     srv_text_stream *s = calloc(1, sizeof *s);
     if (!s) return NULL;
-    s->ts = tok_stream_new(((sbe *)p)->rt.tok, true);
+    s->tok = ((sbe *)p)->rt.tok;
+    s->ts = tok_stream_new(s->tok, true);
     if (!s->ts) {
         free(s);
         return NULL;
@@ -248,6 +250,16 @@ static srv_text_stream *tx_stream_new(void *p, const char *const *stops, int n_s
 
 static int tx_stream_push(srv_text_stream *s, int32_t id, const char **out, size_t *out_len) {
     return tok_stream_push(s->ts, id, out, out_len);
+}
+
+static void tx_stream_keep(srv_text_stream *s, const char *const *pieces, int n) {
+    int32_t ids[32];
+    size_t k = 0;
+    for (int i = 0; i < n && k < 32; i++) {
+        const int32_t id = tok_piece_to_id(s->tok, pieces[i]);
+        if (id >= 0 && tok_is_special(s->tok, id)) ids[k++] = id; /* others are shown anyway */
+    }
+    tok_stream_keep_special(s->ts, ids, k);
 }
 
 static const char *tx_stream_stop_word(srv_text_stream *s) { return tok_stream_stop_word(s->ts); }
@@ -270,6 +282,7 @@ static const srv_text_ops k_text_ops = {
     .tokenize = tx_tokenize, .detokenize = tx_detokenize, .token_bytes = tx_token_bytes,
     .apply_template = tx_template, .stream_new = tx_stream_new, .stream_push = tx_stream_push,
     .stream_stop_word = tx_stream_stop_word, .stream_flush = tx_stream_flush, .stream_free = tx_stream_free, .vocab_size = tx_vocab_size,
+    .stream_keep = tx_stream_keep,
     .has_template = false};
 
 /* ==== Open / close ==== */

@@ -15,6 +15,7 @@
 #include "base/log.h"
 #include "kv/kv_cache.h"
 #include "runtime/runtime.h"
+#include "server/srv_tools.h"
 
 /* ==== Option table ==== */
 typedef enum { OPT_INT, OPT_I64, OPT_FLOAT, OPT_STR, OPT_FLAG, OPT_NOFLAG, OPT_SIZE, OPT_SPECIAL } opt_type;
@@ -36,6 +37,14 @@ static const opt k_opts[] = {
      "model name(s) served by the API, comma-separated"},
     {{"--chat-template-file", NULL}, "LLAMA_ARG_CHAT_TEMPLATE_FILE", OPT_STR, F(chat_template_file),
      0, 0, "Jinja chat template file (overrides the checkpoint's)"},
+    {{"--reasoning-format", NULL}, "LLAMA_ARG_THINK", OPT_STR, F(reasoning_format), 0, 0,
+     "chat replies' <think>: none (left in content), auto / deepseek (reasoning_content, default), "
+     "deepseek-legacy (both)"},
+    {{"--tool-call-parser", NULL}, NULL, OPT_STR, F(tool_call_parser), 0, 0,
+     "tool-call syntax of the replies: auto (from the chat template, default), none, hermes, llama3, mistral, "
+     "deepseek_v3"},
+    {{"--chat-template-kwargs", NULL}, "LLAMA_ARG_CHAT_TEMPLATE_KWARGS", OPT_STR, F(chat_template_kwargs), 0, 0,
+     "JSON object of chat template variables for every request (a request's chat_template_kwargs win)"},
     {{"--device", NULL}, NULL, OPT_STR, F(device), 0, 0, "compute device: cpu (default) or cuda"},
     {{"--load-format", NULL}, NULL, OPT_STR, F(load_format), 0, 0,
      "auto (default): the checkpoint's files; dummy: only config.json, generated weights"},
@@ -129,6 +138,8 @@ void srv_config_defaults(srv_config *c) {
     snprintf(c->storage, sizeof c->storage, "auto");
     snprintf(c->device, sizeof c->device, "cpu");
     snprintf(c->load_format, sizeof c->load_format, "auto");
+    snprintf(c->reasoning_format, sizeof c->reasoning_format, "auto");
+    snprintf(c->tool_call_parser, sizeof c->tool_call_parser, "auto");
     c->n_predict = -1;
     c->temperature = 0.8f;
     c->top_p = 0.95f;
@@ -247,6 +258,19 @@ static int set_value(srv_config *c, const opt *o, const char *name, const char *
             return mx_fail(err, "%s: expected cpu or cuda, got '%s'", name, v);
         if (o->off == offsetof(srv_config, load_format) && strcmp(v, "auto") && strcmp(v, "dummy"))
             return mx_fail(err, "%s: expected auto or dummy, got '%s'", name, v);
+        if (o->off == offsetof(srv_config, reasoning_format)) {
+            srv_reasoning_mode m;
+            if (srv_reasoning_parse(v, &m))
+                return mx_fail(err, "%s: expected none, auto, deepseek or deepseek-legacy, got '%s'", name, v);
+        }
+        if (o->off == offsetof(srv_config, tool_call_parser) && srv_tool_format_parse(v) == -2)
+            return mx_fail(err, "%s: expected auto, none, hermes, llama3, mistral or deepseek_v3, got '%s'", name, v);
+        if (o->off == offsetof(srv_config, chat_template_kwargs)) {
+            json_t *kw = json_loads(v, 0, NULL);
+            const bool obj = json_is_object(kw);
+            json_decref(kw);
+            if (!obj) return mx_fail(err, "%s: expected a JSON object, e.g. '{\"enable_thinking\":false}'", name);
+        }
         return 0;
     case OPT_FLAG: case OPT_NOFLAG: {
         bool b;
@@ -277,7 +301,15 @@ static unsigned sampling_bit(const opt *o) {
 
 /* ==== Parse ==== */
 int srv_config_parse(srv_config *c, int argc, char **argv, FILE *help_out, mx_error *err) {
-    /* Environment first (the only place LLAMA_ARG_* are read), so flags override it. */
+    /* Environment first (the only place LLAMA_ARG_* are read), so flags override it.
+     * LLAMA_ARG_REASONING_FORMAT is an alias of llama-server's LLAMA_ARG_THINK, which wins. */
+    const char *rf = getenv("LLAMA_ARG_REASONING_FORMAT");
+    if (rf && *rf) {
+        for (int i = 0; i < N_OPTS; i++)
+            if (k_opts[i].off == offsetof(srv_config, reasoning_format) &&
+                set_value(c, &k_opts[i], "LLAMA_ARG_REASONING_FORMAT", rf, err))
+                return -1;
+    }
     for (int i = 0; i < N_OPTS; i++) {
         if (!k_opts[i].env) continue;
         const char *v = getenv(k_opts[i].env);

@@ -22,6 +22,11 @@ typedef struct srv_config {
     char load_format[16];        /* --load-format auto|dummy (default auto) */
     int tp_size;                 /* --tp-size: tensor-parallel ranks (default 1; CUDA: GPUs) */
 
+    /* ---- chat: tools and reasoning (docs/tools.md) ---- */
+    char reasoning_format[24];   /* --reasoning-format none|auto|deepseek|deepseek-legacy (LLAMA_ARG_THINK) */
+    char tool_call_parser[24];   /* --tool-call-parser auto|none|hermes|llama3|mistral|deepseek_v3 */
+    char chat_template_kwargs[4096]; /* --chat-template-kwargs JSON (LLAMA_ARG_CHAT_TEMPLATE_KWARGS) */
+
     /* ---- HTTP ---- */
     char host[1024];             /* --host (LLAMA_ARG_HOST); "*.sock" = Unix socket path */
     int port;                    /* --port (LLAMA_ARG_PORT), 0 = ephemeral */

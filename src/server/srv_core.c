@@ -18,6 +18,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "server/srv_internal.h"
+#include "server/srv_tools.h"
 
 const char *srv_finish_name(srv_finish f) {
     switch (f) {
@@ -140,6 +141,7 @@ static void job_free(srv_job *j) {
     if (j->lead) srv_job_release(j->lead);
     if (j->grp) group_release(j->grp);
     if (j->ts) be->text_ops->stream_free(j->ts);
+    srv_cp_free(j->cp);
     srv_request_free(&j->req);
     free(j->prompt);
     free(j->text);
@@ -400,6 +402,11 @@ void srv_core_snapshot(srv_server *s, srv_engine_stats *st, int *outstanding) {
 static void submit_job(srv_server *s, srv_job *j) {
     const srv_engine_ops *eo = s->be->eng_ops;
     j->ts = s->be->text_ops->stream_new(s->be->text, (const char *const *)j->req.stops, j->req.n_stops);
+    if (j->ts && s->be->text_ops->stream_keep && srv_chat_parses(j->req.chat)) {
+        /* the parser must see the markers even where they are special tokens */
+        const char *keep[16];
+        s->be->text_ops->stream_keep(j->ts, keep, srv_chat_keep_pieces(j->req.chat, keep, 16));
+    }
     srv_gen g = {
         .prompt = j->prompt, .n_prompt = j->n_prompt, .max_tokens = j->max_tokens,
         .sampling = j->req.sampling, .on_token = on_token, .on_finish = on_finish, .user = j,

@@ -137,6 +137,9 @@ typedef struct srv_text_ops {
     /* The stop string that matched (valid while s lives), NULL while none has. */
     const char *(*stream_stop_word)(srv_text_stream *s);
     void (*stream_flush)(srv_text_stream *s, const char **out, size_t *out_len);
+    /* Optional (NULL: nothing to do): special tokens whose text is `pieces` are shown in the
+     * stream although special tokens are skipped (tool-call and <think> markers). */
+    void (*stream_keep)(srv_text_stream *s, const char *const *pieces, int n);
     void (*stream_free)(srv_text_stream *s);
     int (*vocab_size)(void *txt);
     bool has_template;

@@ -18,6 +18,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "server/srv_internal.h"
+#include "server/srv_tools.h"
 #include "server/srv_mhd.h"
 #include "server/srv_webui.h"
 #include "tune/tune_policy.h"
@@ -290,9 +291,9 @@ static int prompt_ids(srv_server *s, srv_job *j, srv_api api, size_t p, int32_t 
     if (api == SRV_API_CHAT) {
         if (!be->text_ops->has_template)
             return mx_fail(err, "this model has no chat template; start the server with --chat-template-file");
-        char *prompt = NULL;
-        if (be->text_ops->apply_template(be->text, j->req.messages, j->req.template_extra,
-                                         j->req.add_generation_prompt, &prompt, err))
+        char *prompt = NULL; /* tools, tool_choice, reasoning: srv_tools.c */
+        if (srv_chat_render(s->chat_caps, be, j->req.chat, j->req.messages, j->req.template_extra,
+                            j->req.add_generation_prompt, &prompt, param, err))
             return -1;
         int rc = be->text_ops->tokenize(be->text, prompt, strlen(prompt), false, ids, n, err);
         free(prompt);
@@ -649,6 +650,14 @@ int srv_run(const srv_config *cfg, srv_backend *be, mx_error *err) {
     pthread_sigmask(SIG_BLOCK, &set, NULL);
     signal(SIGPIPE, SIG_IGN);
 
+    srv_chat_caps caps;
+    if (srv_chat_caps_init(&caps, be, cfg, err)) goto out;
+    s->chat_caps = &caps;
+    if (be->text_ops->has_template)
+        LOG_INFO("chat: tool calls %s%s, reasoning format %s%s", srv_tool_format_name(caps.format),
+                 caps.format == SRV_TOOLS_NONE ? "" : caps.renders_tools ? " (tools rendered by the template)"
+                                                                         : " (tools described in the system message)",
+                 cfg->reasoning_format, caps.thinks ? " (the template thinks)" : "");
     if (!s->metrics || srv_core_start(s, err)) goto out;
     if ((fd = open_listener(cfg, &port, err)) < 0) goto out;
     d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
@@ -679,6 +688,7 @@ out:
     if (fd >= 0) close(fd);
     if (cfg->host[0] && port == 0 && d) unlink(cfg->host);
     srv_metrics_free(s->metrics);
+    if (s->chat_caps) srv_chat_caps_free(s->chat_caps);
     if (s->thread_started == false) {
         pthread_mutex_destroy(&s->mu);
         pthread_cond_destroy(&s->cv);

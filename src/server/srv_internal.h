@@ -11,6 +11,7 @@
 #include "server/srv_engine.h"
 #include "server/srv_metrics.h"
 #include "server/srv_request.h"
+#include "server/srv_toolparse.h"
 
 typedef struct srv_server srv_server;
 
@@ -69,6 +70,7 @@ typedef struct srv_job {
     int fin_cached;
     struct srv_job *fin_next;
     srv_text_stream *ts;      /* created by the engine thread, then used by the output thread */
+    srv_cp *cp;               /* chat stream: the reply parser (connection thread, under mu) */
 
     /* output (mu) */
     char *text;               /* all final text so far */
@@ -130,6 +132,7 @@ struct srv_server {
     pthread_t out_thread;
     bool out_started;
     uint64_t id_counter;
+    struct srv_chat_caps *chat_caps; /* what the chat template can do (srv_tools.c), set at start */
 };
 
 /* ==== Core (srv_core.c) ==== */
@@ -169,6 +172,11 @@ int srv_sse_finish(srv_server *s, srv_job *job, size_t *sent_bytes, char **buf, 
 /* Streaming, after every choice's finish: the usage chunk when asked for, then [DONE]. */
 void srv_sse_end(srv_server *s, srv_job *const *jobs, int n, char **buf, size_t *len, size_t *cap);
 void srv_buf_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n);
+/* Pieces of the chat shapes, for srv_chat_out.c: a chat.completion.chunk (delta, lp and finish
+ * stolen; NULL = null), one SSE event (o stolen), a token's logprobs entry. */
+json_t *srv_resp_chat_chunk(srv_server *s, srv_job *j, json_t *delta, json_t *lp, json_t *finish);
+void srv_resp_sse_event(char **buf, size_t *len, size_t *cap, json_t *o);
+json_t *srv_resp_chat_logprob(srv_server *s, const srv_token *tk);
 
 /* ==== HTTP (srv_http.c) ==== */
 int srv_http_run(srv_server *s, mx_error *err);

@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/srv_tools.h"
+
 /* ==== Helpers ==== */
 static int bad(srv_request *r, mx_error *err, const char *field, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -359,7 +361,9 @@ static int parse_messages(srv_request *r, json_t *o, mx_error *err) {
         if (!content || json_is_null(content)) {
             if (strcmp(json_string_value(role), "assistant"))
                 return bad(r, err, fld, "required for role %s", json_string_value(role));
-            json_object_set_new(out, "content", json_string(""));
+            /* a call-only turn keeps null (DeepSeek's template renders calls only then) */
+            json_object_set_new(out, "content", json_array_size(json_object_get(msg, "tool_calls")) ? json_null()
+                                                                                                 : json_string(""));
         } else if (json_is_array(content)) {
             /* Text parts are concatenated; other modalities are not supported by this server. */
             size_t total = 0;
@@ -483,7 +487,7 @@ int srv_request_parse(srv_request *r, srv_api api, const char *body, size_t len,
     long long x;
     bool has;
     if (api == SRV_API_CHAT) {
-        if (parse_messages(r, o, err) || parse_openai(r, o, vocab, err)) goto out;
+        if (parse_messages(r, o, err) || parse_openai(r, o, vocab, err) || srv_chat_parse_fields(r, o, err)) goto out;
         bool lp = false;
         if (get_bool(r, o, "logprobs", &lp, err)) goto out;
         if (get_int(r, o, "top_logprobs", 0, SRV_MAX_TOP_LOGPROBS, &x, &has, err)) goto out;
@@ -546,6 +550,7 @@ int srv_request_copy_choice(srv_request *dst, const srv_request *src, mx_error *
     dst->prompt_mixed = dst->prompt_list = dst->messages = dst->template_extra = NULL;
     dst->bias_text = NULL, dst->bias_text_value = NULL, dst->n_bias_text = 0;
     dst->n_stops = 0;
+    dst->chat = srv_chat_opts_ref(src->chat);
     dst->sampling.logit_bias = NULL;
     const int nb = src->sampling.n_logit_bias;
     if (nb > 0) {
@@ -570,6 +575,7 @@ void srv_request_free(srv_request *r) {
     json_decref(r->prompt_list);
     json_decref(r->messages);
     json_decref(r->template_extra);
+    srv_chat_opts_unref(r->chat);
     for (int i = 0; i < r->n_stops; i++) free(r->stops[i]);
     free(r->sampling.logit_bias);
     for (int i = 0; i < r->n_bias_text; i++) free(r->bias_text[i]);

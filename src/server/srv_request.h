@@ -18,6 +18,8 @@
 
 typedef enum { SRV_API_CHAT = 0, SRV_API_COMPLETIONS, SRV_API_LLAMA_COMPLETION } srv_api;
 
+struct srv_chat_opts; /* srv_tools.h */
+
 typedef struct srv_request {
     srv_api api;
     char model[256];        /* as sent ("" when absent) */
@@ -47,6 +49,7 @@ typedef struct srv_request {
     double *bias_text_value;
     int n_bias_text;
     int completion_logprobs; /* /v1/completions `logprobs` N (-1 = not requested) */
+    struct srv_chat_opts *chat; /* chat: tools, tool_choice, reasoning (srv_chat_fields.c; a reference) */
     char user[256];
     char bad_param[64];     /* field named by the last error */
 } srv_request;
@@ -54,6 +57,9 @@ typedef struct srv_request {
 /* jansson's parse error as a client reads it ("invalid JSON at line L column C: ...", or a
  * plain sentence for U+0000 in a string, whose library text names a jansson flag). */
 void srv_json_error_msg(const json_error_t *je, char *buf, size_t cap);
+
+/* The chat fields of the tool and reasoning layer, and the OpenAI fields refused (srv_chat_fields.c). */
+int srv_chat_parse_fields(srv_request *r, json_t *o, mx_error *err);
 
 /* vocab_size bounds logit_bias and prompt ids. Returns 0 or -1 (err names the field). */
 int srv_request_parse(srv_request *r, srv_api api, const char *body, size_t len,

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/srv_chat_out.h"
 #include "server/srv_internal.h"
 
 void srv_buf_append(char **buf, size_t *len, size_t *cap, const char *s, size_t n) {
@@ -230,6 +231,7 @@ static json_t *llama_final_fields(srv_server *s, srv_job *j, json_t *o) {
 /* ==== Non-stream ==== */
 /* One OpenAI choice object of job j (its index is j->choice). */
 static json_t *choice_json(srv_server *s, srv_job *j) {
+    if (srv_chat_out_active(j)) return srv_chat_choice(s, j); /* tools / reasoning */
     const char *fr = srv_finish_name(j->finish);
     json_t *text = text_slice(j, 0, j->n_toks);
     if (j->req.api == SRV_API_CHAT) {
@@ -317,6 +319,10 @@ int srv_sse_tokens(srv_server *s, srv_job *j, int from, int to, bool first, size
                    size_t *len, size_t *cap) {
     if (first && j->req.api == SRV_API_CHAT)
         sse_event(buf, len, cap, chat_chunk(s, j, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL, NULL));
+    if (srv_chat_out_active(j)) { /* tools / reasoning */
+        srv_chat_sse_tokens(s, j, from, to, sent_bytes, buf, len, cap);
+        return 0;
+    }
     for (int i = from; i < to; i++) {
         size_t end = j->tok_end[i];
         bool lp = j->req.sampling.logprobs;
@@ -335,6 +341,10 @@ int srv_sse_tokens(srv_server *s, srv_job *j, int from, int to, bool first, size
 }
 
 int srv_sse_finish(srv_server *s, srv_job *j, size_t *sent_bytes, char **buf, size_t *len, size_t *cap) {
+    if (srv_chat_out_active(j)) { /* tools / reasoning */
+        srv_chat_sse_finish(s, j, sent_bytes, buf, len, cap);
+        return 0;
+    }
     /* Text released by the final flush (held-back bytes) goes out before the finish chunk. */
     if (j->text_len > *sent_bytes) {
         json_t *text = json_stringn(j->text + *sent_bytes, j->text_len - *sent_bytes);
@@ -363,3 +373,12 @@ void srv_sse_end(srv_server *s, srv_job *const *js, int n, char **buf, size_t *l
     }
     srv_buf_append(buf, len, cap, "data: [DONE]\n\n", 14);
 }
+
+/* ==== For srv_chat_out.c ==== */
+json_t *srv_resp_chat_chunk(srv_server *s, srv_job *j, json_t *delta, json_t *lp, json_t *finish) {
+    return chat_chunk(s, j, delta, lp, finish);
+}
+
+void srv_resp_sse_event(char **buf, size_t *len, size_t *cap, json_t *o) { sse_event(buf, len, cap, o); }
+
+json_t *srv_resp_chat_logprob(srv_server *s, const srv_token *tk) { return chat_logprob(s, tk); }

@@ -6,6 +6,7 @@
 
 #include "server/srv_internal.h"
 #include "server/srv_mhd.h"
+#include "server/srv_tools.h"
 #include "server/srv_webui.h"
 
 /* ==== Reply helpers (same shapes as srv_http.c) ==== */
@@ -158,10 +159,11 @@ static MHD_Result_t route_apply_template(srv_server *s, struct MHD_Connection *c
         return send_err(s, c, 400, "this model has no chat template; start the server with --chat-template-file", "messages");
     }
     char *prompt = NULL;
-    int rc = s->be->text_ops->apply_template(s->be->text, r.messages, r.template_extra, r.add_generation_prompt,
-                                             &prompt, &err);
+    const char *param = "messages";
+    int rc = srv_chat_render(s->chat_caps, s->be, r.chat, r.messages, r.template_extra, r.add_generation_prompt,
+                             &prompt, &param, &err);
     srv_request_free(&r);
-    if (rc) return send_err(s, c, 400, err.msg, "messages");
+    if (rc) return send_err(s, c, 400, err.msg, param);
     json_t *p = json_string(prompt);
     free(prompt);
     return send_json(s, c, 200, json_pack("{s:o}", "prompt", p ? p : json_string("")));

@@ -153,8 +153,16 @@ static void dec_replace(const tk_dec *d, const toklist *in, toklist *out, bool b
 
 /* ==== Entry ==== */
 
+/* keep[0..n_keep): special tokens decoded even with skip_special (a chat route's tool-call and
+ * reasoning markers, which the reply parser must see) */
+static bool kept(const int32_t *keep, size_t n_keep, int32_t id) {
+    for (size_t i = 0; i < n_keep; i++)
+        if (keep[i] == id) return true;
+    return false;
+}
+
 static void decode_chain(const tokenizer *t, const int32_t *ids, size_t n, bool skip_special, bool keep_raw,
-                         tk_buf *out) {
+                         const int32_t *keep, size_t n_keep, tk_buf *out) {
     toklist l[2] = {0};
     int cur = 0;
     /* never a NULL base pointer, even when every token is empty */
@@ -163,7 +171,7 @@ static void decode_chain(const tokenizer *t, const int32_t *ids, size_t n, bool 
     for (size_t i = 0; i < n; i++) {
         size_t pn;
         const char *p = tok_id_to_piece_n(t, ids[i], &pn);
-        if (!p || (skip_special && tk_skip_special(t, ids[i]))) continue;
+        if (!p || (skip_special && tk_skip_special(t, ids[i]) && !kept(keep, n_keep, ids[i]))) continue;
         tl_add(&l[0], p, pn);
     }
     if (!t->has_decoder) { /* tokenizers joins the pieces with spaces */
@@ -198,13 +206,18 @@ done:
 }
 
 void tk_decode_append(const tokenizer *t, const int32_t *ids, size_t n, bool skip_special, tk_buf *out) {
-    decode_chain(t, ids, n, skip_special, false, out);
+    decode_chain(t, ids, n, skip_special, false, NULL, 0, out);
+}
+
+void tk_decode_append_keep(const tokenizer *t, const int32_t *ids, size_t n, bool skip_special,
+                           const int32_t *keep, size_t n_keep, tk_buf *out) {
+    decode_chain(t, ids, n, skip_special, false, keep, n_keep, out);
 }
 
 static int decode_to(const tokenizer *t, const int32_t *ids, size_t n_ids, bool skip_special, bool keep_raw,
                      char **out, size_t *out_len) {
     tk_buf b = {0};
-    decode_chain(t, ids, n_ids, skip_special, keep_raw, &b);
+    decode_chain(t, ids, n_ids, skip_special, keep_raw, NULL, 0, &b);
     tk_buf_putc(&b, '\0');
     *out = b.p;
     if (out_len) *out_len = b.n - 1;

@@ -281,6 +281,9 @@ void tk_bpe_free(tk_bpe *b);
 void tk_ctx_free(tk_ctx *c);
 /* tok_decode.c: appends the decoded text of ids to out. */
 void tk_decode_append(const tokenizer *t, const int32_t *ids, size_t n, bool skip_special, tk_buf *out);
+/* The same, decoding the special tokens of keep[0..n_keep) even with skip_special. */
+void tk_decode_append_keep(const tokenizer *t, const int32_t *ids, size_t n, bool skip_special,
+                           const int32_t *keep, size_t n_keep, tk_buf *out);
 void tk_dec_free(tk_dec *d);
 
 #endif

@@ -33,6 +33,8 @@ struct tok_stream {
     size_t *stop_len;
     int n_stops;
     int stop_hit;        /* index in stops of the stop string that matched, -1 while none */
+    int32_t *keep;       /* special tokens decoded despite skip_special (tok_stream_keep_special) */
+    size_t n_keep;
 };
 
 tok_stream *tok_stream_new(const tokenizer *t, bool skip_special) {
@@ -54,7 +56,24 @@ void tok_stream_free(tok_stream *s) {
     free(s->tmp.p);
     free(s->pend.p);
     free(s->out.p);
+    free(s->keep);
     free(s);
+}
+
+int tok_stream_keep_special(tok_stream *s, const int32_t *ids, size_t n) {
+    int32_t *k = n ? malloc(n * sizeof *k) : NULL;
+    if (n && !k) return -1;
+    if (n) memcpy(k, ids, n * sizeof *k);
+    free(s->keep);
+    s->keep = k;
+    s->n_keep = n;
+    return 0;
+}
+
+static bool stream_kept(const tok_stream *s, int32_t id) {
+    for (size_t i = 0; i < s->n_keep; i++)
+        if (s->keep[i] == id) return true;
+    return false;
 }
 
 void tok_stream_set_stops(tok_stream *s, const char *const *stops, int n_stops) {
@@ -132,10 +151,10 @@ int tok_stream_push(tok_stream *s, int32_t id, const char **out, size_t *out_len
     *out_len = 0;
     if (s->stopped) return 1;
     /* A skipped special token contributes nothing, whatever its neighbours. */
-    if (s->skip_special && tk_skip_special(s->t, id)) return 0;
+    if (s->skip_special && tk_skip_special(s->t, id) && !stream_kept(s, id)) return 0;
     tk_ids_push(&s->ids, id);
     s->tmp.n = 0;
-    tk_decode_append(s->t, s->ids.p + s->w, s->ids.n - s->w, s->skip_special, &s->tmp);
+    tk_decode_append_keep(s->t, s->ids.p + s->w, s->ids.n - s->w, s->skip_special, s->keep, s->n_keep, &s->tmp);
     /* 64 ids without output (endless invalid bytes, or a decoder whose output is not
      * prefix-stable) forces the text out, so a push never costs more than a bounded decode. */
     bool force = s->ids.n - s->read >= 64;
@@ -147,7 +166,7 @@ int tok_stream_push(tok_stream *s, int32_t id, const char **out, size_t *out_len
         s->read = s->ids.n;
         for (;;) {
             s->prefix.n = 0;
-            tk_decode_append(s->t, s->ids.p + s->w, s->read - s->w, s->skip_special, &s->prefix);
+            tk_decode_append_keep(s->t, s->ids.p + s->w, s->read - s->w, s->skip_special, s->keep, s->n_keep, &s->prefix);
             if (s->prefix.n || s->w == 0 || s->read - s->w >= 16) break;
             s->w--;
         }
@@ -170,7 +189,7 @@ void tok_stream_flush(tok_stream *s, const char **out, size_t *out_len) {
     if (!s->stopped && s->ids.n > s->read) {
         /* Whatever is held back: the decoders already turned invalid bytes into U+FFFD. */
         s->tmp.n = 0;
-        tk_decode_append(s->t, s->ids.p + s->w, s->ids.n - s->w, s->skip_special, &s->tmp);
+        tk_decode_append_keep(s->t, s->ids.p + s->w, s->ids.n - s->w, s->skip_special, s->keep, s->n_keep, &s->tmp);
         /* prefix-stable decoders: tmp starts with prefix; otherwise best effort */
         if (s->tmp.n > s->prefix.n) tk_buf_put(&s->pend, s->tmp.p + s->prefix.n, s->tmp.n - s->prefix.n);
         s->read = s->ids.n;

@@ -62,6 +62,10 @@ typedef struct tok_stream tok_stream;
 
 tok_stream *tok_stream_new(const tokenizer *t, bool skip_special);
 void tok_stream_free(tok_stream *s);
+/* Special tokens that are decoded even though the stream skips special tokens (copied): a chat
+ * reply's tool-call or reasoning markers (Llama's <|python_tag|>, Mistral's [TOOL_CALLS]) that
+ * are special tokens but must reach the parser. 0, or -1 out of memory. */
+int tok_stream_keep_special(tok_stream *s, const int32_t *ids, size_t n);
 /* Stop strings (copied). */
 void tok_stream_set_stops(tok_stream *s, const char *const *stops, int n_stops);
 /* Appends the newly final text to *out, *out_len (a view valid until the next call).

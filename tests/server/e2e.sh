@@ -129,6 +129,60 @@ req POST /v1/completions '{"prompt":"q","max_tokens":5,"temperature":0,"logit_bi
 # the official openai client (chat, completions, models, 64 concurrent, disconnects)
 if timeout 240 node "$HERE/openai_e2e.mjs" "http://127.0.0.1:$A"; then ok; else bad "openai npm e2e"; fi
 
+# a template with no tool-call syntax cannot take tools (unless tool_choice is none)
+err_case "tools without a call syntax" 400 POST /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}]}' '"param":"tools"'
+req POST /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"max_tokens":2,"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"none"}'
+[ "$CODE" = 200 ] && ok || bad "tool_choice none on a template without tools: $CODE $BODY"
+
+# ==== Servers T, U: tool calls and reasoning over a real template with scripted replies ====
+# (tests/fixtures/toolcalls/fake_script_*.json: the fake "model" writes the family's syntax)
+FX="$HERE/../fixtures"
+for fam in hermes:qwen2_5 deepseek:deepseek_v3; do
+    name=${fam%%:*} tpl=${fam##*:}
+    node -e 'const f=require(process.argv[1]);require("fs").writeFileSync(process.argv[2],f.chat_template)' \
+        "$FX/templates/$tpl.json" "$TMP/$tpl.jinja"
+    start "t_$name" -np 8 --chat-template-file "$TMP/$tpl.jinja" --fake-script "$FX/toolcalls/fake_script_$name.json"
+    grep -q "chat: tool calls $( [ $name = hermes ] && echo hermes || echo deepseek_v3)" "$TMP/t_$name.log" && ok ||
+        bad "start-up log lacks the tool-call syntax ($name)"
+    if timeout 240 node "$HERE/tools_e2e.mjs" "http://127.0.0.1:$PORT" "$name"; then ok; else bad "tools e2e ($name)"; fi
+done
+# --reasoning-format (LLAMA_ARG_THINK, or LLAMA_ARG_REASONING_FORMAT) and --chat-template-kwargs:
+# the server's defaults, which a request's reasoning_format / chat_template_kwargs override
+node -e 'const f=require(process.argv[1]);require("fs").writeFileSync(process.argv[2],f.chat_template)' \
+    "$FX/templates/qwen3.json" "$TMP/qwen3.jinja"
+THINK='{"messages":[{"role":"user","content":"Think about it."}]'
+for how in env:LLAMA_ARG_THINK env:LLAMA_ARG_REASONING_FORMAT flag:--reasoning-format; do
+    kind=${how%%:*} var=${how#*:}
+    if [ "$kind" = env ]; then
+        env "$var=none" "$FAKE" --port 0 --port-file "$TMP/v.port" --chat-template-file "$TMP/qwen3.jinja" \
+            --fake-script "$FX/toolcalls/fake_script_hermes.json" --chat-template-kwargs '{"enable_thinking":false}' \
+            >"$TMP/v.log" 2>&1 &
+    else
+        "$FAKE" --port 0 --port-file "$TMP/v.port" --chat-template-file "$TMP/qwen3.jinja" --reasoning-format none \
+            --fake-script "$FX/toolcalls/fake_script_hermes.json" --chat-template-kwargs '{"enable_thinking":false}' \
+            >"$TMP/v.log" 2>&1 &
+    fi
+    PIDS+=($!)
+    for _ in $(seq 100); do [ -s "$TMP/v.port" ] && break; sleep 0.1; done
+    PORT=$(cat "$TMP/v.port")
+    req POST /v1/chat/completions "$THINK}"
+    [ "$(echo "$BODY" | jq_ 'o.choices[0].message.content.startsWith("<think>") && !("reasoning_content" in o.choices[0].message)')" = true ] &&
+        ok || bad "$var=none leaves the thoughts in content: $BODY"
+    req POST /v1/chat/completions "$THINK,\"reasoning_format\":\"deepseek\"}"
+    [ "$(echo "$BODY" | jq_ 'o.choices[0].message.reasoning_content')" = "Let me think: 2 + 2 = 4." ] && ok ||
+        bad "a request's reasoning_format wins over $var: $BODY"
+    req POST /apply-template '{"messages":[{"role":"user","content":"hi"}]}'
+    [ "$(echo "$BODY" | jq_ 'o.prompt.endsWith("<think>\n\n</think>\n\n")')" = true ] && ok || bad "--chat-template-kwargs: $BODY"
+    req POST /apply-template '{"messages":[{"role":"user","content":"hi"}],"chat_template_kwargs":{"enable_thinking":true}}'
+    [ "$(echo "$BODY" | jq_ 'o.prompt.endsWith("assistant\n")')" = true ] && ok || bad "a request's chat_template_kwargs win: $BODY"
+    kill "${PIDS[-1]}"
+    rm -f "$TMP/v.port"
+done
+"$FAKE" --reasoning-format xml >"$TMP/bad.log" 2>&1
+[ $? = 2 ] && grep -q -- '--reasoning-format: expected none, auto, deepseek or deepseek-legacy' "$TMP/bad.log" && ok ||
+    bad "a bad --reasoning-format: $(cat "$TMP/bad.log")"
+PORT=$A
+
 # mlxcel loadtest against the same server
 if timeout 120 "$MLXCEL" loadtest --url "http://127.0.0.1:$A" --concurrency 1,8 --requests 16 --prompt-tokens 16 --gen-tokens 8 --stream --json >"$TMP/lt.json" 2>"$TMP/lt.err"; then
     R=$(jq_ 'o.results.length+","+o.results.every(r=>r.failures===0&&r.output_tokens_per_s>0&&r.ttft_ms.p50>0&&r.itl_ms.p99>=r.itl_ms.p50)' <"$TMP/lt.json")

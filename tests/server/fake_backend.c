@@ -2,7 +2,10 @@
  * layer (routes, SSE, cancellation, queueing, metrics) be tested without weights.
  *
  * Text: byte-level vocabulary (ids 0..255 are bytes, 256 = BOS, 257 = EOS); the chat template
- * renders "<|role|>\ncontent\n" per message plus "<|assistant|>\n".
+ * renders "<|role|>\ncontent\n" per message plus "<|assistant|>\n", or is a real Jinja
+ * template (--chat-template-file, for the tool-call tests).
+ * Scripted replies (--fake-script): a prompt containing an entry's `when` is answered with its
+ * `reply` byte by byte, then EOS, so a test can make the "model" call tools or think.
  * Engine: continuous batching over --parallel slots with chunked prefill and a KV block pool
  * (16 tokens per block). The next token is a function of an FNV-1a hash of every token of the
  * sequence so far (prompt and output), of the seed when temperature > 0, and of logit_bias, so
@@ -17,6 +20,7 @@
 #include <time.h>
 
 #include "fake_backend.h"
+#include "text/chat_template.h"
 
 #define FAKE_BOS 256
 #define FAKE_EOS 257
@@ -24,6 +28,10 @@
 #define BLOCK 16
 
 /* ==== Text ==== */
+typedef struct fake_text {
+    chat_template *ct; /* NULL: the built-in template */
+} fake_text;
+
 static int fk_tokenize(void *t, const char *text, size_t len, bool add_special, int32_t **ids, size_t *n, mx_error *err) {
     (void)t;
     int32_t *v = malloc((len + 2) * sizeof *v);
@@ -57,7 +65,7 @@ static int fk_token_bytes(void *t, int32_t id, char **out, size_t *out_len, mx_e
 }
 
 static int fk_template(void *t, const json_t *messages, const json_t *extra, bool add_gen, char **out, mx_error *err) {
-    (void)t; (void)extra;
+    if (((fake_text *)t)->ct) return chat_template_apply(((fake_text *)t)->ct, messages, extra, add_gen, out, err);
     size_t cap = 64, len = 0;
     char *s = malloc(cap);
     if (!s) return mx_fail(err, "out of memory");
@@ -65,6 +73,7 @@ static int fk_template(void *t, const json_t *messages, const json_t *extra, boo
         json_t *m = json_array_get(messages, i);
         const char *role = json_string_value(json_object_get(m, "role"));
         const char *content = json_string_value(json_object_get(m, "content"));
+        if (!content) content = ""; /* a call-only assistant turn */
         size_t need = strlen(role) + strlen(content) + 8;
         if (len + need + 32 > cap) { cap = (len + need + 32) * 2; s = realloc(s, cap); if (!s) return mx_fail(err, "oom"); }
         len += (size_t)sprintf(s + len, "<|%s|>\n%s\n", role, content);
@@ -122,6 +131,14 @@ static int fk_stream_push(srv_text_stream *s, int32_t id, const char **out, size
             }
     }
     size_t keep = hold_len(s);
+    /* whole UTF-8 characters only (a scripted reply's bytes arrive one token each) */
+    size_t cut = s->n_pend - keep, k = 0;
+    while (cut > 0 && k < 3 && ((unsigned char)s->pend[cut - 1] & 0xC0) == 0x80) cut--, k++;
+    if (cut > 0) {
+        const unsigned char lead = (unsigned char)s->pend[cut - 1];
+        const size_t need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+        if (lead >= 0xC0 && k + 1 < need) keep = s->n_pend - (cut - 1);
+    }
     size_t emit = s->n_pend - keep;
     memcpy(s->out + *len, s->pend, emit);
     *len += emit;
@@ -162,6 +179,8 @@ typedef struct fseq {
     uint64_t h;                  /* FNV-1a over every token so far */
     srv_sampling sp;
     srv_logit_bias *bias;
+    const char *reply;           /* scripted reply (owned by the script), NULL: hash tokens */
+    size_t reply_n, reply_pos;
     srv_gen g;
     int blocks;
     bool running;
@@ -175,7 +194,30 @@ typedef struct fake_engine {
     fseq *seqs; /* FIFO: running first, waiting after, by admission order */
     uint64_t next_id;
     srv_engine_stats st;
+    json_t *script;
 } fake_engine;
+
+/* The scripted reply of a prompt: the first entry whose `when` occurs in its text. */
+static void script_reply(const fake_engine *fe, fseq *q) {
+    if (!fe->script) return;
+    char *text = malloc((size_t)q->n_prompt + 1);
+    if (!text) return;
+    size_t n = 0;
+    for (int i = 0; i < q->n_prompt; i++)
+        if (q->prompt[i] < 256 && q->prompt[i] > 0) text[n++] = (char)q->prompt[i];
+    text[n] = 0;
+    size_t i;
+    json_t *e;
+    json_array_foreach(fe->script, i, e) {
+        const char *when = json_string_value(json_object_get(e, "when"));
+        if (when && strstr(text, when)) {
+            q->reply = json_string_value(json_object_get(e, "reply"));
+            q->reply_n = json_string_length(json_object_get(e, "reply"));
+            break;
+        }
+    }
+    free(text);
+}
 
 static uint64_t fnv(uint64_t h, int32_t t) {
     for (int i = 0; i < 4; i++) { h ^= (uint64_t)((t >> (8 * i)) & 0xff); h *= 1099511628211ull; }
@@ -219,6 +261,7 @@ static int fe_submit(void *e, const srv_gen *g, uint64_t *id, mx_error *err) {
     q->g = *g;
     q->h = 1469598103934665603ull;
     if (fe->o.echo) echo_span(q);
+    else script_reply(fe, q);
     fseq **pp = &fe->seqs;
     while (*pp) pp = &(*pp)->next;
     *pp = q;
@@ -247,6 +290,15 @@ static int blocks_for(int tokens) { return (tokens + BLOCK - 1) / BLOCK; }
 /* Fake logits: letter 'a' + (h >> 7) % 26, a space every ~6 tokens, EOS with prob ~1/40. */
 static void next_token(fseq *q, srv_token *tk, bool *eos) {
     uint64_t h = q->h;
+    if (q->reply) { /* the script's bytes, then EOS */
+        *eos = q->reply_pos >= q->reply_n;
+        tk->id = *eos ? ' ' : (unsigned char)q->reply[q->reply_pos++];
+        tk->logprob = -0.25f;
+        tk->n_top = q->sp.top_logprobs > 0 ? 1 : 0;
+        tk->top_ids[0] = tk->id;
+        tk->top_logprobs[0] = tk->logprob;
+        return;
+    }
     if (q->sp.temperature > 0) h = fnv(h ^ (q->sp.has_seed ? q->sp.seed : 0x9e3779b97f4a7c15ull), q->n_gen);
     int32_t cand[6];
     int nc = 0;
@@ -370,7 +422,16 @@ int fake_backend_init(srv_backend *be, const fake_opts *o, mx_error *err) {
     be->eng_ops = &k_fake_engine;
     be->eng = fe;
     be->text_ops = &k_fake_text;
-    be->text = NULL;
+    fake_text *ft = calloc(1, sizeof *ft);
+    if (!ft) return mx_fail(err, "out of memory");
+    be->text = ft;
+    if (o->template_file[0] && chat_template_load(&ft->ct, NULL, o->template_file, err)) return -1;
+    if (o->script_file[0]) {
+        json_error_t je;
+        fe->script = json_load_file(o->script_file, 0, &je);
+        if (!json_is_array(fe->script))
+            return mx_fail(err, "--fake-script %s: expected a JSON array (%s)", o->script_file, je.text);
+    }
     srv_model_info *m = &be->info;
     snprintf(m->name, sizeof m->name, "%s", o->name);
     snprintf(m->path, sizeof m->path, "(fake)");
@@ -386,11 +447,19 @@ int fake_backend_init(srv_backend *be, const fake_opts *o, mx_error *err) {
     /* what fk_template renders, written as the Jinja it would be */
     m->chat_template_text = "{% for m in messages %}<|{{ m.role }}|>\n{{ m.content }}\n{% endfor %}"
                             "{% if add_generation_prompt %}<|assistant|>\n{% endif %}";
+    if (ft->ct) {
+        m->chat_template_text = chat_template_source(ft->ct);
+        snprintf(m->chat_template, sizeof m->chat_template, "--chat-template-file");
+    }
     return 0;
 }
 
 void fake_backend_free(srv_backend *be) {
     fake_engine *fe = be->eng;
     while (fe && fe->seqs) seq_end(fe, fe->seqs, SRV_FINISH_CANCELLED);
+    if (fe) json_decref(fe->script);
     free(fe);
+    fake_text *ft = be->text;
+    if (ft) chat_template_free(ft->ct);
+    free(ft);
 }

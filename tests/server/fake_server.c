@@ -11,29 +11,33 @@
 int main(int argc, char **argv) {
     int step_ms = 0;
     bool echo = false;
+    const char *script = "";
     char **rest = calloc((size_t)argc + 1, sizeof *rest);
     int n = 0;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--fake-step-ms") && i + 1 < argc) { step_ms = atoi(argv[++i]); continue; }
         if (!strcmp(argv[i], "--fake-echo")) { echo = true; continue; }
+        if (!strcmp(argv[i], "--fake-script") && i + 1 < argc) { script = argv[++i]; continue; }
         rest[n++] = argv[i];
     }
     srv_config cfg;
     srv_config_defaults(&cfg);
     mx_error err = {{0}};
     int rc = srv_config_parse(&cfg, n, rest, stdout, &err);
+    free(rest); /* argv's strings stay */
     if (rc == 1) return 0;
     if (rc || srv_config_finalize(&cfg, 2048, &err)) {
         fprintf(stderr, "mlxcel-fake-server: %s\n", err.msg);
         return 2;
     }
-    fake_opts o = {cfg.n_parallel, cfg.max_batch_size, cfg.batch_size, cfg.prefill_chunk_size, cfg.ctx_size, step_ms, echo, ""};
+    fake_opts o = {cfg.n_parallel, cfg.max_batch_size, cfg.batch_size, cfg.prefill_chunk_size, cfg.ctx_size, step_ms, echo, "", "", ""};
     snprintf(o.name, sizeof o.name, "%s", cfg.n_aliases ? cfg.aliases[0] : "fake-model");
+    snprintf(o.template_file, sizeof o.template_file, "%s", cfg.chat_template_file);
+    snprintf(o.script_file, sizeof o.script_file, "%s", script);
     srv_backend be;
     if (fake_backend_init(&be, &o, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
     rc = srv_run(&cfg, &be, &err);
     if (rc) fprintf(stderr, "mlxcel-fake-server: %s\n", err.msg);
     fake_backend_free(&be);
-    free(rest);
     return rc ? 1 : 0;
 }

@@ -86,6 +86,12 @@ req POST /v1/chat/completions '{"messages":[{"role":"user","content":"hi"}],"max
 PT2=$(echo "$BODY" | jq_ 'o.usage.prompt_tokens')
 req POST /tokenize '{"content":"<|im_start|>assistant\n"}'
 [ $((PT1 - PT2)) = "$(echo "$BODY" | jq_ 'o.tokens.length')" ] && ok || bad "chat add_generation_prompt false: prompt tokens $PT1 -> $PT2 ($BODY)"
+# tools: this ChatML template has no tool-call syntax, so a request with tools is refused
+# naming the field; with tool_choice none they are not offered and the request runs
+req POST /v1/chat/completions '{"messages":[{"role":"user","content":"hi"}],"max_tokens":1,"tools":[{"type":"function","function":{"name":"f"}}]}'
+[ "$CODE" = 400 ] && [ "$(echo "$BODY" | jq_ 'o.error.param')" = tools ] && ok || bad "tools on a template without a call syntax: $CODE $BODY"
+req POST /v1/chat/completions '{"messages":[{"role":"user","content":"hi"}],"max_tokens":1,"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"none"}'
+[ "$CODE" = 200 ] && ok || bad "tool_choice none: $CODE $BODY"
 req GET /props
 [ "$(echo "$BODY" | jq_ 'o.total_slots+","+o.default_generation_settings.n_ctx')" = "16,128" ] && ok || bad "/props: $BODY"
 # chat_template: the Jinja text (llama-server), here tokenizer_config.json's

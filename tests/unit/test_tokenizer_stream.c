@@ -218,6 +218,49 @@ static void test_special_shown_or_skipped(void **st) {
     tok_free(t);
 }
 
+/* tok_stream_keep_special: the chosen special tokens are shown although the stream skips
+ * special tokens (a chat reply's tool-call markers), the others stay skipped. */
+static void test_special_kept(void **st) {
+    (void)st;
+    tokenizer *t = load(k_sp_json);
+    const int32_t ids[] = {1, 12, 9, 11, 2, 1, 14};
+    const int32_t keep[] = {2};
+    tok_stream *s = tok_stream_new(t, true);
+    assert_int_equal(tok_stream_keep_special(s, keep, 1), 0);
+    char text[128] = "";
+    for (size_t i = 0; i < 7; i++) {
+        const char *o;
+        size_t n;
+        tok_stream_push(s, ids[i], &o, &n);
+        strncat(text, o, n);
+    }
+    const char *o;
+    size_t n;
+    tok_stream_flush(s, &o, &n);
+    strncat(text, o, n);
+    assert_string_equal(text, "a b</s> ab");
+    tok_stream_free(s);
+    tok_free(t);
+
+    t = load_bytes();
+    const int32_t ids2[] = {'a', 256, 'b', 256};
+    const int32_t keep2[] = {256};
+    for (int k = 0; k < 2; k++) {
+        s = tok_stream_new(t, true);
+        if (k) tok_stream_keep_special(s, keep2, 1);
+        text[0] = 0;
+        for (size_t i = 0; i < 4; i++) {
+            tok_stream_push(s, ids2[i], &o, &n);
+            strncat(text, o, n);
+        }
+        tok_stream_flush(s, &o, &n);
+        strncat(text, o, n);
+        assert_string_equal(text, k ? "a<|eot|>b<|eot|>" : "ab");
+        tok_stream_free(s);
+    }
+    tok_free(t);
+}
+
 static void test_flush_invalid(void **st) {
     (void)st;
     tokenizer *t = load_bytes();
@@ -252,6 +295,7 @@ int main(void) {
         cmocka_unit_test(test_bytelevel_emoji),
         cmocka_unit_test(test_stop_spanning_tokens),
         cmocka_unit_test(test_special_shown_or_skipped),
+        cmocka_unit_test(test_special_kept),
         cmocka_unit_test(test_flush_invalid),
         cmocka_unit_test(test_metaspace_first_token),
     };
