@@ -61,6 +61,23 @@ function request(from, method, path, body, headers = {}) {
   });
 }
 
+// Waits until the server has taken every flood socket off its listen queue (admitted, evicted
+// or refused): the lock-out being tested is a flood *held*, not the burst of accepts before it.
+async function settle(n) {
+  const t0 = Date.now();
+  for (;;) {
+    const held = (await metric('mlxcel_http_connections{state="idle"}')) + (await metric('mlxcel_http_connections{state="busy"}'));
+    const gone = (await metric('mlxcel_http_connections_closed_total{reason="evicted"}')) +
+      (await metric('mlxcel_http_connections_refused_total{reason="limit"}')) +
+      (await metric('mlxcel_http_connections_refused_total{reason="per_ip"}'));
+    if (held + gone >= n || Date.now() - t0 > 20000) {
+      console.log(`flood: the server had accepted it ${Date.now() - t0} ms later (${held} open, ${gone} evicted or refused)`);
+      return;
+    }
+    await sleep(50);
+  }
+}
+
 async function metric(name) {
   const r = await request('127.0.0.4', 'GET', '/metrics', null, key ? { Authorization: `Bearer ${key}` } : {});
   const line = (r.body || '').split('\n').find((l) => l.startsWith(name + ' '));
@@ -82,7 +99,7 @@ async function floodOne() {
   const socks = await flood(['127.0.0.1'], 1100);
   const held = socks.filter((s) => s.info.connected).length;
   console.log(`flood: ${held} of 1100 sockets connected from 127.0.0.1 in ${Date.now() - t0} ms`);
-  await sleep(200);
+  await settle(1100);
   within('/health from 127.0.0.2 under the flood', await request('127.0.0.2', 'GET', '/health'), 1000);
   within('keyed completion from 127.0.0.3 under the flood',
     await request('127.0.0.3', 'POST', '/v1/completions', completion, auth), 1000);
@@ -101,7 +118,7 @@ async function floodMany() {
   const addrs = Array.from({ length: 10 }, (_, i) => `127.0.0.${10 + i}`);
   const socks = await flood(addrs, 1100);
   console.log(`flood: ${socks.filter((s) => s.info.connected).length} of 1100 sockets connected from 10 addresses`);
-  await sleep(200);
+  await settle(1100);
   within('/health from 127.0.0.2 with the server full of idle connections',
     await request('127.0.0.2', 'GET', '/health'), 1000);
   within('keyed completion from 127.0.0.3 with the server full',

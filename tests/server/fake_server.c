@@ -19,10 +19,10 @@ int main(int argc, char **argv) {
     srv_config_defaults(&cfg);
     mx_error err = {{0}};
     int rc = srv_config_parse(&cfg, n, rest, stdout, &err);
-    if (rc == 1) return 0;
-    if (rc || srv_config_finalize(&cfg, 2048, &err)) {
-        fprintf(stderr, "mlxcel-fake-server: %s\n", err.msg);
-        return 2;
+    if (rc == 1 || rc || srv_config_finalize(&cfg, 2048, &err)) {
+        if (rc != 1) fprintf(stderr, "mlxcel-fake-server: %s\n", err.msg);
+        free(rest);
+        return rc == 1 ? 0 : 2;
     }
     fake_opts o = {cfg.n_parallel, cfg.max_batch_size, cfg.batch_size, cfg.prefill_chunk_size, cfg.ctx_size, step_ms, ""};
     snprintf(o.name, sizeof o.name, "%s", cfg.n_aliases ? cfg.aliases[0] : "fake-model");
