@@ -30,6 +30,7 @@ typedef struct conn_ctx {
     char *body;
     size_t len, cap;
     bool too_large;
+    uint64_t discarded; /* body bytes past the limit, read and dropped */
     bool replied;
     srv_job *job; /* the HTTP side's reference */
 } conn_ctx;
@@ -514,7 +515,12 @@ static MHD_Result_t on_request(void *cls, struct MHD_Connection *c, const char *
     if (*upload_size) {
         if (cc->len + *upload_size > s->cfg.max_body_bytes) cc->too_large = true;
         if (!cc->too_large) srv_buf_append(&cc->body, &cc->len, &cc->cap, upload, *upload_size);
+        else cc->discarded += *upload_size;
         *upload_size = 0;
+        /* libmicrohttpd 0.9.75 cannot answer before the body ends: a chunked body over the
+         * limit is read and dropped so that its 413 can be sent, but one that goes on past
+         * twice the limit (a client streaming without end) has its connection closed. */
+        if (cc->discarded > s->cfg.max_body_bytes) return MHD_NO;
         return MHD_YES;
     }
     cc->replied = true;
