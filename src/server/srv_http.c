@@ -56,10 +56,10 @@ void srv_mhd_cors(struct MHD_Response *r, struct MHD_Connection *c) {
 /* hdr/val: one more header, or NULL */
 static MHD_Result_t reply_with(srv_server *s, struct MHD_Connection *c, int status, const char *ctype, char *body,
                                const char *hdr, const char *val) {
-    const char *b = body ? body : "{}";
-    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(b), (void *)b, MHD_RESPMEM_MUST_COPY);
-    free(body);
-    if (!r) return MHD_NO;
+    /* handed over, not copied: a large answer is not held twice */
+    struct MHD_Response *r = body ? MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE)
+                                  : MHD_create_response_from_buffer(2, (void *)"{}", MHD_RESPMEM_PERSISTENT);
+    if (!r) { free(body); return MHD_NO; }
     MHD_add_response_header(r, "Content-Type", ctype);
     srv_mhd_cors(r, c);
     if (hdr) MHD_add_response_header(r, hdr, val);

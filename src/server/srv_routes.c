@@ -9,10 +9,10 @@
 
 /* ==== Reply helpers (same shapes as srv_http.c) ==== */
 static MHD_Result_t send_body(srv_server *s, struct MHD_Connection *c, int status, const char *ctype, char *body) {
-    const char *b = body ? body : "";
-    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(b), (void *)b, MHD_RESPMEM_MUST_COPY);
-    free(body);
-    if (!r) return MHD_NO;
+    /* the answer is handed over, not copied: a large one (/detokenize) is not held twice */
+    struct MHD_Response *r = body ? MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE)
+                                  : MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!r) { free(body); return MHD_NO; }
     MHD_add_response_header(r, "Content-Type", ctype);
     srv_mhd_cors(r, c);
     MHD_Result_t rc = MHD_queue_response(c, (unsigned)status, r);
