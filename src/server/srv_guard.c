@@ -17,6 +17,8 @@
 #include "server/srv_guard.h"
 
 #include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <ctype.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -74,12 +76,18 @@ static bool list_has_star(const char (*list)[256], int n) {
     return false;
 }
 
-bool srv_guard_keyless_loopback(const srv_config *cfg) {
+/* From the bound address, not the --host text: a host name (Debian maps the machine's name to
+ * 127.0.1.1) is loopback when it resolved to it. A Unix socket is not: no browser reaches it. */
+bool srv_guard_keyless_loopback(const srv_config *cfg, int listen_fd) {
     if (cfg->n_api_keys) return false;
-    size_t hl = strlen(cfg->host);
-    if (hl > 5 && !strcmp(cfg->host + hl - 5, ".sock")) return false; /* no browser reaches it directly */
-    char h[256];
-    return host_part(cfg->host, hl, h, sizeof h) ? host_is_loopback(h) : false;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    if (getsockname(listen_fd, (struct sockaddr *)&ss, &sl)) return false;
+    char h[INET6_ADDRSTRLEN];
+    if (ss.ss_family == AF_INET) inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, h, sizeof h);
+    else if (ss.ss_family == AF_INET6) inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, h, sizeof h);
+    else return false;
+    return host_is_loopback(h);
 }
 
 /* ==== Header scan ==== */

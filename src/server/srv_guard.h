@@ -16,9 +16,10 @@ typedef struct srv_guard_refusal {
     char msg[400];
 } srv_guard_refusal;
 
-/* The Host / Origin policy of a configuration: whether the server is keyless and bound to a
- * loopback TCP address (then Host must be a loopback name, and foreign Origins are refused). */
-bool srv_guard_keyless_loopback(const srv_config *cfg);
+/* The Host / Origin policy of a configuration: whether the server is keyless and its
+ * listening socket is bound to a loopback TCP address (then Host must be a loopback name, and
+ * foreign Origins are refused). */
+bool srv_guard_keyless_loopback(const srv_config *cfg, int listen_fd);
 
 /* 0: go on (the CORS answer is set on the connection, see srv_conns_set_cors); -1: refuse with
  * *out (no CORS header is given to a refused origin). */

@@ -661,7 +661,8 @@ static void log_startup(const srv_server *s, int port) {
              c->prefill_grant_interval, c->ctx_size, c->max_queue_depth);
     char policy[512];
     srv_guard_describe(c, s->keyless_loopback, policy, sizeof policy);
-    LOG_INFO("%s", policy);
+    if (!c->n_api_keys && !s->keyless_loopback && port) LOG_WARN("%s", policy); /* open to the network */
+    else LOG_INFO("%s", policy);
     LOG_INFO("http: %d connections (--threads-http), %d per client address, header timeout %d s, idle timeout %d s",
              c->threads_http, c->max_conn_per_ip, c->header_timeout_s, c->timeout_s);
     if (port) LOG_INFO("listening on http://%s:%d", c->host, port);
@@ -694,7 +695,7 @@ int srv_run(const srv_config *cfg, srv_backend *be, mx_error *err) {
     const srv_conn_limits lim = {cfg->threads_http, cfg->max_conn_per_ip, (double)cfg->header_timeout_s};
     if (!(s->conns = srv_conns_new(&lim, s->metrics, err))) goto out;
     srv_conns_fit_fd_limit(s->conns);
-    s->keyless_loopback = srv_guard_keyless_loopback(cfg);
+    s->keyless_loopback = srv_guard_keyless_loopback(cfg, fd);
     d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
                              MHD_USE_ERROR_LOG,
                          0, srv_conns_accept, s->conns, on_request, s, MHD_OPTION_EXTERNAL_LOGGER,
