@@ -518,9 +518,11 @@ static MHD_Result_t on_request(void *cls, struct MHD_Connection *c, const char *
         else cc->discarded += *upload_size;
         *upload_size = 0;
         /* libmicrohttpd 0.9.75 cannot answer before the body ends: a chunked body over the
-         * limit is read and dropped so that its 413 can be sent, but one that goes on past
-         * twice the limit (a client streaming without end) has its connection closed. */
-        if (cc->discarded > s->cfg.max_body_bytes) return MHD_NO;
+         * limit is read and dropped so that its 413 can be sent, but one that goes on for more
+         * than 16 MiB (or the limit, if larger) past it, a client streaming without end, has
+         * its connection closed. */
+        const uint64_t slack = s->cfg.max_body_bytes > (16u << 20) ? s->cfg.max_body_bytes : (16u << 20);
+        if (cc->discarded > slack) return MHD_NO;
         return MHD_YES;
     }
     cc->replied = true;
