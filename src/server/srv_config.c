@@ -341,7 +341,8 @@ int srv_config_parse(srv_config *c, int argc, char **argv, FILE *help_out, mx_er
     for (int i = 0; i < N_OPTS; i++) {
         if (!k_opts[i].env) continue;
         const char *v = getenv(k_opts[i].env);
-        if (v && !*v && k_opts[i].type == OPT_SPECIAL && strcmp(k_opts[i].names[0], "-a")) env_key_empty = k_opts[i].env;
+        if (v && !*v && k_opts[i].type == OPT_SPECIAL && strcmp(k_opts[i].names[0], "-a"))
+            env_key_empty = k_opts[i].env;
         if (!v || !*v) continue;
         if (set_value(c, &k_opts[i], k_opts[i].env, v, err)) return -1;
     }

@@ -291,7 +291,8 @@ MHD_Result_t srv_conns_accept(void *cls, const struct sockaddr *addr, socklen_t 
                            "busy", who, n_ip);
         else
             mx_log_limited(&t->log_refused, MX_LOG_WARN,
-                           "http: refused a connection from %s: all %d connections (--threads-http) are busy", who, live);
+                           "http: refused a connection from %s: all %d connections (--threads-http) are busy", who,
+                           live);
         return MHD_NO;
     }
     if (evicted && mx_log_limited(&t->log_evicted, MX_LOG_INFO,
@@ -305,7 +306,8 @@ MHD_Result_t srv_conns_accept(void *cls, const struct sockaddr *addr, socklen_t 
     return MHD_YES;
 }
 
-void srv_conns_notify(void *cls, struct MHD_Connection *c, void **socket_ctx, enum MHD_ConnectionNotificationCode code) {
+void srv_conns_notify(void *cls, struct MHD_Connection *c, void **socket_ctx,
+                      enum MHD_ConnectionNotificationCode code) {
     srv_conns *t = cls;
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
         const union MHD_ConnectionInfo *fi = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);

@@ -36,7 +36,8 @@ void srv_conns_fit_fd_limit(srv_conns *t);
 /* libmicrohttpd callbacks: the accept policy (MHD_start_daemon's apc, on the listening
  * thread), MHD_OPTION_NOTIFY_CONNECTION, and MHD_OPTION_EXTERNAL_LOGGER (cls: the table). */
 MHD_Result_t srv_conns_accept(void *cls, const struct sockaddr *addr, socklen_t len);
-void srv_conns_notify(void *cls, struct MHD_Connection *c, void **socket_ctx, enum MHD_ConnectionNotificationCode code);
+void srv_conns_notify(void *cls, struct MHD_Connection *c, void **socket_ctx,
+                      enum MHD_ConnectionNotificationCode code);
 void srv_conns_mhd_log(void *cls, const char *fmt, va_list ap);
 
 /* A request's header is complete (its first on_request call): the connection is busy, never

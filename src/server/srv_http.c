@@ -704,7 +704,8 @@ int srv_run(const srv_config *cfg, srv_backend *be, mx_error *err) {
                          srv_conns_mhd_log, s->conns, MHD_OPTION_LISTEN_SOCKET, fd,
                          MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->timeout_s, MHD_OPTION_CONNECTION_LIMIT,
                          srv_conns_mhd_limit(s->conns), MHD_OPTION_NOTIFY_CONNECTION, srv_conns_notify, s->conns,
-                         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_THREAD_STACK_SIZE, (size_t)1 << 20, MHD_OPTION_END);
+                         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_THREAD_STACK_SIZE,
+                         (size_t)1 << 20, MHD_OPTION_END);
     if (!d) { mx_fail(err, "libmicrohttpd failed to start on %s", cfg->host); goto out; }
     log_startup(s, port);
     if (cfg->port_file[0]) {
