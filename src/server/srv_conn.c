@@ -266,14 +266,22 @@ MHD_Result_t srv_conns_accept(void *cls, const struct sockaddr *addr, socklen_t 
         for (srv_conn *k = t->all; k; k = k->next) n_ip += !k->dropped && k->keyed && key_eq(&k->key, &key);
         if (n_ip >= t->lim.max_per_ip) {
             srv_conn *v = oldest_idle(t, &key);
-            if (v) drop_locked(t, v, "evicted"), evicted++;
-            else refused = "per_ip";
+            if (v) {
+                drop_locked(t, v, "evicted");
+                evicted++;
+            } else {
+                refused = "per_ip";
+            }
         }
     }
     if (!refused && t->n_live >= t->lim.max_conns) {
         srv_conn *v = oldest_idle(t, NULL);
-        if (v) drop_locked(t, v, "evicted"), evicted++;
-        else refused = "limit";
+        if (v) {
+            drop_locked(t, v, "evicted");
+            evicted++;
+        } else {
+            refused = "limit";
+        }
     }
     if (evicted) publish(t);
     t->evicted_unlogged += (unsigned long)evicted;
