@@ -30,6 +30,9 @@ phase() { # phase NAME PORT [KEY]
 # defaults: --threads-http 1024, --max-connections-per-ip 512, --header-timeout 10
 start one --api-key floodkey --metrics --parallel 16
 phase flood-one "$PORT" floodkey
+# 300 concurrent streams, each a busy connection from one address (the queue takes them all:
+# this is about connections, not --max-queue-depth)
+start streams --api-key floodkey --parallel 64 --max-queue-depth 1024
 phase streams "$PORT" floodkey
 start many --api-key floodkey --metrics --parallel 16
 phase flood-many "$PORT" floodkey
