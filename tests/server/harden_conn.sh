@@ -41,7 +41,7 @@ phase per-ip "$PORT"
 phase header "$PORT"
 grep -q 'refused a connection from 127.0.0.1: its 3 connections (--max-connections-per-ip) are all busy' "$TMP/small.log" &&
     ok || bad "no log line for the refused connection"
-for n in one many small; do
+for n in one streams many small; do
     grep -q "http: .* connections (--threads-http)" "$TMP/$n.log" && ok || bad "$n: start-up log lacks the limits"
 done
 echo "harden_conn: $PASS passed, $FAIL failed"
