@@ -44,3 +44,18 @@ set_tests_properties(server_webui_e2e PROPERTIES TIMEOUT 300 LABELS nosan)
 add_test(NAME server_webui_http COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/server/webui_e2e.sh
          $<TARGET_FILE:mlxcel> $<TARGET_FILE:mlxcel-fake-server>)
 set_tests_properties(server_webui_http PROPERTIES TIMEOUT 120 ENVIRONMENT "WEBUI_BROWSER=0")
+# Hardening (issue 50): each replays an attack and checks the fixed behaviour (seconds each).
+#   server_harden_conn: 1,100 idle connections held while /health and a keyed completion answer
+#     within 1 s; per-address limits; the header deadline; 300 concurrent streams.
+#   server_harden_http: empty API keys refused; Host / Origin on a keyless loopback server;
+#     duplicate Content-Length; libmicrohttpd's own errors; log flooding; JSON memory budget;
+#     queue gauges back to 0; Retry-After; GET /v1/models/{id}.
+#   server_harden_rss: /tokenize with_pieces of a 16 MB body within 10x its size in peak RSS
+#     (the demo model; under ASan only the answers are checked).
+add_test(NAME server_harden_conn COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/server/harden_conn.sh
+         $<TARGET_FILE:mlxcel-fake-server>)
+add_test(NAME server_harden_http COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/server/harden_http.sh
+         $<TARGET_FILE:mlxcel-fake-server> $<TARGET_FILE:mlxcel>)
+add_test(NAME server_harden_rss COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/server/harden_rss.sh $<TARGET_FILE:mlxcel>)
+set_tests_properties(server_harden_conn server_harden_http server_harden_rss PROPERTIES TIMEOUT 240
+  ENVIRONMENT "MLXCEL_SOURCE_DIR=${PROJECT_SOURCE_DIR};TEST_SANITIZED=$<BOOL:${MLXCEL_SANITIZE}>")

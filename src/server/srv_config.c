@@ -54,17 +54,31 @@ static const opt k_opts[] = {
      "address to bind (default 127.0.0.1); a path ending in .sock binds a Unix socket"},
     {{"--port", NULL}, "LLAMA_ARG_PORT", OPT_INT, F(port), 0, 65535, "TCP port (default 8080; 0 = any free port)"},
     {{"--api-key", NULL}, "LLAMA_API_KEY", OPT_SPECIAL, F(api_keys), 0, 0,
-     "require `Authorization: Bearer KEY` (comma-separated list)"},
+     "require `Authorization: Bearer KEY` (comma-separated list; an empty key is refused) "
+     "[env LLAMA_ARG_API_KEY too]"},
     {{"--api-key-file", NULL}, "LLAMA_ARG_API_KEY_FILE", OPT_SPECIAL, F(api_keys), 0, 0,
-     "file of API keys, one per line, '#' comments"},
+     "file of API keys, one per line, '#' comments (a file with no key is refused)"},
     {{"-to", "--timeout", NULL}, "LLAMA_ARG_TIMEOUT", OPT_INT, F(timeout_s), 1, 86400,
      "socket read/write idle timeout in seconds (default 600)"},
+    {{"--header-timeout", NULL}, NULL, OPT_INT, F(header_timeout_s), 0, 86400,
+     "seconds a connection has to send a complete request header, from its accept or its "
+     "previous answer (keep-alive), however slowly it trickles bytes (default 10; 0 = off)"},
+    {{"--max-connections-per-ip", NULL}, NULL, OPT_INT, F(max_conn_per_ip), 0, 1 << 20,
+     "connections one client address may hold (IPv6: per /64); at the limit its oldest idle one "
+     "is closed, or a new one refused if all are busy (default 0 = half of --threads-http)"},
+    {{"--allowed-hosts", NULL}, NULL, OPT_SPECIAL, F(allowed_hosts), 0, 0,
+     "Host names a keyless server bound to loopback answers besides localhost and loopback "
+     "IPs (DNS-rebinding defence; comma-separated, '*' = any)"},
+    {{"--allowed-origins", NULL}, NULL, OPT_SPECIAL, F(allowed_origins), 0, 0,
+     "CORS origins (scheme://host[:port], comma-separated, '*' = any) answered besides the "
+     "server's own and loopback pages; a list refuses every other Origin (403)"},
     {{"--max-body-size", NULL}, NULL, OPT_SIZE, F(max_body_bytes), 1024, 1ull << 32,
      "largest request body accepted, e.g. 16M (default 16M); larger answers 413"},
     {{"--sse-ping-interval", NULL}, "LLAMA_ARG_SSE_PING_INTERVAL", OPT_INT, F(sse_ping_s), 0, 3600,
      "seconds between SSE keep-alive comments on a quiet stream (default 15; 0 = off)"},
     {{"--threads-http", NULL}, "LLAMA_ARG_THREADS_HTTP", OPT_INT, F(threads_http), 1, 65536,
-     "most simultaneous HTTP connections, one thread each (default 1024)"},
+     "most simultaneous HTTP connections, one thread each; at the limit the oldest idle one is "
+     "closed to admit a new one (default 1024)"},
     {{"--metrics", NULL}, "LLAMA_ARG_ENDPOINT_METRICS", OPT_FLAG, F(metrics), 0, 0,
      "enable GET /metrics (Prometheus text format)"},
     {{"--slots", NULL}, "LLAMA_ARG_ENDPOINT_SLOTS", OPT_FLAG, F(slots), 0, 0, "enable GET /slots (default on)"},
@@ -125,6 +139,7 @@ void srv_config_defaults(srv_config *c) {
     c->port = 8080;
     c->tp_size = 1;
     c->timeout_s = 600;
+    c->header_timeout_s = 10;
     c->max_body_bytes = 16u << 20;
     c->sse_ping_s = 15;
     c->threads_http = 1024;
@@ -196,24 +211,77 @@ static int add_list(char (*dst)[256], int *n, int cap, const char *list, const c
     return 0;
 }
 
+/* API keys: an empty key (an empty value, blank between commas, only spaces) is refused. A
+ * server started with `--api-key ''` (say, from an unset shell variable) would otherwise run
+ * with no authentication at all and say nothing about it. */
+static int add_keys(srv_config *c, const char *list, const char *what, mx_error *err) {
+    for (const char *p = list;;) {
+        const char *e = strchr(p, ',');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        bool blank = true;
+        for (size_t i = 0; i < len; i++) blank &= isspace((unsigned char)p[i]) != 0;
+        if (blank)
+            return mx_fail(err, "%s: an empty API key%s would leave the server without authentication; give a "
+                                "key, or leave the option out for a keyless server",
+                           what, e || p != list ? " (between commas)" : "");
+        if (!e) break;
+        p = e + 1;
+    }
+    return add_list(c->api_keys, &c->n_api_keys, SRV_MAX_API_KEYS, list, what, err);
+}
+
 static int read_key_file(srv_config *c, const char *path, mx_error *err) {
     FILE *f = fopen(path, "r");
     if (!f) return mx_fail(err, "--api-key-file %s: %s", path, strerror(errno));
     char line[512];
-    int rc = 0;
+    char what[1100];
+    snprintf(what, sizeof what, "--api-key-file %s", path);
+    int rc = 0, found = 0;
     while (fgets(line, sizeof line, f)) {
         size_t len = strcspn(line, "\r\n");
         line[len] = 0;
         char *p = line;
         while (isspace((unsigned char)*p)) p++;
         if (!*p || *p == '#') continue;
-        if (add_list(c->api_keys, &c->n_api_keys, SRV_MAX_API_KEYS, p, "--api-key-file", err)) {
+        if (add_keys(c, p, what, err)) {
             rc = -1;
             break;
         }
+        found++;
     }
     fclose(f);
+    if (!rc && !found)
+        return mx_fail(err, "%s: the file holds no API key (only blank lines or '#' comments); a server "
+                            "started with it would have no authentication", what);
     return rc;
+}
+
+/* --allowed-origins entries: '*' or scheme://host[:port] (what a browser sends as Origin);
+ * "null" is never allowed (sandboxed frames and file: pages send it). --allowed-hosts: a name
+ * or IP as it appears in Host, without a port; '*' = any. */
+static int check_allowed(const char *v, bool origin, const char *name, mx_error *err) {
+    if (!strcmp(v, "*")) return 0;
+    if (origin) {
+        if (!strcasecmp(v, "null"))
+            return mx_fail(err, "%s: the origin 'null' (sandboxed frames, file: pages) cannot be allowed", name);
+        const char *h = strstr(v, "://");
+        if (!h || h == v || !h[3] || strchr(h + 3, '/'))
+            return mx_fail(err, "%s: expected an origin such as https://app.example.com[:port] or '*', got '%s'",
+                           name, v);
+        return 0;
+    }
+    for (const char *p = v; *p; p++)
+        if (*p == '/' || isspace((unsigned char)*p))
+            return mx_fail(err, "%s: expected a host name or IP (no scheme, no path) or '*', got '%s'", name, v);
+    return 0;
+}
+
+static int add_allowed(char (*dst)[256], int *n, const char *list, bool origin, const char *name, mx_error *err) {
+    *n = 0;
+    if (add_list(dst, n, SRV_MAX_ALLOWED, list, name, err)) return -1;
+    for (int i = 0; i < *n; i++)
+        if (check_allowed(dst[i], origin, name, err)) return -1;
+    return 0;
 }
 
 static int set_value(srv_config *c, const opt *o, const char *name, const char *v, mx_error *err) {
@@ -283,8 +351,12 @@ static int set_value(srv_config *c, const opt *o, const char *name, const char *
             c->n_aliases = 0;
             return add_list(c->aliases, &c->n_aliases, SRV_MAX_ALIASES, v, name, err);
         }
-        if (!strcmp(o->names[0], "--api-key"))
-            return add_list(c->api_keys, &c->n_api_keys, SRV_MAX_API_KEYS, v, name, err);
+        if (!strcmp(o->names[0], "--api-key")) return add_keys(c, v, name, err);
+        if (!strcmp(o->names[0], "--allowed-hosts"))
+            return add_allowed(c->allowed_hosts, &c->n_allowed_hosts, v, false, name, err);
+        if (!strcmp(o->names[0], "--allowed-origins"))
+            return add_allowed(c->allowed_origins, &c->n_allowed_origins, v, true, name, err);
+        if (!*v) return mx_fail(err, "%s: empty file name", name);
         return read_key_file(c, v, err);
     }
     return mx_fail(err, "%s: internal option type", name);
@@ -310,12 +382,26 @@ int srv_config_parse(srv_config *c, int argc, char **argv, FILE *help_out, mx_er
                 set_value(c, &k_opts[i], "LLAMA_ARG_REASONING_FORMAT", rf, err))
                 return -1;
     }
+    /* An API-key variable that is set but empty is an error (below, unless flags give keys):
+     * it reads as "authentication wanted", and skipping it as unset would serve keyless. */
+    const char *env_key_empty = NULL;
     for (int i = 0; i < N_OPTS; i++) {
         if (!k_opts[i].env) continue;
         const char *v = getenv(k_opts[i].env);
+        if (v && !*v && k_opts[i].type == OPT_SPECIAL && strcmp(k_opts[i].names[0], "-a"))
+            env_key_empty = k_opts[i].env;
         if (!v || !*v) continue;
         if (set_value(c, &k_opts[i], k_opts[i].env, v, err)) return -1;
         c->sampling_set |= sampling_bit(&k_opts[i]);
+    }
+    /* LLAMA_ARG_API_KEY: the LLAMA_ARG_* spelling of llama-server's LLAMA_API_KEY. */
+    const char *alt = getenv("LLAMA_ARG_API_KEY");
+    if (alt && !*alt) env_key_empty = "LLAMA_ARG_API_KEY";
+    if (alt && *alt) {
+        const char *main_key = getenv("LLAMA_API_KEY");
+        if (main_key && *main_key && strcmp(main_key, alt))
+            return mx_fail(err, "LLAMA_API_KEY and LLAMA_ARG_API_KEY are both set, to different keys; set one");
+        if (!(main_key && *main_key) && add_keys(c, alt, "LLAMA_ARG_API_KEY", err)) return -1;
     }
     /* The key list from the environment is replaced, not extended, by --api-key flags. */
     bool keys_from_flags = false;
@@ -344,13 +430,18 @@ int srv_config_parse(srv_config *c, int argc, char **argv, FILE *help_out, mx_er
             if (i + 1 >= argc) return mx_fail(err, "%s: missing value", name);
             val = argv[++i];
         }
-        if (o->type == OPT_SPECIAL && strcmp(o->names[0], "-a") && !keys_from_flags) {
+        const bool key_opt = o->type == OPT_SPECIAL && (!strcmp(o->names[0], "--api-key") ||
+                                                         !strcmp(o->names[0], "--api-key-file"));
+        if (key_opt && !keys_from_flags) {
             c->n_api_keys = 0;
             keys_from_flags = true;
         }
         if (set_value(c, o, name, val, err)) return -1;
         c->sampling_set |= sampling_bit(o);
     }
+    if (env_key_empty && !keys_from_flags)
+        return mx_fail(err, "%s is set but empty: that would leave the server without authentication; give a "
+                            "key, or unset the variable for a keyless server", env_key_empty);
     return 0;
 }
 
@@ -358,6 +449,7 @@ int srv_config_finalize(srv_config *c, int model_ctx, mx_error *err) {
     /* the default of every request that names none: the sampler refuses 0 (it divides by it) */
     if (!(c->repeat_penalty > 0))
         return mx_fail(err, "--repeat-penalty %g: must be > 0 (1 = off)", (double)c->repeat_penalty);
+    if (c->max_conn_per_ip == 0) c->max_conn_per_ip = c->threads_http > 1 ? c->threads_http / 2 : 1;
     if (c->ctx_size == 0) c->ctx_size = model_ctx;
     if (c->ctx_size <= 0) return mx_fail(err, "--ctx-size: the model gives no context length; set one");
     /* llama-server: the physical batch never exceeds the logical one. */

@@ -11,6 +11,7 @@
 
 #define SRV_MAX_ALIASES 8
 #define SRV_MAX_API_KEYS 16
+#define SRV_MAX_ALLOWED 16
 
 typedef struct srv_config {
     /* ---- model ---- */
@@ -30,12 +31,22 @@ typedef struct srv_config {
     /* ---- HTTP ---- */
     char host[1024];             /* --host (LLAMA_ARG_HOST); "*.sock" = Unix socket path */
     int port;                    /* --port (LLAMA_ARG_PORT), 0 = ephemeral */
-    char api_keys[SRV_MAX_API_KEYS][256]; /* --api-key (LLAMA_API_KEY), --api-key-file */
+    char api_keys[SRV_MAX_API_KEYS][256]; /* --api-key (LLAMA_API_KEY, LLAMA_ARG_API_KEY), --api-key-file
+                                             (LLAMA_ARG_API_KEY_FILE); an empty key is refused */
     int n_api_keys;
     int timeout_s;               /* -to, --timeout (LLAMA_ARG_TIMEOUT): socket idle read/write */
+    int header_timeout_s;        /* --header-timeout: a connection's next request header must be
+                                    complete this long after its accept or its previous answer; 0 = off */
+    int max_conn_per_ip;         /* --max-connections-per-ip; 0 = half of --threads-http */
+    char allowed_hosts[SRV_MAX_ALLOWED][256]; /* --allowed-hosts: Host names a keyless loopback server
+                                                 also answers ("*" = any) */
+    int n_allowed_hosts;
+    char allowed_origins[SRV_MAX_ALLOWED][256]; /* --allowed-origins: CORS origins ("*" = any) */
+    int n_allowed_origins;
     uint64_t max_body_bytes;     /* --max-body-size */
     int sse_ping_s;              /* --sse-ping-interval (LLAMA_ARG_SSE_PING_INTERVAL), 0 = off */
-    int threads_http;            /* --threads-http (LLAMA_ARG_THREADS_HTTP): max connections */
+    int threads_http;            /* --threads-http (LLAMA_ARG_THREADS_HTTP): connections served at once
+                                    (one thread each); the oldest idle one is closed to admit another */
     bool metrics;                /* --metrics (LLAMA_ARG_ENDPOINT_METRICS) */
     bool slots;                  /* --slots / --no-slots (LLAMA_ARG_ENDPOINT_SLOTS) */
     bool webui;                  /* --webui / --no-webui (LLAMA_ARG_WEBUI, LLAMA_ARG_NO_WEBUI):

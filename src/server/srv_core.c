@@ -58,6 +58,31 @@ static void set_cancel_by(srv_job *j, srv_cancel_by why) {
     pthread_mutex_unlock(&j->mu);
 }
 
+/* ==== Queue gauges ====
+ * Running = held by the engine after its last step, waiting = the rest of the outstanding
+ * requests. Both counts change on two threads (the engine thread steps, the output thread
+ * lowers the outstanding count when it delivers a finish), so the gauges are recomputed, under
+ * the server lock, by whichever changed last: when idle they read 0. */
+static void publish_queue_locked(srv_server *s) {
+    const int out = s->n_outstanding;
+    const int running = s->last.n_running < out ? s->last.n_running : out;
+    srv_metrics_set(s->metrics, SM_REQUESTS_PROCESSING, NULL, running);
+    srv_metrics_set(s->metrics, SM_REQUESTS_RUNNING, NULL, running);
+    srv_metrics_set(s->metrics, SM_REQUESTS_DEFERRED, NULL, out - running);
+    srv_metrics_set(s->metrics, SM_QUEUE_DEPTH, NULL, out - running);
+}
+
+int srv_core_retry_after(srv_server *s) {
+    pthread_mutex_lock(&s->mu);
+    const int running = s->last.n_running < s->n_outstanding ? s->last.n_running : s->n_outstanding;
+    const int waiting = s->n_outstanding - running;
+    const double avg = s->job_seconds_avg;
+    pthread_mutex_unlock(&s->mu);
+    const int slots = s->cfg.max_batch_size > 0 ? s->cfg.max_batch_size : 1;
+    const double t = avg * (double)(waiting + slots) / (double)slots; /* the queue drains a batch per request time */
+    return t < 1 ? 1 : t > 60 ? 60 : (int)(t + 0.999);
+}
+
 /* ==== Jobs ==== */
 srv_job *srv_job_new(srv_server *s) {
     srv_job *j = calloc(1, sizeof *j);
@@ -251,6 +276,9 @@ static void deliver_finish(srv_job *j, srv_finish why, int n_cached) {
     for (srv_job **pp = &s->active; *pp; pp = &(*pp)->next)
         if (*pp == j) { *pp = j->next; break; }
     s->n_outstanding--;
+    const double took = j->t_done - j->t_arrival;
+    s->job_seconds_avg = s->job_seconds_avg > 0 ? 0.9 * s->job_seconds_avg + 0.1 * took : took;
+    publish_queue_locked(s);
     int left = --j->refs;
     pthread_mutex_unlock(&s->mu);
     if (left == 0) job_free(j);
@@ -386,6 +414,7 @@ int srv_core_enqueue(srv_server *s, srv_job *const *jobs, int n, int *status, mx
         *s->inbox_tail = j;
         s->inbox_tail = &j->next;
     }
+    publish_queue_locked(s);
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
     return 0;
@@ -566,14 +595,9 @@ static void *engine_main(void *arg) {
         srv_metrics_from_engine(s->metrics, &st);
         pthread_mutex_lock(&s->mu);
         s->last = st;
-        int out = s->n_outstanding;
+        publish_queue_locked(s);
         pthread_mutex_unlock(&s->mu);
         if (st.last_batch_rows > 0) srv_metrics_observe(s->metrics, SM_STEP_ROWS, st.last_batch_rows);
-        int running = st.n_running < out ? st.n_running : out;
-        srv_metrics_set(s->metrics, SM_REQUESTS_PROCESSING, NULL, running);
-        srv_metrics_set(s->metrics, SM_REQUESTS_RUNNING, NULL, running);
-        srv_metrics_set(s->metrics, SM_REQUESTS_DEFERRED, NULL, out - running);
-        srv_metrics_set(s->metrics, SM_QUEUE_DEPTH, NULL, out - running);
         /* Busy time minus forward time = host time between forward passes (the device idles
          * then): what HTTP, tokenization and scheduling cost the engine. */
         if (stepped) srv_metrics_add(s->metrics, SM_ENGINE_BUSY_SECONDS_TOTAL, NULL, mx_now() - t_iter);

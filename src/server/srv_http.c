@@ -4,6 +4,7 @@
  * API keys are checked before the body is read (401). */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <malloc.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <signal.h>
@@ -17,6 +18,8 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "server/srv_conn.h"
+#include "server/srv_guard.h"
 #include "server/srv_internal.h"
 #include "server/srv_tools.h"
 #include "server/srv_mhd.h"
@@ -29,35 +32,36 @@ typedef struct conn_ctx {
     char *body;
     size_t len, cap;
     bool too_large;
+    uint64_t discarded; /* body bytes past the limit, read and dropped */
     bool replied;
     srv_job *job; /* the HTTP side's reference */
 } conn_ctx;
 
 static const char *code_label(int status) {
-    static char buf[8][8];
-    static const int known[] = {200, 400, 401, 404, 405, 413, 503};
-    for (int i = 0; i < 7; i++)
-        if (status == known[i]) { snprintf(buf[i], sizeof buf[i], "%d", status); return buf[i]; }
+    static const char *known[] = {"200", "400", "401", "403", "404", "405", "413", "501", "503"};
+    char code[8];
+    snprintf(code, sizeof code, "%d", status);
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (!strcmp(code, known[i])) return known[i];
     return "other";
 }
 
+/* The answer srv_guard_request chose for the request's Origin (none for a refused one). */
 void srv_mhd_cors(struct MHD_Response *r, struct MHD_Connection *c) {
-    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
-    if (origin && *origin) {
-        MHD_add_response_header(r, "Access-Control-Allow-Origin", origin);
-        MHD_add_response_header(r, "Vary", "Origin");
-    } else {
-        MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
-    }
+    const char *origin = NULL;
+    bool cred = false;
+    if (!srv_conns_cors(c, &origin, &cred) || !origin) return;
+    MHD_add_response_header(r, "Access-Control-Allow-Origin", origin);
+    if (strcmp(origin, "*")) MHD_add_response_header(r, "Vary", "Origin");
 }
 
 /* hdr/val: one more header, or NULL */
 static MHD_Result_t reply_with(srv_server *s, struct MHD_Connection *c, int status, const char *ctype, char *body,
                                const char *hdr, const char *val) {
-    const char *b = body ? body : "{}";
-    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(b), (void *)b, MHD_RESPMEM_MUST_COPY);
-    free(body);
-    if (!r) return MHD_NO;
+    /* handed over, not copied: a large answer is not held twice */
+    struct MHD_Response *r = body ? MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE)
+                                  : MHD_create_response_from_buffer(2, (void *)"{}", MHD_RESPMEM_PERSISTENT);
+    if (!r) { free(body); return MHD_NO; }
     MHD_add_response_header(r, "Content-Type", ctype);
     srv_mhd_cors(r, c);
     if (hdr) MHD_add_response_header(r, hdr, val);
@@ -91,7 +95,10 @@ static MHD_Result_t reply_preflight(srv_server *s, struct MHD_Connection *c) {
     if (!r) return MHD_NO;
     srv_mhd_cors(r, c);
     const char *want = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
-    MHD_add_response_header(r, "Access-Control-Allow-Credentials", "true");
+    const char *origin = NULL;
+    bool cred = false;
+    if (srv_conns_cors(c, &origin, &cred) && cred) /* never for `null` or an unlisted origin */
+        MHD_add_response_header(r, "Access-Control-Allow-Credentials", "true");
     MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
     MHD_add_response_header(r, "Access-Control-Allow-Headers", want && *want ? want : "content-type, authorization");
     MHD_Result_t rc = MHD_queue_response(c, 200, r);
@@ -373,7 +380,10 @@ static MHD_Result_t reply_jobs(srv_server *s, struct MHD_Connection *c, srv_job 
     if (j->req.api == SRV_API_LLAMA_COMPLETION && j->req.max_tokens == 0) {
         job_finish_empty(j); /* never enqueued; /completion has no n */
     } else if (srv_core_enqueue(s, js, total, &status, &err)) {
-        return reply_error(s, c, status, err.msg, NULL);
+        char wait[16]; /* queue full: when to try again (clients such as openai's honour it) */
+        snprintf(wait, sizeof wait, "%d", srv_core_retry_after(s));
+        return reply_with(s, c, status, "application/json; charset=utf-8", srv_resp_error(status, err.msg, NULL),
+                          status == 503 ? "Retry-After" : NULL, wait);
     }
     if (j->req.stream) return reply_stream(s, c, js, total);
     /* Non-stream: this connection's thread waits for every choice. */
@@ -406,6 +416,8 @@ static MHD_Result_t route_generate(srv_server *s, struct MHD_Connection *c, conn
     s->n_http_jobs++; /* until on_completed: its answer is sent (or the client is gone) */
     pthread_mutex_unlock(&s->mu);
     if (parse_into(s, j, cc, api, &err)) return reply_error(s, c, 400, err.msg, j->req.bad_param);
+    free(cc->body); /* parsed: the request is in j->req, and the wait for the answer may be long */
+    cc->body = NULL;
 
     /* Prompts -> ids: one, or each of a list (/v1/completions). */
     const size_t n_prompts = j->req.prompt_list ? json_array_size(j->req.prompt_list) : 1;
@@ -469,13 +481,19 @@ static bool is_post_route(const char *url, srv_api *api) {
 
 static MHD_Result_t on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                const char *version, const char *upload, size_t *upload_size, void **con_cls) {
-    (void)version;
     srv_server *s = cls;
     conn_ctx *cc = *con_cls;
     if (!cc) {
         cc = calloc(1, sizeof *cc);
         if (!cc) return MHD_NO;
         *con_cls = cc;
+        srv_conns_busy(c); /* never closed to make room until on_completed */
+        srv_guard_refusal g;
+        if (srv_guard_request(&s->cfg, s->keyless_loopback, c, version, &g)) {
+            cc->replied = true;
+            return reply_with(s, c, g.status, "application/json; charset=utf-8", srv_resp_error(g.status, g.msg, NULL),
+                              g.close ? "Connection" : NULL, g.close ? "close" : NULL);
+        }
         if (!strcmp(method, "OPTIONS")) {
             cc->replied = true;
             return reply_preflight(s, c);
@@ -499,7 +517,14 @@ static MHD_Result_t on_request(void *cls, struct MHD_Connection *c, const char *
     if (*upload_size) {
         if (cc->len + *upload_size > s->cfg.max_body_bytes) cc->too_large = true;
         if (!cc->too_large) srv_buf_append(&cc->body, &cc->len, &cc->cap, upload, *upload_size);
+        else cc->discarded += *upload_size;
         *upload_size = 0;
+        /* libmicrohttpd 0.9.75 cannot answer before the body ends: a chunked body over the
+         * limit is read and dropped so that its 413 can be sent, but one that goes on for more
+         * than 16 MiB (or the limit, if larger) past it, a client streaming without end, has
+         * its connection closed. */
+        const uint64_t slack = s->cfg.max_body_bytes > (16u << 20) ? s->cfg.max_body_bytes : (16u << 20);
+        if (cc->discarded > slack) return MHD_NO;
         return MHD_YES;
     }
     cc->replied = true;
@@ -509,6 +534,9 @@ static MHD_Result_t on_request(void *cls, struct MHD_Connection *c, const char *
                  (unsigned long long)s->cfg.max_body_bytes);
         return reply_error(s, c, 413, msg, NULL);
     }
+    srv_guard_refusal g; /* a body of tiny JSON values would cost its parse 80x its size */
+    if (cc->len && srv_guard_body(cc->body, cc->len, &g))
+        return reply_error(s, c, g.status, g.msg, "body");
     srv_api api;
     if (is_post_route(url, &api)) {
         if (strcmp(method, "POST")) return srv_mhd_method_not_allowed(s, c, "POST");
@@ -516,6 +544,8 @@ static MHD_Result_t on_request(void *cls, struct MHD_Connection *c, const char *
     }
     bool handled = false;
     MHD_Result_t rc = srv_route_info(s, c, method, url, cc->body ? cc->body : "", cc->len, &handled);
+    free(cc->body); /* read by the route; /tokenize's answer is still being written */
+    cc->body = NULL;
     if (handled) return rc;
     char msg[300];
     snprintf(msg, sizeof msg, "no route for %.16s %.200s", method, url);
@@ -523,9 +553,10 @@ static MHD_Result_t on_request(void *cls, struct MHD_Connection *c, const char *
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)c; (void)toe;
+    (void)toe;
     srv_server *s = cls;
     conn_ctx *cc = *con_cls;
+    srv_conns_idle(c); /* its next request's header deadline starts */
     if (!cc) return;
     if (cc->job) {
         srv_job_release_kids(cc->job);
@@ -536,8 +567,12 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
         pthread_mutex_unlock(&s->mu);
     }
     free(cc->body);
+    const bool big = cc->len >= (4u << 20);
     free(cc);
     *con_cls = NULL;
+    /* A big body's pages (the body, its JSON, its tokens) go back to the system rather than
+     * stay in this thread's malloc arena: RSS returns to its level after the request. */
+    if (big) malloc_trim(0);
 }
 
 /* ==== Listening socket ==== */
@@ -628,6 +663,12 @@ static void log_startup(const srv_server *s, int port) {
              "ctx %d, queue limit %d",
              c->n_parallel, c->max_batch_size, c->batch_size, c->ubatch_size, c->prefill_chunk_size,
              c->prefill_grant_interval, c->ctx_size, c->max_queue_depth);
+    char policy[512];
+    srv_guard_describe(c, s->keyless_loopback, policy, sizeof policy);
+    if (!c->n_api_keys && !s->keyless_loopback && port) LOG_WARN("%s", policy); /* open to the network */
+    else LOG_INFO("%s", policy);
+    LOG_INFO("http: %d connections (--threads-http), %d per client address, header timeout %d s, idle timeout %d s",
+             c->threads_http, c->max_conn_per_ip, c->header_timeout_s, c->timeout_s);
     if (port) LOG_INFO("listening on http://%s:%d", c->host, port);
     else LOG_INFO("listening on unix:%s", c->host);
 }
@@ -660,10 +701,19 @@ int srv_run(const srv_config *cfg, srv_backend *be, mx_error *err) {
                  cfg->reasoning_format, caps.thinks ? " (the template thinks)" : "");
     if (!s->metrics || srv_core_start(s, err)) goto out;
     if ((fd = open_listener(cfg, &port, err)) < 0) goto out;
+    /* Connection admission (srv_conn.c): --threads-http connections, the oldest idle one closed
+     * to admit another, per-address limits, a header deadline; libmicrohttpd's own limit sits
+     * above it so that connections being closed never block a new one. */
+    const srv_conn_limits lim = {cfg->threads_http, cfg->max_conn_per_ip, (double)cfg->header_timeout_s};
+    if (!(s->conns = srv_conns_new(&lim, s->metrics, err))) goto out;
+    srv_conns_fit_fd_limit(s->conns);
+    s->keyless_loopback = srv_guard_keyless_loopback(cfg, fd);
     d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
                              MHD_USE_ERROR_LOG,
-                         0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_TIMEOUT,
-                         (unsigned)cfg->timeout_s, MHD_OPTION_CONNECTION_LIMIT, (unsigned)cfg->threads_http,
+                         0, srv_conns_accept, s->conns, on_request, s, MHD_OPTION_EXTERNAL_LOGGER,
+                         srv_conns_mhd_log, s->conns, MHD_OPTION_LISTEN_SOCKET, fd,
+                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->timeout_s, MHD_OPTION_CONNECTION_LIMIT,
+                         srv_conns_mhd_limit(s->conns), MHD_OPTION_NOTIFY_CONNECTION, srv_conns_notify, s->conns,
                          MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_THREAD_STACK_SIZE,
                          (size_t)1 << 20, MHD_OPTION_END);
     if (!d) { mx_fail(err, "libmicrohttpd failed to start on %s", cfg->host); goto out; }
@@ -685,6 +735,7 @@ out:
     srv_core_stop(s); /* cancels running jobs, so blocked connection threads finish */
     if (d) wait_http_answers(s, 3.0);
     if (d) MHD_stop_daemon(d);
+    srv_conns_free(s->conns); /* after the daemon: every connection is closed */
     if (fd >= 0) close(fd);
     if (cfg->host[0] && port == 0 && d) unlink(cfg->host);
     srv_metrics_free(s->metrics);

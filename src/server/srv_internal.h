@@ -102,6 +102,8 @@ struct srv_server {
     srv_backend *be;
     srv_metrics *metrics;
     double t_start;
+    struct srv_conns *conns;  /* connection admission (srv_conn.c) */
+    bool keyless_loopback;    /* Host / Origin policy (srv_guard.c) */
 
     pthread_mutex_t mu;       /* inbox, active, counts, refs, last stats */
     pthread_cond_t cv;        /* wakes the engine thread */
@@ -111,6 +113,7 @@ struct srv_server {
     srv_job *active;          /* submitted to the engine, not finished */
     int n_outstanding;        /* enqueued and not finished */
     int n_http_jobs;          /* connections holding a job, until their answer is sent */
+    double job_seconds_avg;   /* moving average of a request's arrival-to-finish time (Retry-After) */
     srv_engine_stats last;    /* engine stats after the last step */
     bool stopping;
     bool engine_failed;
@@ -154,6 +157,9 @@ void srv_job_wait(srv_job *job, uint64_t seq, double timeout_s);
 /* Choice 0's other choices: detached and their HTTP-side references released. */
 void srv_job_release_kids(srv_job *job);
 void srv_core_snapshot(srv_server *s, srv_engine_stats *st, int *outstanding);
+/* Seconds a client refused with 503 (queue full) should wait: the time the waiting requests
+ * take to get a slot at the recent pace, 1 to 60. */
+int srv_core_retry_after(srv_server *s);
 const char *srv_finish_name(srv_finish f); /* OpenAI finish_reason */
 /* A cancelled job's message for its client and the HTTP status to answer (job->mu held or
  * the job done). */

@@ -13,7 +13,7 @@
 /* ==== Declarations ==== */
 typedef enum { MT_COUNTER, MT_GAUGE, MT_HISTOGRAM } metric_type;
 
-#define MAX_LABELS 8
+#define MAX_LABELS 10
 #define MAX_BUCKETS 16
 
 typedef struct metric_def {
@@ -40,7 +40,7 @@ static const metric_def k_defs[SM_COUNT] = {
     [SM_KV_CACHE_USAGE_RATIO] = {"llamacpp:kv_cache_usage_ratio", "KV-cache usage. 1 means 100 percent usage.", MT_GAUGE, NULL, {0}, {0}},
     [SM_KV_CACHE_TOKENS] = {"llamacpp:kv_cache_tokens", "KV-cache tokens (blocks in use times tokens per block).", MT_GAUGE, NULL, {0}, {0}},
     [SM_HTTP_RESPONSES_TOTAL] = {"mlxcel_http_responses_total", "HTTP responses by status code.", MT_COUNTER, "code",
-                                 {"200", "400", "401", "404", "405", "413", "503", "other"}, {0}},
+                                 {"200", "400", "401", "403", "404", "405", "413", "501", "503", "other"}, {0}},
     [SM_REQUESTS_FINISHED_TOTAL] = {"mlxcel_requests_finished_total", "Generation requests finished, by finish reason.", MT_COUNTER, "reason",
                                     {"stop", "length", "cancelled", "error", "other"}, {0}},
     [SM_REQUESTS_RUNNING] = {"mlxcel_requests_running", "Generation requests holding a slot.", MT_GAUGE, NULL, {0}, {0}},
@@ -65,6 +65,14 @@ static const metric_def k_defs[SM_COUNT] = {
                                      {1, 5, 10, 25, 50, 100, 200, 400, 800, 1600, 0}},
     [SM_STEP_ROWS] = {"mlxcel_step_batch_size", "Sequences per engine step.", MT_HISTOGRAM, NULL, {0},
                       {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 0}},
+    [SM_HTTP_CONNECTIONS] = {"mlxcel_http_connections", "Open HTTP connections: busy (a request being read, run or answered) "
+                             "or idle (waiting for a request header).", MT_GAUGE, "state", {"idle", "busy"}, {0}},
+    [SM_HTTP_CONN_REFUSED_TOTAL] = {"mlxcel_http_connections_refused_total", "Connections refused at accept: every connection of "
+                                    "the client address (--max-connections-per-ip) or of the server (--threads-http) was busy.",
+                                    MT_COUNTER, "reason", {"per_ip", "limit"}, {0}},
+    [SM_HTTP_CONN_CLOSED_TOTAL] = {"mlxcel_http_connections_closed_total", "Idle connections closed by the server: to admit a new "
+                                   "one at a limit (evicted), or no complete request header within --header-timeout.",
+                                   MT_COUNTER, "reason", {"evicted", "header_timeout"}, {0}},
 };
 
 typedef struct metric_val {

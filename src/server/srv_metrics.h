@@ -43,6 +43,9 @@ typedef enum srv_metric_id {
     SM_TTFT_SECONDS,           /* histogram */
     SM_DECODE_TOKENS_PER_SECOND, /* histogram, one sample per finished request */
     SM_STEP_ROWS,              /* histogram of sequences per step */
+    SM_HTTP_CONNECTIONS,       /* gauge, label state: idle | busy (srv_conn.c) */
+    SM_HTTP_CONN_REFUSED_TOTAL, /* label reason: per_ip | limit */
+    SM_HTTP_CONN_CLOSED_TOTAL, /* closed by the server, label reason: evicted | header_timeout */
     SM_COUNT
 } srv_metric_id;
 

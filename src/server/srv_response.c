@@ -25,6 +25,7 @@ const char *srv_error_type(int status) {
     switch (status) {
     case 400: return "invalid_request_error";
     case 401: return "authentication_error";
+    case 403: return "permission_error";      /* Host / Origin refused (srv_guard.c) */
     case 404: return "not_found_error";
     case 405: return "invalid_request_error";
     case 413: return "invalid_request_error";

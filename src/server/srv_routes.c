@@ -11,10 +11,10 @@
 
 /* ==== Reply helpers (same shapes as srv_http.c) ==== */
 static MHD_Result_t send_body(srv_server *s, struct MHD_Connection *c, int status, const char *ctype, char *body) {
-    const char *b = body ? body : "";
-    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(b), (void *)b, MHD_RESPMEM_MUST_COPY);
-    free(body);
-    if (!r) return MHD_NO;
+    /* the answer is handed over, not copied: a large one (/detokenize) is not held twice */
+    struct MHD_Response *r = body ? MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE)
+                                  : MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!r) { free(body); return MHD_NO; }
     MHD_add_response_header(r, "Content-Type", ctype);
     srv_mhd_cors(r, c);
     MHD_Result_t rc = MHD_queue_response(c, (unsigned)status, r);
@@ -63,6 +63,9 @@ static bool opt_bool(json_t *o, const char *k, bool def, bool *ok) {
 }
 
 /* ==== Text routes ==== */
+/* srv_tokenize.c: the answer streamed from the ids (takes them) */
+MHD_Result_t srv_tokenize_reply(srv_server *s, struct MHD_Connection *c, int32_t *ids, size_t n, bool with_pieces);
+
 static MHD_Result_t route_tokenize(srv_server *s, struct MHD_Connection *c, const char *body, size_t len) {
     MHD_Result_t rc;
     json_t *o = body_object(s, c, body, len, &rc);
@@ -91,24 +94,8 @@ static MHD_Result_t route_tokenize(srv_server *s, struct MHD_Connection *c, cons
         snprintf(msg, sizeof msg, "content: %s", err.msg);
         return send_err(s, c, 400, msg, "content");
     }
-    json_t *arr = json_array();
-    for (size_t i = 0; i < n; i++) {
-        if (!with_pieces) { json_array_append_new(arr, json_integer(ids[i])); continue; }
-        char *piece = NULL;
-        size_t pn = 0;
-        /* the token's own bytes: a partial character (0xC3) must not read as U+FFFD */
-        if (s->be->text_ops->token_bytes(s->be->text, ids[i], &piece, &pn, &err)) piece = NULL, pn = 0;
-        json_t *p = piece ? json_stringn(piece, pn) : NULL;
-        if (!p) { /* not valid UTF-8 alone: llama-server gives the bytes */
-            p = json_array();
-            for (size_t k = 0; k < pn; k++) json_array_append_new(p, json_integer((unsigned char)piece[k]));
-        }
-        free(piece);
-        json_array_append_new(arr, json_pack("{s:i, s:o}", "id", ids[i], "piece", p));
-    }
-    free(ids);
-    json_decref(o);
-    return send_json(s, c, 200, json_pack("{s:o}", "tokens", arr));
+    json_decref(o); /* the body's text is no longer needed: only the ids are kept */
+    return srv_tokenize_reply(s, c, ids, n, with_pieces);
 }
 
 static MHD_Result_t route_detokenize(srv_server *s, struct MHD_Connection *c, const char *body, size_t len) {
@@ -179,21 +166,33 @@ static json_t *default_settings(srv_server *s) {
                      (double)c->frequency_penalty, "repeat_last_n", c->repeat_last_n, "seed", (json_int_t)c->seed);
 }
 
-static MHD_Result_t route_models(srv_server *s, struct MHD_Connection *c) {
+/* meta as llama-server's (n_vocab: `mlxcel loadtest` draws its token-id prompts from it) */
+static json_t *model_object(srv_server *s, const char *id) {
     const srv_model_info *m = &s->be->info;
+    return json_pack("{s:s, s:s, s:I, s:s, s:{s:I, s:i, s:i, s:i, s:s, s:s}}", "id", id, "object", "model", "created",
+                     (json_int_t)s->t_start, "owned_by", "mlxcel", "meta", "n_params", (json_int_t)m->n_params, "n_ctx",
+                     s->cfg.ctx_size, "n_ctx_train", m->n_ctx_train, "n_vocab",
+                     s->be->text_ops->vocab_size(s->be->text), "family", m->family, "dtype", m->dtype);
+}
+
+static MHD_Result_t route_models(srv_server *s, struct MHD_Connection *c) {
     json_t *data = json_array();
     int n = s->cfg.n_aliases ? s->cfg.n_aliases : 1;
-    for (int i = 0; i < n; i++) {
-        const char *id = s->cfg.n_aliases ? s->cfg.aliases[i] : m->name;
-        /* meta as llama-server's (n_vocab: `mlxcel loadtest` draws its token-id prompts from it) */
-        json_array_append_new(data, json_pack("{s:s, s:s, s:I, s:s, s:{s:I, s:i, s:i, s:i, s:s, s:s}}", "id", id,
-                                              "object", "model", "created", (json_int_t)s->t_start, "owned_by",
-                                              "mlxcel", "meta", "n_params", (json_int_t)m->n_params, "n_ctx",
-                                              s->cfg.ctx_size, "n_ctx_train", m->n_ctx_train, "n_vocab",
-                                              s->be->text_ops->vocab_size(s->be->text), "family", m->family,
-                                              "dtype", m->dtype));
-    }
+    for (int i = 0; i < n; i++)
+        json_array_append_new(data, model_object(s, s->cfg.n_aliases ? s->cfg.aliases[i] : s->be->info.name));
     return send_json(s, c, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
+}
+
+/* GET /v1/models/{id} (OpenAI's models.retrieve): a served name, else 404. The id may hold
+ * '/' (libmicrohttpd has already decoded %2F). */
+static MHD_Result_t route_model_one(srv_server *s, struct MHD_Connection *c, const char *id) {
+    int n = s->cfg.n_aliases ? s->cfg.n_aliases : 1;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(id, s->cfg.n_aliases ? s->cfg.aliases[i] : s->be->info.name))
+            return send_json(s, c, 200, model_object(s, id));
+    char msg[400];
+    snprintf(msg, sizeof msg, "the model '%.200s' does not exist on this server (GET /v1/models lists them)", id);
+    return send_err(s, c, 404, msg, "model");
 }
 
 static MHD_Result_t route_props(srv_server *s, struct MHD_Connection *c) {
@@ -239,6 +238,12 @@ MHD_Result_t srv_route_info(srv_server *s, struct MHD_Connection *c, const char 
     static const char *posts[] = {"/tokenize", "/detokenize", "/apply-template"};
     MHD_Result_t web = srv_webui_route(s, c, method, url, handled); /* GET /: the chat page */
     if (*handled) return web;
+    const char *model_id = !strncmp(url, "/v1/models/", 11) ? url + 11 : !strncmp(url, "/models/", 8) ? url + 8 : NULL;
+    if (model_id && *model_id) {
+        *handled = true;
+        if (strcmp(method, "GET") && strcmp(method, "HEAD")) return srv_mhd_method_not_allowed(s, c, "GET");
+        return route_model_one(s, c, model_id);
+    }
     int gi = -1, pi = -1;
     for (int i = 0; i < 7; i++) if (!strcmp(url, gets[i])) gi = i;
     for (int i = 0; i < 3; i++) if (!strcmp(url, posts[i])) pi = i;

@@ -297,7 +297,7 @@ done
 # (cpp-httplib in llama-server does the same): its request is cancelled, and what it still reads
 # says the client disconnected, not that the server is shutting down.
 HALF=$(node -e 'const b=JSON.stringify({prompt:"a",max_tokens:50,ignore_eos:true});
-const s=require("net").connect(+process.argv[1],"127.0.0.1",()=>s.end("POST /v1/completions HTTP/1.1\r\nHost: x\r\n"+
+const s=require("net").connect(+process.argv[1],"127.0.0.1",()=>s.end("POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"+
   "Content-Type: application/json\r\nConnection: close\r\nContent-Length: "+b.length+"\r\n\r\n"+b));
 let d="";s.setTimeout(20000,()=>s.destroy());s.on("data",x=>d+=x).on("close",()=>console.log(d.split("\r\n")[0]+"|"+d.slice(d.indexOf("\r\n\r\n")+4)))' "$E")
 case "$HALF" in

@@ -57,6 +57,12 @@ async function chatStream(messages, opts = {}) {
 // ==== models ====
 const models = await client.models.list();
 check(models.data.length >= 1 && models.data[0].id === MODEL, "models.list returns the served model");
+const retrieved = await client.models.retrieve(MODEL); // GET /v1/models/{id}
+check(retrieved.id === MODEL && retrieved.object === "model" && typeof retrieved.created === "number", "models.retrieve returns the model");
+let notFound = null;
+try { await client.models.retrieve("no-such-model"); } catch (e) { notFound = e; }
+check(notFound instanceof OpenAI.NotFoundError && notFound.status === 404 && notFound.error?.code === 404,
+      `models.retrieve of an unknown id throws NotFoundError (${notFound})`);
 
 // ==== chat, non-stream and stream give the same greedy text ====
 const msgs = [{ role: "system", content: "be brief" }, { role: "user", content: "Hello there" }];

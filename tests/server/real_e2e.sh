@@ -112,12 +112,15 @@ for c in 'tiny-b|tiny-b' 'tiny|tiny' 'gpt-4o|tiny' '|tiny'; do
     GOT="$GOT,$(echo "$S" | sed -n 's/^data: \({.*\)/\1/p' | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log([...new Set(s.trim().split("\n").map(l=>JSON.parse(l).model))].join("+")))')"
     [ "$GOT" = "$want,$want,$want" ] && ok || bad "model '$asked' answered as $GOT, want $want"
 done
-# CORS: a preflight is answered 200 on every route; responses echo the Origin
-head_req OPTIONS "http://127.0.0.1:$PORT/completion" -H 'Origin: http://app.example' -H 'Access-Control-Request-Method: POST'
-[ "$CODE" = 200 ] && has_hdr 'access-control-allow-origin: http://app.example' &&
+# CORS: a preflight is answered 200 on every route; responses echo an allowed Origin (this
+# server is keyless on loopback: a loopback page is allowed, another site is not; harden_http.sh)
+head_req OPTIONS "http://127.0.0.1:$PORT/completion" -H 'Origin: http://localhost:5173' -H 'Access-Control-Request-Method: POST'
+[ "$CODE" = 200 ] && has_hdr 'access-control-allow-origin: http://localhost:5173' &&
     has_hdr 'access-control-allow-methods: GET, POST, OPTIONS' && ok || bad "CORS preflight: $CODE $HDRS"
+head_req GET "http://127.0.0.1:$PORT/health" -H 'Origin: http://localhost:5173'
+has_hdr 'access-control-allow-origin: http://localhost:5173' && ok || bad "response does not echo the Origin: $HDRS"
 head_req GET "http://127.0.0.1:$PORT/health" -H 'Origin: http://app.example'
-has_hdr 'access-control-allow-origin: http://app.example' && ok || bad "response does not echo the Origin: $HDRS"
+[ "$CODE" = 403 ] && ok || bad "a keyless loopback server must refuse another site's Origin: $CODE"
 head_req GET "http://127.0.0.1:$PORT/tokenize"
 [ "$CODE" = 405 ] && has_hdr 'allow: POST, OPTIONS' && ok || bad "405 without Allow: $CODE $HDRS"
 
