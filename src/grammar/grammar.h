@@ -44,6 +44,8 @@ grammar *grammar_retain(grammar *g);
 void grammar_release(grammar *g);   /* NULL is fine */
 /* True when the bytes s[0..n) form a complete sentence of the grammar (tests, tools). */
 bool grammar_accepts(grammar *g, const char *s, size_t n);
+/* Bytes of its shortest sentence, or -1 when none is at most limit bytes long (tests). */
+int grammar_min_length(grammar *g, int limit);
 
 /* ==== Vocabulary ==== */
 typedef struct grammar_vocab grammar_vocab;

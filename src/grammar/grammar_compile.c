@@ -354,7 +354,8 @@ typedef struct lr_scratch {
     int n_list;
 } lr_scratch;
 
-static bool walk_nullable(const grammar *g, int r, const uint8_t *nullable, lr_scratch *w, bool callees) {
+static bool walk_nullable(const grammar *g, int r, const uint8_t *nullable, lr_scratch *w, bool callees,
+                          bool bytes) {
     int sp = 0, nv = 0;
     bool end = false;
     const int32_t s0 = g->rule_start[r];
@@ -366,7 +367,7 @@ static bool walk_nullable(const grammar *g, int r, const uint8_t *nullable, lr_s
         for (uint32_t e = g->nodes[v].e0; e < g->nodes[v].e0 + g->nodes[v].ne; e++) {
             const gn_edge *ed = &g->edges[e];
             int32_t t = -1;
-            if (ed->kind == GE_EPS) t = ed->to;
+            if (ed->kind == GE_EPS || (bytes && ed->kind == GE_BYTE)) t = ed->to;
             else if (ed->kind == GE_CALL) {
                 if (callees && !w->mark[ed->rule]) w->mark[ed->rule] = 1, w->list[w->n_list++] = ed->rule;
                 if (nullable[ed->rule]) t = ed->to;
@@ -421,6 +422,42 @@ static int callers_of(const grammar *g, int32_t **c0_out, int32_t **c_out) {
     return 0;
 }
 
+/* Refuses rules reachable from the root that can never finish (every way through them calls a
+ * rule that cannot): generation there could only stop at the token limit. */
+static int check_productive(const grammar *g, const uint8_t *productive, char **names, mx_error *err) {
+    const int R = g->n_rules;
+    uint8_t *reach = calloc((size_t)R, 1);
+    int32_t *q = malloc((size_t)(R + 1) * sizeof *q);
+    if (!reach || !q) return free(reach), free(q), mx_fail(err, "grammar: out of memory");
+    /* rules called from the nodes of rule r: flood r's nodes (they never cross into a callee) */
+    uint8_t *seen = calloc((size_t)g->n_nodes, 1);
+    int32_t *st = malloc((size_t)(g->n_nodes + 1) * sizeof *st);
+    int rc = 0, qn = 0;
+    if (!seen || !st) rc = mx_fail(err, "grammar: out of memory");
+    if (!rc) reach[g->root] = 1, q[qn++] = g->root;
+    for (int h = 0; h < qn && !rc; h++) {
+        const int r = q[h];
+        if (!productive[r]) {
+            rc = mx_fail(err, "grammar: rule '%s' can never finish (each of its alternatives recurses into a rule "
+                         "that must go on)", names[r]);
+            break;
+        }
+        int sp = 0;
+        st[sp++] = g->rule_start[r];
+        seen[g->rule_start[r]] = 1;
+        while (sp) {
+            const gn_node *nd = &g->nodes[st[--sp]];
+            for (uint32_t e = nd->e0; e < nd->e0 + nd->ne; e++) {
+                const gn_edge *ed = &g->edges[e];
+                if (ed->kind == GE_CALL && !reach[ed->rule]) reach[ed->rule] = 1, q[qn++] = ed->rule;
+                if (!seen[ed->to]) seen[ed->to] = 1, st[sp++] = ed->to;
+            }
+        }
+    }
+    free(reach), free(q), free(seen), free(st);
+    return rc;
+}
+
 /* Refuses left recursion: a rule reachable from itself through calls made before any byte. */
 static int check_left_recursion(grammar *g, char **names, mx_error *err) {
     const int R = g->n_rules, N = g->n_nodes;
@@ -438,29 +475,34 @@ static int check_left_recursion(grammar *g, char **names, mx_error *err) {
     if (!nullable || !queued || !col || !w.seen || !w.stack || !w.visited || !w.mark || !w.list || !adj0 || !wl ||
         !it || !path || callers_of(g, &c0, &callers))
         goto oom;
-    /* nullable rules: worklist; a rule is walked again when one of its callees turns nullable */
-    int head = 0, tail = 0;
-    for (int r = 0; r < R; r++) wl[tail++] = r, queued[r] = 1;
-    while (head != tail) {
-        int r = wl[head];
-        head = head == R ? 0 : head + 1;
-        queued[r] = 0;
-        if (nullable[r] || !walk_nullable(g, r, nullable, &w, false)) continue;
-        nullable[r] = 1;
-        for (int k = c0[r]; k < c0[r + 1]; k++) {
-            int c = callers[k];
-            if (!nullable[c] && !queued[c]) {
-                queued[c] = 1, wl[tail] = c;
-                tail = tail == R ? 0 : tail + 1;
+    /* pass 1: productive rules (can finish at all: bytes allowed); pass 0: nullable rules (can
+     * finish without a byte). Worklist: a rule is walked again when a callee turns true. */
+    for (int pass = 1; pass >= 0; pass--) {
+        memset(nullable, 0, (size_t)R);
+        int head = 0, tail = 0;
+        for (int r = 0; r < R; r++) wl[tail++] = r, queued[r] = 1;
+        while (head != tail) {
+            int r = wl[head];
+            head = head == R ? 0 : head + 1;
+            queued[r] = 0;
+            if (nullable[r] || !walk_nullable(g, r, nullable, &w, false, pass)) continue;
+            nullable[r] = 1;
+            for (int k = c0[r]; k < c0[r + 1]; k++) {
+                int c = callers[k];
+                if (!nullable[c] && !queued[c]) {
+                    queued[c] = 1, wl[tail] = c;
+                    tail = tail == R ? 0 : tail + 1;
+                }
             }
         }
+        if (pass == 1 && (rc = check_productive(g, nullable, names, err))) goto done;
     }
     /* left-call graph as adjacency lists */
     size_t cap = 64, n_adj = 0;
     adj = malloc(cap * sizeof *adj);
     if (!adj) goto oom;
     for (int r = 0; r < R; r++) {
-        walk_nullable(g, r, nullable, &w, true);
+        walk_nullable(g, r, nullable, &w, true, false);
         for (int k = 0; k < w.n_list; k++) {
             if (n_adj == cap) {
                 int32_t *na = realloc(adj, 2 * cap * sizeof *na);

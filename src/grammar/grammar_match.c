@@ -246,3 +246,49 @@ void grammar_mask_apply(const uint32_t *mask, float *logits, int n) {
             if (!(bits >> i & 1)) l[i] = ninf;
     }
 }
+
+/* ==== Shortest sentence ==== */
+int grammar_min_length(grammar *g, int limit) {
+    pthread_mutex_lock(&g->mu);
+    gr_rt *rt = gr_rt_get(g);
+    int result = -1;
+    int32_t *dist = NULL, *q = NULL;
+    size_t cap = 0, qn = 0;
+    if (!rt || rt->initial < 0) goto out;
+    for (size_t h = 0;; h++) {
+        if (h == 0) { /* seed */
+            cap = (size_t)rt->n_st + 1024;
+            dist = malloc(cap * sizeof *dist), q = malloc(cap * sizeof *q);
+            if (!dist || !q) goto out;
+            for (size_t i = 0; i < cap; i++) dist[i] = -1;
+            dist[rt->initial] = 0, q[qn++] = rt->initial;
+        }
+        if (h >= qn) break;
+        const int32_t s = q[h];
+        if (gr_rt_accepting(rt, s)) {
+            result = dist[s];
+            break;
+        }
+        if (dist[s] >= limit) continue;
+        for (int c = 0; c < rt->K; c++) {
+            int32_t t = rt->rows[(size_t)s * (size_t)rt->K + (size_t)c];
+            t = t == GR_UNKNOWN ? gr_rt_step(rt, s, c) : t < 0 ? t : t / rt->K;
+            if (t == GR_FAIL) goto out;
+            if (t < 0) continue;
+            if ((size_t)t >= cap || qn >= cap) {
+                size_t nc = ((size_t)rt->n_st > qn ? (size_t)rt->n_st : qn) * 2 + 1024;
+                int32_t *nd = realloc(dist, nc * sizeof *nd), *nq = nd ? realloc(q, nc * sizeof *nq) : NULL;
+                if (nd) dist = nd;
+                if (!nd || !nq) goto out;
+                q = nq;
+                for (size_t i = cap; i < nc; i++) dist[i] = -1;
+                cap = nc;
+            }
+            if (dist[t] < 0) dist[t] = dist[s] + 1, q[qn++] = t;
+        }
+    }
+out:
+    free(dist), free(q);
+    pthread_mutex_unlock(&g->mu);
+    return result;
+}

@@ -193,6 +193,8 @@ static int ref_rule(jsc *c, const char *ref, const char **out) {
     int rc = jsc_visit(c, target, rule, &got);
     memcpy(c->path, saved, sizeof saved);
     if (rc) return -1;
+    if (!strcmp(got, rule) && !gb_has(c->b, rule))
+        return jsc_fail(c, "$ref '%.100s' leads only back to itself (no schema to match)", ref);
     if (strcmp(got, rule) && gb_add(c->b, rule, got, &got, c->err)) return -1;
     *out = rule;
     return 0;

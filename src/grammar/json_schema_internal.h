@@ -26,6 +26,7 @@ struct grammar_builder {
 /* Adds `name ::= body`, or finds it: the same name with the same body is one rule; a name taken
  * by another body gets a numeric suffix. *out: the name used (owned by b). 0 or -1. */
 int gb_add(grammar_builder *b, const char *name, const char *body, const char **out, mx_error *err);
+bool gb_has(grammar_builder *b, const char *name);
 
 /* ==== Converter ==== */
 typedef struct jsc {

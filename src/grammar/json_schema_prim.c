@@ -25,6 +25,8 @@ static gb_rule *gb_find(grammar_builder *b, const char *name) {
     return NULL;
 }
 
+bool gb_has(grammar_builder *b, const char *name) { return gb_find(b, name) != NULL; }
+
 int gb_add(grammar_builder *b, const char *name, const char *body, const char **out, mx_error *err) {
     char cand[160];
     snprintf(cand, sizeof cand, "%s", name);
