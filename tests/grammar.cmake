@@ -11,3 +11,5 @@ add_test(NAME grammar_random_schemas
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/grammar/random_schemas.sh $<TARGET_FILE:grammar_schema_random>)
 set_tests_properties(grammar_random_schemas PROPERTIES TIMEOUT 600 FIXTURES_REQUIRED tokenizers_npm
   RESOURCE_LOCK grammar_npm)
+# The unit tests read the npm tokenizers (Llama 3, Mistral).
+set_tests_properties(test_grammar PROPERTIES FIXTURES_REQUIRED tokenizers_npm)

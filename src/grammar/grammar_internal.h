@@ -162,6 +162,7 @@ struct gr_rt {
     /* matchers using these tables (compaction renumbers their states) */
     grammar_matcher *live;
     size_t bytes;             /* rough size of the tables */
+    uint64_t n_compactions;
 };
 
 gr_rt *gr_rt_get(grammar *g);               /* creates on first use; NULL on OOM */

@@ -350,7 +350,9 @@ int gr_rt_maybe_compact(gr_rt *rt) {
             free(buf);
             return -1;
         }
+    const uint64_t nc = rt->n_compactions + 1;
     rt_clear(rt);
+    rt->n_compactions = nc;
     if (rt_init(rt)) {
         free(buf);
         return -1;

@@ -111,8 +111,17 @@ static void cs_emit(gr_buf *o, const cset *s) {
     if (raw.n) gb_class(&tmp, raw.r, raw.n);
     if (cs_has(s, '"')) gr_buf_puts(&tmp, alts++ ? " | \"\\\\\\\"\"" : "\"\\\\\\\"\"");
     if (cs_has(s, '\\')) gr_buf_puts(&tmp, alts++ ? " | \"\\\\\\\\\"" : "\"\\\\\\\\\"");
-    for (uint32_t cc = 0; cc < 0x20; cc++)
-        if (cs_has(s, cc)) gr_buf_printf(&tmp, "%s\"\\\\u%04x\"", alts++ ? " | " : "", (unsigned)cc);
+    /* control characters: \u00XX in either case, and JSON's short forms where there is one */
+    static const char shorts[][2] = {{'\b', 'b'}, {'\t', 't'}, {'\n', 'n'}, {'\f', 'f'}, {'\r', 'r'}};
+    for (uint32_t cc = 0; cc < 0x20; cc++) {
+        if (!cs_has(s, cc)) continue;
+        const unsigned lo = cc & 15;
+        gr_buf_printf(&tmp, "%s\"\\\\u00%u\"", alts++ ? " | " : "", (unsigned)(cc >> 4));
+        if (lo < 10) gr_buf_printf(&tmp, " \"%u\"", lo);
+        else gr_buf_printf(&tmp, " [%c%c]", 'a' + lo - 10, 'A' + lo - 10);
+        for (size_t k = 0; k < sizeof shorts / sizeof *shorts; k++)
+            if ((uint32_t)shorts[k][0] == cc) gr_buf_printf(&tmp, " | \"\\\\%c\"", shorts[k][1]), alts++;
+    }
     if (alts > 1) gr_buf_putc(o, '(');
     gr_buf_put(o, tmp.p ? tmp.p : "", tmp.n);
     if (alts > 1) gr_buf_putc(o, ')');
