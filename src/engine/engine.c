@@ -27,6 +27,8 @@ typedef struct seq {
                                   pick the token on the device (model_forward_greedy) */
     kv_seq kv;                 /* n_tokens of kv = tokens with K/V in the cache */
     sampler *smp;
+    grammar_matcher *gm;       /* constrained decoding: the grammar state, or NULL */
+    const uint32_t *mask;      /* this step's token mask (gm's), NULL when not computed */
     engine_token_cb on_token;
     engine_finish_cb on_finish;
     engine_logits_cb on_logits;
@@ -58,6 +60,7 @@ struct engine {
     int32_t *tok, *pos, *sid, *rope_len, *out_rows, *table;
     int64_t *write_rows;
     seq **step_seqs;
+    seq **cons;                /* [n_parallel] constrained sequences sampled this step */
     float *logits;             /* [n_parallel, V] */
     int32_t *g_ids;            /* [n_parallel] device-greedy tokens */
     float *g_lps;              /* [n_parallel] their log-probabilities */
@@ -150,6 +153,7 @@ static void seq_free(seq *s) {
     free(s->tokens);
     free(s->kv.blocks);
     sampler_free(s->smp);
+    grammar_matcher_free(s->gm);
     free(s);
 }
 
@@ -164,7 +168,7 @@ void engine_free(engine *e) {
     kv_cache_free(e->kv);
     free(e->running); free(e->logits); free(e->cancels); free(e->g_ids); free(e->g_lps);
     free(e->tok); free(e->pos); free(e->sid); free(e->rope_len); free(e->out_rows);
-    free(e->table); free(e->write_rows); free(e->step_seqs);
+    free(e->table); free(e->write_rows); free(e->step_seqs); free(e->cons);
     pthread_mutex_destroy(&e->mu);
     free(e);
 }
@@ -199,6 +203,22 @@ int64_t engine_submit(engine *e, const engine_request *r, mx_error *err) {
         seq_free(s);
         return mx_fail(err, "out of memory"), -1;
     }
+    if (r->grammar || r->grammar_vocab) {
+        if (!r->grammar || !r->grammar_vocab) {
+            seq_free(s);
+            return mx_fail(err, "a grammar needs both the grammar and the vocabulary's token bytes"), -1;
+        }
+        for (int i = 0; i < e->spec->n_eos; i++)
+            if (!grammar_vocab_is_eos(r->grammar_vocab, e->spec->eos_ids[i])) {
+                seq_free(s);
+                return mx_fail(err, "the grammar vocabulary does not mark the model's EOS id %d as EOS",
+                               e->spec->eos_ids[i]), -1;
+            }
+        if (!(s->gm = grammar_matcher_new(r->grammar, r->grammar_vocab, err))) {
+            seq_free(s);
+            return -1;
+        }
+    }
     memcpy(s->tokens, r->prompt, (size_t)r->n_prompt * sizeof(int32_t));
     s->n_tokens = s->n_prompt = r->n_prompt;
     s->max_tokens = r->max_tokens;
@@ -208,7 +228,7 @@ int64_t engine_submit(engine *e, const engine_request *r, mx_error *err) {
     s->on_logits = r->on_logits;
     s->user = r->user;
     const sampling_params *sp = &r->sampling;
-    s->plain_greedy = r->allow_device_sampling && sp->temperature <= 0 && !r->on_logits &&
+    s->plain_greedy = r->allow_device_sampling && sp->temperature <= 0 && !r->on_logits && !s->gm &&
                       sp->n_logit_bias == 0 &&
                       (sp->repeat_penalty == 1.0f || sp->repeat_last_n == 0) &&
                       sp->presence_penalty == 0 && sp->frequency_penalty == 0;
@@ -482,6 +502,14 @@ static void accept_token(engine *e, seq *s, int32_t t, float lp) {
         finish(e, s, ENGINE_FINISH_ERROR);
         return;
     }
+    if (s->gm) { /* the mask allowed t: refusing it here is an internal error */
+        mx_error gerr;
+        if (grammar_matcher_accept(s->gm, t, &gerr)) {
+            LOG_ERR("engine: sequence %lld: %s", (long long)s->id, gerr.msg);
+            finish(e, s, ENGINE_FINISH_ERROR);
+            return;
+        }
+    }
     if (seq_append(s, t)) {
         finish(e, s, ENGINE_FINISH_ERROR);
         return;
@@ -492,7 +520,7 @@ static void accept_token(engine *e, seq *s, int32_t t, float lp) {
     const int stop = s->on_token ? s->on_token(s->user, s->id, t, lp) : 0;
     e->reporting = NULL;
     if (stop) finish(e, s, ENGINE_FINISH_STOP);
-    else if (!s->ignore_eos && is_eos(e, t)) finish(e, s, ENGINE_FINISH_EOS);
+    else if (s->gm ? grammar_matcher_ended(s->gm) : !s->ignore_eos && is_eos(e, t)) finish(e, s, ENGINE_FINISH_EOS);
     else if (s->max_tokens > 0 && s->n_generated >= s->max_tokens) finish(e, s, ENGINE_FINISH_LENGTH);
     else if (s->n_tokens >= e->p.ctx_size) finish(e, s, ENGINE_FINISH_CONTEXT);
 }
@@ -500,8 +528,60 @@ static void accept_token(engine *e, seq *s, int32_t t, float lp) {
 static void sample_and_check(engine *e, seq *s, float *logits) {
     float lp = 0.0f;
     if (s->on_logits) s->on_logits(s->user, s->id, logits, e->spec->vocab_size);
+    if (s->gm) {
+        if (!s->mask) {
+            finish(e, s, ENGINE_FINISH_ERROR); /* logged by the mask phase */
+            return;
+        }
+        if (s->on_logits) grammar_mask_apply(s->mask, logits, e->spec->vocab_size);
+        s->mask = NULL;
+    }
     const int32_t t = sampler_sample(s->smp, logits, e->spec->vocab_size, s->tokens, s->n_tokens, &lp);
+    if (t < 0 && s->gm && grammar_matcher_is_done(s->gm)) { /* complete, and the model has no EOS */
+        finish(e, s, ENGINE_FINISH_EOS);
+        return;
+    }
+    if (t < 0 && s->gm) {
+        LOG_ERR("engine: sequence %lld: no token the grammar allows can be sampled (the grammar needs text this "
+                "vocabulary cannot write, or logit_bias banned every allowed token)", (long long)s->id);
+        finish(e, s, ENGINE_FINISH_ERROR);
+        return;
+    }
     accept_token(e, s, t, lp);
+}
+
+/* ==== Constrained rows ==== */
+/* Token masks of this step's constrained sequences (ss[j] sampled at logits row o_of[j]),
+ * computed in parallel: each row has its own matcher (rows of one grammar share its tables
+ * under its lock). Applied here unless the sequence has a logits callback, which must see the
+ * raw row first (sample_and_check applies it then). A grammar that is complete where the model
+ * has no EOS id finishes its sequence here. */
+static void grammar_phase(engine *e, seq **ss, int n, const int *row_of) {
+    seq **cons = e->cons;
+    int nc = 0;
+    for (int j = 0; j < n; j++)
+        if (ss[j]->gm && row_of[j] >= 0) cons[nc++] = ss[j];
+    if (!nc) return;
+    const double t0 = mx_now();
+    const int V = e->spec->vocab_size;
+    int *rows = malloc((size_t)nc * sizeof *rows);
+    if (!rows) {
+        for (int k = 0; k < nc; k++) cons[k]->mask = NULL;
+        return;
+    }
+    for (int j = 0, k = 0; j < n; j++)
+        if (ss[j]->gm && row_of[j] >= 0) rows[k++] = row_of[j];
+#pragma omp parallel for schedule(dynamic, 1) if (nc > 1)
+    for (int k = 0; k < nc; k++) {
+        seq *s = cons[k];
+        mx_error gerr;
+        s->mask = grammar_matcher_mask(s->gm, V, &gerr);
+        if (!s->mask) LOG_ERR("engine: sequence %lld: %s", (long long)s->id, gerr.msg);
+        else if (!s->on_logits) grammar_mask_apply(s->mask, e->logits + (size_t)rows[k] * (size_t)V, V);
+    }
+    free(rows);
+    e->stats.grammar_masks += (uint64_t)nc;
+    e->stats.grammar_seconds += mx_now() - t0;
 }
 
 /* ==== Step ==== */
@@ -513,6 +593,7 @@ int engine_step(engine *e, mx_error *err) {
     seq **ss = realloc(e->step_seqs, (size_t)e->p.n_parallel * sizeof(seq *));
     if (!ss) return mx_fail(err, "out of memory");
     e->step_seqs = ss;
+    if (!e->cons && !(e->cons = malloc((size_t)e->p.n_parallel * sizeof(seq *)))) return mx_fail(err, "out of memory");
     int n = 0;
     for (int i = 0; i < e->n_running; i++)
         if (e->running[i]->rows > 0) ss[n++] = e->running[i];
@@ -573,6 +654,16 @@ int engine_step(engine *e, mx_error *err) {
     e->stats.decode_rows += (uint64_t)rows - prefill_rows;
     e->stats.prefill_seconds += dt * (double)prefill_rows / rows;
     e->stats.decode_seconds += dt * (double)((uint64_t)rows - prefill_rows) / rows;
+
+    /* ---- token masks of constrained rows ---- */
+    if (!dev_greedy) {
+        int *row_of = malloc((size_t)n * sizeof *row_of);
+        if (!row_of) return mx_fail(err, "out of memory");
+        for (int j = 0, o = 0; j < n; j++)
+            row_of[j] = ss[j]->kv.n_tokens + ss[j]->rows == ss[j]->n_tokens ? o++ : -1;
+        grammar_phase(e, ss, n, row_of);
+        free(row_of);
+    }
 
     /* ---- commit, sample, finish ---- */
     int o = 0;
