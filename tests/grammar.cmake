@@ -13,3 +13,7 @@ set_tests_properties(grammar_random_schemas PROPERTIES TIMEOUT 600 FIXTURES_REQU
   RESOURCE_LOCK grammar_npm)
 # The unit tests read the npm tokenizers (Llama 3, Mistral).
 set_tests_properties(test_grammar PROPERTIES FIXTURES_REQUIRED tokenizers_npm)
+# The server on the demo model with the openai client and ajv.
+add_test(NAME grammar_server_e2e
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/grammar/structured_e2e.sh $<TARGET_FILE:mlxcel>)
+set_tests_properties(grammar_server_e2e PROPERTIES TIMEOUT 300 RESOURCE_LOCK grammar_npm)
