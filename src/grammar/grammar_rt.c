@@ -105,7 +105,7 @@ static int32_t st_intern(gr_rt *rt, const uint64_t *c, size_t n, bool accept) {
     for (uint32_t k = h;; k++) {
         int32_t id = rt->st_map[k & (rt->st_map_cap - 1)];
         if (id < 0) break;
-        if (rt->st_n[id] == n && rt->st_accept[id] == accept && !memcmp(rt->cfgs + rt->st_off[id], c, n * sizeof *c))
+        if (rt->st_n[id] == n && rt->st_accept[id] == accept && (!n || !memcmp(rt->cfgs + rt->st_off[id], c, n * sizeof *c)))
             return id;
     }
     if ((size_t)(rt->n_st + 1) * 2 > rt->st_map_cap && !st_map_rehash(rt, rt->st_map_cap * 2)) return GR_FAIL;
@@ -218,7 +218,7 @@ static int32_t closure(gr_rt *rt, size_t n) {
     }
     if (n_out > GR_MAX_CFG) return GR_FAIL;
     if (!n_out && !accept) return GR_DEAD;
-    qsort(rt->out, n_out, sizeof *rt->out, cmp_u64);
+    if (n_out > 1) qsort(rt->out, n_out, sizeof *rt->out, cmp_u64);
     return st_intern(rt, rt->out, n_out, accept);
 }
 

@@ -13,13 +13,26 @@
 #include "grammar/json_schema_internal.h"
 
 /* ==== Errors and paths ==== */
+/* Control characters (from property names or patterns) written as \xHH: one-line messages. */
+static void escape_ctl(const char *in, char *out, size_t cap) {
+    size_t n = 0;
+    for (; *in && n + 5 < cap; in++) {
+        unsigned char ch = (unsigned char)*in;
+        if (ch < 0x20 || ch == 0x7F) n += (size_t)snprintf(out + n, cap - n, "\\x%02X", ch);
+        else out[n++] = (char)ch;
+    }
+    out[n] = 0;
+}
+
 int jsc_fail(jsc *c, const char *fmt, ...) {
-    char msg[800];
+    char msg[800], m2[800], p2[600];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return mx_fail(c->err, "schema at %s: %s", c->path[0] ? c->path : "/", msg);
+    escape_ctl(msg, m2, sizeof m2);
+    escape_ctl(c->path[0] ? c->path : "/", p2, sizeof p2);
+    return mx_fail(c->err, "schema at %s: %s", p2, m2);
 }
 
 /* Appends "/seg" (JSON pointer escaped); returns the old length for path_pop. */

@@ -51,7 +51,20 @@ static int ktrie_add(ktrie *root, const char *key) {
     return 0;
 }
 
-static void ktrie_emit(gr_buf *o, const ktrie *t, int depth) {
+/* Groups nest one level per character: every 100 characters the rest of the trie becomes a rule
+ * of its own, so long names stay within the GBNF parser's nesting limit. */
+static int ktrie_emit(jsc *c, gr_buf *o, const ktrie *t, int depth, const char *name, int *n_sub) {
+    if (depth && depth % 100 == 0) {
+        gr_buf sub = {0};
+        if (ktrie_emit(c, &sub, t, 0, name, n_sub)) return free(sub.p), -1;
+        char rn[220];
+        snprintf(rn, sizeof rn, "%.180s-key-%d", name, ++*n_sub);
+        const char *got;
+        int rc = sub.oom ? jsc_fail(c, "out of memory") : gb_add(c->b, rn, sub.p, &got, c->err);
+        free(sub.p);
+        if (!rc) gr_buf_puts(o, got);
+        return rc;
+    }
     gr_buf_putc(o, '(');
     bool first = true;
     if (!t->end) gr_buf_puts(o, "\"\""), first = false;
@@ -61,7 +74,7 @@ static void ktrie_emit(gr_buf *o, const ktrie *t, int depth) {
         first = false;
         gb_class(o, r, 1);
         gr_buf_putc(o, ' ');
-        ktrie_emit(o, k, depth + 1);
+        if (ktrie_emit(c, o, k, depth + 1, name, n_sub)) return -1;
     }
     /* any other plain character, then anything plain */
     gr_buf_puts(o, first ? "" : " | ");
@@ -74,6 +87,7 @@ static void ktrie_emit(gr_buf *o, const ktrie *t, int depth) {
         else gr_buf_printf(o, "\\U%08X", (unsigned)k->cp);
     }
     gr_buf_puts(o, "] [^\"\\\\\\x7F\\x00-\\x1F]*)");
+    return 0;
 }
 
 /* ==== Objects ==== */
@@ -174,7 +188,8 @@ int jsc_object(jsc *c, json_t *s, const char *name, const char **out) {
         for (int j = 0; j < n_req; j++) if (ktrie_add(&root, reqs[j].key)) rc = jsc_fail(c, "out of memory");
         gr_buf key = {0};
         gr_buf_puts(&key, "\"\\\"\" ");
-        ktrie_emit(&key, &root, 0);
+        int n_sub = 0;
+        if (!rc) rc = ktrie_emit(c, &key, &root, 0, name, &n_sub);
         gr_buf_puts(&key, " \"\\\"\" space");
         ktrie_free(root.kids);
         char kn[200], vn[200];

@@ -51,7 +51,7 @@ static int cmp_pair(const void *a, const void *b) {
 
 /* Sorted, merged, surrogates removed; complemented over all scalar values when neg. */
 static void cs_norm(cset *s, bool neg) {
-    qsort(s->r, (size_t)s->n, 2 * sizeof *s->r, cmp_pair);
+    if (s->n > 1) qsort(s->r, (size_t)s->n, 2 * sizeof *s->r, cmp_pair);
     int m = 0;
     for (int i = 0; i < s->n; i++) {
         if (m && s->r[2 * i] <= s->r[2 * m - 1] + 1) {
