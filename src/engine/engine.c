@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/clock.h"
+#include "base/env.h"
 #include "base/log.h"
 
 typedef enum { SEQ_QUEUED = 0, SEQ_RUNNING, SEQ_FINISHED } seq_state;
@@ -61,11 +62,21 @@ struct engine {
     int64_t *write_rows;
     seq **step_seqs;
     seq **cons;                /* [n_parallel] constrained sequences sampled this step */
+    int *cons_row;             /* [n_parallel] their logits rows */
     float *logits;             /* [n_parallel, V] */
     int32_t *g_ids;            /* [n_parallel] device-greedy tokens */
     float *g_lps;              /* [n_parallel] their log-probabilities */
     engine_stats stats;
     const seq *reporting;      /* the sequence inside its token callback (engine_top_logprobs) */
+    /* ---- mask worker (MLXCEL_GRAMMAR_OVERLAP): computes the constrained rows' masks while
+     * the step's forward runs; cons[0..n_cons) are its rows between start and wait ---- */
+    bool overlap;
+    bool gw_started, gw_stop, gw_work;
+    pthread_t gw_thread;
+    pthread_mutex_t gw_mu;
+    pthread_cond_t gw_cv;
+    int n_cons;
+    double gw_busy;            /* seconds the worker spent on the last batch */
 };
 
 /* ==== Names ==== */
@@ -117,6 +128,8 @@ int engine_new(engine **out, model *m, const engine_params *p, mx_error *err) {
     e->p = *p;
     if (e->p.prefill_grant_interval <= 0) e->p.prefill_grant_interval = 1;
     pthread_mutex_init(&e->mu, NULL);
+    pthread_mutex_init(&e->gw_mu, NULL);
+    pthread_cond_init(&e->gw_cv, NULL);
     const kv_storage st = kv_storage_resolve(p->storage, e->spec, e->storage_reason,
                                              sizeof e->storage_reason);
     e->p.storage = st;
@@ -142,6 +155,8 @@ int engine_new(engine **out, model *m, const engine_params *p, mx_error *err) {
         engine_free(e);
         return -1;
     }
+    const mx_overlap_mode ov = mx_env()->grammar_overlap;
+    e->overlap = ov == MX_OVERLAP_FORCE || (ov == MX_OVERLAP_AUTO && model_backend(m)->device != MX_DEV_CPU);
     e->p.cache_type_k = kv_cache_params_of(e->kv)->type_k; /* resolved */
     e->p.cache_type_v = kv_cache_params_of(e->kv)->type_v;
     *out = e;
@@ -157,8 +172,11 @@ static void seq_free(seq *s) {
     free(s);
 }
 
+static void gworker_stop(engine *e);
+
 void engine_free(engine *e) {
     if (!e) return;
+    gworker_stop(e);
     for (int i = 0; i < e->n_running; i++) {
         kv_seq_release(e->kv, &e->running[i]->kv);
         seq_free(e->running[i]);
@@ -168,7 +186,9 @@ void engine_free(engine *e) {
     kv_cache_free(e->kv);
     free(e->running); free(e->logits); free(e->cancels); free(e->g_ids); free(e->g_lps);
     free(e->tok); free(e->pos); free(e->sid); free(e->rope_len); free(e->out_rows);
-    free(e->table); free(e->write_rows); free(e->step_seqs); free(e->cons);
+    free(e->table); free(e->write_rows); free(e->step_seqs); free(e->cons); free(e->cons_row);
+    pthread_mutex_destroy(&e->gw_mu);
+    pthread_cond_destroy(&e->gw_cv);
     pthread_mutex_destroy(&e->mu);
     free(e);
 }
@@ -550,38 +570,98 @@ static void sample_and_check(engine *e, seq *s, float *logits) {
     accept_token(e, s, t, lp);
 }
 
-/* ==== Constrained rows ==== */
-/* Token masks of this step's constrained sequences (ss[j] sampled at logits row o_of[j]),
- * computed in parallel: each row has its own matcher (rows of one grammar share its tables
- * under its lock). Applied here unless the sequence has a logits callback, which must see the
- * raw row first (sample_and_check applies it then). A grammar that is complete where the model
- * has no EOS id finishes its sequence here. */
-static void grammar_phase(engine *e, seq **ss, int n, const int *row_of) {
-    seq **cons = e->cons;
-    int nc = 0;
-    for (int j = 0; j < n; j++)
-        if (ss[j]->gm && row_of[j] >= 0) cons[nc++] = ss[j];
-    if (!nc) return;
-    const double t0 = mx_now();
-    const int V = e->spec->vocab_size;
-    int *rows = malloc((size_t)nc * sizeof *rows);
-    if (!rows) {
-        for (int k = 0; k < nc; k++) cons[k]->mask = NULL;
-        return;
+/* ==== Constrained rows ====
+ * The token masks of this step's constrained sequences (cons[k], sampled at logits row
+ * cons_row[k]) depend only on their matchers, i.e. on the tokens of earlier steps. With the
+ * overlap worker (MLXCEL_GRAMMAR_OVERLAP; device backends by default, whose forward leaves the
+ * host idle) they are computed on a worker thread while the forward runs; otherwise after it,
+ * in parallel over the rows (each row has its own matcher; rows of one grammar share its tables
+ * under its lock). Either way they are applied after the forward: to the row at once, or in
+ * sample_and_check after on_logits, which must see the raw row. */
+static void cons_collect(engine *e, seq **ss, int n) {
+    e->n_cons = 0;
+    for (int j = 0, o = 0; j < n; j++) {
+        const bool sampled = ss[j]->kv.n_tokens + ss[j]->rows == ss[j]->n_tokens;
+        if (sampled && ss[j]->gm) e->cons_row[e->n_cons] = o, e->cons[e->n_cons++] = ss[j];
+        if (sampled) o++;
     }
-    for (int j = 0, k = 0; j < n; j++)
-        if (ss[j]->gm && row_of[j] >= 0) rows[k++] = row_of[j];
+}
+
+static void cons_mask(engine *e, int k) {
+    seq *s = e->cons[k];
+    mx_error gerr;
+    s->mask = grammar_matcher_mask(s->gm, e->spec->vocab_size, &gerr);
+    if (!s->mask) LOG_ERR("engine: sequence %lld: %s", (long long)s->id, gerr.msg);
+}
+
+static void *gworker_main(void *arg) {
+    engine *e = arg;
+    pthread_mutex_lock(&e->gw_mu);
+    while (1) {
+        while (!e->gw_work && !e->gw_stop) pthread_cond_wait(&e->gw_cv, &e->gw_mu);
+        if (e->gw_stop) break;
+        pthread_mutex_unlock(&e->gw_mu);
+        const double t0 = mx_now();
+        for (int k = 0; k < e->n_cons; k++) cons_mask(e, k);
+        const double dt = mx_now() - t0;
+        pthread_mutex_lock(&e->gw_mu);
+        e->gw_busy = dt;
+        e->gw_work = false;
+        pthread_cond_broadcast(&e->gw_cv);
+    }
+    pthread_mutex_unlock(&e->gw_mu);
+    return NULL;
+}
+
+/* Hands this step's constrained rows to the worker (started on first use); false when it
+ * cannot run (the step then computes them itself). */
+static bool gworker_start(engine *e) {
+    if (!e->gw_started) {
+        if (pthread_create(&e->gw_thread, NULL, gworker_main, e)) {
+            LOG_WARN("engine: no mask worker thread; token masks are computed after each forward");
+            e->overlap = false;
+            return false;
+        }
+        e->gw_started = true;
+    }
+    pthread_mutex_lock(&e->gw_mu);
+    e->gw_work = true;
+    pthread_cond_broadcast(&e->gw_cv);
+    pthread_mutex_unlock(&e->gw_mu);
+    return true;
+}
+
+static void gworker_wait(engine *e) {
+    pthread_mutex_lock(&e->gw_mu);
+    while (e->gw_work) pthread_cond_wait(&e->gw_cv, &e->gw_mu);
+    pthread_mutex_unlock(&e->gw_mu);
+}
+
+static void gworker_stop(engine *e) {
+    if (!e->gw_started) return;
+    pthread_mutex_lock(&e->gw_mu);
+    e->gw_stop = true;
+    pthread_cond_broadcast(&e->gw_cv);
+    pthread_mutex_unlock(&e->gw_mu);
+    pthread_join(e->gw_thread, NULL);
+    e->gw_started = false;
+}
+
+/* After the forward: the masks (waiting for the worker, or computing them now) applied. */
+static void cons_finish(engine *e, bool on_worker) {
+    const double t0 = mx_now();
+    const int V = e->spec->vocab_size, nc = e->n_cons;
+    if (on_worker) gworker_wait(e);
 #pragma omp parallel for schedule(dynamic, 1) if (nc > 1)
     for (int k = 0; k < nc; k++) {
-        seq *s = cons[k];
-        mx_error gerr;
-        s->mask = grammar_matcher_mask(s->gm, V, &gerr);
-        if (!s->mask) LOG_ERR("engine: sequence %lld: %s", (long long)s->id, gerr.msg);
-        else if (!s->on_logits) grammar_mask_apply(s->mask, e->logits + (size_t)rows[k] * (size_t)V, V);
+        seq *s = e->cons[k];
+        if (!on_worker) cons_mask(e, k);
+        if (s->mask && !s->on_logits) grammar_mask_apply(s->mask, e->logits + (size_t)e->cons_row[k] * (size_t)V, V);
     }
-    free(rows);
+    const double waited = mx_now() - t0;
     e->stats.grammar_masks += (uint64_t)nc;
-    e->stats.grammar_seconds += mx_now() - t0;
+    e->stats.grammar_wait_seconds += waited;
+    e->stats.grammar_seconds += on_worker ? e->gw_busy : waited;
 }
 
 /* ==== Step ==== */
@@ -594,6 +674,7 @@ int engine_step(engine *e, mx_error *err) {
     if (!ss) return mx_fail(err, "out of memory");
     e->step_seqs = ss;
     if (!e->cons && !(e->cons = malloc((size_t)e->p.n_parallel * sizeof(seq *)))) return mx_fail(err, "out of memory");
+    if (!e->cons_row && !(e->cons_row = malloc((size_t)e->p.n_parallel * sizeof(int)))) return mx_fail(err, "out of memory");
     int n = 0;
     for (int i = 0; i < e->n_running; i++)
         if (e->running[i]->rows > 0) ss[n++] = e->running[i];
@@ -641,10 +722,16 @@ int engine_step(engine *e, mx_error *err) {
     /* plain greedy everywhere: the backend picks the tokens on the device (a device backend
      * then copies 8 bytes per row instead of a row of logits) */
     const bool dev_greedy = n_out > 0 && all_greedy && model_has_device_greedy(e->m);
+    /* constrained rows: their masks during the forward (worker) or after it */
+    e->n_cons = 0;
+    if (!dev_greedy) cons_collect(e, ss, n);
+    const bool on_worker = e->n_cons > 0 && e->overlap && gworker_start(e);
     const double t0 = mx_now();
     if (dev_greedy ? model_forward_greedy(e->m, e->kv, &mb, e->g_ids, e->g_lps, err)
-                   : model_forward(e->m, e->kv, &mb, e->logits, err))
+                   : model_forward(e->m, e->kv, &mb, e->logits, err)) {
+        if (on_worker) gworker_wait(e); /* it reads the sequences: done before they can go */
         return -1;
+    }
     const double dt = mx_now() - t0;
     e->stats.steps++;
     e->stats.rows += (uint64_t)rows;
@@ -656,14 +743,7 @@ int engine_step(engine *e, mx_error *err) {
     e->stats.decode_seconds += dt * (double)((uint64_t)rows - prefill_rows) / rows;
 
     /* ---- token masks of constrained rows ---- */
-    if (!dev_greedy) {
-        int *row_of = malloc((size_t)n * sizeof *row_of);
-        if (!row_of) return mx_fail(err, "out of memory");
-        for (int j = 0, o = 0; j < n; j++)
-            row_of[j] = ss[j]->kv.n_tokens + ss[j]->rows == ss[j]->n_tokens ? o++ : -1;
-        grammar_phase(e, ss, n, row_of);
-        free(row_of);
-    }
+    if (e->n_cons) cons_finish(e, on_worker);
 
     /* ---- commit, sample, finish ---- */
     int o = 0;

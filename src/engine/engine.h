@@ -136,7 +136,9 @@ typedef struct engine_stats {
     uint64_t prefix_reused_tokens;     /* prompt tokens those hits did not recompute */
     double prefill_seconds, decode_seconds; /* forward time split by the rows' share */
     uint64_t grammar_masks;            /* token masks computed for constrained rows */
-    double grammar_seconds;            /* wall time of the steps' mask phases */
+    double grammar_seconds;            /* time computing them (worker or step thread) */
+    double grammar_wait_seconds;       /* of which the step waited for after its forward (all
+                                          of it without the overlap worker) */
 } engine_stats;
 void engine_get_stats(engine *e, engine_stats *st);
 
