@@ -205,8 +205,7 @@ static void test_structured(void **st) {
     srv_request r, k;
     static const char *bodies[] = {
         "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"response_format\":{\"type\":\"json_object\"}}",
-        "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"response_format\":{\"type\":\"json_schema\","
-        "\"json_schema\":{\"name\":\"w\",\"strict\":true,\"schema\":{\"type\":\"boolean\"}}}}",
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"w\",\"strict\":true,\"schema\":{\"type\":\"boolean\"}}}}",
         "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"grammar\":\"root ::= \\\"x\\\"\"}",
         "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"json_schema\":true}",
     };
