@@ -22,8 +22,8 @@
 #define GR_MAX_DEPTH 512             /* nesting of groups in GBNF text */
 #define GR_MAX_CFG 20000             /* (node, stack) pairs of one parse state */
 #define GR_MAX_TOKEN_BYTES 255       /* longer tokens are never allowed */
-#define GR_RT_MAX_BYTES (96u << 20)  /* parse tables of one grammar before they are compacted */
-#define GR_MASK_CACHE_BYTES (32u << 20)
+#define GR_RT_MAX_BYTES (64u << 20)  /* parse tables of one grammar before they are compacted */
+#define GR_MASK_CACHE_BYTES (16u << 20)
 
 /* ==== Growable byte buffer ==== */
 typedef struct gr_buf {
