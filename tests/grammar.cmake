@@ -16,7 +16,7 @@ set_tests_properties(test_grammar PROPERTIES FIXTURES_REQUIRED tokenizers_npm)
 # The server on the demo model with the openai client and ajv.
 add_test(NAME grammar_server_e2e
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/grammar/structured_e2e.sh $<TARGET_FILE:mlxcel>)
-set_tests_properties(grammar_server_e2e PROPERTIES TIMEOUT 300 RESOURCE_LOCK grammar_npm)
+set_tests_properties(grammar_server_e2e PROPERTIES TIMEOUT 600 RESOURCE_LOCK grammar_npm)
 # The same engine test with the token masks computed by the overlap worker during the forward
 # (MLXCEL_GRAMMAR_OVERLAP=1; the CPU backend's default computes them after it).
 add_test(NAME test_engine_grammar_overlap COMMAND test_engine_grammar)

@@ -27,9 +27,9 @@ function validJSON(text, schema, what) {
 const word = {
   type: "object",
   properties: {
-    word: { type: "string", minLength: 1, maxLength: 24 },
+    word: { type: "string", minLength: 1, maxLength: 16 },
     part_of_speech: { enum: ["noun", "verb", "adjective", "adverb"] },
-    meanings: { type: "array", items: { type: "string", maxLength: 60 }, minItems: 1, maxItems: 2 },
+    meanings: { type: "array", items: { type: "string", maxLength: 32 }, minItems: 1, maxItems: 2 },
     letters: { type: "integer", minimum: 1, maximum: 40 },
     checked: { type: "string", format: "date" },
     rare: { type: ["boolean", "null"] },
@@ -42,7 +42,7 @@ const rf = { type: "json_schema", json_schema: { name: "word_entry", strict: tru
 
 // ==== chat: non-stream and stream, greedy and sampled ====
 for (const temperature of [0, 1]) {
-  for (const seed of temperature ? [1, 2, 3] : [0]) {
+  for (const seed of temperature ? [1, 2] : [0]) {
     const r = await client.chat.completions.create({ model: MODEL, messages: msgs, temperature, seed, max_tokens: 200, response_format: rf });
     check(r.choices[0].finish_reason === "stop", `chat json_schema t=${temperature} seed=${seed}: finish_reason stop (${r.choices[0].finish_reason})`);
     validJSON(r.choices[0].message.content, word, `chat json_schema t=${temperature} seed=${seed}`);
@@ -67,11 +67,11 @@ for (const temperature of [0, 1]) {
   const t = await client.chat.completions.create({ model: MODEL, messages: msgs, temperature: 0, max_tokens: 20, response_format: { type: "text" } });
   check(typeof t.choices[0].message.content === "string", "response_format text is plain generation");
 }
-// n = 3 choices share the grammar
+// n = 2 choices share the grammar
 {
-  const r = await client.chat.completions.create({ model: MODEL, messages: msgs, temperature: 1, seed: 11, n: 3, max_tokens: 200, response_format: rf });
-  check(r.choices.length === 3, "n = 3 with a schema");
-  r.choices.forEach((c, i) => validJSON(c.message.content, word, `n = 3 choice ${i}`));
+  const r = await client.chat.completions.create({ model: MODEL, messages: msgs, temperature: 1, seed: 11, n: 2, max_tokens: 200, response_format: rf });
+  check(r.choices.length === 2, "n = 2 with a schema");
+  r.choices.forEach((c, i) => validJSON(c.message.content, word, `n = 2 choice ${i}`));
 }
 // legacy completions with response_format, and llama-server's json_schema field
 {
@@ -87,7 +87,7 @@ for (const temperature of [0, 1]) {
 {
   const grammar = 'root ::= ("yes" | "no") ", " [a-z]{1,8} "." (" " [0-9]{2})?';
   const re = /^(yes|no), [a-z]{1,8}\.( [0-9]{2})?$/;
-  for (const seed of [1, 2, 3, 4]) {
+  for (const seed of [1, 2, 3]) {
     const j = await (await fetch(`${base}/completion`, { method: "POST", headers: { "Content-Type": "application/json" },
       body: JSON.stringify({ prompt: "Is the sea blue?", n_predict: 40, temperature: 1, seed, grammar }) })).json();
     check(re.test(j.content), `/completion grammar seed ${seed}: '${j.content}' matches ${re}`);
