@@ -145,9 +145,11 @@ static int parse_response_format(srv_request *r, json_t *rf, mx_error *err) {
         if (only_keys(r, rf, "response_format", keys, err)) return -1;
         json_t *schema = json_object_get(rf, "schema"); /* llama-server: an object with a schema */
         if (schema) return schema_grammar(r, schema, "response_format.schema", err);
-        mx_error e2;
-        if (grammar_json_object(&r->grammar, &e2)) return fail_field(r, err, "response_format", "%s", e2.msg);
-        return 0;
+        /* any object: through the cache like a schema, so its tables are shared too */
+        json_t *any = json_pack("{s:s}", "type", "object");
+        const int rc = any ? schema_grammar(r, any, "response_format", err) : fail_field(r, err, "response_format", "out of memory");
+        json_decref(any);
+        return rc;
     }
     if (!strcmp(t, "json_schema")) {
         static const char *keys[] = {"type", "json_schema", NULL};
