@@ -182,6 +182,13 @@ static void env_load(void) {
             fprintf(stderr, "mlxcel warn: MLXCEL_CASCADE_ATTENTION=%s unknown (auto|0|1); using "
                             "auto\n", s);
     }
+    g_env.grammar_overlap = MX_OVERLAP_AUTO;
+    if ((s = getenv("MLXCEL_GRAMMAR_OVERLAP")) && *s) {
+        if (!strcmp(s, "0") || !strcasecmp(s, "off")) g_env.grammar_overlap = MX_OVERLAP_OFF;
+        else if (!strcmp(s, "1") || !strcasecmp(s, "on")) g_env.grammar_overlap = MX_OVERLAP_FORCE;
+        else if (strcasecmp(s, "auto"))
+            fprintf(stderr, "mlxcel warn: MLXCEL_GRAMMAR_OVERLAP=%s unknown (auto|0|1); using auto\n", s);
+    }
     g_env.cascade_min_shared_keys =
         env_int("MLXCEL_CASCADE_MIN_SHARED_KEYS", MX_CASCADE_MIN_SHARED_KEYS_DEFAULT, 0, 1 << 30);
     /* the valid values of the CUDA kernels (one list: src/backend/cuda/cuda_qknobs.h) */

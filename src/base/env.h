@@ -23,6 +23,9 @@ enum {
     MX_SKIP_QKV = 32, MX_SKIP_O = 64, MX_SKIP_GU = 128, MX_SKIP_DOWN = 256
 };
 
+/* MLXCEL_GRAMMAR_OVERLAP (token masks of constrained rows during the forward, docs/engine.md) */
+typedef enum { MX_OVERLAP_OFF = 0, MX_OVERLAP_AUTO, MX_OVERLAP_FORCE } mx_overlap_mode;
+
 typedef struct mx_env_t {
     int log_level;                 /* MLXCEL_LOG_LEVEL: error|warn|info|debug (info) */
     uint64_t memory_limit;         /* MLXCEL_MEMORY_LIMIT: bytes, K/M/G/T suffixes; 0 = unset */
@@ -69,6 +72,7 @@ typedef struct mx_env_t {
     bool qmv_tiled;                /* MLXCEL_QMV_TILED (1): CUDA repacks quantized weights */
     int qmm_tile_m;                /* MLXCEL_QMM_TILE_M (0 = policy) */
     bool tp_group;                 /* MLXCEL_TP_GROUP (0): --tp-size 1 as a TP group of one rank */
+    mx_overlap_mode grammar_overlap; /* MLXCEL_GRAMMAR_OVERLAP: auto | 0 | 1 (auto: device backends) */
 } mx_env_t;
 
 /* Parsed on first call; thread-safe after that. Invalid values are reported once on stderr

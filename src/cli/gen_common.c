@@ -42,7 +42,11 @@ const char *const k_gen_opts_help =
     "                             of two); CUDA default bf16, every type on CUDA too\n"
     "  -ctv, --cache-type-v TYPE  V cache type, the same choices\n"
     "  --no-chat-template         use the text as it is (tokenizer BOS handling only)\n"
-    "  --chat-template-file F     Jinja chat template overriding the model's\n";
+    "  --chat-template-file F     Jinja chat template overriding the model's\n"
+    "  --grammar GBNF             constrain the output to a GBNF grammar (llama.cpp's format)\n"
+    "  --grammar-file F           ... read from a file\n"
+    "  -j, --json-schema SCHEMA   constrain the output to JSON valid for a JSON schema\n"
+    "  --json-schema-file F       ... read from a file (docs/structured-output.md)\n";
 
 void gen_opts_default(gen_opts *o) {
     memset(o, 0, sizeof *o);
@@ -176,6 +180,15 @@ int gen_opts_parse(gen_opts *o, int argc, char **argv, int *i, const char *cmd) 
     } else if (!strcmp(a, "--chat-template-file")) {
         NEED_VAL();
         o->chat_template_file = v;
+    } else if (!strcmp(a, "--grammar") || !strcmp(a, "--grammar-file") || !strcmp(a, "-j") ||
+               !strcmp(a, "--json-schema") || !strcmp(a, "--json-schema-file")) {
+        NEED_VAL();
+        if (o->grammar || o->grammar_file || o->json_schema || o->json_schema_file)
+            BAD("a single grammar or schema (one of --grammar, --grammar-file, --json-schema, --json-schema-file)");
+        if (!strcmp(a, "--grammar")) o->grammar = v;
+        else if (!strcmp(a, "--grammar-file")) o->grammar_file = v;
+        else if (!strcmp(a, "--json-schema-file")) o->json_schema_file = v;
+        else o->json_schema = v;
     } else {
         return 0;
     }
@@ -250,6 +263,10 @@ int gen_session_open(gen_session *s, const gen_opts *o, const char *cmd, mx_erro
         gen_session_close(s);
         return mx_fail(err, "--stop needs %s/tokenizer.json, which is missing", o->model_dir);
     }
+    if (gen_grammar_open(s, o, err)) {
+        gen_session_close(s);
+        return -1;
+    }
     /* sampling: defaults < generation_config.json (runtime) < flags */
     s->sp = s->rt.sampling;
     if (o->temp_set) s->sp.temperature = o->temp;
@@ -307,6 +324,8 @@ int gen_encode_raw(const gen_session *s, const char *text, int32_t **ids, int *n
 }
 
 void gen_session_close(gen_session *s) {
+    grammar_release(s->grammar);
+    grammar_vocab_release(s->grammar_vocab);
     runtime_close(&s->rt);
     memset(s, 0, sizeof *s);
 }

@@ -30,6 +30,8 @@ typedef struct gen_opts {
     const char *chat_template_file;
     const char *stops[GEN_MAX_STOPS];
     int n_stops;
+    /* structured output (llama.cpp's flags): one of GBNF text / file, JSON schema text / file */
+    const char *grammar, *grammar_file, *json_schema, *json_schema_file;
 } gen_opts;
 
 void gen_opts_default(gen_opts *o);
@@ -43,6 +45,8 @@ typedef struct gen_session {
     runtime rt;                 /* tok NULL when the directory has no tokenizer.json; tpl NULL
                                    without a template or with --no-chat-template */
     sampling_params sp;         /* the runtime's defaults with the flags applied */
+    grammar *grammar;           /* --grammar / --json-schema: constrains every request, or NULL */
+    grammar_vocab *grammar_vocab;
 } gen_session;
 
 /* Loads the model (and tokenizer when present), builds the sampling parameters (flags over
@@ -50,6 +54,10 @@ typedef struct gen_session {
  * cache types. A cache type the device cannot hold is refused before the model loads. */
 int gen_session_open(gen_session *s, const gen_opts *o, const char *cmd, mx_error *err);
 void gen_session_close(gen_session *s);
+
+/* The grammar of --grammar(-file) / --json-schema(-file), with the tokenizer's token bytes
+ * (gen_grammar.c; called by gen_session_open). 0 when none is given. */
+int gen_grammar_open(gen_session *s, const gen_opts *o, mx_error *err);
 
 /* Renders messages (JSON array of {role, content}) with the chat template and tokenizes the
  * result without adding special tokens (the template writes them), as transformers'

@@ -181,7 +181,8 @@ int cmd_generate(int argc, char **argv) {
     engine_request r = {.prompt = ids, .n_prompt = n_ids, .sampling = s.sp,
                         .max_tokens = o.n_predict, .ignore_eos = o.ignore_eos,
                         .on_token = on_token, .on_finish = on_finish, .user = &g,
-                        .allow_device_sampling = true}; /* no top logprobs asked */
+                        .allow_device_sampling = true, /* no top logprobs asked */
+                        .grammar = s.grammar, .grammar_vocab = s.grammar_vocab};
     if (engine_submit(s.rt.e, &r, &err) < 0 || engine_run(s.rt.e, &err) < 0) {
         fprintf(stderr, "mlxcel generate: %s\n", err.msg);
         goto out;
@@ -220,6 +221,12 @@ int cmd_generate(int argc, char **argv) {
         json_object_set_new(j, "generated_tokens", json_integer(g.n_toks));
         json_object_set_new(j, "prefill_tokens_per_s", json_real(prefill_tps));
         json_object_set_new(j, "decode_tokens_per_s", json_real(decode_tps));
+        if (s.grammar) { /* the time the token masks took, and how many */
+            engine_stats es;
+            engine_get_stats(s.rt.e, &es);
+            json_object_set_new(j, "grammar_masks", json_integer((json_int_t)es.grammar_masks));
+            json_object_set_new(j, "grammar_mask_ms", json_real(es.grammar_seconds * 1e3));
+        }
         json_object_set_new(j, "ttft_ms", json_real(ttft_ms));
         json_object_set_new(j, "device", json_string(s.rt.be->name));
         json_object_set_new(j, "kv_storage", json_string(kv_storage_name(engine_storage(s.rt.e))));

@@ -202,7 +202,7 @@ int cmd_run(int argc, char **argv) {
         if (o.n_stops) tok_stream_set_stops(c.ts, o.stops, o.n_stops);
         engine_request r = {.prompt = ids, .n_prompt = n, .sampling = s.sp, .max_tokens = o.n_predict,
                             .ignore_eos = o.ignore_eos, .on_token = on_token, .on_finish = on_finish,
-                            .user = &c};
+                            .user = &c, .grammar = s.grammar, .grammar_vocab = s.grammar_vocab};
         if (engine_submit(s.rt.e, &r, &err) < 0 || engine_run(s.rt.e, &err) < 0) {
             fprintf(stderr, "mlxcel run: %s\n", err.msg);
             tok_stream_free(c.ts);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/clock.h"
+#include "base/env.h"
 #include "base/log.h"
 
 typedef enum { SEQ_QUEUED = 0, SEQ_RUNNING, SEQ_FINISHED } seq_state;
@@ -27,6 +28,8 @@ typedef struct seq {
                                   pick the token on the device (model_forward_greedy) */
     kv_seq kv;                 /* n_tokens of kv = tokens with K/V in the cache */
     sampler *smp;
+    grammar_matcher *gm;       /* constrained decoding: the grammar state, or NULL */
+    const uint32_t *mask;      /* this step's token mask (gm's), NULL when not computed */
     engine_token_cb on_token;
     engine_finish_cb on_finish;
     engine_logits_cb on_logits;
@@ -58,11 +61,22 @@ struct engine {
     int32_t *tok, *pos, *sid, *rope_len, *out_rows, *table;
     int64_t *write_rows;
     seq **step_seqs;
+    seq **cons;                /* [n_parallel] constrained sequences sampled this step */
+    int *cons_row;             /* [n_parallel] their logits rows */
     float *logits;             /* [n_parallel, V] */
     int32_t *g_ids;            /* [n_parallel] device-greedy tokens */
     float *g_lps;              /* [n_parallel] their log-probabilities */
     engine_stats stats;
     const seq *reporting;      /* the sequence inside its token callback (engine_top_logprobs) */
+    /* ---- mask worker (MLXCEL_GRAMMAR_OVERLAP): computes the constrained rows' masks while
+     * the step's forward runs; cons[0..n_cons) are its rows between start and wait ---- */
+    bool overlap;
+    bool gw_started, gw_stop, gw_work;
+    pthread_t gw_thread;
+    pthread_mutex_t gw_mu;
+    pthread_cond_t gw_cv;
+    int n_cons;
+    double gw_busy;            /* seconds the worker spent on the last batch */
 };
 
 /* ==== Names ==== */
@@ -114,6 +128,8 @@ int engine_new(engine **out, model *m, const engine_params *p, mx_error *err) {
     e->p = *p;
     if (e->p.prefill_grant_interval <= 0) e->p.prefill_grant_interval = 1;
     pthread_mutex_init(&e->mu, NULL);
+    pthread_mutex_init(&e->gw_mu, NULL);
+    pthread_cond_init(&e->gw_cv, NULL);
     const kv_storage st = kv_storage_resolve(p->storage, e->spec, e->storage_reason,
                                              sizeof e->storage_reason);
     e->p.storage = st;
@@ -139,6 +155,8 @@ int engine_new(engine **out, model *m, const engine_params *p, mx_error *err) {
         engine_free(e);
         return -1;
     }
+    const mx_overlap_mode ov = mx_env()->grammar_overlap;
+    e->overlap = ov == MX_OVERLAP_FORCE || (ov == MX_OVERLAP_AUTO && model_backend(m)->device != MX_DEV_CPU);
     e->p.cache_type_k = kv_cache_params_of(e->kv)->type_k; /* resolved */
     e->p.cache_type_v = kv_cache_params_of(e->kv)->type_v;
     *out = e;
@@ -150,11 +168,15 @@ static void seq_free(seq *s) {
     free(s->tokens);
     free(s->kv.blocks);
     sampler_free(s->smp);
+    grammar_matcher_free(s->gm);
     free(s);
 }
 
+static void gworker_stop(engine *e);
+
 void engine_free(engine *e) {
     if (!e) return;
+    gworker_stop(e);
     for (int i = 0; i < e->n_running; i++) {
         kv_seq_release(e->kv, &e->running[i]->kv);
         seq_free(e->running[i]);
@@ -164,7 +186,9 @@ void engine_free(engine *e) {
     kv_cache_free(e->kv);
     free(e->running); free(e->logits); free(e->cancels); free(e->g_ids); free(e->g_lps);
     free(e->tok); free(e->pos); free(e->sid); free(e->rope_len); free(e->out_rows);
-    free(e->table); free(e->write_rows); free(e->step_seqs);
+    free(e->table); free(e->write_rows); free(e->step_seqs); free(e->cons); free(e->cons_row);
+    pthread_mutex_destroy(&e->gw_mu);
+    pthread_cond_destroy(&e->gw_cv);
     pthread_mutex_destroy(&e->mu);
     free(e);
 }
@@ -199,6 +223,22 @@ int64_t engine_submit(engine *e, const engine_request *r, mx_error *err) {
         seq_free(s);
         return mx_fail(err, "out of memory"), -1;
     }
+    if (r->grammar || r->grammar_vocab) {
+        if (!r->grammar || !r->grammar_vocab) {
+            seq_free(s);
+            return mx_fail(err, "a grammar needs both the grammar and the vocabulary's token bytes"), -1;
+        }
+        for (int i = 0; i < e->spec->n_eos; i++)
+            if (!grammar_vocab_is_eos(r->grammar_vocab, e->spec->eos_ids[i])) {
+                seq_free(s);
+                return mx_fail(err, "the grammar vocabulary does not mark the model's EOS id %d as EOS",
+                               e->spec->eos_ids[i]), -1;
+            }
+        if (!(s->gm = grammar_matcher_new(r->grammar, r->grammar_vocab, err))) {
+            seq_free(s);
+            return -1;
+        }
+    }
     memcpy(s->tokens, r->prompt, (size_t)r->n_prompt * sizeof(int32_t));
     s->n_tokens = s->n_prompt = r->n_prompt;
     s->max_tokens = r->max_tokens;
@@ -208,7 +248,7 @@ int64_t engine_submit(engine *e, const engine_request *r, mx_error *err) {
     s->on_logits = r->on_logits;
     s->user = r->user;
     const sampling_params *sp = &r->sampling;
-    s->plain_greedy = r->allow_device_sampling && sp->temperature <= 0 && !r->on_logits &&
+    s->plain_greedy = r->allow_device_sampling && sp->temperature <= 0 && !r->on_logits && !s->gm &&
                       sp->n_logit_bias == 0 &&
                       (sp->repeat_penalty == 1.0f || sp->repeat_last_n == 0) &&
                       sp->presence_penalty == 0 && sp->frequency_penalty == 0;
@@ -482,6 +522,14 @@ static void accept_token(engine *e, seq *s, int32_t t, float lp) {
         finish(e, s, ENGINE_FINISH_ERROR);
         return;
     }
+    if (s->gm) { /* the mask allowed t: refusing it here is an internal error */
+        mx_error gerr;
+        if (grammar_matcher_accept(s->gm, t, &gerr)) {
+            LOG_ERR("engine: sequence %lld: %s", (long long)s->id, gerr.msg);
+            finish(e, s, ENGINE_FINISH_ERROR);
+            return;
+        }
+    }
     if (seq_append(s, t)) {
         finish(e, s, ENGINE_FINISH_ERROR);
         return;
@@ -492,7 +540,7 @@ static void accept_token(engine *e, seq *s, int32_t t, float lp) {
     const int stop = s->on_token ? s->on_token(s->user, s->id, t, lp) : 0;
     e->reporting = NULL;
     if (stop) finish(e, s, ENGINE_FINISH_STOP);
-    else if (!s->ignore_eos && is_eos(e, t)) finish(e, s, ENGINE_FINISH_EOS);
+    else if (s->gm ? grammar_matcher_ended(s->gm) : !s->ignore_eos && is_eos(e, t)) finish(e, s, ENGINE_FINISH_EOS);
     else if (s->max_tokens > 0 && s->n_generated >= s->max_tokens) finish(e, s, ENGINE_FINISH_LENGTH);
     else if (s->n_tokens >= e->p.ctx_size) finish(e, s, ENGINE_FINISH_CONTEXT);
 }
@@ -500,8 +548,120 @@ static void accept_token(engine *e, seq *s, int32_t t, float lp) {
 static void sample_and_check(engine *e, seq *s, float *logits) {
     float lp = 0.0f;
     if (s->on_logits) s->on_logits(s->user, s->id, logits, e->spec->vocab_size);
+    if (s->gm) {
+        if (!s->mask) {
+            finish(e, s, ENGINE_FINISH_ERROR); /* logged by the mask phase */
+            return;
+        }
+        if (s->on_logits) grammar_mask_apply(s->mask, logits, e->spec->vocab_size);
+        s->mask = NULL;
+    }
     const int32_t t = sampler_sample(s->smp, logits, e->spec->vocab_size, s->tokens, s->n_tokens, &lp);
+    if (t < 0 && s->gm && grammar_matcher_is_done(s->gm)) { /* complete, and the model has no EOS */
+        finish(e, s, ENGINE_FINISH_EOS);
+        return;
+    }
+    if (t < 0 && s->gm) {
+        LOG_ERR("engine: sequence %lld: no token the grammar allows can be sampled (the grammar needs text this "
+                "vocabulary cannot write, or logit_bias banned every allowed token)", (long long)s->id);
+        finish(e, s, ENGINE_FINISH_ERROR);
+        return;
+    }
     accept_token(e, s, t, lp);
+}
+
+/* ==== Constrained rows ====
+ * The token masks of this step's constrained sequences (cons[k], sampled at logits row
+ * cons_row[k]) depend only on their matchers, i.e. on the tokens of earlier steps. With the
+ * overlap worker (MLXCEL_GRAMMAR_OVERLAP; device backends by default, whose forward leaves the
+ * host idle) they are computed on a worker thread while the forward runs; otherwise after it,
+ * in parallel over the rows (each row has its own matcher; rows of one grammar share its tables
+ * under its lock). Either way they are applied after the forward: to the row at once, or in
+ * sample_and_check after on_logits, which must see the raw row. */
+static void cons_collect(engine *e, seq **ss, int n) {
+    e->n_cons = 0;
+    for (int j = 0, o = 0; j < n; j++) {
+        const bool sampled = ss[j]->kv.n_tokens + ss[j]->rows == ss[j]->n_tokens;
+        if (sampled && ss[j]->gm) e->cons_row[e->n_cons] = o, e->cons[e->n_cons++] = ss[j];
+        if (sampled) o++;
+    }
+}
+
+static void cons_mask(engine *e, int k) {
+    seq *s = e->cons[k];
+    mx_error gerr;
+    s->mask = grammar_matcher_mask(s->gm, e->spec->vocab_size, &gerr);
+    if (!s->mask) LOG_ERR("engine: sequence %lld: %s", (long long)s->id, gerr.msg);
+}
+
+static void *gworker_main(void *arg) {
+    engine *e = arg;
+    pthread_mutex_lock(&e->gw_mu);
+    while (1) {
+        while (!e->gw_work && !e->gw_stop) pthread_cond_wait(&e->gw_cv, &e->gw_mu);
+        if (e->gw_stop) break;
+        pthread_mutex_unlock(&e->gw_mu);
+        const double t0 = mx_now();
+        for (int k = 0; k < e->n_cons; k++) cons_mask(e, k);
+        const double dt = mx_now() - t0;
+        pthread_mutex_lock(&e->gw_mu);
+        e->gw_busy = dt;
+        e->gw_work = false;
+        pthread_cond_broadcast(&e->gw_cv);
+    }
+    pthread_mutex_unlock(&e->gw_mu);
+    return NULL;
+}
+
+/* Hands this step's constrained rows to the worker (started on first use); false when it
+ * cannot run (the step then computes them itself). */
+static bool gworker_start(engine *e) {
+    if (!e->gw_started) {
+        if (pthread_create(&e->gw_thread, NULL, gworker_main, e)) {
+            LOG_WARN("engine: no mask worker thread; token masks are computed after each forward");
+            e->overlap = false;
+            return false;
+        }
+        e->gw_started = true;
+    }
+    pthread_mutex_lock(&e->gw_mu);
+    e->gw_work = true;
+    pthread_cond_broadcast(&e->gw_cv);
+    pthread_mutex_unlock(&e->gw_mu);
+    return true;
+}
+
+static void gworker_wait(engine *e) {
+    pthread_mutex_lock(&e->gw_mu);
+    while (e->gw_work) pthread_cond_wait(&e->gw_cv, &e->gw_mu);
+    pthread_mutex_unlock(&e->gw_mu);
+}
+
+static void gworker_stop(engine *e) {
+    if (!e->gw_started) return;
+    pthread_mutex_lock(&e->gw_mu);
+    e->gw_stop = true;
+    pthread_cond_broadcast(&e->gw_cv);
+    pthread_mutex_unlock(&e->gw_mu);
+    pthread_join(e->gw_thread, NULL);
+    e->gw_started = false;
+}
+
+/* After the forward: the masks (waiting for the worker, or computing them now) applied. */
+static void cons_finish(engine *e, bool on_worker) {
+    const double t0 = mx_now();
+    const int V = e->spec->vocab_size, nc = e->n_cons;
+    if (on_worker) gworker_wait(e);
+#pragma omp parallel for schedule(dynamic, 1) if (nc > 1)
+    for (int k = 0; k < nc; k++) {
+        seq *s = e->cons[k];
+        if (!on_worker) cons_mask(e, k);
+        if (s->mask && !s->on_logits) grammar_mask_apply(s->mask, e->logits + (size_t)e->cons_row[k] * (size_t)V, V);
+    }
+    const double waited = mx_now() - t0;
+    e->stats.grammar_masks += (uint64_t)nc;
+    e->stats.grammar_wait_seconds += waited;
+    e->stats.grammar_seconds += on_worker ? e->gw_busy : waited;
 }
 
 /* ==== Step ==== */
@@ -526,6 +686,8 @@ int engine_step(engine *e, mx_error *err) {
     seq **ss = realloc(e->step_seqs, (size_t)e->p.n_parallel * sizeof(seq *));
     if (!ss) return mx_fail(err, "out of memory");
     e->step_seqs = ss;
+    if (!e->cons && !(e->cons = malloc((size_t)e->p.n_parallel * sizeof(seq *)))) return mx_fail(err, "out of memory");
+    if (!e->cons_row && !(e->cons_row = malloc((size_t)e->p.n_parallel * sizeof(int)))) return mx_fail(err, "out of memory");
     int n = 0;
     for (int i = 0; i < e->n_running; i++)
         if (e->running[i]->rows > 0) ss[n++] = e->running[i];
@@ -573,10 +735,16 @@ int engine_step(engine *e, mx_error *err) {
     /* plain greedy everywhere: the backend picks the tokens on the device (a device backend
      * then copies 8 bytes per row instead of a row of logits) */
     const bool dev_greedy = n_out > 0 && all_greedy && model_has_device_greedy(e->m);
+    /* constrained rows: their masks during the forward (worker) or after it */
+    e->n_cons = 0;
+    if (!dev_greedy) cons_collect(e, ss, n);
+    const bool on_worker = e->n_cons > 0 && e->overlap && gworker_start(e);
     const double t0 = mx_now();
     if (dev_greedy ? model_forward_greedy(e->m, e->kv, &mb, e->g_ids, e->g_lps, err)
-                   : model_forward(e->m, e->kv, &mb, e->logits, err))
+                   : model_forward(e->m, e->kv, &mb, e->logits, err)) {
+        if (on_worker) gworker_wait(e); /* it reads the sequences: done before they can go */
         return -1;
+    }
     const double dt = mx_now() - t0;
     e->stats.steps++;
     e->stats.rows += (uint64_t)rows;
@@ -586,6 +754,9 @@ int engine_step(engine *e, mx_error *err) {
     e->stats.decode_rows += (uint64_t)rows - prefill_rows;
     e->stats.prefill_seconds += dt * (double)prefill_rows / rows;
     e->stats.decode_seconds += dt * (double)((uint64_t)rows - prefill_rows) / rows;
+
+    /* ---- token masks of constrained rows ---- */
+    if (e->n_cons) cons_finish(e, on_worker);
 
     /* ---- commit, sample, finish ---- */
     int o = 0;

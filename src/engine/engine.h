@@ -19,6 +19,7 @@
 
 #include "base/error.h"
 #include "engine/sampler.h"
+#include "grammar/grammar.h"
 #include "kv/kv_cache.h"
 #include "model/model.h"
 
@@ -97,6 +98,18 @@ typedef struct engine_request {
      * (no penalty, bias or logits callback) a device backend may then pick the token on the
      * device and send only its id and logprob to the host (CUDA). Default false. */
     bool allow_device_sampling;
+    /* Constrained decoding (docs/structured-output.md): each sampled token of this sequence is
+     * drawn from the tokens `grammar` allows next over `grammar_vocab` (the model's tokenizer;
+     * its EOS ids must include the model's). The engine keeps a matcher beside the sequence,
+     * created at submit and freed with it (both retained meanwhile): before sampling, the
+     * tokens the grammar refuses get -inf (after on_logits, which sees the raw row; before
+     * bias, penalties and the sampler, so greedy and every sampling option work under it), and
+     * the matcher advances by each sampled token. EOS is allowed only where the grammar may end
+     * and is the only choice once it is complete; under a grammar EOS ends the sequence even
+     * with ignore_eos. Device sampling is off for such a sequence. Preemption recomputes the
+     * KV of kept tokens only, so the matcher is never rewound. NULL: unconstrained. */
+    grammar *grammar;
+    grammar_vocab *grammar_vocab;
 } engine_request;
 
 typedef struct engine engine;
@@ -134,6 +147,10 @@ typedef struct engine_stats {
     uint64_t prefix_hits, prefix_misses;/* first admissions reusing >= 1 cached block, or none */
     uint64_t prefix_reused_tokens;     /* prompt tokens those hits did not recompute */
     double prefill_seconds, decode_seconds; /* forward time split by the rows' share */
+    uint64_t grammar_masks;            /* token masks computed for constrained rows */
+    double grammar_seconds;            /* time computing them (worker or step thread) */
+    double grammar_wait_seconds;       /* of which the step waited for after its forward (all
+                                          of it without the overlap worker) */
 } engine_stats;
 void engine_get_stats(engine *e, engine_stats *st);
 

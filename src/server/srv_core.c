@@ -439,6 +439,7 @@ static void submit_job(srv_server *s, srv_job *j) {
     srv_gen g = {
         .prompt = j->prompt, .n_prompt = j->n_prompt, .max_tokens = j->max_tokens,
         .sampling = j->req.sampling, .on_token = on_token, .on_finish = on_finish, .user = j,
+        .grammar = j->req.grammar, .grammar_vocab = j->req.grammar_vocab,
     };
     mx_error err = {{0}};
     pthread_mutex_lock(&s->mu);

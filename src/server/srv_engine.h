@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "base/error.h"
+#include "grammar/grammar.h"
 
 #define SRV_MAX_TOP_LOGPROBS 20
 
@@ -70,6 +71,10 @@ typedef struct srv_gen {
     int n_prompt;
     int max_tokens;        /* >= 1 */
     srv_sampling sampling; /* the engine copies what it keeps */
+    /* Structured output: sample only what `grammar` allows over `grammar_vocab` (from
+     * srv_text_ops.grammar_vocab); the engine retains both for the sequence. NULL: free. */
+    grammar *grammar;
+    grammar_vocab *grammar_vocab;
     /* Engine thread. The EOS token itself is not reported: on_finish(EOS) follows instead. */
     void (*on_token)(void *user, const srv_token *tok);
     /* Engine thread, exactly once per successful submit, after the last on_token; also called
@@ -142,6 +147,10 @@ typedef struct srv_text_ops {
     void (*stream_keep)(srv_text_stream *s, const char *const *pieces, int n);
     void (*stream_free)(srv_text_stream *s);
     int (*vocab_size)(void *txt);
+    /* The vocabulary's token bytes for constrained decoding (built on first use, then shared;
+     * lives as long as the backend). Reentrant. NULL with err when the backend cannot
+     * constrain (an op left NULL means the same). */
+    grammar_vocab *(*grammar_vocab)(void *txt, mx_error *err);
     bool has_template;
 } srv_text_ops;
 

@@ -274,13 +274,26 @@ int srv_tokenize_text(void *ctx, const char *text, bool add_special, int32_t **i
     return be->text_ops->tokenize(be->text, text, strlen(text), add_special, ids, n, err);
 }
 
+/* A constrained request needs the backend's token bytes (built once, on first use). */
+static int job_grammar_vocab(srv_server *s, srv_job *j, mx_error *err) {
+    if (!j->req.grammar) return 0;
+    const srv_text_ops *t = s->be->text_ops;
+    mx_error e2 = {{0}};
+    if (!t->grammar_vocab || !(j->req.grammar_vocab = t->grammar_vocab(s->be->text, &e2))) {
+        snprintf(j->req.bad_param, sizeof j->req.bad_param, "%s", j->req.grammar_field);
+        return mx_fail(err, "constrained decoding is not available: %s",
+                       t->grammar_vocab ? e2.msg : "this backend has no token bytes");
+    }
+    return 0;
+}
+
 /* A request's body parsed into j->req, its text logit_bias and mixed prompt resolved. */
 static int parse_into(srv_server *s, srv_job *j, conn_ctx *cc, srv_api api, mx_error *err) {
     srv_backend *be = s->be;
     const int vocab = be->text_ops->vocab_size(be->text);
     return srv_request_parse(&j->req, api, cc->body ? cc->body : "", cc->len, &s->cfg, vocab, err) ||
            srv_request_text_bias(&j->req, srv_tokenize_text, be, vocab, err) ||
-           srv_request_mixed_prompt(&j->req, srv_tokenize_text, be, vocab, err);
+           srv_request_mixed_prompt(&j->req, srv_tokenize_text, be, vocab, err) || job_grammar_vocab(s, j, err);
 }
 
 /* The prompt's ids: the chat template's, the text's, or the ids given; element p >= 1 of a
@@ -740,6 +753,7 @@ out:
     if (cfg->host[0] && port == 0 && d) unlink(cfg->host);
     srv_metrics_free(s->metrics);
     if (s->chat_caps) srv_chat_caps_free(s->chat_caps);
+    srv_grammar_cache_clear();
     if (s->thread_started == false) {
         pthread_mutex_destroy(&s->mu);
         pthread_cond_destroy(&s->cv);

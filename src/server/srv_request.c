@@ -1,6 +1,6 @@
 /* Parsing and validation of generation request bodies. Unknown fields are ignored (clients
  * send many); known fields with a wrong type or value are rejected naming the field; features
- * that are known but not implemented (n > 1, echo, suffix, structured output) are rejected
+ * that are known but not implemented (echo, suffix) are rejected
  * rather than silently ignored. Every range lies inside what the sampler accepts
  * (sampling_params_validate), so a request the parser lets through never fails in the engine
  * (which the client would see as a 500). */
@@ -435,12 +435,6 @@ static int parse_openai(srv_request *r, json_t *o, int vocab, mx_error *err) {
     json_t *u = field(o, "user");
     if (u && !json_is_string(u)) return bad(r, err, "user", "expected a string, got %s", type_name(u));
     if (u) snprintf(r->user, sizeof r->user, "%s", json_string_value(u));
-    json_t *rf = field(o, "response_format");
-    if (rf) {
-        json_t *ty = json_object_get(rf, "type");
-        if (!json_is_string(ty) || strcmp(json_string_value(ty), "text"))
-            return bad(r, err, "response_format", "only {\"type\":\"text\"} is supported");
-    }
     return 0;
 }
 
@@ -537,6 +531,8 @@ int srv_request_parse(srv_request *r, srv_api api, const char *body, size_t len,
         bool cache_prompt = true; /* prefix reuse is automatic; the field is accepted as a hint */
         if (get_bool(r, o, "cache_prompt", &cache_prompt, err)) goto out;
     }
+    /* response_format / json_schema / grammar on every route (srv_structured.c) */
+    if (srv_request_parse_structured(r, o, err)) goto out;
     rc = 0;
 out:
     json_decref(o);
@@ -552,6 +548,7 @@ int srv_request_copy_choice(srv_request *dst, const srv_request *src, mx_error *
     dst->n_stops = 0;
     dst->chat = srv_chat_opts_ref(src->chat);
     dst->sampling.logit_bias = NULL;
+    grammar_retain(dst->grammar); /* each choice holds its reference */
     const int nb = src->sampling.n_logit_bias;
     if (nb > 0) {
         dst->sampling.logit_bias = malloc((size_t)nb * sizeof *dst->sampling.logit_bias);
@@ -581,5 +578,6 @@ void srv_request_free(srv_request *r) {
     for (int i = 0; i < r->n_bias_text; i++) free(r->bias_text[i]);
     free(r->bias_text);
     free(r->bias_text_value);
+    grammar_release(r->grammar);
     memset(r, 0, sizeof *r);
 }

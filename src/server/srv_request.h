@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "base/error.h"
+#include "grammar/grammar.h"
 #include "server/srv_config.h"
 #include "server/srv_engine.h"
 
@@ -51,6 +52,12 @@ typedef struct srv_request {
     int completion_logprobs; /* /v1/completions `logprobs` N (-1 = not requested) */
     struct srv_chat_opts *chat; /* chat: tools, tool_choice, reasoning (srv_chat_fields.c; a reference) */
     char user[256];
+    /* structured output (response_format / json_schema / grammar; srv_structured.c): the
+     * compiled grammar (a reference, released by srv_request_free), NULL when unconstrained;
+     * grammar_vocab: the backend's token bytes, set by the HTTP layer (borrowed) */
+    grammar *grammar;
+    grammar_vocab *grammar_vocab;
+    char grammar_field[32];  /* the field it came from: response_format, json_schema, grammar */
     char bad_param[64];     /* field named by the last error */
 } srv_request;
 
@@ -87,5 +94,14 @@ int srv_tokenize_mixed(json_t *a, bool add_special, srv_tokenize_fn tokenize, vo
  * without one. 0 or -1 (err names prompt). */
 int srv_request_mixed_prompt(srv_request *r, srv_tokenize_fn tokenize, void *ctx, int vocab,
                              mx_error *err);
+
+/* ==== Structured output (srv_structured.c) ====
+ * response_format, json_schema and grammar of request object o compiled into r->grammar (on
+ * the calling thread; identical sources share one grammar through a small cache). 0, or -1
+ * with err naming the field ("response_format.json_schema.schema: schema at /properties/age:
+ * keyword 'multipleOf' is not supported") and r->bad_param the top-level one. */
+int srv_request_parse_structured(srv_request *r, json_t *o, mx_error *err);
+/* Drops the cached grammars (tests, shutdown). */
+void srv_grammar_cache_clear(void);
 
 #endif

@@ -54,6 +54,19 @@ bool tok_is_special(const tokenizer *t, int32_t id);
 const char *tok_bos_token(const tokenizer *t);
 const char *tok_eos_token(const tokenizer *t);
 
+/* ==== Token bytes (constrained decoding) ====
+ * What each id adds to the text in the middle of a stream, as raw bytes: a ByteLevel or <0xNN>
+ * token its byte, "▁the" " the", an added token its content (decoded after a context token, so
+ * first-token decoder rules do not apply). Special tokens are flagged and have no bytes. */
+typedef struct tok_vocab {
+    int n;                 /* tok_vocab_size */
+    char *data;            /* token i: data[off[i] .. off[i] + len[i]) */
+    uint32_t *off, *len;
+    uint8_t *special;      /* 1: a special added token (never text) */
+} tok_vocab;
+int tok_vocab_bytes(const tokenizer *t, tok_vocab *out, mx_error *err);
+void tok_vocab_free(tok_vocab *v);
+
 /* ==== Streaming detokenizer ====
  * Push ids one at a time; get back the text that is now final. Incomplete UTF-8 and
  * byte-fallback sequences are held back; stop strings that span token boundaries are found,

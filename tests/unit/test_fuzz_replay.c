@@ -20,6 +20,12 @@
 #define LLVMFuzzerTestOneInput fuzz_template_one
 #include "../../fuzz/fuzz_template.c"
 #undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_gbnf_one
+#include "../../fuzz/fuzz_gbnf.c"
+#undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_json_schema_one
+#include "../../fuzz/fuzz_json_schema.c"
+#undef LLVMFuzzerTestOneInput
 
 static int replay_dir(const char *sub, int (*fn)(const uint8_t *, size_t)) {
     char dir[2048];
@@ -56,6 +62,10 @@ static void test_replay(void **st) {
     int t = replay_dir("corpus/template", fuzz_template_one);
     t += replay_dir("regress/template", fuzz_template_one);
     assert_true(t > 0);
+    int g = replay_dir("corpus/gbnf", fuzz_gbnf_one) + replay_dir("regress/gbnf", fuzz_gbnf_one);
+    assert_true(g > 0);
+    int j = replay_dir("corpus/json_schema", fuzz_json_schema_one) + replay_dir("regress/json_schema", fuzz_json_schema_one);
+    assert_true(j > 0);
 }
 
 int main(void) {

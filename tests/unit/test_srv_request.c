@@ -196,6 +196,35 @@ static void test_choices(void **st) {
     srv_request_free(&r);
 }
 
+/* Structured output: what compiles, and that every choice holds the grammar. */
+static void test_structured(void **st) {
+    (void)st;
+    srv_config d;
+    srv_config_defaults(&d);
+    mx_error err;
+    srv_request r, k;
+    static const char *bodies[] = {
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"response_format\":{\"type\":\"json_object\"}}",
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"w\",\"strict\":true,\"schema\":{\"type\":\"boolean\"}}}}",
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"grammar\":\"root ::= \\\"x\\\"\"}",
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"json_schema\":true}",
+    };
+    for (size_t i = 0; i < sizeof bodies / sizeof *bodies; i++) {
+        if (srv_request_parse(&r, SRV_API_CHAT, bodies[i], strlen(bodies[i]), &d, 100, &err)) fail_msg("%s: %s", bodies[i], err.msg);
+        assert_non_null(r.grammar);
+        assert_int_equal(srv_request_copy_choice(&k, &r, &err), 0);
+        assert_ptr_equal(k.grammar, r.grammar);
+        srv_request_free(&r); /* the choice keeps its own reference */
+        assert_true(grammar_accepts(k.grammar, i == 2 ? "x" : i == 1 ? "true" : "{}", i == 1 ? 4 : i == 2 ? 1 : 2));
+        srv_request_free(&k);
+    }
+    const char *text = "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"response_format\":{\"type\":\"text\"},\"grammar\":\"\"}";
+    assert_int_equal(srv_request_parse(&r, SRV_API_CHAT, text, strlen(text), &d, 100, &err), 0);
+    assert_null(r.grammar);
+    srv_request_free(&r);
+    srv_grammar_cache_clear();
+}
+
 static void test_rejections(void **st) {
     (void)st;
     static const struct { srv_api api; const char *body, *field; } k[] = {
@@ -210,7 +239,12 @@ static void test_rejections(void **st) {
         {SRV_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\\u0000\"}]}", "body"},
         {SRV_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"top_logprobs\":2}", "top_logprobs"},
         {SRV_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"stream_options\":{}}", "stream_options"},
-        {SRV_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"response_format\":{\"type\":\"json_object\"}}", "response_format"},
+        {SRV_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"response_format\":{\"type\":\"xml\"}}", "response_format"},
+        {SRV_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"schema\":{\"not\":{}}}}}", "response_format"},
+        {SRV_API_COMPLETIONS, "{\"prompt\":\"a\",\"grammar\":\"root ::= x\"}", "grammar"},
+        {SRV_API_LLAMA_COMPLETION, "{\"prompt\":\"a\",\"grammar\":5}", "grammar"},
+        {SRV_API_LLAMA_COMPLETION, "{\"prompt\":\"a\",\"json_schema\":{\"type\":\"integer\",\"multipleOf\":2}}", "json_schema"},
+        {SRV_API_LLAMA_COMPLETION, "{\"prompt\":\"a\",\"json_schema\":{},\"grammar\":\"root ::= \\\"a\\\"\"}", "grammar"},
         {SRV_API_COMPLETIONS, "{\"prompt\":\"a\",\"max_tokens\":0}", "max_tokens"},
         {SRV_API_COMPLETIONS, "{\"prompt\":\"a\",\"max_tokens\":1.5}", "max_tokens"},
         {SRV_API_COMPLETIONS, "{\"prompt\":\"a\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", "stop"},
@@ -356,7 +390,8 @@ static void test_metrics_render(void **st) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chat_ok),          cmocka_unit_test(test_defaults_from_config),
-        cmocka_unit_test(test_rejections),       cmocka_unit_test(test_llama_completion),
+        cmocka_unit_test(test_rejections),
+        cmocka_unit_test(test_structured),       cmocka_unit_test(test_llama_completion),
         cmocka_unit_test(test_choices),
         cmocka_unit_test(test_config_env_and_flags), cmocka_unit_test(test_metrics_render),
         cmocka_unit_test(test_seed),             cmocka_unit_test(test_text_bias), cmocka_unit_test(test_mixed_prompt),
