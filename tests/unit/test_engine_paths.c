@@ -10,7 +10,10 @@
  *   full blocks while the first still decodes, fewer blocks are in use than without sharing,
  *   and both give their cold tokens (the shared blocks are never written: the engine always
  *   computes at least the last prompt token in a block of its own, so copy-on-write is reached
- *   through kv_seq_prepare_write only; test_kv covers it, the MLA single pool included). */
+ *   through kv_seq_prepare_write only; test_kv covers it, the MLA single pool included);
+ * - penalties over the whole history through the engine (an echoing fixture must stop
+ *   echoing under a presence penalty);
+ * - a block filled exactly by a sequence's last forwarded token is indexed for the next. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -165,6 +168,9 @@ static void test_preempt_seeded(void **st) {
         preempted += both.st[i].n_preempted > 0;
     }
     assert_true(preempted > 0);
+    /* the youngest is preempted first (DESIGN.md): the oldest never is */
+    assert_int_equal(both.st[0].n_preempted, 0);
+    assert_true(both.st[2].n_preempted > 0);
     /* the samples are not all equal to greedy (the seeds matter) */
     const cfg g = {64, 4, 7, 1, {MAX_GEN, MAX_GEN, MAX_GEN}, 0.0f, true, -1};
     out greedy;
@@ -327,12 +333,94 @@ static void test_shared_prefix_diverging(void **st) {
     engine_free(sc.e);
 }
 
+/* ==== A block filled exactly by the last forwarded token is indexed ====
+ * A prompt of two full blocks and one generated token: the sequence's K/V end exactly at a
+ * block boundary (the sampled token is never forwarded), and both blocks must be reusable by
+ * the next request, as a chat turn reuses the previous one. */
+static void test_prefix_block_boundary(void **st) {
+    fixture *f = *st;
+    engine_params p;
+    engine_params_default(&p, &f->tm.spec);
+    p.ctx_size = 64, p.storage = KV_STORAGE_PAGED, p.block_size = 4;
+    engine *e = NULL;
+    mx_error err;
+    assert_int_equal(engine_new(&e, f->m, &p, &err), 0);
+    int32_t pr[12];
+    for (int k = 0; k < 12; k++) pr[k] = (int32_t)((k * 29 + 11) % 90 + 3);
+    for (int len = 8; len <= 12; len += 4) {
+        out o;
+        memset(&o, 0, sizeof o);
+        for (int i = 0; i < N_SEQ; i++) o.ids[i] = -1;
+        o.cancel_id = -1;
+        engine_request r = {.prompt = pr, .n_prompt = len, .max_tokens = 1, .ignore_eos = true,
+                            .on_token = on_tok, .on_finish = on_fin, .user = &o};
+        sampling_params_default(&r.sampling);
+        o.ids[0] = engine_submit(e, &r, &err);
+        assert_int_equal(engine_run(e, &err), 0);
+        assert_int_equal(o.n[0], 1);
+        /* first: cold; then the 8 tokens the first computed, two blocks, come from the cache */
+        assert_int_equal(o.st[0].n_cached, len == 8 ? 0 : 8);
+    }
+    engine_free(e);
+}
+
+/* ==== Penalties see the whole history through the engine ====
+ * The qwen2 golden fixture echoes: its greedy pick is the last token again (tied embeddings;
+ * tests/fixtures/echo_known.txt). With a presence penalty of 100 over the whole history
+ * (prompt and generated), greedy must never pick a token it has seen: if the engine handed
+ * the sampler a history one token short, the echo of the newest token would come through. */
+static void test_penalties_history(void **st) {
+    (void)st;
+    const char *src = getenv("MLXCEL_SOURCE_DIR");
+    if (!src) fail_msg("MLXCEL_SOURCE_DIR unset: run through ctest");
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/tests/fixtures/models/qwen2", src);
+    model *m = NULL;
+    mx_error err;
+    if (model_load(&m, dir, backend_cpu(), &err)) fail_msg("%s: %s", dir, err.msg);
+    for (int pen = 0; pen < 2; pen++) {
+        engine_params p;
+        engine_params_default(&p, model_spec_of(m));
+        p.ctx_size = 64;
+        engine *e = NULL;
+        assert_int_equal(engine_new(&e, m, &p, &err), 0);
+        out o;
+        memset(&o, 0, sizeof o);
+        for (int i = 0; i < N_SEQ; i++) o.ids[i] = -1;
+        o.cancel_id = -1;
+        const int32_t prompt[6] = {17, 301, 5, 88, 402, 249};
+        engine_request r = {.prompt = prompt, .n_prompt = 6, .max_tokens = 20, .ignore_eos = true,
+                            .on_token = on_tok, .on_finish = on_fin, .user = &o};
+        sampling_params_default(&r.sampling);
+        r.sampling.repeat_last_n = -1;
+        r.sampling.presence_penalty = pen ? 100.0f : 0.0f;
+        o.ids[0] = engine_submit(e, &r, &err);
+        assert_int_equal(engine_run(e, &err), 0);
+        engine_free(e);
+        assert_int_equal(o.n[0], 20);
+        if (!pen) { /* the fixture echoes: the premise of the check */
+            assert_int_equal(o.toks[0][0], 249);
+            assert_int_equal(o.toks[0][1], 249);
+            continue;
+        }
+        for (int k = 0; k < 20; k++) {
+            for (int j = 0; j < 6; j++)
+                if (o.toks[0][k] == prompt[j]) fail_msg("token %d repeats prompt token %d", k, j);
+            for (int j = 0; j < k; j++)
+                if (o.toks[0][k] == o.toks[0][j]) fail_msg("token %d repeats token %d (%d)", k, j, o.toks[0][k]);
+        }
+    }
+    model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_preempt_seeded),
         cmocka_unit_test(test_cancel_preempted),
         cmocka_unit_test(test_pool_too_small),
         cmocka_unit_test(test_shared_prefix_diverging),
+        cmocka_unit_test(test_penalties_history),
+        cmocka_unit_test(test_prefix_block_boundary),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
