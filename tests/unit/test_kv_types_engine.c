@@ -151,6 +151,7 @@ static void test_golden_types(void **st) {
         snprintf(p, sizeof p, "%s/%s/expected.json", dir, ent->d_name);
         gcase cs[MAX_CASES];
         const int n = load_cases(p, cs, s->vocab_size, s->rope.type == ROPE_DYNAMIC);
+        if (n == 0) fail_msg("%s: no cases", p);
         cases += n;
         /* f32 by name is the default cache, bit for bit */
         ec_collect c0, c1;
