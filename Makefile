@@ -2,7 +2,7 @@
 # Debian 12 machine first (as root).
 DEB_PKGS := build-essential cmake pkg-config ninja-build clang libclang-rt-14-dev \
             libjansson-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev libxxhash-dev \
-            libopenblas-dev libcmocka-dev curl wordnet-base prometheus chromium
+            libopenblas-dev libcmocka-dev curl wordnet-base prometheus chromium python3
 BUILD   ?= build
 ASAN    ?= build-asan
 JOBS    ?= $(shell nproc)

@@ -12,8 +12,9 @@ set_tests_properties(text_cli PROPERTIES
 # cmocka tests registered by tests/CMakeLists.txt that read the npm tokenizers.
 set_tests_properties(test_tokenizer_parity test_tokenizer_real PROPERTIES FIXTURES_REQUIRED tokenizers_npm)
 
-# More real tokenizers, their expected ids from the Rust tokenizers library through its Node
-# bindings (tools/reference/node/make_tokenizer_fixtures.mjs, strings.json + strings_unicode.json).
+# More real tokenizers (DeepSeek-V3, InternLM2, Gemma 3), their expected ids from the Rust
+# tokenizers library through its Node bindings (tools/reference/node/make_tokenizer_fixtures.mjs,
+# strings.json + strings_unicode.json).
 add_test(NAME test_tokenizer_parity_more
-  COMMAND test_tokenizer_parity ${PROJECT_SOURCE_DIR}/tests/fixtures/tokenizers deepseek_v3 internlm2)
+  COMMAND test_tokenizer_parity ${PROJECT_SOURCE_DIR}/tests/fixtures/tokenizers deepseek_v3 internlm2 gemma3)
 set_tests_properties(test_tokenizer_parity_more PROPERTIES FIXTURES_REQUIRED tokenizers_npm)

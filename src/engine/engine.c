@@ -450,6 +450,7 @@ static int reserve(engine *e, int n) {
             if (rc < 0) {
                 LOG_ERR("engine: sequence %lld: %s", (long long)s->id, err.msg);
                 finish(e, s, ENGINE_FINISH_ERROR);
+                ss[i] = NULL; /* finish freed it */
                 break;
             }
             if (rc == 0) rc = kv_seq_prepare_write(e->kv, &s->kv, from, to);
@@ -460,6 +461,7 @@ static int reserve(engine *e, int n) {
                         "KV pool size", (long long)s->id, kv_cache_blocks_for(e->kv, to),
                         kv_cache_params_of(e->kv)->n_blocks);
                 finish(e, s, ENGINE_FINISH_ERROR);
+                ss[i] = NULL; /* finish freed it: never read it again */
                 break;
             }
             preempt(e, victim);
@@ -467,7 +469,7 @@ static int reserve(engine *e, int n) {
     }
     int k = 0;
     for (int i = 0; i < n; i++)
-        if (ss[i]->state == SEQ_RUNNING && ss[i]->rows > 0) ss[k++] = ss[i];
+        if (ss[i] && ss[i]->state == SEQ_RUNNING && ss[i]->rows > 0) ss[k++] = ss[i];
     return k;
 }
 

@@ -24,6 +24,10 @@ typedef struct ec_collect {
     int32_t toks[EC_MAX_SEQ][EC_MAX_TOK];
     int n[EC_MAX_SEQ];
     float *first_logits[EC_MAX_SEQ];    /* [vocab], malloc'd; ec_free releases */
+    float *step_logits[EC_MAX_SEQ];     /* [n_steps[i], vocab] every sampled position's logits
+                                           when ec_keep_steps is set (else NULL) */
+    int n_steps[EC_MAX_SEQ];
+    bool keep_steps;
     int vocab;
     int n_cached[EC_MAX_SEQ];
     engine_finish why[EC_MAX_SEQ];
@@ -50,6 +54,12 @@ static inline void ec_on_logits(void *u, int64_t id, const float *lg, int vocab)
         c->first_logits[i] = malloc((size_t)vocab * sizeof(float));
         memcpy(c->first_logits[i], lg, (size_t)vocab * sizeof(float));
     }
+    if (i >= 0 && c->keep_steps && c->n_steps[i] < EC_MAX_TOK) {
+        float *n = realloc(c->step_logits[i], (size_t)(c->n_steps[i] + 1) * vocab * sizeof(float));
+        if (!n) fail_msg("out of memory keeping step logits");
+        c->step_logits[i] = n;
+        memcpy(n + (size_t)c->n_steps[i]++ * vocab, lg, (size_t)vocab * sizeof(float));
+    }
 }
 
 static inline void ec_on_finish(void *u, int64_t id, engine_finish why, const engine_seq_stats *st) {
@@ -73,6 +83,8 @@ typedef struct ec_variant {
 
 /* KV cache types of the engines ec_run makes (-ctk / -ctv; 0: the backend's). */
 static kv_type ec_cache_k, ec_cache_v;
+/* ec_run keeps every sampled position's logits (ec_collect.step_logits) when set. */
+static bool ec_keep_steps;
 
 /* Greedy (temperature 0, EOS ignored) runs of n prompts under variant v, ctx 160, into c. */
 static inline void ec_run(model *m, const int32_t *const *prompts, const int *n_prompt,
@@ -80,6 +92,7 @@ static inline void ec_run(model *m, const int32_t *const *prompts, const int *n_
     memset(c, 0, sizeof *c);
     for (int i = 0; i < EC_MAX_SEQ; i++) c->ids[i] = -1;
     c->vocab = model_spec_of(m)->vocab_size;
+    c->keep_steps = ec_keep_steps;
     engine_params p;
     engine_params_default(&p, model_spec_of(m));
     p.ctx_size = 160;
@@ -125,7 +138,8 @@ static inline double ec_rel_err(const float *a, const float *ref, int n) {
 static inline void ec_free(ec_collect *c) {
     for (int i = 0; i < EC_MAX_SEQ; i++) {
         free(c->first_logits[i]);
-        c->first_logits[i] = NULL;
+        free(c->step_logits[i]);
+        c->first_logits[i] = c->step_logits[i] = NULL;
     }
 }
 

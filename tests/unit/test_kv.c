@@ -80,6 +80,64 @@ static void test_paged_prefix(void **st) {
     kv_cache_free(kv);
 }
 
+/* MLA: K and V one pool (v_is_k) when they share a type. Copy-on-write copies the block once,
+ * into the one pool, and the copy holds every row of the shared block; writes into the copy
+ * leave the shared block alone. (The engine never writes into a shared block: it always
+ * computes a sequence's last prompt token in a block of its own; kv_seq_prepare_write is the
+ * only way there.) */
+static void test_cow_single_pool(void **st) {
+    (void)st;
+    kv_cache_params p = {.storage = KV_STORAGE_PAGED, .n_layers = 2, .n_kv_heads = 1,
+                         .head_dim = 8, .ctx_size = 64, .block_size = 4, .n_blocks = 8,
+                         .prefix_cache = true, .v_is_k = true};
+    kv_cache *kv = NULL;
+    mx_error err;
+    assert_int_equal(kv_cache_new(&kv, &p, backend_cpu(), &err), 0);
+    assert_true(kv_cache_params_of(kv)->v_is_k);
+    assert_int_equal(kv_cache_bytes_per_token(kv), 2 * 8 * 4); /* K only: half of K + V */
+    for (int l = 0; l < 2; l++) assert_ptr_equal(kv_cache_k(kv, l)->data, kv_cache_v(kv, l)->data);
+    int32_t toks[12];
+    for (int i = 0; i < 12; i++) toks[i] = 7 + 3 * i;
+    kv_seq a, b;
+    kv_seq_init(&a);
+    kv_seq_init(&b);
+    assert_int_equal(kv_seq_reserve(kv, &a, 10, &err), 0);
+    /* every row of a's blocks, both layers: a recognisable value per (layer, position, dim) */
+    for (int l = 0; l < 2; l++) {
+        float *k = kv_cache_k(kv, l)->data;
+        for (int pos = 0; pos < 10; pos++)
+            for (int d = 0; d < 8; d++) k[kv_seq_row(kv, &a, pos) * 8 + d] = (float)(1000 * l + 10 * pos + d);
+    }
+    kv_seq_commit(kv, &a, toks, 10); /* blocks 0, 1 full: indexed */
+    assert_int_equal(kv_seq_match_prefix(kv, &b, toks, 12), 8);
+    const int shared = b.blocks[1];
+    assert_int_equal(shared, a.blocks[1]);
+    kv_cache_stats s0, s1;
+    kv_cache_get_stats(kv, &s0);
+    assert_int_equal(kv_seq_prepare_write(kv, &b, 6, 7), 0);
+    kv_cache_get_stats(kv, &s1);
+    assert_int_equal(s1.n_used, s0.n_used + 1); /* one new block, not one per pool */
+    assert_true(b.blocks[1] != shared);
+    assert_int_equal(b.blocks[0], a.blocks[0]); /* block 0 untouched: still shared */
+    for (int l = 0; l < 2; l++) {
+        float *k = kv_cache_k(kv, l)->data, *v = kv_cache_v(kv, l)->data;
+        for (int pos = 4; pos < 8; pos++)
+            for (int d = 0; d < 8; d++) {
+                const float want = (float)(1000 * l + 10 * pos + d);
+                assert_true(k[kv_seq_row(kv, &b, pos) * 8 + d] == want); /* copied */
+                assert_true(v[kv_seq_row(kv, &b, pos) * 8 + d] == want); /* the same pool */
+            }
+        /* a write into b's copy leaves a's block as it was */
+        k[kv_seq_row(kv, &b, 6) * 8] = -1.0f;
+        assert_true(k[kv_seq_row(kv, &a, 6) * 8] == (float)(1000 * l + 60));
+    }
+    kv_seq_release(kv, &b);
+    kv_seq_release(kv, &a);
+    kv_cache_get_stats(kv, &s1);
+    assert_int_equal(s1.n_used, 0);
+    kv_cache_free(kv);
+}
+
 static void test_dense(void **st) {
     (void)st;
     kv_cache *kv = make(KV_STORAGE_DENSE, 0, 2);
@@ -120,6 +178,7 @@ static void test_policy(void **st) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_paged_prefix),
+        cmocka_unit_test(test_cow_single_pool),
         cmocka_unit_test(test_dense),
         cmocka_unit_test(test_policy),
     };

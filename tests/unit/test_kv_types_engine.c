@@ -8,7 +8,9 @@
  *   flips under bf16), reported as a tie flip; q8_0 / q4_0 are refused, naming head_dim 16;
  * - the demo model (models/wordnet-chat-16m: heads of 64, 8 layers): greedy tokens of
  *   transformers' 7 samples (samples_transformers.json) with f32, f16, bf16 and q8_0 on all 7;
- *   q4_0 is reported (at least half of the steps before the first divergence asserted);
+ *   q4_0 / turbo are reported; then every type teacher-forced over the f32 cache's 7 x 48
+ *   greedy positions: top-1 agreement and KL against the f32 cache within bands a few points
+ *   around what was measured (k_tf);
  * - a prefix-cache hit with q8_0 (and q4_0 V) gives the cold run's logits bit for bit: the
  *   reused blocks hold the bits a recomputation would write. */
 #include <setjmp.h>
@@ -149,6 +151,7 @@ static void test_golden_types(void **st) {
         snprintf(p, sizeof p, "%s/%s/expected.json", dir, ent->d_name);
         gcase cs[MAX_CASES];
         const int n = load_cases(p, cs, s->vocab_size, s->rope.type == ROPE_DYNAMIC);
+        if (n == 0) fail_msg("%s: no cases", p);
         cases += n;
         /* f32 by name is the default cache, bit for bit */
         ec_collect c0, c1;
@@ -228,7 +231,7 @@ static void test_golden_types(void **st) {
         model_free(m);
     }
     closedir(d);
-    assert_true(found >= 11);
+    if (found < 16) fail_msg("%d golden fixtures found under %s, 16 expected", found, dir);
     for (int t = 0; t < 3; t++)
         fprintf(stderr, "all fixtures %-5s %d of %d cases equal, %d of %d steps before a divergence, "
                         "worst rel err %.2e, max |d| %.2e\n",
@@ -247,6 +250,130 @@ static void test_golden_types(void **st) {
 #else
 #define SANITIZED 0
 #endif
+
+/* ==== Demo model: teacher-forced agreement of each cache type with the f32 cache ====
+ * The greedy samples above stop at the first divergence, so one early flip hides every later
+ * position. Here each type runs teacher-forced over the same sequences (the 7 sample prompts
+ * and TF_GEN tokens the f32 cache generated after each, EOS ignored), all in one forward with
+ * a dense cache of that type, and every generated position is compared with the f32 cache's:
+ * top-1 agreement and KL(f32 || type). Trained weights, so agreement measures the cache's
+ * error, not rounding among tied logits. */
+#define TF_GEN 48
+
+typedef struct tf_seqs {
+    int32_t tok[MAX_CASES][EC_MAX_TOK];
+    int len[MAX_CASES], np[MAX_CASES], n, rows, outs;
+} tf_seqs;
+
+/* Logits [q->outs, V] of every generated position (row p predicts token p + 1). */
+static float *tf_logits(model *m, const tf_seqs *q, kv_type t) {
+    const model_spec *s = model_spec_of(m);
+    int ctx = 0;
+    for (int i = 0; i < q->n; i++) ctx = q->len[i] > ctx ? q->len[i] : ctx;
+    kv_cache_params kp = {.storage = KV_STORAGE_DENSE, .n_layers = s->n_layers,
+                          .n_kv_heads = s->n_kv_heads, .head_dim = s->head_dim, .ctx_size = ctx,
+                          .n_seqs = q->n, .type_k = t, .type_v = t};
+    kv_cache *kv = NULL;
+    mx_error err;
+    if (kv_cache_new(&kv, &kp, backend_cpu(), &err)) fail_msg("kv %s: %s", kv_type_name(t), err.msg);
+    int32_t *tok = malloc((size_t)q->rows * 4), *pos = malloc((size_t)q->rows * 4);
+    int32_t *sid = malloc((size_t)q->rows * 4), *out = malloc((size_t)q->outs * 4), table[MAX_CASES];
+    int64_t *wr = malloc((size_t)q->rows * 8);
+    float *lg = malloc((size_t)q->outs * s->vocab_size * sizeof(float));
+    int r = 0, o = 0;
+    for (int i = 0; i < q->n; i++) {
+        table[i] = i; /* dense: the slot */
+        for (int p = 0; p < q->len[i]; p++, r++) {
+            tok[r] = q->tok[i][p], pos[r] = p, sid[r] = i, wr[r] = (int64_t)i * ctx + p;
+            if (p >= q->np[i] - 1 && p < q->len[i] - 1) out[o++] = r;
+        }
+    }
+    assert_int_equal(o, q->outs);
+    model_batch b = {.n_rows = q->rows, .tokens = tok, .pos = pos, .seq = sid, .block_table = table,
+                     .table_stride = 1, .n_seqs = q->n, .write_rows = wr, .n_out = o, .out_rows = out};
+    if (model_forward(m, kv, &b, lg, &err)) fail_msg("forward %s: %s", kv_type_name(t), err.msg);
+    free(tok), free(pos), free(sid), free(out), free(wr);
+    kv_cache_free(kv);
+    return lg;
+}
+
+/* Top-1 agreement (%) and mean KL(ref || a) in nats over n rows of V logits. */
+static void tf_compare(const float *a, const float *ref, int n, int V, double *agree, double *kl) {
+    int same = 0;
+    double sum = 0;
+    for (int r = 0; r < n; r++) {
+        const float *x = a + (size_t)r * V, *y = ref + (size_t)r * V;
+        int ax = 0, ay = 0;
+        double mx = x[0], my = y[0];
+        for (int v = 1; v < V; v++) {
+            if (x[v] > mx) mx = x[v], ax = v;
+            if (y[v] > my) my = y[v], ay = v;
+        }
+        same += ax == ay;
+        double zx = 0, zy = 0;
+        for (int v = 0; v < V; v++) zx += exp(x[v] - mx), zy += exp(y[v] - my);
+        double k = 0;
+        for (int v = 0; v < V; v++) {
+            const double ly = y[v] - my - log(zy), lx = x[v] - mx - log(zx);
+            k += exp(ly) * (ly - lx);
+        }
+        sum += k;
+    }
+    *agree = 100.0 * same / n;
+    *kl = sum / n;
+}
+
+/* Bands around what this measured (session of issue 53, AVX2; printed by the test), top-1 % /
+ * KL mean over the 336 positions:
+ *   f16 100 / 1.12e-7   bf16 100 / 4.99e-6   q8_0 100 / 5.47e-5   q4_0 97.32 / 1.26e-2
+ *   turbo4 97.32 / 1.37e-2   turbo3 94.94 / 4.36e-2   turbo2 89.58 / 0.159
+ * Agreement floors about 3 points (10 positions) under those; KL at most 2.5x and at least a
+ * quarter of the measured value (so the type is applied: a cache that silently stayed f32 has
+ * KL 0, one that rounds a step coarser than it should has several times the KL). */
+typedef struct tf_floor {
+    kv_type t;
+    double agree_min, kl_max, kl_min;
+} tf_floor;
+static const tf_floor k_tf[] = {
+    {KV_TYPE_F16, 99.0, 2.8e-7, 2.8e-8},    {KV_TYPE_BF16, 99.0, 1.25e-5, 1.25e-6},
+    {KV_TYPE_Q8_0, 99.0, 1.4e-4, 1.4e-5},   {KV_TYPE_Q4_0, 94.5, 3.2e-2, 3.2e-3},
+    {KV_TYPE_TURBO4, 94.5, 3.4e-2, 3.4e-3}, {KV_TYPE_TURBO3, 92.0, 0.11, 1.1e-2},
+    {KV_TYPE_TURBO2, 86.5, 0.40, 4e-2},
+};
+
+static void demo_teacher_forced(model *m, const gcase *cs, int n, const ec_collect *f32) {
+    tf_seqs *q = calloc(1, sizeof *q);
+    q->n = n;
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(f32->n[i], TF_GEN);
+        memcpy(q->tok[i], cs[i].prompt, (size_t)cs[i].n_prompt * 4);
+        memcpy(q->tok[i] + cs[i].n_prompt, f32->toks[i], TF_GEN * 4);
+        q->np[i] = cs[i].n_prompt;
+        q->len[i] = cs[i].n_prompt + TF_GEN;
+        q->rows += q->len[i];
+        q->outs += TF_GEN;
+    }
+    const int V = model_spec_of(m)->vocab_size;
+    float *ref = tf_logits(m, q, KV_TYPE_F32);
+    int checked = 0;
+    for (size_t k = 0; k < sizeof k_tf / sizeof k_tf[0]; k++) {
+        if (SANITIZED && k_tf[k].t != KV_TYPE_Q8_0 && k_tf[k].t != KV_TYPE_TURBO4) continue;
+        float *lg = tf_logits(m, q, k_tf[k].t);
+        double agree, kl;
+        tf_compare(lg, ref, q->outs, V, &agree, &kl);
+        free(lg);
+        fprintf(stderr, "demo teacher-forced %-6s: top-1 %.2f%% of %d positions, KL mean %.2e "
+                "(floors: >= %.1f%%, KL in [%.1e, %.1e])\n", kv_type_name(k_tf[k].t), agree,
+                q->outs, kl, k_tf[k].agree_min, k_tf[k].kl_min, k_tf[k].kl_max);
+        if (agree < k_tf[k].agree_min || kl > k_tf[k].kl_max || kl < k_tf[k].kl_min)
+            fail_msg("%s cache: top-1 %.2f%% / KL %.3g outside its band", kv_type_name(k_tf[k].t),
+                     agree, kl);
+        checked++;
+    }
+    assert_true(checked >= 2);
+    free(ref);
+    free(q);
+}
 
 /* ==== Demo model: q8_0 / q4_0 on heads of 64 ==== */
 static void test_demo_types(void **st) {
@@ -300,13 +427,21 @@ static void test_demo_types(void **st) {
     }
     assert_int_equal(r[0].equal, n); /* f32: test_demo_model's claim */
     assert_int_equal(r[3].equal, n);
-    /* TurboQuant: 4 and 3 bits keep most greedy steps; 2 bits is reported only */
-    assert_true(r[7].agree >= r[7].steps / 2);
     if (!SANITIZED) {
         assert_int_equal(r[1].equal, n);
         assert_int_equal(r[2].equal, n);
-        assert_true(r[4].agree >= r[4].steps / 2);
-        assert_true(r[6].agree >= r[6].steps / 2);
+    }
+    /* the coarser types: every generated position teacher-forced against the f32 cache, with
+     * floors a few points under what was measured (the greedy samples above are reported) */
+    {
+        const int32_t *pr[MAX_CASES] = {0};
+        int np[MAX_CASES] = {0}, nw[MAX_CASES] = {0};
+        for (int i = 0; i < n; i++) pr[i] = cs[i].prompt, np[i] = cs[i].n_prompt, nw[i] = TF_GEN;
+        const ec_variant v = {"paged", KV_STORAGE_PAGED, 512, 16, true, false};
+        ec_collect f;
+        ec_run(m, pr, np, nw, n, &v, &f);
+        demo_teacher_forced(m, cs, n, &f);
+        ec_free(&f);
     }
     for (int t = 0; t < NT; t++) ec_free(&c[t]);
     for (int i = 0; i < n; i++) free(cs[i].logits);

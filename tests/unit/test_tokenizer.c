@@ -98,6 +98,24 @@ static void test_split_behaviors(void **st) {
         expect_pieces(t, "How are you doing?", want[i]);
         tok_free(t);
     }
+    /* consecutive delimiters, and delimiters at both ends: tokenizers 0.23.2 (Node bindings,
+     * splitPreTokenizer("-", behavior, false).preTokenizeString) gave these */
+    static const char *want2[][2] = {
+        {"The|final|countdown", "a|b"},
+        {"The|-|final|-|-|countdown", "-|-|a|-|-|-|b|-"},
+        {"The-|final-|-|countdown", "-|-|a-|-|-|b-"},
+        {"The|-final|-|-countdown", "-|-a|-|-|-b|-"},
+        {"The|-|final|--|countdown", "--|a|---|b|-"},
+    };
+    for (int i = 0; i < 5; i++) {
+        char pre[256];
+        snprintf(pre, sizeof pre, "{\"type\": \"Split\", \"pattern\": {\"String\": \"-\"}, "
+                 "\"behavior\": \"%s\", \"invert\": false}", names[i]);
+        tokenizer *t = load_parts(NULL, pre, NULL);
+        expect_pieces(t, "The-final--countdown", want2[i][0]);
+        expect_pieces(t, "--a---b-", want2[i][1]);
+        tok_free(t);
+    }
 }
 
 static void test_split_string_and_invert(void **st) {

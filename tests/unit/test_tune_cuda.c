@@ -345,16 +345,25 @@ static void test_qmat_hooks(void **st) {
     assert_non_null(pv);
     assert_non_null(pv->launch);
     assert_int_equal(pv->y_bf16, 0);
+    /* The defaults as documented, written out (not recomputed by the functions that make
+     * them): qmv-multirow is the first of 1, 2, 4, 8 that holds all the rows (docs/tuning.md);
+     * qmm-tile the first slab of 256 .. 16384 rows covering N = 14336 within the slab budget
+     * of docs/environment.md (MLXCEL_QMM_TILE_M): <= 16 MiB of bf16 for <= 256 rows, so with
+     * K = 4096 at most 2048 rows, else <= 128 MiB: 16384 rows (the first to cover 14336). */
+    static const int k_mr_want[CUDA_QMV_MAX_ROWS + 1] = {0, 1, 2, 4, 4, 8, 8, 8, 8};
+    _Static_assert(CUDA_QMV_MAX_ROWS == 8, "k_mr_want lists rows 1..8");
     for (int rows = 1; rows <= CUDA_QMV_MAX_ROWS; rows++) {
         const tune_qmat_shape q = {rows, 14336, 4096, 4, 64};
-        assert_int_equal(pv->rules.default_value(TUNE_OP_QMV_MULTIROW, &q),
-                         cuda_qmv_default_multirow(rows, 14336, 4096, 4));
+        assert_int_equal(pv->rules.default_value(TUNE_OP_QMV_MULTIROW, &q), k_mr_want[rows]);
     }
     const int ms[] = {16, 256, 257, 4096, 16384};
+    const int tile_want[] = {2048, 2048, 16384, 16384, 16384};
     for (int i = 0; i < 5; i++) {
         const tune_qmat_shape q = {ms[i], 14336, 4096, 4, 64};
-        assert_int_equal(pv->rules.default_value(TUNE_OP_QMM_TILE, &q),
-                         cuda_qmm_default_tile_m(ms[i], 14336, 4096, 4));
+        assert_int_equal(pv->rules.default_value(TUNE_OP_QMM_TILE, &q), tile_want[i]);
+        /* N = 1000: the first slab covering it, 1024 rows (8 MiB), whatever the budget */
+        const tune_qmat_shape q1k = {ms[i], 1000, 4096, 4, 64};
+        assert_int_equal(pv->rules.default_value(TUNE_OP_QMM_TILE, &q1k), 1024);
         /* scratch for the largest slab covers every candidate */
         for (int j = 0; j < CUDA_QMM_TILE_COUNT; j++)
             assert_true(pv->scratch_bytes(TUNE_OP_QMM_TILE, &q) >=

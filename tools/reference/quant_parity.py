@@ -22,6 +22,13 @@ Writes OUT/expected.json in the golden format (tests/unit/test_golden.c):
 Prompts: lengths 1, 10, 50 (capped by max_position_embeddings - n_new), ids drawn with
 random.Random(1234) from [3, vocab) as tools/reference/make_fixtures.py does.
 
+Refused (exit 1, nothing written) when a case's greedy continuation is an echo
+(check_fixtures.echo_reasons: a token repeated more than 4 times in a row or in more than a
+quarter of the positions, or a copy of the prompt): such a reference passes an engine that
+copies its input. The weights come from the source checkpoint, so the fix is there: regenerate
+the golden model (make_fixtures.py) or the ckpt fixture (tools/make_ckpt_fixtures.py), then
+make_quant_parity_inputs.sh, then this script.
+
 Used by tests/unit/test_quant_parity.c through tests/fixtures/quant_parity/<name>/expected.json.
 """
 import argparse
@@ -33,6 +40,9 @@ import re
 import sys
 
 import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from check_fixtures import echo_reasons  # noqa: E402  (stdlib, same directory)
 
 PROMPT_LENS = (1, 10, 50)
 
@@ -186,6 +196,11 @@ def main():
         cases.append({"prompt_ids": p, "greedy": greedy, "logits": [float(v) for v in logits],
                       "steps": steps, "min_rel_margin": min_rel})
         print(f"{a.deq_dir}: prompt {n} tokens: min_rel_margin {min_rel:.3g}", flush=True)
+    echoes = [f"case {i}: {w}" for i, c in enumerate(cases)
+              for w in echo_reasons(c["prompt_ids"], c["greedy"])]
+    if echoes:
+        print(f"{a.deq_dir}: REFUSED, the greedy continuations echo: {echoes}", file=sys.stderr)
+        return 1
     os.makedirs(a.out, exist_ok=True)
     doc = {"source": os.path.abspath(a.deq_dir), "generator": "tools/reference/quant_parity.py",
            "transformers_version": transformers.__version__, "torch_version": torch.__version__,
