@@ -26,6 +26,7 @@
 #include "text/tokenizer.h"
 
 /* ==== State ==== */
+#define SBE_GVOCABS 6 /* the plain table + one per tool-call syntax */
 typedef struct sbe sbe;
 
 /* One submitted generation; lives from submit until the engine's finish callback. */
@@ -52,7 +53,8 @@ struct sbe {
     /* constrained decoding: the token bytes of the tokenizer, built on the first request
      * that needs them (HTTP threads: under gv_mu) */
     pthread_mutex_t gv_mu;
-    grammar_vocab *gvocab;
+    grammar_vocab *gvocab[SBE_GVOCABS]; /* token bytes per keep list (tx_grammar_vocab) */
+    char gvocab_key[SBE_GVOCABS][256];
 };
 
 struct srv_text_stream {
@@ -282,29 +284,55 @@ static void tx_stream_free(srv_text_stream *s) {
     free(s);
 }
 
-/* The tokenizer's token bytes with the model's EOS ids, built once: ~0.2 s and ~6 MB for a
- * 128k vocabulary, so only when a request first asks for a grammar. */
-static grammar_vocab *tx_grammar_vocab(void *p, mx_error *err) {
-    sbe *b = p;
-    pthread_mutex_lock(&b->gv_mu);
-    if (!b->gvocab) {
-        tok_vocab tv;
-        if (!tok_vocab_bytes(b->rt.tok, &tv, err)) {
-            const char **ptr = malloc((size_t)(tv.n ? tv.n : 1) * sizeof *ptr);
-            if (ptr) {
-                for (int i = 0; i < tv.n; i++) ptr[i] = tv.data + tv.off[i];
-                const double t0 = mx_now();
-                if (!grammar_vocab_new(&b->gvocab, tv.n, ptr, tv.len, tv.special, b->rt.spec->eos_ids, b->rt.spec->n_eos, err))
-                    LOG_INFO("grammar: token bytes of %d tokens ready in %.0f ms (first constrained request)", tv.n,
-                             (mx_now() - t0) * 1e3);
-            } else {
-                mx_fail(err, "out of memory");
-            }
-            free(ptr);
-            tok_vocab_free(&tv);
+/* The tokenizer's token bytes with the model's EOS ids, built once per keep list (a plain one
+ * for response_format / grammar requests, one per tool-call syntax): ~0.2 s and ~6 MB for a
+ * 128k vocabulary, so only when a request first asks for one. A kept special token contributes
+ * its text, as the stream shows it (stream_keep). */
+static grammar_vocab *build_vocab(sbe *b, const char *const *keep, int n_keep, mx_error *err) {
+    tok_vocab tv;
+    if (tok_vocab_bytes(b->rt.tok, &tv, err)) return NULL;
+    const char **ptr = malloc((size_t)(tv.n ? tv.n : 1) * sizeof *ptr);
+    grammar_vocab *v = NULL;
+    if (!ptr) {
+        mx_fail(err, "out of memory");
+    } else {
+        for (int i = 0; i < tv.n; i++) ptr[i] = tv.data + tv.off[i];
+        for (int k = 0; k < n_keep; k++) {
+            const int32_t id = tok_piece_to_id(b->rt.tok, keep[k]);
+            if (id < 0 || id >= tv.n || !tv.special[id]) continue; /* plain text already, or absent */
+            ptr[id] = keep[k];
+            tv.len[id] = (uint32_t)strlen(keep[k]);
+            tv.special[id] = 0;
         }
+        const double t0 = mx_now();
+        if (!grammar_vocab_new(&v, tv.n, ptr, tv.len, tv.special, b->rt.spec->eos_ids, b->rt.spec->n_eos, err))
+            LOG_INFO("grammar: token bytes of %d tokens ready in %.0f ms (%s)", tv.n, (mx_now() - t0) * 1e3,
+                     n_keep ? "first enforced tool call of this syntax" : "first constrained request");
     }
-    grammar_vocab *v = b->gvocab;
+    free(ptr);
+    tok_vocab_free(&tv);
+    return v;
+}
+
+static grammar_vocab *tx_grammar_vocab(void *p, const char *const *keep, int n_keep, mx_error *err) {
+    sbe *b = p;
+    char key[sizeof b->gvocab_key[0]] = "";
+    for (int k = 0; k < n_keep; k++) {
+        const size_t l = strlen(key);
+        snprintf(key + l, sizeof key - l, "%s\x1f", keep[k]);
+    }
+    pthread_mutex_lock(&b->gv_mu);
+    grammar_vocab *v = NULL;
+    int slot = -1;
+    for (int i = 0; i < SBE_GVOCABS && !v; i++) {
+        if (b->gvocab[i] && !strcmp(b->gvocab_key[i], key)) v = b->gvocab[i];
+        else if (!b->gvocab[i] && slot < 0) slot = i;
+    }
+    if (!v && slot < 0) mx_fail(err, "too many token-byte tables (%d tool-call syntaxes)", SBE_GVOCABS);
+    else if (!v && (v = build_vocab(b, keep, n_keep, err))) {
+        b->gvocab[slot] = v;
+        snprintf(b->gvocab_key[slot], sizeof b->gvocab_key[slot], "%s", key);
+    }
     pthread_mutex_unlock(&b->gv_mu);
     return v;
 }
@@ -462,7 +490,7 @@ void srv_backend_engine_close(srv_backend *be) {
         n = q->next;
         free(q);
     }
-    grammar_vocab_release(b->gvocab);
+    for (int i = 0; i < SBE_GVOCABS; i++) grammar_vocab_release(b->gvocab[i]);
     pthread_mutex_destroy(&b->gv_mu);
     runtime_close(&b->rt);
     free(b);

@@ -149,8 +149,10 @@ typedef struct srv_text_ops {
     int (*vocab_size)(void *txt);
     /* The vocabulary's token bytes for constrained decoding (built on first use, then shared;
      * lives as long as the backend). Reentrant. NULL with err when the backend cannot
-     * constrain (an op left NULL means the same). */
-    grammar_vocab *(*grammar_vocab)(void *txt, mx_error *err);
+     * constrain (an op left NULL means the same). keep[0..n_keep): special tokens whose text a
+     * grammar may produce (an enforced tool call's markers, which the stream shows through
+     * stream_keep); every other special token stays out of every grammar. */
+    grammar_vocab *(*grammar_vocab)(void *txt, const char *const *keep, int n_keep, mx_error *err);
     bool has_template;
 } srv_text_ops;
 

@@ -279,11 +279,32 @@ static int job_grammar_vocab(srv_server *s, srv_job *j, mx_error *err) {
     if (!j->req.grammar) return 0;
     const srv_text_ops *t = s->be->text_ops;
     mx_error e2 = {{0}};
-    if (!t->grammar_vocab || !(j->req.grammar_vocab = t->grammar_vocab(s->be->text, &e2))) {
+    if (!t->grammar_vocab || !(j->req.grammar_vocab = t->grammar_vocab(s->be->text, NULL, 0, &e2))) {
         snprintf(j->req.bad_param, sizeof j->req.bad_param, "%s", j->req.grammar_field);
         return mx_fail(err, "constrained decoding is not available: %s",
                        t->grammar_vocab ? e2.msg : "this backend has no token bytes");
     }
+    return 0;
+}
+
+/* An enforced tool_choice (srv_tools_enforce, during the render) constrains the reply to its
+ * call grammar, over token bytes where the syntax's special markers are text. */
+static int job_call_grammar(srv_server *s, srv_job *j, const char **param, mx_error *err) {
+    srv_chat_opts *o = j->req.chat;
+    if (!o || !o->call_grammar) return 0;
+    *param = "tool_choice";
+    if (j->req.grammar)
+        return mx_fail(err, "tool_choice: a required or named tool call constrains the whole reply, so it cannot be "
+                            "combined with %s", j->req.grammar_field);
+    const char *keep[16];
+    const int n_keep = srv_chat_keep_pieces(o, keep, 16);
+    const srv_text_ops *t = s->be->text_ops;
+    mx_error e2 = {{0}};
+    if (!t->grammar_vocab || !(j->req.grammar_vocab = t->grammar_vocab(s->be->text, keep, n_keep, &e2)))
+        return mx_fail(err, "tool_choice: constrained decoding is not available: %s",
+                       t->grammar_vocab ? e2.msg : "this backend has no token bytes");
+    j->req.grammar = grammar_retain(o->call_grammar);
+    snprintf(j->req.grammar_field, sizeof j->req.grammar_field, "tool_choice");
     return 0;
 }
 
@@ -313,8 +334,11 @@ static int prompt_ids(srv_server *s, srv_job *j, srv_api api, size_t p, int32_t 
             return mx_fail(err, "this model has no chat template; start the server with --chat-template-file");
         char *prompt = NULL; /* tools, tool_choice, reasoning: srv_tools.c */
         if (srv_chat_render(s->chat_caps, be, j->req.chat, j->req.messages, j->req.template_extra,
-                            j->req.add_generation_prompt, &prompt, param, err))
+                            j->req.add_generation_prompt, &prompt, param, err) ||
+            job_call_grammar(s, j, param, err)) {
+            free(prompt);
             return -1;
+        }
         int rc = be->text_ops->tokenize(be->text, prompt, strlen(prompt), false, ids, n, err);
         free(prompt);
         return rc;

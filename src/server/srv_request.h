@@ -101,6 +101,9 @@ int srv_request_mixed_prompt(srv_request *r, srv_tokenize_fn tokenize, void *ctx
  * with err naming the field ("response_format.json_schema.schema: schema at /properties/age:
  * keyword 'multipleOf' is not supported") and r->bad_param the top-level one. */
 int srv_request_parse_structured(srv_request *r, json_t *o, mx_error *err);
+/* GBNF text compiled, or the grammar compiled for the same text before (the cache above): a
+ * grammar a reference (grammar_release it). */
+int srv_grammar_compile_cached(const char *gbnf, size_t len, grammar **out, mx_error *err);
 /* Drops the cached grammars (tests, shutdown). */
 void srv_grammar_cache_clear(void);
 

@@ -86,7 +86,7 @@ static int from_schema(json_t *schema, grammar **out, mx_error *err) {
     return rc;
 }
 
-static int from_gbnf(const char *text, size_t len, grammar **out, mx_error *err) {
+int srv_grammar_compile_cached(const char *text, size_t len, grammar **out, mx_error *err) {
     char *key = malloc(len + 6);
     if (!key) return mx_fail(err, "out of memory");
     memcpy(key, "gbnf:", 5), memcpy(key + 5, text, len), key[len + 5] = 0;
@@ -198,7 +198,7 @@ int srv_request_parse_structured(srv_request *r, json_t *o, mx_error *err) {
         if (!json_is_string(gb)) return fail_field(r, err, "grammar", "expected GBNF text (a string)");
         if (!json_string_length(gb)) return 0; /* llama-server: an empty grammar is no grammar */
         mx_error e2;
-        if (from_gbnf(json_string_value(gb), json_string_length(gb), &r->grammar, &e2))
+        if (srv_grammar_compile_cached(json_string_value(gb), json_string_length(gb), &r->grammar, &e2))
             return fail_field(r, err, "grammar", "%s", strncmp(e2.msg, "grammar: ", 9) ? e2.msg : e2.msg + 9);
     }
     return 0;

@@ -113,6 +113,7 @@ srv_chat_opts *srv_chat_opts_ref(srv_chat_opts *o) {
 void srv_chat_opts_unref(srv_chat_opts *o) {
     if (!o || __atomic_sub_fetch(&o->refs, 1, __ATOMIC_ACQ_REL)) return;
     srv_tool_set_clear(&o->tools);
+    grammar_release(o->call_grammar);
     free(o);
 }
 

@@ -3,13 +3,14 @@
  * syntax with each function's parameters schema. This file writes that constraint as GBNF
  * (llama.cpp's grammar format); the grammar sampler (another module) consumes it.
  *
- * Wiring, once the grammar sampler exists: in srv_tools_enforce, pass the module's JSON-schema
- * converter as `schema_rules`, hand `c.gbnf` (lazy from `c.trigger` when c.lazy) to the
- * request's sampling instead of answering 400. Nothing else changes: the reply parser already
- * reads what the grammar lets through. */
+ * srv_tools_enforce compiles it with the grammar module (grammar/json_schema.h converts each
+ * parameters schema) into the request's sampling grammar; the reply parser reads what the
+ * grammar lets through. */
 #include <stdlib.h>
 #include <string.h>
 
+#include "grammar/json_schema.h"
+#include "server/srv_request.h"
 #include "server/srv_tools.h"
 #include "server/srv_toolparse_int.h"
 
@@ -162,20 +163,72 @@ bool srv_tools_need_constraint(const srv_chat_opts *o) {
     return false;
 }
 
-/* ==== THE WIRING POINT ====
- * Until the grammar sampler is merged, an enforced tool_choice is refused here, and only here.
- * After the merge: give `c.gbnf` (and c.lazy / c.trigger) to the request's sampling and return
- * 0. */
-int srv_tools_enforce(srv_tool_format f, const srv_chat_opts *o, const char **param, mx_error *err) {
+/* ==== Enforcement ====
+ * An enforced tool_choice (required, or a named function) constrains the whole reply to the
+ * family's call syntax: srv_tools_constraint's GBNF, each tool's arguments from its parameters
+ * schema through the grammar module's converter (grammar/json_schema.h), compiled here into
+ * o->call_grammar for the request's sampling (srv_http.c). A schema the converter refuses: a
+ * 400 naming it for a strict tool; a non-strict tool's arguments fall back to any JSON object
+ * (OpenAI does not promise them to follow the schema). */
+typedef struct schema_ctx {
+    grammar_builder *b;
+    const srv_chat_opts *o;
+    bool refused; /* a strict tool's schema: the error names tools[i] */
+} schema_ctx;
+
+static char *schema_rules(void *ctx, const json_t *schema, const char *rule, mx_error *err) {
+    schema_ctx *c = ctx;
+    bool strict = false;
+    int which = -1;
+    for (int i = 0; i < c->o->tools.n; i++)
+        if (c->o->tools.t[i].parameters == schema) strict = c->o->tools.t[i].strict, which = i;
+    const char *name = NULL;
+    mx_error e2 = {{0}};
+    if (grammar_builder_add_schema(c->b, "tool-args", (json_t *)schema, &name, &e2)) {
+        if (strict) {
+            c->refused = true;
+            mx_fail(err, "tools[%d].function.parameters: %s", which, e2.msg);
+            return NULL;
+        }
+        name = "j-object";
+    }
+    const size_t n = strlen(rule) + strlen(name) + 8;
+    char *out = malloc(n);
+    if (!out) {
+        mx_fail(err, "out of memory");
+        return NULL;
+    }
+    snprintf(out, n, "%s ::= %s\n", rule, name);
+    return out;
+}
+
+int srv_tools_enforce(srv_tool_format f, srv_chat_opts *o, const char **param, mx_error *err) {
     const bool by_choice = o->choice.mode == SRV_TOOL_CHOICE_REQUIRED || o->choice.mode == SRV_TOOL_CHOICE_NAMED;
     *param = by_choice ? "tool_choice" : "tools";
+    if (!by_choice) /* strict tools under tool_choice auto: free text until a call opens */
+        return mx_fail(err, "tools: \"strict\": true with tool_choice \"auto\" is not supported: it needs a "
+                            "grammar that starts at the call marker, which this server does not have yet (send "
+                            "tool_choice \"required\" or a named function to constrain the call, or strict false)");
+    schema_ctx sc = {grammar_builder_new(), o, false};
+    if (!sc.b) return mx_fail(err, "out of memory");
     srv_tool_constraint c;
-    if (srv_tools_constraint(f, o, NULL, NULL, &c, err)) return -1;
-    free(c.gbnf);
-    if (by_choice)
-        return mx_fail(err, "tool_choice: \"%s\" is not supported yet: it needs constrained decoding, which this "
-                            "server does not have yet (use \"auto\" or \"none\")",
-                       o->choice.mode == SRV_TOOL_CHOICE_REQUIRED ? "required" : o->choice.name);
-    return mx_fail(err, "tools: \"strict\": true is not supported yet: it needs constrained decoding, which this "
-                        "server does not have yet (send strict false or leave it out)");
+    int rc = srv_tools_constraint(f, o, schema_rules, &sc, &c, err);
+    if (rc && sc.refused) *param = "tools";
+    if (!rc) {
+        /* the converter's rules (named tool-args...) and the call syntax's, one GBNF text;
+         * compiled once for every request with the same tools and choice (the server's cache) */
+        const char *rules = grammar_builder_text(sc.b);
+        cp_buf g = {0};
+        cp_puts(&g, c.gbnf);
+        cp_putc(&g, '\n');
+        cp_puts(&g, rules ? rules : "");
+        free(c.gbnf);
+        grammar_release(o->call_grammar);
+        o->call_grammar = NULL;
+        rc = g.p ? srv_grammar_compile_cached(g.p, g.n, &o->call_grammar, err) : mx_fail(err, "out of memory");
+        if (rc) mx_wrap(err, "%s: the call grammar", *param);
+        cp_free(&g);
+    }
+    grammar_builder_free(sc.b);
+    return rc;
 }

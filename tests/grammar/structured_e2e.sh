@@ -19,5 +19,15 @@ for _ in $(seq 300); do [ -s "$TMP/port" ] && break; sleep 0.1; done
 PORT=$(cat "$TMP/port")
 node "$HERE/structured_e2e.mjs" "http://127.0.0.1:$PORT" wordnet-chat-16m && ok || bad "structured_e2e.mjs"
 grep -q "grammar: token bytes of 8192 tokens ready" "$TMP/log" && ok || bad "no token-bytes line in the log"
+
+# Enforced tool calls (tool_choice required / named): the demo model behind Hermes' call syntax
+# (its ChatML template has no tools section: they go into the system message).
+OMP_NUM_THREADS=1 "$MLXCEL" serve -m "$SRC/models/wordnet-chat-16m" --port 0 --port-file "$TMP/port2" -np 4 \
+    -c 1024 --tool-call-parser hermes >"$TMP/log2" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 300); do [ -s "$TMP/port2" ] && break; sleep 0.1; done
+[ -s "$TMP/port2" ] || { echo "server did not start:"; cat "$TMP/log2"; exit 1; }
+node "$HERE/tools_enforced_e2e.mjs" "http://127.0.0.1:$(cat "$TMP/port2")" wordnet-chat-16m && ok ||
+    { bad "tools_enforced_e2e.mjs"; tail -20 "$TMP/log2"; }
 echo "structured_e2e.sh: $PASS passed, $FAIL failed"
 [ "$FAIL" = 0 ]

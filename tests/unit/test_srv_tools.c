@@ -403,21 +403,33 @@ static void test_choice_render(void **st) {
     assert_int_equal(r.chat->format, SRV_TOOLS_NONE);
     free(p);
     srv_request_free(&r);
-    /* required / named / strict need the grammar: refused, naming the field */
+    /* required / named: the reply is constrained to Qwen's call syntax with the tool's schema */
     const char *enforced[] = {"\"tool_choice\":\"required\"",
                               "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}}"};
+    static const char call_ok[] = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
+                                  "</tool_call>";
+    static const char call_bad_args[] = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": 5}}"
+                                        "\n</tool_call>";
+    static const char call_bad_name[] = "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>";
     for (int i = 0; i < 2; i++) {
         char body[1024];
         snprintf(body, sizeof body, "{" MSGS "," TOOLS ",%s}", enforced[i]);
         expect_ok(body, &r);
-        assert_int_equal(srv_chat_render(&t.caps, &t.be, r.chat, r.messages, r.template_extra, true, &p, &param, &err), -1);
-        assert_string_equal(param, "tool_choice");
-        assert_non_null(strstr(err.msg, "not supported yet"));
+        assert_int_equal(srv_chat_render(&t.caps, &t.be, r.chat, r.messages, r.template_extra, true, &p, &param, &err), 0);
+        free(p);
+        grammar *g = r.chat->call_grammar;
+        assert_non_null(g);
+        assert_true(grammar_accepts(g, call_ok, strlen(call_ok)));
+        assert_false(grammar_accepts(g, call_bad_args, strlen(call_bad_args))); /* "city" is a string */
+        assert_false(grammar_accepts(g, call_bad_name, strlen(call_bad_name)));
+        assert_false(grammar_accepts(g, "It is sunny.", 12)); /* a call, not text */
         srv_request_free(&r);
     }
+    /* strict tools under tool_choice auto would need a grammar that starts at the call marker */
     expect_ok("{" MSGS ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"strict\":true}}]}", &r);
     assert_int_equal(srv_chat_render(&t.caps, &t.be, r.chat, r.messages, r.template_extra, true, &p, &param, &err), -1);
     assert_string_equal(param, "tools");
+    assert_non_null(strstr(err.msg, "strict"));
     srv_request_free(&r);
     /* reasoning_effort: Qwen 2.5 does not think, so "none" holds; "high" cannot take effect */
     expect_ok("{" MSGS ",\"reasoning_effort\":\"none\"}", &r);
