@@ -59,3 +59,7 @@ add_test(NAME server_harden_http COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/server
 add_test(NAME server_harden_rss COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/server/harden_rss.sh $<TARGET_FILE:mlxcel>)
 set_tests_properties(server_harden_conn server_harden_http server_harden_rss PROPERTIES TIMEOUT 240
   ENVIRONMENT "MLXCEL_SOURCE_DIR=${PROJECT_SOURCE_DIR};TEST_SANITIZED=$<BOOL:${MLXCEL_SANITIZE}>")
+# MLXCEL_PROFILE_TTFT=1: the server logs each request's time-to-first-token breakdown (the
+# prefill forwards the engine ran for it), streamed and not (the demo model, seconds).
+add_test(NAME server_ttft_e2e COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/server/ttft_e2e.sh $<TARGET_FILE:mlxcel>)
+set_tests_properties(server_ttft_e2e PROPERTIES TIMEOUT 120)

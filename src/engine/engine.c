@@ -537,6 +537,7 @@ static void accept_token(engine *e, seq *s, int32_t t, float lp) {
         return;
     }
     s->n_generated++;
+    s->st.n_generated = s->n_generated; /* current inside the token callback (engine_token_stats) */
     if (s->n_generated == 1) s->st.t_first_token = mx_now();
     e->reporting = s;
     const int stop = s->on_token ? s->on_token(s->user, s->id, t, lp) : 0;

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "base/clock.h"
+#include "base/env.h"
 #include "base/log.h"
 #include "engine/engine.h"
 #include "model/estimate.h"
@@ -77,6 +78,8 @@ static int eng_on_token(void *user, int64_t id, int32_t token, float logprob) {
     /* The seam does not report the EOS token: the engine finishes the sequence with EOS. */
     if ((!q->ignore_eos || q->constrained) && is_eos(b->rt.spec, token)) return 0;
     srv_token t = {.id = token, .logprob = logprob};
+    const engine_seq_stats *st = mx_env()->profile_ttft ? engine_token_stats(b->rt.e) : NULL;
+    if (st && st->n_generated == 1 && (t.ttft = malloc(sizeof *t.ttft))) *t.ttft = *st;
     if (q->top_n > 0) t.n_top = engine_top_logprobs(b->rt.e, q->top_n, t.top_ids, t.top_logprobs);
     q->on_token(q->user, &t);
     return 0; /* stop strings are found by the server's stream, which then cancels */

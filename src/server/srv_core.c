@@ -17,6 +17,8 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "engine/engine.h"
+#include "runtime/runtime.h"
 #include "server/srv_internal.h"
 #include "server/srv_tools.h"
 
@@ -173,9 +175,25 @@ static void job_free(srv_job *j) {
     free(j->stop_word);
     free(j->toks);
     free(j->tok_end);
+    free(j->ttft);
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j);
+}
+
+void srv_job_log_ttft(srv_job *j, double t_out) {
+    pthread_mutex_lock(&j->mu);
+    engine_seq_stats *st = j->ttft;
+    j->ttft = NULL;
+    pthread_mutex_unlock(&j->mu);
+    if (!st) return; /* off, not yet, or logged already */
+    /* the server's own queue counts as queue: the engine thread submits what was enqueued */
+    const double prep = j->t_enqueued - j->t_arrival;
+    st->t_submit = j->t_enqueued;
+    char line[1024];
+    runtime_ttft_line(line, sizeof line, j->id, prep, st, t_out);
+    LOG_INFO("%s", line);
+    free(st);
 }
 
 void srv_job_release(srv_job *j) {
@@ -216,6 +234,10 @@ static void out_append(srv_job *j, const char *t, size_t n) {
 static void deliver_token(srv_job *j, const srv_token *tok) {
     srv_server *s = j->srv;
     pthread_mutex_lock(&j->mu);
+    if (tok->ttft) { /* the engine's statistics at the first token: logged when its bytes are out */
+        free(j->ttft);
+        j->ttft = tok->ttft;
+    }
     if (j->stop_hit || j->done) { pthread_mutex_unlock(&j->mu); return; }
     if (j->n_toks == j->cap_toks) {
         int nc = j->cap_toks ? j->cap_toks * 2 : 64;
@@ -325,6 +347,7 @@ static void on_token(void *user, const srv_token *tok) {
         const int cap = s->cap_stage ? 2 * s->cap_stage : 256;
         srv_event *st = realloc(s->stage, (size_t)cap * sizeof *st);
         if (!st) { /* out of memory: the token is lost, so the request ends (cancelled) */
+            free(tok->ttft);
             pthread_mutex_lock(&j->mu);
             j->cancel_req = true;
             pthread_mutex_unlock(&j->mu);
@@ -406,8 +429,10 @@ int srv_core_enqueue(srv_server *s, srv_job *const *jobs, int n, int *status, mx
         return mx_fail(err, "the request queue is full (%d waiting, --max-queue-depth %d); retry later",
                        waiting, s->cfg.max_queue_depth);
     }
+    const double now = mx_now();
     for (int i = 0; i < n; i++) {
         srv_job *j = jobs[i];
+        j->t_enqueued = now;
         j->refs++;
         s->n_outstanding++;
         j->next = NULL;

@@ -48,12 +48,17 @@ typedef struct srv_sampling {
 } srv_sampling;
 
 /* ==== Per-token event (engine -> server) ==== */
+struct engine_seq_stats;
+
 typedef struct srv_token {
     int32_t id;
     float logprob;                               /* log p(id) before sampling filters */
     int n_top;                                   /* <= top_logprobs requested */
     int32_t top_ids[SRV_MAX_TOP_LOGPROBS];       /* most likely first */
     float top_logprobs[SRV_MAX_TOP_LOGPROBS];
+    /* MLXCEL_PROFILE_TTFT, the first token only: the engine's statistics of the sequence at
+     * that token (engine.h; malloc'd, the receiver owns it; NULL otherwise) */
+    struct engine_seq_stats *ttft;
 } srv_token;
 
 typedef enum srv_finish {

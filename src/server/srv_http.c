@@ -138,6 +138,7 @@ typedef struct stream_state {
     size_t len, cap, off;
     bool finished;
     double last_write;
+    bool ttft_done;           /* MLXCEL_PROFILE_TTFT's line was logged */
 } stream_state;
 
 /* Appends what choice i has that was not sent yet; returns whether its finish went out. */
@@ -208,6 +209,10 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
     memcpy(out, st->buf + st->off, n);
     st->off += n;
     st->last_write = mx_now();
+    if (!st->ttft_done && st->sent_toks[0] > 0) { /* the first token's text goes out now */
+        srv_job_log_ttft(j0, st->last_write);
+        st->ttft_done = true;
+    }
     return (ssize_t)n;
 }
 
@@ -441,6 +446,7 @@ static MHD_Result_t reply_jobs(srv_server *s, struct MHD_Connection *c, srv_job 
             return reply_error(s, c, status, why, NULL);
         }
     }
+    srv_job_log_ttft(j, mx_now()); /* the whole answer goes out now */
     return reply(s, c, 200, "application/json; charset=utf-8", srv_resp_final(s, js, total));
 }
 

@@ -84,6 +84,9 @@ typedef struct srv_job {
     srv_finish finish;
     int n_cached;
     double t_arrival, t_first, t_done;
+    double t_enqueued;        /* handed to the engine thread (srv_core_enqueue) */
+    struct engine_seq_stats *ttft; /* MLXCEL_PROFILE_TTFT: the first token's engine statistics
+                                      (mu), logged once the first bytes are out */
 
     /* control (mu) */
     bool cancel_req;          /* HTTP side gone or stop string: engine thread cancels */
@@ -146,6 +149,9 @@ void srv_core_stop(srv_server *s);
 int srv_core_enqueue(srv_server *s, srv_job *const *jobs, int n, int *status, mx_error *err);
 srv_job *srv_job_new(srv_server *s);
 void srv_job_release(srv_job *job);
+/* MLXCEL_PROFILE_TTFT: logs where the job's time to first token went (runtime_ttft_line) once
+ * its first bytes are out at t_out; a no-op without the statistics, and after the first call. */
+void srv_job_log_ttft(srv_job *job, double t_out);
 /* HTTP side is gone (response finished or client aborted): cancel if still running. */
 void srv_job_detach(srv_job *job);
 /* Puts jobs[0..n) in one wake-up group (n >= 2). 0, or -1 out of memory. */
