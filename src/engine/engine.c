@@ -9,75 +9,7 @@
 #include "base/clock.h"
 #include "base/env.h"
 #include "base/log.h"
-
-typedef enum { SEQ_QUEUED = 0, SEQ_RUNNING, SEQ_FINISHED } seq_state;
-
-typedef struct seq {
-    int64_t id;
-    uint64_t arrival;          /* submission order; the youngest is preempted first */
-    seq_state state;
-    int32_t *tokens;           /* [cap] prompt + generated */
-    int n_tokens, cap;
-    int n_prompt;
-    int n_generated;
-    int max_tokens;
-    bool ignore_eos;
-    bool cancel;
-    bool admitted_once;
-    bool plain_greedy;         /* argmax, no penalty/bias, no logits callback: the backend may
-                                  pick the token on the device (model_forward_greedy) */
-    kv_seq kv;                 /* n_tokens of kv = tokens with K/V in the cache */
-    sampler *smp;
-    grammar_matcher *gm;       /* constrained decoding: the grammar state, or NULL */
-    const uint32_t *mask;      /* this step's token mask (gm's), NULL when not computed */
-    engine_token_cb on_token;
-    engine_finish_cb on_finish;
-    engine_logits_cb on_logits;
-    void *user;
-    engine_seq_stats st;
-    int starved;               /* steps waiting for a prefill chunk */
-    int rows;                  /* rows planned this step */
-    struct seq *next;          /* queue / incoming list */
-} seq;
-
-struct engine {
-    model *m;
-    const model_spec *spec;
-    engine_params p;
-    kv_cache *kv;
-    char storage_reason[160];
-    seq **running;             /* [n_parallel] */
-    int n_running;
-    seq *queue;                /* sorted by arrival */
-    /* ---- cross-thread inbox ---- */
-    pthread_mutex_t mu;
-    seq *inbox;                /* submitted, not yet queued */
-    int64_t *cancels;
-    int n_cancels, cap_cancels;
-    int64_t next_id;
-    uint64_t next_arrival;
-    /* ---- step buffers ---- */
-    int cap_rows, cap_table;
-    int32_t *tok, *pos, *sid, *rope_len, *out_rows, *table;
-    int64_t *write_rows;
-    seq **step_seqs;
-    seq **cons;                /* [n_parallel] constrained sequences sampled this step */
-    int *cons_row;             /* [n_parallel] their logits rows */
-    float *logits;             /* [n_parallel, V] */
-    int32_t *g_ids;            /* [n_parallel] device-greedy tokens */
-    float *g_lps;              /* [n_parallel] their log-probabilities */
-    engine_stats stats;
-    const seq *reporting;      /* the sequence inside its token callback (engine_top_logprobs) */
-    /* ---- mask worker (MLXCEL_GRAMMAR_OVERLAP): computes the constrained rows' masks while
-     * the step's forward runs; cons[0..n_cons) are its rows between start and wait ---- */
-    bool overlap;
-    bool gw_started, gw_stop, gw_work;
-    pthread_t gw_thread;
-    pthread_mutex_t gw_mu;
-    pthread_cond_t gw_cv;
-    int n_cons;
-    double gw_busy;            /* seconds the worker spent on the last batch */
-};
+#include "engine/engine_internal.h"
 
 /* ==== Names ==== */
 const char *engine_finish_name(engine_finish f) {
@@ -172,11 +104,9 @@ static void seq_free(seq *s) {
     free(s);
 }
 
-static void gworker_stop(engine *e);
-
 void engine_free(engine *e) {
     if (!e) return;
-    gworker_stop(e);
+    engine_gworker_stop(e);
     for (int i = 0; i < e->n_running; i++) {
         kv_seq_release(e->kv, &e->running[i]->kv);
         seq_free(e->running[i]);
@@ -573,100 +503,6 @@ static void sample_and_check(engine *e, seq *s, float *logits) {
     accept_token(e, s, t, lp);
 }
 
-/* ==== Constrained rows ====
- * The token masks of this step's constrained sequences (cons[k], sampled at logits row
- * cons_row[k]) depend only on their matchers, i.e. on the tokens of earlier steps. With the
- * overlap worker (MLXCEL_GRAMMAR_OVERLAP; device backends by default, whose forward leaves the
- * host idle) they are computed on a worker thread while the forward runs; otherwise after it,
- * in parallel over the rows (each row has its own matcher; rows of one grammar share its tables
- * under its lock). Either way they are applied after the forward: to the row at once, or in
- * sample_and_check after on_logits, which must see the raw row. */
-static void cons_collect(engine *e, seq **ss, int n) {
-    e->n_cons = 0;
-    for (int j = 0, o = 0; j < n; j++) {
-        const bool sampled = ss[j]->kv.n_tokens + ss[j]->rows == ss[j]->n_tokens;
-        if (sampled && ss[j]->gm) e->cons_row[e->n_cons] = o, e->cons[e->n_cons++] = ss[j];
-        if (sampled) o++;
-    }
-}
-
-static void cons_mask(engine *e, int k) {
-    seq *s = e->cons[k];
-    mx_error gerr;
-    s->mask = grammar_matcher_mask(s->gm, e->spec->vocab_size, &gerr);
-    if (!s->mask) LOG_ERR("engine: sequence %lld: %s", (long long)s->id, gerr.msg);
-}
-
-static void *gworker_main(void *arg) {
-    engine *e = arg;
-    pthread_mutex_lock(&e->gw_mu);
-    while (1) {
-        while (!e->gw_work && !e->gw_stop) pthread_cond_wait(&e->gw_cv, &e->gw_mu);
-        if (e->gw_stop) break;
-        pthread_mutex_unlock(&e->gw_mu);
-        const double t0 = mx_now();
-        for (int k = 0; k < e->n_cons; k++) cons_mask(e, k);
-        const double dt = mx_now() - t0;
-        pthread_mutex_lock(&e->gw_mu);
-        e->gw_busy = dt;
-        e->gw_work = false;
-        pthread_cond_broadcast(&e->gw_cv);
-    }
-    pthread_mutex_unlock(&e->gw_mu);
-    return NULL;
-}
-
-/* Hands this step's constrained rows to the worker (started on first use); false when it
- * cannot run (the step then computes them itself). */
-static bool gworker_start(engine *e) {
-    if (!e->gw_started) {
-        if (pthread_create(&e->gw_thread, NULL, gworker_main, e)) {
-            LOG_WARN("engine: no mask worker thread; token masks are computed after each forward");
-            e->overlap = false;
-            return false;
-        }
-        e->gw_started = true;
-    }
-    pthread_mutex_lock(&e->gw_mu);
-    e->gw_work = true;
-    pthread_cond_broadcast(&e->gw_cv);
-    pthread_mutex_unlock(&e->gw_mu);
-    return true;
-}
-
-static void gworker_wait(engine *e) {
-    pthread_mutex_lock(&e->gw_mu);
-    while (e->gw_work) pthread_cond_wait(&e->gw_cv, &e->gw_mu);
-    pthread_mutex_unlock(&e->gw_mu);
-}
-
-static void gworker_stop(engine *e) {
-    if (!e->gw_started) return;
-    pthread_mutex_lock(&e->gw_mu);
-    e->gw_stop = true;
-    pthread_cond_broadcast(&e->gw_cv);
-    pthread_mutex_unlock(&e->gw_mu);
-    pthread_join(e->gw_thread, NULL);
-    e->gw_started = false;
-}
-
-/* After the forward: the masks (waiting for the worker, or computing them now) applied. */
-static void cons_finish(engine *e, bool on_worker) {
-    const double t0 = mx_now();
-    const int V = e->spec->vocab_size, nc = e->n_cons;
-    if (on_worker) gworker_wait(e);
-#pragma omp parallel for schedule(dynamic, 1) if (nc > 1)
-    for (int k = 0; k < nc; k++) {
-        seq *s = e->cons[k];
-        if (!on_worker) cons_mask(e, k);
-        if (s->mask && !s->on_logits) grammar_mask_apply(s->mask, e->logits + (size_t)e->cons_row[k] * (size_t)V, V);
-    }
-    const double waited = mx_now() - t0;
-    e->stats.grammar_masks += (uint64_t)nc;
-    e->stats.grammar_wait_seconds += waited;
-    e->stats.grammar_seconds += on_worker ? e->gw_busy : waited;
-}
-
 /* ==== Step ==== */
 /* A forward that carried rows of a sequence that has no token yet (its prompt, or its
  * recomputation after a preemption): the TTFT breakdown of engine_seq_stats. */
@@ -740,12 +576,12 @@ int engine_step(engine *e, mx_error *err) {
     const bool dev_greedy = n_out > 0 && all_greedy && model_has_device_greedy(e->m);
     /* constrained rows: their masks during the forward (worker) or after it */
     e->n_cons = 0;
-    if (!dev_greedy) cons_collect(e, ss, n);
-    const bool on_worker = e->n_cons > 0 && e->overlap && gworker_start(e);
+    if (!dev_greedy) engine_cons_collect(e, ss, n);
+    const bool on_worker = e->n_cons > 0 && e->overlap && engine_gworker_start(e);
     const double t0 = mx_now();
     if (dev_greedy ? model_forward_greedy(e->m, e->kv, &mb, e->g_ids, e->g_lps, err)
                    : model_forward(e->m, e->kv, &mb, e->logits, err)) {
-        if (on_worker) gworker_wait(e); /* it reads the sequences: done before they can go */
+        if (on_worker) engine_gworker_wait(e); /* it reads the sequences: done before they can go */
         return -1;
     }
     const double dt = mx_now() - t0;
@@ -759,7 +595,7 @@ int engine_step(engine *e, mx_error *err) {
     e->stats.decode_seconds += dt * (double)((uint64_t)rows - prefill_rows) / rows;
 
     /* ---- token masks of constrained rows ---- */
-    if (e->n_cons) cons_finish(e, on_worker);
+    if (e->n_cons) engine_cons_finish(e, on_worker);
 
     /* ---- commit, sample, finish ---- */
     int o = 0;
