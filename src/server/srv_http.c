@@ -55,6 +55,14 @@ void srv_mhd_cors(struct MHD_Response *r, struct MHD_Connection *c) {
     if (strcmp(origin, "*")) MHD_add_response_header(r, "Vary", "Origin");
 }
 
+MHD_Result_t srv_mhd_queue_ok(srv_server *s, struct MHD_Connection *c, struct MHD_Response *r) {
+    srv_mhd_cors(r, c);
+    MHD_Result_t rc = MHD_queue_response(c, 200, r);
+    MHD_destroy_response(r);
+    srv_metrics_add(s->metrics, SM_HTTP_RESPONSES_TOTAL, "200", 1);
+    return rc;
+}
+
 /* hdr/val: one more header, or NULL */
 static MHD_Result_t reply_with(srv_server *s, struct MHD_Connection *c, int status, const char *ctype, char *body,
                                const char *hdr, const char *val) {
@@ -256,11 +264,7 @@ static MHD_Result_t reply_stream(srv_server *s, struct MHD_Connection *c, srv_jo
     MHD_add_response_header(r, "Content-Type", "text/event-stream");
     MHD_add_response_header(r, "Cache-Control", "no-cache");
     MHD_add_response_header(r, "X-Accel-Buffering", "no");
-    srv_mhd_cors(r, c);
-    MHD_Result_t rc = MHD_queue_response(c, 200, r);
-    MHD_destroy_response(r);
-    srv_metrics_add(s->metrics, SM_HTTP_RESPONSES_TOTAL, "200", 1);
-    return rc;
+    return srv_mhd_queue_ok(s, c, r);
 }
 
 /* llama-server's n_predict 0: no token is generated, only the prompt would be evaluated. The

@@ -122,9 +122,5 @@ MHD_Result_t srv_tokenize_reply(srv_server *s, struct MHD_Connection *c, int32_t
         return MHD_NO;
     }
     MHD_add_response_header(r, "Content-Type", "application/json; charset=utf-8");
-    srv_mhd_cors(r, c);
-    MHD_Result_t rc = MHD_queue_response(c, 200, r);
-    MHD_destroy_response(r);
-    srv_metrics_add(s->metrics, SM_HTTP_RESPONSES_TOTAL, "200", 1);
-    return rc;
+    return srv_mhd_queue_ok(s, c, r);
 }

@@ -140,6 +140,18 @@ static void requeue(srv_cp *p, const char *s, size_t n) {
     p->in_rd = 0;
 }
 
+/* What was held while a marker was possible (tmp, then hold) turns out to be content: back to
+ * content, re-reading those bytes. */
+static void release_as_content(srv_cp *p) {
+    cp_buf back = {0};
+    cp_put(&back, p->tmp.p, p->tmp.n);
+    cp_put(&back, p->hold.p, p->hold.n);
+    p->tmp.n = p->hold.n = 0;
+    p->top = T_CONTENT;
+    requeue(p, back.p, back.n);
+    cp_free(&back);
+}
+
 /* Leaves the region: back to content, re-reading the held bytes (and c when given). */
 void cp_region_exit(srv_cp *p, const char *c) {
     cp_buf back = {0};
@@ -449,15 +461,8 @@ static void st_start(srv_cp *p, char c) {
         p->hold.n = 0;
         p->top = T_THINK;
         return;
-    default: {
-        cp_buf back = {0};
-        cp_put(&back, p->tmp.p, p->tmp.n);
-        cp_put(&back, p->hold.p, p->hold.n);
-        p->tmp.n = p->hold.n = 0;
-        p->top = T_CONTENT;
-        requeue(p, back.p, back.n);
-        cp_free(&back);
-    }
+    default:
+        release_as_content(p);
     }
 }
 
@@ -530,13 +535,7 @@ void srv_cp_finish(srv_cp *p, srv_cp_sink sink, void *ctx) {
     for (int guard = 0; guard < 1 << 20; guard++) {
         drain(p, p->in.n);
         if (p->top == T_START) { /* only whitespace and a partial "<think>": content */
-            cp_buf back = {0};
-            cp_put(&back, p->tmp.p, p->tmp.n);
-            cp_put(&back, p->hold.p, p->hold.n);
-            p->tmp.n = p->hold.n = 0;
-            p->top = T_CONTENT;
-            requeue(p, back.p, back.n);
-            cp_free(&back);
+            release_as_content(p);
             continue;
         }
         if (p->top == T_REGION && !p->committed) { /* never became a call */
