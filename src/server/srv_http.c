@@ -55,11 +55,11 @@ void srv_mhd_cors(struct MHD_Response *r, struct MHD_Connection *c) {
     if (strcmp(origin, "*")) MHD_add_response_header(r, "Vary", "Origin");
 }
 
-MHD_Result_t srv_mhd_queue_ok(srv_server *s, struct MHD_Connection *c, struct MHD_Response *r) {
+MHD_Result_t srv_mhd_queue(srv_server *s, struct MHD_Connection *c, int status, struct MHD_Response *r) {
     srv_mhd_cors(r, c);
-    MHD_Result_t rc = MHD_queue_response(c, 200, r);
+    MHD_Result_t rc = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
-    srv_metrics_add(s->metrics, SM_HTTP_RESPONSES_TOTAL, "200", 1);
+    srv_metrics_add(s->metrics, SM_HTTP_RESPONSES_TOTAL, code_label(status), 1);
     return rc;
 }
 
@@ -71,13 +71,9 @@ static MHD_Result_t reply_with(srv_server *s, struct MHD_Connection *c, int stat
                                   : MHD_create_response_from_buffer(2, (void *)"{}", MHD_RESPMEM_PERSISTENT);
     if (!r) { free(body); return MHD_NO; }
     MHD_add_response_header(r, "Content-Type", ctype);
-    srv_mhd_cors(r, c);
     if (hdr) MHD_add_response_header(r, hdr, val);
     if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
-    MHD_Result_t rc = MHD_queue_response(c, (unsigned)status, r);
-    MHD_destroy_response(r);
-    srv_metrics_add(s->metrics, SM_HTTP_RESPONSES_TOTAL, code_label(status), 1);
-    return rc;
+    return srv_mhd_queue(s, c, status, r);
 }
 
 static MHD_Result_t reply(srv_server *s, struct MHD_Connection *c, int status, const char *ctype, char *body) {
@@ -101,7 +97,6 @@ MHD_Result_t srv_mhd_method_not_allowed(srv_server *s, struct MHD_Connection *c,
 static MHD_Result_t reply_preflight(srv_server *s, struct MHD_Connection *c) {
     struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
     if (!r) return MHD_NO;
-    srv_mhd_cors(r, c);
     const char *want = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
     const char *origin = NULL;
     bool cred = false;
@@ -109,10 +104,7 @@ static MHD_Result_t reply_preflight(srv_server *s, struct MHD_Connection *c) {
         MHD_add_response_header(r, "Access-Control-Allow-Credentials", "true");
     MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
     MHD_add_response_header(r, "Access-Control-Allow-Headers", want && *want ? want : "content-type, authorization");
-    MHD_Result_t rc = MHD_queue_response(c, 200, r);
-    MHD_destroy_response(r);
-    srv_metrics_add(s->metrics, SM_HTTP_RESPONSES_TOTAL, code_label(200), 1);
-    return rc;
+    return srv_mhd_queue(s, c, 200, r);
 }
 
 /* ==== Auth ==== */
@@ -264,7 +256,7 @@ static MHD_Result_t reply_stream(srv_server *s, struct MHD_Connection *c, srv_jo
     MHD_add_response_header(r, "Content-Type", "text/event-stream");
     MHD_add_response_header(r, "Cache-Control", "no-cache");
     MHD_add_response_header(r, "X-Accel-Buffering", "no");
-    return srv_mhd_queue_ok(s, c, r);
+    return srv_mhd_queue(s, c, 200, r);
 }
 
 /* llama-server's n_predict 0: no token is generated, only the prompt would be evaluated. The

@@ -16,8 +16,9 @@ typedef enum MHD_Result MHD_Result_t;
 void srv_mhd_cors(struct MHD_Response *r, struct MHD_Connection *c);
 
 struct srv_server;
-/* Queues r (taken) as a 200 with the CORS headers, and counts it in /metrics. */
-MHD_Result_t srv_mhd_queue_ok(struct srv_server *s, struct MHD_Connection *c, struct MHD_Response *r);
+/* Queues r (taken) with the CORS headers, and counts it in /metrics by status (the known codes,
+ * else "other"). Every answer of the server goes out through it. */
+MHD_Result_t srv_mhd_queue(struct srv_server *s, struct MHD_Connection *c, int status, struct MHD_Response *r);
 /* 405 for a route that takes `takes` ("GET" or "POST"), with the Allow header a 405 must carry
  * (RFC 9110): "GET, HEAD, OPTIONS" or "POST, OPTIONS" (OPTIONS: CORS preflights). */
 MHD_Result_t srv_mhd_method_not_allowed(struct srv_server *s, struct MHD_Connection *c, const char *takes);

@@ -16,13 +16,7 @@ static MHD_Result_t send_body(srv_server *s, struct MHD_Connection *c, int statu
                                   : MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
     if (!r) { free(body); return MHD_NO; }
     MHD_add_response_header(r, "Content-Type", ctype);
-    srv_mhd_cors(r, c);
-    MHD_Result_t rc = MHD_queue_response(c, (unsigned)status, r);
-    MHD_destroy_response(r);
-    char code[8];
-    snprintf(code, sizeof code, "%d", status);
-    srv_metrics_add(s->metrics, SM_HTTP_RESPONSES_TOTAL, code, 1);
-    return rc;
+    return srv_mhd_queue(s, c, status, r);
 }
 
 static MHD_Result_t send_json(srv_server *s, struct MHD_Connection *c, int status, json_t *o) {

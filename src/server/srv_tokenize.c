@@ -122,5 +122,5 @@ MHD_Result_t srv_tokenize_reply(srv_server *s, struct MHD_Connection *c, int32_t
         return MHD_NO;
     }
     MHD_add_response_header(r, "Content-Type", "application/json; charset=utf-8");
-    return srv_mhd_queue_ok(s, c, r);
+    return srv_mhd_queue(s, c, 200, r);
 }

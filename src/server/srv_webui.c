@@ -57,10 +57,5 @@ MHD_Result_t srv_webui_route(srv_server *s, struct MHD_Connection *c, const char
     MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
     MHD_add_response_header(r, "X-Frame-Options", "DENY");
     MHD_add_response_header(r, "Referrer-Policy", "no-referrer");
-    srv_mhd_cors(r, c);
-    int status = fresh ? 304 : 200;
-    MHD_Result_t rc = MHD_queue_response(c, (unsigned)status, r);
-    MHD_destroy_response(r);
-    srv_metrics_add(s->metrics, SM_HTTP_RESPONSES_TOTAL, fresh ? "other" : "200", 1);
-    return rc;
+    return srv_mhd_queue(s, c, fresh ? 304 : 200, r);
 }
