@@ -17,6 +17,7 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "server/srv_api.h"
 #include "server/srv_internal.h"
 #include "server/srv_tools.h"
 
@@ -142,6 +143,7 @@ static void job_free(srv_job *j) {
     if (j->grp) group_release(j->grp);
     if (j->ts) be->text_ops->stream_free(j->ts);
     srv_cp_free(j->cp);
+    srv_api_job_free(j->api);
     srv_request_free(&j->req);
     free(j->prompt);
     free(j->text);
