@@ -43,7 +43,7 @@ static int check_cache_control(tx *t, const json_t *b, const char *f) {
     const json_t *cc = given(b, "cache_control");
     if (!cc) return 0;
     char ff[160];
-    snprintf(ff, sizeof ff, "%s.cache_control", f);
+    snprintf(ff, sizeof ff, "%s%scache_control", f, *f ? "." : "");
     const char *ty = json_string_value(json_object_get(cc, "type"));
     const json_t *ttl = json_object_get(cc, "ttl");
     if (!json_is_object(cc) || !ty || strcmp(ty, "ephemeral") ||
@@ -361,7 +361,7 @@ static const char *const k_fields[] = {"model", "max_tokens", "messages", "syste
                                        "output_config", "inference_geo",
                                        /* llama-server's sampling extensions, as on the chat route */
                                        "min_p", "seed", "repeat_penalty", "presence_penalty", "frequency_penalty",
-                                       "chat_template_kwargs", NULL};
+                                       "ignore_eos", "chat_template_kwargs", NULL};
 static const char *const k_count_fields[] = {"model", "messages", "system", "tools", "tool_choice", "thinking",
                                              "cache_control", "chat_template_kwargs", NULL};
 
@@ -399,7 +399,8 @@ int srv_anthropic_translate(srv_server *s, srv_api_job *a, struct MHD_Connection
     if (!rc && (v = given(o, "temperature")) && (!json_is_number(v) || json_number_value(v) < 0 || json_number_value(v) > 1))
         rc = FAIL(&t, "temperature", "expected a number in [0, 1]");
     static const char *const pass[] = {"model", "stream", "temperature", "top_p", "top_k", "min_p", "seed",
-                                       "repeat_penalty", "presence_penalty", "frequency_penalty", "chat_template_kwargs"};
+                                       "repeat_penalty", "presence_penalty", "frequency_penalty", "ignore_eos",
+                                       "chat_template_kwargs"};
     for (size_t i = 0; !rc && i < sizeof pass / sizeof pass[0]; i++)
         if ((v = given(o, pass[i]))) json_object_set_new(chat, pass[i], json_deep_copy(v));
     /* thoughts always come back as thinking blocks (the server's --reasoning-format is the
@@ -430,7 +431,6 @@ int srv_anthropic_translate(srv_server *s, srv_api_job *a, struct MHD_Connection
         json_t *holder = json_pack("{s:O}", "cache_control", v);
         rc = check_cache_control(&t, holder, "");
         json_decref(holder);
-        if (rc) snprintf(bad, bad_cap, "cache_control");
     }
     if (!rc && !json_array_size(t.msgs)) rc = FAIL(&t, "messages", "nothing to answer: the only message is a prefill");
     if (rc) {

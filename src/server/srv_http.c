@@ -38,8 +38,8 @@ typedef struct conn_ctx {
 
 static const char *code_label(int status) {
     static char buf[8][8];
-    static const int known[] = {200, 400, 401, 404, 405, 413, 503};
-    for (int i = 0; i < 7; i++)
+    static const int known[] = {200, 400, 401, 404, 405, 413, 503, 529}; /* 529: Anthropic's queue full */
+    for (int i = 0; i < 8; i++)
         if (status == known[i]) { snprintf(buf[i], sizeof buf[i], "%d", status); return buf[i]; }
     return "other";
 }

@@ -357,7 +357,8 @@ static const char *const k_fields[] = {
     "tools", "top_p", "top_logprobs", "truncation", "user", "include", "background", "conversation", "prompt",
     "prompt_cache_key", "prompt_cache_retention", "safety_identifier", "service_tier",
     /* llama-server's sampling extensions, as on the chat route */
-    "top_k", "min_p", "seed", "repeat_penalty", "presence_penalty", "frequency_penalty", "chat_template_kwargs", NULL};
+    "top_k", "min_p", "seed", "repeat_penalty", "presence_penalty", "frequency_penalty", "ignore_eos", "chat_template_kwargs",
+    NULL};
 
 /* Fields whose only supported value is "off": present with anything else, a 400. */
 static int refuse_on(tx *t, const json_t *o) {
@@ -415,7 +416,7 @@ int srv_responses_translate(srv_server *s, srv_api_job *a, json_t *o, json_t **c
     static const char *const pass[] = {"model", "stream", "temperature", "top_p", "parallel_tool_calls", "user",
                                        "prompt_cache_key", "safety_identifier", "prompt_cache_retention",
                                        "service_tier", "top_k", "min_p", "seed", "repeat_penalty", "presence_penalty",
-                                       "frequency_penalty", "chat_template_kwargs"};
+                                       "frequency_penalty", "ignore_eos", "chat_template_kwargs"};
     for (size_t i = 0; !rc && i < sizeof pass / sizeof pass[0]; i++)
         if ((v = given(o, pass[i]))) json_object_set(chat, pass[i], (json_t *)v);
     /* thoughts always come back as reasoning items (the server's --reasoning-format is the chat
