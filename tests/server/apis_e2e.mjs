@@ -464,6 +464,23 @@ async function messagesFake() {
   check(cnt.status === 400 && cnt.body?.error?.message.startsWith("max_tokens"), "count_tokens takes no max_tokens");
 }
 
+// ==== Both routes at once: 24 concurrent streams and whole answers share the batch ====
+async function concurrent() {
+  const jobs = [];
+  for (let i = 0; i < 6; i++) {
+    jobs.push(sse("/v1/responses", { model: MODEL, input: "Think about it." }).then((r) =>
+      responsesOrder(r.events, `concurrent responses stream ${i}`).items.at(-1)?.content?.[0]?.text));
+    jobs.push(sse("/v1/messages", { model: MODEL, max_tokens: 500, messages: user("Weather in Paris?"), tools: [aTool] }).then((r) =>
+      JSON.stringify(messagesOrder(r.events, `concurrent messages stream ${i}`).blocks[0]?.input)));
+    jobs.push(openai.responses.create({ model: MODEL, input: "Think about it." }).then((r) => r.output_text));
+    jobs.push(anthropic.messages.create({ model: MODEL, max_tokens: 500, messages: user("Weather in Paris?"), tools: [aTool] })
+      .then((m) => JSON.stringify(m.content[0]?.input)));
+  }
+  const got = await Promise.all(jobs);
+  const want = ["The answer is 4.", JSON.stringify({ city: "Paris", unit: "celsius" })];
+  check(got.every((g, i) => g === want[i % 2]), `24 concurrent answers: ${JSON.stringify(got)}`);
+}
+
 // ==== Demo model: the same greedy answer on every route ====
 async function demo() {
   const q = 'What does "ocean" mean?';
@@ -493,7 +510,7 @@ async function demo() {
 }
 
 try {
-  if (mode === "fake") { await responsesFake(); await messagesFake(); }
+  if (mode === "fake") { await responsesFake(); await messagesFake(); await concurrent(); }
   else await demo();
 } catch (e) {
   failures++;
