@@ -21,8 +21,14 @@ add_test(NAME server_real_e2e COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/server/re
          $<TARGET_FILE:mlxcel>)
 set_tests_properties(server_real_e2e PROPERTIES TIMEOUT 300
   ENVIRONMENT "MLXCEL_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
-# Both e2e tests may run `npm ci` in tests/server: never at the same time.
-set_tests_properties(server_e2e server_real_e2e PROPERTIES RESOURCE_LOCK server_npm)
+# /v1/responses and /v1/messages with the official openai and @anthropic-ai/sdk clients: the fake
+# backend with Qwen 3's template and scripted replies, the demo model, queue / hang-up / keys.
+add_test(NAME server_apis_e2e COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/server/apis_e2e.sh
+         $<TARGET_FILE:mlxcel-fake-server> $<TARGET_FILE:mlxcel>)
+set_tests_properties(server_apis_e2e PROPERTIES TIMEOUT 300
+  ENVIRONMENT "MLXCEL_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+# The e2e tests may run `npm ci` in tests/server: never at the same time.
+set_tests_properties(server_e2e server_real_e2e server_apis_e2e PROPERTIES RESOURCE_LOCK server_npm)
 # Tensor parallelism: serve --tp-size 2 answers as --tp-size 1 (CPU rank threads).
 add_test(NAME server_tp_e2e COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/server/tp_e2e.sh
          $<TARGET_FILE:mlxcel>)

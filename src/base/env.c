@@ -122,6 +122,12 @@ static void env_load(void) {
     }
     g_env.cuda_pinned_load = env_bool("MLXCEL_CUDA_PINNED_LOAD", true);
     g_env.profile_ttft = env_bool("MLXCEL_PROFILE_TTFT", false);
+    g_env.responses_store_max = env_int("MLXCEL_RESPONSES_STORE_MAX", 1000, 0, 1 << 20);
+    g_env.responses_store_bytes = 64ull << 20;
+    if ((s = getenv("MLXCEL_RESPONSES_STORE_BYTES")) && *s && mx_parse_bytes(s, &g_env.responses_store_bytes)) {
+        fprintf(stderr, "mlxcel warn: MLXCEL_RESPONSES_STORE_BYTES=%s is not a size (e.g. 64M); using 64M\n", s);
+        g_env.responses_store_bytes = 64ull << 20;
+    }
     g_env.dense_gemv_rows = env_int("MLXCEL_DENSE_GEMV_ROWS", 2, 0, 64);
     g_env.sdpa_deterministic = env_bool("MLXCEL_SDPA_DETERMINISTIC", false);
     g_env.cuda_pdl = env_bool("MLXCEL_CUDA_PDL", true);

@@ -34,6 +34,8 @@ typedef struct mx_env_t {
     bool weight_lazy;              /* MLXCEL_WEIGHT_MATERIALIZATION=lazy (eager) */
     bool cuda_pinned_load;         /* MLXCEL_CUDA_PINNED_LOAD (1) */
     bool profile_ttft;             /* MLXCEL_PROFILE_TTFT (0) */
+    int responses_store_max;       /* MLXCEL_RESPONSES_STORE_MAX (1000): /v1/responses kept (0: none) */
+    uint64_t responses_store_bytes; /* MLXCEL_RESPONSES_STORE_BYTES (64M): ... and their JSON bytes */
     bool cuda_pdl;                 /* MLXCEL_CUDA_PDL (1): programmatic dependent launch */
     bool cuda_prefer_shared;       /* MLXCEL_CUDA_PREFER_SHARED (0): one carveout for all */
     bool lt_splitk;                /* MLXCEL_LT_SPLITK (1): cuBLASLt may pick split-K algorithms */

@@ -19,6 +19,7 @@
 #include "base/log.h"
 #include "engine/engine.h"
 #include "runtime/runtime.h"
+#include "server/srv_api.h"
 #include "server/srv_internal.h"
 #include "server/srv_tools.h"
 
@@ -169,6 +170,7 @@ static void job_free(srv_job *j) {
     if (j->grp) group_release(j->grp);
     if (j->ts) be->text_ops->stream_free(j->ts);
     srv_cp_free(j->cp);
+    srv_api_job_free(j->api);
     srv_request_free(&j->req);
     free(j->prompt);
     free(j->text);

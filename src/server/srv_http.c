@@ -17,9 +17,11 @@
 #include <unistd.h>
 
 #include "base/clock.h"
+#include "base/env.h"
 #include "base/log.h"
 #include "server/srv_conn.h"
 #include "server/srv_guard.h"
+#include "server/srv_api.h"
 #include "server/srv_internal.h"
 #include "server/srv_tools.h"
 #include "server/srv_mhd.h"
@@ -35,10 +37,11 @@ typedef struct conn_ctx {
     uint64_t discarded; /* body bytes past the limit, read and dropped */
     bool replied;
     srv_job *job; /* the HTTP side's reference */
+    srv_dialect dialect; /* /v1/responses, /v1/messages (srv_api.h) */
 } conn_ctx;
 
 static const char *code_label(int status) {
-    static const char *known[] = {"200", "400", "401", "403", "404", "405", "413", "501", "503"};
+    static const char *known[] = {"200", "400", "401", "403", "404", "405", "413", "501", "503", "529"};
     char code[8];
     snprintf(code, sizeof code, "%d", status);
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
@@ -66,6 +69,7 @@ MHD_Result_t srv_mhd_queue(srv_server *s, struct MHD_Connection *c, int status, 
 /* hdr/val: one more header, or NULL */
 static MHD_Result_t reply_with(srv_server *s, struct MHD_Connection *c, int status, const char *ctype, char *body,
                                const char *hdr, const char *val) {
+    status = srv_api_status(status); /* Anthropic's 529 for a full queue */
     /* handed over, not copied: a large answer is not held twice */
     struct MHD_Response *r = body ? MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE)
                                   : MHD_create_response_from_buffer(2, (void *)"{}", MHD_RESPMEM_PERSISTENT);
@@ -118,9 +122,13 @@ static bool key_equal(const char *a, const char *b) {
 static bool authorized(srv_server *s, struct MHD_Connection *c) {
     if (s->cfg.n_api_keys == 0) return true;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    if (!h || strncasecmp(h, "Bearer ", 7)) return false;
-    h += 7;
-    while (*h == ' ') h++;
+    if (h && !strncasecmp(h, "Bearer ", 7)) {
+        h += 7;
+        while (*h == ' ') h++;
+    } else {
+        h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "x-api-key"); /* Anthropic's clients */
+        if (!h) return false;
+    }
     bool ok = false;
     for (int i = 0; i < s->cfg.n_api_keys; i++) ok |= key_equal(h, s->cfg.api_keys[i]);
     return ok;
@@ -154,8 +162,9 @@ static bool stream_collect(stream_state *st, int i) {
         st->sent_toks[i] = n;
     }
     if (j->done && st->sent_toks[i] == j->n_toks) {
-        if (j->finish == SRV_FINISH_ERROR || j->finish == SRV_FINISH_CANCELLED) {
-            /* an error event first: a half-closed client still reads, and learns why */
+        if ((j->finish == SRV_FINISH_ERROR || j->finish == SRV_FINISH_CANCELLED) && !j->api) {
+            /* an error event first: a half-closed client still reads, and learns why (the
+             * Responses and Messages streams end with their own failure events) */
             int status = 500;
             const char *why = j->finish == SRV_FINISH_ERROR ? "generation failed in the engine"
                                                              : srv_cancel_reason(j, &status);
@@ -310,8 +319,10 @@ static int job_call_grammar(srv_server *s, srv_job *j, const char **param, mx_er
 }
 
 /* A request's body parsed into j->req, its text logit_bias and mixed prompt resolved. */
-static int parse_into(srv_server *s, srv_job *j, conn_ctx *cc, srv_api api, mx_error *err) {
+static int parse_into(srv_server *s, srv_job *j, struct MHD_Connection *c, conn_ctx *cc, srv_api api, mx_error *err) {
     srv_backend *be = s->be;
+    if (cc->dialect != SRV_DIALECT_NATIVE) /* Responses / Messages: a chat request underneath */
+        return srv_api_parse(s, j, c, cc->dialect, cc->body ? cc->body : "", cc->len, err);
     const int vocab = be->text_ops->vocab_size(be->text);
     return srv_request_parse(&j->req, api, cc->body ? cc->body : "", cc->len, &s->cfg, vocab, err) ||
            srv_request_text_bias(&j->req, srv_tokenize_text, be, vocab, err) ||
@@ -454,7 +465,7 @@ static MHD_Result_t route_generate(srv_server *s, struct MHD_Connection *c, conn
     pthread_mutex_lock(&s->mu);
     s->n_http_jobs++; /* until on_completed: its answer is sent (or the client is gone) */
     pthread_mutex_unlock(&s->mu);
-    if (parse_into(s, j, cc, api, &err)) return reply_error(s, c, 400, err.msg, j->req.bad_param);
+    if (parse_into(s, j, c, cc, api, &err)) return reply_error(s, c, 400, err.msg, j->req.bad_param);
     free(cc->body); /* parsed: the request is in j->req, and the wait for the answer may be long */
     cc->body = NULL;
 
@@ -515,6 +526,8 @@ static bool is_post_route(const char *url, srv_api *api) {
     if (!strcmp(url, "/v1/chat/completions") || !strcmp(url, "/chat/completions")) { *api = SRV_API_CHAT; return true; }
     if (!strcmp(url, "/v1/completions") || !strcmp(url, "/completions")) { *api = SRV_API_COMPLETIONS; return true; }
     if (!strcmp(url, "/completion")) { *api = SRV_API_LLAMA_COMPLETION; return true; }
+    /* OpenAI Responses and Anthropic Messages: chat jobs answered in their shapes (srv_api.h) */
+    if (!strcmp(url, "/v1/responses") || !strcmp(url, "/v1/messages")) { *api = SRV_API_CHAT; return true; }
     return false;
 }
 
@@ -526,6 +539,8 @@ static MHD_Result_t on_request(void *cls, struct MHD_Connection *c, const char *
         cc = calloc(1, sizeof *cc);
         if (!cc) return MHD_NO;
         *con_cls = cc;
+        cc->dialect = srv_api_dialect_of(url);
+        srv_api_dialect_enter(cc->dialect); /* the error shapes of this request (srv_api.h) */
         srv_conns_busy(c); /* never closed to make room until on_completed */
         srv_guard_refusal g;
         if (srv_guard_request(&s->cfg, s->keyless_loopback, c, version, &g)) {
@@ -540,7 +555,8 @@ static MHD_Result_t on_request(void *cls, struct MHD_Connection *c, const char *
         bool public = !strcmp(url, "/health") || !strcmp(url, "/v1/health") || srv_webui_public(s, url);
         if (!public && !authorized(s, c)) {
             cc->replied = true;
-            return reply_error(s, c, 401, "invalid or missing API key (send Authorization: Bearer KEY)", NULL);
+            return reply_error(s, c, 401, "invalid or missing API key (send Authorization: Bearer KEY, or x-api-key: KEY)",
+                               NULL);
         }
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
         if (cl && strtoull(cl, NULL, 10) > s->cfg.max_body_bytes) {
@@ -582,7 +598,9 @@ static MHD_Result_t on_request(void *cls, struct MHD_Connection *c, const char *
         return route_generate(s, c, cc, api);
     }
     bool handled = false;
-    MHD_Result_t rc = srv_route_info(s, c, method, url, cc->body ? cc->body : "", cc->len, &handled);
+    MHD_Result_t rc = srv_api_route(s, c, method, url, cc->body ? cc->body : "", cc->len, &handled);
+    if (!handled) /* count_tokens, /v1/responses/{id} above; the text and info routes here */
+        rc = srv_route_info(s, c, method, url, cc->body ? cc->body : "", cc->len, &handled);
     free(cc->body); /* read by the route; /tokenize's answer is still being written */
     cc->body = NULL;
     if (handled) return rc;
@@ -738,6 +756,8 @@ int srv_run(const srv_config *cfg, srv_backend *be, mx_error *err) {
                  caps.format == SRV_TOOLS_NONE ? "" : caps.renders_tools ? " (tools rendered by the template)"
                                                                          : " (tools described in the system message)",
                  cfg->reasoning_format, caps.thinks ? " (the template thinks)" : "");
+    s->resp_store = srv_resp_store_new(mx_env()->responses_store_max, (size_t)mx_env()->responses_store_bytes);
+    if (!s->resp_store) { mx_fail(err, "out of memory"); goto out; }
     if (!s->metrics || srv_core_start(s, err)) goto out;
     if ((fd = open_listener(cfg, &port, err)) < 0) goto out;
     /* Connection admission (srv_conn.c): --threads-http connections, the oldest idle one closed
@@ -778,6 +798,7 @@ out:
     if (fd >= 0) close(fd);
     if (cfg->host[0] && port == 0 && d) unlink(cfg->host);
     srv_metrics_free(s->metrics);
+    srv_resp_store_free(s->resp_store);
     if (s->chat_caps) srv_chat_caps_free(s->chat_caps);
     srv_grammar_cache_clear();
     if (s->thread_started == false) {

@@ -71,6 +71,7 @@ typedef struct srv_job {
     struct srv_job *fin_next;
     srv_text_stream *ts;      /* created by the engine thread, then used by the output thread */
     srv_cp *cp;               /* chat stream: the reply parser (connection thread, under mu) */
+    struct srv_api_job *api;  /* /v1/responses, /v1/messages: their state and answers (srv_api.h); else NULL */
 
     /* output (mu) */
     char *text;               /* all final text so far */
@@ -139,6 +140,7 @@ struct srv_server {
     bool out_started;
     uint64_t id_counter;
     struct srv_chat_caps *chat_caps; /* what the chat template can do (srv_tools.c), set at start */
+    struct srv_resp_store *resp_store; /* /v1/responses kept for previous_response_id (srv_resp_store.c) */
 };
 
 /* ==== Core (srv_core.c) ==== */

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/srv_api.h"
 #include "server/srv_chat_out.h"
 #include "server/srv_internal.h"
 
@@ -37,6 +38,9 @@ const char *srv_error_type(int status) {
 }
 
 char *srv_resp_error(int status, const char *message, const char *param) {
+    /* /v1/responses and /v1/messages answer in their own shapes (srv_api_common.c) */
+    if (srv_api_dialect_current() != SRV_DIALECT_NATIVE)
+        return srv_api_error_body(srv_api_dialect_current(), status, message, param);
     json_t *e = json_pack("{s:s, s:s, s:i}", "message", message, "type", srv_error_type(status), "code", status);
     if (param && *param) json_object_set_new(e, "param", json_string(param));
     json_t *o = json_pack("{s:o}", "error", e);
@@ -251,6 +255,7 @@ static json_t *choice_json(srv_server *s, srv_job *j) {
 
 char *srv_resp_final(srv_server *s, srv_job *const *js, int n) {
     srv_job *j = js[0];
+    if (j->api) return srv_api_final(s, j); /* Responses / Messages: one choice */
     json_t *o;
     if (j->req.api == SRV_API_LLAMA_COMPLETION) {
         o = json_pack("{s:o, s:i}", "content", text_slice(j, 0, j->n_toks), "id_slot", 0);
@@ -318,6 +323,10 @@ static void sse_text(srv_server *s, srv_job *j, json_t *text, json_t *lp_chat, j
 
 int srv_sse_tokens(srv_server *s, srv_job *j, int from, int to, bool first, size_t *sent_bytes, char **buf,
                    size_t *len, size_t *cap) {
+    if (j->api) { /* Responses / Messages events */
+        srv_api_sse_tokens(s, j, from, to, sent_bytes, buf, len, cap);
+        return 0;
+    }
     if (first && j->req.api == SRV_API_CHAT)
         sse_event(buf, len, cap, chat_chunk(s, j, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL, NULL));
     if (srv_chat_out_active(j)) { /* tools / reasoning */
@@ -342,6 +351,10 @@ int srv_sse_tokens(srv_server *s, srv_job *j, int from, int to, bool first, size
 }
 
 int srv_sse_finish(srv_server *s, srv_job *j, size_t *sent_bytes, char **buf, size_t *len, size_t *cap) {
+    if (j->api) {
+        srv_api_sse_finish(s, j, sent_bytes, buf, len, cap);
+        return 0;
+    }
     if (srv_chat_out_active(j)) { /* tools / reasoning */
         srv_chat_sse_finish(s, j, sent_bytes, buf, len, cap);
         return 0;
@@ -366,6 +379,7 @@ int srv_sse_finish(srv_server *s, srv_job *j, size_t *sent_bytes, char **buf, si
 void srv_sse_end(srv_server *s, srv_job *const *js, int n, char **buf, size_t *len, size_t *cap) {
     srv_job *j = js[0];
     if (j->req.api == SRV_API_LLAMA_COMPLETION) return; /* llama-server's /completion stream has no [DONE] */
+    if (j->api) return;                                 /* nor do the Responses and Messages streams */
     if (j->req.include_usage) {
         const char *obj = j->req.api == SRV_API_CHAT ? "chat.completion.chunk" : "text_completion";
         sse_event(buf, len, cap, json_pack("{s:s, s:s, s:i, s:s, s:[], s:o}", "id", j->id, "object", obj, "created",

@@ -114,6 +114,7 @@ void srv_chat_opts_unref(srv_chat_opts *o) {
     if (!o || __atomic_sub_fetch(&o->refs, 1, __ATOMIC_ACQ_REL)) return;
     srv_tool_set_clear(&o->tools);
     grammar_release(o->call_grammar);
+    free(o->prefill);
     free(o);
 }
 
@@ -402,6 +403,18 @@ int srv_chat_render(const srv_chat_caps *caps, const srv_backend *be, srv_chat_o
     }
     json_decref(msgs);
     json_decref(x);
+    if (!rc && o->prefill && *o->prefill) { /* the reply continues a message the client began */
+        const size_t a = strlen(*prompt), b = strlen(o->prefill);
+        char *p = realloc(*prompt, a + b + 1);
+        if (p) {
+            memcpy(p + a, o->prefill, b + 1);
+            *prompt = p;
+        } else {
+            free(*prompt);
+            *prompt = NULL;
+            rc = mx_fail(err, "out of memory");
+        }
+    }
     if (rc) return -1;
     o->start_in_reasoning = o->reasoning_used != SRV_REASONING_NONE && srv_prompt_opens_think(*prompt);
     return 0;

@@ -60,6 +60,8 @@ typedef struct srv_chat_opts {
     bool reasoning_given;        /* a per-request reasoning_format */
     srv_reasoning_mode reasoning;
     char reasoning_effort[16];   /* "" when not given */
+    char *prefill;               /* text that continues the rendered prompt (Anthropic's final
+                                  * assistant message), or NULL; owned */
     /* resolved by srv_chat_render */
     srv_tool_format format;      /* NONE when calls are not parsed */
     srv_reasoning_mode reasoning_used;
@@ -104,7 +106,8 @@ void srv_chat_caps_free(srv_chat_caps *c);
  * given the `name` of the call it answers. */
 json_t *srv_chat_template_messages(const srv_chat_caps *caps, const json_t *messages);
 /* Renders a chat request: `extra` holds `tools` (OpenAI shape) and the template kwargs; the
- * server's --chat-template-kwargs go under them; tool_choice none leaves tools out. Checks that
+ * server's --chat-template-kwargs go under them; tool_choice none leaves tools out; opts->prefill
+ * is appended to the prompt (the reply continues it). Checks that
  * what the request asks can take effect with this template (a parseable call syntax, a
  * template that reads reasoning_effort ...), resolves opts->format / reasoning_used /
  * start_in_reasoning. On error *param names the request field. */

@@ -26,6 +26,9 @@
 #define LLVMFuzzerTestOneInput fuzz_json_schema_one
 #include "../../fuzz/fuzz_json_schema.c"
 #undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_srv_api_one
+#include "../../fuzz/fuzz_srv_api.c"
+#undef LLVMFuzzerTestOneInput
 
 static int replay_dir(const char *sub, int (*fn)(const uint8_t *, size_t)) {
     char dir[2048];
@@ -66,6 +69,9 @@ static void test_replay(void **st) {
     assert_true(g > 0);
     int j = replay_dir("corpus/json_schema", fuzz_json_schema_one) + replay_dir("regress/json_schema", fuzz_json_schema_one);
     assert_true(j > 0);
+    int a = replay_dir("corpus/srv_api", fuzz_srv_api_one);
+    a += replay_dir("regress/srv_api", fuzz_srv_api_one);
+    assert_true(a > 0);
 }
 
 int main(void) {
