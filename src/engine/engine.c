@@ -101,6 +101,7 @@ static void seq_free(seq *s) {
     free(s->kv.blocks);
     sampler_free(s->smp);
     grammar_matcher_free(s->gm);
+    engine_lazy_free(s);
     free(s);
 }
 
@@ -164,7 +165,8 @@ int64_t engine_submit(engine *e, const engine_request *r, mx_error *err) {
                 return mx_fail(err, "the grammar vocabulary does not mark the model's EOS id %d as EOS",
                                e->spec->eos_ids[i]), -1;
             }
-        if (!(s->gm = grammar_matcher_new(r->grammar, r->grammar_vocab, err))) {
+        if (r->grammar_trigger ? engine_lazy_new(s, r, err)
+                               : !(s->gm = grammar_matcher_new(r->grammar, r->grammar_vocab, err))) {
             seq_free(s);
             return -1;
         }
@@ -178,7 +180,7 @@ int64_t engine_submit(engine *e, const engine_request *r, mx_error *err) {
     s->on_logits = r->on_logits;
     s->user = r->user;
     const sampling_params *sp = &r->sampling;
-    s->plain_greedy = r->allow_device_sampling && sp->temperature <= 0 && !r->on_logits && !s->gm &&
+    s->plain_greedy = r->allow_device_sampling && sp->temperature <= 0 && !r->on_logits && !r->grammar &&
                       sp->n_logit_bias == 0 &&
                       (sp->repeat_penalty == 1.0f || sp->repeat_last_n == 0) &&
                       sp->presence_penalty == 0 && sp->frequency_penalty == 0;
@@ -466,6 +468,7 @@ static void accept_token(engine *e, seq *s, int32_t t, float lp) {
         finish(e, s, ENGINE_FINISH_ERROR);
         return;
     }
+    if (s->lazy) engine_lazy_feed(s, t);
     s->n_generated++;
     s->st.n_generated = s->n_generated; /* current inside the token callback (engine_token_stats) */
     if (s->n_generated == 1) s->st.t_first_token = mx_now();

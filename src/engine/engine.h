@@ -110,6 +110,13 @@ typedef struct engine_request {
      * KV of kept tokens only, so the matcher is never rewound. NULL: unconstrained. */
     grammar *grammar;
     grammar_vocab *grammar_vocab;
+    /* A lazy grammar: the output is free until `grammar_trigger` (grammar_trigger_len bytes, the
+     * start of every sentence of the grammar, e.g. a tool-call opener) first appears in it; the
+     * matcher then starts there, fed the output from the trigger on, and constrains what
+     * follows. NULL: the grammar applies from the first token. (Strict tool calls under
+     * tool_choice auto.) */
+    const char *grammar_trigger;
+    int grammar_trigger_len;
 } engine_request;
 
 typedef struct engine engine;

@@ -2,10 +2,86 @@
  * forward on a worker thread or after it. See engine.h and engine_internal.h. */
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/clock.h"
 #include "base/log.h"
 #include "engine/engine_internal.h"
+
+/* ==== Lazy grammars ====
+ * The output is free text until the trigger (the start of every sentence of the grammar, e.g.
+ * "<tool_call>") first appears in it; then a matcher starts at the trigger, is fed the output
+ * from there (the rest of the token that completed the trigger too) and constrains every
+ * later token. The trigger is found in the bytes the vocabulary gives each token (kept special
+ * markers included), over token boundaries: the last trigger_len - 1 bytes are kept. */
+typedef struct seq_lazy {
+    grammar *g;
+    grammar_vocab *v;
+    char *trigger;
+    int trigger_len;
+    char *buf;     /* [trigger_len - 1 + the longest token] the tail, then the new token */
+    size_t tail, cap;
+} seq_lazy;
+
+int engine_lazy_new(seq *s, const engine_request *r, mx_error *err) {
+    if (r->grammar_trigger_len <= 0) return mx_fail(err, "a lazy grammar needs a non-empty trigger");
+    seq_lazy *l = calloc(1, sizeof *l);
+    if (!l || !(l->trigger = malloc((size_t)r->grammar_trigger_len))) {
+        free(l);
+        return mx_fail(err, "out of memory");
+    }
+    memcpy(l->trigger, r->grammar_trigger, (size_t)r->grammar_trigger_len);
+    l->trigger_len = r->grammar_trigger_len;
+    l->g = grammar_retain(r->grammar);
+    l->v = grammar_vocab_retain(r->grammar_vocab);
+    s->lazy = l;
+    return 0;
+}
+
+void engine_lazy_free(seq *s) {
+    seq_lazy *l = s->lazy;
+    if (!l) return;
+    grammar_release(l->g);
+    grammar_vocab_release(l->v);
+    free(l->trigger);
+    free(l->buf);
+    free(l);
+    s->lazy = NULL;
+}
+
+void engine_lazy_feed(seq *s, int32_t t) {
+    seq_lazy *l = s->lazy;
+    size_t n = 0;
+    const char *b = grammar_vocab_bytes(l->v, t, &n);
+    if (!n) return;
+    if (l->tail + n > l->cap) {
+        const size_t cap = (l->tail + n) * 2;
+        char *nb = realloc(l->buf, cap);
+        if (!nb) return; /* out of memory: this token is not searched */
+        l->buf = nb, l->cap = cap;
+    }
+    memcpy(l->buf + l->tail, b, n);
+    const size_t len = l->tail + n;
+    const char *hit = memmem(l->buf, len, l->trigger, (size_t)l->trigger_len);
+    if (!hit) { /* keep what could still begin the trigger */
+        const size_t keep = len < (size_t)l->trigger_len - 1 ? len : (size_t)l->trigger_len - 1;
+        memmove(l->buf, l->buf + len - keep, keep);
+        l->tail = keep;
+        return;
+    }
+    mx_error gerr = {{0}};
+    grammar_matcher *gm = grammar_matcher_new(l->g, l->v, &gerr);
+    if (gm && !grammar_matcher_accept_bytes(gm, hit, (size_t)(l->buf + len - hit), &gerr)) {
+        s->gm = gm;
+    } else {
+        /* the token that completed the trigger went on with what the grammar refuses: nothing
+         * already sampled can be taken back, so the rest of the output stays free */
+        LOG_WARN("engine: sequence %lld: the output after its grammar's trigger does not fit the grammar (%s); "
+                 "left unconstrained", (long long)s->id, gm ? gerr.msg : "no matcher");
+        grammar_matcher_free(gm);
+    }
+    engine_lazy_free(s);
+}
 
 /* ==== Constrained rows ====
  * The token masks of this step's constrained sequences (cons[k], sampled at logits row

@@ -26,6 +26,7 @@ typedef struct seq {
     kv_seq kv;                 /* n_tokens of kv = tokens with K/V in the cache */
     sampler *smp;
     grammar_matcher *gm;       /* constrained decoding: the grammar state, or NULL */
+    struct seq_lazy *lazy;     /* a lazy grammar still waiting for its trigger, or NULL */
     const uint32_t *mask;      /* this step's token mask (gm's), NULL when not computed */
     engine_token_cb on_token;
     engine_finish_cb on_finish;
@@ -77,6 +78,11 @@ struct engine {
 };
 
 /* ==== Constrained rows (engine_grammar.c) ==== */
+/* A lazy grammar (engine_request.grammar_trigger) for s: no matcher until the trigger is out. */
+int engine_lazy_new(seq *s, const engine_request *r, mx_error *err);
+void engine_lazy_free(seq *s);
+/* After token t joined s's output: on the trigger's first occurrence the matcher starts there. */
+void engine_lazy_feed(seq *s, int32_t t);
 /* This step's sampled constrained sequences (e->cons, their logits rows e->cons_row). */
 void engine_cons_collect(engine *e, seq **ss, int n);
 /* Hands them to the mask worker (started on first use); false when it cannot run. */

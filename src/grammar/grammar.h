@@ -62,6 +62,9 @@ grammar_vocab *grammar_vocab_retain(grammar_vocab *v);
 void grammar_vocab_release(grammar_vocab *v);
 int grammar_vocab_size(const grammar_vocab *v);
 bool grammar_vocab_is_eos(const grammar_vocab *v, int32_t id);
+/* The bytes token id contributes (as given to grammar_vocab_new; none for special tokens and ids
+ * outside the vocabulary). Valid while v lives. */
+const char *grammar_vocab_bytes(const grammar_vocab *v, int32_t id, size_t *len);
 
 /* ==== Matcher (one sequence) ==== */
 typedef struct grammar_matcher grammar_matcher;

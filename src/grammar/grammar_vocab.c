@@ -134,6 +134,15 @@ void grammar_vocab_release(grammar_vocab *v) {
 
 int grammar_vocab_size(const grammar_vocab *v) { return v->n_tokens; }
 
+const char *grammar_vocab_bytes(const grammar_vocab *v, int32_t id, size_t *len) {
+    if (id < 0 || id >= v->n_tokens) {
+        *len = 0;
+        return "";
+    }
+    *len = v->len[id];
+    return (const char *)v->data + v->off[id];
+}
+
 bool grammar_vocab_is_eos(const grammar_vocab *v, int32_t id) {
     for (int i = 0; i < v->n_eos; i++)
         if (v->eos[i] == id) return true;

@@ -155,7 +155,9 @@ static int be_submit(void *p, const srv_gen *g, uint64_t *id, mx_error *err) {
                         .max_tokens = g->max_tokens, .ignore_eos = s->ignore_eos,
                         .on_token = eng_on_token, .on_finish = eng_on_finish, .user = q,
                         .allow_device_sampling = q->top_n == 0, .grammar = g->grammar,
-                        .grammar_vocab = g->grammar ? g->grammar_vocab : NULL};
+                        .grammar_vocab = g->grammar ? g->grammar_vocab : NULL,
+                        .grammar_trigger = g->grammar ? g->grammar_trigger : NULL,
+                        .grammar_trigger_len = g->grammar && g->grammar_trigger ? (int)strlen(g->grammar_trigger) : 0};
     const int64_t sid = engine_submit(b->rt.e, &r, err);
     free(lb);
     if (sid < 0) {

@@ -467,6 +467,7 @@ static void submit_job(srv_server *s, srv_job *j) {
         .prompt = j->prompt, .n_prompt = j->n_prompt, .max_tokens = j->max_tokens,
         .sampling = j->req.sampling, .on_token = on_token, .on_finish = on_finish, .user = j,
         .grammar = j->req.grammar, .grammar_vocab = j->req.grammar_vocab,
+        .grammar_trigger = j->req.grammar_trigger[0] ? j->req.grammar_trigger : NULL,
     };
     mx_error err = {{0}};
     pthread_mutex_lock(&s->mu);

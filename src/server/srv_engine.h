@@ -80,6 +80,7 @@ typedef struct srv_gen {
      * srv_text_ops.grammar_vocab); the engine retains both for the sequence. NULL: free. */
     grammar *grammar;
     grammar_vocab *grammar_vocab;
+    const char *grammar_trigger; /* non-NULL: a lazy grammar from this text on (engine.h) */
     /* Engine thread. The EOS token itself is not reported: on_finish(EOS) follows instead. */
     void (*on_token)(void *user, const srv_token *tok);
     /* Engine thread, exactly once per successful submit, after the last on_token; also called

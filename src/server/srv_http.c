@@ -314,7 +314,8 @@ static int job_call_grammar(srv_server *s, srv_job *j, const char **param, mx_er
         return mx_fail(err, "tool_choice: constrained decoding is not available: %s",
                        t->grammar_vocab ? e2.msg : "this backend has no token bytes");
     j->req.grammar = grammar_retain(o->call_grammar);
-    snprintf(j->req.grammar_field, sizeof j->req.grammar_field, "tool_choice");
+    snprintf(j->req.grammar_field, sizeof j->req.grammar_field, "%s", o->call_trigger[0] ? "tools" : "tool_choice");
+    snprintf(j->req.grammar_trigger, sizeof j->req.grammar_trigger, "%s", o->call_trigger);
     return 0;
 }
 

@@ -58,6 +58,8 @@ typedef struct srv_request {
     grammar *grammar;
     grammar_vocab *grammar_vocab;
     char grammar_field[32];  /* the field it came from: response_format, json_schema, grammar */
+    char grammar_trigger[64]; /* "": the grammar applies from the first token; else from this
+                                 text's first occurrence on (strict tools under tool_choice auto) */
     char bad_param[64];     /* field named by the last error */
 } srv_request;
 

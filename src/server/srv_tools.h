@@ -67,6 +67,8 @@ typedef struct srv_chat_opts {
     srv_reasoning_mode reasoning_used;
     bool start_in_reasoning;     /* the rendered prompt ends inside <think> */
     grammar *call_grammar;       /* an enforced tool_choice: the reply's grammar (a reference) */
+    char call_trigger[64];       /* "" from the first token; else (strict tools under auto) the
+                                    grammar starts at this call opener's first occurrence */
 } srv_chat_opts;
 
 srv_chat_opts *srv_chat_opts_new(void);
@@ -142,9 +144,9 @@ typedef struct srv_tool_constraint {
 } srv_tool_constraint;
 int srv_tools_constraint(srv_tool_format fmt, const srv_chat_opts *o, srv_schema_rules_fn schema_rules, void *ctx,
                          srv_tool_constraint *out, mx_error *err);
-/* tool_choice required / named: compiles the constraint into o->call_grammar (the request's
- * sampling grammar, srv_http.c). Strict tools under tool_choice auto would need a grammar that
- * starts at the call marker: refused (400 naming tools). *param names the field on error. */
+/* tool_choice required / named, or strict tools: compiles the constraint into o->call_grammar
+ * (the request's sampling grammar, srv_http.c); under tool_choice auto (strict tools) a lazy
+ * one, from the family's call opener on (o->call_trigger). *param names the field on error. */
 int srv_tools_enforce(srv_tool_format fmt, srv_chat_opts *o, const char **param, mx_error *err);
 
 #endif

@@ -205,10 +205,6 @@ static char *schema_rules(void *ctx, const json_t *schema, const char *rule, mx_
 int srv_tools_enforce(srv_tool_format f, srv_chat_opts *o, const char **param, mx_error *err) {
     const bool by_choice = o->choice.mode == SRV_TOOL_CHOICE_REQUIRED || o->choice.mode == SRV_TOOL_CHOICE_NAMED;
     *param = by_choice ? "tool_choice" : "tools";
-    if (!by_choice) /* strict tools under tool_choice auto: free text until a call opens */
-        return mx_fail(err, "tools: \"strict\": true with tool_choice \"auto\" is not supported: it needs a "
-                            "grammar that starts at the call marker, which this server does not have yet (send "
-                            "tool_choice \"required\" or a named function to constrain the call, or strict false)");
     schema_ctx sc = {grammar_builder_new(), o, false};
     if (!sc.b) return mx_fail(err, "out of memory");
     srv_tool_constraint c;
@@ -227,6 +223,8 @@ int srv_tools_enforce(srv_tool_format f, srv_chat_opts *o, const char **param, m
         o->call_grammar = NULL;
         rc = g.p ? srv_grammar_compile_cached(g.p, g.n, &o->call_grammar, err) : mx_fail(err, "out of memory");
         if (rc) mx_wrap(err, "%s: the call grammar", *param);
+        /* strict tools under auto: free text until the model opens a call, then the call's grammar */
+        snprintf(o->call_trigger, sizeof o->call_trigger, "%s", c.lazy ? c.trigger : "");
         cp_free(&g);
     }
     grammar_builder_free(sc.b);

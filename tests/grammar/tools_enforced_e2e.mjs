@@ -120,9 +120,33 @@ async function expect400(body, param, what) {
 }
 await expect400({ model: MODEL, messages: msgs, tools, tool_choice: "required",
                   response_format: { type: "json_object" } }, "tool_choice", "required + response_format");
-await expect400({ model: MODEL, messages: msgs, tool_choice: "auto",
-                  tools: [{ type: "function", function: { name: "f", strict: true, parameters: weather } }] },
-                "tools", "strict under auto");
+// strict tools under tool_choice auto: free text until the model opens a call, then the call's
+// grammar (the demo model rarely opens one: the answer is text, or a call that validates)
+for (const seed of [1, 2, 3]) {
+  const r = await client.chat.completions.create({ model: MODEL, messages: msgs, tool_choice: "auto", max_tokens: 60,
+    temperature: 1.0, seed, tools: [{ type: "function", function: { name: "get_weather", strict: true, parameters: weather } }] });
+  const m = r.choices[0].message;
+  if (m.tool_calls?.length) checkCalls(m.tool_calls, `strict under auto, seed ${seed}`, "get_weather");
+  else check(typeof m.content === "string" && r.choices[0].finish_reason !== "tool_calls", `strict under auto, seed ${seed}: text`);
+}
+
+// the Responses API (tools strict by default) and the Anthropic Messages API enforce the same way
+{
+  const r = await client.responses.create({ model: MODEL, input: 'What does "ocean" mean?', temperature: 0,
+    max_output_tokens: 200, tool_choice: "required",
+    tools: tools.map((t) => ({ type: "function", name: t.function.name, parameters: t.function.parameters })) });
+  const calls = r.output.filter((o) => o.type === "function_call");
+  check(calls.length >= 1, `responses required: function_call items (${JSON.stringify(r.output)})`);
+  checkCalls(calls.map((c) => ({ id: c.call_id.replace(/^call_/, "call_"), type: "function",
+    function: { name: c.name, arguments: c.arguments } })), "responses required");
+  const anth = await (await fetch(`${base}/v1/messages`, { method: "POST", headers: { "content-type": "application/json" },
+    body: JSON.stringify({ model: MODEL, max_tokens: 200, messages: msgs, tool_choice: { type: "tool", name: "define_word" },
+      tools: [{ name: "define_word", description: "WordNet senses", input_schema: define }] }) })).json();
+  const uses = (anth.content ?? []).filter((b) => b.type === "tool_use");
+  check(anth.stop_reason === "tool_use" && uses.length === 1 && uses[0].name === "define_word",
+    `messages tool_choice tool: one tool_use (${JSON.stringify(anth)})`);
+  check(uses[0] && ajv.validate(define, uses[0].input), `messages: input validates (${ajv.errorsText()})`);
+}
 await expect400({ model: MODEL, messages: msgs, tool_choice: "required",
                   tools: [{ type: "function", function: { name: "f", strict: true,
                     parameters: { type: "object", properties: { n: { type: "number", multipleOf: 3 } } } } }] },

@@ -3,7 +3,9 @@
  * min-p, penalties, logit bias) are sentences of their grammar and end with EOS; rows of
  * different grammars (and unconstrained ones) in one batch give each the tokens it gets alone;
  * preemption and recomputation change nothing; ignore_eos still ends at the grammar's end; a
- * grammar the vocabulary cannot write ends in an error; on_logits sees the raw row. */
+ * grammar the vocabulary cannot write ends in an error; on_logits sees the raw row; a lazy
+ * grammar starts at its trigger's first occurrence (across tokens too) and changes nothing
+ * before it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -257,8 +259,93 @@ static void test_submit_checks(void **st) {
     engine_free(e);
 }
 
+/* ==== Lazy grammars (engine_request.grammar_trigger) ==== */
+static int tok_id(const char *s) {
+    for (int i = 0; i < V - 1; i++)
+        if (!strcmp(g_tok[i], s)) return i;
+    fail_msg("no token '%s'", s);
+    return -1;
+}
+
+/* Greedy with a logit bias (and a repetition penalty that makes a biased token give way to the
+ * next one once used), lazy from `trigger` on: the output text, how it finished, the masks. */
+static void run_lazy(fixture *f, grammar *g, const char *trigger, const mx_logit_bias *bias, int n_bias, out *o,
+                     char *text, uint64_t *masks) {
+    engine *e = new_engine(f->m, &f->tm, 1, 0);
+    memset(o, 0, sizeof *o);
+    int32_t prompt[6] = {1, 2, 3, 4, 5, 6};
+    engine_request r = {.prompt = prompt, .n_prompt = 6, .max_tokens = 24, .on_token = on_token,
+                        .on_finish = on_finish, .user = o, .grammar = g, .grammar_vocab = g ? f->v : NULL,
+                        .grammar_trigger = trigger, .grammar_trigger_len = trigger ? (int)strlen(trigger) : 0};
+    sampling_params_default(&r.sampling);
+    r.sampling.logit_bias = bias;
+    r.sampling.n_logit_bias = n_bias;
+    r.sampling.repeat_penalty = 100.0f;
+    mx_error err;
+    o->id = engine_submit(e, &r, &err);
+    if (o->id < 0) fail_msg("submit: %s", err.msg);
+    assert_int_equal(engine_run(e, &err), 0);
+    engine_stats es;
+    engine_get_stats(e, &es);
+    *masks = es.grammar_masks;
+    engine_free(e);
+    size_t n = 0;
+    for (int i = 0; i < o->n && o->toks[i] != V - 1; i++) {
+        memcpy(text + n, g_tok[o->toks[i]], g_len[o->toks[i]]);
+        n += g_len[o->toks[i]];
+    }
+    text[n] = 0;
+}
+
+static void test_lazy_grammar(void **st) {
+    fixture *f = *st;
+    const char *gl = "root ::= \"{\\\"\" [a-z]{1,3} \"\\\":\" [0-9] \"}\"";
+    grammar *g;
+    mx_error err;
+    assert_int_equal(grammar_compile(&g, gl, strlen(gl), &err), 0);
+    char text[4 * MAXG + 1], free_text[4 * MAXG + 1];
+    out o, o_free;
+    uint64_t masks, masks_free;
+    const char *trig = "{\"";
+    /* the trigger across two tokens ("{", then "\"a"): the matcher starts at "{" and takes the
+     * "a" after the trigger; from there on the output is the grammar's, ending with EOS */
+    const mx_logit_bias split[] = {{tok_id("{"), 30.0f}, {tok_id("\"a"), 25.0f}, {tok_id("{\""), -100.0f}};
+    run_lazy(f, g, trig, split, 3, &o, text, &masks);
+    const char *at = strstr(text, trig);
+    if (!at || at != text) fail_msg("trigger not at the start of \"%s\"", text);
+    if (!grammar_accepts(g, at, strlen(at))) fail_msg("\"%s\" is not a sentence of the grammar", at);
+    assert_int_equal(o.why, ENGINE_FINISH_EOS);
+    assert_true(masks > 0);
+    /* free text first: the trigger comes late, the text before it is the unconstrained run's */
+    const mx_logit_bias late[] = {{tok_id("ab"), 40.0f}, {tok_id("cd"), 35.0f}, {tok_id("{\""), 30.0f}};
+    run_lazy(f, g, trig, late, 3, &o, text, &masks);
+    run_lazy(f, NULL, NULL, late, 3, &o_free, free_text, &masks_free);
+    at = strstr(text, trig);
+    assert_non_null(at);
+    assert_true(at > text);
+    assert_memory_equal(text, free_text, (size_t)(at - text)); /* the same until the trigger */
+    if (!grammar_accepts(g, at, strlen(at))) fail_msg("\"%s\" is not a sentence of the grammar", at);
+    assert_int_equal(o.why, ENGINE_FINISH_EOS);
+    assert_int_equal(masks_free, 0);
+    /* never triggered: exactly the unconstrained tokens, no mask computed */
+    const mx_logit_bias none[] = {{tok_id("{"), -100.0f}, {tok_id("{\""), -100.0f}, {tok_id("ab"), 5.0f}};
+    run_lazy(f, g, trig, none, 3, &o, text, &masks);
+    run_lazy(f, NULL, NULL, none, 3, &o_free, free_text, &masks_free);
+    assert_int_equal(o.n, o_free.n);
+    assert_memory_equal(o.toks, o_free.toks, (size_t)o.n * sizeof(int32_t));
+    assert_int_equal(masks, 0);
+    /* the token that completes the trigger goes on with what the grammar refuses ("{" then
+     * "\":"): nothing sampled can be taken back, so the run continues unconstrained */
+    const mx_logit_bias bad[] = {{tok_id("{"), 30.0f}, {tok_id("\":"), 25.0f}, {tok_id("{\""), -100.0f}};
+    run_lazy(f, g, trig, bad, 3, &o, text, &masks);
+    assert_non_null(strstr(text, "{\":"));
+    assert_int_equal(masks, 0);
+    grammar_release(g);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_lazy_grammar),
         cmocka_unit_test(test_greedy_and_sampling), cmocka_unit_test(test_batch_matches_alone),
         cmocka_unit_test(test_ignore_eos_and_logits), cmocka_unit_test(test_impossible_grammar),
         cmocka_unit_test(test_submit_checks),

@@ -425,11 +425,21 @@ static void test_choice_render(void **st) {
         assert_false(grammar_accepts(g, "It is sunny.", 12)); /* a call, not text */
         srv_request_free(&r);
     }
-    /* strict tools under tool_choice auto would need a grammar that starts at the call marker */
-    expect_ok("{" MSGS ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"strict\":true}}]}", &r);
-    assert_int_equal(srv_chat_render(&t.caps, &t.be, r.chat, r.messages, r.template_extra, true, &p, &param, &err), -1);
-    assert_string_equal(param, "tools");
-    assert_non_null(strstr(err.msg, "strict"));
+    /* strict tools under tool_choice auto: a lazy grammar from Qwen's call opener on */
+    expect_ok("{" MSGS ",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"strict\":true,"
+              "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}}}]}", &r);
+    assert_int_equal(srv_chat_render(&t.caps, &t.be, r.chat, r.messages, r.template_extra, true, &p, &param, &err), 0);
+    free(p);
+    assert_non_null(r.chat->call_grammar);
+    assert_string_equal(r.chat->call_trigger, "<tool_call>");
+    assert_true(grammar_accepts(r.chat->call_grammar, call_ok, strlen(call_ok)));
+    assert_false(grammar_accepts(r.chat->call_grammar, call_bad_args, strlen(call_bad_args)));
+    srv_request_free(&r);
+    /* required: from the first token */
+    expect_ok("{" MSGS "," TOOLS ",\"tool_choice\":\"required\"}", &r);
+    assert_int_equal(srv_chat_render(&t.caps, &t.be, r.chat, r.messages, r.template_extra, true, &p, &param, &err), 0);
+    free(p);
+    assert_string_equal(r.chat->call_trigger, "");
     srv_request_free(&r);
     /* reasoning_effort: Qwen 2.5 does not think, so "none" holds; "high" cannot take effect */
     expect_ok("{" MSGS ",\"reasoning_effort\":\"none\"}", &r);
