@@ -17,6 +17,7 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "server/srv_embed.h"
 #include "server/srv_internal.h"
 #include "server/srv_tools.h"
 #include "server/srv_mhd.h"
@@ -510,8 +511,14 @@ static MHD_Result_t on_request(void *cls, struct MHD_Connection *c, const char *
         return reply_error(s, c, 413, msg, NULL);
     }
     srv_api api;
+    bool oai;
+    if (srv_embed_is_route(url, &oai)) { /* srv_embed.c */
+        if (strcmp(method, "POST")) return srv_mhd_method_not_allowed(s, c, "POST");
+        return srv_embed_route(s, c, oai, cc->body ? cc->body : "", cc->len, &cc->job);
+    }
     if (is_post_route(url, &api)) {
         if (strcmp(method, "POST")) return srv_mhd_method_not_allowed(s, c, "POST");
+        if (s->cfg.embeddings) return srv_embed_refuse_generation(s, c); /* llama-server's embedding mode */
         return route_generate(s, c, cc, api);
     }
     bool handled = false;
