@@ -363,8 +363,21 @@ static char *render(srv_server *s, const embed_req *r, srv_job *const *js) {
 }
 
 /* ==== Running the inputs ==== */
-/* Queues the inputs `window` at a time and waits until all are done or one failed. 0, or -1
- * with *status and err (503 queue full / shutting down, 499 client gone, 500 engine). */
+/* Whether the engine has a slot for one more sequence now (sequences outstanding, queued or
+ * running, below the batch). */
+static bool slot_free(srv_server *s) {
+    srv_engine_stats st;
+    int out = 0;
+    srv_core_snapshot(s, &st, &out);
+    return out < s->cfg.max_batch_size;
+}
+
+/* Runs the inputs and waits until all are done or one failed. The first input not yet done is
+ * queued like any request (so a full queue answers 503, whatever the batch); more go in only
+ * while the engine has free slots, at most --max-batch-size of this request at a time: a batch
+ * of thousands fills the idle slots without counting as thousands of waiting requests against
+ * --max-queue-depth. 0, or -1 with *status and err (503 queue full / shutting down, 499 client
+ * gone, 500 engine). */
 static int run_jobs(srv_server *s, srv_job *const *js, int n, int *status, mx_error *err) {
     const int window = s->cfg.max_batch_size > 0 ? s->cfg.max_batch_size : 1;
     int next = 0;
@@ -390,7 +403,7 @@ static int run_jobs(srv_server *s, srv_job *const *js, int n, int *status, mx_er
             }
         }
         if (n_done == n) return 0;
-        for (; next < n && in_flight < window; next++, in_flight++)
+        for (; next < n && in_flight < window && (in_flight == 0 || slot_free(s)); next++, in_flight++)
             if (srv_core_enqueue(s, &js[next], 1, status, err)) return -1;
         srv_job_wait(js[0], seq, 1.0);
     }

@@ -151,6 +151,10 @@ int srv_embed_resolve(const char *dir, const char *flag, int n_embd, srv_pooling
         snprintf(why, sizeof why, "%s: no Pooling module: the decoder default", path);
     }
     if (flag && flag[0]) {
+        if (!strcmp(flag, "rank")) {
+            rc = mx_fail(err, "--pooling rank: reranking is not supported by this server");
+            goto out;
+        }
         if (srv_pooling_parse(flag, out)) {
             rc = mx_fail(err, "--pooling: expected none, mean, cls or last, got '%s'", flag);
             goto out;

@@ -185,13 +185,14 @@ static MHD_Result_t route_models(srv_server *s, struct MHD_Connection *c) {
     int n = s->cfg.n_aliases ? s->cfg.n_aliases : 1;
     for (int i = 0; i < n; i++) {
         const char *id = s->cfg.n_aliases ? s->cfg.aliases[i] : m->name;
-        /* meta as llama-server's (n_vocab: `mlxcel loadtest` draws its token-id prompts from it) */
-        json_array_append_new(data, json_pack("{s:s, s:s, s:I, s:s, s:{s:I, s:i, s:i, s:i, s:s, s:s}}", "id", id,
-                                              "object", "model", "created", (json_int_t)s->t_start, "owned_by",
+        /* meta as llama-server's (n_vocab: `mlxcel loadtest` draws its token-id prompts from it;
+         * n_embd: the length of an embedding) */
+        json_array_append_new(data, json_pack("{s:s, s:s, s:I, s:s, s:{s:I, s:i, s:i, s:i, s:i, s:s, s:s}}", "id",
+                                              id, "object", "model", "created", (json_int_t)s->t_start, "owned_by",
                                               "mlxcel", "meta", "n_params", (json_int_t)m->n_params, "n_ctx",
                                               s->cfg.ctx_size, "n_ctx_train", m->n_ctx_train, "n_vocab",
-                                              s->be->text_ops->vocab_size(s->be->text), "family", m->family,
-                                              "dtype", m->dtype));
+                                              s->be->text_ops->vocab_size(s->be->text), "n_embd", m->n_embd,
+                                              "family", m->family, "dtype", m->dtype));
     }
     return send_json(s, c, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
 }
