@@ -16,8 +16,6 @@
 #include "server/srv_embed.h"
 #include "server/srv_internal.h"
 
-#define EMBED_MAX_INPUTS 2048 /* OpenAI's limit per request */
-
 /* ==== Replies (the shapes of srv_routes.c) ==== */
 static MHD_Result_t send_body(srv_server *s, struct MHD_Connection *c, int status, char *body) {
     const char *b = body ? body : "";
@@ -45,189 +43,6 @@ MHD_Result_t srv_embed_refuse_generation(srv_server *s, struct MHD_Connection *c
 bool srv_embed_is_route(const char *url, bool *oai) {
     *oai = !strcmp(url, "/v1/embeddings");
     return *oai || !strcmp(url, "/embedding") || !strcmp(url, "/embeddings");
-}
-
-/* ==== Request ==== */
-typedef struct embed_req {
-    bool oai;          /* OpenAI's response shape */
-    bool base64;       /* encoding_format "base64" */
-    int normalize;     /* embd_normalize: -1 none, 0 max-abs (int16 range), 1 taxicab, 2 L2, p > 2 */
-    int dims;          /* dimensions: the first dims values (0: all) */
-    char model[256];
-    int n;             /* inputs */
-    int32_t **ids;     /* [n] token ids of each input */
-    size_t *n_ids;
-    char param[48];    /* the field an error names */
-} embed_req;
-
-static void embed_req_free(embed_req *r) {
-    for (int i = 0; r->ids && i < r->n; i++) free(r->ids[i]);
-    free(r->ids);
-    free(r->n_ids);
-}
-
-/* Names the field an error is about (then mx_fail says what is wrong with it). */
-static void at_param(embed_req *r, const char *param) { snprintf(r->param, sizeof r->param, "%s", param); }
-
-static const char *jtype(const json_t *v) {
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a number";
-    case JSON_TRUE: case JSON_FALSE: return "a boolean";
-    default: return "null";
-    }
-}
-
-/* The scalar fields: encoding_format, embd_normalize (llama-server), dimensions, model, user. */
-static int parse_fields(srv_server *s, json_t *o, embed_req *r, mx_error *err) {
-    json_t *v = json_object_get(o, "encoding_format");
-    if (v && !json_is_null(v)) {
-        const char *f = json_string_value(v);
-        if (!f || (strcmp(f, "float") && strcmp(f, "base64")))
-        {
-            at_param(r, "encoding_format");
-            return mx_fail(err, "encoding_format: the format to return the embeddings in. Can be either float or "
-                                "base64");
-        }
-        r->base64 = !strcmp(f, "base64");
-    }
-    r->normalize = 2;
-    v = json_object_get(o, "embd_normalize");
-    if (v && !json_is_null(v)) {
-        if (!json_is_integer(v) || json_integer_value(v) < -1 || json_integer_value(v) > 1000)
-        {
-            at_param(r, "embd_normalize");
-            return mx_fail(err, "embd_normalize: expected an integer: -1 (none), 0 (max absolute, int16 range), 1 "
-                                "(taxicab), 2 (euclidean, default) or p from 3 to 1000 (p-norm), got %s", jtype(v));
-        }
-        r->normalize = (int)json_integer_value(v);
-    }
-    const int n_embd = s->be->info.n_embd;
-    v = json_object_get(o, "dimensions");
-    if (v && !json_is_null(v)) {
-        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > n_embd) {
-            at_param(r, "dimensions");
-            return mx_fail(err, "dimensions: expected an integer from 1 to %d (this model's embedding size)", n_embd);
-        }
-        r->dims = (int)json_integer_value(v);
-    }
-    v = json_object_get(o, "model");
-    if (v && !json_is_null(v)) {
-        if (!json_is_string(v)) return at_param(r, "model"), mx_fail(err, "model: expected a string, got %s", jtype(v));
-        snprintf(r->model, sizeof r->model, "%s", json_string_value(v));
-    }
-    v = json_object_get(o, "user"); /* OpenAI: an end-user id for abuse monitoring; nothing to do here */
-    if (v && !json_is_null(v) && !json_is_string(v))
-        return at_param(r, "user"), mx_fail(err, "user: expected a string, got %s", jtype(v));
-    return 0;
-}
-
-/* ==== Inputs -> token ids ==== */
-static bool all_ints(json_t *a) {
-    size_t i;
-    json_t *e;
-    json_array_foreach(a, i, e) if (!json_is_integer(e)) return false;
-    return json_array_size(a) > 0;
-}
-
-/* llama-server's mixed prompt: ids and strings, at least one of each. */
-static bool is_mixed(json_t *a) {
-    bool num = false, str = false;
-    size_t i;
-    json_t *e;
-    json_array_foreach(a, i, e) {
-        if (json_is_integer(e)) num = true;
-        else if (json_is_string(e)) str = true;
-        else return false;
-    }
-    return num && str;
-}
-
-/* One input: a string (tokenized with the tokenizer's special tokens, as llama-server does), an
- * array of ids, or a mixed array. `at` names it in errors ("input", "input[3]"). */
-static int one_input(srv_server *s, json_t *v, const char *at, embed_req *r, int k, mx_error *err) {
-    const srv_text_ops *t = s->be->text_ops;
-    const int vocab = t->vocab_size(s->be->text);
-    if (json_is_string(v)) {
-        if (json_string_length(v) == 0) return mx_fail(err, "%s: an empty string cannot be embedded", at);
-        if (t->tokenize(s->be->text, json_string_value(v), json_string_length(v), true, &r->ids[k], &r->n_ids[k], err))
-            return mx_wrap(err, "%s", at);
-    } else if (json_is_array(v) && json_array_size(v) == 0) {
-        return mx_fail(err, "%s: an empty array cannot be embedded", at);
-    } else if (json_is_array(v) && all_ints(v)) {
-        const size_t n = json_array_size(v);
-        r->ids[k] = malloc(n * sizeof *r->ids[k]);
-        if (!r->ids[k]) return mx_fail(err, "out of memory");
-        for (size_t i = 0; i < n; i++) {
-            const json_int_t id = json_integer_value(json_array_get(v, i));
-            if (id < 0 || id >= vocab)
-                return mx_fail(err, "%s[%zu]: token id %lld is outside the vocabulary [0, %d)", at, i, (long long)id,
-                               vocab);
-            r->ids[k][i] = (int32_t)id;
-        }
-        r->n_ids[k] = n;
-    } else if (json_is_array(v) && is_mixed(v)) {
-        if (srv_tokenize_mixed(v, true, srv_tokenize_text, s->be, vocab, &r->ids[k], &r->n_ids[k], err))
-            return mx_wrap(err, "%s", at);
-    } else {
-        return mx_fail(err, "%s: expected a string, an array of token ids or of ids and strings, got %s", at,
-                       jtype(v));
-    }
-    if (r->n_ids[k] == 0) return mx_fail(err, "%s: the input has no tokens", at);
-    const int n_ctx = s->cfg.ctx_size;
-    if (r->n_ids[k] > (size_t)n_ctx)
-        return mx_fail(err, "%s: %zu tokens exceed the context of %d tokens (the most one input may hold here; "
-                            "shorten it or raise --ctx-size)", at, r->n_ids[k], n_ctx);
-    return 0;
-}
-
-/* `input` (or llama-server's `content`): one input, or an array of them. */
-static int parse_inputs(srv_server *s, json_t *in, const char *name, embed_req *r, mx_error *err) {
-    at_param(r, name);
-    const bool list = json_is_array(in) && json_array_size(in) > 0 && !all_ints(in) && !is_mixed(in);
-    r->n = list ? (int)(json_array_size(in) < EMBED_MAX_INPUTS + 1 ? json_array_size(in) : EMBED_MAX_INPUTS + 1) : 1;
-    if (r->n > EMBED_MAX_INPUTS) {
-        r->n = 0;
-        return mx_fail(err, "%s: at most %d inputs per request", name, EMBED_MAX_INPUTS);
-    }
-    r->ids = calloc((size_t)r->n, sizeof *r->ids);
-    r->n_ids = calloc((size_t)r->n, sizeof *r->n_ids);
-    if (!r->ids || !r->n_ids) return mx_fail(err, "out of memory");
-    if (!list) return one_input(s, in, name, r, 0, err);
-    for (int k = 0; k < r->n; k++) {
-        char at[48];
-        snprintf(at, sizeof at, "%s[%d]", name, k);
-        if (one_input(s, json_array_get(in, (size_t)k), at, r, k, err)) return -1;
-    }
-    return 0;
-}
-
-/* ==== Vectors ==== */
-/* llama.cpp's common_embd_normalize, step for step (so the values are llama-server's): -1 none,
- * 0 max absolute scaled to the int16 range, 2 euclidean, any other p the p-norm (1: taxicab). */
-static void embd_normalize(const float *in, float *out, int n, int norm) {
-    double sum = 0.0;
-    switch (norm) {
-    case -1: sum = 1.0; break;
-    case 0:
-        for (int i = 0; i < n; i++)
-            if (sum < fabsf(in[i])) sum = fabsf(in[i]);
-        sum /= 32760.0;
-        break;
-    case 2:
-        for (int i = 0; i < n; i++) sum += in[i] * in[i];
-        sum = sqrt(sum);
-        break;
-    default:
-        for (int i = 0; i < n; i++) sum += pow(fabsf(in[i]), norm);
-        sum = pow(sum, 1.0 / norm);
-        break;
-    }
-    const float k = sum > 0.0 ? (float)(1.0 / sum) : 0.0f;
-    for (int i = 0; i < n; i++) out[i] = in[i] * k;
 }
 
 /* A response body that grows; `oom` once an append failed (the answer is then a 500). */
@@ -306,11 +121,11 @@ static void ob_base64(obuf *b, const float *v, int n) {
  * (llama-server leaves pooling none's per-token vectors as they are). Truncating before the
  * normalization is what Matryoshka-trained models (Qwen3-Embedding) and OpenAI's `dimensions`
  * mean: the shorter vector is a unit vector again. */
-static void ob_vector(obuf *b, const embed_req *r, const srv_job *j, int row, float *tmp) {
+static void ob_vector(obuf *b, const srv_embed_req *r, const srv_job *j, int row, float *tmp) {
     const int d = r->dims > 0 ? r->dims : j->embd_dim;
     const float *v = j->embd + (size_t)row * (size_t)j->embd_dim;
     if (j->pooling != SRV_POOL_NONE) {
-        embd_normalize(v, tmp, d, r->normalize);
+        srv_embd_normalize(v, tmp, d, r->normalize);
         v = tmp;
     }
     if (r->base64) ob_base64(b, v, d);
@@ -318,7 +133,7 @@ static void ob_vector(obuf *b, const embed_req *r, const srv_job *j, int row, fl
 }
 
 /* OpenAI's list object, or llama-server's array of {index, embedding: [[...], ...]}. */
-static char *render(srv_server *s, const embed_req *r, srv_job *const *js) {
+static char *render(srv_server *s, const srv_embed_req *r, srv_job *const *js) {
     obuf b = {0};
     float *tmp = malloc((size_t)s->be->info.n_embd * sizeof *tmp);
     if (!tmp) return NULL;
@@ -417,36 +232,16 @@ MHD_Result_t srv_embed_route(srv_server *s, struct MHD_Connection *c, bool oai, 
     if (oai && s->be->info.pooling == SRV_POOL_NONE)
         return send_err(s, c, 400, "Pooling type 'none' is not OAI compatible. Please use a different pooling type",
                         NULL);
-    json_error_t je;
-    json_t *o = json_loadb(body, len, 0, &je);
-    if (!o || !json_is_object(o)) {
-        char m[280], msg[300];
-        if (o) snprintf(m, sizeof m, "expected a JSON object");
-        else srv_json_error_msg(&je, m, sizeof m);
-        snprintf(msg, sizeof msg, "body: %s", m);
-        json_decref(o);
-        return send_err(s, c, 400, msg, "body");
-    }
-    embed_req r = {.oai = oai};
+    const srv_text_ops *tx = s->be->text_ops;
+    const srv_embed_limits lim = {.n_embd = s->be->info.n_embd, .n_ctx = s->cfg.ctx_size,
+                                  .vocab = tx->vocab_size(s->be->text), .tokenize = srv_tokenize_text,
+                                  .tok_ctx = s->be};
+    srv_embed_req r;
     mx_error err = {{0}};
-    json_t *in = json_object_get(o, "input");
-    const char *name = "input";
-    if (!in && (in = json_object_get(o, "content"))) { /* llama-server: `content` is not OpenAI's */
-        name = "content";
-        r.oai = false;
-    }
-    int rc = !in ? (at_param(&r, "input"), mx_fail(&err, "\"input\" or \"content\" must be provided"))
-                 : parse_fields(s, o, &r, &err);
-    if (!rc && r.base64 && !r.oai) {
-        at_param(&r, "encoding_format");
-        rc = mx_fail(&err, "encoding_format: base64 is OpenAI's (POST /v1/embeddings with `input`); llama-server's "
-                           "/embedding answers floats");
-    }
-    if (!rc) rc = parse_inputs(s, in, name, &r, &err);
-    json_decref(o);
+    int rc = srv_embed_parse(&r, oai, body, len, &lim, &err);
     if (rc) {
         MHD_Result_t out = send_err(s, c, 400, err.msg, r.param);
-        embed_req_free(&r);
+        srv_embed_req_free(&r);
         return out;
     }
 
@@ -486,6 +281,6 @@ MHD_Result_t srv_embed_route(srv_server *s, struct MHD_Connection *c, bool oai, 
         if (i > 0 || !*hold) srv_job_release(js[i]);
     }
     free(js);
-    embed_req_free(&r);
+    srv_embed_req_free(&r);
     return rc ? send_err(s, c, status, err.msg, NULL) : send_body(s, c, 200, out);
 }

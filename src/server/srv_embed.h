@@ -10,6 +10,7 @@
 #include "base/error.h"
 #include "server/srv_engine.h"
 #include "server/srv_mhd.h"
+#include "server/srv_request.h"
 
 /* "last", "mean", "cls", "none" (llama-server's --pooling names). parse: 0, or -1. */
 const char *srv_pooling_name(srv_pooling p);
@@ -25,6 +26,40 @@ int srv_pooling_parse(const char *s, srv_pooling *out);
  * word_embedding_dimension other than n_embd. Logs what was found (and the prompts of
  * config_sentence_transformers.json, which are not applied). */
 int srv_embed_resolve(const char *dir, const char *flag, int n_embd, srv_pooling *out, mx_error *err);
+
+/* ==== Request bodies (srv_embed_req.c) ==== */
+#define SRV_EMBED_MAX_INPUTS 2048 /* OpenAI's limit per request */
+
+typedef struct srv_embed_limits {
+    int n_embd;               /* the model's hidden size: `dimensions` goes up to it */
+    int n_ctx;                /* tokens one input may hold */
+    int vocab;                /* token ids in [0, vocab) */
+    srv_tokenize_fn tokenize; /* strings, with the tokenizer's special tokens (llama-server) */
+    void *tok_ctx;
+} srv_embed_limits;
+
+typedef struct srv_embed_req {
+    bool oai;          /* OpenAI's response shape (a body with `content` gets llama-server's) */
+    bool base64;       /* encoding_format "base64" (OpenAI's shape only) */
+    int normalize;     /* embd_normalize: -1 none, 0 max-abs (int16 range), 1 taxicab, 2 L2, p > 2 */
+    int dims;          /* dimensions: the first dims values, normalized again (0: all) */
+    char model[256];
+    int n;             /* inputs, 1..SRV_EMBED_MAX_INPUTS */
+    int32_t **ids;     /* [n] token ids of each input, each 1..n_ctx of them */
+    size_t *n_ids;
+    char param[48];    /* the field an error is about */
+} srv_embed_req;
+
+/* `input` (or llama-server's `content`): a string, an array of ids (one input), llama-server's
+ * mixed array of ids and strings (one input), or an array of those; encoding_format,
+ * embd_normalize, dimensions, model, user. 0, or -1 with err naming the field (also in param);
+ * r is freeable either way. oai: the route is /v1/embeddings. */
+int srv_embed_parse(srv_embed_req *r, bool oai, const char *body, size_t len, const srv_embed_limits *lim,
+                    mx_error *err);
+void srv_embed_req_free(srv_embed_req *r);
+/* llama.cpp's common_embd_normalize: norm -1 none, 0 max absolute scaled to the int16 range
+ * (32760), 2 euclidean, any other p the p-norm (1: taxicab). out may be in. */
+void srv_embd_normalize(const float *in, float *out, int n, int norm);
 
 /* ==== Routes (srv_embed.c) ==== */
 struct srv_server;

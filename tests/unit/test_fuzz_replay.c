@@ -20,6 +20,9 @@
 #define LLVMFuzzerTestOneInput fuzz_template_one
 #include "../../fuzz/fuzz_template.c"
 #undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_srv_embed_one
+#include "../../fuzz/fuzz_srv_embed.c"
+#undef LLVMFuzzerTestOneInput
 
 static int replay_dir(const char *sub, int (*fn)(const uint8_t *, size_t)) {
     char dir[2048];
@@ -56,6 +59,9 @@ static void test_replay(void **st) {
     int t = replay_dir("corpus/template", fuzz_template_one);
     t += replay_dir("regress/template", fuzz_template_one);
     assert_true(t > 0);
+    int e = replay_dir("corpus/srv_embed", fuzz_srv_embed_one);
+    e += replay_dir("regress/srv_embed", fuzz_srv_embed_one);
+    assert_true(e > 0);
 }
 
 int main(void) {
