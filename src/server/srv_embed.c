@@ -191,8 +191,8 @@ static bool slot_free(srv_server *s) {
  * queued like any request (so a full queue answers 503, whatever the batch); more go in only
  * while the engine has free slots, at most --max-batch-size of this request at a time: a batch
  * of thousands fills the idle slots without counting as thousands of waiting requests against
- * --max-queue-depth. 0, or -1 with *status and err (503 queue full / shutting down, 499 client
- * gone, 500 engine). */
+ * --max-queue-depth (one refused while others of the request run is tried again later). 0, or
+ * -1 with *status and err (503 queue full / shutting down, 499 client gone, 500 engine). */
 static int run_jobs(srv_server *s, srv_job *const *js, int n, int *status, mx_error *err) {
     const int window = s->cfg.max_batch_size > 0 ? s->cfg.max_batch_size : 1;
     int next = 0;
@@ -219,7 +219,10 @@ static int run_jobs(srv_server *s, srv_job *const *js, int n, int *status, mx_er
         }
         if (n_done == n) return 0;
         for (; next < n && in_flight < window && (in_flight == 0 || slot_free(s)); next++, in_flight++)
-            if (srv_core_enqueue(s, &js[next], 1, status, err)) return -1;
+            if (srv_core_enqueue(s, &js[next], 1, status, err)) {
+                if (in_flight == 0) return -1;
+                break; /* the queue took its limit meanwhile: try again when one of ours is done */
+            }
         srv_job_wait(js[0], seq, 1.0);
     }
 }
