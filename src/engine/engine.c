@@ -645,8 +645,9 @@ int engine_step(engine *e, mx_error *err) {
         kv_seq_commit(e->kv, &s->kv, s->tokens, to);
         s->rows = 0;
         if (s->embed) { /* its hidden rows, in the order the batch listed them */
+            const size_t H = (size_t)e->spec->hidden_size;
             for (int p = from; p < to; p++)
-                if (eng_pool_wants(&s->pool, p)) eng_pool_add(&s->pool, p, e->hidden + (size_t)hi++ * e->spec->hidden_size);
+                if (eng_pool_wants(&s->pool, p)) eng_pool_add(&s->pool, p, e->hidden + (size_t)hi++ * H);
             if (s->cancel) finish(e, s, ENGINE_FINISH_CANCELLED);
             else if (to == s->n_tokens) embed_done(e, s);
             continue;

@@ -135,11 +135,9 @@ static int one_input(const srv_embed_limits *lim, json_t *v, const char *at, srv
 static int parse_inputs(const srv_embed_limits *lim, json_t *in, const char *name, srv_embed_req *r, mx_error *err) {
     at_param(r, name);
     const bool list = json_is_array(in) && json_array_size(in) > 0 && !all_ints(in) && !is_mixed(in);
-    r->n = list ? (int)(json_array_size(in) < SRV_EMBED_MAX_INPUTS + 1 ? json_array_size(in) : SRV_EMBED_MAX_INPUTS + 1) : 1;
-    if (r->n > SRV_EMBED_MAX_INPUTS) {
-        r->n = 0;
+    if (list && json_array_size(in) > SRV_EMBED_MAX_INPUTS)
         return mx_fail(err, "%s: at most %d inputs per request", name, SRV_EMBED_MAX_INPUTS);
-    }
+    r->n = list ? (int)json_array_size(in) : 1;
     r->ids = calloc((size_t)r->n, sizeof *r->ids);
     r->n_ids = calloc((size_t)r->n, sizeof *r->n_ids);
     if (!r->ids || !r->n_ids) return mx_fail(err, "out of memory");

@@ -372,7 +372,8 @@ static void test_preemption(void **state) {
     ereq alone[6], tight[6];
     for (int i = 0; i < 6; i++) {
         make_prompt(pr[i], 100, m->spec.vocab_size, 100 + (uint64_t)i);
-        alone[i] = (ereq){.prompt = pr[i], .n = 100, .embed = true, .pool = i % 2 ? ENGINE_POOL_MEAN : ENGINE_POOL_NONE};
+        alone[i] = (ereq){.prompt = pr[i], .n = 100, .embed = true,
+                          .pool = i % 2 ? ENGINE_POOL_MEAN : ENGINE_POOL_NONE};
     }
     memcpy(tight, alone, sizeof alone);
     run_simple(m, alone, 6, false);
