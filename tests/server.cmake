@@ -33,6 +33,12 @@ set_tests_properties(server_e2e server_real_e2e server_apis_e2e PROPERTIES RESOU
 add_test(NAME server_tp_e2e COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/server/tp_e2e.sh
          $<TARGET_FILE:mlxcel>)
 set_tests_properties(server_tp_e2e PROPERTIES TIMEOUT 180)
+# Embeddings (docs/embeddings.md): four servers on the demo model (--embeddings with pooling last,
+# --pooling none, mean from a sentence-transformers 1_Pooling config, and no --embeddings) driven
+# by the `openai` package and fetch (tests/server/embed_e2e.mjs), plus start-up refusals.
+add_test(NAME server_embed_e2e COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/server/embed_e2e.sh
+         $<TARGET_FILE:mlxcel>)
+set_tests_properties(server_embed_e2e PROPERTIES TIMEOUT 300 RESOURCE_LOCK server_npm)
 # Cascade attention: the demo model served under a shared system prompt answers the same with
 # MLXCEL_CASCADE_ATTENTION=0, 1 and auto (curl; node for JSON).
 add_test(NAME server_cascade_e2e COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/server/cascade_e2e.sh

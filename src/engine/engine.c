@@ -10,6 +10,7 @@
 #include "base/env.h"
 #include "base/log.h"
 #include "engine/engine_internal.h"
+#include "engine/engine_pool.h"
 
 /* ==== Names ==== */
 const char *engine_finish_name(engine_finish f) {
@@ -18,6 +19,7 @@ const char *engine_finish_name(engine_finish f) {
     case ENGINE_FINISH_LENGTH: case ENGINE_FINISH_CONTEXT: return "length";
     case ENGINE_FINISH_CANCELLED: return "cancelled";
     case ENGINE_FINISH_ERROR: return "error";
+    case ENGINE_FINISH_EMBEDDED: return "stop";
     default: return "none";
     }
 }
@@ -30,6 +32,7 @@ const char *engine_finish_detail(engine_finish f) {
     case ENGINE_FINISH_CONTEXT: return "context_full";
     case ENGINE_FINISH_CANCELLED: return "cancelled";
     case ENGINE_FINISH_ERROR: return "error";
+    case ENGINE_FINISH_EMBEDDED: return "embedded";
     default: return "none";
     }
 }
@@ -102,6 +105,7 @@ static void seq_free(seq *s) {
     sampler_free(s->smp);
     grammar_matcher_free(s->gm);
     engine_lazy_free(s);
+    eng_pool_free(&s->pool);
     free(s);
 }
 
@@ -118,6 +122,7 @@ void engine_free(engine *e) {
     free(e->running); free(e->logits); free(e->cancels); free(e->g_ids); free(e->g_lps);
     free(e->tok); free(e->pos); free(e->sid); free(e->rope_len); free(e->out_rows);
     free(e->table); free(e->write_rows); free(e->step_seqs); free(e->cons); free(e->cons_row);
+    free(e->hid_rows); free(e->hidden);
     pthread_mutex_destroy(&e->gw_mu);
     pthread_cond_destroy(&e->gw_cv);
     pthread_mutex_destroy(&e->mu);
@@ -131,8 +136,18 @@ kv_cache *engine_kv(engine *e) { return e->kv; }
 
 /* ==== Submit / cancel (any thread) ==== */
 int64_t engine_submit(engine *e, const engine_request *r, mx_error *err) {
+    const bool embed = r->kind == ENGINE_REQ_EMBED;
+    if (r->kind != ENGINE_REQ_GENERATE && !embed) return mx_fail(err, "unknown request kind %d", (int)r->kind), -1;
     if (r->n_prompt <= 0) return mx_fail(err, "empty prompt"), -1;
-    if (r->n_prompt >= e->p.ctx_size)
+    if (embed && ((unsigned)r->pooling > ENGINE_POOL_NONE || !r->on_embed))
+        return mx_fail(err, "embedding request: unknown pooling %d or no on_embed callback", (int)r->pooling), -1;
+    if (!embed && !model_has_lm_head(e->m))
+        return mx_fail(err, "this checkpoint has no lm_head.weight (and tie_word_embeddings is false): it "
+                            "computes embeddings only"), -1;
+    if (embed && r->n_prompt > e->p.ctx_size) /* no position is generated: it may fill the context */
+        return mx_fail(err, "input of %d tokens does not fit the context of %d tokens (raise --ctx-size)",
+                       r->n_prompt, e->p.ctx_size), -1;
+    if (!embed && r->n_prompt >= e->p.ctx_size)
         return mx_fail(err, "prompt of %d tokens does not fit the context of %d tokens "
                        "(at least one position must stay free for generation; raise --ctx-size)",
                        r->n_prompt, e->p.ctx_size), -1;
@@ -145,12 +160,21 @@ int64_t engine_submit(engine *e, const engine_request *r, mx_error *err) {
     if (!s) return mx_fail(err, "out of memory"), -1;
     s->cap = r->n_prompt + 16;
     s->tokens = malloc((size_t)s->cap * sizeof(int32_t));
-    if (sampling_params_validate(&r->sampling, err)) {
+    if (!embed && sampling_params_validate(&r->sampling, err)) {
         seq_free(s);
         return -1;
     }
-    s->smp = sampler_new(&r->sampling);
-    if (!s->tokens || !s->smp) {
+    if (embed) {
+        s->embed = true;
+        s->on_embed = r->on_embed;
+        if (eng_pool_init(&s->pool, r->pooling, r->n_prompt, e->spec->hidden_size)) {
+            seq_free(s);
+            return mx_fail(err, "out of memory for the embedding of %d positions", r->n_prompt), -1;
+        }
+    } else {
+        s->smp = sampler_new(&r->sampling);
+    }
+    if (!s->tokens || (!embed && !s->smp)) {
         seq_free(s);
         return mx_fail(err, "out of memory"), -1;
     }
@@ -180,7 +204,7 @@ int64_t engine_submit(engine *e, const engine_request *r, mx_error *err) {
     s->on_logits = r->on_logits;
     s->user = r->user;
     const sampling_params *sp = &r->sampling;
-    s->plain_greedy = r->allow_device_sampling && sp->temperature <= 0 && !r->on_logits && !r->grammar &&
+    s->plain_greedy = !embed && r->allow_device_sampling && sp->temperature <= 0 && !r->on_logits && !r->grammar &&
                       sp->n_logit_bias == 0 &&
                       (sp->repeat_penalty == 1.0f || sp->repeat_last_n == 0) &&
                       sp->presence_penalty == 0 && sp->frequency_penalty == 0;
@@ -279,6 +303,7 @@ static void preempt(engine *e, seq *s) {
         }
     kv_seq_release(e->kv, &s->kv);
     s->rows = 0;
+    if (s->embed) eng_pool_reset(&s->pool); /* its positions are computed again */
     s->st.n_preempted++;
     e->stats.preemptions++;
     LOG_DEBUG("engine: preempted sequence %lld (%d tokens) to free KV blocks", (long long)s->id,
@@ -291,7 +316,9 @@ static void admit(engine *e) {
         seq *s = e->queue;
         /* a fresh sequence needs at least its first chunk's blocks (or a dense slot) */
         const int first = s->n_tokens < e->p.prefill_chunk ? s->n_tokens : e->p.prefill_chunk;
-        const int hit = kv_seq_match_prefix(e->kv, &s->kv, s->tokens, s->n_tokens);
+        /* an embedding pooled over every position (or the first) must compute them all */
+        const bool match = !s->embed || s->pool.kind == ENGINE_POOL_LAST;
+        const int hit = match ? kv_seq_match_prefix(e->kv, &s->kv, s->tokens, s->n_tokens) : 0;
         const int need = kv_cache_blocks_for(e->kv, hit + first) - s->kv.n_blocks;
         if (need > kv_cache_available(e->kv) && e->n_running > 0) {
             kv_seq_release(e->kv, &s->kv); /* wait for running sequences to free blocks */
@@ -415,7 +442,7 @@ static int grow_i32(int32_t **p, int n) {
 static int ensure_step_buffers(engine *e, int rows, int table) {
     if (rows > e->cap_rows) {
         if (grow_i32(&e->tok, rows) || grow_i32(&e->pos, rows) || grow_i32(&e->sid, rows) ||
-            grow_i32(&e->rope_len, rows) || grow_i32(&e->out_rows, rows))
+            grow_i32(&e->rope_len, rows) || grow_i32(&e->out_rows, rows) || grow_i32(&e->hid_rows, rows))
             return -1;
         int64_t *w = realloc(e->write_rows, (size_t)rows * sizeof(int64_t));
         if (!w) return -1;
@@ -506,6 +533,15 @@ static void sample_and_check(engine *e, seq *s, float *logits) {
     accept_token(e, s, t, lp);
 }
 
+/* An embedding's last position is in: its vector(s) go to the caller, then it finishes (its KV
+ * is released; full blocks stay in the prefix index). */
+static void embed_done(engine *e, seq *s) {
+    int n_vec = 0;
+    const float *v = eng_pool_result(&s->pool, &n_vec);
+    s->on_embed(s->user, s->id, v, n_vec, s->pool.dim);
+    finish(e, s, ENGINE_FINISH_EMBEDDED);
+}
+
 /* ==== Step ==== */
 /* A forward that carried rows of a sequence that has no token yet (its prompt, or its
  * recomputation after a preemption): the TTFT breakdown of engine_seq_stats. */
@@ -543,7 +579,7 @@ int engine_step(engine *e, mx_error *err) {
         if (ss[j]->kv.n_blocks > stride) stride = ss[j]->kv.n_blocks;
     }
     if (ensure_step_buffers(e, rows, n * stride)) return mx_fail(err, "out of memory");
-    int r = 0, n_out = 0;
+    int r = 0, n_out = 0, n_hid = 0;
     bool all_greedy = true; /* every sampled sequence is plain greedy */
     uint64_t prefill_rows = 0;
     for (int j = 0; j < n; j++) {
@@ -562,18 +598,25 @@ int engine_step(engine *e, mx_error *err) {
              * prompt uses the prompt's frequencies: chunking never changes the result. */
             e->rope_len[r] = s->n_tokens;
             e->write_rows[r] = kv_seq_row(e->kv, &s->kv, from + k);
+            if (s->embed && eng_pool_wants(&s->pool, from + k)) e->hid_rows[n_hid++] = r;
         }
-        if (from + s->rows == s->n_tokens) {
+        if (from + s->rows == s->n_tokens && !s->embed) {
             e->out_rows[n_out++] = r - 1;
             all_greedy &= s->plain_greedy;
         }
         for (int b = 0; b < stride; b++)
             e->table[j * stride + b] = b < s->kv.n_blocks ? s->kv.blocks[b] : 0;
     }
+    if (n_hid > e->cap_hid) {
+        float *h = realloc(e->hidden, (size_t)n_hid * (size_t)e->spec->hidden_size * sizeof(float));
+        if (!h) return mx_fail(err, "out of memory for %d hidden states", n_hid);
+        e->hidden = h;
+        e->cap_hid = n_hid;
+    }
     model_batch mb = {.n_rows = rows, .tokens = e->tok, .pos = e->pos, .seq = e->sid,
                       .rope_len = e->rope_len, .block_table = e->table, .table_stride = stride,
                       .n_seqs = n, .write_rows = e->write_rows, .n_out = n_out,
-                      .out_rows = e->out_rows};
+                      .out_rows = e->out_rows, .n_hidden = n_hid, .hidden_rows = e->hid_rows};
     /* plain greedy everywhere: the backend picks the tokens on the device (a device backend
      * then copies 8 bytes per row instead of a row of logits) */
     const bool dev_greedy = n_out > 0 && all_greedy && model_has_device_greedy(e->m);
@@ -581,9 +624,10 @@ int engine_step(engine *e, mx_error *err) {
     e->n_cons = 0;
     if (!dev_greedy) engine_cons_collect(e, ss, n);
     const bool on_worker = e->n_cons > 0 && e->overlap && engine_gworker_start(e);
+    const model_out mo = {.logits = dev_greedy ? NULL : e->logits, .ids = dev_greedy ? e->g_ids : NULL,
+                          .logprobs = dev_greedy ? e->g_lps : NULL, .hidden = e->hidden};
     const double t0 = mx_now();
-    if (dev_greedy ? model_forward_greedy(e->m, e->kv, &mb, e->g_ids, e->g_lps, err)
-                   : model_forward(e->m, e->kv, &mb, e->logits, err)) {
+    if (model_forward_out(e->m, e->kv, &mb, &mo, err)) {
         if (on_worker) engine_gworker_wait(e); /* it reads the sequences: done before they can go */
         return -1;
     }
@@ -601,15 +645,23 @@ int engine_step(engine *e, mx_error *err) {
     if (e->n_cons) engine_cons_finish(e, on_worker);
 
     /* ---- commit, sample, finish ---- */
-    int o = 0;
+    int o = 0, hi = 0;
     const size_t V = (size_t)e->spec->vocab_size;
     for (int j = 0; j < n; j++) {
         seq *s = ss[j];
         if (s->n_generated == 0) ttft_record(&s->st, dt, s->rows, rows, t0 + dt);
-        const int to = s->kv.n_tokens + s->rows;
+        const int from = s->kv.n_tokens, to = from + s->rows;
         kv_seq_commit(e->kv, &s->kv, s->tokens, to);
-        const bool sampled = to == s->n_tokens;
         s->rows = 0;
+        if (s->embed) { /* its hidden rows, in the order the batch listed them */
+            const size_t H = (size_t)e->spec->hidden_size;
+            for (int p = from; p < to; p++)
+                if (eng_pool_wants(&s->pool, p)) eng_pool_add(&s->pool, p, e->hidden + (size_t)hi++ * H);
+            if (s->cancel) finish(e, s, ENGINE_FINISH_CANCELLED);
+            else if (to == s->n_tokens) embed_done(e, s);
+            continue;
+        }
+        const bool sampled = to == s->n_tokens;
         if (s->cancel) {
             finish(e, s, ENGINE_FINISH_CANCELLED);
             if (sampled) o++;

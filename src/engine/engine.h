@@ -31,11 +31,13 @@ typedef enum {
     ENGINE_FINISH_CONTEXT,    /* context full: "length" */
     ENGINE_FINISH_CANCELLED,  /* engine_cancel: "cancelled" */
     ENGINE_FINISH_ERROR,      /* could not run (e.g. KV pool smaller than the sequence): "error" */
+    ENGINE_FINISH_EMBEDDED,   /* an embedding request computed its vector(s): "stop" */
 } engine_finish;
 
 /* OpenAI-style reason: "stop", "length", "cancelled", "error". */
 const char *engine_finish_name(engine_finish f);
-/* Precise reason: "eos", "stop_string", "max_tokens", "context_full", "cancelled", "error". */
+/* Precise reason: "eos", "stop_string", "max_tokens", "context_full", "cancelled", "error",
+ * "embedded". */
 const char *engine_finish_detail(engine_finish f);
 
 typedef struct engine_params {
@@ -84,7 +86,34 @@ typedef void (*engine_finish_cb)(void *user, int64_t id, engine_finish reason,
  * (golden tests, logprob reporting). */
 typedef void (*engine_logits_cb)(void *user, int64_t id, const float *logits, int vocab);
 
+/* What a request computes. A generation samples tokens from the logits; an embedding runs its
+ * prompt only (chunked like any prefill, several per step beside generations, no token
+ * generated) and pools the final hidden states (after the model's final norm, before the
+ * lm_head) of its positions, then finishes with ENGINE_FINISH_EMBEDDED and frees its KV. */
+typedef enum engine_req_kind { ENGINE_REQ_GENERATE = 0, ENGINE_REQ_EMBED } engine_req_kind;
+
+/* Pooling of an embedding (llama.cpp's pooling types): the last position's state, the mean
+ * over every position, the first position's (CLS), or every position's (none). */
+typedef enum engine_pooling {
+    ENGINE_POOL_LAST = 0,
+    ENGINE_POOL_MEAN,
+    ENGINE_POOL_CLS,
+    ENGINE_POOL_NONE,
+} engine_pooling;
+
+/* "last", "mean", "cls", "none"; parse returns 0, or -1 for another name. */
+const char *engine_pooling_name(engine_pooling p);
+int engine_pooling_parse(const char *s, engine_pooling *out);
+
+/* The result of an embedding request, once, right before its on_finish(EMBEDDED): embd
+ * [n_vec, dim] (n_vec 1, or the prompt's length with ENGINE_POOL_NONE), not normalized; valid
+ * during the call only. */
+typedef void (*engine_embed_cb)(void *user, int64_t id, const float *embd, int n_vec, int dim);
+
 typedef struct engine_request {
+    engine_req_kind kind;      /* default ENGINE_REQ_GENERATE */
+    engine_pooling pooling;    /* ENGINE_REQ_EMBED */
+    engine_embed_cb on_embed;  /* ENGINE_REQ_EMBED: required */
     const int32_t *prompt;     /* copied */
     int n_prompt;
     sampling_params sampling;
@@ -126,7 +155,12 @@ int engine_new(engine **out, model *m, const engine_params *p, mx_error *err);
 void engine_free(engine *e);
 
 /* Returns the sequence id (>= 0), or -1 with err (empty prompt, prompt that leaves no room in
- * the context, out of memory). */
+ * the context (an embedding's may fill it), a generation on a model without lm_head, out of
+ * memory).
+ * Prefix cache: an embedding's KV is what a generation of the same tokens would write, so its
+ * full blocks are indexed like any prompt's; a last-pooled embedding also attaches cached
+ * blocks (its last position is always computed), mean / cls / none never do (they need the
+ * state of every position, or of the first). */
 int64_t engine_submit(engine *e, const engine_request *r, mx_error *err);
 /* Finishes the sequence with ENGINE_FINISH_CANCELLED at the next step (no-op if unknown). */
 void engine_cancel(engine *e, int64_t id);

@@ -6,6 +6,7 @@
 #include <pthread.h>
 
 #include "engine/engine.h"
+#include "engine/engine_pool.h"
 
 typedef enum { SEQ_QUEUED = 0, SEQ_RUNNING, SEQ_FINISHED } seq_state;
 
@@ -23,6 +24,9 @@ typedef struct seq {
     bool admitted_once;
     bool plain_greedy;         /* argmax, no penalty/bias, no logits callback: the backend may
                                   pick the token on the device (model_forward_greedy) */
+    bool embed;                /* ENGINE_REQ_EMBED: pool (below), no sampler, no token */
+    eng_pool pool;
+    engine_embed_cb on_embed;
     kv_seq kv;                 /* n_tokens of kv = tokens with K/V in the cache */
     sampler *smp;
     grammar_matcher *gm;       /* constrained decoding: the grammar state, or NULL */
@@ -64,6 +68,9 @@ struct engine {
     float *logits;             /* [n_parallel, V] */
     int32_t *g_ids;            /* [n_parallel] device-greedy tokens */
     float *g_lps;              /* [n_parallel] their log-probabilities */
+    int32_t *hid_rows;         /* [cap_rows] step rows whose hidden states embeddings pool */
+    float *hidden;             /* [cap_hid, H] those states (host) */
+    int cap_hid;
     engine_stats stats;
     const seq *reporting;      /* the sequence inside its token callback (engine_top_logprobs) */
     /* ---- mask worker (MLXCEL_GRAMMAR_OVERLAP): computes the constrained rows' masks while

@@ -72,7 +72,20 @@ typedef struct model_batch {
     const int64_t *write_rows;   /* [n_rows] physical KV row per row */
     int n_out;
     const int32_t *out_rows;     /* [n_out] rows whose logits are computed */
+    int n_hidden;
+    const int32_t *hidden_rows;  /* [n_hidden] rows whose final hidden states are returned
+                                    (after the final norm, before the lm_head): embeddings */
 } model_batch;
+
+/* Where a forward's results go (host memory; NULL = not wanted). logits [n_out, vocab] for
+ * out_rows, or with ids + logprobs [n_out] the device's greedy pick instead of the logits
+ * (model_has_device_greedy); hidden [n_hidden, hidden_size] for hidden_rows. */
+typedef struct model_out {
+    float *logits;
+    int32_t *ids;
+    float *logprobs;
+    float *hidden;
+} model_out;
 
 /* Opens a checkpoint directory (config.json + safetensors) and binds the weights. */
 int model_load(model **out, const char *dir, const backend_ops *be, mx_error *err);
@@ -128,6 +141,13 @@ int model_forward(model *m, kv_cache *kv, const model_batch *b, float *logits, m
 int model_forward_greedy(model *m, kv_cache *kv, const model_batch *b, int32_t *ids,
                          float *logprobs, mx_error *err);
 bool model_has_device_greedy(const model *m);
+/* The general form of the two above: logits (or device greedy ids) for out_rows and final hidden
+ * states for hidden_rows from one forward. Rows of generations and of embeddings share a step. */
+int model_forward_out(model *m, kv_cache *kv, const model_batch *b, const model_out *o, mx_error *err);
+/* false for a checkpoint without lm_head.weight whose tie_word_embeddings is false (an embedding
+ * model saved without its head, e.g. a sentence-transformers Qwen3-Embedding): it computes hidden
+ * states only, and a forward that asks logits of it fails naming the missing tensor. */
+bool model_has_lm_head(const model *m);
 
 /* ==== RoPE tables (model_rope.c) ==== */
 /* Rotated dims: head_dim * partial_rotary_factor (even). */

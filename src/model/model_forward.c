@@ -2,7 +2,8 @@
  * Per layer:  h = norm(x); q,k,v = h W (+b); [q/k norm]; rope; write K/V; attention;
  *             o = att Wo (+b); [post-attn norm]; x += o;
  *             h = norm(x); m = MLP or MoE; [post-ffn norm]; x += m.
- * Then the final norm, lm_head and soft-capping only for the rows whose logits are needed. */
+ * Then the final norm, lm_head and soft-capping only for the rows whose logits are needed, and
+ * the final norm alone for the rows whose hidden states an embedding pools (hidden_rows). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +19,7 @@ static int grow(model *m, float **p, size_t n, mx_error *err) {
     return *p ? 0 : mx_fail(err, "out of memory for %zu activations", n);
 }
 
-int model_ensure_scratch(model *m, int rows, int n_out, mx_error *err) {
+int model_ensure_scratch(model *m, int rows, int n_out, int n_hidden, mx_error *err) {
     const model_spec *s = &m->spec;
     if (rows > m->cap_rows) {
         /* this rank's widths (the whole model when tp_size is 1) */
@@ -61,6 +62,10 @@ int model_ensure_scratch(model *m, int rows, int n_out, mx_error *err) {
             m->lol = m->lo; /* one rank: its vocabulary slice is the whole head */
         }
         m->cap_out = n_out;
+    }
+    if (n_hidden > m->cap_hid) { /* embedding rows only: a generation step never allocates it */
+        if (grow(m, &m->xh, (size_t)n_hidden * s->hidden_size, err)) return -1;
+        m->cap_hid = n_hidden;
     }
     return 0;
 }
@@ -182,9 +187,11 @@ static int tp_embed(model *m, mx_tensor *x, const int32_t *tokens, int n, float 
 }
 
 /* ==== Forward ==== */
-/* logits (host [n_out, V]) or, for device greedy sampling, ids + logprobs (host [n_out]). */
-static int forward(model *m, kv_cache *kv, const model_batch *b, float *logits, int32_t *ids,
-                   float *logprobs, mx_error *err) {
+/* logits (host [n_out, V]) or, for device greedy sampling, ids + logprobs (host [n_out]); hidden
+ * (host [n_hidden, H]). o NULL: nothing goes to the host (the ranks > 0 of a TP group). */
+static int forward(model *m, kv_cache *kv, const model_batch *b, const model_out *res, mx_error *err) {
+    static const model_out none = {0};
+    if (!res) res = &none;
     const model_spec *s = &m->spec;
     const backend_ops *be = m->be;
     const int n = b->n_rows, H = s->hidden_size, D = s->head_dim;
@@ -196,7 +203,10 @@ static int forward(model *m, kv_cache *kv, const model_batch *b, float *logits, 
     if ((kvp->tp_size > 1 ? kvp->tp_size : 1) != m->tp_size)
         return mx_fail(err, "kv cache laid out for %d tensor-parallel ranks, model has %d",
                        kvp->tp_size > 1 ? kvp->tp_size : 1, m->tp_size);
-    if (model_ensure_scratch(m, n, b->n_out > 0 ? b->n_out : 1, err)) return -1;
+    if (b->n_out > 0 && m->no_head)
+        return mx_fail(err, "tensor lm_head.weight: missing and tie_word_embeddings is false, so this "
+                            "checkpoint computes embeddings only (mlxcel serve --embeddings)");
+    if (model_ensure_scratch(m, n, b->n_out > 0 ? b->n_out : 1, b->n_hidden, err)) return -1;
 
     mx_tensor x = mx_tensor_2d(m->x, MX_F32, n, H, dev);       /* [n, H] */
     mx_tensor h = mx_tensor_2d(m->h, MX_F32, n, H, dev);       /* [n, H] */
@@ -232,7 +242,7 @@ static int forward(model *m, kv_cache *kv, const model_batch *b, float *logits, 
 
     /* A device backend uploads the step's host arrays once here, and for a pure decode step
      * may replay a captured graph of everything up to step_end instead of the op calls. */
-    bool decode_only = b->n_out == n;
+    bool decode_only = b->n_out == n && b->n_hidden == 0;
     for (int i = 0; i < n && decode_only; i++) decode_only = b->out_rows[i] == i && b->seq[i] == i;
     const mx_step st = {.ab = &ab, .tokens = b->tokens, .n_seqs = b->n_seqs, .n_out = b->n_out,
                         .out_rows = b->out_rows, .decode_only = decode_only};
@@ -337,33 +347,56 @@ static int forward(model *m, kv_cache *kv, const model_batch *b, float *logits, 
                 rc = m->coll->all_gather_cols(m->coll, m->tp_rank, &lo, &lol, m->v0, err);
             }
         }
+        /* ---- final hidden states of the embedding rows: the final norm, no head (x is whole
+         * on every rank: the layers end in an all-reduce) ---- */
+        if (b->n_hidden > 0 && rc == 0) {
+            mx_tensor xh = mx_tensor_2d(m->xh, MX_F32, b->n_hidden, H, dev); /* [n_hidden, H] */
+            be->gather_rows(&xh, &x, b->hidden_rows, b->n_hidden);
+            be->rms_norm(&xh, &xh, &m->out_norm, eps, off);
+        }
     }
     if (be->step_end && be->step_end(rc ? NULL : err) && rc == 0) return -1;
     if (rc) return -1;
     if (b->n_out > 0) {
         mx_tensor lo = mx_tensor_2d(m->lo, MX_F32, b->n_out, V, dev);
-        if (ids) {
-            if (be->greedy_rows(ids, logprobs, &lo, err)) return -1;
-        } else if (logits) { /* NULL on the ranks > 0 of a TP group */
-            be->copy_to_host(logits, &lo);
+        if (res->ids) {
+            if (be->greedy_rows(res->ids, res->logprobs, &lo, err)) return -1;
+        } else if (res->logits) {
+            be->copy_to_host(res->logits, &lo);
         }
+    }
+    if (b->n_hidden > 0 && res->hidden) {
+        mx_tensor xh = mx_tensor_2d(m->xh, MX_F32, b->n_hidden, H, dev);
+        be->copy_to_host(res->hidden, &xh);
     }
     return be->check ? be->check(err) : 0;
 }
 
-int model_forward(model *m, kv_cache *kv, const model_batch *b, float *logits, mx_error *err) {
-    if (m->shards) return model_tp_forward(m, kv, b, logits, err);
-    return forward(m, kv, b, logits, NULL, NULL, err);
+int model_forward_out(model *m, kv_cache *kv, const model_batch *b, const model_out *o, mx_error *err) {
+    if (b->n_hidden > 0 && !o->hidden) return mx_fail(err, "internal: hidden rows without a destination");
+    if (o->ids && !model_has_device_greedy(m))
+        return mx_fail(err, "backend %s has no device greedy sampling", m->be->name);
+    if (m->shards) return model_tp_forward(m, kv, b, o, err);
+    return forward(m, kv, b, o, err);
 }
 
-int model_forward_rank(model *m, kv_cache *kv, const model_batch *b, float *logits, mx_error *err) {
-    return forward(m, kv, b, logits, NULL, NULL, err);
+int model_forward(model *m, kv_cache *kv, const model_batch *b, float *logits, mx_error *err) {
+    const model_out o = {.logits = logits};
+    return model_forward_out(m, kv, b, &o, err);
+}
+
+int model_forward_rank(model *m, kv_cache *kv, const model_batch *b, const model_out *o, mx_error *err) {
+    return forward(m, kv, b, o, err);
 }
 
 int model_forward_greedy(model *m, kv_cache *kv, const model_batch *b, int32_t *ids,
                          float *logprobs, mx_error *err) {
-    if (!m->be->greedy_rows || m->shards) return mx_fail(err, "backend %s has no device greedy sampling", m->be->name);
-    return forward(m, kv, b, NULL, ids, logprobs, err);
+    const model_out o = {.ids = ids, .logprobs = logprobs};
+    return model_forward_out(m, kv, b, &o, err);
 }
 
 bool model_has_device_greedy(const model *m) { return m->be->greedy_rows != NULL && !m->shards; }
+
+bool model_has_lm_head(const model *m) {
+    return m->shards ? !m->shards[0]->no_head : !m->no_head;
+}

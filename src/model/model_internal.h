@@ -14,6 +14,7 @@ struct model {
     model_weight tok_embd;       /* [V, H] */
     mx_tensor out_norm;          /* [H] */
     model_weight lm_head;        /* [V, H] (= tok_embd when tied) */
+    bool no_head;                /* no lm_head.weight and not tied: hidden states only */
     model_layer *layers;         /* [n_layers] */
     uint64_t n_params, weight_bytes;
     uint64_t embd_bytes, expert_bytes; /* of weight_bytes: the token table, all MoE experts */
@@ -52,6 +53,8 @@ struct model {
     float *cs_temp;  /* [rows, rot_dim] llama4 NoPE layers: (cos, sin) = (q scale, 0) */
     float *xo;       /* [n_out, H] gathered rows for the head */
     float *lo;       /* [n_out, V] logits on the device */
+    float *xh;       /* [cap_hid, H] final-normed hidden states of the embedding rows */
+    int cap_hid;
     mx_tensor ones;  /* [head_dim] weight of the weightless q/k norm (llama4) */
     void **host_owned; /* host copies of permuted / transposed weights (model_own: llama4, MLA) */
     int n_host_owned, cap_host_owned;
@@ -89,12 +92,13 @@ mx_tensor l4_transpose_experts(model *m, const mx_tensor *t);
 /* model_load.c: one rank's model (rank 0 of 1 = the plain model). */
 int model_bind_rank(model **out, const model_spec *spec, model_weight_fn fn, void *ctx,
                     const backend_ops *be, int rank, int tp_size, mx_error *err);
-/* model_forward.c: scratch for a step of `rows` rows and n_out logits rows. */
-int model_ensure_scratch(model *m, int rows, int n_out, mx_error *err);
-/* model_forward.c: one rank's forward (logits: only rank 0's are meaningful to the caller). */
-int model_forward_rank(model *m, kv_cache *kv, const model_batch *b, float *logits, mx_error *err);
-/* model_tp.c: a TP group's forward, one thread per rank. */
-int model_tp_forward(model *m, kv_cache *kv, const model_batch *b, float *logits, mx_error *err);
+/* model_forward.c: scratch for a step of `rows` rows, n_out logits rows and n_hidden hidden rows. */
+int model_ensure_scratch(model *m, int rows, int n_out, int n_hidden, mx_error *err);
+/* model_forward.c: one rank's forward (outputs: only rank 0's are meaningful to the caller;
+ * o NULL = none). */
+int model_forward_rank(model *m, kv_cache *kv, const model_batch *b, const model_out *o, mx_error *err);
+/* model_tp.c: a TP group's forward, one thread per rank (o: rank 0's outputs). */
+int model_tp_forward(model *m, kv_cache *kv, const model_batch *b, const model_out *o, mx_error *err);
 /* ==== DeepSeek V3 (model_mla.c) ==== */
 /* Refuses what MLA does not run on yet (backend, TP, quantized weights); 0 for other families. */
 int model_mla_check(const model *m, mx_error *err);

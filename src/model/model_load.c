@@ -522,8 +522,9 @@ int model_bind_rank(model **out, const model_spec *spec, model_weight_fn fn, voi
         if (t.data && !s->tie_word_embeddings) {
             if (bind_lin(&hb, &m->lm_head, true, V, H, "lm_head.weight", -1, -1, false)) goto fail;
         } else if (!t.data && !s->tie_word_embeddings) {
-            mx_fail(err, "tensor lm_head.weight: missing and tie_word_embeddings is false");
-            goto fail;
+            /* an embedding checkpoint saved without its head (sentence-transformers' Qwen3Model
+             * layout): hidden states only; a forward asking logits names the tensor */
+            m->no_head = true;
         } else {
             m->lm_head = m->tok_embd;
         }
@@ -565,7 +566,7 @@ void model_free(model *m) {
     free(m->layers);
     const backend_ops *be = m->be;
     float *bufs[] = {m->x, m->h, m->q, m->k, m->v, m->att, m->o, m->g, m->u, m->rl,
-                     m->cs_glob, m->cs_loc, m->o2, m->cs_temp, m->xo, m->lo, m->lol != m->lo ? m->lol : NULL,
+                     m->cs_glob, m->cs_loc, m->o2, m->cs_temp, m->xo, m->lo, m->lol != m->lo ? m->lol : NULL, m->xh,
                      m->mla_qa, m->mla_qf, m->mla_ov};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) be->free(bufs[i]);

@@ -253,7 +253,7 @@ typedef struct tp_job {
     int rank;
     kv_cache *kv;
     const model_batch *b;
-    float *logits;
+    const model_out *o;
     tp_gate *gate;
     mx_error err;
     int rc;
@@ -270,7 +270,7 @@ static void *tp_run(void *arg) {
     }
     /* a device rank drives its own GPU: bind before any op (rank 0: the calling thread) */
     j->rc = model_tp_bind(j->m->be, j->rank, &j->err);
-    if (j->rc == 0) j->rc = model_forward_rank(j->m, j->kv, j->b, j->logits, &j->err);
+    if (j->rc == 0) j->rc = model_forward_rank(j->m, j->kv, j->b, j->o, &j->err);
     return NULL;
 }
 
@@ -281,7 +281,7 @@ static void gate_open(tp_gate *g, int state) {
     pthread_mutex_unlock(&g->mu);
 }
 
-int model_tp_forward(model *g, kv_cache *kv, const model_batch *b, float *logits, mx_error *err) {
+int model_tp_forward(model *g, kv_cache *kv, const model_batch *b, const model_out *o, mx_error *err) {
     const int n = g->tp_size;
     /* Everything that can fail on one rank alone happens here, before any rank waits on a
      * collective: a rank failing inside the forward would leave the others at a barrier. */
@@ -292,7 +292,7 @@ int model_tp_forward(model *g, kv_cache *kv, const model_batch *b, float *logits
     if (b->n_rows <= 0) return 0;
     for (int r = 0; r < n; r++) /* each rank's scratch on its device */
         if (model_tp_bind(g->be, r, err) ||
-            model_ensure_scratch(g->shards[r], b->n_rows, b->n_out > 0 ? b->n_out : 1, err)) {
+            model_ensure_scratch(g->shards[r], b->n_rows, b->n_out > 0 ? b->n_out : 1, b->n_hidden, err)) {
             model_tp_bind(g->be, 0, NULL);
             return mx_wrap(err, "tensor-parallel rank %d", r);
         }
@@ -301,7 +301,7 @@ int model_tp_forward(model *g, kv_cache *kv, const model_batch *b, float *logits
     pthread_t th[64];
     int started = 1;
     for (int r = 0; r < n; r++)
-        jobs[r] = (tp_job){.m = g->shards[r], .rank = r, .kv = kv, .b = b, .logits = r == 0 ? logits : NULL,
+        jobs[r] = (tp_job){.m = g->shards[r], .rank = r, .kv = kv, .b = b, .o = r == 0 ? o : NULL,
                            .gate = r ? &gate : NULL};
     for (; started < n; started++)
         if (pthread_create(&th[started], NULL, tp_run, &jobs[started])) break;

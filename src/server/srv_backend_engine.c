@@ -23,6 +23,7 @@
 #include "engine/engine.h"
 #include "model/estimate.h"
 #include "runtime/runtime.h"
+#include "server/srv_embed.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 
@@ -36,6 +37,7 @@ typedef struct sbe_seq {
     int64_t id;
     void (*on_token)(void *user, const srv_token *tok);
     void (*on_finish)(void *user, srv_finish why, int n_cached);
+    void (*on_embed)(void *user, const float *embd, int n_vec, int dim);
     void *user;
     int top_n;           /* top_logprobs requested */
     bool ignore_eos;
@@ -87,7 +89,7 @@ static int eng_on_token(void *user, int64_t id, int32_t token, float logprob) {
 
 static srv_finish map_finish(engine_finish f) {
     switch (f) {
-    case ENGINE_FINISH_EOS: return SRV_FINISH_EOS;
+    case ENGINE_FINISH_EOS: case ENGINE_FINISH_EMBEDDED: return SRV_FINISH_EOS;
     case ENGINE_FINISH_STOP: return SRV_FINISH_STOP;
     case ENGINE_FINISH_LENGTH: case ENGINE_FINISH_CONTEXT: return SRV_FINISH_LENGTH;
     case ENGINE_FINISH_CANCELLED: return SRV_FINISH_CANCELLED;
@@ -107,6 +109,12 @@ static void eng_on_finish(void *user, int64_t id, engine_finish reason, const en
     free(q);
 }
 
+static void eng_on_embed(void *user, int64_t id, const float *embd, int n_vec, int dim) {
+    (void)id;
+    sbe_seq *q = user;
+    q->on_embed(q->user, embd, n_vec, dim);
+}
+
 /* ==== srv_engine_ops ==== */
 static uint64_t splitmix64(uint64_t *x) {
     uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
@@ -115,8 +123,38 @@ static uint64_t splitmix64(uint64_t *x) {
     return z ^ (z >> 31);
 }
 
+/* An embedding: the prompt only, pooled (no sampler). */
+static int64_t submit_embed(sbe *b, sbe_seq *q, const srv_gen *g, mx_error *err) {
+    static const engine_pooling pools[] = {[SRV_POOL_LAST] = ENGINE_POOL_LAST, [SRV_POOL_MEAN] = ENGINE_POOL_MEAN,
+                                           [SRV_POOL_CLS] = ENGINE_POOL_CLS, [SRV_POOL_NONE] = ENGINE_POOL_NONE};
+    if ((unsigned)g->pooling >= sizeof pools / sizeof pools[0] || !g->on_embed)
+        return mx_fail(err, "embedding: bad pooling %d or no on_embed", (int)g->pooling), -1;
+    q->on_embed = g->on_embed;
+    engine_request r = {.kind = ENGINE_REQ_EMBED, .pooling = pools[g->pooling], .on_embed = eng_on_embed,
+                        .prompt = g->prompt, .n_prompt = g->n_prompt, .on_finish = eng_on_finish, .user = q};
+    return engine_submit(b->rt.e, &r, err);
+}
+
 static int be_submit(void *p, const srv_gen *g, uint64_t *id, mx_error *err) {
     sbe *b = p;
+    if (g->embed) {
+        sbe_seq *q = calloc(1, sizeof *q);
+        if (!q) return mx_fail(err, "out of memory");
+        q->b = b;
+        q->on_finish = g->on_finish;
+        q->user = g->user;
+        const int64_t sid = submit_embed(b, q, g, err);
+        if (sid < 0) {
+            free(q);
+            return -1;
+        }
+        q->id = sid;
+        q->next = b->live;
+        if (b->live) b->live->prev = q;
+        b->live = q;
+        *id = (uint64_t)sid;
+        return 0;
+    }
     sbe_seq *q = calloc(1, sizeof *q);
     mx_logit_bias *lb = NULL;
     const srv_sampling *s = &g->sampling;
@@ -396,6 +434,7 @@ static void fill_info(sbe *b, srv_model_info *m, const srv_config *cfg, const ch
     snprintf(m->cache_type_v, sizeof m->cache_type_v, "%s", kv_type_name(engine_params_of(b->rt.e)->cache_type_v));
     snprintf(m->chat_template, sizeof m->chat_template, "%.63s", tpl_src[0] ? tpl_src : "none");
     m->chat_template_text = b->rt.tpl ? chat_template_source(b->rt.tpl) : NULL;
+    m->n_embd = s->hidden_size;
 }
 
 /* generation_config.json's sampling values become the server's defaults where no flag (or
@@ -451,6 +490,15 @@ int srv_backend_engine_open(srv_backend *be, srv_config *cfg, mx_error *err) {
                  "/v1/chat/completions answers 400 unless --chat-template-file is given", cfg->model);
     }
     apply_generation_defaults(cfg, &b->rt);
+    /* embeddings: the pooling the checkpoint asks for; a head-less checkpoint (an embedding
+     * model saved without lm_head) computes nothing else */
+    if (cfg->embeddings && srv_embed_resolve(cfg->model, cfg->pooling, b->rt.spec->hidden_size, &be->info.pooling, err))
+        goto fail;
+    if (!cfg->embeddings && !model_has_lm_head(b->rt.m)) {
+        mx_fail(err, "%s: no lm_head.weight and tie_word_embeddings is false: an embedding model; serve it with "
+                     "--embeddings", cfg->model);
+        goto fail;
+    }
 
     /* -c 0: the engine's default, min(4096, max_position_embeddings) */
     engine_params ep;

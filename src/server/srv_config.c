@@ -15,6 +15,7 @@
 #include "base/log.h"
 #include "kv/kv_cache.h"
 #include "runtime/runtime.h"
+#include "server/srv_embed.h"
 #include "server/srv_tools.h"
 
 /* ==== Option table ==== */
@@ -37,6 +38,11 @@ static const opt k_opts[] = {
      "model name(s) served by the API, comma-separated"},
     {{"--chat-template-file", NULL}, "LLAMA_ARG_CHAT_TEMPLATE_FILE", OPT_STR, F(chat_template_file),
      0, 0, "Jinja chat template file (overrides the checkpoint's)"},
+    {{"--embedding", "--embeddings", NULL}, "LLAMA_ARG_EMBEDDINGS", OPT_FLAG, F(embeddings), 0, 0,
+     "embedding mode (llama-server's): POST /v1/embeddings, /embedding and /embeddings work, the "
+     "generation routes answer 501"},
+    {{"--pooling", NULL}, "LLAMA_ARG_POOLING", OPT_STR, F(pooling), 0, 0,
+     "embeddings: last, mean, cls or none (default: the checkpoint's 1_Pooling/config.json, else last)"},
     {{"--reasoning-format", NULL}, "LLAMA_ARG_THINK", OPT_STR, F(reasoning_format), 0, 0,
      "chat replies' <think>: none (left in content), auto / deepseek (reasoning_content, default), "
      "deepseek-legacy (both)"},
@@ -446,6 +452,16 @@ int srv_config_parse(srv_config *c, int argc, char **argv, FILE *help_out, mx_er
 }
 
 int srv_config_finalize(srv_config *c, int model_ctx, mx_error *err) {
+    /* --pooling shapes embeddings only: without --embeddings it would do nothing */
+    if (c->pooling[0]) {
+        srv_pooling p;
+        if (!strcmp(c->pooling, "rank"))
+            return mx_fail(err, "--pooling rank: reranking is not supported by this server");
+        if (srv_pooling_parse(c->pooling, &p))
+            return mx_fail(err, "--pooling: expected none, mean, cls or last, got '%s'", c->pooling);
+        if (!c->embeddings)
+            return mx_fail(err, "--pooling %s takes effect in embedding mode only: add --embeddings", c->pooling);
+    }
     /* the default of every request that names none: the sampler refuses 0 (it divides by it) */
     if (!(c->repeat_penalty > 0))
         return mx_fail(err, "--repeat-penalty %g: must be > 0 (1 = off)", (double)c->repeat_penalty);

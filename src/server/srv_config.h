@@ -23,6 +23,12 @@ typedef struct srv_config {
     char load_format[16];        /* --load-format auto|dummy (default auto) */
     int tp_size;                 /* --tp-size: tensor-parallel ranks (default 1; CUDA: GPUs) */
 
+    /* ---- embeddings (docs/embeddings.md) ---- */
+    bool embeddings;             /* --embedding, --embeddings (LLAMA_ARG_EMBEDDINGS): the embeddings
+                                    routes work, the generation routes answer 501 (llama-server) */
+    char pooling[8];             /* --pooling none|mean|cls|last (LLAMA_ARG_POOLING), "" = the
+                                    checkpoint's sentence-transformers config, else last */
+
     /* ---- chat: tools and reasoning (docs/tools.md) ---- */
     char reasoning_format[24];   /* --reasoning-format none|auto|deepseek|deepseek-legacy (LLAMA_ARG_THINK) */
     char tool_call_parser[24];   /* --tool-call-parser auto|none|hermes|llama3|mistral|deepseek_v3 */

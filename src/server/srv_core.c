@@ -173,6 +173,7 @@ static void job_free(srv_job *j) {
     srv_api_job_free(j->api);
     srv_request_free(&j->req);
     free(j->prompt);
+    free(j->embd);
     free(j->text);
     free(j->stop_word);
     free(j->toks);
@@ -276,7 +277,7 @@ static void deliver_finish(srv_job *j, srv_finish why, int n_cached) {
     srv_server *s = j->srv;
     pthread_mutex_lock(&j->mu);
     if (j->stop_hit) why = SRV_FINISH_STOP;
-    if (!j->stop_hit && why != SRV_FINISH_CANCELLED && why != SRV_FINISH_ERROR) {
+    if (j->ts && !j->stop_hit && why != SRV_FINISH_CANCELLED && why != SRV_FINISH_ERROR) {
         const char *t = NULL;
         size_t n = 0;
         s->be->text_ops->stream_flush(j->ts, &t, &n);
@@ -373,6 +374,23 @@ static void on_finish(void *user, srv_finish why, int n_cached) {
     s->fin_tail = &j->fin_next;
 }
 
+/* An embedding's vector(s): copied into the job before its finish is staged (the finish's
+ * hand-over to the output thread, then the job lock, publish them to the connection thread). */
+static void on_embed(void *user, const float *embd, int n_vec, int dim) {
+    srv_job *j = user;
+    const size_t n = (size_t)n_vec * (size_t)dim;
+    float *v = malloc(n * sizeof *v);
+    if (!v) { /* the request then fails (no vector): answered 500 by srv_embed.c */
+        LOG_WARN("server: out of memory for an embedding of %d x %d values", n_vec, dim);
+        return;
+    }
+    memcpy(v, embd, n * sizeof *v);
+    free(j->embd);
+    j->embd = v;
+    j->n_embd_vec = n_vec;
+    j->embd_dim = dim;
+}
+
 /* Hands this step's tokens and finishes to the output thread: one lock and one wake-up per
  * step on the engine thread. Tokens and finishes go together or not at all (a finish must not
  * overtake its tokens); when the queue cannot grow, they wait for the next call. */
@@ -457,6 +475,22 @@ void srv_core_snapshot(srv_server *s, srv_engine_stats *st, int *outstanding) {
 /* ==== Engine thread ==== */
 static void submit_job(srv_server *s, srv_job *j) {
     const srv_engine_ops *eo = s->be->eng_ops;
+    if (j->embed) { /* no text: the vector(s) come through on_embed */
+        srv_gen g = {.prompt = j->prompt, .n_prompt = j->n_prompt, .on_finish = on_finish, .user = j,
+                     .embed = true, .pooling = j->pooling, .on_embed = on_embed};
+        mx_error err = {{0}};
+        pthread_mutex_lock(&s->mu);
+        j->next = s->active;
+        s->active = j;
+        pthread_mutex_unlock(&s->mu);
+        if (eo->submit(s->be->eng, &g, &j->eng_id, &err)) {
+            LOG_WARN("server: embedding submit failed: %s", err.msg);
+            on_finish(j, SRV_FINISH_ERROR, 0);
+            return;
+        }
+        j->submitted = true;
+        return;
+    }
     j->ts = s->be->text_ops->stream_new(s->be->text, (const char *const *)j->req.stops, j->req.n_stops);
     if (j->ts && s->be->text_ops->stream_keep && srv_chat_parses(j->req.chat)) {
         /* the parser must see the markers even where they are special tokens */

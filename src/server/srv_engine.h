@@ -70,7 +70,12 @@ typedef enum srv_finish {
     SRV_FINISH_ERROR,     /* the engine failed this sequence */
 } srv_finish;
 
-/* ==== One generation ==== */
+/* Pooling of an embedding (docs/embeddings.md): the final hidden state (after the model's final
+ * norm, no lm_head) of the last position, the mean over all positions, the first position's,
+ * or every position's. */
+typedef enum srv_pooling { SRV_POOL_LAST = 0, SRV_POOL_MEAN, SRV_POOL_CLS, SRV_POOL_NONE } srv_pooling;
+
+/* ==== One generation (or, with embed, one embedding) ==== */
 typedef struct srv_gen {
     const int32_t *prompt; /* [n_prompt]; the engine copies it */
     int n_prompt;
@@ -87,6 +92,13 @@ typedef struct srv_gen {
      * from cancel(). n_cached: prompt tokens served from the prefix cache. */
     void (*on_finish)(void *user, srv_finish why, int n_cached);
     void *user;
+    /* An embedding instead of a generation: the prompt is run, nothing is generated (max_tokens
+     * and sampling unused, no on_token); on_embed gets the pooled vector(s) embd [n_vec, dim]
+     * (not normalized; n_vec 1, or n_prompt with SRV_POOL_NONE; valid during the call), then
+     * on_finish(SRV_FINISH_EOS). Engine thread. A backend without embeddings fails the submit. */
+    bool embed;
+    srv_pooling pooling;
+    void (*on_embed)(void *user, const float *embd, int n_vec, int dim);
 } srv_gen;
 
 /* ==== Engine statistics (for /metrics, /slots, /props) ==== */
@@ -181,6 +193,9 @@ typedef struct srv_model_info {
     char chat_template[64]; /* where the template came from (start-up log) */
     const char *chat_template_text; /* its Jinja text for /props (owned by the backend), or NULL */
     char device[512];     /* backend line: "cpu", or the CUDA device, capability and settings */
+    int n_embd;           /* hidden size: the length of an embedding */
+    srv_pooling pooling;  /* embeddings: --pooling, else the checkpoint's sentence-transformers
+                             1_Pooling/config.json, else last (srv_embed_st.c) */
 } srv_model_info;
 
 typedef struct srv_backend {

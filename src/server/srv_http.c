@@ -22,6 +22,7 @@
 #include "server/srv_conn.h"
 #include "server/srv_guard.h"
 #include "server/srv_api.h"
+#include "server/srv_embed.h"
 #include "server/srv_internal.h"
 #include "server/srv_tools.h"
 #include "server/srv_mhd.h"
@@ -302,19 +303,21 @@ static int job_grammar_vocab(srv_server *s, srv_job *j, mx_error *err) {
 static int job_call_grammar(srv_server *s, srv_job *j, const char **param, mx_error *err) {
     srv_chat_opts *o = j->req.chat;
     if (!o || !o->call_grammar) return 0;
-    *param = "tool_choice";
+    const bool lazy = o->call_trigger[0] != 0; /* strict tools under auto */
+    *param = lazy ? "tools" : "tool_choice";
     if (j->req.grammar)
-        return mx_fail(err, "tool_choice: a required or named tool call constrains the whole reply, so it cannot be "
-                            "combined with %s", j->req.grammar_field);
+        return mx_fail(err, "%s: %s constrains the reply's calls with a grammar of its own, so it cannot be combined "
+                            "with %s", *param, lazy ? "a strict tool" : "a required or named tool call",
+                       j->req.grammar_field);
     const char *keep[16];
     const int n_keep = srv_chat_keep_pieces(o, keep, 16);
     const srv_text_ops *t = s->be->text_ops;
     mx_error e2 = {{0}};
     if (!t->grammar_vocab || !(j->req.grammar_vocab = t->grammar_vocab(s->be->text, keep, n_keep, &e2)))
-        return mx_fail(err, "tool_choice: constrained decoding is not available: %s",
+        return mx_fail(err, "%s: constrained decoding is not available: %s", *param,
                        t->grammar_vocab ? e2.msg : "this backend has no token bytes");
     j->req.grammar = grammar_retain(o->call_grammar);
-    snprintf(j->req.grammar_field, sizeof j->req.grammar_field, "%s", o->call_trigger[0] ? "tools" : "tool_choice");
+    snprintf(j->req.grammar_field, sizeof j->req.grammar_field, "%s", *param);
     snprintf(j->req.grammar_trigger, sizeof j->req.grammar_trigger, "%s", o->call_trigger);
     return 0;
 }
@@ -594,8 +597,14 @@ static MHD_Result_t on_request(void *cls, struct MHD_Connection *c, const char *
     if (cc->len && srv_guard_body(cc->body, cc->len, &g))
         return reply_error(s, c, g.status, g.msg, "body");
     srv_api api;
+    bool oai;
+    if (srv_embed_is_route(url, &oai)) { /* srv_embed.c */
+        if (strcmp(method, "POST")) return srv_mhd_method_not_allowed(s, c, "POST");
+        return srv_embed_route(s, c, oai, cc->body ? cc->body : "", cc->len, &cc->job);
+    }
     if (is_post_route(url, &api)) {
         if (strcmp(method, "POST")) return srv_mhd_method_not_allowed(s, c, "POST");
+        if (s->cfg.embeddings) return srv_embed_refuse_generation(s, c); /* llama-server's embedding mode */
         return route_generate(s, c, cc, api);
     }
     bool handled = false;

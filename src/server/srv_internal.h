@@ -60,6 +60,12 @@ typedef struct srv_job {
      * thread submits this job only once the lead has a token, so the lead's prompt blocks are
      * in the prefix cache and this choice computes only what they do not cover. NULL: none. */
     struct srv_job *lead;
+    /* An embedding (srv_embed.c) instead of a generation: no text stream, no token; the engine
+     * thread stores the pooled vector(s) before its finish is staged. */
+    bool embed;
+    srv_pooling pooling;
+    float *embd;              /* [n_embd_vec, embd_dim], malloc'd (engine thread, then read-only) */
+    int n_embd_vec, embd_dim;
 
     /* engine side (engine thread only) */
     uint64_t eng_id;

@@ -160,13 +160,15 @@ static json_t *default_settings(srv_server *s) {
                      (double)c->frequency_penalty, "repeat_last_n", c->repeat_last_n, "seed", (json_int_t)c->seed);
 }
 
-/* meta as llama-server's (n_vocab: `mlxcel loadtest` draws its token-id prompts from it) */
+/* meta as llama-server's (n_vocab: `mlxcel loadtest` draws its token-id prompts from it;
+ * n_embd: the length of an embedding) */
 static json_t *model_object(srv_server *s, const char *id) {
     const srv_model_info *m = &s->be->info;
-    return json_pack("{s:s, s:s, s:I, s:s, s:{s:I, s:i, s:i, s:i, s:s, s:s}}", "id", id, "object", "model", "created",
-                     (json_int_t)s->t_start, "owned_by", "mlxcel", "meta", "n_params", (json_int_t)m->n_params, "n_ctx",
-                     s->cfg.ctx_size, "n_ctx_train", m->n_ctx_train, "n_vocab",
-                     s->be->text_ops->vocab_size(s->be->text), "family", m->family, "dtype", m->dtype);
+    return json_pack("{s:s, s:s, s:I, s:s, s:{s:I, s:i, s:i, s:i, s:i, s:s, s:s}}", "id", id, "object", "model",
+                     "created", (json_int_t)s->t_start, "owned_by", "mlxcel", "meta", "n_params",
+                     (json_int_t)m->n_params, "n_ctx", s->cfg.ctx_size, "n_ctx_train", m->n_ctx_train, "n_vocab",
+                     s->be->text_ops->vocab_size(s->be->text), "n_embd", m->n_embd, "family", m->family, "dtype",
+                     m->dtype);
 }
 
 static MHD_Result_t route_models(srv_server *s, struct MHD_Connection *c) {

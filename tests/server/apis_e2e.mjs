@@ -296,7 +296,7 @@ async function responsesFake() {
     ["tools[0].type", { tools: [{ type: "web_search" }] }], ["tool_choice", { tools: [weather], tool_choice: { type: "file_search" } }],
     ["tool_choice", { tools: [weather], tool_choice: "required" }],
     ["tool_choice", { tools: [weather], tool_choice: { type: "function", name: "get_weather" } }],
-    ["tools", { tools: [{ ...weather, strict: undefined }] }], // strict defaults to true: needs constrained decoding
+    ["tools", { tools: [{ ...weather, strict: undefined }] }], // strict by default: a grammar, which the fake cannot run (the demo model does: tests/grammar/tools_enforced_e2e.mjs)
     ["service_tier", { service_tier: "priority" }], ["prompt_cache_retention", { prompt_cache_retention: "24h" }],
     ["metadata", { metadata: Object.fromEntries([...Array(17).keys()].map((k) => [`k${k}`, "v"])) }],
     ["input[0].content[1].type", { input: [{ role: "user", content: [{ type: "input_text", text: "x" }, { type: "input_image", image_url: "http://x/y.png" }] }] }],

@@ -246,6 +246,7 @@ static void echo_span(fseq *q) {
 
 static int fe_submit(void *e, const srv_gen *g, uint64_t *id, mx_error *err) {
     fake_engine *fe = e;
+    if (g->embed) return mx_fail(err, "fake engine: no embeddings (they are tested on the real engine)");
     if (g->n_prompt <= 0 || g->max_tokens <= 0) return mx_fail(err, "fake engine: empty prompt or max_tokens");
     fseq *q = calloc(1, sizeof *q);
     if (!q) return mx_fail(err, "out of memory");

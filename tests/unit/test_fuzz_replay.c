@@ -29,6 +29,9 @@
 #define LLVMFuzzerTestOneInput fuzz_srv_api_one
 #include "../../fuzz/fuzz_srv_api.c"
 #undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_srv_embed_one
+#include "../../fuzz/fuzz_srv_embed.c"
+#undef LLVMFuzzerTestOneInput
 
 static int replay_dir(const char *sub, int (*fn)(const uint8_t *, size_t)) {
     char dir[2048];
@@ -72,6 +75,9 @@ static void test_replay(void **st) {
     int a = replay_dir("corpus/srv_api", fuzz_srv_api_one);
     a += replay_dir("regress/srv_api", fuzz_srv_api_one);
     assert_true(a > 0);
+    int e = replay_dir("corpus/srv_embed", fuzz_srv_embed_one);
+    e += replay_dir("regress/srv_embed", fuzz_srv_embed_one);
+    assert_true(e > 0);
 }
 
 int main(void) {
