@@ -74,6 +74,7 @@ LBIN=${LLAMA_SERVER:-$LSRC/build/bin/llama-server}
 LOG=$WORK/logs
 RES=$WORK/res
 mkdir -p "$LOG" "$RES" "$OUT"
+ulimit -n 65536 2>/dev/null || ulimit -n 4096 2>/dev/null # 512 streams: a socket each, both ends
 . bench/device_env.sh # left stage tl device_libs runnable device_build
 exec > >(tee -a "$LOG/serve_vs.log") 2>&1
 [ -d .carry/dev ] || { [ -e .carry/devpack.tar.xz ] && tar xJf .carry/devpack.tar.xz -C .carry; }
@@ -154,6 +155,9 @@ start_server() {
   rm -f "$port_file"
   if [ "$srv" = mlxcel ]; then
     FLAGS="-np $np --max-batch-size $np -c $ctx -b 2048 -ub 2048 --prefill-chunk-size 512 --max-queue-depth 0 --metrics"
+    # every stream comes from 127.0.0.1: where the server limits connections per address
+    # (default half of --threads-http), 512 streams + /metrics must fit
+    "$MLX" serve --help 2>&1 | grep -q -- --max-connections-per-ip && FLAGS="$FLAGS --max-connections-per-ip 1024"
     "$MLX" serve -m "$DIR" -a "$SHAPE" --device "$DEVICE" --host 127.0.0.1 --port 0 --port-file "$port_file" $FLAGS \
       > "$LOG/$name.log" 2>&1 &
     SPID=$!
