@@ -128,6 +128,13 @@ prep() {
       --outfile "$GGUF.tmp" > "$LOG/convert.log" 2>&1 && mv "$GGUF.tmp" "$GGUF" || { tail -15 "$LOG/convert.log"; return 1; }
   fi
   stage "waiting for the llama-server build"
+  while kill -0 "$BPID" 2>/dev/null; do
+    if [ "$(left)" -lt 90 ]; then # the build resumes where it stopped: run prep again
+      echo "llama-server still building ($(tail -1 "$LOG/llama_build.log" | cut -c1-60)); run prep again"
+      return 1
+    fi
+    sleep 2
+  done
   wait "$BPID" || { tail -30 "$LOG/llama_build.log" "$LOG/llama_cmake.log" 2>/dev/null; return 1; }
   "$LBIN" --version 2>&1 | tail -2
   ls -la "$GGUF"
@@ -201,7 +208,7 @@ run_workload() {
   fi
   local np_l=$((maxc < LLAMA_NP ? maxc : LLAMA_NP))
   "$PY" - "$RES/run.json" "$wl" "mlxcel serve -np $np_m --max-batch-size $np_m -c $ctx -b 2048 -ub 2048 --prefill-chunk-size 512 --max-queue-depth 0" \
-    "llama-server -np $np_l -c $((np_l * ctx)) -cb -fa on -ngl all -b 2048 -ub 2048 -cram 0 -fit off" "$plaw" "$glaw" <<'PY'
+    "llama-server -np $np_l -c $((np_l * ctx)) -cb -fa on -ngl $([ "$DEVICE" = cuda ] && echo all || echo 0) -b 2048 -ub 2048 -cram 0 -fit off" "$plaw" "$glaw" <<'PY'
 import json, os, sys
 p, wl, fm, fl, pl, gl = sys.argv[1:]
 d = json.load(open(p)) if os.path.exists(p) else {}
@@ -237,7 +244,7 @@ law_max() { echo "${1##*,}"; } # the clamp MAX of lognormal:M,S,MIN,MAX / unifor
 run() {
   [ -s "$GGUF" ] && [ -x "$LBIN" ] && [ -e "$DIR/tokenizer.json" ] ||
     { echo "run needs prep's outputs in $WORK (bash bench/serve_vs_llamacpp.sh prep on this machine)"; return 1; }
-  "$PY" - "$RES/run.json" "$(nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader 2>/dev/null | head -1)" \
+  "$PY" - "$RES/run.json" "$(nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader 2>/dev/null | head -1 || true)${DEVICE/cuda/}" \
     "$(cat .carry/dev/COMMIT 2>/dev/null || git rev-parse --short HEAD)" "$(git -C "$LSRC" rev-parse --short HEAD)" <<'PY'
 import json, os, sys, time
 p, card, mc, lc = sys.argv[1:]
