@@ -21,8 +21,9 @@
 
 /* ShareGPT-like lengths. Means: the vLLM paper (Kwon et al., "Efficient Memory Management for
  * Large Language Model Serving with PagedAttention", SOSP 2023, section 6.1 / figure 11) gives
- * ShareGPT mean input 161.31 and mean output 337.99 tokens (8.4x and 5.8x Alpaca's 19.31 and
- * 58.45). Clamps: vLLM's benchmark_serving.py (sample_sharegpt_requests) drops conversations
+ * ShareGPT mean input 161.31 and mean output 337.99 tokens (its text: 8.4x and 5.8x Alpaca's
+ * 19.31 and 58.45; the figures are quoted from the paper as remembered, the ratios check, the
+ * paper itself could not be re-read where this was written). Clamps: vLLM's benchmark_serving.py (sample_sharegpt_requests) drops conversations
  * with fewer than 4 prompt or output tokens and prompts over 1024 tokens. Spread: the paper
  * shows long right tails but gives no figure; SIGMA 1.0 (prompt; p90 / median = 3.6) and 0.8
  * (output; p90 / median = 2.8) are this program's choice, not a measurement of the data set. */
