@@ -280,7 +280,7 @@ typedef struct lt_stream {
     int completion, prompt;  /* usage, -1 until seen */
     bool saw_done, saw_error;
     char finish[24];         /* the last finish_reason */
-    double now, last;        /* the current read's time, the previous read's */
+    double last;             /* the previous read's time */
     int ev_read;             /* token events of the current read */
 } lt_stream;
 
@@ -331,7 +331,6 @@ static void on_sse_event(const lt_sse_event *ev, void *user) {
 static void on_stream_body(const char *p, size_t n, double now, void *user) {
     lt_stream *s = user;
     lt_result *r = s->r;
-    s->now = now;
     s->ev_read = 0;
     lt_sse_feed(&s->sse, p, n, on_sse_event, s);
     const int ne = s->ev_read;
@@ -384,12 +383,12 @@ void lt_request_run(const lt_opts *o, uint64_t global_idx, lt_result *r) {
     if (o->stream && c.status == 200) lt_sse_feed(&s.sse, "\n\n", 2, on_sse_event, &s);
     /* The server's own word first: an error event explains a reset or a missing [DONE]. */
     if (s.saw_error) { r->fail = LT_FAIL_ERROR_EVENT; goto out; }
-    if (k != LT_OK && !s.saw_done) {
+    if (k != LT_OK && !s.saw_done && !(c.headers_done && c.status != 200)) {
         r->fail = k;
-        snprintf(r->err, sizeof r->err, "%s%s", xerr, c.headers_done && c.status != 200 ? " (after a non-200 status)" : "");
+        snprintf(r->err, sizeof r->err, "%s", xerr);
         goto out;
     }
-    if (c.status != 200) {
+    if (c.status != 200) { /* the status says it, even if the body was cut short */
         r->fail = LT_FAIL_HTTP;
         char msg[400];
         error_text(c.body, msg, sizeof msg);
