@@ -8,6 +8,11 @@
 #                                            # (a worktree build in build-base: A/B of a change
 #                                            # in one call, tools/diag/bench_ab.sh BIN=mlxcel-base)
 #   XZ=1 bash bench/pack_device.sh     # and .carry/devpack.tar.xz (xz -9: ~9 MB with both builds)
+#   LLAMA=1 XZ=1 bash bench/pack_device.sh   # and llama.cpp's source for bench/serve_vs_llamacpp.sh:
+#                                            # .carry/llama/gitRelease.bundle (35 MB, from npm's
+#                                            # node-llama-cpp@3.21.1); the devpack then keeps the
+#                                            # Llama 3 tokenizer. Carry .carry/devpack.tar.xz and
+#                                            # .carry/llama (~47 MB together)
 #
 # NCCL is not packed either (libnccl.so.2 is 218 MB and dlopened only for --tp-size on CUDA;
 # bench/tp_device.sh finds the GPU image's nvidia-nccl-cu13 wheel or CUDA tree copy).
@@ -45,8 +50,21 @@ if [ -n "${BASE:-}" ]; then
   cp build-base/build/mlxcel .carry/dev/mlxcel-base
   echo "$BASE" > .carry/dev/COMMIT-base
 fi
+if [ "${LLAMA:-0}" = 1 ]; then
+  # llama.cpp as the project gets it: the git bundle inside the npm package (never committed)
+  mkdir -p .carry/llama
+  if [ ! -e .carry/llama/gitRelease.bundle ]; then
+    tmp=$(mktemp -d)
+    (cd "$tmp" && npm pack node-llama-cpp@3.21.1 >/dev/null 2>&1 &&
+      tar xzf node-llama-cpp-3.21.1.tgz package/llama/gitRelease.bundle) &&
+      mv "$tmp/package/llama/gitRelease.bundle" .carry/llama/
+    rm -rf "$tmp"
+  fi
+  git bundle list-heads .carry/llama/gitRelease.bundle | head -2
+fi
 if [ "${XZ:-0}" = 1 ]; then
-  rm -f .carry/dev/tokenizer-llama3.tgz # the serve load test only; keeps the carry small
+  # the tokenizer serves the load tests only: kept when they are packed for (LLAMA=1)
+  [ "${LLAMA:-0}" = 1 ] || rm -f .carry/dev/tokenizer-llama3.tgz
   tar cf - -C .carry dev | xz -9 -T2 > .carry/devpack.tar.xz
   ls -la .carry/devpack.tar.xz
 fi

@@ -75,3 +75,13 @@ set_tests_properties(server_harden_conn server_harden_http server_harden_rss PRO
 # prefill forwards the engine ran for it), streamed and not (the demo model, seconds).
 add_test(NAME server_ttft_e2e COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/server/ttft_e2e.sh $<TARGET_FILE:mlxcel>)
 set_tests_properties(server_ttft_e2e PROPERTIES TIMEOUT 120)
+# mlxcel loadtest: length laws, the /metrics breakdown and failure causes against the fake
+# backend (a few seconds); then a short run with length laws against the demo model, left out of
+# the sanitizer build (label nosan: 2 s a step at -O0 there).
+add_test(NAME loadtest_e2e COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/server/loadtest_e2e.sh
+         $<TARGET_FILE:mlxcel-fake-server> $<TARGET_FILE:mlxcel> fake)
+set_tests_properties(loadtest_e2e PROPERTIES TIMEOUT 120 ENVIRONMENT "MLXCEL_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+add_test(NAME loadtest_demo_e2e COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/server/loadtest_e2e.sh
+         $<TARGET_FILE:mlxcel-fake-server> $<TARGET_FILE:mlxcel> demo)
+set_tests_properties(loadtest_demo_e2e PROPERTIES TIMEOUT 120 LABELS nosan
+                     ENVIRONMENT "MLXCEL_SOURCE_DIR=${PROJECT_SOURCE_DIR}")

@@ -262,6 +262,8 @@ static void be_stats(void *p, srv_engine_stats *out) {
     out->prefix_hits_total = es.prefix_hits;
     out->prefix_misses_total = es.prefix_misses;
     out->prefix_reused_tokens_total = es.prefix_reused_tokens;
+    out->decode_rows_total = es.decode_rows;
+    out->preemptions_total = es.preemptions;
 }
 
 static const srv_engine_ops k_engine_ops = {be_submit, be_cancel, be_step, be_has_work, be_stats};

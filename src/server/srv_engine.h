@@ -120,6 +120,8 @@ typedef struct srv_engine_stats {
     uint64_t prefix_hits_total;    /* admitted sequences that reused >= 1 cached block */
     uint64_t prefix_misses_total;
     uint64_t prefix_reused_tokens_total;
+    uint64_t decode_rows_total;    /* single-token decode rows stepped (prompt rows: prompt_tokens_total) */
+    uint64_t preemptions_total;    /* sequences preempted (KV pool full) to be recomputed later */
 } srv_engine_stats;
 
 typedef struct srv_engine_ops {

@@ -56,6 +56,8 @@ static const metric_def k_defs[SM_COUNT] = {
     [SM_PREFIX_HITS_TOTAL] = {"mlxcel_prefix_cache_hits_total", "Admitted sequences that reused cached prefix blocks.", MT_COUNTER, NULL, {0}, {0}},
     [SM_PREFIX_MISSES_TOTAL] = {"mlxcel_prefix_cache_misses_total", "Admitted sequences that reused no cached block.", MT_COUNTER, NULL, {0}, {0}},
     [SM_PREFIX_REUSED_TOKENS_TOTAL] = {"mlxcel_prefix_cache_reused_tokens_total", "Prompt tokens served from the prefix cache.", MT_COUNTER, NULL, {0}, {0}},
+    [SM_DECODE_ROWS_TOTAL] = {"mlxcel_decode_rows_total", "Single-token decode rows computed (prompt rows are the prompt tokens processed).", MT_COUNTER, NULL, {0}, {0}},
+    [SM_PREEMPTIONS_TOTAL] = {"mlxcel_preemptions_total", "Sequences preempted when the KV pool ran out (recomputed when readmitted).", MT_COUNTER, NULL, {0}, {0}},
     [SM_ENGINE_BUSY_SECONDS_TOTAL] = {"mlxcel_engine_busy_seconds_total", "Engine-thread time of loop iterations that ran a step: "
                                       "the forward passes (prompt + predict process time) plus scheduling, submissions and "
                                       "hang-up polling between them, when the device idles.", MT_COUNTER, NULL, {0}, {0}},
@@ -174,6 +176,8 @@ void srv_metrics_from_engine(srv_metrics *m, const srv_engine_stats *st) {
     v[SM_PREFIX_HITS_TOTAL].v[0] = (double)st->prefix_hits_total;
     v[SM_PREFIX_MISSES_TOTAL].v[0] = (double)st->prefix_misses_total;
     v[SM_PREFIX_REUSED_TOKENS_TOTAL].v[0] = (double)st->prefix_reused_tokens_total;
+    v[SM_DECODE_ROWS_TOTAL].v[0] = (double)st->decode_rows_total;
+    v[SM_PREEMPTIONS_TOTAL].v[0] = (double)st->preemptions_total;
     pthread_mutex_unlock(&m->mu);
 }
 

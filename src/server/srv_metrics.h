@@ -39,6 +39,8 @@ typedef enum srv_metric_id {
     SM_PREFIX_HITS_TOTAL,
     SM_PREFIX_MISSES_TOTAL,
     SM_PREFIX_REUSED_TOKENS_TOTAL,
+    SM_DECODE_ROWS_TOTAL,      /* rows per step = (prompt tokens + decode rows) / steps */
+    SM_PREEMPTIONS_TOTAL,
     SM_ENGINE_BUSY_SECONDS_TOTAL, /* engine-thread time of loop iterations that stepped */
     SM_TTFT_SECONDS,           /* histogram */
     SM_DECODE_TOKENS_PER_SECOND, /* histogram, one sample per finished request */

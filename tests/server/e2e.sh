@@ -210,7 +210,7 @@ for m in llamacpp:prompt_tokens_total llamacpp:tokens_predicted_total llamacpp:p
          llamacpp:tokens_predicted_seconds_total llamacpp:requests_processing llamacpp:requests_deferred \
          mlxcel_queue_depth mlxcel_batch_size mlxcel_prefill_chunks_total mlxcel_prefill_grants_total \
          mlxcel_kv_blocks_capacity mlxcel_kv_blocks_used mlxcel_kv_blocks_free mlxcel_prefix_cache_hits_total \
-         mlxcel_prefix_cache_misses_total mlxcel_prefix_cache_reused_tokens_total \
+         mlxcel_prefix_cache_misses_total mlxcel_prefix_cache_reused_tokens_total mlxcel_decode_rows_total mlxcel_preemptions_total \
          mlxcel_time_to_first_token_seconds_count mlxcel_decode_tokens_per_second_count; do
     grep -q "^$m " "$TMP/metrics.txt" && ok || bad "/metrics lacks $m"
 done

@@ -367,6 +367,7 @@ static int fe_step(void *e, mx_error *err) {
         } else {
             budget--;
             tokens++;
+            fe->st.decode_rows_total++;
         }
         /* The row that finished its prompt, or a decode row, samples one token. */
         srv_token tk = {0};

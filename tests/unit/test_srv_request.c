@@ -371,6 +371,8 @@ static void test_metrics_render(void **st) {
     srv_engine_stats es = {0};
     es.kv_blocks_total = 10;
     es.kv_blocks_used = 4;
+    es.decode_rows_total = 123;
+    es.preemptions_total = 3;
     srv_metrics_from_engine(m, &es);
     char *text;
     size_t len;
@@ -382,6 +384,9 @@ static void test_metrics_render(void **st) {
     assert_non_null(strstr(text, "mlxcel_time_to_first_token_seconds_bucket{le=\"60\"} 1\n"));
     assert_non_null(strstr(text, "mlxcel_time_to_first_token_seconds_bucket{le=\"+Inf\"} 2\n"));
     assert_non_null(strstr(text, "mlxcel_kv_blocks_free 6\n"));
+    /* mlxcel loadtest's server breakdown reads these two (rows per step, preemptions) */
+    assert_non_null(strstr(text, "# TYPE mlxcel_decode_rows_total counter\nmlxcel_decode_rows_total 123\n"));
+    assert_non_null(strstr(text, "# TYPE mlxcel_preemptions_total counter\nmlxcel_preemptions_total 3\n"));
     assert_non_null(strstr(text, "# TYPE llamacpp:requests_deferred gauge\n"));
     free(text);
     srv_metrics_free(m);
