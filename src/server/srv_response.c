@@ -138,7 +138,8 @@ static json_t *usage_json(srv_job *const *js, int n) {
 static json_t *text_slice(srv_job *j, int from, int to) {
     size_t a = from > 0 ? j->tok_end[from - 1] : 0;
     size_t b = to > 0 ? j->tok_end[to - 1] : 0;
-    json_t *v = json_stringn(j->text + (j->text ? a : 0), b - a);
+    /* no text at all (n_predict 0): nothing to slice, and NULL + 0 is undefined in C */
+    json_t *v = j->text ? json_stringn(j->text + a, b - a) : NULL;
     return v ? v : json_string("");
 }
 
