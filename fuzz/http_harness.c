@@ -104,7 +104,7 @@ void fuzz_http_start(void) {
     abort();
 }
 
-/* ==== One connection ==== */
+/* ==== One exchange ==== */
 static long long now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -129,9 +129,7 @@ static int parse_status(const fuzz_http_reply *r) {
     return s;
 }
 
-void fuzz_http_exchange(const uint8_t *req, size_t n, bool half_close, fuzz_http_reply *out) {
-    out->len = out->total = 0;
-    out->status = 0;
+static int conn_open(long long deadline) {
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) {
         fuzz_http_log("fuzz http harness: socket: %s\n", strerror(errno));
@@ -140,7 +138,6 @@ void fuzz_http_exchange(const uint8_t *req, size_t n, bool half_close, fuzz_http
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     snprintf(sa.sun_path, sizeof sa.sun_path, "%s", g_sock);
     /* A Unix-socket connect completes at once, or EAGAIN when the backlog is full. */
-    const long long deadline = now_ms() + FUZZ_HTTP_REPLY_TIMEOUT_MS;
     while (connect(fd, (struct sockaddr *)&sa, sizeof sa)) {
         if (errno != EAGAIN || now_ms() > deadline) {
             fuzz_http_log("fuzz http harness: connect: %s\n", strerror(errno));
@@ -149,17 +146,86 @@ void fuzz_http_exchange(const uint8_t *req, size_t n, bool half_close, fuzz_http
         struct timespec ts = {0, 1000 * 1000};
         nanosleep(&ts, NULL);
     }
+    return fd;
+}
+
+/* The end of one response on a kept-alive connection, found as the bytes arrive: after the
+ * header, Content-Length bytes, or chunks up to the last one and its trailer. */
+typedef struct framer {
+    char head[65536];
+    size_t hn;
+    bool in_body, chunked, close, done;
+    long long left;     /* body bytes (or bytes of the current chunk and its CRLF) still to come */
+    char line[64];      /* a chunk-size or trailer line being read */
+    size_t ln;
+    bool trailer;       /* after the last chunk: lines until an empty one */
+} framer;
+
+static bool header_has(const char *head, const char *needle) {
+    return strcasestr(head, needle) != NULL;
+}
+
+static void framer_head_done(framer *f) {
+    f->head[f->hn] = '\0';
+    f->in_body = true;
+    f->close = header_has(f->head, "\r\nconnection: close");
+    const char *cl = strcasestr(f->head, "\r\ncontent-length:");
+    if (header_has(f->head, "\r\ntransfer-encoding: chunked")) f->chunked = true;
+    else if (cl) f->left = strtoll(cl + 17, NULL, 10);
+    else f->close = true; /* ends with the connection */
+    if (!f->chunked && cl && f->left == 0) f->done = true;
+}
+
+static void framer_feed(framer *f, const char *p, size_t n) {
+    for (size_t i = 0; i < n && !f->done; i++) {
+        const char c = p[i];
+        if (!f->in_body) {
+            if (f->hn + 1 < sizeof f->head) f->head[f->hn++] = c;
+            if (f->hn >= 4 && !memcmp(f->head + f->hn - 4, "\r\n\r\n", 4)) framer_head_done(f);
+            continue;
+        }
+        if (!f->chunked) {
+            if (f->left > 0 && --f->left == 0) f->done = true;
+            continue;
+        }
+        if (f->left > 0) { /* chunk data, then its CRLF */
+            f->left--;
+            continue;
+        }
+        if (f->ln + 1 < sizeof f->line) f->line[f->ln++] = c;
+        if (c != '\n') continue;
+        f->line[f->ln] = '\0';
+        if (f->trailer) {
+            if (!strcmp(f->line, "\r\n")) f->done = true;
+        } else {
+            long long k = strtoll(f->line, NULL, 16);
+            if (k == 0) f->trailer = true;
+            else f->left = k + 2;
+        }
+        f->ln = 0;
+    }
+}
+
+static void exchange(const uint8_t *req, size_t n, bool half_close, bool keep_alive, fuzz_http_reply *out) {
+    static int kept = -1; /* the kept-alive connection */
+    static framer fr;
+    out->len = out->total = 0;
+    out->status = 0;
+    const long long deadline = now_ms() + FUZZ_HTTP_REPLY_TIMEOUT_MS;
+    int fd = keep_alive && kept >= 0 ? kept : conn_open(deadline);
+    if (!keep_alive && kept >= 0) close(kept), kept = -1;
+    memset(&fr, 0, sizeof fr);
     size_t sent = 0;
-    bool writing = true;
+    bool writing = true, eof = false;
     if (!n && half_close) shutdown(fd, SHUT_WR), writing = false;
     char buf[16384];
-    for (;;) {
+    while (!(keep_alive && fr.done)) {
         struct pollfd pf = {.fd = fd, .events = POLLIN | (writing ? POLLOUT : 0)};
         long long left = deadline - now_ms();
         if (left <= 0 || poll(&pf, 1, (int)left) == 0) {
             fuzz_http_log("fuzz http harness: no end of the reply within %d ms (%zu of %zu request bytes sent, "
-                            "%zu reply bytes read): the server hung\n",
-                    FUZZ_HTTP_REPLY_TIMEOUT_MS, sent, n, out->total);
+                          "%zu reply bytes read): the server hung\n",
+                          FUZZ_HTTP_REPLY_TIMEOUT_MS, sent, n, out->total);
             abort();
         }
         if (writing && (pf.revents & (POLLOUT | POLLERR | POLLHUP))) {
@@ -172,12 +238,32 @@ void fuzz_http_exchange(const uint8_t *req, size_t n, bool half_close, fuzz_http
         }
         if (pf.revents & (POLLIN | POLLHUP | POLLERR)) {
             ssize_t r = recv(fd, buf, sizeof buf, 0);
-            if (r > 0) keep(out, buf, (size_t)r);
-            else if (r == 0 || (errno != EAGAIN && errno != EINTR)) break;
+            if (r > 0) {
+                keep(out, buf, (size_t)r);
+                framer_feed(&fr, buf, (size_t)r);
+            } else if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
+                eof = true;
+                break;
+            }
         }
     }
-    close(fd);
     out->status = parse_status(out);
+    /* Kept only after a whole answer to a request the server read to its end (200, 400): a
+     * refusal such as 413 may leave request bytes unread on the connection. */
+    if (keep_alive && !eof && !fr.close && sent == n && (out->status == 200 || out->status == 400)) {
+        kept = fd;
+    } else {
+        close(fd);
+        if (fd == kept) kept = -1;
+    }
+}
+
+void fuzz_http_exchange(const uint8_t *req, size_t n, bool half_close, fuzz_http_reply *out) {
+    exchange(req, n, half_close, false, out);
+}
+
+void fuzz_http_request(const uint8_t *req, size_t n, fuzz_http_reply *out) {
+    exchange(req, n, false, true, out);
 }
 
 /* ==== Reply checks ==== */

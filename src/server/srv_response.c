@@ -2,6 +2,7 @@
  * text_completion) and llama-server (/completion), plus the error object. */
 #include <stdlib.h>
 #include <string.h>
+#include <utf8proc.h>
 
 #include "server/srv_internal.h"
 
@@ -34,8 +35,36 @@ const char *srv_error_type(int status) {
     }
 }
 
+/* A message as a client and a log read it: one line of valid UTF-8. Messages quote request
+ * bytes (jansson's "near '...'", a field's or a template's text): a control character becomes
+ * '?', and so does each byte of an invalid UTF-8 sequence, which json_pack refuses (the reply
+ * would have no body at all). NULL when out of memory. */
+static char *one_line_utf8(const char *s) {
+    const size_t n = strlen(s);
+    char *o = malloc(n + 1);
+    if (!o) return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n;) {
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t l = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &cp);
+        if (l <= 0 || cp < 0x20 || cp == 0x7f) {
+            o[k++] = '?';
+            i += l > 0 ? (size_t)l : 1;
+            continue;
+        }
+        memcpy(o + k, s + i, (size_t)l);
+        k += (size_t)l;
+        i += (size_t)l;
+    }
+    o[k] = '\0';
+    return o;
+}
+
 char *srv_resp_error(int status, const char *message, const char *param) {
-    json_t *e = json_pack("{s:s, s:s, s:i}", "message", message, "type", srv_error_type(status), "code", status);
+    char *clean = one_line_utf8(message ? message : "");
+    json_t *e = json_pack("{s:s, s:s, s:i}", "message", clean ? clean : "out of memory", "type",
+                          srv_error_type(status), "code", status);
+    free(clean);
     if (param && *param) json_object_set_new(e, "param", json_string(param));
     json_t *o = json_pack("{s:o}", "error", e);
     char *s = json_dumps(o, JSON_COMPACT);
