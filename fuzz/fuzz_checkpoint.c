@@ -12,9 +12,10 @@
  *
  * Checks: ckpt_open + ckpt_validate fail cleanly or succeed; on success every quantized
  * triplet whose scales and biases share a float dtype (what the loader requires) dequantizes
- * row by row in bounds; model_load on the CPU backend fails cleanly or binds, and then every
- * quantized weight it bound passes mlxq_from_qweight and dequantizes in bounds, and every
- * dense one is read at both ends. Errors are one line. */
+ * row by row within heap copies of exactly its three tensors' bytes; model_load on the CPU
+ * backend fails cleanly or binds, and then every quantized weight it bound passes
+ * mlxq_from_qweight and dequantizes inside the mapping, and every dense one is read at both
+ * ends. Errors are one line. */
 #include <dirent.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -119,6 +120,12 @@ static void dequant_all(const mlxq_matrix *m) {
     free(row);
 }
 
+static void *dup_bytes(const st_tensor *t) {
+    void *p = malloc(t->nbytes ? t->nbytes : 1);
+    if (p && t->nbytes) memcpy(p, t->data, t->nbytes);
+    return p;
+}
+
 /* Every triplet ckpt_open accepted, read as the kernels read it. */
 static void check_ckpt_triplets(const ckpt *c) {
     for (int fi = 0; fi < c->n_files; fi++) {
@@ -136,11 +143,16 @@ static void check_ckpt_triplets(const ckpt *c) {
             if (!sc || !bi || !q.bits || !float_dtype(sc->dtype) || sc->dtype != bi->dtype) continue;
             int64_t rows = 1;
             for (int d = 0; d < t->ndim - 1; d++) rows *= t->shape[d];
-            mlxq_matrix m = {.w = t->data, .scales = sc->data, .biases = bi->data, .sb_dtype = sc->dtype,
-                             .n = rows, .k = t->shape[t->ndim - 1] * 32 / q.bits, .bits = q.bits,
-                             .group_size = q.group_size};
+            /* Heap copies of exactly each tensor's bytes: a read past one is an ASan report (in
+             * the file mapping it would land in the next tensor unseen). */
+            void *cw = dup_bytes(t), *cs = dup_bytes(sc), *cb = dup_bytes(bi);
+            mlxq_matrix m = {.w = cw, .scales = cs, .biases = cb, .sb_dtype = sc->dtype, .n = rows,
+                             .k = t->shape[t->ndim - 1] * 32 / q.bits, .bits = q.bits, .group_size = q.group_size};
             mx_error err;
-            if (rows > 0 && mlxq_matrix_check(&m, &err) == 0) dequant_all(&m);
+            if (cw && cs && cb && rows > 0 && mlxq_matrix_check(&m, &err) == 0) dequant_all(&m);
+            free(cw);
+            free(cs);
+            free(cb);
         }
     }
 }
