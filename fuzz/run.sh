@@ -62,9 +62,11 @@ run_target() {
         [ "$left" -ge 3 ] || break
         run=$((run + 1))
         local log=$dir/run$run.log
-        # Artifacts go to a scratch folder first: only crashes are kept (as reproducers).
+        # Artifacts go to a scratch folder first: only crashes are kept (as reproducers). The
+        # outer timeout only guards an unattended run against a process that never exits.
         ASAN_OPTIONS="detect_leaks=1:${ASAN_OPTIONS:-}" \
         UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}" \
+            timeout -k 10 $((left + 300)) \
             "$BUILD/fuzz/$bin" "${opts[@]}" -max_total_time="$left" -print_final_stats=1 \
             -report_slow_units=100000 -artifact_prefix="$dir/artifacts/" "$dir/corpus" >"$log" 2>&1
         # Executions: the final stats, else the last status line (#N ...) of a run that crashed.
