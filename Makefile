@@ -1,14 +1,16 @@
 # mlxcel: `make run` runs a real generation, `make test` runs the tests. Both set up a fresh
 # Debian 12 machine first (as root).
-DEB_PKGS := build-essential cmake pkg-config ninja-build clang libclang-rt-14-dev \
+DEB_PKGS := build-essential cmake pkg-config ninja-build clang libclang-rt-14-dev libomp-dev \
             libjansson-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev libxxhash-dev \
             libopenblas-dev libcmocka-dev curl wordnet-base prometheus chromium python3
 BUILD   ?= build
 ASAN    ?= build-asan
+FUZZ    ?= build-fuzz
+SECONDS ?= 60
 JOBS    ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps build build-asan test test-fast run bench fuzz clean
+.PHONY: all deps build build-asan test test-fast run bench fuzz fuzz-run clean
 
 all: build
 
@@ -31,9 +33,11 @@ build-asan:
 	cmake -S . -B $(ASAN) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DMLXCEL_CUDA=OFF -DMLXCEL_SANITIZE=ON
 	cmake --build $(ASAN) -j $(JOBS)
 
-test: deps build build-asan
+# The fuzz build's tests replay every committed fuzz input (fuzz/corpus, fuzz/regress) once.
+test: deps build build-asan fuzz
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 	cd $(ASAN) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS) -LE nosan
+	cd $(FUZZ) && ctest --output-on-failure -j $(JOBS)
 
 run: deps build
 	./$(BUILD)/mlxcel generate -m models/wordnet-chat-16m -p 'What does "ocean" mean?'
@@ -41,9 +45,15 @@ run: deps build
 bench: deps build
 	./$(BUILD)/mlxcel bench --help
 
-fuzz:
-	cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER=clang -DMLXCEL_CUDA=OFF -DMLXCEL_FUZZ=ON
-	cmake --build build-fuzz -j $(JOBS)
+# libFuzzer targets (clang, ASan + UBSan) and their replay tests into $(FUZZ); docs/fuzzing.md.
+fuzz: deps
+	cmake -S . -B $(FUZZ) -G Ninja -DCMAKE_C_COMPILER=clang -DMLXCEL_CUDA=OFF -DMLXCEL_FUZZ=ON
+	cmake --build $(FUZZ) -j $(JOBS)
+
+# Every target SECONDS long (two at a time) on a scratch copy of its corpus; prints the table
+# (also $(FUZZ)/fuzz-run.md). Crash reproducers land in fuzz/regress/<target>/.
+fuzz-run: fuzz
+	bash fuzz/run.sh $(FUZZ) $(SECONDS) $(TARGETS)
 
 clean:
-	rm -rf $(BUILD) $(ASAN) build-fuzz
+	rm -rf $(BUILD) $(ASAN) $(FUZZ)

@@ -149,9 +149,19 @@ static AV void to_f32_avx2(float *dst, const void *src, mx_dtype t, int64_t n) {
 static _Atomic int g_force_ref;
 void kvq_force_ref(bool on) { g_force_ref = on; }
 
+#ifdef KVQ_X86
+#include <cpuid.h>
+/* F16C via CPUID.1:ECX[29]: clang 14's __builtin_cpu_supports does not know "f16c" (as
+ * cpu_matmul.c's kernel selection). */
+static bool kvq_has_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+}
+#endif
+
 static int have_avx2(void) {
 #ifdef KVQ_X86
-    return !g_force_ref && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+    return !g_force_ref && __builtin_cpu_supports("avx2") && kvq_has_f16c();
 #else
     return 0;
 #endif

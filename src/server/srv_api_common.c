@@ -6,7 +6,6 @@
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
-#include <utf8proc.h>
 
 #include "server/srv_api.h"
 #include "server/srv_chat_out.h"
@@ -70,24 +69,6 @@ static void rename_param(srv_dialect d, const char *p, char *out, size_t cap) {
 
 /* One line of valid UTF-8 in place: messages quote request bytes (a key cut at 100 bytes may
  * end inside a character), and json_pack refuses invalid UTF-8 (the reply would have no body). */
-static void clean_utf8(char *s) {
-    const size_t n = strlen(s);
-    size_t k = 0;
-    for (size_t i = 0; i < n;) {
-        utf8proc_int32_t cp;
-        const utf8proc_ssize_t l = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &cp);
-        if (l <= 0 || cp < 0x20 || cp == 0x7f) {
-            s[k++] = '?';
-            i += l > 0 ? (size_t)l : 1;
-            continue;
-        }
-        memmove(s + k, s + i, (size_t)l);
-        k += (size_t)l;
-        i += (size_t)l;
-    }
-    s[k] = 0;
-}
-
 char *srv_api_error_body(srv_dialect d, int status, const char *message, const char *param) {
     char name[96] = "", msg[1200];
     if (!message) message = "";
@@ -98,8 +79,8 @@ char *srv_api_error_body(srv_dialect d, int status, const char *message, const c
         snprintf(msg, sizeof msg, "%s%s", name, message + pl);
     else
         snprintf(msg, sizeof msg, "%s", message);
-    clean_utf8(msg);
-    clean_utf8(name);
+    srv_one_line_utf8(msg);
+    srv_one_line_utf8(name);
     json_t *o;
     if (d == SRV_DIALECT_ANTHROPIC) {
         o = json_pack("{s:s, s:{s:s, s:s}}", "type", "error", "error", "type", anthropic_type(status), "message", msg);

@@ -181,6 +181,8 @@ const char *srv_cancel_reason(const srv_job *job, int *status);
 
 /* ==== Responses (srv_response.c) ==== */
 char *srv_resp_error(int status, const char *message, const char *param);
+/* s made one line of valid UTF-8 in place (control characters and broken sequences -> '?'). */
+void srv_one_line_utf8(char *s);
 const char *srv_error_type(int status);
 /* Whole responses (non-stream), from finished jobs (a response's choices in order). */
 char *srv_resp_final(srv_server *s, srv_job *const *jobs, int n);

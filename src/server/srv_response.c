@@ -2,6 +2,7 @@
  * text_completion) and llama-server (/completion), plus the error object. */
 #include <stdlib.h>
 #include <string.h>
+#include <utf8proc.h>
 
 #include "server/srv_api.h"
 #include "server/srv_chat_out.h"
@@ -37,11 +38,37 @@ const char *srv_error_type(int status) {
     }
 }
 
+/* A message as a client and a log read it: one line of valid UTF-8. Messages quote request
+ * bytes (jansson's "near '...'", a field's or a template's text): a control character becomes
+ * '?', and so does each byte of an invalid UTF-8 sequence, which json_pack refuses (the reply
+ * would have no body at all). In place: the text only shrinks. */
+void srv_one_line_utf8(char *s) {
+    const size_t n = strlen(s);
+    size_t k = 0;
+    for (size_t i = 0; i < n;) {
+        utf8proc_int32_t cp;
+        const utf8proc_ssize_t l = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &cp);
+        if (l <= 0 || cp < 0x20 || cp == 0x7f) {
+            s[k++] = '?';
+            i += l > 0 ? (size_t)l : 1;
+            continue;
+        }
+        memmove(s + k, s + i, (size_t)l);
+        k += (size_t)l;
+        i += (size_t)l;
+    }
+    s[k] = '\0';
+}
+
 char *srv_resp_error(int status, const char *message, const char *param) {
     /* /v1/responses and /v1/messages answer in their own shapes (srv_api_common.c) */
     if (srv_api_dialect_current() != SRV_DIALECT_NATIVE)
         return srv_api_error_body(srv_api_dialect_current(), status, message, param);
-    json_t *e = json_pack("{s:s, s:s, s:i}", "message", message, "type", srv_error_type(status), "code", status);
+    char *clean = strdup(message ? message : "");
+    if (clean) srv_one_line_utf8(clean);
+    json_t *e = json_pack("{s:s, s:s, s:i}", "message", clean ? clean : "out of memory", "type",
+                          srv_error_type(status), "code", status);
+    free(clean);
     if (param && *param) json_object_set_new(e, "param", json_string(param));
     json_t *o = json_pack("{s:o}", "error", e);
     char *s = json_dumps(o, JSON_COMPACT);
@@ -144,7 +171,8 @@ static json_t *usage_json(srv_job *const *js, int n) {
 static json_t *text_slice(srv_job *j, int from, int to) {
     size_t a = from > 0 ? j->tok_end[from - 1] : 0;
     size_t b = to > 0 ? j->tok_end[to - 1] : 0;
-    json_t *v = json_stringn(j->text + (j->text ? a : 0), b - a);
+    /* no text at all (n_predict 0): nothing to slice, and NULL + 0 is undefined in C */
+    json_t *v = j->text ? json_stringn(j->text + a, b - a) : NULL;
     return v ? v : json_string("");
 }
 

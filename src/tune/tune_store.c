@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,8 +211,9 @@ int tune_store_read(const char *dir, const tune_key *k, tune_record *out, mx_err
     get_num(o, "speedup", &out->speedup);
     get_num(o, "reps", &reps);
     get_num(o, "created", &created);
-    out->reps = (int)reps;
-    out->created = (int64_t)created;
+    /* A count no int64 / int holds (a hand-edited file) reads 0: the cast would be undefined. */
+    out->reps = reps >= 0 && reps <= INT_MAX ? (int)reps : 0;
+    out->created = created > -9.2e18 && created < 9.2e18 ? (int64_t)created : 0;
     rc = TUNE_READ_OK;
 out:
     json_decref(o);

@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "server/srv_config.h"
+#include "server/srv_internal.h"
 #include "server/srv_metrics.h"
 #include "server/srv_request.h"
 
@@ -392,6 +393,39 @@ static void test_metrics_render(void **st) {
     srv_metrics_free(m);
 }
 
+/* An error reply is one JSON object whose message is one line of valid UTF-8, whatever request
+ * bytes the message quotes (fuzz/regress/route_detokenize, route_apply_template: jansson's
+ * "near '...'" held a raw newline, or half of a UTF-8 sequence, and the reply had no body). */
+static void test_error_reply_one_line(void **st) {
+    (void)st;
+    srv_config cfg;
+    srv_config_defaults(&cfg);
+    static const char *bodies[] = {"\"ok\\\n\0\0\0" "0}", "{\"prompt\":\"{\\\xde\x9c\x96\x8ey\"}",
+                                   "{\"a\":\"\xc3\"}", "{\"messages\": [\n\t\x7f"};
+    static const size_t lens[] = {10, 0, 0, 0};
+    for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++) {
+        srv_request r;
+        mx_error err;
+        const size_t len = lens[i] ? lens[i] : strlen(bodies[i]);
+        assert_int_equal(srv_request_parse(&r, SRV_API_COMPLETIONS, bodies[i], len, &cfg, 256, &err), -1);
+        char *reply = srv_resp_error(400, err.msg, r.bad_param);
+        srv_request_free(&r);
+        assert_non_null(reply);
+        json_t *o = json_loads(reply, 0, NULL); /* jansson refuses invalid UTF-8 */
+        assert_non_null(o);
+        const char *msg = json_string_value(json_object_get(json_object_get(o, "error"), "message"));
+        assert_non_null(msg);
+        assert_true(strlen(msg) > 10);
+        for (const char *p = msg; *p; p++) assert_true((unsigned char)*p >= 0x20 && *p != 0x7f);
+        json_decref(o);
+        free(reply);
+    }
+    /* a message with no quoted bytes is kept as it is */
+    char *reply = srv_resp_error(400, "max_tokens: expected an integer >= 1 (\xc3\xa9 \"x\")", "max_tokens");
+    assert_non_null(strstr(reply, "\"message\":\"max_tokens: expected an integer >= 1 (\xc3\xa9 \\\"x\\\")\""));
+    free(reply);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chat_ok),          cmocka_unit_test(test_defaults_from_config),
@@ -400,6 +434,7 @@ int main(void) {
         cmocka_unit_test(test_choices),
         cmocka_unit_test(test_config_env_and_flags), cmocka_unit_test(test_metrics_render),
         cmocka_unit_test(test_seed),             cmocka_unit_test(test_text_bias), cmocka_unit_test(test_mixed_prompt),
+        cmocka_unit_test(test_error_reply_one_line),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

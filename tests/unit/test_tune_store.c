@@ -171,6 +171,29 @@ static void test_stale_and_corrupt(void **st) {
     assert_int_equal(got.value, 8);
 }
 
+/* Informational numbers out of an int's range read 0 instead of an undefined cast (found by
+ * fuzz_tune_record: fuzz/regress/tune_record/reps_out_of_int_range.json). */
+static void test_measurements_out_of_range(void **st) {
+    (void)st;
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/autotune", g_dir);
+    mkdir(dir, 0755);
+    tune_record r = sample(), got;
+    mx_error err;
+    char text[2048];
+    snprintf(text, sizeof text,
+             "{\"schema\": %d, \"mlxcel_version\": \"%s\", \"key\": {\"op\": \"%s\", \"device\": \"%s\", "
+             "\"bucket\": \"%s\", \"dtype\": \"%s\"}, \"value\": 4, \"default\": 1, \"reps\": 1e300, "
+             "\"created\": -1e30, \"best_us\": 1e300}\n",
+             TUNE_SCHEMA_VERSION, MLXCEL_VERSION, r.key.op, r.key.device, r.key.bucket, r.key.dtype);
+    write_file(dir, &r.key, text);
+    assert_int_equal(tune_store_read(dir, &r.key, &got, &err), TUNE_READ_OK);
+    assert_int_equal(got.value, 4);
+    assert_int_equal(got.reps, 0);
+    assert_int_equal(got.created, 0);
+    assert_true(got.best_us == 1e300);
+}
+
 static void test_write_failure(void **st) {
     (void)st;
     /* the cache dir path runs through a regular file: mkdir fails, the error names it */
@@ -232,6 +255,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_roundtrip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_filename, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stale_and_corrupt, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_measurements_out_of_range, setup, teardown),
         cmocka_unit_test_setup_teardown(test_write_failure, setup, teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_reader_sees_whole_records, setup, teardown),
     };

@@ -586,7 +586,12 @@ int cpu_attention_last_splits(void) { return g_last_splits; }
  * a forward and reused by the others (step_id; per thread: tensor-parallel ranks are threads). */
 static int att_splits(const mx_attn_batch *b, const mx_attn_params *p) {
     static _Thread_local struct { uint64_t step; int hq, hkv, d, bs, S; } memo;
-    if (b->kv_splits > 0) return g_last_splits = b->kv_splits;
+    /* Assignments to an _Atomic are stored, then the plain value returned: clang types the
+     * expression `g_last_splits = S` as _Atomic(int), which an int function cannot return. */
+    if (b->kv_splits > 0) {
+        g_last_splits = b->kv_splits;
+        return b->kv_splits;
+    }
     if (b->step_id && memo.step == b->step_id && memo.hq == p->n_heads &&
         memo.hkv == p->n_kv_heads && memo.d == p->head_dim && memo.bs == b->block_size)
         return memo.S;
@@ -601,7 +606,8 @@ static int att_splits(const mx_attn_batch *b, const mx_attn_params *p) {
               tune_source_name(src));
     memo.step = b->step_id, memo.hq = p->n_heads, memo.hkv = p->n_kv_heads;
     memo.d = p->head_dim, memo.bs = b->block_size, memo.S = S;
-    return g_last_splits = S;
+    g_last_splits = S;
+    return S;
 }
 
 /* Offsets of the split rows' partials (ws_off, -1: unsplit row) and row groups [grp[g],
