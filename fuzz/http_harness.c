@@ -84,8 +84,9 @@ void fuzz_http_start(void) {
         fprintf(stderr, "fuzz http harness: config: %s\n", err.msg);
         abort();
     }
-    fake_opts o = {g_cfg.n_parallel, g_cfg.max_batch_size, g_cfg.batch_size, g_cfg.prefill_chunk_size,
-                   g_cfg.ctx_size, 0, "fake-model"};
+    fake_opts o = {.n_parallel = g_cfg.n_parallel, .max_batch_size = g_cfg.max_batch_size,
+                   .batch_size = g_cfg.batch_size, .chunk = g_cfg.prefill_chunk_size,
+                   .n_ctx = g_cfg.ctx_size, .name = "fake-model"};
     if (fake_backend_init(&g_be, &o, &err)) {
         fprintf(stderr, "fuzz http harness: %s\n", err.msg);
         abort();
