@@ -3,6 +3,7 @@
 # `mlxcel generate --json` runs interleaved (none / schema / schema with the overlap worker),
 # the decode tok/s of each and the mask time the engine reports.
 # usage: bench/grammar_decode.sh [MLXCEL_BIN] [MODEL_DIR] [REPEATS]
+# env: EXTRA="--device cuda" (more `mlxcel generate` flags, split on spaces)
 set -uo pipefail
 BIN=${1:-build-cpu/mlxcel}
 MODEL=${2:-models/wordnet-chat-16m}
@@ -10,7 +11,7 @@ REPS=${3:-5}
 SCHEMA='{"type":"object","properties":{"word":{"type":"string"},"meanings":{"type":"array","items":{"type":"object","properties":{"pos":{"enum":["noun","verb","adjective","adverb"]},"text":{"type":"string"},"examples":{"type":"array","items":{"type":"string"}}},"required":["pos","text","examples"]}}},"required":["word","meanings"]}'
 PROMPT='What does "ocean" mean? Answer in JSON.'
 run() { # run MODE SEED
-    local args=(-m "$MODEL" -p "$PROMPT" -n 200 --seed "$2" --temp 0.8 --json)
+    local args=(-m "$MODEL" -p "$PROMPT" -n 200 --seed "$2" --temp 0.8 --json ${EXTRA:-})
     case $1 in
         none) args+=(--ignore-eos); export MLXCEL_GRAMMAR_OVERLAP=0 ;;
         schema) args+=(-j "$SCHEMA"); export MLXCEL_GRAMMAR_OVERLAP=0 ;;

@@ -63,8 +63,9 @@ if [ "${LLAMA:-0}" = 1 ]; then
   git bundle list-heads .carry/llama/gitRelease.bundle | head -2
 fi
 if [ "${XZ:-0}" = 1 ]; then
-  # the tokenizer serves the load tests only: kept when they are packed for (LLAMA=1)
-  [ "${LLAMA:-0}" = 1 ] || rm -f .carry/dev/tokenizer-llama3.tgz
+  # the tokenizer serves the load tests only: kept when they are packed for (LLAMA=1, or
+  # TOKENIZER=1 for bench/harden_device.sh)
+  [ "${LLAMA:-0}" = 1 ] || [ "${TOKENIZER:-0}" = 1 ] || rm -f .carry/dev/tokenizer-llama3.tgz
   tar cf - -C .carry dev | xz -9 -T2 > .carry/devpack.tar.xz
   ls -la .carry/devpack.tar.xz
 fi
