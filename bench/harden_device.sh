@@ -6,13 +6,16 @@
 # (setsid: the machine keeps them between calls); call 1 also runs the GPU test binary and
 # the decode speed with and without a JSON schema on the synthetic 8B before the soak starts.
 #
-#   here:   TOKENIZER=1 XZ=1 bash bench/pack_device.sh   # .carry/devpack.tar.xz (mlxcel, test_cuda,
-#                                                        # the Llama 3 tokenizer)
-#           bash bench/pack_fuzz.sh                   # .carry/fuzzpack.tar.xz, .carry/nodepack.tar.xz
-#   GPU, carry [".carry/devpack.tar.xz", ".carry/fuzzpack.tar.xz", ".carry/nodepack.tar.xz"]:
-#     call 1:  bash bench/harden_device.sh start       # ~9 min (returns once the soak runs)
-#     call 2:  bash bench/harden_device.sh finish      # waits for both, then the tables
-#   (call 2 within the machine's 30 s of warmth after call 1, or the background work is lost)
+#   here:   NO_OPS_BENCH=1 TOKENIZER=1 XZ=1 bash bench/pack_device.sh  # .carry/devpack.tar.xz
+#           bash bench/pack_fuzz.sh        # .carry/fuzzpack.tar.xz, .carry/nodepack.tar.xz
+#   GPU machine (the carry limit, 64 MiB with the tracked tree, sets the split):
+#     call 1, carry [".carry/devpack.tar.xz"]:  bash bench/harden_device.sh tests
+#             (test_cuda needs models/; ~5 min: GPU tests, the synthetic 8B, schema decode)
+#     call 2, carry [".carry/fuzzpack.tar.xz", ".carry/nodepack.tar.xz"], models/ left out of
+#             the copy (git rm -r --cached models + .git/info/exclude, restored after):
+#             bash bench/harden_device.sh start   # fuzzing + the soak, in the background
+#     call 3:  bash bench/harden_device.sh finish  # waits for both, then the tables
+#   (each call within the machine's 30 s of warmth after the last, or what ran is lost)
 #
 # Output ($OUT): tests.log, grammar.txt, soak.json, soak.log, fuzz-run.md, fuzz-regress.tgz
 # (reproducers, when any), summary.md (printed last).
@@ -32,9 +35,13 @@ MODEL=$WORK/llama-3.1-8b
 mkdir -p "$OUT" "$WORK"
 . bench/device_env.sh # device_libs, stage
 BUDGET=${START_BUDGET:-560}
-[ -d .carry/dev ] || tar xJf .carry/devpack.tar.xz -C .carry
-[ -d "$WORK/fp" ] || { mkdir -p "$WORK/fp" && tar xJf .carry/fuzzpack.tar.xz -C "$WORK/fp" --strip-components=1; }
-[ -d "$WORK/node" ] || { mkdir -p "$WORK/node" && tar xJf .carry/nodepack.tar.xz -C "$WORK/node" --strip-components=1; }
+# the devpack is unpacked once into the machine's /tmp: later calls need not carry it
+[ -d "$WORK/dev" ] || { [ -f .carry/devpack.tar.xz ] && tar xJf .carry/devpack.tar.xz -C "$WORK"; }
+[ -d .carry/dev ] || { mkdir -p .carry && ln -sfn "$WORK/dev" .carry/dev; }
+[ -d "$WORK/fp" ] || { [ -f .carry/fuzzpack.tar.xz ] && mkdir -p "$WORK/fp" &&
+  tar xJf .carry/fuzzpack.tar.xz -C "$WORK/fp" --strip-components=1; }
+[ -d "$WORK/node" ] || { [ -f .carry/nodepack.tar.xz ] && mkdir -p "$WORK/node" &&
+  tar xJf .carry/nodepack.tar.xz -C "$WORK/node" --strip-components=1; }
 export PATH="$WORK/node/bin:$PATH"
 device_libs
 MLX=.carry/dev/mlxcel
@@ -52,23 +59,8 @@ summary() {
   cat "$OUT/summary.md"
 }
 
-start() {
-  stage "harden_device start, commit $COMMIT; node $(node --version 2>&1)"
-  # ==== fuzzing, in the background (its own session, lowest priority) ====
-  # fuzz_tokenize reads the npm tokenizers next to its source file as the build machine had
-  # it (__FILE__: <SRCDIR>/fuzz/..); fuzz/run.sh looks for them in this checkout
-  local src
-  src=$(cat "$WORK/fp/SRCDIR" 2>/dev/null || echo /nonexistent)
-  if [ -d "$WORK/fp/npm" ]; then
-    [ -e "$src/tests/fixtures/tokenizers/npm" ] ||
-      { mkdir -p "$src/tests/fixtures/tokenizers" && ln -sfn "$WORK/fp/npm" "$src/tests/fixtures/tokenizers/npm"; }
-    [ -e tests/fixtures/tokenizers/npm ] || ln -sfn "$WORK/fp/npm" tests/fixtures/tokenizers/npm
-  fi
-  COMMIT="$COMMIT (fuzz targets: $(cat "$WORK/fp/COMMIT" 2>/dev/null))"
-  LD_LIBRARY_PATH="$WORK/fp/lib:$LD_LIBRARY_PATH" FUZZ_JOBS=64 setsid nohup nice -n 19 \
-    bash fuzz/run.sh "$WORK/fp" "$FUZZ_SECONDS" > "$WORK/fuzz.log" 2>&1 < /dev/null &
-  stage "fuzzing started: $(ls "$WORK"/fp/fuzz | wc -l) targets x $FUZZ_SECONDS s"
-
+tests() {
+  stage "harden_device tests, commit $COMMIT"
   # ==== GPU tests ====
   if [ "${SKIP_TESTS:-0}" != 1 ]; then
     stage "GPU tests (test_cuda, every group)"
@@ -91,6 +83,27 @@ start() {
     stage "decode with / without a JSON schema (8B, CUDA)"
     EXTRA="--device cuda" timeout 200 bash bench/grammar_decode.sh "$MLX" "$MODEL" 3 | tee "$OUT/grammar.txt"
   fi
+
+  summary
+}
+
+start() {
+  stage "harden_device start, commit $COMMIT; node $(node --version 2>&1)"
+  [ -e "$MODEL/tokenizer.json" ] || { echo "FATAL: no $MODEL (call 1: harden_device.sh tests)"; exit 2; }
+  # ==== fuzzing, in the background (its own session, lowest priority) ====
+  # fuzz_tokenize reads the npm tokenizers next to its source file as the build machine had
+  # it (__FILE__: <SRCDIR>/fuzz/..); fuzz/run.sh looks for them in this checkout
+  local src
+  src=$(cat "$WORK/fp/SRCDIR" 2>/dev/null || echo /nonexistent)
+  if [ -d "$WORK/fp/npm" ]; then
+    [ -e "$src/tests/fixtures/tokenizers/npm" ] ||
+      { mkdir -p "$src/tests/fixtures/tokenizers" && ln -sfn "$WORK/fp/npm" "$src/tests/fixtures/tokenizers/npm"; }
+    [ -e tests/fixtures/tokenizers/npm ] || ln -sfn "$WORK/fp/npm" tests/fixtures/tokenizers/npm
+  fi
+  COMMIT="$COMMIT (fuzz targets: $(cat "$WORK/fp/COMMIT" 2>/dev/null))"
+  LD_LIBRARY_PATH="$WORK/fp/lib:$LD_LIBRARY_PATH" FUZZ_JOBS=64 setsid nohup nice -n 19 \
+    bash fuzz/run.sh "$WORK/fp" "$FUZZ_SECONDS" > "$WORK/fuzz.log" 2>&1 < /dev/null &
+  stage "fuzzing started: $(ls "$WORK"/fp/fuzz | wc -l) targets x $FUZZ_SECONDS s"
 
   # ==== the soak, in the background ====
   stage "soak: $SOAK_CLIENTS clients x $SOAK_SECONDS s"
@@ -128,7 +141,8 @@ finish() {
 }
 
 case "${1:-}" in
+  tests) tests ;;
   start) start ;;
   finish) finish ;;
-  *) echo "usage: bench/harden_device.sh start|finish"; exit 2 ;;
+  *) echo "usage: bench/harden_device.sh tests|start|finish"; exit 2 ;;
 esac

@@ -7,7 +7,8 @@
 #   BASE=67ecc1c bash bench/pack_device.sh   # also that commit's mlxcel as .carry/dev/mlxcel-base
 #                                            # (a worktree build in build-base: A/B of a change
 #                                            # in one call, tools/diag/bench_ab.sh BIN=mlxcel-base)
-#   XZ=1 bash bench/pack_device.sh     # and .carry/devpack.tar.xz (xz -9: ~9 MB with both builds)
+#   XZ=1 bash bench/pack_device.sh     # and .carry/devpack.tar.xz (NO_OPS_BENCH=1: without
+#                                      # cuda_ops_bench) (xz -9: ~9 MB with both builds)
 #   LLAMA=1 XZ=1 bash bench/pack_device.sh   # and llama.cpp's source for bench/serve_vs_llamacpp.sh:
 #                                            # .carry/llama/gitRelease.bundle (35 MB, from npm's
 #                                            # node-llama-cpp@3.21.1); the devpack then keeps the
@@ -66,6 +67,8 @@ if [ "${XZ:-0}" = 1 ]; then
   # the tokenizer serves the load tests only: kept when they are packed for (LLAMA=1, or
   # TOKENIZER=1 for bench/harden_device.sh)
   [ "${LLAMA:-0}" = 1 ] || [ "${TOKENIZER:-0}" = 1 ] || rm -f .carry/dev/tokenizer-llama3.tgz
+  # NO_OPS_BENCH=1: without cuda_ops_bench (~4 MB of the pack), where the carry is tight
+  [ "${NO_OPS_BENCH:-0}" = 1 ] && rm -f .carry/dev/cuda_ops_bench
   tar cf - -C .carry dev | xz -9 -T2 > .carry/devpack.tar.xz
   ls -la .carry/devpack.tar.xz
 fi
