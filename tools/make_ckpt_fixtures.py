@@ -28,6 +28,32 @@ BAD = os.path.join(ROOT, "tests", "fixtures", "bad")
 
 DTYPE_SIZE = {"BF16": 2, "F16": 2, "F32": 4, "U32": 4, "I32": 4, "U8": 1}
 
+# Value scale per tensor kind (dense_model): uniform(-1, 1) * scale, norms (|u| + 0.5) * scale.
+# The rng stream does not depend on the scales, so changing one kind's leaves every other
+# tensor bit for bit the same.
+SCALES = {"w": 0.05, "embed": 0.05, "qk": 0.05, "norm": 0.5, "qk_norm": 0.5}
+# Per-fixture overrides (issue 53). The fixtures that feed golden echo cases
+# (tests/fixtures/quant_parity/<name>_q4g32, transformers' greedy tokens on their 4-bit twins)
+# had layers too weak to matter at the defaults (a matrix's gain 0.05 / sqrt(3) * sqrt(32) ~
+# 0.16): the residual stream was the input token's embedding, so the greedy continuation
+# repeated the last prompt token (qwen3_sharded, tied head) or fell into a fixed point or a
+# short cycle (llama_tiny, mixtral_mlx, gemma3_sliding). A smaller embedding alone did not
+# help (qwen3_sharded, embed 0.0005..0.025: every prompt still ends in one token repeated, the
+# input's or a fixed point such as 2): the layers need gain (w) and peaked attention (qk
+# without a q/k norm, qk_norm with one, which bounds q.k). Values from a grid search (`mlxcel generate --temp 0 --ignore-eos -n 32` on
+# the CPU, prompts as tools/reference/quant_parity.py draws them): the source and its q4g32
+# twin give no echo (tools/reference/check_fixtures.py) on all three prompts, and so do most
+# neighbours (each value x0.8 or x1.25, one at a time: qwen3_sharded 5 of 6, llama_tiny 4,
+# gemma3_sliding 4, mixtral_mlx 3): with vocabularies of 64..96 a greedy loop falls into a
+# short cycle often, so passing is partly luck; the check on the GPU machine is what counts.
+# llama_q4, qwen3_moe_tiny and tests/fixtures/bad keep the defaults (the same bytes as before).
+FIXTURE_SCALES = {
+    "qwen3_sharded": {"w": 0.25, "embed": 0.03, "qk_norm": 4.0},
+    "llama_tiny": {"w": 0.2, "qk": 2.0},
+    "gemma3_sliding": {"w": 0.2, "embed": 0.01, "qk_norm": 3.0},
+    "mixtral_mlx": {"w": 0.1, "qk": 1.5},
+}
+
 
 # ==== Deterministic data ====
 
@@ -103,8 +129,11 @@ def write_json(path, obj):
 
 # ==== Model tensor lists (Hugging Face names) ====
 
-def dense_model(c, prefix="model.", rng=None, sandwich=False, qk_norm=False, moe=None):
-    """Returns [(name, dtype, shape, data)] for a decoder with the given config numbers."""
+def dense_model(c, prefix="model.", rng=None, sandwich=False, qk_norm=False, moe=None,
+                scales=None):
+    """Returns [(name, dtype, shape, data)] for a decoder with the given config numbers.
+    scales: overrides of SCALES by tensor kind (embed: the embedding, and so a tied head; qk:
+    q_proj / k_proj; qk_norm: their per-head norms; norm: the other norms; w: the rest)."""
     H, L, V, I = c["hidden_size"], c["num_hidden_layers"], c["vocab_size"], c["intermediate_size"]
     nh, nkv = c["num_attention_heads"], c["num_key_value_heads"]
     hd = c.get("head_dim") or H // nh
@@ -113,16 +142,16 @@ def dense_model(c, prefix="model.", rng=None, sandwich=False, qk_norm=False, moe
     def add(name, shape, kind="w"):
         out.append((name, shape, kind))
 
-    add(prefix + "embed_tokens.weight", [V, H])
+    add(prefix + "embed_tokens.weight", [V, H], "embed")
     for i in range(L):
         p = f"{prefix}layers.{i}."
-        add(p + "self_attn.q_proj.weight", [nh * hd, H])
-        add(p + "self_attn.k_proj.weight", [nkv * hd, H])
+        add(p + "self_attn.q_proj.weight", [nh * hd, H], "qk")
+        add(p + "self_attn.k_proj.weight", [nkv * hd, H], "qk")
         add(p + "self_attn.v_proj.weight", [nkv * hd, H])
         add(p + "self_attn.o_proj.weight", [H, nh * hd])
         if qk_norm:
-            add(p + "self_attn.q_norm.weight", [hd], "norm")
-            add(p + "self_attn.k_norm.weight", [hd], "norm")
+            add(p + "self_attn.q_norm.weight", [hd], "qk_norm")
+            add(p + "self_attn.k_norm.weight", [hd], "qk_norm")
         norms = ["input_layernorm", "post_attention_layernorm"]
         if sandwich:
             norms += ["pre_feedforward_layernorm", "post_feedforward_layernorm"]
@@ -149,8 +178,9 @@ def dense_model(c, prefix="model.", rng=None, sandwich=False, qk_norm=False, moe
     if not c.get("tie_word_embeddings", False):
         add("lm_head.weight", [V, H])
     rng = rng or Rng(1234)
-    return [(n, "BF16", s, tensor_data(rng, "BF16", s, 0.5 if k == "norm" else 0.05,
-                                       positive=k == "norm")) for n, s, k in out]
+    sc = dict(SCALES, **(scales or {}))
+    return [(n, "BF16", s, tensor_data(rng, "BF16", s, sc[k], positive=k.endswith("norm")))
+            for n, s, k in out]
 
 
 def quantize_list(tensors, q, rng):
@@ -191,7 +221,8 @@ def good_fixtures():
                {"bos_token_id": 1, "eos_token_id": [2, 3], "temperature": 0.7, "top_p": 0.9,
                 "do_sample": True})
     write(os.path.join(d, "model.safetensors"),
-          st_bytes(dense_model(llama, rng=Rng(1)), {"format": "pt"}))
+          st_bytes(dense_model(llama, rng=Rng(1), scales=FIXTURE_SCALES.get("llama_tiny")),
+                   {"format": "pt"}))
 
     qwen3 = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 32,
              "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -203,7 +234,8 @@ def good_fixtures():
              "eos_token_id": 79, "hidden_act": "silu", "attention_bias": False}
     d = os.path.join(CKPT, "qwen3_sharded")
     write_json(os.path.join(d, "config.json"), qwen3)
-    ts = dense_model(qwen3, rng=Rng(2), qk_norm=True)
+    ts = dense_model(qwen3, rng=Rng(2), qk_norm=True,
+                     scales=FIXTURE_SCALES.get("qwen3_sharded"))
     half = len(ts) // 2
     shards = {"model-00001-of-00002.safetensors": ts[:half],
               "model-00002-of-00002.safetensors": ts[half:]}
@@ -229,7 +261,7 @@ def good_fixtures():
     tc = dict(text, tie_word_embeddings=True)
     write(os.path.join(d, "model.safetensors"),
           st_bytes(dense_model(tc, prefix="language_model.model.", rng=Rng(3), sandwich=True,
-                               qk_norm=True)))
+                               qk_norm=True, scales=FIXTURE_SCALES.get("gemma3_sliding"))))
 
     q = {"group_size": 32, "bits": 4, "model.layers.0.mlp.down_proj": {"group_size": 32, "bits": 8}}
     lq = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
@@ -262,7 +294,8 @@ def good_fixtures():
     d = os.path.join(CKPT, "mixtral_mlx")
     write_json(os.path.join(d, "config.json"), mix)
     write(os.path.join(d, "model.safetensors"),
-          st_bytes(dense_model(mix, rng=Rng(7), moe={"experts": 4, "inter": 32, "layout": "mlx"})))
+          st_bytes(dense_model(mix, rng=Rng(7), moe={"experts": 4, "inter": 32, "layout": "mlx"},
+                               scales=FIXTURE_SCALES.get("mixtral_mlx"))))
 
 
 # ==== Bad corpus ====

@@ -3,11 +3,14 @@
 # checkpoint, an MLX-quantized copy (mlxcel convert -q) and its dequantized twin (-d), under
 # tests/fixtures/quant_parity/<name>/{q,deq}. Runs here (needs only the mlxcel binary);
 # tools/reference/quant_parity.py then writes <name>/expected.json from deq on the GPU machine.
-#   sh tools/reference/make_quant_parity_inputs.sh MLXCEL_BIN [BITS GROUP]
+#   sh tools/reference/make_quant_parity_inputs.sh MLXCEL_BIN [BITS GROUP [NAME...]]
+# NAME...: only these sources (e.g. llama_tiny qwen2), so that a regeneration rewrites only the
+# twins of the sources that changed (tools/reference/regen_echo.sh).
 set -eu
 bin=$1
 bits=${2:-4}
 gs=${3:-32}
+if [ $# -gt 3 ]; then shift 3; else set --; fi
 root=$(cd "$(dirname "$0")/../.." && pwd)
 out=$root/tests/fixtures/quant_parity
 mkdir -p "$out"
@@ -21,6 +24,9 @@ for n in llama qwen2 qwen3_moe mixtral gemma3_text; do
     [ -f "$d/config.json" ] && srcs="$srcs $d"
 done
 for s in $srcs; do
+    if [ $# -gt 0 ]; then
+        case " $* " in *" $(basename "$s") "*) ;; *) continue ;; esac
+    fi
     name=$(basename "$s")_q${bits}g${gs}
     rm -rf "$out/$name/q" "$out/$name/deq"
     mkdir -p "$out/$name"
