@@ -6,14 +6,18 @@
 # (setsid: the machine keeps them between calls); call 1 also runs the GPU test binary and
 # the decode speed with and without a JSON schema on the synthetic 8B before the soak starts.
 #
-#   here:   NO_OPS_BENCH=1 TOKENIZER=1 XZ=1 bash bench/pack_device.sh  # .carry/devpack.tar.xz
+#   here:   NO_OPS_BENCH=1 XZ=1 bash bench/pack_device.sh   # .carry/devpack.tar.xz
 #           bash bench/pack_fuzz.sh        # .carry/fuzzpack.tar.xz, .carry/nodepack.tar.xz
+#           tar czf .carry/tokenizer-llama3.tgz -C tests/fixtures/tokenizers/npm/llama3 \
+#               tokenizer.json tokenizer_config.json
 #   GPU machine (the carry limit, 64 MiB with the tracked tree, sets the split):
 #     call 1, carry [".carry/devpack.tar.xz"]:  bash bench/harden_device.sh tests
-#             (test_cuda needs models/; ~5 min: GPU tests, the synthetic 8B, schema decode)
-#     call 2, carry [".carry/fuzzpack.tar.xz", ".carry/nodepack.tar.xz"], models/ left out of
+#             (test_cuda needs models/; ~4 min: GPU tests, the synthetic 8B)
+#     call 2, carry [".carry/fuzzpack.tar.xz", ".carry/nodepack.tar.xz",
+#             ".carry/tokenizer-llama3.tgz"], models/ left out of
 #             the copy (git rm -r --cached models + .git/info/exclude, restored after):
-#             bash bench/harden_device.sh start   # fuzzing + the soak, in the background
+#             bash bench/harden_device.sh start   # schema decode (node parses its JSON),
+#                                                 # then fuzzing + the soak, in the background
 #     call 3:  bash bench/harden_device.sh finish  # waits for both, then the tables
 #   (each call within the machine's 30 s of warmth after the last, or what ran is lost)
 #
@@ -76,20 +80,15 @@ tests() {
     timeout 240 python3 tools/reference/make_synthetic.py "$MODEL" --shape llama-3.1-8b > "$WORK/synth.log" 2>&1 ||
       { tail -5 "$WORK/synth.log"; }
   fi
-  [ -e "$MODEL/tokenizer.json" ] || tar xzf .carry/dev/tokenizer-llama3.tgz -C "$MODEL"
-
-  # ==== decode with and without a schema ====
-  if [ "${SKIP_GRAMMAR:-0}" != 1 ] && [ -e "$MODEL/tokenizer.json" ]; then
-    stage "decode with / without a JSON schema (8B, CUDA)"
-    EXTRA="--device cuda" timeout 200 bash bench/grammar_decode.sh "$MLX" "$MODEL" 3 | tee "$OUT/grammar.txt"
-  fi
 
   summary
 }
 
 start() {
   stage "harden_device start, commit $COMMIT; node $(node --version 2>&1)"
-  [ -e "$MODEL/tokenizer.json" ] || { echo "FATAL: no $MODEL (call 1: harden_device.sh tests)"; exit 2; }
+  [ -e "$MODEL/config.json" ] || { echo "FATAL: no $MODEL (call 1: harden_device.sh tests)"; exit 2; }
+  [ -e "$MODEL/tokenizer.json" ] || tar xzf .carry/tokenizer-llama3.tgz -C "$MODEL" ||
+    { echo "FATAL: no Llama 3 tokenizer (carry .carry/tokenizer-llama3.tgz)"; exit 2; }
   # ==== fuzzing, in the background (its own session, lowest priority) ====
   # fuzz_tokenize reads the npm tokenizers next to its source file as the build machine had
   # it (__FILE__: <SRCDIR>/fuzz/..); fuzz/run.sh looks for them in this checkout
@@ -104,6 +103,12 @@ start() {
   LD_LIBRARY_PATH="$WORK/fp/lib:$LD_LIBRARY_PATH" FUZZ_JOBS=64 setsid nohup nice -n 19 \
     bash fuzz/run.sh "$WORK/fp" "$FUZZ_SECONDS" > "$WORK/fuzz.log" 2>&1 < /dev/null &
   stage "fuzzing started: $(ls "$WORK"/fp/fuzz | wc -l) targets x $FUZZ_SECONDS s"
+
+  # ==== decode with and without a schema ====
+  if [ "${SKIP_GRAMMAR:-0}" != 1 ] && command -v node >/dev/null; then
+    stage "decode with / without a JSON schema (8B, CUDA)"
+    EXTRA="--device cuda" timeout 200 bash bench/grammar_decode.sh "$MLX" "$MODEL" 3 | tee "$OUT/grammar.txt"
+  fi
 
   # ==== the soak, in the background ====
   stage "soak: $SOAK_CLIENTS clients x $SOAK_SECONDS s"
