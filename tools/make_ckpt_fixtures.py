@@ -47,11 +47,16 @@ SCALES = {"w": 0.05, "embed": 0.05, "qk": 0.05, "norm": 0.5, "qk_norm": 0.5}
 # gemma3_sliding 4, mixtral_mlx 3): with vocabularies of 64..96 a greedy loop falls into a
 # short cycle often, so passing is partly luck; the check on the GPU machine is what counts.
 # llama_q4, qwen3_moe_tiny and tests/fixtures/bad keep the defaults (the same bytes as before).
+# llama_tiny, gemma3_sliding and mixtral_mlx went back to the defaults: with the values the
+# grid found (llama_tiny w 0.2, qk 2; gemma3_sliding w 0.2, embed 0.01, qk_norm 3; mixtral_mlx
+# w 0.1, qk 1.5) the GPU test binary (tests/gpu/gpu_e2e.c, H100, 2026-12-08) measured CUDA's
+# bf16 logits 0.13 (llama_tiny), 0.85 (gemma3_sliding) and 0.060 (mixtral_mlx_q4g32) relative
+# L2 away from the CPU's over 24 positions, tokens still equal: peaked attention makes them
+# numerically chaotic, so they cannot serve the CPU/CUDA comparison they also feed. Their
+# twins' echo cases stay listed in tests/fixtures/echo_known.txt until gentler values are found
+# (and checked on the GPU machine: `TEST_CUDA_ONLY=quant,e2e test_cuda`).
 FIXTURE_SCALES = {
     "qwen3_sharded": {"w": 0.25, "embed": 0.03, "qk_norm": 4.0},
-    "llama_tiny": {"w": 0.2, "qk": 2.0},
-    "gemma3_sliding": {"w": 0.2, "embed": 0.01, "qk_norm": 3.0},
-    "mixtral_mlx": {"w": 0.1, "qk": 1.5},
 }
 
 
