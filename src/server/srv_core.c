@@ -75,10 +75,60 @@ static void publish_queue_locked(srv_server *s) {
     srv_metrics_set(s->metrics, SM_QUEUE_DEPTH, NULL, out - running);
 }
 
+#define SRV_POLL_MAX 1024 /* jobs examined per poll of the clients' sockets */
+
+/* Marks an outstanding job whose client left (server lock held): it no longer counts as
+ * waiting, and the engine thread cancels it at its next step. */
+static void mark_gone_locked(srv_server *s, srv_job *j) {
+    if (!j->outstanding || j->gone) return;
+    j->gone = true;
+    s->n_gone++;
+}
+
+/* Before a full-looking queue refuses a request (server lock held): the sockets of the queued
+ * and running jobs are polled once (no wait) for clients that hung up since the engine's last
+ * step looked. An engine step can take seconds (the first one captures graphs; a long prefill);
+ * a client that abandons its request and asks again must not find its own abandoned request
+ * holding the place. Hang-up as process_cancels reads it (a half-close counts). */
+static void reap_gone_locked(srv_server *s) {
+    struct pollfd pf[SRV_POLL_MAX];
+    srv_job *pj[SRV_POLL_MAX];
+    int np = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (srv_job *j = pass ? s->active : s->inbox; j && np < SRV_POLL_MAX; j = j->next) {
+            if (!j->outstanding || j->gone) continue;
+            pthread_mutex_lock(&j->mu);
+            const int fd = j->done || j->cancel_req ? -1 : j->fd;
+            pthread_mutex_unlock(&j->mu);
+            if (fd < 0) continue;
+            pf[np] = (struct pollfd){.fd = fd, .events = POLLRDHUP};
+            pj[np++] = j;
+        }
+    if (!np || poll(pf, (nfds_t)np, 0) <= 0) return;
+    for (int i = 0; i < np; i++) {
+        if (!(pf[i].revents & (POLLRDHUP | POLLHUP | POLLERR))) continue;
+        pthread_mutex_lock(&pj[i]->mu);
+        pj[i]->cancel_req = true;
+        if (pj[i]->cancel_by == SRV_CANCEL_BY_SERVER) pj[i]->cancel_by = SRV_CANCEL_BY_CLIENT;
+        pthread_mutex_unlock(&pj[i]->mu);
+        mark_gone_locked(s, pj[i]);
+    }
+}
+
+/* Requests waiting for a place, as admission counts them: outstanding requests whose client is
+ * still there, less those the engine ran at its last step. A client that hangs up and asks
+ * again (a third of a soak's clients do) would otherwise find its own abandoned request still
+ * queued until the engine's next step cancels it: at a burst (the first step, graphs being
+ * captured) 256 clients on 256 slots saw "the queue is full". */
+static int waiting_locked(const srv_server *s) {
+    const int live = s->n_outstanding - s->n_gone;
+    const int running = s->last.n_running < live ? s->last.n_running : live;
+    return live - running;
+}
+
 int srv_core_retry_after(srv_server *s) {
     pthread_mutex_lock(&s->mu);
-    const int running = s->last.n_running < s->n_outstanding ? s->last.n_running : s->n_outstanding;
-    const int waiting = s->n_outstanding - running;
+    const int waiting = waiting_locked(s);
     const double avg = s->job_seconds_avg;
     pthread_mutex_unlock(&s->mu);
     const int slots = s->cfg.max_batch_size > 0 ? s->cfg.max_batch_size : 1;
@@ -217,9 +267,11 @@ void srv_job_detach(srv_job *j) {
     }
     pthread_mutex_unlock(&j->mu);
     if (running) {
-        pthread_mutex_lock(&j->srv->mu);
-        pthread_cond_signal(&j->srv->cv);
-        pthread_mutex_unlock(&j->srv->mu);
+        srv_server *s = j->srv;
+        pthread_mutex_lock(&s->mu);
+        mark_gone_locked(s, j); /* under s->mu: a finish cannot slip between */
+        pthread_cond_signal(&s->cv);
+        pthread_mutex_unlock(&s->mu);
     }
 }
 
@@ -301,6 +353,11 @@ static void deliver_finish(srv_job *j, srv_finish why, int n_cached) {
     for (srv_job **pp = &s->active; *pp; pp = &(*pp)->next)
         if (*pp == j) { *pp = j->next; break; }
     s->n_outstanding--;
+    j->outstanding = false;
+    if (j->gone) {
+        s->n_gone--;
+        j->gone = false;
+    }
     const double took = j->t_done - j->t_arrival;
     s->job_seconds_avg = s->job_seconds_avg > 0 ? 0.9 * s->job_seconds_avg + 0.1 * took : took;
     publish_queue_locked(s);
@@ -438,8 +495,11 @@ int srv_core_enqueue(srv_server *s, srv_job *const *jobs, int n, int *status, mx
         *status = 503;
         return mx_fail(err, "the server is shutting down or its engine failed");
     }
-    int running = s->last.n_running < s->n_outstanding ? s->last.n_running : s->n_outstanding;
-    int waiting = s->n_outstanding - running;
+    int waiting = waiting_locked(s);
+    if (s->cfg.max_queue_depth > 0 && waiting + n > s->cfg.max_queue_depth) {
+        reap_gone_locked(s);
+        waiting = waiting_locked(s);
+    }
     if (s->cfg.max_queue_depth > 0 && waiting + n > s->cfg.max_queue_depth) {
         pthread_mutex_unlock(&s->mu);
         *status = 503;
@@ -455,6 +515,7 @@ int srv_core_enqueue(srv_server *s, srv_job *const *jobs, int n, int *status, mx
         j->t_enqueued = now;
         j->refs++;
         s->n_outstanding++;
+        j->outstanding = true;
         j->next = NULL;
         *s->inbox_tail = j;
         s->inbox_tail = &j->next;
@@ -518,7 +579,6 @@ static void submit_job(srv_server *s, srv_job *j) {
 
 /* Cancels jobs whose client is gone or that hit a stop string. Polling the sockets with
  * POLLRDHUP catches a closed connection even while no byte is being written to it. */
-#define SRV_POLL_MAX 1024 /* jobs examined per step (the newest first) */
 static void process_cancels(srv_server *s) {
     uint64_t ids[SRV_POLL_MAX];
     int n = 0;
@@ -544,6 +604,7 @@ static void process_cancels(srv_server *s) {
                 ids[n++] = pj[i]->eng_id;
                 pj[i]->cancel_sent = true;
                 set_cancel_by(pj[i], SRV_CANCEL_BY_CLIENT);
+                mark_gone_locked(s, pj[i]);
             }
     }
     pthread_mutex_unlock(&s->mu);

@@ -99,6 +99,10 @@ typedef struct srv_job {
     bool cancel_req;          /* HTTP side gone or stop string: engine thread cancels */
     srv_cancel_by cancel_by;  /* why it was cancelled, when it was */
     int fd;                   /* client socket for hang-up polling; -1 when detached */
+
+    /* admission (the server's mu) */
+    bool outstanding;         /* counted in n_outstanding: enqueued, not finished */
+    bool gone;                /* counted in n_gone: its client left while it was outstanding */
 } srv_job;
 
 /* A token from an engine callback, replayed by the output thread in order (srv_core.c). */
@@ -122,6 +126,8 @@ struct srv_server {
     srv_job **inbox_tail;
     srv_job *active;          /* submitted to the engine, not finished */
     int n_outstanding;        /* enqueued and not finished */
+    int n_gone;               /* of those, jobs whose client left: cancelled at the engine's next
+                                 step, so they hold no place in the queue's admission count */
     int n_http_jobs;          /* connections holding a job, until their answer is sent */
     double job_seconds_avg;   /* moving average of a request's arrival-to-finish time (Retry-After) */
     srv_engine_stats last;    /* engine stats after the last step */

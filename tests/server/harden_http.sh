@@ -167,6 +167,21 @@ head_req POST "http://127.0.0.1:$PORT/v1/completions" -d '{"prompt":"c","max_tok
 ra=$(sed -n 's/^retry-after: //p' <<<"$HDRS")
 [ "$CODE" = 503 ] && [[ "$ra" =~ ^[0-9]+$ ]] && [ "$ra" -ge 1 ] && [ "$ra" -le 60 ] && ok || bad "queue full: $CODE, Retry-After '$ra'"
 wait "${CLIENTS[@]}"
+# A client that gave up on its queued request and asks again is not refused because of its own
+# abandoned request: one slot, a queue of one, engine steps of 3 s (A's at 0-3, 3-6, 6-9 s).
+# B queues at 3.5 s (A counted running since the first step) and hangs up at 4.5 s; C, at 5 s
+# (no step has looked at B's socket since), must be queued and answered, not refused with 503.
+start g --parallel 1 --max-queue-depth 1 --fake-step-ms 3000 --metrics
+curl -sS -m 30 -o /dev/null "http://127.0.0.1:$PORT/v1/completions" -d '{"prompt":"a","max_tokens":3,"ignore_eos":true}' &
+CLIENTS=($!)
+sleep 3.5
+curl -sS -m 1 -o /dev/null "http://127.0.0.1:$PORT/v1/completions" -d '{"prompt":"b","max_tokens":1}' 2>/dev/null
+sleep 0.5
+[ "$(code "http://127.0.0.1:$PORT/v1/completions" -m 30 -d '{"prompt":"c","max_tokens":1}')" = 200 ] && ok ||
+    bad "a request behind an abandoned one: $(cat "$TMP/body.txt")"
+wait "${CLIENTS[@]}"
+[ "$(metric "$PORT" 'mlxcel_requests_finished_total{reason="cancelled"}')" = 1 ] && ok ||
+    bad "the abandoned request was not cancelled: $(metric "$PORT" 'mlxcel_requests_finished_total{reason="cancelled"}')"
 
 echo "harden_http: $PASS passed, $FAIL failed"
 [ "$FAIL" = 0 ]
