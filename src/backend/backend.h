@@ -161,7 +161,7 @@ typedef struct backend_ops {
     mx_device device;
     mx_dtype kv_dtype;                        /* element type of the KV pools (CPU: f32) */
     bool kv_types_all;                        /* device backend that also keeps pools of every
-                                                 other cache type (kv/kv_quant.h) */
+                                                 other cache type (backend/kvfmt/kv_quant.h) */
 
     /* ---- memory ---- */
     void *(*alloc)(size_t nbytes);            /* zeroed; NULL on failure */

@@ -38,12 +38,12 @@
 #include "backend/cpu/cpu_internal.h"
 #include "base/env.h"
 #include "base/log.h"
-#include "kv/kv_quant.h"
-#include "kv/kv_turbo.h"
+#include "backend/kvfmt/kv_quant.h"
+#include "backend/kvfmt/kv_turbo.h"
 #include "tune/tune_policy.h"
 
 /* ==== KV write ==== */
-/* Pool rows store the cache type's dtype (f32, f16, bf16, q8_0, q4_0: kv/kv_quant.h); a row's
+/* Pool rows store the cache type's dtype (f32, f16, bf16, q8_0, q4_0: backend/kvfmt/kv_quant.h); a row's
  * stored bits depend on its own values only. One pool as both K and V (kv_cache_params.v_is_k:
  * v equals k) is written once. */
 void cpu_kv_write(mx_tensor *k_pool, mx_tensor *v_pool, const mx_tensor *k, const mx_tensor *v,
@@ -218,7 +218,7 @@ typedef struct att_ctx {
     int G, D, Hkv, P, S; /* q heads per kv head, head dim, kv heads, piece keys, split count */
     float *ws;           /* partials of the current group's split rows */
     const int64_t *ws_off; /* [n_rows] offset of row i's partials in ws (split rows only) */
-    /* TurboQuant pools hold rotated rows (kv/kv_turbo.h): a rotated K pool is read with the
+    /* TurboQuant pools hold rotated rows (backend/kvfmt/kv_turbo.h): a rotated K pool is read with the
      * rotated queries qrot [n_rows, n_heads, D] (<R q, R k> = <q, k>), and with a rotated V
      * pool the output is rotated back as it is stored */
     const float *qrot;
