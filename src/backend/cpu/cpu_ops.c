@@ -10,7 +10,6 @@
 #include "base/clock.h"
 #include "base/env.h"
 #include "backend/cpu/cpu_quant.h"
-#include "model/model_spec.h"
 
 /* ==== Memory ==== */
 static void *cpu_alloc(size_t nbytes) { return calloc(1, nbytes ? nbytes : 1); }
