@@ -16,7 +16,7 @@
 #include <omp.h>
 #include "backend/cpu/cpu_internal.h"
 #ifdef KVQ
-#include "kv/kv_quant.h"
+#include "backend/kvfmt/kv_quant.h"
 #endif
 static double tcpu(void) { struct timespec t; clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
 int main(int argc, char **argv) {

@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include "kv/kv_turbo.h"
-#include "kv/kv_quant.h"
+#include "backend/kvfmt/kv_turbo.h"
+#include "backend/kvfmt/kv_quant.h"
 static double tcpu(void) { struct timespec t; clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t); return t.tv_sec + t.tv_nsec * 1e-9; }
 int main(void) {
     const int D = 64, rows = 16384;

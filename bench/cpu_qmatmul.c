@@ -11,7 +11,7 @@
 #include <time.h>
 
 #include "backend/cpu/cpu_internal.h"
-#include "quant/quant_internal.h"
+#include "backend/cpu/cpu_quant.h"
 
 static double now(void) {
     struct timespec t;

@@ -29,7 +29,7 @@
 #include "model/model.h"
 #include "model/model_internal.h"
 #include "quant/quant.h"
-#include "quant/quant_backend.h"
+#include "backend/cpu/cpu_quant.h"
 
 #define MAX_SHARDS 4
 #define MAX_DATA (1u << 20)

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backend/cuda/cuda_qknobs.h" /* plain C, every build: cuda_knobs_register */
 #ifdef MLXCEL_HAVE_CUDA
 #include "backend/cuda/cuda_info.h" /* the seam dispatches to its backends */
 #endif
@@ -69,6 +70,8 @@ bool mx_tensor_present(const mx_tensor *t) { return t && t->data != NULL; }
 const char *backend_device_name(mx_device dev) { return dev == MX_DEV_CUDA ? "cuda" : "cpu"; }
 
 const backend_ops *backend_get(mx_device dev, mx_error *err) {
+    /* the CUDA knobs' value lists check their variables in every build, as they always have */
+    cuda_knobs_register();
     if (dev == MX_DEV_CPU) return backend_cpu();
 #ifdef MLXCEL_HAVE_CUDA
     return backend_cuda(err);

@@ -84,10 +84,12 @@ typedef struct mx_attn_batch {
     /* The arrays above are host memory, unchanged for the whole forward and identical for
      * every layer: a device backend uploads them once per step_id (new value every forward). */
     uint64_t step_id;
-    /* Tasks the keys of one (row, kv head) are split over (paged-decode-splits); 0 = the
-     * backend's policy (MLXCEL_PAGED_DECODE_SPLITS > autotune winner > built-in). The CPU
-     * backend's result does not depend on it (docs/engine.md, "Batch invariance"); the tuner
-     * sets it to time candidates. The CUDA backend ignores it (its count is per graph key). */
+    /* Tasks the keys of one (row, kv head) are split over (paged-decode-splits), resolved by
+     * the caller before the step: model_forward sets it for the CPU backend from the tune
+     * policy (MLXCEL_PAGED_DECODE_SPLITS > autotune winner > built-in), the tuner to time
+     * candidates; 0 = unsplit. The CPU backend's result does not depend on it (docs/engine.md,
+     * "Batch invariance"). The CUDA backend ignores it (its count is per graph key,
+     * cu_decode_splits). */
     int kv_splits;
 } mx_attn_batch;
 
@@ -107,13 +109,16 @@ static inline int mx_attn_first_key(int pos, int window, int chunk) {
     return s;
 }
 
+/* GLU / MoE activation (mx_moe_params.activation, glu's activation; model_spec.act). */
+typedef enum { ACT_SILU = 0, ACT_GELU_TANH, ACT_GELU } mx_activation;
+
 /* ==== MoE ==== */
 /* mx_moe_params.routing (the values of model_spec's mx_moe_routing) */
 enum { MX_MOE_ROUTE_SOFTMAX = 0, MX_MOE_ROUTE_SIGMOID_IN = 1 };
 typedef struct mx_moe_params {
     int n_experts, top_k;
     bool norm_topk;        /* renormalise the k selected probabilities to sum 1 */
-    int activation;        /* mx_activation (model/model_spec.h) */
+    int activation;        /* mx_activation (above) */
     int routing;           /* MX_MOE_ROUTE_*: 0 softmax; 1 llama4's
                               sigmoid(top-k logit) scaling the expert's input, outputs summed
                               (norm_topk ignored) */
@@ -161,7 +166,7 @@ typedef struct backend_ops {
     mx_device device;
     mx_dtype kv_dtype;                        /* element type of the KV pools (CPU: f32) */
     bool kv_types_all;                        /* device backend that also keeps pools of every
-                                                 other cache type (kv/kv_quant.h) */
+                                                 other cache type (backend/kvfmt/kv_quant.h) */
 
     /* ---- memory ---- */
     void *(*alloc)(size_t nbytes);            /* zeroed; NULL on failure */

@@ -4,7 +4,7 @@
  * one block of MX_QBLOCK consecutive values with its fp16 scale, in ggml's layout (block_q8_0:
  * fp16 d, 32 x int8; block_q4_0: fp16 d, 16 bytes of nibbles). Shapes and strides of such a
  * tensor count blocks, so mx_dtype_size is the bytes of one block and mx_tensor_nbytes is exact.
- * MX_TQ2 / MX_TQ3 / MX_TQ4 are TurboQuant blocks (kv/kv_turbo.h): fp16 scale + 32 codes of 2, 3
+ * MX_TQ2 / MX_TQ3 / MX_TQ4 are TurboQuant blocks (backend/kvfmt/kv_turbo.h): fp16 scale + 32 codes of 2, 3
  * or 4 bits of a head's ROTATED values (the head is rotated as a whole before its blocks are cut). */
 #ifndef MLXCEL_BASE_DTYPE_H
 #define MLXCEL_BASE_DTYPE_H

@@ -9,10 +9,16 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "backend/cuda/cuda_qknobs.h"
-
 static mx_env_t g_env;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+/* Registered value lists (mx_env_register_choices) and whether env_load has run: g_choice_mu
+ * orders a registration against a load, so a list is applied by one or the other. */
+#define ENV_MAX_CHOICES 8
+static mx_env_choices g_choices[ENV_MAX_CHOICES];
+static int g_n_choices;
+static bool g_loaded;
+static pthread_mutex_t g_choice_mu = PTHREAD_MUTEX_INITIALIZER;
 
 int mx_parse_bytes(const char *s, uint64_t *out) {
     if (!s || !*s) return -1;
@@ -79,6 +85,34 @@ static bool env_bool(const char *name, bool def) {
         return false;
     fprintf(stderr, "mlxcel warn: %s=%s is not a boolean (0/1); using %d\n", name, s, (int)def);
     return def;
+}
+
+/* The field a registrable variable is read into; NULL for any other name. */
+static int *choice_field(const char *name) {
+    if (!strcmp(name, "MLXCEL_QMV_MULTIROW")) return &g_env.qmv_multirow;
+    if (!strcmp(name, "MLXCEL_QMM_TILE_M")) return &g_env.qmm_tile_m;
+    return NULL;
+}
+
+static void load_choice(const mx_env_choices *c) {
+    int *f = choice_field(c->name);
+    if (f) *f = env_choice(c->name, c->values, c->n);
+}
+
+void mx_env_register_choices(const mx_env_choices *c) {
+    if (!c || !c->name || !choice_field(c->name)) {
+        fprintf(stderr, "mlxcel warn: internal: no environment variable %s takes a value list\n",
+                c && c->name ? c->name : "(null)");
+        return;
+    }
+    pthread_mutex_lock(&g_choice_mu);
+    bool known = false;
+    for (int i = 0; i < g_n_choices; i++) known |= !strcmp(g_choices[i].name, c->name);
+    if (!known && g_n_choices < ENV_MAX_CHOICES) {
+        g_choices[g_n_choices++] = *c;
+        if (g_loaded) load_choice(c); /* mx_env() already ran: read the variable now */
+    }
+    pthread_mutex_unlock(&g_choice_mu);
 }
 
 static void env_load(void) {
@@ -197,11 +231,11 @@ static void env_load(void) {
     }
     g_env.cascade_min_shared_keys =
         env_int("MLXCEL_CASCADE_MIN_SHARED_KEYS", MX_CASCADE_MIN_SHARED_KEYS_DEFAULT, 0, 1 << 30);
-    /* the valid values of the CUDA kernels (one list: src/backend/cuda/cuda_qknobs.h) */
-    static const int k_multirow[CUDA_QMV_MULTIROW_COUNT] = CUDA_QMV_MULTIROW_VALUES;
-    static const int k_tile_m[CUDA_QMM_TILE_COUNT] = CUDA_QMM_TILE_VALUES;
-    g_env.qmv_multirow = env_choice("MLXCEL_QMV_MULTIROW", k_multirow, CUDA_QMV_MULTIROW_COUNT);
-    g_env.qmm_tile_m = env_choice("MLXCEL_QMM_TILE_M", k_tile_m, CUDA_QMM_TILE_COUNT);
+    /* the valid values of the CUDA kernels: registered lists (backend/cuda/cuda_knobs.c) */
+    pthread_mutex_lock(&g_choice_mu);
+    for (int i = 0; i < g_n_choices; i++) load_choice(&g_choices[i]);
+    g_loaded = true;
+    pthread_mutex_unlock(&g_choice_mu);
     g_env.qmv_tc = env_bool("MLXCEL_QMV_TC", false);
     g_env.qmv_bulk = env_bool("MLXCEL_QMV_BULK", true);
     g_env.qmv_bulk_min_rows = env_int("MLXCEL_QMV_BULK_MIN_ROWS", 2, 1, 32);

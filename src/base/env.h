@@ -77,6 +77,21 @@ typedef struct mx_env_t {
     mx_overlap_mode grammar_overlap; /* MLXCEL_GRAMMAR_OVERLAP: auto | 0 | 1 (auto: device backends) */
 } mx_env_t;
 
+/* ==== Value lists owned above base ====
+ * MLXCEL_QMV_MULTIROW and MLXCEL_QMM_TILE_M take only the values the CUDA kernels can launch;
+ * those lists belong to the CUDA backend (backend/cuda/cuda_knobs.c), which registers them
+ * here, so base includes nothing of ours. The variables are still read here, once, like every
+ * other: a value not in the list is reported on stderr and ignored (0 = the policy). Until its
+ * list is registered a variable reads as 0, so nothing unchecked reaches a kernel; a list
+ * registered after the first mx_env() re-reads its variable then. Registering a name again
+ * does nothing. */
+typedef struct mx_env_choices {
+    const char *name;   /* MLXCEL_QMV_MULTIROW or MLXCEL_QMM_TILE_M */
+    const int *values;  /* [n], the valid values (0 = policy is always accepted) */
+    int n;
+} mx_env_choices;
+void mx_env_register_choices(const mx_env_choices *c);
+
 /* Parsed on first call; thread-safe after that. Invalid values are reported once on stderr
  * and the default is kept. */
 const mx_env_t *mx_env(void);

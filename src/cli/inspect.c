@@ -10,7 +10,7 @@
 #include "base/env.h"
 #include "cli/cli.h"
 #include "io/checkpoint.h"
-#include "kv/kv_turbo.h"
+#include "backend/kvfmt/kv_turbo.h"
 #include "model/estimate.h"
 
 #define DEFAULT_CTX 4096

@@ -8,8 +8,8 @@
 #include <strings.h>
 #include <xxhash.h>
 
-#include "kv/kv_quant.h"
-#include "kv/kv_turbo.h"
+#include "backend/kvfmt/kv_quant.h"
+#include "backend/kvfmt/kv_turbo.h"
 
 struct kv_cache {
     kv_cache_params p;

@@ -11,10 +11,10 @@
  * addressing with a single block of ctx_size tokens; no prefix sharing.
  *
  * Cache types (llama.cpp's --cache-type-k / --cache-type-v): K and V pools each hold f32, f16,
- * bf16, or ggml's q8_0 / q4_0 blocks of 32 values along head_dim (kv/kv_quant.h). A q pool is
+ * bf16, or ggml's q8_0 / q4_0 blocks of 32 values along head_dim (backend/kvfmt/kv_quant.h). A q pool is
  * [n_phys_rows, n_kv_heads, head_dim / 32] of MX_Q8_0 / MX_Q4_0 elements (one block each), so a
  * block never crosses a head and rows, rank slices and copy-on-write stay whole elements.
- * TurboQuant (turbo2 / turbo3 / turbo4, kv/kv_turbo.h) has the same shape of blocks, of a head's
+ * TurboQuant (turbo2 / turbo3 / turbo4, backend/kvfmt/kv_turbo.h) has the same shape of blocks, of a head's
  * values after a fixed random rotation (head_dim a power of two >= 32). The CPU backend takes
  * every type; a device backend only its own kv_dtype. */
 #ifndef MLXCEL_KV_KV_CACHE_H
@@ -41,7 +41,7 @@ kv_storage kv_storage_resolve(kv_storage requested, const model_spec *spec, char
 typedef enum {
     KV_TYPE_DEFAULT = 0, /* the backend's kv_dtype (CPU f32, CUDA bf16) */
     KV_TYPE_F32, KV_TYPE_F16, KV_TYPE_BF16, KV_TYPE_Q8_0, KV_TYPE_Q4_0,
-    KV_TYPE_TURBO2, KV_TYPE_TURBO3, KV_TYPE_TURBO4, /* TurboQuant (kv/kv_turbo.h) */
+    KV_TYPE_TURBO2, KV_TYPE_TURBO3, KV_TYPE_TURBO4, /* TurboQuant (backend/kvfmt/kv_turbo.h) */
 } kv_type;
 
 /* "f32", "f16", "bf16", "q8_0", "q4_0", "turbo2".."turbo4" ("default" for KV_TYPE_DEFAULT). */

@@ -8,7 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "model/model_internal.h"
+#include "tune/tune_policy.h"
 
 _Static_assert((int)MOE_ROUTE_SIGMOID_IN == MX_MOE_ROUTE_SIGMOID_IN, "routing values match");
 
@@ -186,6 +188,32 @@ static int tp_embed(model *m, mx_tensor *x, const int32_t *tokens, int n, float 
     return tp_reduce(m, x, err);
 }
 
+/* ==== Attention split count ====
+ * Tunables are resolved before an op runs, never inside it: the CPU backend's split count
+ * (paged-decode-splits: MLXCEL_PAGED_DECODE_SPLITS > cached winner > built-in default, keyed by
+ * rows, longest context and geometry) is looked up here at the first layer of a forward and
+ * reused by the others of the same geometry, and handed down in mx_attn_batch.kv_splits. The
+ * CUDA backend keys its own count per graph (cu_decode_splits) and ignores the field. */
+int model_attn_splits(model *m, const mx_attn_batch *ab, const mx_attn_params *ap) {
+    if (m->be->device != MX_DEV_CPU) return 0;
+    struct model_splits_memo *memo = &m->splits_memo;
+    if (ab->step_id && memo->step == ab->step_id && memo->hq == ap->n_heads &&
+        memo->hkv == ap->n_kv_heads && memo->d == ap->head_dim && memo->bs == ab->block_size)
+        return memo->S;
+    int ctx = 1;
+    for (int i = 0; i < ab->n_rows; i++) ctx = ab->pos[i] + 1 > ctx ? ab->pos[i] + 1 : ctx;
+    const tune_attn_shape shape = {ab->n_rows, ctx, ap->head_dim, ap->n_heads, ap->n_kv_heads,
+                                   ab->block_size};
+    tune_source src;
+    int S = tune_get_paged_decode_splits(&shape, NULL, &src);
+    S = S < 1 ? 1 : S;
+    LOG_DEBUG("cpu attention splits: %d rows, context %d -> %d (%s)", ab->n_rows, ctx, S,
+              tune_source_name(src));
+    memo->step = ab->step_id, memo->hq = ap->n_heads, memo->hkv = ap->n_kv_heads;
+    memo->d = ap->head_dim, memo->bs = ab->block_size, memo->S = S;
+    return S;
+}
+
 /* ==== Forward ==== */
 /* logits (host [n_out, V]) or, for device greedy sampling, ids + logprobs (host [n_out]); hidden
  * (host [n_hidden, H]). o NULL: nothing goes to the host (the ranks > 0 of a TP group). */
@@ -287,6 +315,7 @@ static int forward(model *m, kv_cache *kv, const model_batch *b, const model_out
                                  .scale = s->attn_scale > 0 ? s->attn_scale : 1.0f / sqrtf((float)D),
                                  .softcap = s->attn_softcap, .window = sliding ? s->sliding_window : 0,
                                  .chunk = s->layer_chunked[l] ? s->attn_chunk : 0};
+            ab.kv_splits = model_attn_splits(m, &ab, &ap);
             be->attention(&att, &q, &kpool, &vpool, &ab, &ap);
             /* row-parallel: partial sums over this rank's heads; the bias once, on rank 0 */
             linear(be, &o, &att2, &L->wo, m->tp_rank == 0 ? &L->bo : NULL);

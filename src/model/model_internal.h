@@ -21,6 +21,7 @@ struct model {
     int n_lin, n_lin_q;          /* Linear/Embedding weights bound, of which quantized */
     int rot_dim;
     uint64_t n_forward;          /* step ids for mx_attn_batch */
+    struct model_splits_memo { uint64_t step; int hq, hkv, d, bs, S; } splits_memo; /* model_attn_splits */
 
     /* ---- tensor parallelism (model_tp.c, docs/tensor-parallel.md) ----
      * A rank model holds its slice of the weights; TP = 1 is rank 0 of 1 and takes the same
@@ -110,7 +111,7 @@ int model_mla_bind_moe(model *m, model_layer *L, int li, model_weight_fn fn, voi
                        const char *prefix, mx_error *err);
 /* o [n, H] = MLA attention of the normed input h [n, H], absorbed; writes the latent K/V. */
 int model_mla_attention(model *m, kv_cache *kv, int l, const mx_tensor *h, mx_tensor *o,
-                        const mx_attn_batch *ab, mx_error *err);
+                        mx_attn_batch *ab, mx_error *err);
 /* The MoE params' DeepSeek routing fields for layer L. */
 void model_mla_moe_params(const model *m, const model_layer *L, mx_moe_params *mp);
 /* A DeepSeek MoE layer with shared experts: x += o (the routed experts' output), then o = the
@@ -125,5 +126,8 @@ static inline void tp_vocab_range(int V, int rank, int n, int *v0, int *vn) {
     *v0 = rank * c < V ? rank * c : V;
     *vn = (*v0 + c < V ? *v0 + c : V) - *v0;
 }
+
+/* mx_attn_batch.kv_splits for one attention geometry of this step (model_forward.c). */
+int model_attn_splits(model *m, const mx_attn_batch *ab, const mx_attn_params *ap);
 
 #endif

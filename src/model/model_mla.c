@@ -257,7 +257,7 @@ static int grow(model *m, float **p, size_t n, mx_error *err) {
 }
 
 int model_mla_attention(model *m, kv_cache *kv, int l, const mx_tensor *h, mx_tensor *o,
-                        const mx_attn_batch *ab, mx_error *err) {
+                        mx_attn_batch *ab, mx_error *err) {
     const model_spec *s = &m->spec;
     const backend_ops *be = m->be;
     const model_layer *L = &m->layers[l];
@@ -305,6 +305,7 @@ int model_mla_attention(model *m, kv_cache *kv, int l, const mx_tensor *h, mx_te
         be->matmul(&y, &x, &w, NULL);
     }
     mx_attn_params ap = {.n_heads = Hq, .n_kv_heads = 1, .head_dim = D, .scale = s->attn_scale};
+    ab->kv_splits = model_attn_splits(m, ab, &ap);
     be->attention(&att, &qa, &kpool, &vpool, ab, &ap);
 
     /* ---- values: ov_h [n, V] = latent part of att_h [n, Lkv] @ W_UV_h^T, then o_proj ----

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "backend/backend.h"
 #include "base/dtype.h"
 #include "base/error.h"
 
@@ -28,7 +29,7 @@ typedef enum {
     FAM_COUNT
 } mx_family;
 
-typedef enum { ACT_SILU = 0, ACT_GELU_TANH, ACT_GELU } mx_activation;
+/* mx_activation (ACT_*): backend/backend.h, the seam the GLU and MoE ops take it through. */
 
 /* MoE routing (mx_moe_params.routing). */
 typedef enum {

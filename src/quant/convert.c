@@ -13,7 +13,7 @@
 
 #include "io/checkpoint.h"
 #include "quant/convert.h"
-#include "quant/quant_internal.h"
+#include "quant/quant.h"
 
 #define CV_MAX_SHARD_DEFAULT (5ull << 30)
 

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "backend/cuda/cuda_qknobs.h" /* plain C: the knobs' value lists, in every build */
 #include "base/env.h"
 #include "base/log.h"
 #include "tune/tune_runner.h"
@@ -214,11 +215,13 @@ int tune_get_paged_decode_splits(const tune_attn_shape *s, const tune_device *de
 }
 
 int tune_get_qmv_multirow(const tune_qmat_shape *s, const tune_device *dev, tune_source *src) {
+    cuda_knobs_register(); /* MLXCEL_QMV_MULTIROW is checked against the kernels' list */
     const tune_geom g = qmat_geom(s);
     return resolve(TUNE_OP_QMV_MULTIROW, mx_env()->qmv_multirow, "MLXCEL_QMV_MULTIROW", 0, dev, s->rows, 0, &g, src);
 }
 
 int tune_get_qmm_tile_m(const tune_qmat_shape *s, const tune_device *dev, tune_source *src) {
+    cuda_knobs_register(); /* MLXCEL_QMM_TILE_M likewise */
     const tune_geom g = qmat_geom(s);
     return resolve(TUNE_OP_QMM_TILE, mx_env()->qmm_tile_m, "MLXCEL_QMM_TILE_M", 0, dev, 1, s->rows, &g, src);
 }

@@ -9,7 +9,7 @@
 
 #include "backend/cuda/cuda_be.h"
 #include "backend/cuda/cuda_elem.h"
-#include "kv/kv_quant.h"
+#include "backend/kvfmt/kv_quant.h"
 
 static uint64_t g_step = 1000;
 

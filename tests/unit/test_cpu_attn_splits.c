@@ -21,6 +21,8 @@
 #include "tiny_model.h"
 #include "tune_test_util.h"
 
+_Static_assert(CPU_ATTN_PIECE == TUNE_CPU_ATTN_PIECE, "the tuner's piece length is the kernel's");
+
 /* ==== Kernel level ==== */
 typedef struct att_case {
     int Hq, Hkv, D, bs, window;

@@ -1,4 +1,4 @@
-/* KV cache types (-ctk / -ctv; kv/kv_quant.h, kv/kv_cache.h):
+/* KV cache types (-ctk / -ctv; backend/kvfmt/kv_quant.h, kv/kv_cache.h):
  * - format: q8_0 and q4_0 blocks of small explicit vectors (all zero, negative and positive
  *   maxima, magnitude ties, halves, clamping, an fp16-rounded scale) against bytes worked out by
  *   hand from ggml's rules, and their dequantized values; f16 / bf16 rounding; the AVX2 and
@@ -23,7 +23,7 @@
 
 #include "backend/cpu/cpu_internal.h"
 #include "kv/kv_cache.h"
-#include "kv/kv_quant.h"
+#include "backend/kvfmt/kv_quant.h"
 #include "kv_attn_fixture.h"
 
 /* ==== Format: hand-computed blocks ==== */

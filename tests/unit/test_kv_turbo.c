@@ -1,4 +1,4 @@
-/* TurboQuant KV rows (src/kv/kv_turbo.c): the codebooks against Max's published Lloyd-Max
+/* TurboQuant KV rows (src/backend/kvfmt/kv_turbo.c): the codebooks against Max's published Lloyd-Max
  * table, the rotation's orthonormality, each code the nearest centroid of its rotated
  * coordinate (packing at 2, 3 and 4 bits), the error against the Lloyd-Max distortion, and
  * the rotated-space dot product attention relies on. */
@@ -15,8 +15,8 @@
 
 #include "backend/cpu/cpu_internal.h"
 #include "base/dtype.h"
-#include "kv/kv_quant.h"
-#include "kv/kv_turbo.h"
+#include "backend/kvfmt/kv_quant.h"
+#include "backend/kvfmt/kv_turbo.h"
 #include "kv_attn_fixture.h"
 
 static uint64_t g_rng = 0x1234567887654321ull;

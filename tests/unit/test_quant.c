@@ -19,7 +19,7 @@
 
 #include "backend/cpu/cpu_internal.h"
 #include "quant/quant.h"
-#include "quant/quant_internal.h"
+#include "backend/cpu/cpu_quant.h"
 
 /* ==== Helpers ==== */
 

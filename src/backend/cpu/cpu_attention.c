@@ -38,12 +38,11 @@
 #include "backend/cpu/cpu_internal.h"
 #include "base/env.h"
 #include "base/log.h"
-#include "kv/kv_quant.h"
-#include "kv/kv_turbo.h"
-#include "tune/tune_policy.h"
+#include "backend/kvfmt/kv_quant.h"
+#include "backend/kvfmt/kv_turbo.h"
 
 /* ==== KV write ==== */
-/* Pool rows store the cache type's dtype (f32, f16, bf16, q8_0, q4_0: kv/kv_quant.h); a row's
+/* Pool rows store the cache type's dtype (f32, f16, bf16, q8_0, q4_0: backend/kvfmt/kv_quant.h); a row's
  * stored bits depend on its own values only. One pool as both K and V (kv_cache_params.v_is_k:
  * v equals k) is written once. */
 void cpu_kv_write(mx_tensor *k_pool, mx_tensor *v_pool, const mx_tensor *k, const mx_tensor *v,
@@ -218,7 +217,7 @@ typedef struct att_ctx {
     int G, D, Hkv, P, S; /* q heads per kv head, head dim, kv heads, piece keys, split count */
     float *ws;           /* partials of the current group's split rows */
     const int64_t *ws_off; /* [n_rows] offset of row i's partials in ws (split rows only) */
-    /* TurboQuant pools hold rotated rows (kv/kv_turbo.h): a rotated K pool is read with the
+    /* TurboQuant pools hold rotated rows (backend/kvfmt/kv_turbo.h): a rotated K pool is read with the
      * rotated queries qrot [n_rows, n_heads, D] (<R q, R k> = <q, k>), and with a rotated V
      * pool the output is rotated back as it is stored */
     const float *qrot;
@@ -576,36 +575,16 @@ static bool casc_setup(att_ctx *c, casc_plan *pl) {
 /* Test hooks (cpu_internal.h): a piece length other than CPU_ATTN_PIECE, the last split count. */
 static _Atomic int g_piece = CPU_ATTN_PIECE;
 static _Atomic int g_last_splits;
-_Static_assert(CPU_ATTN_PIECE == TUNE_CPU_ATTN_PIECE, "the tuner's piece length is the kernel's");
 
 void cpu_attention_force_piece(int keys) { g_piece = keys > 0 ? keys : CPU_ATTN_PIECE; }
 int cpu_attention_last_splits(void) { return g_last_splits; }
 
-/* The step's split count: the batch's own (tuner) or MLXCEL_PAGED_DECODE_SPLITS > cached winner
- * > built-in default, keyed by (rows, longest context, geometry). Resolved at the first layer of
- * a forward and reused by the others (step_id; per thread: tensor-parallel ranks are threads). */
-static int att_splits(const mx_attn_batch *b, const mx_attn_params *p) {
-    static _Thread_local struct { uint64_t step; int hq, hkv, d, bs, S; } memo;
-    /* Assignments to an _Atomic are stored, then the plain value returned: clang types the
-     * expression `g_last_splits = S` as _Atomic(int), which an int function cannot return. */
-    if (b->kv_splits > 0) {
-        g_last_splits = b->kv_splits;
-        return b->kv_splits;
-    }
-    if (b->step_id && memo.step == b->step_id && memo.hq == p->n_heads &&
-        memo.hkv == p->n_kv_heads && memo.d == p->head_dim && memo.bs == b->block_size)
-        return memo.S;
-    int ctx = 1;
-    for (int i = 0; i < b->n_rows; i++) ctx = b->pos[i] + 1 > ctx ? b->pos[i] + 1 : ctx;
-    const tune_attn_shape shape = {b->n_rows, ctx, p->head_dim, p->n_heads, p->n_kv_heads,
-                                   b->block_size};
-    tune_source src;
-    int S = tune_get_paged_decode_splits(&shape, NULL, &src);
-    S = S < 1 ? 1 : S;
-    LOG_DEBUG("cpu attention splits: %d rows, context %d -> %d (%s)", b->n_rows, ctx, S,
-              tune_source_name(src));
-    memo.step = b->step_id, memo.hq = p->n_heads, memo.hkv = p->n_kv_heads;
-    memo.d = p->head_dim, memo.bs = b->block_size, memo.S = S;
+/* The step's split count, resolved by the caller before the step (model_forward: the tune
+ * policy, once per forward and geometry; the tuner: its candidate), never looked up from inside
+ * the op. 0 (a caller that resolved none): unsplit, one task per (row, kv head); the count
+ * changes the speed only, never a value. */
+static int att_splits(const mx_attn_batch *b) {
+    const int S = b->kv_splits > 0 ? b->kv_splits : 1;
     g_last_splits = S;
     return S;
 }
@@ -655,7 +634,7 @@ void cpu_attention(mx_tensor *out, const mx_tensor *q, const mx_tensor *k_pool,
                    const mx_tensor *v_pool, const mx_attn_batch *b, const mx_attn_params *p) {
     att_ctx c = {.out = out, .q = q, .k_pool = k_pool, .v_pool = v_pool, .b = b, .p = p,
                  .ops = att_ops_now(), .G = p->n_heads / p->n_kv_heads, .D = p->head_dim,
-                 .Hkv = p->n_kv_heads, .P = g_piece, .S = att_splits(b, p)};
+                 .Hkv = p->n_kv_heads, .P = g_piece, .S = att_splits(b)};
     int max_pieces = 1; /* S beyond a row's pieces only adds empty tasks */
     for (int i = 0; i < b->n_rows; i++) {
         int first, n;

@@ -129,4 +129,12 @@ typedef struct cpu_mm {
  * once instead of once each. */
 void cpu_matmul_group(const mx_tensor *x, const cpu_mm *mms, int n);
 
+/* ==== Quantized weights (cpu_qdequant.c, cpu_qmatmul.c; the format: backend/qfmt/qfmt.h) ==== */
+struct mlxq_matrix;
+/* cpu_wfill_fn over an mlxq_matrix (ctx): rows [j0, j0 + nr) dequantized into dst [nr, k]. */
+void mlxq_fill_rows(float *dst, int64_t j0, int64_t nr, const void *ctx);
+/* The fused product of a few rows over an mlxq_matrix (ctx) for this CPU's kernel family, or
+ * NULL (then the rows go through mlxq_fill_rows): cpu_qdequant.c. */
+cpu_wtile_fn mlxq_wtile_for(const struct mlxq_matrix *m);
+
 #endif

@@ -7,7 +7,7 @@
 
 #include "backend/cpu/cpu_internal.h"
 #include "backend/moe_route.h"
-#include "quant/quant_backend.h"
+#include "backend/cpu/cpu_quant.h"
 
 /* Top-k of probs[E] by value (ties: lower index first). */
 static void topk(const float *probs, int E, int k, int *idx, float *val) {

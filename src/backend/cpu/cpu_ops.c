@@ -9,8 +9,7 @@
 #include "backend/cpu/cpu_internal.h"
 #include "base/clock.h"
 #include "base/env.h"
-#include "quant/quant_backend.h"
-#include "model/model_spec.h"
+#include "backend/cpu/cpu_quant.h"
 
 /* ==== Memory ==== */
 static void *cpu_alloc(size_t nbytes) { return calloc(1, nbytes ? nbytes : 1); }
@@ -211,7 +210,7 @@ static const backend_ops k_cpu_ops = {
     .softcap = cpu_softcap,
     .gather_rows = cpu_gather_rows,
     .matmul = cpu_matmul,
-    .matmul_q = mlxq_cpu_matmul_q, /* src/quant/quant_backend.c */
+    .matmul_q = mlxq_cpu_matmul_q, /* cpu_qops.c */
     .matmul_group = mlxq_cpu_matmul_group,
     .embed_q = mlxq_cpu_embed_q,
     .moe = cpu_moe,

@@ -1,5 +1,5 @@
 /* x86-64 SIMD pieces of the canonical dot product (cpu_matmul.c) that other CPU kernels
- * computing it share (src/quant/qdequant.c's fused one-row product): the target attributes
+ * computing it share (cpu_qdequant.c's fused one-row product): the target attributes
  * and the fixed horizontal fold of a 16-lane accumulator. Include only under
  * `defined(__x86_64__) && defined(__GNUC__)`. */
 #ifndef MLXCEL_BACKEND_CPU_SIMD_H

@@ -14,6 +14,7 @@
 #include "backend/cuda/cuda_be.h"
 #include "backend/cuda/cuda_elem.h"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/cuda_qknobs.h"
 #include "base/env.h"
 #include "base/log.h"
 
@@ -567,6 +568,7 @@ static int cu_init(int dev, mx_error *err) {
     if (cudaStreamCreateWithFlags(&g_cu.st, cudaStreamNonBlocking) != cudaSuccess)
         return mx_fail(err, "--device cuda: cannot create a stream on GPU %d: %s", dev,
                        cudaGetErrorString(cudaGetLastError()));
+    cuda_knobs_register(); /* before qmv_multirow / qmm_tile_m are read */
     const mx_env_t *env = mx_env();
     if (env->diag_skip && dev == 0)
         LOG_WARN("MLXCEL_DIAG_SKIP: some decode kernels (%s%s%s%s%s) are not launched; the "
@@ -583,7 +585,7 @@ static int cu_init(int dev, mx_error *err) {
     g_cu.gemv_tc_rows = g_cu.gemv_rows ? env->gemv_tc_rows : 0;
     g_cu.gemv_split_rows = env->gemv_split_rows;
     g_cu.graph_cache = env->cuda_graph_cache_size;
-    g_cu.qmv_multirow = env->qmv_multirow; /* validated by env.c against the kernels' values */
+    g_cu.qmv_multirow = env->qmv_multirow; /* validated by env.c against cuda_knobs.c's lists */
     g_cu.qmm_tile = env->qmm_tile_m;
     g_cu.qmv_tc = env->qmv_tc;
     g_cu.qmv_bulk = env->qmv_bulk;

@@ -68,7 +68,7 @@ int cuda_f32_to_bf16_rows(uint16_t *dst, const float *src, long src_stride, int 
 int cuda_glu_to_bf16_rows(uint16_t *dst, const float *gate, const float *up, int rows, int cols,
                           int act, cudaStream_t st);
 /* ==== KV pool formats (kv_quant.cu, kv_codec.cuh) ====
- * The cache types of kv/kv_quant.h (f32, bf16, f16, q8_0, q4_0) and kv/kv_turbo.h
+ * The cache types of backend/kvfmt/kv_quant.h (f32, bf16, f16, q8_0, q4_0) and backend/kvfmt/kv_turbo.h
  * (TurboQuant 2 / 3 / 4 bits, rows in the rotated space), stored as the CPU stores them. */
 enum { CUDA_KV_BF16 = 0 /* a zeroed cuda_kv_fmt */, CUDA_KV_F32, CUDA_KV_F16, CUDA_KV_Q8_0,
        CUDA_KV_Q4_0, CUDA_KV_TQ2, CUDA_KV_TQ3, CUDA_KV_TQ4 };

@@ -194,7 +194,7 @@ int cuda_greedy_f32(const float *logits, int rows, int V, int32_t *ids, float *l
 
 /* ==== MLX affine-quantized matmul (qgemv.cu, qmm.cu) ====
  * y[r, n] = sum_k x[r, k] * Wq[n, k] with Wq[n, k] = scale[n, k / group] * q[n, k] +
- * bias[n, k / group] (src/quant/quant.h: codes packed as one little-endian bit stream per row
+ * bias[n, k / group] (src/backend/qfmt/qfmt.h: codes packed as one little-endian bit stream per row
  * in u32 words). x fp32 [rows, K] (row stride ldx), y fp32 [rows, N] (row stride ldy).
  * bits in {2, 3, 4, 5, 6, 8}, group in {32, 64, 128}, K % group == 0, scales and biases in
  * one dtype (CUDA_QSB_*). Weight, scales and biases of a row are contiguous; the packed

@@ -41,8 +41,8 @@
 #include "base/clock.h"
 #include "base/env.h"
 #include "base/log.h"
-#include "kv/kv_quant.h"
-#include "kv/kv_turbo.h"
+#include "backend/kvfmt/kv_quant.h"
+#include "backend/kvfmt/kv_turbo.h"
 #include "tune/tune_policy.h"
 
 static size_t al256(size_t n) { return (n + 255) & ~(size_t)255; }

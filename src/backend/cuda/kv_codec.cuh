@@ -1,4 +1,4 @@
-/* KV pool rows on the device: the cache types of kv/kv_quant.h and kv/kv_turbo.h, read and
+/* KV pool rows on the device: the cache types of backend/kvfmt/kv_quant.h and backend/kvfmt/kv_turbo.h, read and
  * written with the CPU's arithmetic (included by .cu files only).
  *
  * One head of D values is stored as (cuda_kv_fmt.type):
@@ -17,7 +17,7 @@
 
 #include "backend/cuda/cuda_elem.h"
 #include "backend/cuda/cuda_kernels.cuh"
-#include "kv/kv_turbo.h" /* kv_turbo_sign */
+#include "backend/kvfmt/kv_turbo.h" /* kv_turbo_sign */
 
 __host__ __device__ __forceinline__ int kv_fmt_tq_bits(int type) {
     return type >= CUDA_KV_TQ2 && type <= CUDA_KV_TQ4 ? type - CUDA_KV_TQ2 + 2 : 0;

@@ -1,6 +1,6 @@
 /* KV writes in every cache type and TurboQuant's rotation of query / output heads.
  *
- * The writes reproduce the CPU's rows bit for bit (kv/kv_quant.c, kv/kv_turbo.c), so a pool
+ * The writes reproduce the CPU's rows bit for bit (backend/kvfmt/kv_quant.c, kv_turbo.c), so a pool
  * written on either backend holds the same bytes: each product, sum and rounding is the CPU's
  * one, in its order (explicit _rn intrinsics where nvcc would otherwise fuse a multiply-add;
  * the TurboQuant norms summed in double by one thread in index order, as the CPU loops). */

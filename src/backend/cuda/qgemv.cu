@@ -1,5 +1,5 @@
 /* Quantized GEMV (qmv) for decode: y[r, n] = sum_k x[r, k] * (s q + b)[n, k], 1..8 rows,
- * MLX affine weights (src/quant/quant.h), fp32 x and y, fp32 accumulation.
+ * MLX affine weights (src/backend/qfmt/qfmt.h), fp32 x and y, fp32 accumulation.
  *
  * Decode is a weight stream: each packed word, scale and bias is read once per pass for all
  * rows of the pass, so the floor is (N*K*bits/8 + 2*N*K/group*sb bytes) / bandwidth.

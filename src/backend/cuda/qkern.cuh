@@ -1,6 +1,6 @@
 /* Device helpers for MLX affine-quantized weights (included by .cu files only).
  *
- * Format (src/quant/quant.h): a row of K codes is one little-endian bit stream of K * bits
+ * Format (src/backend/qfmt/qfmt.h): a row of K codes is one little-endian bit stream of K * bits
  * bits in u32 words (code i at bits [i*bits, (i+1)*bits) from bit 0 of word 0; 3/5/6-bit
  * codes straddle words); scales / biases [N, K / group] in bf16, f16 or f32; value =
  * scale * q + bias. */

@@ -1,5 +1,5 @@
 /* Tensor-core quantized GEMV (qmv) for decode: 4-bit codes, group 64 or 128, 1..8 rows,
- * y[r, n] = sum_k x[r, k] * (s q + b)[n, k] (MLX affine weights, src/quant/quant.h), fp32 x
+ * y[r, n] = sum_k x[r, k] * (s q + b)[n, k] (MLX affine weights, src/backend/qfmt/qfmt.h), fp32 x
  * and y, bf16 or f16 scales / biases. Same contract as cuda_qmv (segments, ldy, workspace).
  *
  * Why: the CUDA-core qmv (qgemv.cu) spends a LOP3, an FADD and an FFMA per code and row and

@@ -1,5 +1,5 @@
 /* Tensor-core quantized GEMV (qmv) for decode, bits 4 and 8: y[r, n] = sum_k x[r, k] *
- * (s q + b)[n, k] for 1..32 rows, fp32 x and y, MLX affine weights (src/quant/quant.h).
+ * (s q + b)[n, k] for 1..32 rows, fp32 x and y, MLX affine weights (src/backend/qfmt/qfmt.h).
  * Same contract as cuda_qmv (qgemv.cu: segments, ldy), which stays the fallback.
  *
  * Why tensor cores: the CUDA-core kernel spends LOP3 + FADD + FFMA per code and row and is

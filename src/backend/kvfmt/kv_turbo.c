@@ -1,5 +1,5 @@
 /* TurboQuant KV rows: rotation, codebook, codes (see kv_turbo.h). */
-#include "kv/kv_turbo.h"
+#include "backend/kvfmt/kv_turbo.h"
 
 #include <math.h>
 #include <pthread.h>

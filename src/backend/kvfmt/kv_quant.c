@@ -1,7 +1,7 @@
 /* KV cache row formats: f32 <-> f16, bf16, q8_0, q4_0 (see kv_quant.h for the rules). */
-#include "kv/kv_quant.h"
+#include "backend/kvfmt/kv_quant.h"
 
-#include "kv/kv_turbo.h"
+#include "backend/kvfmt/kv_turbo.h"
 
 #include <math.h>
 #include <string.h>

@@ -12,8 +12,8 @@
  * Attention never turns keys back: <q, R^T y> = <R q, y>, so the query is rotated once and the
  * keys are read in the rotated space; a softmax-weighted sum of rotated values is rotated back
  * once per output (R^T is linear). */
-#ifndef MLXCEL_KV_KV_TURBO_H
-#define MLXCEL_KV_KV_TURBO_H
+#ifndef MLXCEL_BACKEND_KVFMT_KV_TURBO_H
+#define MLXCEL_BACKEND_KVFMT_KV_TURBO_H
 
 #include <stddef.h>
 #include <stdint.h>

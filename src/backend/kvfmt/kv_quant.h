@@ -11,8 +11,8 @@
  *     bytes, byte j = q[j] | q[j + 16] << 4. value = (q[j] - 8) * float(fp16(d)).
  * All conversions are pure functions of the values (no state), so a row's stored bits depend
  * only on that row: writing the same K/V gives the same cache whatever the batch. */
-#ifndef MLXCEL_KV_KV_QUANT_H
-#define MLXCEL_KV_KV_QUANT_H
+#ifndef MLXCEL_BACKEND_KVFMT_KV_QUANT_H
+#define MLXCEL_BACKEND_KVFMT_KV_QUANT_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -32,7 +32,7 @@ void kvq_dequantize_q8_0(const void *x, float *y, int64_t n);
 void kvq_dequantize_q4_0(const void *x, float *y, int64_t n);
 
 /* TurboQuant types (MX_TQ2..4): their code bits; 0 for every other type. Their rows hold a
- * head's rotated values (kv/kv_turbo.h), so a reader rotates q and rotates the output back. */
+ * head's rotated values (backend/kvfmt/kv_turbo.h), so a reader rotates q and rotates the output back. */
 static inline int kvq_turbo_bits(mx_dtype t) {
     return t == MX_TQ2 ? 2 : t == MX_TQ3 ? 3 : t == MX_TQ4 ? 4 : 0;
 }

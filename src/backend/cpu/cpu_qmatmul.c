@@ -1,6 +1,6 @@
 /* CPU kernels on MLX-quantized weights: the matmul (batch-invariant: the backend's canonical
  * dot on dequantized rows) and the quantized embedding gather. Every weight value is the
- * dequantized model-dtype value (quant.h), exactly what a dense model holding the dequantized
+ * dequantized model-dtype value (qfmt.h), exactly what a dense model holding the dequantized
  * checkpoint multiplies by, and the dot is the one cpu_matmul computes for that dense weight:
  * a quantized model and its dequantized twin give bit-identical results, and a row's result
  * never depends on the other rows of the call. These are the reference for device kernels. */
@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_internal.h"
-#include "quant/quant_internal.h"
+#include "backend/cpu/cpu_quant.h"
 
 /* ==== Matmul ==== */
 

@@ -3,9 +3,8 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_internal.h"
+#include "backend/cpu/cpu_quant.h"
 #include "base/log.h"
-#include "quant/quant_backend.h"
-#include "quant/quant_internal.h"
 
 int mlxq_from_qweight(mlxq_matrix *m, const mx_qweight *w, mx_error *err) {
     if (!w || w->w.dtype != MX_U32 || w->w.ndim != 2)

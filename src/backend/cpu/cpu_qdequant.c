@@ -1,7 +1,7 @@
 /* Dequantizing a row of an MLX-quantized matrix, fast: the engine's quantized matmul
  * dequantizes every weight row once per step (decode), so this is its inner loop.
  *
- * Value of code q in a group with scale s and bias b (quant.h): the model-dtype value nearest
+ * Value of code q in a group with scale s and bias b (qfmt.h): the model-dtype value nearest
  * to fp32(s * q) + b, i.e. one fp32 multiply, one fp32 add (never fused), then rounding to
  * nearest even in the scales' dtype. The scalar reference (mlxq_dequantize_row_ref) and the
  * AVX2 / AVX-512 versions below compute exactly that, so they agree bit for bit
@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "backend/cpu/cpu_internal.h"
-#include "quant/quant_internal.h"
+#include "backend/cpu/cpu_quant.h"
 
 /* ==== Scalar reference ==== */
 
