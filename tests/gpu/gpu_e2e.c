@@ -21,9 +21,14 @@
  *   2e-2 sits 3.7x above the largest benign one and 4x under that defect.
  * - E2E_LOGITS 3e-2: first-position logits measured 1.7e-3 .. 1.14e-2 relative
  *   (2026-12-03-test-cuda-rows2.log, worst gemma3_sliding prompt 0; llama4 fixtures
- *   2.3e-3 .. 6.9e-3, 2026-12-05-session25.md): 2.6x the worst. Positions past the first had
- *   not been compared before this check (no measurement yet): the same bound, and each
- *   fixture prints its worst over all positions so the next device run records it.
+ *   2.3e-3 .. 6.9e-3, 2026-12-05-session25.md): 2.6x the worst. Positions past the first: the
+ *   same bound; first measured on an H100 on 2026-12-08 (bench/results/2026-12-08-harden-
+ *   h100.md): 1.9e-3 .. 1.02e-2 on the dense fixtures, mixtral 2.93e-2, qwen3_moe_q4g32
+ *   2.38e-2, and over the bound qwen3_moe 6.19e-2 (position 1, weights unchanged: the first
+ *   decode step of a MoE; not yet explained), llama4_text 5.32e-2 (weights regenerated that
+ *   day); ckpt fixtures with peaked attention went to 0.13-0.85 (those scales reverted). The
+ *   bound stays until the MoE case is understood: raising it to pass would hide a defect
+ *   like the bf16 router one above.
  * Each fixture prints a `tokens <name> <hash>` line; bench/run_device.sh compares these lines
  * across MLX_CUDA_GRAPH_CACHE_SIZE=0 and MLXCEL_SDPA_DETERMINISTIC=1 runs. */
 #include <dirent.h>
