@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Two calls on one warm GPU machine for the checks that outlast a 10-minute call (issues 45,
+# Calls on one warm GPU machine for the checks that outlast a 10-minute call (issues 45,
 # 50, 52, 53): every fuzz target for FUZZ_SECONDS (all at once, nice 19, on the machine's 16
 # cores) and the GPU soak (tests/server/soak.sh: 256 streaming clients, a third hanging up,
 # an idle flood and oversized bodies, SOAK_SECONDS) run in their own process sessions
-# (setsid: the machine keeps them between calls); call 1 also runs the GPU test binary and
-# the decode speed with and without a JSON schema on the synthetic 8B before the soak starts.
+# (setsid: the machine keeps them between calls); before them the GPU test binary and the
+# decode speed with and without a JSON schema on the synthetic 8B.
 #
 #   here:   NO_OPS_BENCH=1 XZ=1 bash bench/pack_device.sh   # .carry/devpack.tar.xz
 #           bash bench/pack_fuzz.sh        # .carry/fuzzpack.tar.xz, .carry/nodepack.tar.xz
@@ -21,6 +21,8 @@
 #     call 3:  bash bench/harden_device.sh finish  # waits for both, then the tables
 #   (each call within the machine's 30 s of warmth after the last, or what ran is lost)
 #
+# The fuzzing half has not run on a device yet (the 2026-12-08 run carried no fuzzpack: the
+# 600 s fuzz-run was made on the build machine instead); the rest ran as written there.
 # Output ($OUT): tests.log, grammar.txt, soak.json, soak.log, fuzz-run.md, fuzz-regress.tgz
 # (reproducers, when any), summary.md (printed last).
 # Environment: WORK=/tmp/mlxcel-harden FUZZ_SECONDS=600 SOAK_SECONDS=600 SOAK_CLIENTS=256
