@@ -3,12 +3,21 @@
 #include <stdio.h>
 #include <string.h>
 
+/* A message is one line (it is printed as one stderr line, one log line, one JSON error): a
+ * line break that came in with quoted input (jansson's "near '...'" text of a corrupt file,
+ * found by fuzz_tune_record) becomes a space. */
+static void one_line(char *s) {
+    for (; *s; s++)
+        if (*s == '\n' || *s == '\r') *s = ' ';
+}
+
 int mx_fail(mx_error *e, const char *fmt, ...) {
     if (!e) return -1;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(e->msg, sizeof e->msg, fmt, ap);
     va_end(ap);
+    one_line(e->msg);
     return -1;
 }
 
@@ -30,6 +39,7 @@ int mx_wrap(mx_error *e, const char *fmt, ...) {
     if (m > sizeof e->msg - n - 3) m = sizeof e->msg - n - 3;
     memcpy(e->msg + n + 2, old, m);
     e->msg[n + 2 + m] = '\0';
+    one_line(e->msg);
     return -1;
 }
 

@@ -3,6 +3,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <cmocka.h>
 
 #include "base/dtype.h"
@@ -43,6 +44,11 @@ static void test_error(void **st) {
     assert_int_equal(mx_fail(&e, "tensor %s missing", "w"), -1);
     mx_wrap(&e, "file %s", "a.safetensors");
     assert_string_equal(e.msg, "file a.safetensors: tensor w missing");
+    /* one line, whatever the quoted input held */
+    mx_fail(&e, "corrupt (invalid escape near '%s')", "\"ps\\\n");
+    assert_string_equal(e.msg, "corrupt (invalid escape near '\"ps\\ ')");
+    mx_wrap(&e, "file %s", "a\r\nb");
+    assert_null(strpbrk(e.msg, "\r\n"));
 }
 
 /* The CUDA decode defaults measured in sessions 12 and 13, and MLXCEL_DIAG_SKIP's list. */
