@@ -3,12 +3,12 @@
 #include <stdio.h>
 #include <string.h>
 
-/* A message is one line (it is printed as one stderr line, one log line, one JSON error): a
- * line break that came in with quoted input (jansson's "near '...'" text of a corrupt file,
- * found by fuzz_tune_record) becomes a space. */
+/* A message is one line (it is printed as one stderr line, one log line, one JSON error):
+ * control characters that came in with quoted input (a JSON "\n" in a tensor name, jansson's
+ * "near '...'" text of a corrupt file: found by fuzz_tune_record) become '?'. */
 static void one_line(char *s) {
     for (; *s; s++)
-        if (*s == '\n' || *s == '\r') *s = ' ';
+        if ((unsigned char)*s < 0x20 || *s == 0x7f) *s = '?';
 }
 
 int mx_fail(mx_error *e, const char *fmt, ...) {

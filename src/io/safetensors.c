@@ -61,16 +61,6 @@ static void st_free_header(st_file *f) {
 
 /* ==== Header parser ==== */
 
-/* Untrusted names and parser excerpts can hold control characters (a JSON "\n" in a tensor
- * name); an error message must stay one line, so they become '?'. Returns -1. */
-static int msg_one_line(mx_error *e) {
-    if (e)
-        for (char *p = e->msg; *p; p++)
-            if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
-    return -1;
-}
-
-
 static int parse_metadata(st_file *f, json_t *meta, mx_error *err) {
     if (!json_is_object(meta)) return mx_fail(err, "header: __metadata__ is not a JSON object");
     size_t n = json_object_size(meta);
@@ -192,8 +182,8 @@ int st_parse_header(st_file *f, const char *json, size_t json_len, uint64_t data
      * ambiguous, so they are rejected. */
     json_t *root = json_loadb(json, json_len, JSON_REJECT_DUPLICATES, &je);
     if (!root) {
-        mx_fail(err, "header is not valid JSON (%.200s at byte %d)", je.text, je.position);
-        return msg_one_line(err);
+        /* mx_fail keeps the message one line (a name or excerpt may hold a newline) */
+        return mx_fail(err, "header is not valid JSON (%.200s at byte %d)", je.text, je.position);
     }
     int rc = 0;
     if (!json_is_object(root)) {
@@ -241,7 +231,6 @@ out:
     json_decref(root);
     if (rc) {
         st_free_header(f);
-        msg_one_line(err);
     }
     return rc;
 }
@@ -305,7 +294,7 @@ int st_parse_buffer(st_file *f, const void *buf, size_t size, const char *name, 
                        (unsigned long long)hlen);
     if (st_parse_header(f, (const char *)p + 8, (size_t)hlen, size - 8 - hlen, err)) {
         mx_wrap(err, "%s", name);
-        return msg_one_line(err);
+        return -1;
     }
     f->header_len = hlen;
     f->data = p + 8 + hlen;
