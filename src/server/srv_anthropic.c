@@ -112,27 +112,13 @@ static json_t *turn_of(tx *t, const char *role) {
     return m;
 }
 
-static void add_text(json_t *m, const char *key, const char *text) {
-    const char *old = json_string_value(json_object_get(m, key));
-    if (!old) {
-        json_object_set_new(m, key, json_string(text));
-        return;
-    }
-    size_t n = strlen(old) + strlen(text) + 2;
-    char *j = malloc(n);
-    if (!j) return;
-    snprintf(j, n, "%s\n%s", old, text);
-    json_object_set_new(m, key, json_string(j));
-    free(j);
-}
-
 static int user_block(tx *t, const json_t *b, const char *f) {
     const char *ty = json_string_value(json_object_get(b, "type"));
     char ff[160];
     if (!strcmp(ty, "text")) {
         const char *text;
         if (text_block(t, b, f, &text)) return -1;
-        add_text(turn_of(t, "user"), "content", text);
+        srv_api_append_text(turn_of(t, "user"), "content", text);
         return 0;
     }
     if (!strcmp(ty, "tool_result")) {
@@ -174,7 +160,7 @@ static int assistant_block(tx *t, const json_t *b, const char *f) {
     if (!strcmp(ty, "text")) {
         const char *text;
         if (text_block(t, b, f, &text)) return -1;
-        add_text(m, "content", text);
+        srv_api_append_text(m, "content", text);
         return 0;
     }
     if (!strcmp(ty, "thinking")) {
@@ -189,7 +175,7 @@ static int assistant_block(tx *t, const json_t *b, const char *f) {
         if (!json_is_string(sig) || strcmp(json_string_value(sig), want))
             return FAIL(t, ff, "does not match the thinking block's text: thinking blocks must come back as this "
                                "server sent them (unmodified, from this server)");
-        add_text(m, "reasoning_content", json_string_value(th));
+        srv_api_append_text(m, "reasoning_content", json_string_value(th));
         return 0;
     }
     if (!strcmp(ty, "tool_use")) {
@@ -246,7 +232,7 @@ static int translate_messages(tx *t, const json_t *msgs, char **prefill) {
             return text_of(t, content, ff, prefill);
         }
         if (json_is_string(content)) {
-            add_text(turn_of(t, role), "content", json_string_value(content));
+            srv_api_append_text(turn_of(t, role), "content", json_string_value(content));
             continue;
         }
         if (!json_is_array(content)) return FAIL(t, ff, "expected a string or an array of content blocks");

@@ -149,6 +149,9 @@ srv_cp *srv_api_parser(const struct srv_job *j);
 /* The chat message of a finished reply (content, reasoning_content, tool_calls). */
 json_t *srv_api_chat_message(const srv_cp *cp);
 
+/* Sets o[key] to text, or appends it on a new line to the string already there (a turn's
+ * content gathered from several text blocks / items). */
+void srv_api_append_text(json_t *o, const char *key, const char *text);
 /* Rejects keys of object o that are not in the NULL-terminated list `known`: 400 naming
  * "<where>.<key>" (or the key at the top level). */
 int srv_api_check_keys(const json_t *o, const char *const *known, const char *where, char *bad, size_t bad_cap,

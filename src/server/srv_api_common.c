@@ -2,6 +2,7 @@
  * is answering and its error bodies, ids, the segments a reply is cut into, feeding a job's
  * text through the reply parser, and the entry points srv_http.c / srv_response.c call. */
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -141,6 +142,20 @@ int srv_api_fail(char *bad, size_t bad_cap, mx_error *err, const char *field, co
     va_end(ap);
     snprintf(bad, bad_cap, "%s", field);
     return mx_fail(err, "%s: %s", field, msg);
+}
+
+void srv_api_append_text(json_t *o, const char *key, const char *text) {
+    const char *old = json_string_value(json_object_get(o, key));
+    if (!old) {
+        json_object_set_new(o, key, json_string(text));
+        return;
+    }
+    size_t n = strlen(old) + strlen(text) + 2;
+    char *j = malloc(n);
+    if (!j) return;
+    snprintf(j, n, "%s\n%s", old, text);
+    json_object_set_new(o, key, json_string(j));
+    free(j);
 }
 
 int srv_api_check_keys(const json_t *o, const char *const *known, const char *where, char *bad, size_t bad_cap,

@@ -96,20 +96,6 @@ static json_t *turn(tx *t, bool fresh) {
     return t->turn;
 }
 
-static void append_str(json_t *o, const char *key, const char *text) {
-    const char *old = json_string_value(json_object_get(o, key));
-    if (!old) {
-        json_object_set_new(o, key, json_string(text));
-        return;
-    }
-    size_t n = strlen(old) + strlen(text) + 2;
-    char *j = malloc(n);
-    if (!j) return;
-    snprintf(j, n, "%s\n%s", old, text);
-    json_object_set_new(o, key, json_string(j));
-    free(j);
-}
-
 static int item_message(tx *t, const json_t *it, const char *f) {
     static const char *const keys[] = {"type", "role", "content", "id", "status", NULL};
     if (srv_api_check_keys(it, keys, f, t->bad, t->cap, t->err)) return -1;
@@ -194,7 +180,7 @@ static int item_reasoning(tx *t, const json_t *it, const char *f) {
         snprintf(ff, sizeof ff, "%s.%s[%zu]", f, key, k);
         if (!ty || strcmp(ty, want) || !text) return FAIL(t, ff, "expected {\"type\": \"%s\", \"text\": ...}", want);
         if (!tn) tn = turn(t, true);
-        append_str(tn, "reasoning_content", text);
+        srv_api_append_text(tn, "reasoning_content", text);
     }
     return 0;
 }
